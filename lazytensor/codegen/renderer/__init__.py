@@ -1,0 +1,19 @@
+"""What a renderer is: the capabilities it declares (checked by apply_opt) and render(name, linear program)."""
+from __future__ import annotations
+from lazytensor.uop.ops import PatternMatcher, UOp
+
+class Renderer:
+  device: str = ""
+  has_local: bool = False       # GPU threads within a block (LOCAL, GROUP)
+  has_shared: bool = False      # shared memory for two-stage reduces (GROUP, GROUPTOP)
+  has_threads: bool = False     # THREAD: split a global axis across CPU cores
+  tensor_cores: tuple = ()      # TC shapes it can emit
+  global_max: tuple[int, ...] | None = None
+  local_max: tuple[int, ...] | None = None
+  shared_max: int = 0           # bytes of shared memory per block
+  upcast_max: int = 256         # most elements one thread computes in registers
+  vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
+  # rules run on the loop-level graph before linearizing: decompositions the target needs
+  extra_matcher: PatternMatcher | None = None
+
+  def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError

@@ -1,0 +1,116 @@
+"""Devices: the registry, Buffer, and the Allocator / Compiler / Program interfaces every backend implements."""
+from __future__ import annotations
+import functools
+import hashlib
+import importlib
+from typing import Any, Protocol
+import numpy as np
+from lazytensor.dtype import DType
+from lazytensor.helpers import DEBUG, DEV, diskcache_get, diskcache_put
+
+class Allocator:
+  """Raw device memory. Handles are opaque to everything above the runtime."""
+  def alloc(self, nbytes: int) -> Any: raise NotImplementedError
+  def free(self, handle: Any, nbytes: int) -> None: pass
+  def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
+  def copyout(self, dest: memoryview, handle: Any) -> None: raise NotImplementedError
+
+class Compiler:
+  """Source -> binary. `cache_key` names everything besides the source that changes the binary."""
+  cache_key: str = ""
+
+  def compile(self, src: str) -> bytes: raise NotImplementedError
+
+  def compile_cached(self, src: str) -> bytes:
+    key = hashlib.sha256(f"{self.cache_key}\n{src}".encode()).hexdigest()
+    if (lib := _compile_memo.get(key)) is not None: return lib
+    if self.cache_key and (lib := diskcache_get("compile", key)) is not None:
+      _compile_memo[key] = lib
+      return lib
+    lib = self.compile(src)
+    _compile_memo[key] = lib
+    if self.cache_key: diskcache_put("compile", key, lib)
+    return lib
+
+  def disassemble(self, lib: bytes) -> str: return "(no disassembly for this device)"
+
+_compile_memo: dict[str, bytes] = {}
+
+class Program(Protocol):
+  """A loaded kernel. Returns its run time in seconds when `wait` is set."""
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               core_count: int = 1, wait: bool = False) -> float | None: ...
+
+class Compiled:
+  """A device: memory, a renderer, a compiler, and the class that loads and runs compiled programs."""
+  def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program_cls: Any) -> None:
+    self.name, self.allocator, self.renderer, self.compiler, self.program_cls = name, allocator, renderer, compiler, program_cls
+
+  def synchronize(self) -> None: pass
+
+  def load(self, name: str, lib: bytes) -> Program: return self.program_cls(self, name, lib)
+
+class _DeviceRegistry:
+  """`Device["CPU:1"]` opens (once) the device of that name; `Device.DEFAULT` is where new tensors go."""
+  def __init__(self) -> None: self._opened: dict[str, Compiled] = {}
+
+  @staticmethod
+  def canonicalize(name: str) -> str:
+    if not isinstance(name, str) or not name:
+      raise ValueError(f"device name {name!r}: expected a string such as 'CPU', 'CPU:1', 'CUDA' or 'EMU'")
+    base, _, num = name.upper().partition(":")
+    if num and not num.isdigit(): raise ValueError(f"device name {name!r}: the part after ':' must be a number")
+    if base not in KNOWN_DEVICES: raise ValueError(f"unknown device {name!r}; known: {', '.join(KNOWN_DEVICES)}")
+    return base if num in ("", "0") else f"{base}:{int(num)}"
+
+  def __getitem__(self, name: str) -> Compiled:
+    name = self.canonicalize(name)
+    if name not in self._opened:
+      base = name.partition(":")[0]
+      module = importlib.import_module(f"lazytensor.runtime.ops_{base.lower()}")
+      self._opened[name] = getattr(module, f"{base.capitalize()}Device")(name)
+      if DEBUG >= 1: print(f"opened device {name}")
+    return self._opened[name]
+
+  @property
+  def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
+
+KNOWN_DEVICES = ("CPU", "CUDA", "EMU")
+Device = _DeviceRegistry()
+
+class Buffer:
+  """`size` elements of `dtype` on `device`; memory is allocated on first use and freed with the object."""
+  def __init__(self, device: str, size: int, dtype: DType) -> None:
+    self.device, self.size, self.dtype = device, size, dtype
+    self._handle: Any = None
+
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def is_allocated(self) -> bool: return self._handle is not None
+  @functools.cached_property
+  def allocator(self) -> Allocator: return Device[self.device].allocator
+
+  def ensure_allocated(self) -> Buffer:
+    if self._handle is None: self._handle = self.allocator.alloc(self.nbytes)
+    return self
+
+  @property
+  def handle(self) -> Any: return self.ensure_allocated()._handle
+
+  def copyin(self, data: memoryview) -> Buffer:
+    assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
+    self.allocator.copyin(self.handle, data)
+    return self
+
+  def numpy(self) -> np.ndarray:
+    out = np.empty(self.size, dtype=self.dtype.np)
+    if self.size: self.allocator.copyout(memoryview(out).cast("B"), self.handle)
+    return out
+
+  def __del__(self) -> None:
+    if getattr(self, "_handle", None) is not None:
+      try: self.allocator.free(self._handle, self.nbytes)
+      except Exception: pass  # interpreter shutdown
+
+  def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"

@@ -1,0 +1,140 @@
+"""DType, the dtypes namespace, torch-style type promotion and numpy conversion."""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+import numpy as np
+
+@dataclass(frozen=True, eq=True)
+class DType:
+  """A scalar or vector element type. `count` > 1 only appears inside lowered kernels (SIMD vectors)."""
+  name: str
+  itemsize: int
+  kind: str         # "b" bool, "i" signed, "u" unsigned, "f" float
+  fmt: str          # numpy type character
+  count: int = 1
+
+  def vec(self, n: int) -> DType:
+    assert self.count == 1, f"cannot vectorize {self}"
+    return self if n == 1 else DType(self.name, self.itemsize, self.kind, self.fmt, n)
+
+  def scalar(self) -> DType: return DType(self.name, self.itemsize, self.kind, self.fmt) if self.count > 1 else self
+  def ptr(self, local: bool = False) -> PtrDType: return PtrDType(self.name, self.itemsize, self.kind, self.fmt, 1, local)
+
+  @property
+  def is_float(self) -> bool: return self.kind == "f"
+  @property
+  def is_int(self) -> bool: return self.kind in "iu"
+  @property
+  def is_unsigned(self) -> bool: return self.kind == "u"
+  @property
+  def is_bool(self) -> bool: return self.kind == "b"
+  @property
+  def np(self) -> np.dtype: return np.dtype(self.fmt)
+
+  def min(self) -> int | float:
+    if self.kind == "f": return -math.inf
+    if self.kind == "b": return False
+    return 0 if self.kind == "u" else -(2 ** (8 * self.itemsize - 1))
+
+  def max(self) -> int | float:
+    if self.kind == "f": return math.inf
+    if self.kind == "b": return True
+    return 2 ** (8 * self.itemsize) - 1 if self.kind == "u" else 2 ** (8 * self.itemsize - 1) - 1
+
+  def __repr__(self) -> str: return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+  """A pointer to global (or, with local=True, shared) memory, used by DEFINE_GLOBAL / DEFINE_LOCAL."""
+  local: bool = False
+  def __repr__(self) -> str: return f"dtypes.{self.name}.ptr({'local' if self.local else ''})"
+
+class dtypes:
+  bool: Final[DType] = DType("bool", 1, "b", "?")
+  int8: Final[DType] = DType("int8", 1, "i", "b")
+  uint8: Final[DType] = DType("uint8", 1, "u", "B")
+  int16: Final[DType] = DType("int16", 2, "i", "h")
+  uint16: Final[DType] = DType("uint16", 2, "u", "H")
+  int32: Final[DType] = DType("int32", 4, "i", "i")
+  uint32: Final[DType] = DType("uint32", 4, "u", "I")
+  int64: Final[DType] = DType("int64", 8, "i", "q")
+  uint64: Final[DType] = DType("uint64", 8, "u", "Q")
+  float16: Final[DType] = DType("float16", 2, "f", "e")
+  float32: Final[DType] = DType("float32", 4, "f", "f")
+  float64: Final[DType] = DType("float64", 8, "f", "d")
+  # aliases, as torch names them
+  half, float, double = float16, float32, float64
+  char, short, int, long = int8, int16, int32, int64
+  default_float: DType = float32
+  default_int: DType = int64
+  index: Final[DType] = int32  # dtype of index arithmetic inside kernels
+  void: Final[DType] = DType("void", 0, "v", "V")
+
+  @staticmethod
+  def all() -> list[DType]: return [v for v in ALL_DTYPES.values()]
+
+  @staticmethod
+  def from_np(npdt: Any) -> DType:
+    npdt = np.dtype(npdt)
+    for dt in ALL_DTYPES.values():
+      if dt.np == npdt: return dt
+    raise TypeError(f"numpy dtype {npdt} is not supported; supported: {', '.join(ALL_DTYPES)}")
+
+  @staticmethod
+  def from_py(x: Any) -> DType:
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, float): return dtypes.default_float
+    raise TypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}; expected bool, int or float")
+
+ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
+  dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64)}
+
+def to_dtype(x: DType | str | Any) -> DType:
+  """Accept a DType, its name ('float32'), or a numpy dtype/type; anything else is a TypeError."""
+  if isinstance(x, DType): return x
+  if isinstance(x, str):
+    if x in ALL_DTYPES: return ALL_DTYPES[x]
+    alias = getattr(dtypes, x, None)
+    if isinstance(alias, DType): return alias
+    raise TypeError(f"unknown dtype {x!r}; expected one of {', '.join(ALL_DTYPES)}")
+  try: return dtypes.from_np(x)
+  except TypeError: raise
+  except Exception: raise TypeError(f"cannot interpret {x!r} as a dtype; expected one of {', '.join(ALL_DTYPES)}") from None
+
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
+_SIGNED_BY_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+def _promote_ints(a: DType, b: DType) -> DType:
+  if a.is_unsigned == b.is_unsigned: return a if a.itemsize >= b.itemsize else b
+  u, s = (a, b) if a.is_unsigned else (b, a)
+  if s.itemsize > u.itemsize: return s
+  return _SIGNED_BY_SIZE[min(8, u.itemsize * 2)]
+
+def promote_types(a: DType, b: DType) -> DType:
+  """The dtype of an op between two tensors, as torch computes it: the higher category wins, then the wider type."""
+  if a == b: return a
+  ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
+  if ca != cb: return a if ca > cb else b
+  if a.is_float: return a if a.itemsize >= b.itemsize else b
+  return _promote_ints(a, b)
+
+def result_type_scalar(t: DType, scalar: Any) -> DType:
+  """A Python scalar is weak: it only lifts the tensor's category (int tensor + 0.5 -> float32, never float64)."""
+  sdt = dtypes.from_py(scalar)
+  if _CATEGORY[sdt.kind] <= _CATEGORY[t.kind]: return t
+  return sdt
+
+def least_upper_float(dt: DType) -> DType: return dt if dt.is_float else dtypes.default_float
+
+def truncate(dt: DType, x: Any) -> Any:
+  """The Python value `x` as it would be stored in `dt` (wraps ints, rounds floats)."""
+  if dt.is_bool: return bool(x)
+  if dt.is_int:
+    if isinstance(x, float) and not math.isfinite(x): return 0
+    bits = 8 * dt.itemsize
+    v = int(x) & ((1 << bits) - 1)
+    return v - (1 << bits) if not dt.is_unsigned and v >= 1 << (bits - 1) else v
+  if dt == dtypes.float64: return float(x)
+  with np.errstate(over="ignore"): return float(np.array(x, dtype=dt.np))

@@ -1,0 +1,174 @@
+"""Every environment knob, declared once; Context to override them; GlobalCounters; small utilities."""
+from __future__ import annotations
+import contextlib
+import functools
+import os
+import pathlib
+import sys
+import time
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+
+class ContextVar:
+  """A knob: read once from the environment (its default otherwise), overridable with `Context`."""
+  registry: ClassVar[dict[str, ContextVar]] = {}
+
+  def __init__(self, key: str, default: Any, help: str) -> None:
+    assert key not in ContextVar.registry, f"knob {key} declared twice"
+    self.key, self.default, self.help = key, default, help
+    raw = os.environ.get(key)
+    self.value = default if raw is None else self._parse(raw)
+    ContextVar.registry[key] = self
+
+  def _parse(self, raw: str) -> Any:
+    if isinstance(self.default, bool): return raw.lower() not in ("", "0", "false", "no")
+    if isinstance(self.default, int):
+      try: return int(raw)
+      except ValueError: raise ValueError(f"environment variable {self.key}={raw!r}: expected an integer") from None
+    if isinstance(self.default, float): return float(raw)
+    return raw
+
+  def __bool__(self) -> bool: return bool(self.value)
+  def __int__(self) -> int: return int(self.value)
+  def __ge__(self, x: int) -> bool: return self.value >= x
+  def __gt__(self, x: int) -> bool: return self.value > x
+  def __lt__(self, x: int) -> bool: return self.value < x
+  def __le__(self, x: int) -> bool: return self.value <= x
+  def __repr__(self) -> str: return f"{self.key}={self.value!r}"
+
+class Context(contextlib.ContextDecorator):
+  """`with Context(DEBUG=2, BEAM=1):` sets knobs for a block and restores them after."""
+  def __init__(self, **kwargs: Any) -> None:
+    for k in kwargs:
+      if k not in ContextVar.registry:
+        raise ValueError(f"Context: unknown knob {k!r}; known knobs: {sorted(ContextVar.registry)}")
+    self.kwargs = kwargs
+    self.old: dict[str, Any] = {}
+
+  def __enter__(self) -> None:
+    for k, v in self.kwargs.items():
+      self.old[k] = ContextVar.registry[k].value
+      ContextVar.registry[k].value = v
+
+  def __exit__(self, *exc: object) -> None:
+    for k, v in self.old.items(): ContextVar.registry[k].value = v
+
+def _default_cache_dir() -> str:
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "lazytensor")
+
+DEBUG = ContextVar("DEBUG", 0, "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
+BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
+NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
+DEV = ContextVar("DEV", "", "default device: CPU, CUDA or EMU (empty picks CPU)")
+JIT = ContextVar("JIT", 1, "0 disables TinyJit capture")
+CACHEDIR = ContextVar("CACHEDIR", _default_cache_dir(), "directory of the on-disk caches")
+CACHEDB = ContextVar("CACHEDB", "", "path of the sqlite cache (empty: CACHEDIR/cache.db)")
+CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 no disk cache, 1 compiled programs only, 2 programs and searches")
+PARALLEL = ContextVar("PARALLEL", os.cpu_count() or 1, "compile workers for BEAM")
+THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
+FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+
+def cache_db_path() -> str: return CACHEDB.value or os.path.join(CACHEDIR.value, "cache.db")
+
+class GlobalCounters:
+  """What has run since the last reset: kernels, flops, bytes moved and kernel time."""
+  kernel_count: ClassVar[int] = 0
+  global_ops: ClassVar[int] = 0
+  global_mem: ClassVar[int] = 0
+  time_sum_s: ClassVar[float] = 0.0
+
+  @staticmethod
+  def reset() -> None:
+    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
+    GlobalCounters.time_sum_s = 0.0
+
+# ---- small utilities ----
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(lambda a, b: a * b, xs, start)
+def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs)
+def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
+def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
+def ceildiv(a: int, b: int) -> int: return -(-a // b)
+def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
+
+def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
+  return (x,) * n if isinstance(x, int) else tuple(x)
+
+_COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+
+def colored(s: str, color: str | None, bright: bool = False) -> str:
+  if color is None: return s
+  return f"\u001b[{_COLORS[color] + (60 if bright else 0)}m{s}\u001b[0m"
+
+def ansistrip(s: str) -> str:
+  import re
+  return re.sub(r"\x1b\[[0-9;]*m", "", s)
+
+def ansilen(s: str) -> int: return len(ansistrip(s))
+
+def to_function_name(s: str) -> str: return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in ansistrip(s))
+
+def ensure_cache_dir() -> pathlib.Path:
+  path = pathlib.Path(CACHEDIR.value)
+  path.mkdir(parents=True, exist_ok=True, mode=0o700)
+  return path
+
+@contextlib.contextmanager
+def timed(label: str, enabled: bool = True) -> Iterator[None]:
+  start = time.perf_counter()
+  yield
+  if enabled: print(f"{label}: {(time.perf_counter() - start) * 1e3:.2f} ms", file=sys.stderr)
+
+def unwrap(x: T | None) -> T:
+  assert x is not None
+  return x
+
+def fn_cache(fn: Callable[..., T]) -> Callable[..., T]: return functools.lru_cache(maxsize=None)(fn)
+
+# ---- the on-disk cache: one sqlite file, a table per kind of entry, never fatal ----
+
+_db_conn: dict[str, Any] = {}
+_db_warned: set[str] = set()
+
+def _warn_db_once(path: str, err: Exception) -> None:
+  if path not in _db_warned:
+    _db_warned.add(path)
+    print(f"lazytensor: cache database {path} is unusable ({err}); continuing without it", file=sys.stderr)
+
+def _db(path: str) -> Any:
+  import sqlite3
+  if path not in _db_conn:
+    if path != ":memory:": pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    if path != ":memory:": os.chmod(path, 0o600)
+    conn.execute("PRAGMA journal_mode=WAL")
+    _db_conn[path] = conn
+  return _db_conn[path]
+
+def _table(table: str) -> str:
+  assert table.isidentifier(), f"bad cache table name {table}"
+  return f"{table}_v1"
+
+def diskcache_get(table: str, key: str) -> bytes | None:
+  """The cached value, or None when absent, disabled (CACHELEVEL=0) or the database is unusable."""
+  if CACHELEVEL.value == 0: return None
+  path = cache_db_path()
+  try:
+    cur = _db(path).execute(f"SELECT val FROM {_table(table)} WHERE key=?", (key,))
+    row = cur.fetchone()
+    return None if row is None else bytes(row[0])
+  except Exception as e:
+    if "no such table" not in str(e): _warn_db_once(path, e)
+    return None
+
+def diskcache_put(table: str, key: str, val: bytes) -> None:
+  if CACHELEVEL.value == 0: return
+  path = cache_db_path()
+  try:
+    conn = _db(path)
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {_table(table)} (key TEXT PRIMARY KEY, val BLOB)")
+    conn.execute(f"INSERT OR REPLACE INTO {_table(table)} (key, val) VALUES (?, ?)", (key, val))
+  except Exception as e: _warn_db_once(path, e)

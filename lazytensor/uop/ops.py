@@ -1,0 +1,450 @@
+"""The one IR of lazytensor: Ops, the interned UOp node, UPat patterns, PatternMatcher and graph_rewrite.
+
+The same node type describes three levels of the compiler:
+  * the tensor graph (BUFFER, CONST, VIEW, ALU ops, REDUCE_AXIS, COPY, CONTIGUOUS, ASSIGN), built by Tensor;
+  * the kernel AST (SINK of STOREs of ALU/REDUCE_AXIS trees over LOADs through VIEWs), built by the scheduler;
+  * the loop-level program (RANGE, SPECIAL, LOAD/STORE with index math, REDUCE, DEFINE_ACC, ...), built by the lowerer
+    and put in order by the linearizer.
+"""
+from __future__ import annotations
+import enum
+import functools
+import hashlib
+import inspect
+import itertools
+import math
+import weakref
+from typing import Any, Callable, Iterator, Sequence
+from lazytensor.dtype import DType, PtrDType, dtypes, truncate
+
+class Ops(enum.Enum):
+  # graph structure
+  SINK = enum.auto()
+  NOOP = enum.auto()
+  # tensor graph
+  BUFFER = enum.auto()        # arg=(device, size, uid): storage that exists (or will) on a device
+  DEVICE = enum.auto()        # arg=device name; the source of a CONST says where it lives
+  VIEW = enum.auto()          # arg=ShapeTracker; a movement of src[0], never a copy
+  COPY = enum.auto()          # arg=device; src[0] moved to another device
+  CONTIGUOUS = enum.auto()    # materialize src[0] in a buffer of its own
+  ASSIGN = enum.auto()        # src=(target, value): write value into target's buffer; in kernels: acc := value
+  REDUCE_AXIS = enum.auto()   # arg=(op, axes)
+  DETACH = enum.auto()        # stops gradients
+  # kernel AST and loop level
+  DEFINE_GLOBAL = enum.auto()  # arg=index of the kernel argument; dtype is a PtrDType
+  DEFINE_LOCAL = enum.auto()   # arg=(name, size); shared memory of a GPU block
+  DEFINE_ACC = enum.auto()     # arg=uid; src=(initial value,); a register that a reduce accumulates into
+  SPECIAL = enum.auto()        # arg=(name, size): a launch index (gidx0, lidx1, core id)
+  RANGE = enum.auto()          # arg=(axis, kind); src=(start, end): a loop variable
+  ENDRANGE = enum.auto()       # src=(range,) closes a loop in the linear program
+  REDUCE = enum.auto()         # arg=op; src=(value, *ranges): loop-level reduction over the ranges
+  LOAD = enum.auto()           # src=(buffer, index, [gate, alt]) or, in the AST, (buffer, VIEW)
+  STORE = enum.auto()          # src=(buffer, index, value, [gate]) or, in the AST, (buffer, VIEW, value)
+  IF = enum.auto()
+  ENDIF = enum.auto()
+  BARRIER = enum.auto()
+  VECTORIZE = enum.auto()      # build a vector from scalars
+  GEP = enum.auto()            # arg=lane index: a scalar out of a vector
+  WMMA = enum.auto()           # a tensor-core multiply-accumulate
+  # unary
+  CAST = enum.auto()
+  BITCAST = enum.auto()
+  NEG = enum.auto()
+  EXP2 = enum.auto()
+  LOG2 = enum.auto()
+  SIN = enum.auto()
+  SQRT = enum.auto()
+  RECIP = enum.auto()
+  TRUNC = enum.auto()
+  # binary
+  ADD = enum.auto()
+  SUB = enum.auto()
+  MUL = enum.auto()
+  FDIV = enum.auto()
+  IDIV = enum.auto()   # integer division truncating toward zero, as C does
+  MOD = enum.auto()    # remainder with the sign of the dividend, as C does
+  MAX = enum.auto()
+  CMPLT = enum.auto()
+  CMPNE = enum.auto()
+  AND = enum.auto()
+  OR = enum.auto()
+  XOR = enum.auto()
+  SHL = enum.auto()
+  SHR = enum.auto()
+  # ternary
+  WHERE = enum.auto()
+  MULACC = enum.auto()
+  CONST = enum.auto()
+
+  def __repr__(self) -> str: return f"Ops.{self.name}"
+
+class GroupOp:
+  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
+  Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR,
+            Ops.XOR, Ops.SHL, Ops.SHR}
+  Ternary = {Ops.WHERE, Ops.MULACC}
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+  Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
+  Comparison = {Ops.CMPLT, Ops.CMPNE}
+  Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
+
+def identity_element(op: Ops, dt: DType) -> Any:
+  """The value a reduction starts from: 0 for ADD, 1 for MUL, the lowest value of the dtype for MAX."""
+  if op is Ops.ADD: return truncate(dt, 0)
+  if op is Ops.MUL: return truncate(dt, 1)
+  assert op is Ops.MAX, f"no identity for {op}"
+  return dt.min()
+
+# ---- constant evaluation, shared by symbolic folding and the EMU device ----
+
+def _c_idiv(a: int, b: int) -> int: return 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+def _c_mod(a: int, b: int) -> int: return 0 if b == 0 else a - _c_idiv(a, b) * b
+def _safe_exp2(x: float) -> float:
+  try: return 2.0 ** x
+  except OverflowError: return math.inf
+def _safe_log2(x: float) -> float:
+  if math.isnan(x) or x < 0: return math.nan
+  return -math.inf if x == 0 else math.log2(x)
+def _safe_div(a: float, b: float) -> float:
+  if b == 0: return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
+  return a / b
+
+python_alu: dict[Ops, Callable[..., Any]] = {
+  Ops.NEG: lambda x: not x if isinstance(x, bool) else -x, Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2,
+  Ops.SIN: lambda x: math.sin(x) if math.isfinite(x) else math.nan,
+  Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan, Ops.RECIP: lambda x: _safe_div(1.0, x),
+  Ops.TRUNC: lambda x: x if not math.isfinite(x) else float(math.trunc(x)),
+  Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _safe_div,
+  Ops.IDIV: _c_idiv, Ops.MOD: _c_mod, Ops.MAX: max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
+  Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
+  Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
+  Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
+}
+
+def exec_alu(op: Ops, dt: DType, srcs: Sequence[Any]) -> Any:
+  """Evaluate one ALU op on Python scalars with the wrap-around and rounding of `dt`."""
+  return truncate(dt, python_alu[op](*srcs))
+
+# ---- the node ----
+
+def _arg_key(arg: Any) -> Any:
+  # 0.0 == -0.0 and nan != nan: key floats by their text so that each constant interns to one node
+  if isinstance(arg, float): return ("float", repr(arg))
+  return arg
+
+class UOp:
+  """An immutable, interned node: constructing an equal node returns the existing object."""
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  _cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+  op: Ops
+  dtype: DType
+  src: tuple[UOp, ...]
+  arg: Any
+
+  def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+    key = (op, dtype, src, type(arg), _arg_key(arg))
+    try:
+      if (hit := UOp._cache.get(key)) is not None: return hit
+    except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {arg!r}") from e
+    self = super().__new__(cls)
+    object.__setattr__(self, "op", op)
+    object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", src)
+    object.__setattr__(self, "arg", arg)
+    UOp._cache[key] = self
+    return self
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    if name in ("op", "dtype", "src", "arg"): raise AttributeError("UOp is immutable; use replace()")
+    object.__setattr__(self, name, value)
+
+  def __reduce__(self) -> tuple:
+    return (UOp, (self.op, self.dtype, self.src, self.arg))
+
+  def replace(self, **kwargs: Any) -> UOp:
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg))
+    assert not kwargs, f"replace: unknown fields {list(kwargs)}"
+    return UOp(*new)
+
+  # ---- graph walking ----
+
+  @functools.cached_property
+  def toposort(self) -> dict[UOp, None]:
+    """Every node this one depends on, itself last, each after its sources (iterative: graphs get deep)."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in out: continue
+      if expanded:
+        out[node] = None
+        continue
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+    return out
+
+  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    """Replace nodes by identity (no pattern matching), rebuilding everything above them."""
+    done: dict[UOp, UOp] = {}
+    for node in self.toposort:
+      if node in mapping: done[node] = mapping[node]
+      else:
+        new_src = tuple(done[s] for s in node.src)
+        done[node] = node if new_src == node.src else node.replace(src=new_src)
+    return done[self]
+
+  @functools.cached_property
+  def key(self) -> bytes:
+    """A content hash that is stable across processes: the key of on-disk caches."""
+    h = hashlib.sha256()
+    h.update(repr((self.op, self.dtype, self.arg, tuple(s.key for s in self.src))).encode())
+    return h.digest()
+
+  # ---- tensor-graph properties ----
+
+  @functools.cached_property
+  def shape(self) -> tuple[int, ...]:
+    return _shape_rules.get(self.op, _shape_of_first_src)(self)
+
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  @property
+  def size(self) -> int: return math.prod(self.shape)
+
+  @functools.cached_property
+  def device(self) -> str:
+    if self.op is Ops.BUFFER: return self.arg[0]
+    if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
+    for s in self.src:
+      if s.op is not Ops.DEVICE or self.op is Ops.CONST: return s.device
+    raise AssertionError(f"{self.op} has no device")
+
+  @property
+  def base(self) -> UOp: return self.src[0].base if self.op is Ops.VIEW else self
+  @property
+  def st(self) -> Any: return self.arg if self.op is Ops.VIEW else None
+
+  # ---- building ----
+
+  @staticmethod
+  def const(dtype: DType, value: Any) -> UOp:
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar(), value),) * dtype.count)
+    return UOp(Ops.CONST, dtype, (), truncate(dtype, value))
+
+  def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype, value)
+
+  def alu(self, op: Ops, *srcs: UOp | int | float | bool) -> UOp:
+    usrcs = (self,) + tuple(s if isinstance(s, UOp) else self.const_like(s) for s in srcs)
+    out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else usrcs[-1].dtype
+    return UOp(op, out_dtype, usrcs)
+
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
+  def where(self, a: UOp | int | float, b: UOp | int | float) -> UOp:
+    av = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(dtypes.from_py(a), a))
+    return UOp(Ops.WHERE, av.dtype, (self, av, b if isinstance(b, UOp) else av.const_like(b)))
+  def lt(self, x: UOp | int | float) -> UOp: return self.alu(Ops.CMPLT, x)
+  def ne(self, x: UOp | int | float) -> UOp: return self.alu(Ops.CMPNE, x)
+  def eq(self, x: UOp | int | float) -> UOp: return self.ne(x).logical_not()
+  def logical_not(self) -> UOp: return self.alu(Ops.CMPNE, True)
+  def maximum(self, x: UOp | int | float) -> UOp: return self.alu(Ops.MAX, x)
+  def minimum(self, x: UOp | int | float) -> UOp: return -((-self).maximum(-x if isinstance(x, UOp) else -x))
+
+  def __neg__(self) -> UOp: return UOp(Ops.NEG, self.dtype, (self,))
+  def __add__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.ADD, x)
+  def __radd__(self, x: int | float) -> UOp: return self.const_like(x).alu(Ops.ADD, self)
+  def __sub__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.SUB, x)
+  def __rsub__(self, x: int | float) -> UOp: return self.const_like(x).alu(Ops.SUB, self)
+  def __mul__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.MUL, x)
+  def __rmul__(self, x: int | float) -> UOp: return self.const_like(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x: UOp | int) -> UOp: return self.alu(Ops.IDIV, x)
+  def __mod__(self, x: UOp | int) -> UOp: return self.alu(Ops.MOD, x)
+  def __truediv__(self, x: UOp | float) -> UOp: return self.alu(Ops.FDIV, x)
+  def __and__(self, x: UOp | int | bool) -> UOp: return self.alu(Ops.AND, x)
+  def __or__(self, x: UOp | int | bool) -> UOp: return self.alu(Ops.OR, x)
+  def __xor__(self, x: UOp | int | bool) -> UOp: return self.alu(Ops.XOR, x)
+  def __lshift__(self, x: UOp | int) -> UOp: return self.alu(Ops.SHL, x)
+  def __rshift__(self, x: UOp | int) -> UOp: return self.alu(Ops.SHR, x)
+  def __lt__(self, x: UOp | int | float) -> UOp: return self.lt(x)
+  def __gt__(self, x: UOp | int | float) -> UOp: return (x if isinstance(x, UOp) else self.const_like(x)).lt(self)
+  def __ge__(self, x: UOp | int | float) -> UOp: return self.lt(x).logical_not()
+  def __le__(self, x: UOp | int | float) -> UOp: return self.__gt__(x).logical_not()
+  # identity is structural equality because nodes are interned; comparisons above build nodes, so keep hashing by id
+  __hash__ = object.__hash__
+  def __eq__(self, other: object) -> bool: return self is other
+  def __bool__(self) -> bool: raise TypeError(f"a UOp has no truth value: {self.op}")
+
+  def gep(self, i: int) -> UOp:
+    if self.dtype.count == 1: return self
+    if self.op is Ops.VECTORIZE: return self.src[i]
+    return UOp(Ops.GEP, self.dtype.scalar(), (self,), i)
+
+  # ---- symbolic bounds ----
+
+  @functools.cached_property
+  def vmin_vmax(self) -> tuple[Any, Any]:
+    from lazytensor.uop.bounds import bounds
+    return bounds(self)
+  @property
+  def vmin(self) -> Any: return self.vmin_vmax[0]
+  @property
+  def vmax(self) -> Any: return self.vmin_vmax[1]
+
+  # ---- printing ----
+
+  def __repr__(self) -> str: return pretty_print(self)
+
+def _shape_of_first_src(u: UOp) -> tuple[int, ...]:
+  for s in u.src:
+    if s.op is not Ops.DEVICE: return s.shape
+  return ()
+
+def _reduce_shape(u: UOp) -> tuple[int, ...]:
+  axes = u.arg[1]
+  return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
+
+_shape_rules: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
+  Ops.BUFFER: lambda u: (u.arg[1],), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
+  Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape,
+}
+
+def pretty_print(root: UOp, max_nodes: int = 400) -> str:
+  """One line a node, shared nodes printed once and referred to by number."""
+  nodes = list(root.toposort)
+  if len(nodes) > max_nodes: return f"<UOp {root.op} {root.dtype} ({len(nodes)} nodes)>"
+  names = {n: i for i, n in enumerate(nodes)}
+  lines = []
+  for n in nodes:
+    srcs = ", ".join(f"%{names[s]}" for s in n.src)
+    arg = "" if n.arg is None else f" arg={n.arg!r}"
+    lines.append(f"%{names[n]} = {n.op.name} {n.dtype}{arg} ({srcs})")
+  return "\n".join(lines)
+
+# ---- patterns ----
+
+_ANY = object()
+
+class UPat:
+  """A pattern over UOps. `src` as a tuple matches in order, as a list in any order, as a single UPat every source."""
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "custom_early_reject")
+
+  def __init__(self, op: Ops | tuple[Ops, ...] | set[Ops] | None = None, dtype: DType | tuple[DType, ...] | None = None,
+               src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = _ANY, name: str | None = None,
+               allow_any_len: bool = False) -> None:
+    self.op: tuple[Ops, ...] | None = (op,) if isinstance(op, Ops) else (tuple(op) if op is not None else None)
+    self.dtype: tuple[DType, ...] | None = (dtype,) if isinstance(dtype, DType) else dtype
+    self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+    self.src: list[tuple[UPat, ...]] | UPat | None
+    if isinstance(src, list): self.src = [tuple(p) for p in itertools.permutations(src)]
+    elif isinstance(src, tuple): self.src = [src]
+    else: self.src = src
+
+  @staticmethod
+  def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+    return UPat(Ops.CONST, dtype, name=name)
+  @staticmethod
+  def const(dtype: DType | tuple[DType, ...] | None, value: Any) -> UPat: return UPat(Ops.CONST, dtype, arg=value)
+
+  def _alu(self, op: Ops, *others: UPat | int | float | bool) -> UPat:
+    pats = [self] + [o if isinstance(o, UPat) else UPat(Ops.CONST, arg=o) for o in others]
+    return UPat(op, src=pats if op in GroupOp.Commutative else tuple(pats))
+  def __add__(self, x: UPat | int | float) -> UPat: return self._alu(Ops.ADD, x)
+  def __mul__(self, x: UPat | int | float) -> UPat: return self._alu(Ops.MUL, x)
+  def __sub__(self, x: UPat | int | float) -> UPat: return self._alu(Ops.SUB, x)
+  def __floordiv__(self, x: UPat | int) -> UPat: return self._alu(Ops.IDIV, x)
+  def __mod__(self, x: UPat | int) -> UPat: return self._alu(Ops.MOD, x)
+  def __truediv__(self, x: UPat | float) -> UPat: return self._alu(Ops.FDIV, x)
+  def __and__(self, x: UPat | int | bool) -> UPat: return self._alu(Ops.AND, x)
+  def __or__(self, x: UPat | int | bool) -> UPat: return self._alu(Ops.OR, x)
+  def __neg__(self) -> UPat: return UPat(Ops.NEG, src=(self,))
+  def lt(self, x: UPat | int | float) -> UPat: return self._alu(Ops.CMPLT, x)
+  def ne(self, x: UPat | int | float) -> UPat: return self._alu(Ops.CMPNE, x)
+  def maximum(self, x: UPat | int | float) -> UPat: return self._alu(Ops.MAX, x)
+  def where(self, a: UPat | int | float, b: UPat | int | float) -> UPat: return self._alu(Ops.WHERE, a, b)
+  def cast(self, dtype: DType | None = None) -> UPat: return UPat(Ops.CAST, dtype, (self,))
+
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    if self.op is not None and uop.op not in self.op: return []
+    if self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar() not in self.dtype: return []
+    if self.arg is not _ANY and uop.arg != self.arg: return []
+    if self.name is not None:
+      if (bound := store.get(self.name)) is not None:
+        if bound is not uop: return []
+      else: store = {**store, self.name: uop}
+    if self.src is None: return [store]
+    if isinstance(self.src, UPat):
+      stores = [store]
+      for s in uop.src: stores = [st2 for st in stores for st2 in self.src.match(s, st)]
+      return stores
+    out: list[dict[str, UOp]] = []
+    for variant in self.src:
+      if len(variant) != len(uop.src) and not (self.allow_any_len and len(uop.src) >= len(variant)): continue
+      stores = [store]
+      for p, s in zip(variant, uop.src):
+        stores = [st2 for st in stores for st2 in p.match(s, st)]
+        if not stores: break
+      out.extend(stores)
+    return out
+
+  def __repr__(self) -> str:
+    return f"UPat({self.op}, name={self.name}, arg={'*' if self.arg is _ANY else self.arg})"
+
+RewriteFn = Callable[..., "UOp | None"]
+
+class PatternMatcher:
+  """A table of (pattern, rewrite) rules. A rule returns a replacement node, or None to pass."""
+  def __init__(self, rules: list[tuple[UPat, RewriteFn]]) -> None:
+    self.rules = rules
+    self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool]]] = {}
+    self.any_op: list[tuple[UPat, RewriteFn, bool]] = []
+    for pat, fn in rules:
+      entry = (pat, fn, "ctx" in inspect.signature(fn).parameters)
+      if pat.op is None: self.any_op.append(entry)
+      else:
+        for op in pat.op: self.by_op.setdefault(op, []).append(entry)
+    # keep the table order for ops that also have wildcard rules
+    for op, entries in self.by_op.items():
+      entries.extend(self.any_op)
+      entries.sort(key=lambda e: next(i for i, r in enumerate(rules) if r[0] is e[0]))
+
+  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
+
+  def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    for pat, fn, wants_ctx in self.by_op.get(uop.op, self.any_op):
+      for bindings in pat.match(uop, {}):
+        ret = fn(ctx=ctx, **bindings) if wants_ctx else fn(**bindings)
+        if ret is not None and ret is not uop: return ret
+    return None
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, name: str = "") -> UOp:
+  """Rewrite bottom-up until no rule applies anywhere (a fixed point). Iterative, so deep graphs are fine."""
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  while stack:
+    node, stage, rewritten = stack.pop()
+    if node in done: continue
+    if stage == 0:
+      stack.append((node, 1, None))
+      stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
+    elif stage == 1:
+      new_src = tuple(done[s] for s in node.src)
+      new = node if new_src == node.src else node.replace(src=new_src)
+      ret = pm.rewrite(new, ctx)
+      if ret is None:
+        done[node] = done[new] = new
+      elif ret in done: done[node] = done[ret]
+      else:
+        stack.append((node, 2, ret))
+        stack.append((ret, 0, None))
+    else:
+      assert rewritten is not None
+      done[node] = done[rewritten]
+  return done[root]
+
+def ops_iter(root: UOp, op: Ops) -> Iterator[UOp]: return (u for u in root.toposort if u.op is op)
+
+def ptr(dt: DType, local: bool = False) -> PtrDType: return dt.ptr(local)
