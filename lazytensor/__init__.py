@@ -1,0 +1,8 @@
+"""lazytensor: a small lazy tensor framework whose kernels are generated, optimized and compiled on the fly."""
+from lazytensor.dtype import DType, dtypes
+from lazytensor.device import Device
+from lazytensor.helpers import Context, GlobalCounters
+from lazytensor.tensor import Tensor
+
+__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters"]
+__version__ = "0.1.0"

@@ -30,6 +30,8 @@ class Ops(enum.Enum):
   ASSIGN = enum.auto()        # src=(target, value): write value into target's buffer; in kernels: acc := value
   REDUCE_AXIS = enum.auto()   # arg=(op, axes)
   DETACH = enum.auto()        # stops gradients
+  IOTA = enum.auto()          # a virtual buffer whose element i is i: arange and random counters, made on the device
+  VALID = enum.auto()         # src=(VIEW,): whether a position is inside a view's mask (pushed-down pads)
   # kernel AST and loop level
   DEFINE_GLOBAL = enum.auto()  # arg=index of the kernel argument; dtype is a PtrDType
   DEFINE_LOCAL = enum.auto()   # arg=(name, size); shared memory of a GPU block
@@ -306,7 +308,7 @@ def _reduce_shape(u: UOp) -> tuple[int, ...]:
   return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
 
 _shape_rules: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
-  Ops.BUFFER: lambda u: (u.arg[1],), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
+  Ops.BUFFER: lambda u: (u.arg[1],), Ops.IOTA: lambda u: (u.arg,), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
   Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape,
 }
 

@@ -1,0 +1,155 @@
+"""Kernel: one shared shape over all loads and stores of a kernel AST, with a kind for every axis.
+
+Every optimization splits or reorders axes of that shared shape; splitting reshapes every view of the kernel at
+once, so the lowerer sees the same axes everywhere. Axes are kept in kind order:
+global/thread, local, group, reduce, unroll, upcast.
+"""
+from __future__ import annotations
+import enum
+from collections import defaultdict
+from lazytensor.codegen.renderer import Renderer
+from lazytensor.helpers import colored, prod
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.uop.ops import Ops, UOp
+
+class AxisKind(enum.Enum):
+  GLOBAL = ("blue", False)
+  THREAD = ("blue", True)
+  LOCAL = ("cyan", False)
+  GROUP = ("green", False)
+  REDUCE = ("red", False)
+  UNROLL = ("magenta", False)
+  UPCAST = ("yellow", False)
+
+  @property
+  def is_reduce(self) -> bool: return self in (AxisKind.GROUP, AxisKind.REDUCE, AxisKind.UNROLL)
+
+AXIS_ORDER = list(AxisKind)
+VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
+
+class KernelOptError(Exception):
+  """An optimization that this kernel or its renderer cannot take; search treats it as a failed candidate."""
+
+def view_of(node: UOp) -> ShapeTracker:
+  return next(s.arg for s in node.src if s.op is Ops.VIEW)
+
+# every AST that got a name, per name: a second different kernel with the same shape is called ...n1
+_names_seen: defaultdict[str, list[bytes]] = defaultdict(list)
+
+class Kernel:
+  def __init__(self, ast: UOp, renderer: Renderer) -> None:
+    assert ast.op is Ops.SINK, f"a kernel AST is a SINK, got {ast.op}"
+    self.ast, self.renderer = ast, renderer
+    self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS]
+    reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
+    self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else ()
+    assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"
+    self.sts = [view_of(u) for u in self.view_nodes]
+    ndim = len(self.sts[0].shape)
+    full = tuple(max(st.shape[i] for st in self.sts) for i in range(ndim))
+    kinds = [AxisKind.REDUCE if i in self.reduce_axes else AxisKind.GLOBAL for i in range(ndim)]
+    order = [i for i in range(ndim) if i not in self.reduce_axes] + list(self.reduce_axes)
+    self.full_shape: tuple[int, ...] = tuple(full[i] for i in order)
+    self.kinds: list[AxisKind] = [kinds[i] for i in order]
+    self.sts = [st.permute(tuple(order)) for st in self.sts]
+    self.applied_opts: list = []
+    self._drop_ones()
+    self._merge_adjacent()
+
+  # ---- the shared shape ----
+
+  @property
+  def shape_len(self) -> int: return len(self.full_shape)
+
+  def st_of(self, node: UOp) -> ShapeTracker: return self.sts[self.view_nodes.index(node)]
+
+  def axes_of(self, *kinds: AxisKind) -> list[int]: return [i for i, k in enumerate(self.kinds) if k in kinds]
+
+  def _reshape_all(self, new_full: tuple[int, ...], per_st: list[tuple[int, ...]]) -> None:
+    self.sts = [st.reshape(shape) for st, shape in zip(self.sts, per_st)]
+    self.full_shape = new_full
+
+  def _drop_ones(self) -> None:
+    keep = [i for i, s in enumerate(self.full_shape) if s != 1]
+    if len(keep) == self.shape_len: return
+    self.sts = [st.reshape(tuple(st.shape[i] for i in keep)) for st in self.sts]
+    self.full_shape = tuple(self.full_shape[i] for i in keep)
+    self.kinds = [self.kinds[i] for i in keep]
+
+  def _mergeable(self, i: int) -> bool:
+    """Axes i and i+1 can become one when every view walks them as one linear range."""
+    if self.kinds[i] != self.kinds[i + 1]: return False
+    for st in self.sts:
+      if st.shape[i] == 1 and st.shape[i + 1] == 1: continue
+      if st.shape[i:i + 2] != self.full_shape[i:i + 2]: return False
+      merged = st.reshape(st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:])
+      if len(merged.views) > len(st.views): return False
+    return True
+
+  def _merge_adjacent(self) -> None:
+    i = 0
+    while i < self.shape_len - 1:
+      if not self._mergeable(i):
+        i += 1
+        continue
+      per_st = [st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:] for st in self.sts]
+      self._reshape_all(self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:], per_st)
+      del self.kinds[i + 1]
+
+  def split_axis(self, axis: int, amt: int, kind: AxisKind, top: bool = False) -> int:
+    """Split `axis` into (size/amt, amt) (amt first when `top`), give the amt part `kind`, keep kind order.
+
+    Returns the position of the new axis."""
+    size = self.full_shape[axis]
+    assert size % amt == 0, f"{amt} does not divide axis {axis} of size {size}"
+    parts = (amt, size // amt) if top else (size // amt, amt)
+    new_full = self.full_shape[:axis] + parts + self.full_shape[axis + 1:]
+    per_st = [st.shape[:axis] + (parts if st.shape[axis] == size else (1, 1)) + st.shape[axis + 1:] for st in self.sts]
+    self._reshape_all(new_full, per_st)
+    new_pos = axis if top else axis + 1
+    self.kinds.insert(axis + 1, self.kinds[axis])
+    self.kinds[new_pos] = kind
+    return self._move_into_place(new_pos)
+
+  def _move_into_place(self, pos: int) -> int:
+    kind = self.kinds[pos]
+    rest = [i for i in range(self.shape_len) if i != pos]
+    target = sum(1 for i in rest if AXIS_ORDER.index(self.kinds[i]) <= AXIS_ORDER.index(kind))
+    order = rest[:target] + [pos] + rest[target:]
+    self.permute(order)
+    return target
+
+  def permute(self, order: list[int]) -> None:
+    self.sts = [st.permute(tuple(order)) for st in self.sts]
+    self.full_shape = tuple(self.full_shape[i] for i in order)
+    self.kinds = [self.kinds[i] for i in order]
+
+  # ---- naming ----
+
+  def output_shape(self) -> tuple[int, ...]:
+    return tuple(1 if k.is_reduce else s for s, k in zip(self.full_shape, self.kinds))
+
+  @property
+  def colored_shape(self) -> str:
+    return "_".join(colored(str(s), k.value[0], k.value[1]) for s, k in zip(self.full_shape, self.kinds))
+
+  @property
+  def name(self) -> str:
+    """E_ for elementwise, r_ for reductions, then the shape; colored by axis kind, unique within the process."""
+    prefix = "r" if self.reduce_axes else "E"
+    base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
+    seen = _names_seen[base]
+    if self.ast.key not in seen: seen.append(self.ast.key)
+    n = seen.index(self.ast.key)
+    return base if n == 0 else f"{base}n{n}"
+
+  def flops_and_mem(self) -> tuple[int, int]:
+    """ALU operations and bytes moved by one run: an estimate for GFLOPS and GB/s lines."""
+    ops = sum(1 for u in self.ast.toposort if u.op not in VIEW_OPS and u.op not in (Ops.SINK, Ops.VIEW, Ops.DEFINE_GLOBAL,
+                                                                                      Ops.CAST, Ops.BITCAST))
+    mem = 0
+    for node in self.view_nodes:
+      if node.op in (Ops.LOAD, Ops.STORE):
+        mem += min(prod(self.full_shape), view_of(node).real_size()) * node.src[0].dtype.itemsize
+    return ops * prod(self.full_shape), mem
+

@@ -1,0 +1,311 @@
+"""Linear program -> LLVM IR text for the CPU: one function a kernel, loops in the canonical shape (header phi, latch,
+exit) that LLVM's O3 pipeline vectorizes and unrolls.
+
+The function is `void @name(ptr %data0, ..., ptr %dataN-1, i32 %core_id)`: the buffers in argument order, then the id
+of the core that runs this call (SPECIAL core*).
+"""
+from __future__ import annotations
+import struct
+from typing import Any, Callable
+import numpy as np
+from lazytensor.codegen.renderer import Renderer
+from lazytensor.codegen.transcendental import pm_fast_math
+from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.helpers import FASTMATH
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
+
+_SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",
+           "int64": "i64", "uint64": "i64", "float16": "half", "float32": "float", "float64": "double"}
+_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}  # how intrinsic names spell float types; ints spell themselves
+
+def ltype(dt: DType) -> str:
+  """The LLVM type of a value (bool is i1 in registers)."""
+  return f"<{dt.count} x {_SCALAR[dt.name]}>" if dt.count > 1 else _SCALAR[dt.name]
+
+def mtype(dt: DType) -> str:
+  """The LLVM type of a value in memory: a bool is stored as one byte, 0 or 1."""
+  return ltype(dtypes.uint8.vec(dt.count) if dt.is_bool else dt)
+
+def suffix(dt: DType) -> str:
+  """The overload suffix of an intrinsic: f32, v8f32, i64, v4i1."""
+  s = _SCALAR[dt.name]
+  return f"v{dt.count}{_SUFFIX.get(s, s)}" if dt.count > 1 else _SUFFIX.get(s, s)
+
+def lconst(dt: DType, v: Any) -> str:
+  """A scalar constant. Floats are written as the hex of their double value, which LLVM reads exactly for any float type
+  (decimal text would have to be exact in the type, and inf/nan have no decimal form)."""
+  if dt.is_bool: return "true" if v else "false"
+  if dt.is_int: return str(int(v))
+  with np.errstate(over="ignore"): exact = float(np.array(v, dtype=dt.scalar().np))
+  return f"0x{struct.unpack('<Q', struct.pack('<d', exact))[0]:016X}"
+
+def lconst_vec(dt: DType, v: Any) -> str:
+  if dt.count == 1: return lconst(dt, v)
+  one = f"{ltype(dt.scalar())} {lconst(dt.scalar(), v)}"
+  return "<" + ", ".join([one] * dt.count) + ">"
+
+# ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a builder that emits code.
+# Format keys: {0}.. operands, {t} operand type, {s} its intrinsic suffix, {c} the bool type of the same width, {one} and
+# {m1} the constants 1 and -1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
+
+Builder = Callable[["_Function", dict[str, str], list[str]], str]
+
+def _ins(fmt: str) -> Builder:
+  return lambda f, env, xs: f.emit(fmt.format(*xs, **env))
+
+def _intr(name: str) -> Builder:
+  return lambda f, env, xs: f.call(f"llvm.{name}.{env['s']}", env["t"], [(env["t"], x) for x in xs], env["fl"])
+
+def _int_idiv(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
+  # x/0 and INT_MIN/-1 trap on x86: divide by 1 instead, then fix up (x/0 -> 0 as python_alu, x/-1 -> -x wrapping).
+  # With a constant divisor (all index math) every select folds away.
+  t, (a, b) = env["t"], xs
+  is0 = f.emit(f"icmp eq {t} {b}, zeroinitializer")
+  bad, fix = is0, ""
+  if signed:
+    fix = f.emit(f"icmp eq {t} {b}, {env['m1']}")
+    bad = f.emit(f"or {env['c']} {is0}, {fix}")
+  safe = f.emit(f"select {env['c']} {bad}, {t} {env['one']}, {t} {b}")
+  q = f.emit(f"{'sdiv' if signed else 'udiv'} {t} {a}, {safe}")
+  if signed:
+    neg = f.emit(f"sub {t} zeroinitializer, {q}")
+    q = f.emit(f"select {env['c']} {fix}, {t} {neg}, {t} {q}")
+  return f.emit(f"select {env['c']} {is0}, {t} zeroinitializer, {t} {q}")
+
+def _int_mod(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
+  # x%0 -> 0 (python_alu) and INT_MIN%-1 traps: take the remainder by 1 instead, which is 0, the right answer for both
+  t, (a, b) = env["t"], xs
+  bad = f.emit(f"icmp eq {t} {b}, zeroinitializer")
+  if signed:
+    minus1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
+    bad = f.emit(f"or {env['c']} {bad}, {minus1}")
+  safe = f.emit(f"select {env['c']} {bad}, {t} {env['one']}, {t} {b}")
+  return f.emit(f"{'srem' if signed else 'urem'} {t} {a}, {safe}")
+
+_ALU: dict[Ops, dict[str, Builder]] = {
+  Ops.NEG: {"f": _ins("fneg {t} {0}"), "iu": _ins("sub {t} zeroinitializer, {0}"), "b": _ins("icmp eq {t} {0}, zeroinitializer")},
+  Ops.EXP2: {"f": _intr("exp2")}, Ops.LOG2: {"f": _intr("log2")}, Ops.SIN: {"f": _intr("sin")},
+  Ops.SQRT: {"f": _intr("sqrt")}, Ops.TRUNC: {"f": _intr("trunc")}, Ops.RECIP: {"f": _ins("fdiv {t} {one}, {0}")},
+  Ops.ADD: {"f": _ins("fadd{fl} {t} {0}, {1}"), "iu": _ins("add{nw} {t} {0}, {1}"), "b": _ins("or {t} {0}, {1}")},
+  Ops.SUB: {"f": _ins("fsub {t} {0}, {1}"), "iu": _ins("sub{nw} {t} {0}, {1}"), "b": _ins("xor {t} {0}, {1}")},
+  Ops.MUL: {"f": _ins("fmul{fl} {t} {0}, {1}"), "iu": _ins("mul{nw} {t} {0}, {1}"), "b": _ins("and {t} {0}, {1}")},
+  Ops.FDIV: {"f": _ins("fdiv {t} {0}, {1}")},
+  Ops.IDIV: {"i": lambda f, env, xs: _int_idiv(f, env, xs, True), "u": lambda f, env, xs: _int_idiv(f, env, xs, False)},
+  Ops.MOD: {"f": _ins("frem {t} {0}, {1}"), "i": lambda f, env, xs: _int_mod(f, env, xs, True),
+            "u": lambda f, env, xs: _int_mod(f, env, xs, False)},
+  Ops.MAX: {"f": _intr("maximum"), "i": _intr("smax"), "u": _intr("umax"), "b": _ins("or {t} {0}, {1}")},
+  Ops.CMPLT: {"f": _ins("fcmp olt {t} {0}, {1}"), "i": _ins("icmp slt {t} {0}, {1}"), "ub": _ins("icmp ult {t} {0}, {1}")},
+  Ops.CMPNE: {"f": _ins("fcmp une {t} {0}, {1}"), "iub": _ins("icmp ne {t} {0}, {1}")},
+  Ops.AND: {"iub": _ins("and {t} {0}, {1}")}, Ops.OR: {"iub": _ins("or {t} {0}, {1}")},
+  Ops.XOR: {"iub": _ins("xor {t} {0}, {1}")}, Ops.SHL: {"iu": _ins("shl{nw} {t} {0}, {1}")},
+  Ops.SHR: {"i": _ins("ashr {t} {0}, {1}"), "u": _ins("lshr {t} {0}, {1}")},
+  Ops.WHERE: {"fiub": _ins("select {c} {0}, {t} {1}, {t} {2}")},
+  Ops.MULACC: {"f": _intr("fmuladd"), "iu": lambda f, env, xs: _ins("add {t} {0}, {1}")(f, env, [_ins("mul {t} {0}, {1}")(f, env, xs), xs[2]])},
+}
+_ALU_BY_KIND: dict[tuple[Ops, str], Builder] = {(op, k): fn for op, per in _ALU.items() for ks, fn in per.items() for k in ks}
+
+# ---- casts ----
+
+def _float_to_int(f: _Function, fr: DType, to: DType, x: str) -> str:
+  # saturating conversions give every input (NaN, inf, out of range) a defined result. Narrow targets convert to a wider
+  # signed int first and wrap, as numpy's C casts do for values that fit the wider int (300.0 -> uint8 44, -1.0 -> 255)
+  wide = to if to.itemsize == 8 or to == dtypes.int32 else (dtypes.int64 if to.itemsize == 4 else dtypes.int32)
+  wide = wide.vec(fr.count)
+  conv = "fptoui" if wide.is_unsigned else "fptosi"
+  v = f.call(f"llvm.{conv}.sat.{suffix(wide)}.{suffix(fr)}", ltype(wide), [(ltype(fr), x)])
+  return v if wide.scalar() == to.scalar() else f.emit(f"trunc {ltype(wide)} {v} to {ltype(to)}")
+
+def _cast(f: _Function, fr: DType, to: DType, x: str) -> str:
+  ft, tt = ltype(fr), ltype(to)
+  if to.is_bool: return f.emit(f"{'fcmp une' if fr.is_float else 'icmp ne'} {ft} {x}, zeroinitializer")
+  if fr.is_float and to.is_float: op = "fpext" if to.itemsize > fr.itemsize else "fptrunc"
+  elif fr.is_float: return _float_to_int(f, fr, to, x)
+  elif to.is_float: op = "sitofp" if fr.kind == "i" else "uitofp"
+  elif to.itemsize == fr.itemsize and not fr.is_bool: return x  # int32 <-> uint32: the same bits
+  else: op = "trunc" if to.itemsize < fr.itemsize else ("sext" if fr.kind == "i" else "zext")
+  return f.emit(f"{op} {ft} {x} to {tt}")
+
+# ---- the function being written ----
+
+class _Function:
+  """The state of one render: lines of the body, allocas for the entry block, intrinsic declarations, value names."""
+  def __init__(self, uops: list[UOp]) -> None:
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.decls: dict[str, None] = {}
+    self.r: dict[UOp, str] = {}
+    self.loop_ids: dict[UOp, int] = {}
+    self.block, self.count = "entry", 0
+    self.nsw = _address_math(uops)
+    # a float add/mul that updates an accumulator may be reassociated: that is what lets LLVM vectorize the reduction
+    self.acc_updates = {u.src[1] for u in uops if u.op is Ops.ASSIGN}
+
+  def fresh(self) -> int:
+    self.count += 1
+    return self.count
+
+  def emit(self, instr: str) -> str:
+    name = f"%v{self.fresh()}"
+    self.lines.append(f"  {name} = {instr}")
+    return name
+
+  def code(self, instr: str) -> None: self.lines.append(f"  {instr}")
+
+  def label(self, name: str) -> None:
+    self.lines.append(f"{name}:")
+    self.block = name
+
+  def call(self, fn: str, ret: str, args: list[tuple[str, str]], flags: str = "") -> str:
+    self.decls[f"declare {ret} @{fn}({', '.join(t for t, _ in args)})"] = None
+    return self.emit(f"call{flags} {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
+
+def _address_math(uops: list[UOp]) -> set[UOp]:
+  """int32 ALU nodes whose every use is an address or a loop bound (directly or through other such nodes). In a valid
+  program they cannot overflow, so they are marked nsw: LLVM can then widen them to 64-bit addresses as affine
+  expressions and vectorize the accesses. Values that are also stored as data keep wrap-around semantics."""
+  users: dict[UOp, list[tuple[UOp, int]]] = {}
+  for u in uops:
+    for i, s in enumerate(u.src): users.setdefault(s, []).append((u, i))
+  out: set[UOp] = set()
+  for u in reversed(uops):
+    if u.dtype != dtypes.int32 or u.op not in GroupOp.ALU or u not in users: continue
+    if all(v in out or (v.op in (Ops.LOAD, Ops.STORE) and i == 1) or v.op is Ops.RANGE for v, i in users[u]): out.add(u)
+  return out
+
+# ---- one handler an op: emits the code of u and returns its value (operand text), or None for no value ----
+
+def _define_global(f: _Function, u: UOp) -> str: return f"%data{u.arg}"
+
+def _special(f: _Function, u: UOp) -> str:
+  if not u.arg[0].startswith("core"): raise NotImplementedError(f"LLVM renderer: no {u.arg[0]} on the CPU, only core ids")
+  return "%core_id"
+
+def _vectorize(f: _Function, u: UOp) -> str:
+  t, vt = ltype(u.dtype.scalar()), ltype(u.dtype)
+  if all(s.op is Ops.CONST for s in u.src): return "<" + ", ".join(f"{t} {f.r[s]}" for s in u.src) + ">"
+  if all(s is u.src[0] for s in u.src):
+    one = f.emit(f"insertelement {vt} poison, {t} {f.r[u.src[0]]}, i32 0")
+    return f.emit(f"shufflevector {vt} {one}, {vt} poison, <{u.dtype.count} x i32> zeroinitializer")
+  v = "poison"
+  for i, s in enumerate(u.src): v = f.emit(f"insertelement {vt} {v}, {t} {f.r[s]}, i32 {i}")
+  return v
+
+def _gep(f: _Function, u: UOp) -> str: return f.emit(f"extractelement {ltype(u.src[0].dtype)} {f.r[u.src[0]]}, i32 {u.arg}")
+
+def _range(f: _Function, u: UOp) -> str:
+  # header: phi and exit test at the top (zero-trip loops work); latch: the increment, branching back
+  i, name = f.fresh(), f"%r{len(f.loop_ids)}"
+  f.loop_ids[u] = i
+  pred = f.block
+  f.code(f"br label %loop{i}")
+  f.label(f"loop{i}")
+  f.code(f"{name} = phi i32 [{f.r[u.src[0]]}, %{pred}], [{name}.next, %latch{i}]")
+  f.code(f"br i1 {f.emit(f'icmp slt i32 {name}, {f.r[u.src[1]]}')}, label %body{i}, label %exit{i}")
+  f.label(f"body{i}")
+  return name
+
+def _endrange(f: _Function, u: UOp) -> None:
+  i, name = f.loop_ids[u.src[0]], f.r[u.src[0]]
+  f.code(f"br label %latch{i}")
+  f.label(f"latch{i}")
+  f.code(f"{name}.next = add nuw nsw i32 {name}, 1")
+  f.code(f"br label %loop{i}")
+  f.label(f"exit{i}")
+
+def _address(f: _Function, buf: UOp, idx: UOp) -> str:
+  assert isinstance(buf.dtype, PtrDType), f"LLVM renderer: memory access through {buf.op}, expected DEFINE_GLOBAL"
+  return f.emit(f"getelementptr inbounds {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, i32 {f.r[idx]}")
+
+def _load_global(f: _Function, u: UOp) -> str:
+  mt = mtype(u.dtype)
+  v = f.emit(f"load {mt}, ptr {_address(f, u.src[0], u.src[1])}, align {u.dtype.itemsize}")
+  return f.emit(f"icmp ne {mt} {v}, zeroinitializer") if u.dtype.is_bool else v
+
+def _load(f: _Function, u: UOp) -> str:
+  if u.src[0].op is Ops.DEFINE_ACC: return f.emit(f"load {ltype(u.dtype)}, ptr {f.r[u.src[0]]}")
+  if len(u.src) == 2: return _load_global(f, u)
+  # gated: branch around the load, so a masked-off address is never touched (LLVM turns this into masked loads)
+  i, pred = f.fresh(), f.block
+  f.code(f"br i1 {f.r[u.src[2]]}, label %load{i}, label %loaded{i}")
+  f.label(f"load{i}")
+  v, end = _load_global(f, u), f.block
+  f.code(f"br label %loaded{i}")
+  f.label(f"loaded{i}")
+  return f.emit(f"phi {ltype(u.dtype)} [{v}, %{end}], [{f.r[u.src[3]]}, %{pred}]")
+
+def _store(f: _Function, u: UOp) -> None:
+  buf, idx, val = u.src[:3]
+  i = f.fresh()
+  if len(u.src) == 4:
+    f.code(f"br i1 {f.r[u.src[3]]}, label %store{i}, label %stored{i}")
+    f.label(f"store{i}")
+  v, mt = f.r[val], mtype(val.dtype)
+  if val.dtype.is_bool: v = f.emit(f"zext {ltype(val.dtype)} {v} to {mt}")
+  f.code(f"store {mt} {v}, ptr {_address(f, buf, idx)}, align {val.dtype.itemsize}")
+  if len(u.src) == 4:
+    f.code(f"br label %stored{i}")
+    f.label(f"stored{i}")
+
+def _define_acc(f: _Function, u: UOp) -> str:
+  # an alloca in the entry block, set at this point of the program; SROA/mem2reg turn it into loop phis
+  name = f"%acc{f.fresh()}"
+  f.allocas.append(f"  {name} = alloca {ltype(u.dtype)}")
+  f.code(f"store {ltype(u.dtype)} {f.r[u.src[0]]}, ptr {name}")
+  return name
+
+def _assign(f: _Function, u: UOp) -> str:
+  f.code(f"store {ltype(u.dtype)} {f.r[u.src[1]]}, ptr {f.r[u.src[0]]}")
+  return f.r[u.src[1]]
+
+def _alu(f: _Function, u: UOp) -> str:
+  dt = u.src[-1].dtype  # the operand type: WHERE's condition comes first, comparisons return bools
+  if (fn := _ALU_BY_KIND.get((u.op, dt.kind))) is None:
+    raise NotImplementedError(f"LLVM renderer: {u.op} on {dt} is not supported")
+  env = {"t": ltype(dt), "s": suffix(dt), "c": ltype(dtypes.bool.vec(dt.count)), "one": lconst_vec(dt, 1),
+         "m1": lconst_vec(dt, -1), "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "",
+         "nw": " nsw" if u in f.nsw else ""}
+  return fn(f, env, [f.r[s] for s in u.src])
+
+def _unsupported(f: _Function, u: UOp) -> None: raise NotImplementedError(f"LLVM renderer: {u.op} has no CPU lowering")
+
+_HANDLERS: dict[Ops, Callable[[_Function, UOp], str | None]] = {
+  Ops.DEFINE_GLOBAL: _define_global, Ops.SPECIAL: _special, Ops.CONST: lambda f, u: lconst(u.dtype, u.arg),
+  Ops.VECTORIZE: _vectorize, Ops.GEP: _gep, Ops.RANGE: _range, Ops.ENDRANGE: _endrange, Ops.LOAD: _load,
+  Ops.STORE: _store, Ops.DEFINE_ACC: _define_acc, Ops.ASSIGN: _assign,
+  Ops.CAST: lambda f, u: _cast(f, u.src[0].dtype, u.dtype, f.r[u.src[0]]),
+  Ops.BITCAST: lambda f, u: f.emit(f"bitcast {ltype(u.src[0].dtype)} {f.r[u.src[0]]} to {ltype(u.dtype)}"),
+  Ops.SINK: lambda f, u: None,  # the program's root, where the linearizer keeps it: no code
+  **{op: _alu for op in GroupOp.ALU},
+}
+
+class LLVMRenderer(Renderer):
+  device = "CPU"
+  has_threads = True
+  has_local = False
+  has_shared = False
+  vector_widths = (4, 8, 16)
+
+  def __init__(self, target_cpu: str = "", target_features: str = "") -> None:
+    # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
+    self.target_cpu, self.target_features = target_cpu, target_features
+
+  @property  # type: ignore[override]
+  def extra_matcher(self) -> PatternMatcher | None:
+    # read per use, so that `with Context(FASTMATH=0)` takes effect on a device that already exists
+    return pm_fast_math if FASTMATH else None
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    f = _Function(uops)
+    for u in uops:
+      if (v := _HANDLERS.get(u.op, _unsupported)(f, u)) is not None: f.r[u] = v
+    bufs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+    assert [u.arg for u in bufs] == list(range(len(bufs))), f"buffer arguments must be 0..n-1, got {[u.arg for u in bufs]}"
+    args = [f"ptr noalias {f.r[u]}" for u in bufs] + ["i32 %core_id"]
+    return "\n".join([f'define void @"{name}"({", ".join(args)}) #0 {{', "entry:", *f.allocas, *f.lines, "  ret void", "}",
+                      *f.decls, f"attributes #0 = {{ {self._attributes()} }}", ""])
+
+  def _attributes(self) -> str:
+    attrs = ["nounwind", '"prefer-vector-width"="512"', '"min-legal-vector-width"="512"']
+    if self.target_cpu: attrs.append(f'"target-cpu"="{self.target_cpu}"')
+    if self.target_features: attrs.append(f'"target-features"="{self.target_features}"')
+    return " ".join(attrs)

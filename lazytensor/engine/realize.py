@@ -1,0 +1,89 @@
+"""Lowering, compiling (cached) and running schedule items; DEBUG=2 prints one line per kernel."""
+from __future__ import annotations
+import time
+from dataclasses import dataclass
+from typing import Any
+from lazytensor.codegen.kernel import Kernel
+from lazytensor.codegen.linearize import linearize
+from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.device import Buffer, Compiled, Device, Program
+from lazytensor.engine.schedule import ScheduleItem
+from lazytensor.helpers import DEBUG, GlobalCounters, ansilen, colored, to_function_name
+from lazytensor.uop.ops import Ops, UOp
+
+def _print_lines(title: str, body: str) -> None:
+  print(colored(title, "cyan"))
+  print(body)
+
+@dataclass
+class CompiledRunner:
+  """A compiled kernel and how to launch it."""
+  display_name: str
+  program: Program
+  kernel: Kernel
+  flops: int
+  mem: int
+  launch: dict[str, Any]
+
+  def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
+    return self.program(*[b.handle for b in bufs], wait=wait, **self.launch)
+
+def compile_kernel(ast: UOp, device: Compiled, opts: list | None = None) -> CompiledRunner:
+  """AST -> Kernel -> (opts) -> loop graph -> linear program -> source -> binary -> loaded program."""
+  k = Kernel(ast, device.renderer)
+  if opts:
+    for o in opts: k.apply_opt(o)  # type: ignore[attr-defined]
+  if DEBUG >= 5: _print_lines(f"AST of {k.name}", repr(ast))
+  if DEBUG >= 3: print(f"{k.name}: opts {k.applied_opts}")
+  uops = linearize(lower_kernel(k))
+  if DEBUG >= 6: _print_lines(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}" for i, u in enumerate(uops)))
+  fn_name = to_function_name(k.name)
+  src = device.renderer.render(fn_name, uops)
+  if DEBUG >= 4: _print_lines(f"source of {k.name}", src)
+  lib = device.compiler.compile_cached(src)
+  if DEBUG >= 7: _print_lines(f"assembly of {k.name}", device.compiler.disassemble(lib))
+  flops, mem = k.flops_and_mem()
+  launch = {"core_count": _core_count(uops)}
+  return CompiledRunner(k.name, device.load(fn_name, lib), k, flops, mem, launch)
+
+def _core_count(uops: list[UOp]) -> int:
+  return max([u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("core")], default=1)
+
+_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+
+def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
+  """The compiled kernel for an AST on a device; built once per process (the AST is interned, so it is the key)."""
+  key = (device_name, ast)
+  if (hit := _runners.get(key)) is None:
+    hit = _runners[key] = compile_kernel(ast, Device[device_name])
+  return hit
+
+def _copy(dst: Buffer, src: Buffer) -> None:
+  arr = src.numpy()
+  dst.copyin(memoryview(arr).cast("B"))
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+  for item in items:
+    for b in item.bufs: b.ensure_allocated()
+    if item.ast.op is Ops.COPY:
+      st = time.perf_counter()
+      _copy(item.bufs[0], item.bufs[1])
+      _account(f"copy {item.bufs[0].nbytes:8d}, {item.bufs[0].device} <- {item.bufs[1].device}", item.bufs, 0,
+               item.bufs[0].nbytes * 2, time.perf_counter() - st)
+      continue
+    device = item.bufs[0].device
+    runner = get_runner(device, item.ast)
+    et = runner(item.bufs, wait=DEBUG >= 2)
+    _account(runner.display_name, item.bufs, runner.flops, runner.mem, et)
+
+def _account(name: str, bufs: tuple[Buffer, ...], flops: int, mem: int, et: float | None) -> None:
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_ops += flops
+  GlobalCounters.global_mem += mem
+  if et is not None: GlobalCounters.time_sum_s += et
+  if DEBUG >= 2:
+    t = et or 0.0
+    pad = " " * max(0, 40 - ansilen(name))
+    perf = f"({flops / t * 1e-9:9.2f} GFLOPS {mem / t * 1e-9:7.2f} GB/s)" if t > 0 else ""
+    print(f"*** {bufs[0].device:6s} {GlobalCounters.kernel_count:4d} {name}{pad} arg {len(bufs):2d} mem "
+          f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")

@@ -1,0 +1,231 @@
+"""The scheduler: the tensor graph -> kernels (ScheduleItems) in dependency order.
+
+Fusion rules: elementwise ops fuse into their consumers; views are pushed down to the loads (a masked view over an
+elementwise op becomes a validity check around it); a reduce fuses with the elementwise ops before it and after it.
+A node gets a buffer of its own (is "materialized") when the user asks (outputs, contiguous, copies, assigns), when a
+reduce is consumed through anything but a reshape (e.g. `x - x.max(1, keepdim=True)`), when a reduce sits inside
+another reduce's input, when two reduces of different shapes would share a kernel, or when two kernels would
+otherwise both compute the same reduce.
+"""
+from __future__ import annotations
+import sys
+import weakref
+from dataclasses import dataclass, field
+from lazytensor.device import Buffer
+from lazytensor.dtype import dtypes
+from lazytensor.engine.memory import plan_memory
+from lazytensor.helpers import DEBUG, prod
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+@dataclass(frozen=True)
+class ScheduleItem:
+  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first."""
+  ast: UOp
+  bufs: tuple[Buffer, ...]
+  name_hint: str = ""
+
+# computed node -> VIEW(BUFFER) holding its value; weak, so an entry lives as long as some graph holds the node
+realized_map: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
+
+def _is_plain_buffer_view(u: UOp) -> bool:
+  return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
+
+pm_resolve = PatternMatcher([
+  (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                   # detach(x) -> x
+  (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                  # contiguous(buffer) -> buffer
+   lambda v: v if _is_plain_buffer_view(v) else None),
+  (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
+])
+
+@dataclass
+class _Graph:
+  """What the scheduler learns about one graph: which nodes are materialized, and each kernel's reduce."""
+  realize: dict[UOp, None] = field(default_factory=dict)
+  kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
+
+def _substitute_realized(sink: UOp) -> tuple[UOp, dict[UOp, UOp]]:
+  """Swap in buffers for nodes realized earlier; returns the new graph and a map new node -> original node."""
+  done: dict[UOp, UOp] = {}
+  for node in sink.toposort:
+    if (hit := realized_map.get(node)) is not None: done[node] = hit
+    else:
+      new_src = tuple(done[s] for s in node.src)
+      done[node] = node if new_src == node.src else node.replace(src=new_src)
+  resolved = graph_rewrite(done[sink], pm_resolve, name="resolve")
+  origin = {new: old for old, new in done.items()}
+  return resolved, origin
+
+def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
+  roots: dict[UOp, None] = {}
+  for out in sink.src:
+    base = out.base
+    if base.op not in (Ops.BUFFER, Ops.CONST): roots[base] = None
+  for node in sink.toposort:
+    if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
+    # a copy moves a dense buffer: whatever it copies is materialized first
+    if node.op is Ops.COPY and not _is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
+  return roots
+
+def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
+  """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
+  start = root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
+  stack: list[tuple[UOp, bool, bool]] = [(start, True, False)]
+  seen: set[tuple[UOp, bool, bool]] = set()
+  while stack:
+    item = stack.pop()
+    if item in seen: continue
+    seen.add(item)
+    node, reshape_only, in_reduce = item
+    if node is not start and (node in g.realize or node.op in LEAVES): continue
+    if node.op is Ops.COPY: continue
+    if node.op is Ops.VIEW:
+      stack.append((node.src[0], reshape_only and node.arg.contiguous, in_reduce))
+    elif node.op is Ops.REDUCE_AXIS:
+      if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
+      if (other := g.kernel_reduce.get(root)) is not None and (other.src[0].shape, other.arg) != (node.src[0].shape, node.arg):
+        return node
+      g.kernel_reduce.setdefault(root, node)
+      owner[node] = root
+      stack.append((node.src[0], True, True))
+    else: stack.extend((s, reshape_only, in_reduce) for s in node.src)
+  return None
+
+def _find_realizes(sink: UOp) -> _Graph:
+  """Grow the set of materialized nodes until every kernel obeys the fusion rules."""
+  g = _Graph(realize=_must_realize_roots(sink))
+  while True:
+    g.kernel_reduce, owner = {}, {}
+    found = None
+    for root in list(g.realize):
+      if (found := _walk_kernel(root, g, owner)) is not None: break
+    if found is None: return g
+    g.realize[found] = None
+
+class _KernelBuilder:
+  """Turns one materialized node into a kernel AST: views are pushed to the leaves, other kernels' outputs are loaded."""
+  def __init__(self, root: UOp, g: _Graph, outputs: dict[UOp, Buffer], leaf_buffers: dict[UOp, Buffer]) -> None:
+    self.root, self.g, self.outputs, self.leaf_buffers = root, g, outputs, leaf_buffers
+    self.bufs: list[Buffer] = []
+    self.memo: dict[tuple[UOp, ShapeTracker | None], UOp] = {}
+
+  def define_global(self, buf: Buffer) -> UOp:
+    idx = next((i for i, b in enumerate(self.bufs) if b is buf), None)
+    if idx is None:
+      self.bufs.append(buf)
+      idx = len(self.bufs) - 1
+    return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), idx)
+
+  def load(self, buf: Buffer, st: ShapeTracker) -> UOp:
+    return UOp(Ops.LOAD, buf.dtype, (self.define_global(buf), UOp(Ops.VIEW, dtypes.void, (), st)))
+
+  def build(self) -> UOp:
+    root, out_buf = self.root, self.outputs[self.root]
+    self.define_global(out_buf)
+    if root.op is Ops.ASSIGN:
+      target, value = root.src
+      return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, target.arg, self.visit(value, None)),))
+    value = root.src[0] if root.op is Ops.CONTIGUOUS else root
+    out_shape = value.shape
+    pending = None
+    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != out_shape:
+      # the kernel runs in the reduce's shape; the store writes the same dense memory in that shape
+      pending, out_shape = ShapeTracker.from_shape(value.shape).reshape(red.shape), red.shape
+    val = self.visit(value, pending, is_root=True)
+    return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, ShapeTracker.from_shape(out_shape), val),))
+
+  def _store(self, buf: Buffer, st: ShapeTracker, val: UOp) -> UOp:
+    return UOp(Ops.STORE, dtypes.void, (self.define_global(buf), UOp(Ops.VIEW, dtypes.void, (), st), val))
+
+  def visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool = False) -> UOp:
+    key = (node, pending)
+    if (hit := self.memo.get(key)) is not None: return hit
+    ret = self._visit(node, pending, is_root)
+    self.memo[key] = ret
+    return ret
+
+  def _visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool) -> UOp:
+    if not is_root and node in self.outputs:
+      return self.load(self.outputs[node], _compose(ShapeTracker.from_shape(node.shape), pending))
+    if node.op is Ops.VIEW:
+      base = node.src[0]
+      if base.op is Ops.BUFFER: return self.load(self.leaf_buffers[base], _compose(node.arg, pending))
+      return self.visit(base, _compose(node.arg, pending))
+    st = pending if pending is not None else ShapeTracker.from_shape(node.shape)
+    if node.op is Ops.CONST: return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+    if node.op is Ops.IOTA: return UOp(Ops.IOTA, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+    if node.op is Ops.REDUCE_AXIS:
+      assert pending is None or (pending.contiguous and pending.shape == node.shape), f"reduce reached through {pending}"
+      return UOp(Ops.REDUCE_AXIS, node.dtype, (self.visit(node.src[0], None),), node.arg)
+    assert node.op in GroupOp.Elementwise, f"scheduler cannot put {node.op} in a kernel"
+    ret = UOp(node.op, node.dtype, tuple(self.visit(s, pending) for s in node.src), node.arg)
+    if pending is not None and any(v.mask is not None for v in pending.views):
+      # a padded view of a computed value is zero outside its mask, whatever the op would give there
+      valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), pending),))
+      ret = UOp(Ops.WHERE, ret.dtype, (valid, ret, UOp.const(ret.dtype, 0)))
+    return ret
+
+def _compose(st: ShapeTracker, pending: ShapeTracker | None) -> ShapeTracker:
+  return st if pending is None else (st + pending).simplify()
+
+def _toposort_roots(sink: UOp, roots: dict[UOp, None]) -> list[UOp]:
+  return [n for n in sink.toposort if n in roots]
+
+def _root_shape(root: UOp) -> tuple[int, ...]:
+  return root.src[0].shape if root.op in (Ops.CONTIGUOUS, Ops.COPY) else root.shape
+
+def _output_buffer(root: UOp) -> Buffer:
+  if root.op is Ops.ASSIGN: return _buffer_of(root.src[0].src[0])
+  return Buffer(root.device, prod(_root_shape(root)), root.dtype)
+
+def _buffer_of(buf_uop: UOp) -> Buffer:
+  from lazytensor.tensor import buffer_map
+  return buffer_map[buf_uop]
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute `outs`, in order, and what each output node becomes once they have run."""
+  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
+  original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
+  sink, origin = _substitute_realized(original_sink)
+  g = _find_realizes(sink)
+  roots = _toposort_roots(sink, g.realize)
+  outputs = {r: _output_buffer(r) for r in roots}
+  leaf_buffers = {n: _buffer_of(n) for n in sink.toposort if n.op is Ops.BUFFER}
+  items: list[ScheduleItem] = []
+  for root in roots:
+    if root.op is Ops.COPY:
+      src = root.src[0]
+      src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]
+      items.append(ScheduleItem(root.replace(src=()), (outputs[root], src_buf)))
+      continue
+    kb = _KernelBuilder(root, g, outputs, leaf_buffers)
+    items.append(ScheduleItem(kb.build(), tuple(kb.bufs)))
+  buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
+  becomes = _becomes(original_sink, sink, buffer_uops)
+  out_bases = {o.base for o in sink.src}
+  keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
+  items, reused = plan_memory(items, keep)
+  for r in roots:
+    if id(outputs[r]) not in reused: realized_map[origin.get(r, r)] = buffer_uops[r]
+  if DEBUG >= 1 and items: print(f"scheduled {len(items)} items from {len(original_sink.toposort)} nodes")
+  return items, becomes
+
+def _buffer_uop_for(root: UOp, buf: Buffer) -> UOp:
+  from lazytensor.tensor import new_buffer_uop
+  if root.op is Ops.ASSIGN: return root.src[0]
+  shape = _root_shape(root)
+  return UOp(Ops.VIEW, root.dtype, (new_buffer_uop(buf.device, buf.size, buf.dtype, buf),), ShapeTracker.from_shape(shape))
+
+def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """Each requested output -> a VIEW of the buffer that now holds it (outputs that were views keep their view)."""
+  becomes: dict[UOp, UOp] = {}
+  for orig, new in zip(original_sink.src, sink.src):
+    if new in buffer_uops: becomes[orig] = buffer_uops[new]
+    elif new.op is Ops.VIEW and new.src[0] in buffer_uops:
+      base_view = buffer_uops[new.src[0]]
+      becomes[orig] = UOp(Ops.VIEW, new.dtype, base_view.src, (base_view.arg + new.arg).simplify())
+    else: becomes[orig] = new
+    realized_map[orig] = becomes[orig]
+  return becomes

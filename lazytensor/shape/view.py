@@ -1,0 +1,363 @@
+"""Views: how a tensor's index space maps onto its buffer, composed from movement ops without ever copying.
+
+A View is one affine map (shape, strides, offset) with an optional box of valid positions (the mask; the rest reads
+as padding). A ShapeTracker is a stack of views: views[0] indexes the buffer and every later view indexes the
+row-major flattening of the one below it. A view is pushed only when a reshape cannot be folded into the last one,
+because each extra view costs a div/mod chain in every kernel that reads through it.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from lazytensor.dtype import dtypes
+from lazytensor.uop.ops import UOp
+
+Mask = tuple[tuple[int, int], ...]
+
+def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+  """Row-major strides, 0 for size-1 dims: their index is always 0, so a canonical view does not depend on them."""
+  return tuple(0 if s == 1 else span for s, span in zip(shape, _spans(shape)))
+
+def _spans(shape: tuple[int, ...]) -> tuple[int, ...]:
+  # the true row-major stride of every dim (size-1 dims included), the radix of the flat index
+  return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+
+def _index(x: int) -> UOp: return UOp.const(dtypes.index, x)
+
+_TRUE = UOp.const(dtypes.bool, True)
+
+def _and(a: UOp, b: UOp) -> UOp:
+  # a validity that always holds is left out so that unmasked views produce no comparisons at all
+  if a is _TRUE: return b
+  return a if b is _TRUE else a & b
+
+@dataclass(frozen=True)
+class View:
+  """One affine map from a shape to buffer indices; `mask` is the per-dim [start, end) box of valid positions."""
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  offset: int
+  mask: Mask | None
+  contiguous: bool
+
+  @staticmethod
+  def create(shape: tuple[int, ...], strides: tuple[int, ...] | None = None, offset: int = 0,
+             mask: Mask | None = None) -> View:
+    """The canonical view, so that views describing the same map compare equal (and intern as one UOp arg)."""
+    shape = tuple(shape)
+    strides = strides_for_shape(shape) if strides is None else tuple(strides)
+    assert len(strides) == len(shape) and (mask is None or len(mask) == len(shape)), f"bad view {shape} {strides} {mask}"
+    if 0 in shape: return View(shape, (0,) * len(shape), 0, None, True)
+    if mask is not None:
+      mask = tuple(mask)
+      if any(end <= start for start, end in mask): return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
+      # a dim with one valid index only ever reads that index: fold it into the offset
+      offset += sum(start * st for (start, end), st in zip(mask, strides) if end - start == 1)
+      strides = tuple(0 if end - start == 1 else st for (start, end), st in zip(mask, strides))
+      if all(m == (0, s) for m, s in zip(mask, shape)): mask = None
+    strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+    contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
+    return View(shape, strides, offset, mask, contiguous)
+
+  @property
+  def masked_out(self) -> bool:
+    """No position is valid (the canonical empty mask)."""
+    return self.mask is not None and self.mask[0] == (0, 0)
+
+  def valid_ranges(self) -> Mask: return self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
+  def axis_masked(self, axis: int) -> bool: return self.mask is not None and self.mask[axis] != (0, self.shape[axis])
+
+  def real_size(self) -> int:
+    """1 + the largest buffer index a valid position reads, 0 when none is valid."""
+    if 0 in self.shape or self.masked_out: return 0
+    ranges = zip(self.strides, self.valid_ranges())
+    return 1 + self.offset + sum(st * (end - 1) if st > 0 else st * start for st, (start, end) in ranges)
+
+  # ---- movement ops that a single view always expresses ----
+
+  def permute(self, order: tuple[int, ...]) -> View:
+    assert sorted(order) == list(range(len(self.shape))), f"permute: {order} is not a permutation of {len(self.shape)} dims"
+    mask = None if self.mask is None else tuple(self.mask[i] for i in order)
+    return View.create(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset, mask)
+
+  def expand(self, new_shape: tuple[int, ...]) -> View:
+    assert len(new_shape) == len(self.shape) and all(s in (ns, 1) for s, ns in zip(self.shape, new_shape)), \
+      f"expand: {self.shape} -> {new_shape}"
+    if self.masked_out: return View.create(new_shape, mask=((0, 0),) * len(new_shape))
+    mask = None if self.mask is None else tuple(m if s == ns else (0, ns) for m, s, ns in zip(self.mask, self.shape, new_shape))
+    return View.create(new_shape, self.strides, self.offset, mask)
+
+  def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
+    assert len(arg) == len(self.shape) and all(b >= 0 and a >= 0 for b, a in arg), f"pad: {arg} for {self.shape}"
+    mask = tuple((before + start, before + end) for (before, _), (start, end) in zip(arg, self.valid_ranges()))
+    offset = self.offset - sum(before * st for (before, _), st in zip(arg, self.strides))
+    return View.create(tuple(s + b + a for s, (b, a) in zip(self.shape, arg)), self.strides, offset, mask)
+
+  def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
+    assert len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)), \
+      f"shrink: {arg} for {self.shape}"
+    mask = tuple((max(start, b) - b, min(end, e) - b) for (b, e), (start, end) in zip(arg, self.valid_ranges()))
+    offset = self.offset + sum(b * st for (b, _), st in zip(arg, self.strides))
+    return View.create(tuple(e - b for b, e in arg), self.strides, offset, mask)
+
+  def flip(self, arg: tuple[bool, ...]) -> View:
+    assert len(arg) == len(self.shape), f"flip: {arg} for {self.shape}"
+    offset = self.offset + sum((s - 1) * st for f, s, st in zip(arg, self.shape, self.strides) if f)
+    strides = tuple(-st if f else st for f, st in zip(arg, self.strides))
+    mask = None if self.mask is None else \
+      tuple((s - end, s - start) if f else (start, end) for f, s, (start, end) in zip(arg, self.shape, self.mask))
+    return View.create(self.shape, strides, offset, mask)
+
+  # ---- reshape: split and merge dims, None when one view cannot say it ----
+
+  def reshape(self, new_shape: tuple[int, ...]) -> View | None:
+    new_shape = tuple(new_shape)
+    assert math.prod(new_shape) == math.prod(self.shape), f"reshape: {self.shape} -> {new_shape} changes the size"
+    if new_shape == self.shape: return self
+    if self.contiguous: return View.create(new_shape)
+    if self.masked_out: return View.create(new_shape, mask=((0, 0),) * len(new_shape))
+    # size-1 dims carry nothing (stride 0, always valid): match the others in the fewest groups of equal size
+    old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.valid_ranges()) if s != 1]
+    new = [s for s in new_shape if s != 1]
+    strides: list[int] = []
+    mask: list[tuple[int, int]] = []
+    offset, i, j = self.offset, 0, 0
+    while i < len(old):
+      i_end, j_end = i + 1, j + 1
+      while math.prod(d[0] for d in old[i:i_end]) != math.prod(new[j:j_end]):
+        if math.prod(d[0] for d in old[i:i_end]) < math.prod(new[j:j_end]): i_end += 1
+        else: j_end += 1
+      if (merged := _merge_dims(old[i:i_end])) is None: return None
+      if (split := _split_dim(merged[1], merged[2], tuple(new[j:j_end]))) is None: return None
+      offset += merged[3]
+      strides += split[0]
+      mask += split[1]
+      i, j = i_end, j_end
+    return View.create(new_shape, _with_ones(new_shape, strides, 0), offset, _with_ones(new_shape, mask, (0, 1)))
+
+  # ---- merging two views ----
+
+  def __add__(self, other: View) -> View | None:
+    """The one view equal to `other` read through this one (other indexes this view's row-major flattening)."""
+    if self.contiguous or 0 in other.shape: return other
+    if self.masked_out or other.masked_out: return View.create(other.shape, mask=((0, 0),) * len(other.shape))
+    # peel the movement ops off `other` until only a strided box of the flat index is left, merge that, reapply
+    if other.mask is not None:
+      inner = self + other.shrink(other.mask)
+      return None if inner is None else inner.pad(tuple((b, s - e) for (b, e), s in zip(other.mask, other.shape)))
+    if any(flipped := tuple(st < 0 for st in other.strides)):
+      inner = self + other.flip(flipped)
+      return None if inner is None else inner.flip(flipped)
+    if any(st == 0 and s > 1 for s, st in zip(other.shape, other.strides)):
+      inner = self + other.shrink(tuple((0, 1) if st == 0 else (0, s) for s, st in zip(other.shape, other.strides)))
+      return None if inner is None else inner.expand(other.shape)
+    return self._merge_box(other)
+
+  def _merge_box(self, other: View) -> View | None:
+    # `other` is unmasked with positive strides: a box in the flat index, i.e. a shrink of the flat index reshaped into
+    # mixed-radix digits. Reshape self into those digits, shrink, and give the moving digits other's order back.
+    moving = sorted((d for d, s in enumerate(other.shape) if s > 1), key=lambda d: -other.strides[d])
+    steps = [other.strides[d] for d in moving]
+    if any(a % b != 0 for a, b in itertools.pairwise(steps)): return None
+    base, n = self, math.prod(self.shape)
+    if steps and n % steps[0] != 0:
+      # the outermost digit needs whole blocks: drop the partial last block, which only a flat self can do
+      if (flat := self.reshape((n,))) is None: return None
+      n -= n % steps[0]
+      base = flat.shrink(((0, n),))
+    if (digits := _digits(n, steps, [other.shape[d] for d in moving], other.offset)) is None: return None
+    digits = _refine(digits, _spans(base.shape)[:-1])
+    if (split := base.reshape(tuple(hi // lo for hi, lo, _, _ in digits))) is None: return None
+    box = split.shrink(tuple((start, start + count) for _, _, start, count in digits))
+    ordered = box.reshape(tuple(other.shape[d] for d in moving))
+    assert ordered is not None, "dropping size-1 dims always reshapes"
+    result = ordered.permute(tuple(sorted(range(len(moving)), key=lambda k: moving[k]))).reshape(other.shape)
+    assert result is not None, "inserting size-1 dims always reshapes"
+    return result
+
+  def to_indexed_uops(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    """(buffer index, validity) of the position `idxs`, skipping the terms that are always 0 or always true."""
+    assert len(idxs) == len(self.shape), f"{len(idxs)} indices for shape {self.shape}"
+    if self.masked_out: return _index(0), _TRUE.const_like(False)
+    terms = [i if st == 1 else i * st for i, st in zip(idxs, self.strides) if st != 0]
+    idx = terms[0] if terms else _index(self.offset)
+    for t in terms[1:]: idx = idx + t
+    if terms and self.offset != 0: idx = idx + self.offset
+    valid = _TRUE
+    for i, (start, end), s in zip(idxs, self.valid_ranges(), self.shape):
+      if start > 0: valid = _and(valid, i > start - 1)  # i >= start, as one comparison
+      if end < s: valid = _and(valid, i < end)
+    return idx, valid
+
+Digit = tuple[int, int, int, int]  # (hi, lo, start, count): digit (flat % hi) // lo ranges over [start, start + count)
+
+def _digits(n: int, steps: list[int], sizes: list[int], offset: int) -> list[Digit] | None:
+  """The flat index [0, n) as mixed-radix digits with one digit per stride; None when a box dim wraps around."""
+  bounds = [n, *steps] + ([1] if not steps or steps[-1] != 1 else [])
+  counts = sizes + [1] * (len(bounds) - 1 - len(sizes))
+  digits = [(hi, lo, (offset % hi) // lo, count) for hi, lo, count in zip(bounds, bounds[1:], counts)]
+  if offset >= n or any(start + count > hi // lo for hi, lo, start, count in digits): return None
+  return digits
+
+def _refine(digits: list[Digit], spans: tuple[int, ...]) -> list[Digit]:
+  """Split digits at self's own dim boundaries where the box stays a box, so that self's reshape only has to split."""
+  for span in spans:
+    for k, (hi, lo, start, count) in enumerate(digits):
+      inner = span // lo
+      if hi > span > lo and hi % span == 0 and span % lo == 0 and start // inner == (start + count - 1) // inner:
+        digits = digits[:k] + [(hi, span, start // inner, 1), (span, lo, start % inner, count)] + digits[k + 1:]
+        break
+  return digits
+
+def _merge_dims(dims: list[tuple[int, int, tuple[int, int]]]) -> tuple[int, int, tuple[int, int], int] | None:
+  """Fold (size, stride, valid range) dims, outermost first, into one: (size, stride, valid range, offset change)."""
+  size, stride, (start, end) = dims[0]
+  delta = 0
+  for q, inner_stride, (i_start, i_end) in dims[1:]:
+    if end - start == 1:
+      # one valid outer index: the merged dim walks the inner one from that row on, whatever the outer stride was
+      delta += start * stride - start * q * inner_stride
+      start, end = start * q + i_start, start * q + i_end
+    elif (i_start, i_end) == (0, q) and stride == inner_stride * q: start, end = start * q, end * q
+    else: return None
+    size, stride = size * q, inner_stride
+  return size, stride, (start, end), delta
+
+def _split_dim(stride: int, valid: tuple[int, int], sizes: tuple[int, ...]) -> tuple[list[int], Mask] | None:
+  """Split one dim into `sizes` (row-major); None when its valid range is not a box in the split dims."""
+  start, end = valid
+  mask = []
+  for span in _spans(sizes):
+    if start % span == 0 and end % span == 0:
+      mask.append((start // span, end // span))
+      start, end = 0, span
+    elif start // span == (end - 1) // span:
+      mask.append((start // span, start // span + 1))
+      start, end = start % span, start % span + end - start
+    else: return None
+  return [stride * span for span in _spans(sizes)], tuple(mask)
+
+def _with_ones(shape: tuple[int, ...], values: list, one: object) -> tuple:
+  # put back the entries of size-1 dims that reshape set aside
+  it = iter(values)
+  return tuple(one if s == 1 else next(it) for s in shape)
+
+def _unflatten(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
+  # the row-major coordinates of a flat index; the outermost needs no modulo because a valid flat index is in range
+  first = next((d for d, s in enumerate(shape) if s != 1), len(shape))
+  out = []
+  for d, (s, span) in enumerate(zip(shape, _spans(shape))):
+    if s == 1: out.append(_index(0))
+    else:
+      x = flat if span == 1 else flat // span
+      out.append(x if d == first else x % s)
+  return out
+
+@dataclass(frozen=True)
+class ShapeTracker:
+  """A stack of views, applied outermost-last: views[-1] has the tensor's shape, views[0] indexes the buffer."""
+  views: tuple[View, ...]
+
+  def __post_init__(self) -> None: assert self.views, "a ShapeTracker needs at least one view"
+
+  @staticmethod
+  def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.create(tuple(shape)),))
+
+  @property
+  def shape(self) -> tuple[int, ...]: return self.views[-1].shape
+  @property
+  def size(self) -> int: return math.prod(self.shape)
+  @property
+  def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
+
+  # ---- movement ops ----
+
+  def _with_last(self, view: View) -> ShapeTracker:
+    # a changed last view may now fold into the ones below (e.g. a reshape back to the original shape)
+    st = ShapeTracker(self.views[:-1] + (view,))
+    return st.simplify() if len(st.views) > 1 else st
+
+  def reshape(self, new_shape: tuple[int, ...]) -> ShapeTracker:
+    if (view := self.views[-1].reshape(new_shape)) is not None: return self._with_last(view)
+    return ShapeTracker(self.views + (View.create(new_shape),))
+
+  def permute(self, order: tuple[int, ...]) -> ShapeTracker: return self._with_last(self.views[-1].permute(order))
+  def expand(self, new_shape: tuple[int, ...]) -> ShapeTracker: return self._with_last(self.views[-1].expand(new_shape))
+  def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._with_last(self.views[-1].pad(arg))
+  def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._with_last(self.views[-1].shrink(arg))
+  def flip(self, arg: tuple[bool, ...]) -> ShapeTracker: return self._with_last(self.views[-1].flip(arg))
+
+  def __add__(self, other: ShapeTracker) -> ShapeTracker:
+    """`other` read through self: other.views[0] indexes a tensor of shape self.shape."""
+    return ShapeTracker(self.views + other.views).simplify()
+
+  def simplify(self) -> ShapeTracker:
+    """Fold adjacent views into one wherever the single view is the same map."""
+    views = self.views
+    while len(views) > 1:
+      for i in range(len(views) - 2, -1, -1):
+        if (merged := views[i] + views[i + 1]) is not None:
+          views = views[:i] + (merged,) + views[i + 2:]
+          break
+      else: break
+    return ShapeTracker(views)
+
+  # ---- lowering ----
+
+  def to_indexed_uops(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    """(buffer index, validity) for one index UOp per dim of self.shape."""
+    idx, valid = self.views[-1].to_indexed_uops(idxs)
+    for view in reversed(self.views[:-1]):
+      idx, view_valid = view.to_indexed_uops(_unflatten(idx, view.shape))
+      valid = _and(valid, view_valid)
+    return idx, valid
+
+  # ---- queries for the optimizer ----
+
+  def real_size(self) -> int:
+    """The buffer size this tracker needs: exact for one view, an upper bound through unmerged reshapes."""
+    if any(v.masked_out for v in self.views) or self.size == 0: return 0
+    return self.views[0].real_size()
+
+  def real_strides(self) -> tuple[int | None, ...]:
+    """The buffer stride of each dim, None where a mask or a carry between reshaped dims leaves it undefined."""
+    return tuple(self._real_stride(axis) for axis in range(len(self.shape)))
+
+  def unit_stride_axes(self) -> list[int]: return [i for i, st in enumerate(self.real_strides()) if st == 1]
+
+  def axis_is_masked(self, axis: int) -> bool:
+    """Whether validity may depend on this axis (conservative: True when a reshape hides the answer)."""
+    last = self.views[-1]
+    if last.axis_masked(axis): return True
+    if last.strides[axis] == 0 or len(self.views) == 1: return False
+    if (traced := self._trace_axis(axis)) is None: return any(v.mask is not None for v in self.views[:-1])
+    return ShapeTracker(self.views[:-1]).axis_is_masked(traced[0])
+
+  def _real_stride(self, axis: int) -> int | None:
+    last = self.views[-1]
+    if last.axis_masked(axis): return None
+    if last.strides[axis] == 0 or len(self.views) == 1: return last.strides[axis]
+    if (traced := self._trace_axis(axis)) is None: return None
+    below = ShapeTracker(self.views[:-1])._real_stride(traced[0])
+    return None if below is None else below * traced[1]
+
+  def _trace_axis(self, axis: int) -> tuple[int, int] | None:
+    """(dim of the view below, steps there per step here) when walking `axis` of the last view moves only that one
+    coordinate below; None when the row-major unflattening can carry into another coordinate."""
+    view, below = self.views[-1], self.views[-2].shape
+    ranges, spans, stride = view.valid_ranges(), _spans(below), view.strides[axis]
+    if not (dims := [d for d, s in enumerate(below) if s > 1 and stride % spans[d] == 0]): return None
+    d = dims[0]
+    unit, block = spans[d], spans[d] * below[d]
+    first = view.offset + sum(st * start for st, (start, _) in zip(view.strides, ranges))
+    # the other dims must either move whole blocks (digits above d) or stay below one unit without carrying
+    low_min = low_max = first % unit
+    for k, (st, (start, end)) in enumerate(zip(view.strides, ranges)):
+      if k != axis and st % block != 0:
+        low_min, low_max = low_min + min(0, st * (end - start - 1)), low_max + max(0, st * (end - start - 1))
+    steps = stride // unit
+    digit, reach = (first // unit) % below[d], steps * (ranges[axis][1] - ranges[axis][0] - 1)
+    if low_min < 0 or low_max >= unit or digit + min(0, reach) < 0 or digit + max(0, reach) >= below[d]: return None
+    return d, steps

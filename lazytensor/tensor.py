@@ -1,0 +1,886 @@
+"""Tensor: a lazy, numpy-like array. Every operation builds UOps; realize() schedules, compiles and runs them."""
+from __future__ import annotations
+import itertools
+import math
+import weakref
+from typing import Any, Callable, ClassVar, Iterable, Sequence
+import numpy as np
+from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
+from lazytensor.device import Buffer, Device
+from lazytensor.helpers import argsort, flatten, make_tuple, prod
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.uop.ops import Ops, UOp
+from lazytensor.tensor_index import getitem
+from lazytensor.tensor_math import conv, matmul, tensor_pow, threefry_bits
+
+# ---- tensor-graph construction helpers ----
+
+_buffer_uid = itertools.count()
+buffer_map: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
+  """A BUFFER node and the Buffer behind it; the node's arg is unique, so two buffers never intern together."""
+  uop = UOp(Ops.BUFFER, dtype, (), (device, size, next(_buffer_uid)))
+  buffer_map[uop] = buf if buf is not None else Buffer(device, size, dtype)
+  return uop
+
+def view_of(x: UOp, fn: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
+  """Apply a movement to x without copying: compose into x's VIEW, or start a VIEW over x."""
+  if x.op is Ops.VIEW: return UOp(Ops.VIEW, x.dtype, (x.src[0],), fn(x.arg))
+  return UOp(Ops.VIEW, x.dtype, (x,), fn(ShapeTracker.from_shape(x.shape)))
+
+def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
+  c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), dtype_value(dtype, value))
+  return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+
+def dtype_value(dtype: DType, value: Any) -> Any:
+  from lazytensor.dtype import truncate
+  return truncate(dtype, value)
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  nd = max(len(s) for s in shapes)
+  padded = [(1,) * (nd - len(s)) + s for s in shapes]
+  out = []
+  for dims in zip(*padded):
+    non1 = {d for d in dims if d != 1}
+    if len(non1) > 1: raise ValueError(f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
+    out.append(non1.pop() if non1 else 1)
+  return tuple(out)
+
+def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
+  if isinstance(data, np.ndarray): arr = data
+  else:
+    try: arr = np.array(data)
+    except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
+  if arr.dtype == object: raise ValueError("cannot make a Tensor from a ragged nested list or mixed objects")
+  if dtype is None:
+    if arr.dtype.kind == "f" and not isinstance(data, np.ndarray): dtype = dtypes.default_float
+    elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray): dtype = dtypes.default_int
+    elif arr.dtype.kind in "biuf": dtype = dtypes.from_np(arr.dtype)
+    else: raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float data")
+  return np.ascontiguousarray(arr.astype(dtype.np, copy=False))
+
+class Tensor:
+  """A lazy n-dimensional array.
+
+  >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
+  [3, 7]
+  """
+  __slots__ = ("lazydata", "requires_grad", "grad", "__weakref__")
+  __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
+  training: ClassVar[bool] = False
+  no_grad: ClassVar[bool] = False
+  _seed: ClassVar[int] = 0
+  _rng_counter: ClassVar[int] = 0
+
+  def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+               requires_grad: bool | None = None) -> None:
+    dt = to_dtype(dtype) if dtype is not None else None
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    self.grad: Tensor | None = None
+    self.requires_grad: bool | None = requires_grad
+    if isinstance(data, UOp): self.lazydata = data
+    elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+      dt = dt or dtypes.from_py(data)
+      self.lazydata = const_uop(data, dt, dev, ())
+    elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
+      arr = _np_from_data(data, dt)
+      buf = Buffer(dev, arr.size, dtypes.from_np(arr.dtype)).copyin(memoryview(arr.reshape(-1)).cast("B"))
+      self.lazydata = view_of(new_buffer_uop(dev, arr.size, buf.dtype, buf), lambda _: ShapeTracker.from_shape(arr.shape))
+    else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
+                          "a numpy array or a Tensor")
+
+  # ---- properties ----
+
+  @property
+  def shape(self) -> tuple[int, ...]: return self.lazydata.shape
+  @property
+  def dtype(self) -> DType: return self.lazydata.dtype
+  @property
+  def device(self) -> str: return self.lazydata.device
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+    return bool(self.item())
+
+  # ---- realization ----
+
+  def schedule(self, *others: Tensor) -> list:
+    """The kernels that realizing these tensors would run, without running them."""
+    from lazytensor.engine.schedule import create_schedule
+    return create_schedule([t.lazydata for t in (self,) + others])[0]
+
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor (and `others`) now; returns self."""
+    from lazytensor.engine.schedule import create_schedule
+    from lazytensor.engine.realize import run_schedule
+    tensors = (self,) + others
+    items, becomes = create_schedule([t.lazydata for t in tensors])
+    run_schedule(items)
+    for t in tensors: t.lazydata = becomes.get(t.lazydata, t.lazydata)
+    return self
+
+  def _buffer(self) -> tuple[Buffer, ShapeTracker]:
+    self.realize()
+    ld = self.lazydata
+    assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, f"realized tensor is {ld.op}"
+    return buffer_map[ld.src[0]], ld.arg
+
+  def numpy(self) -> np.ndarray:
+    """The tensor as a numpy array (a copy).
+
+    >>> Tensor([1, 2, 3]).numpy()
+    array([1, 2, 3])
+    """
+    if self.numel() == 0: return np.zeros(self.shape, dtype=self.dtype.np)
+    t = self if self.lazydata.op is Ops.VIEW and self.lazydata.arg.contiguous else self.contiguous()
+    buf, st = t._buffer()
+    if not st.contiguous: buf, st = t.contiguous()._buffer()
+    return buf.numpy()[:self.numel()].reshape(self.shape)
+
+  def item(self) -> Any:
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    return self.numpy().reshape(()).item()
+  def tolist(self) -> Any: return self.numpy().tolist()
+  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    arr = self.numpy()
+    return arr if dtype is None else arr.astype(dtype)
+
+  def contiguous(self) -> Tensor:
+    """A copy laid out densely in its own buffer (one kernel), unless it already is one."""
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,)))
+
+  def to(self, device: str) -> Tensor:
+    device = Device.canonicalize(device)
+    if device == self.device: return self
+    return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
+
+  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.lazydata,)), requires_grad=False)
+
+  def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor:
+    """Every op goes through here so that autograd can see it."""
+    out = Tensor(fn(self.lazydata, *(o.lazydata for o in others)))
+    if any(t.requires_grad for t in (self,) + others) and not Tensor.no_grad: out.requires_grad = True
+    return out
+
+  # ---- creation ----
+
+  @staticmethod
+  def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    for s in shape:
+      if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0:
+        raise ValueError(f"shape {shape}: every dimension must be a non-negative int, got {s!r}")
+    return tuple(int(s) for s in shape)
+
+  @staticmethod
+  def full(shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None, device: str | None = None,
+           requires_grad: bool | None = None) -> Tensor:
+    """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant, no memory).
+
+    >>> Tensor.full((2, 2), 7).tolist()
+    [[7, 7], [7, 7]]
+    """
+    shp = Tensor._parse_shape((shape,) if isinstance(shape, int) else tuple(shape))
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    return Tensor(const_uop(fill_value, dt, dev, shp), requires_grad=requires_grad)
+
+  @staticmethod
+  def zeros(*shape: Any, **kwargs: Any) -> Tensor:
+    return Tensor.full(Tensor._parse_shape(shape), 0.0 if "dtype" not in kwargs else 0, **kwargs)
+  @staticmethod
+  def ones(*shape: Any, **kwargs: Any) -> Tensor:
+    return Tensor.full(Tensor._parse_shape(shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)
+  @staticmethod
+  def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """Uninitialized memory of `shape` (it is allocated on first use)."""
+    shp = Tensor._parse_shape(shape)
+    dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
+    buf = new_buffer_uop(dev, prod(shp), dt)
+    return Tensor(view_of(buf, lambda _: ShapeTracker.from_shape(shp)), **kwargs)
+
+  def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=kwargs.pop("device", self.device), **kwargs)
+  def zeros_like(self, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)
+  def empty_like(self, **kwargs: Any) -> Tensor:
+    return Tensor.empty(*self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
+
+  @staticmethod
+  def _iota(n: int, device: str | None = None) -> Tensor:
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    return Tensor(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
+
+  @staticmethod
+  def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, dtype: DType | str | None = None,
+             device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """Evenly spaced values in [start, stop), computed on the device.
+
+    >>> Tensor.arange(1, 7, 2).tolist()
+    [1, 3, 5]
+    """
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    n = max(0, math.ceil((stop - start) / step))
+    dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step))
+                                                    else dtypes.default_int)
+    idx = Tensor._iota(n, device)
+    ret = (idx.cast(dtypes.float64 if dt.is_float else dtypes.int64) * step + start).cast(dt)
+    ret.requires_grad = requires_grad
+    return ret
+
+  @staticmethod
+  def linspace(start: int | float, stop: int | float, steps: int, dtype: DType | str | None = None,
+               device: str | None = None) -> Tensor:
+    """`steps` values from start to stop inclusive.
+
+    >>> Tensor.linspace(0, 1, 3).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    if not isinstance(steps, int) or steps < 0: raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if steps == 1: return Tensor.full((1,), start, dtype=dt, device=device)
+    delta = (stop - start) / (steps - 1)
+    return (Tensor._iota(steps, device).cast(dtypes.float64) * delta + start).cast(dt)
+
+  @staticmethod
+  def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    """The identity matrix.
+
+    >>> Tensor.eye(2).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    m = n if m is None else m
+    rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m, device=device).reshape(1, m)
+    return (rows == cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+
+  # ---- random numbers, generated on the device with counter-based Threefry-2x32 ----
+
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    """Make the random functions reproducible."""
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+  @staticmethod
+  def _random_bits(n: int, device: str | None) -> Tensor:
+    Tensor._rng_counter += 1
+    return threefry_bits(Tensor._iota(n, device).cast(dtypes.uint32), Tensor._seed, Tensor._rng_counter)
+
+  @staticmethod
+  def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [0, 1).
+
+    >>> Tensor.manual_seed(0); Tensor.rand(2, 3).shape
+    (2, 3)
+    """
+    shp = Tensor._parse_shape(shape)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dt.is_float: raise TypeError(f"rand: dtype must be a float dtype, got {dt}")
+    bits = Tensor._random_bits(prod(shp), device)
+    # 23 random mantissa bits under exponent 0 give a float in [1, 2)
+    one_to_two = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32)
+    ret = (one_to_two - 1.0).cast(dt).reshape(shp)
+    ret.requires_grad = kwargs.get("requires_grad")
+    return ret
+
+  @staticmethod
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [low, high)."""
+    rg = kwargs.pop("requires_grad", None)
+    ret = Tensor.rand(*shape, **kwargs) * (high - low) + low
+    ret.requires_grad = rg
+    return ret
+
+  @staticmethod
+  def randn(*shape: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """Standard normal random numbers (Box-Muller).
+
+    >>> Tensor.manual_seed(0); Tensor.randn(4).shape
+    (4,)
+    """
+    rg = kwargs.pop("requires_grad", None)
+    shp = Tensor._parse_shape(shape)
+    u = Tensor.rand(2, *shp, **kwargs)
+    ret = ((1.0 - u[0]).log() * -2.0).sqrt() * (u[1] * (2 * math.pi)).cos()
+    ret = ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+    ret.requires_grad = rg
+    return ret
+
+  def rand_like(self, **kwargs: Any) -> Tensor:
+    return Tensor.rand(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
+                       device=kwargs.pop("device", self.device), **kwargs)
+  def randn_like(self, **kwargs: Any) -> Tensor:
+    return Tensor.randn(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
+                        device=kwargs.pop("device", self.device), **kwargs)
+
+  # ---- movement (views: no copies) ----
+
+  def _resolve_axis(self, axis: int, ndim: int | None = None) -> int:
+    n = self.ndim if ndim is None else ndim
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+      raise TypeError(f"axis must be an int, got {axis!r}")
+    if not -max(n, 1) <= axis < max(n, 1): raise IndexError(f"axis {axis} is out of range for a tensor of {n} dimensions")
+    return int(axis) % max(n, 1)
+
+  def reshape(self, *shape: Any) -> Tensor:
+    """The same elements in a new shape; one dimension may be -1.
+
+    >>> Tensor.arange(6).reshape(2, -1).shape
+    (2, 3)
+    """
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    if any(not isinstance(s, (int, np.integer)) or s < -1 for s in shape):
+      raise ValueError(f"reshape: bad shape {shape}; dimensions must be ints >= 0, or one -1")
+    if list(shape).count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+    if -1 in shape:
+      known = prod(s for s in shape if s != -1)
+      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
+      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+    shape = tuple(int(s) for s in shape)
+    if prod(shape) != self.numel(): raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}: "
+                                                     f"{self.numel()} != {prod(shape)} elements")
+    if shape == self.shape: return self
+    return self._apply_uop(lambda x: view_of(x, lambda st: st.reshape(shape)))
+
+  def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
+
+  def permute(self, *order: Any) -> Tensor:
+    """Reorder the dimensions.
+
+    >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
+    (4, 2, 3)
+    """
+    if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
+    resolved = tuple(self._resolve_axis(o) for o in order)
+    if sorted(resolved) != list(range(self.ndim)):
+      raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
+    if resolved == tuple(range(self.ndim)): return self
+    return self._apply_uop(lambda x: view_of(x, lambda st: st.permute(resolved)))
+
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    order = list(range(self.ndim))
+    a, b = self._resolve_axis(dim0), self._resolve_axis(dim1)
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+
+  @property
+  def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
+
+  def expand(self, *shape: Any) -> Tensor:
+    """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied.
+
+    >>> Tensor([[1], [2]]).expand(2, 3).tolist()
+    [[1, 1, 1], [2, 2, 2]]
+    """
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    if len(shape) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {shape}")
+    cur = (1,) * (len(shape) - self.ndim) + self.shape
+    new = tuple(c if s == -1 else s for c, s in zip(cur, shape))
+    for c, s in zip(cur, new):
+      if c != s and c != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape}")
+    x = self.reshape(cur) if cur != self.shape else self
+    if new == x.shape: return x
+    return x._apply_uop(lambda u: view_of(u, lambda st: st.expand(new)))
+
+  def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
+    """Pad with `value`: `padding` holds (before, after) per dimension, or a flat torch-style list from the last dim.
+
+    >>> Tensor([1, 2]).pad(((1, 2),)).tolist()
+    [0, 1, 2, 0, 0]
+    """
+    if padding and isinstance(padding[0], (int, np.integer)):
+      if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ValueError(f"pad: bad flat padding {padding} for {self.shape}")
+      pairs = [(0, 0)] * (self.ndim - len(padding) // 2) + [(padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2)]
+    else: pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+    if len(pairs) != self.ndim: raise ValueError(f"pad: {len(pairs)} (before, after) pairs for a {self.ndim}-d tensor {self.shape}")
+    if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops
+      crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
+      return self.shrink(crop).pad([(max(0, b), max(0, a)) for b, a in pairs], value)
+    arg = tuple((int(b), int(a)) for b, a in pairs)
+    if all(p == (0, 0) for p in arg): return self
+    ret = self._apply_uop(lambda x: view_of(x, lambda st: st.pad(arg)))
+    if value == 0: return ret
+    mask = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device).pad(arg)
+    return mask.where(ret, value)
+
+  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    """Keep [start, end) of each dimension (None keeps all).
+
+    >>> Tensor([1, 2, 3, 4]).shrink(((1, 3),)).tolist()
+    [2, 3]
+    """
+    if len(arg) != self.ndim: raise ValueError(f"shrink: {len(arg)} ranges for a {self.ndim}-d tensor {self.shape}")
+    full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    for (b, e), s in zip(full, self.shape):
+      if not 0 <= b <= e <= s: raise ValueError(f"shrink: range ({b}, {e}) is out of bounds for a dimension of size {s}")
+    if all(r == (0, s) for r, s in zip(full, self.shape)): return self
+    return self._apply_uop(lambda x: view_of(x, lambda st: st.shrink(full)))
+
+  def flip(self, axis: int | Sequence[int]) -> Tensor:
+    """Reverse the order of elements along the given axes.
+
+    >>> Tensor([1, 2, 3]).flip(0).tolist()
+    [3, 2, 1]
+    """
+    axes = {self._resolve_axis(a) for a in make_tuple(axis, 1)}
+    arg = tuple(i in axes for i in range(self.ndim))
+    return self._apply_uop(lambda x: view_of(x, lambda st: st.flip(arg)))
+
+  def squeeze(self, dim: int | None = None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    d = self._resolve_axis(dim)
+    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+
+  def unsqueeze(self, dim: int) -> Tensor:
+    d = self._resolve_axis(dim, self.ndim + 1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    s, e = self._resolve_axis(start_dim), self._resolve_axis(end_dim)
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+  def repeat(self, *repeats: Any) -> Tensor:
+    """Tile the tensor `repeats[i]` times along each dimension.
+
+    >>> Tensor([1, 2]).repeat(2).tolist()
+    [1, 2, 1, 2]
+    """
+    if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)): repeats = tuple(repeats[0])
+    if len(repeats) < self.ndim: raise ValueError(f"repeat: {len(repeats)} repeats for a {self.ndim}-d tensor")
+    base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
+    new_shape = tuple(r * s for r, s in zip(repeats, base.shape))
+    interleaved = base.reshape(flatten((1, s) for s in base.shape))
+    expanded = interleaved.expand(flatten((r, s) for r, s in zip(repeats, base.shape)))
+    return expanded.reshape(new_shape)
+
+  @staticmethod
+  def cat(*tensors: Tensor, dim: int = 0) -> Tensor: return tensors[0].cat(*tensors[1:], dim=dim)
+
+  def cat(self, *others: Tensor, dim: int = 0) -> Tensor:  # type: ignore[no-redef]
+    """Join tensors along an existing dimension (each is padded into place, then summed: one fused kernel).
+
+    >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
+    [1, 2, 3]
+    """
+    d = self._resolve_axis(dim)
+    ts = (self,) + others
+    for t in others:
+      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+        raise ValueError(f"cat: shapes {self.shape} and {t.shape} differ outside dimension {d}")
+    dt = ts[0].dtype
+    for t in ts[1:]: dt = promote_types(dt, t.dtype)
+    offsets = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
+    total = offsets[-1]
+    parts = [t.cast(dt).pad([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0) for j in range(self.ndim)])
+             for i, t in enumerate(ts)]
+    out = parts[0]
+    for p in parts[1:]: out = out._merge_disjoint(p)
+    return out
+
+  def _merge_disjoint(self, other: Tensor) -> Tensor:
+    # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
+    return self | other if self.dtype.is_bool else self + other
+
+  @staticmethod
+  def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
+    """Join tensors along a new dimension.
+
+    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist()
+    [[1, 2], [3, 4]]
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)): tensors = tuple(tensors[0])
+    if not tensors: raise ValueError("stack: needs at least one tensor")
+    d = tensors[0]._resolve_axis(dim, tensors[0].ndim + 1)
+    for t in tensors[1:]:
+      if t.shape != tensors[0].shape: raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
+    return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`."""
+    d = self._resolve_axis(dim)
+    n = self.shape[d]
+    if isinstance(sizes, int):
+      if sizes <= 0: raise ValueError(f"split: chunk size must be positive, got {sizes}")
+      sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    if sum(sizes) != n: raise ValueError(f"split: sizes {list(sizes)} do not add up to {n} (dimension {d} of {self.shape})")
+    offs = list(itertools.accumulate(sizes, initial=0))
+    return tuple(self.shrink([(offs[i], offs[i + 1]) if j == d else None for j in range(self.ndim)])
+                 for i in range(len(sizes)))
+
+  def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    if chunks <= 0: raise ValueError(f"chunk: number of chunks must be positive, got {chunks}")
+    d = self._resolve_axis(dim)
+    return self.split(math.ceil(self.shape[d] / chunks) if self.shape[d] else 1, dim=d)
+
+  def __getitem__(self, indices: Any) -> Tensor:
+    return getitem(self, indices)
+
+  # ---- elementwise ----
+
+  def _unary(self, op: Ops) -> Tensor: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
+
+  def cast(self, dtype: DType | str) -> Tensor:
+    """Convert to another dtype (floats to ints truncate toward zero)."""
+    dt = to_dtype(dtype)
+    return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.CAST, dt, (x,)))
+
+  def bitcast(self, dtype: DType | str) -> Tensor:
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast: {self.dtype} and {dt} differ in size")
+    return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.BITCAST, dt, (x,)))
+
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+
+  def _to_float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
+
+  def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    if isinstance(y, Tensor): dt = promote_types(self.dtype, y.dtype)
+    elif isinstance(y, (bool, int, float, np.generic)):
+      y = y.item() if isinstance(y, np.generic) else y
+      dt = result_type_scalar(self.dtype, y)
+      y = Tensor.full((), y, dtype=dt, device=self.device)
+    elif isinstance(y, (list, np.ndarray)):
+      y = Tensor(y, device=self.device)
+      dt = promote_types(self.dtype, y.dtype)
+    else: raise TypeError(f"unsupported operand type {type(y).__name__} for a Tensor op")
+    if y.device != self.device: raise ValueError(f"tensors are on different devices: {self.device} and {y.device}")
+    x = self
+    if reverse: x, y = y, x
+    out_shape = broadcast_shape(x.shape, y.shape)
+    return x.cast(dt)._broadcast_to(out_shape), y.cast(dt)._broadcast_to(out_shape)
+
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    return self if self.shape == shape else self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+
+  def _binop(self, op: Ops, y: Tensor | Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+
+  def add(self, x: Tensor | Any, reverse: bool = False) -> Tensor: return self._binop(Ops.ADD, x, reverse)
+  def sub(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
+    return a._apply_uop(lambda p, q: p.alu(Ops.SUB, q), b)
+  def mul(self, x: Tensor | Any, reverse: bool = False) -> Tensor: return self._binop(Ops.MUL, x, reverse)
+
+  def div(self, x: Tensor | Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    """True division (ints become float); rounding_mode "trunc" or "floor" rounds like torch."""
+    if rounding_mode == "floor": return self.floordiv(x, reverse)
+    a, b = self._broadcasted(x, reverse)
+    if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
+    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b = a._to_float(), b._to_float()
+    return a._apply_uop(lambda p, q: p.alu(Ops.FDIV, q), b)
+
+  def _idiv_trunc(self, b: Tensor) -> Tensor:
+    # C division traps on x/0 and INT_MIN/-1: divide by a safe divisor and patch those lanes as numpy does (0, -x)
+    safe = (b == 0) | (b == -1) if not self.dtype.is_unsigned else (b == 0)
+    q = self._apply_uop(lambda p, q: p.alu(Ops.IDIV, q), safe.where(1, b))
+    if self.dtype.is_unsigned: return (b == 0).where(0, q)
+    return (b == 0).where(0, (b == -1).where(-self, q))
+
+  def floordiv(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Division rounding toward negative infinity, as Python's //."""
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_bool: raise TypeError("floor division of bool tensors is not supported")
+    if a.dtype.is_float: return (a / b).floor()
+    q = a._idiv_trunc(b)
+    if a.dtype.is_unsigned: return q
+    return ((q * b).ne(a) & ((a < 0) ^ (b < 0))).where(q - 1, q)
+
+  def mod(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Remainder with the sign of the divisor, as Python's %."""
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_bool: raise TypeError("modulo of bool tensors is not supported")
+    if a.dtype.is_float: r = a - (a / b).trunc() * b
+    else: r = a - a._idiv_trunc(b) * b
+    if a.dtype.is_unsigned: return r
+    return (r.ne(0) & ((r < 0) ^ (b < 0))).where(r + b, r)
+
+  def pow(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign."""
+    return tensor_pow(self, x, reverse)
+
+  def maximum(self, x: Tensor | Any) -> Tensor: return self._binop(Ops.MAX, x)
+  def minimum(self, x: Tensor | Any) -> Tensor:
+    a, b = self._broadcasted(x)
+    return -((-a).maximum(-b)) if a.dtype.is_float else ~((~a).maximum(~b))
+
+  def where(self, x: Tensor | Any, y: Tensor | Any) -> Tensor:
+    """Choose x where self is true, y elsewhere.
+
+    >>> Tensor([True, False]).where(1, 2).tolist()
+    [1, 2]
+    """
+    cond = self if self.dtype.is_bool else self.ne(0)
+    if isinstance(x, Tensor): a, b = x._broadcasted(y)
+    elif isinstance(y, Tensor): b, a = y._broadcasted(x)
+    else: a, b = Tensor.full((), x, device=self.device)._broadcasted(y)
+    shape = broadcast_shape(cond.shape, a.shape)
+    c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+    return c._apply_uop(lambda p, q, r: UOp(Ops.WHERE, q.dtype, (p, q, r)), a, b)
+
+  def _cmp(self, op: Ops, y: Tensor | Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+
+  def __lt__(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
+  def __gt__(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
+  def __ge__(self, x: Tensor | Any) -> Tensor: return (self < x).logical_not()
+  def __le__(self, x: Tensor | Any) -> Tensor: return (self > x).logical_not()
+  def ne(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPNE, x)
+  def eq(self, x: Tensor | Any) -> Tensor: return self.ne(x).logical_not()
+  def __eq__(self, x: Tensor | Any) -> Tensor: return self.eq(x)  # type: ignore[override]
+  def __ne__(self, x: Tensor | Any) -> Tensor: return self.ne(x)  # type: ignore[override]
+
+  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._apply_uop(lambda x: x.alu(Ops.CMPNE, True))
+  def logical_and(self, x: Tensor | Any) -> Tensor: return self.cast(dtypes.bool)._binop(Ops.AND, Tensor(x).cast(dtypes.bool) if not isinstance(x, Tensor) else x.cast(dtypes.bool))
+  def logical_or(self, x: Tensor | Any) -> Tensor: return self.cast(dtypes.bool)._binop(Ops.OR, Tensor(x).cast(dtypes.bool) if not isinstance(x, Tensor) else x.cast(dtypes.bool))
+  def logical_xor(self, x: Tensor | Any) -> Tensor: return self.cast(dtypes.bool).ne(x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+
+  def _bitwise(self, op: Ops, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_float: raise TypeError(f"bitwise {op.name.lower()} needs int or bool tensors, got {a.dtype}")
+    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+  def bitwise_and(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.AND, x)
+  def bitwise_or(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.OR, x)
+  def bitwise_xor(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.XOR, x)
+  def bitwise_not(self) -> Tensor:
+    if self.dtype.is_float: raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
+    return self.logical_not() if self.dtype.is_bool else self._bitwise(Ops.XOR, -1 if not self.dtype.is_unsigned else self.dtype.max())
+  def lshift(self, x: int) -> Tensor: return self._bitwise(Ops.SHL, x)
+  def rshift(self, x: int) -> Tensor: return self._bitwise(Ops.SHR, x)
+
+  def neg(self) -> Tensor:
+    if self.dtype.is_bool: raise TypeError("negation of a bool tensor is not supported; use logical_not or ~")
+    return self._unary(Ops.NEG)
+  def reciprocal(self) -> Tensor: return self._to_float()._unary(Ops.RECIP)
+  def sqrt(self) -> Tensor: return self._to_float()._unary(Ops.SQRT)
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def exp2(self) -> Tensor: return self._to_float()._unary(Ops.EXP2)
+  def log2(self) -> Tensor: return self._to_float()._unary(Ops.LOG2)
+  def exp(self) -> Tensor: return (self._to_float() * (1 / math.log(2))).exp2()
+  def log(self) -> Tensor: return self.log2() * math.log(2)
+  def sin(self) -> Tensor: return self._to_float()._unary(Ops.SIN)
+  def cos(self) -> Tensor: return ((math.pi / 2) - self._to_float()).sin()
+  def trunc(self) -> Tensor: return self if not self.dtype.is_float else self._unary(Ops.TRUNC)
+  def floor(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+  def ceil(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+  def round(self) -> Tensor:
+    """Round to the nearest integer, halves to even (as torch and numpy)."""
+    if not self.dtype.is_float: return self
+    r = (self + 0.5).floor()
+    tie_to_odd = (r - self == 0.5) & ((r * 0.5).floor() * 2).ne(r)
+    return tie_to_odd.where(r - 1, r)
+  def relu(self) -> Tensor: return self.maximum(0)
+  def sigmoid(self) -> Tensor: return (1 + (-self._to_float()).exp()).reciprocal()
+  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._to_float()).sigmoid() - 1.0
+  def abs(self) -> Tensor: return self if self.dtype.is_bool or self.dtype.is_unsigned else self.maximum(-self)
+  def sign(self) -> Tensor:
+    if self.dtype.is_bool: return self
+    s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    return self.ne(self).where(self, s) if self.dtype.is_float else s
+  def square(self) -> Tensor: return self * self
+
+  __neg__ = neg
+  def __invert__(self) -> Tensor: return self.bitwise_not()
+  def __add__(self, x: Any) -> Tensor: return self.add(x)
+  def __radd__(self, x: Any) -> Tensor: return self.add(x, True)
+  def __sub__(self, x: Any) -> Tensor: return self.sub(x)
+  def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)
+  def __mul__(self, x: Any) -> Tensor: return self.mul(x)
+  def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
+  def __truediv__(self, x: Any) -> Tensor: return self.div(x)
+  def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
+  def __floordiv__(self, x: Any) -> Tensor: return self.floordiv(x)
+  def __rfloordiv__(self, x: Any) -> Tensor: return self.floordiv(x, True)
+  def __mod__(self, x: Any) -> Tensor: return self.mod(x)
+  def __rmod__(self, x: Any) -> Tensor: return self.mod(x, True)
+  def __pow__(self, x: Any) -> Tensor: return self.pow(x)
+  def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)
+  def __and__(self, x: Any) -> Tensor: return self._bitwise(Ops.AND, x)
+  def __rand__(self, x: Any) -> Tensor: return self._bitwise(Ops.AND, x, True)
+  def __or__(self, x: Any) -> Tensor: return self._bitwise(Ops.OR, x)
+  def __ror__(self, x: Any) -> Tensor: return self._bitwise(Ops.OR, x, True)
+  def __xor__(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x)
+  def __rxor__(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x, True)
+  def __lshift__(self, x: int) -> Tensor: return self.lshift(x)
+  def __rshift__(self, x: int) -> Tensor: return self.rshift(x)
+  def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
+  def __rmatmul__(self, x: Tensor) -> Tensor: return Tensor(x).matmul(self) if not isinstance(x, Tensor) else x.matmul(self)
+
+  # ---- reductions ----
+
+  def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    resolved = tuple(self._resolve_axis(a) for a in axes)
+    if len(set(resolved)) != len(resolved): raise ValueError(f"axis {axis} repeats a dimension")
+    return tuple(sorted(resolved))
+
+  def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    axes = tuple(a for a in self._axes(axis) if self.shape[a] != 1) if self.ndim else ()
+    ret = self if not axes else self._apply_uop(lambda x: UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes)))
+    all_axes = self._axes(axis) if self.ndim else ()
+    if keepdim: return ret
+    return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in all_axes))
+
+  def _sum_dtype(self) -> DType:
+    if self.dtype.is_bool or (self.dtype.is_int and not self.dtype.is_unsigned): return dtypes.int64
+    if self.dtype.is_unsigned: return dtypes.uint64 if self.dtype.itemsize == 8 else dtypes.int64
+    return self.dtype
+
+  def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out == dtypes.float16 else out
+
+  def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """Sum over `axis` (all by default); ints and bools sum as int64, float16 accumulates in float32.
+
+    >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
+    [4, 6]
+    """
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    if self.numel() == 0 and self.ndim: return self._empty_reduce(0, axis, keepdim, out)
+    return self.cast(self._acc_dtype(out))._reduce(Ops.ADD, axis, keepdim).cast(out)
+
+  def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    if self.numel() == 0 and self.ndim: return self._empty_reduce(1, axis, keepdim, out)
+    return self.cast(self._acc_dtype(out))._reduce(Ops.MUL, axis, keepdim).cast(out)
+
+  def _empty_reduce(self, value: Any, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType) -> Tensor:
+    axes = self._axes(axis)
+    shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else \
+      tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    return Tensor.full(shape, value, dtype=dtype, device=self.device)
+
+  def _check_nonempty(self, name: str, axis: int | Sequence[int] | None) -> None:
+    if any(self.shape[a] == 0 for a in self._axes(axis)) and self.ndim:
+      raise ValueError(f"{name}: cannot reduce over a zero-size dimension of {self.shape}")
+
+  def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """The largest value over `axis` (NaN propagates).
+
+    >>> Tensor([[1, 5], [3, 4]]).max(1).tolist()
+    [5, 4]
+    """
+    self._check_nonempty("max", axis)
+    return self._reduce(Ops.MAX, axis, keepdim)
+
+  def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    self._check_nonempty("min", axis)
+    if self.dtype.is_bool: return self.logical_not().max(axis, keepdim).logical_not()
+    if self.dtype.is_float: return -((-self).max(axis, keepdim))
+    return ~((~self).max(axis, keepdim))
+
+  def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """The average over `axis`; ints become float.
+
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).mean().item()
+    2.5
+    """
+    x = self._to_float()
+    count = prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
+    total = x.sum(axis, keepdim)
+    return total * (1 / count) if count else total / 0
+
+  def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    x = self._to_float()
+    count = prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
+    sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return sq / max(0, count - correction)
+
+  def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    if self.numel() == 0: return self._empty_reduce(False, axis, keepdim, dtypes.bool)
+    return self.cast(dtypes.bool).max(axis, keepdim)
+  def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    if self.numel() == 0: return self._empty_reduce(True, axis, keepdim, dtypes.bool)
+    return self.logical_not().any(axis, keepdim).logical_not()
+
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the first largest value (int64); with axis None, into the flattened tensor.
+
+    >>> Tensor([1, 3, 2]).argmax().item()
+    1
+    """
+    if axis is None:
+      flat = self.flatten()
+      ret = flat.argmax(0)
+      return ret.reshape((1,) * self.ndim) if keepdim else ret
+    d = self._resolve_axis(axis)
+    self._check_nonempty("argmax", d)
+    n = self.shape[d]
+    is_max = (self == self.max(d, keepdim=True))
+    if self.dtype.is_float: is_max = is_max | self.ne(self)  # NaN counts as the maximum, as in torch
+    count_down = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+    return (n - (is_max * count_down).max(d, keepdim)).cast(dtypes.int64)
+
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    if self.dtype.is_bool: return self.logical_not().argmax(axis, keepdim)
+    return (-self if self.dtype.is_float else ~self).argmax(axis, keepdim)
+
+  def softmax(self, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis`, computed stably.
+
+    >>> round(Tensor([0.0, 0.0]).softmax().tolist()[0], 3)
+    0.5
+    """
+    x = self._to_float()
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def log_softmax(self, axis: int = -1) -> Tensor:
+    x = self._to_float()
+    shifted = x - x.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+  def logsumexp(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    x = self._to_float()
+    m = x.max(axis, keepdim=True)
+    m = (m.abs() == float("inf")).where(0, m)  # all -inf rows give -inf, not nan
+    ret = (x - m).exp().sum(axis, keepdim=True).log() + m
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
+
+  # ---- matmul and convolution ----
+
+  def dot(self, w: Tensor) -> Tensor:
+    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
+
+    >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[1], [1]])).tolist()
+    [[3], [7]]
+    """
+    return matmul(self, w)
+
+  def matmul(self, w: Tensor) -> Tensor: return self.dot(w)
+
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+    """Convolution (cross-correlation, as torch) over the trailing dims: views plus one reduce, no im2col buffer."""
+    return conv(self, weight, bias, groups, stride, dilation, padding)
+
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    x = self @ weight
+    return x + bias if bias is not None else x
