@@ -3,10 +3,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import itertools
+import weakref
 from typing import Any, Protocol
 import numpy as np
 from lazytensor.dtype import DType
 from lazytensor.helpers import DEBUG, DEV, diskcache_get, diskcache_put
+from lazytensor.uop.ops import Ops, UOp
 
 class Allocator:
   """Raw device memory. Handles are opaque to everything above the runtime."""
@@ -114,3 +117,13 @@ class Buffer:
       except Exception: pass  # interpreter shutdown
 
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
+
+# the memory behind each BUFFER node of the tensor graph; weak, so a buffer is freed with the last graph using it
+buffer_map: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+_buffer_uid = itertools.count()
+
+def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
+  """A BUFFER node and the Buffer behind it; the node's arg is unique, so two buffers never intern together."""
+  uop = UOp(Ops.BUFFER, dtype, (), (device, size, next(_buffer_uid)))
+  buffer_map[uop] = buf if buf is not None else Buffer(device, size, dtype)
+  return uop

@@ -2,27 +2,19 @@
 from __future__ import annotations
 import itertools
 import math
-import weakref
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 import numpy as np
 from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
-from lazytensor.device import Buffer, Device
+from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.helpers import argsort, flatten, make_tuple, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
+from lazytensor.engine.realize import run_schedule
+from lazytensor.engine.schedule import commit_realized, create_schedule
 from lazytensor.tensor_index import getitem
 from lazytensor.tensor_math import conv, matmul, tensor_pow, threefry_bits
 
 # ---- tensor-graph construction helpers ----
-
-_buffer_uid = itertools.count()
-buffer_map: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-
-def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
-  """A BUFFER node and the Buffer behind it; the node's arg is unique, so two buffers never intern together."""
-  uop = UOp(Ops.BUFFER, dtype, (), (device, size, next(_buffer_uid)))
-  buffer_map[uop] = buf if buf is not None else Buffer(device, size, dtype)
-  return uop
 
 def view_of(x: UOp, fn: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
   """Apply a movement to x without copying: compose into x's VIEW, or start a VIEW over x."""
@@ -115,16 +107,14 @@ class Tensor:
 
   def schedule(self, *others: Tensor) -> list:
     """The kernels that realizing these tensors would run, without running them."""
-    from lazytensor.engine.schedule import create_schedule
     return create_schedule([t.lazydata for t in (self,) + others])[0]
 
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; returns self."""
-    from lazytensor.engine.schedule import create_schedule
-    from lazytensor.engine.realize import run_schedule
     tensors = (self,) + others
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
+    commit_realized(becomes)
     for t in tensors: t.lazydata = becomes.get(t.lazydata, t.lazydata)
     return self
 
@@ -141,9 +131,10 @@ class Tensor:
     array([1, 2, 3])
     """
     if self.numel() == 0: return np.zeros(self.shape, dtype=self.dtype.np)
-    t = self if self.lazydata.op is Ops.VIEW and self.lazydata.arg.contiguous else self.contiguous()
-    buf, st = t._buffer()
-    if not st.contiguous: buf, st = t.contiguous()._buffer()
+    self.realize()
+    ld = self.lazydata
+    dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
+    buf, _ = (self if dense else self.contiguous())._buffer()
     return buf.numpy()[:self.numel()].reshape(self.shape)
 
   def item(self) -> Any:

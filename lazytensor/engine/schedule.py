@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import weakref
 from dataclasses import dataclass, field
-from lazytensor.device import Buffer
+from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.helpers import DEBUG, prod
@@ -38,6 +38,7 @@ pm_resolve = PatternMatcher([
   (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                  # contiguous(buffer) -> buffer
    lambda v: v if _is_plain_buffer_view(v) else None),
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
+  (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
 ])
 
 @dataclass
@@ -85,7 +86,7 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
       stack.append((node.src[0], reshape_only and node.arg.contiguous, in_reduce))
     elif node.op is Ops.REDUCE_AXIS:
       if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
-      if (other := g.kernel_reduce.get(root)) is not None and (other.src[0].shape, other.arg) != (node.src[0].shape, node.arg):
+      if (other := g.kernel_reduce.get(root)) is not None and (other.src[0].shape, other.arg[1]) != (node.src[0].shape, node.arg[1]):
         return node
       g.kernel_reduce.setdefault(root, node)
       owner[node] = root
@@ -180,12 +181,12 @@ def _output_buffer(root: UOp) -> Buffer:
   if root.op is Ops.ASSIGN: return _buffer_of(root.src[0].src[0])
   return Buffer(root.device, prod(_root_shape(root)), root.dtype)
 
-def _buffer_of(buf_uop: UOp) -> Buffer:
-  from lazytensor.tensor import buffer_map
-  return buffer_map[buf_uop]
+def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The kernels that compute `outs`, in order, and what each output node becomes once they have run."""
+  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
+
+  Nothing is recorded until the caller has run the items and calls `commit_realized(becomes)`."""
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
   sink, origin = _substitute_realized(original_sink)
@@ -208,12 +209,11 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   for r in roots:
-    if id(outputs[r]) not in reused: realized_map[origin.get(r, r)] = buffer_uops[r]
+    if id(outputs[r]) not in reused: becomes.setdefault(origin.get(r, r), buffer_uops[r])
   if DEBUG >= 1 and items: print(f"scheduled {len(items)} items from {len(original_sink.toposort)} nodes")
   return items, becomes
 
 def _buffer_uop_for(root: UOp, buf: Buffer) -> UOp:
-  from lazytensor.tensor import new_buffer_uop
   if root.op is Ops.ASSIGN: return root.src[0]
   shape = _root_shape(root)
   return UOp(Ops.VIEW, root.dtype, (new_buffer_uop(buf.device, buf.size, buf.dtype, buf),), ShapeTracker.from_shape(shape))
@@ -227,5 +227,9 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
       base_view = buffer_uops[new.src[0]]
       becomes[orig] = UOp(Ops.VIEW, new.dtype, base_view.src, (base_view.arg + new.arg).simplify())
     else: becomes[orig] = new
-    realized_map[orig] = becomes[orig]
   return becomes
+
+def commit_realized(becomes: dict[UOp, UOp]) -> None:
+  """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing."""
+  for node, buf_view in becomes.items():
+    if node is not buf_view: realized_map[node] = buf_view

@@ -117,7 +117,7 @@ class View:
     assert math.prod(new_shape) == math.prod(self.shape), f"reshape: {self.shape} -> {new_shape} changes the size"
     if new_shape == self.shape: return self
     if self.contiguous: return View.create(new_shape)
-    if self.masked_out: return View.create(new_shape, mask=((0, 0),) * len(new_shape))
+    if self.masked_out: return _masked_out(new_shape)
     # size-1 dims carry nothing (stride 0, always valid): match the others in the fewest groups of equal size
     old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.valid_ranges()) if s != 1]
     new = [s for s in new_shape if s != 1]
@@ -142,7 +142,7 @@ class View:
   def __add__(self, other: View) -> View | None:
     """The one view equal to `other` read through this one (other indexes this view's row-major flattening)."""
     if self.contiguous or 0 in other.shape: return other
-    if self.masked_out or other.masked_out: return View.create(other.shape, mask=((0, 0),) * len(other.shape))
+    if self.masked_out or other.masked_out: return _masked_out(other.shape)
     # peel the movement ops off `other` until only a strided box of the flat index is left, merge that, reapply
     if other.mask is not None:
       inner = self + other.shrink(other.mask)
@@ -170,7 +170,8 @@ class View:
     if (digits := _digits(n, steps, [other.shape[d] for d in moving], other.offset)) is None: return None
     digits = _refine(digits, _spans(base.shape)[:-1])
     if (split := base.reshape(tuple(hi // lo for hi, lo, _, _ in digits))) is None: return None
-    box = split.shrink(tuple((start, start + count) for _, _, start, count in digits))
+    if (box := split.shrink(tuple((start, start + count) for _, _, start, count in digits))).masked_out:
+      return _masked_out(other.shape)
     ordered = box.reshape(tuple(other.shape[d] for d in moving))
     assert ordered is not None, "dropping size-1 dims always reshapes"
     result = ordered.permute(tuple(sorted(range(len(moving)), key=lambda k: moving[k]))).reshape(other.shape)
@@ -190,6 +191,10 @@ class View:
       if start > 0: valid = _and(valid, i > start - 1)  # i >= start, as one comparison
       if end < s: valid = _and(valid, i < end)
     return idx, valid
+
+def _masked_out(shape: tuple[int, ...]) -> View | None:
+  # nothing valid; a 0-d shape has no dim to carry the empty mask, so it needs a view of its own (None)
+  return View.create(shape, mask=((0, 0),) * len(shape)) if shape else None
 
 Digit = tuple[int, int, int, int]  # (hi, lo, start, count): digit (flat % hi) // lo ranges over [start, start + count)
 

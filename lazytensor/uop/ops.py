@@ -219,9 +219,8 @@ class UOp:
   def device(self) -> str:
     if self.op is Ops.BUFFER: return self.arg[0]
     if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
-    for s in self.src:
-      if s.op is not Ops.DEVICE or self.op is Ops.CONST: return s.device
-    raise AssertionError(f"{self.op} has no device")
+    assert self.src, f"{self.op} has no device"
+    return self.src[0].device
 
   @property
   def base(self) -> UOp: return self.src[0].base if self.op is Ops.VIEW else self

@@ -1,0 +1,92 @@
+"""Kernel counts that users can rely on (DESIGN.md), and scheduling behaviour."""
+import numpy as np
+import pytest
+from lazytensor import GlobalCounters, Tensor
+from lazytensor.engine.schedule import create_schedule
+
+def kernels(*ts: Tensor) -> int:
+  items, _ = create_schedule([t.lazydata for t in ts])
+  return sum(1 for it in items if it.ast.op is not None and it.ast.op.name == "SINK")
+
+@pytest.fixture
+def ab() -> tuple[Tensor, Tensor]:
+  rng = np.random.default_rng(0)
+  return Tensor(rng.random((16, 16), dtype=np.float32)).realize(), Tensor(rng.random((16, 16), dtype=np.float32)).realize()
+
+@pytest.mark.parametrize("name,fn,count", [
+  ("chain", lambda a, b: (a + b) * 2 - 1, 1),
+  ("mul_sum", lambda a, b: (a * b).sum(1), 1),
+  ("sum_plus", lambda a, b: a.sum(1) + 1, 1),
+  ("matmul", lambda a, b: a @ b, 1),
+  ("matmul_relu", lambda a, b: (a @ b).relu(), 1),
+  ("sub_max", lambda a, b: a - a.max(1, keepdim=True), 2),
+  ("permute_contiguous", lambda a, b: a.permute(1, 0).contiguous(), 1),
+  ("sum_keepdim_false_chain", lambda a, b: (a.sum(1) * 2).exp(), 1),
+  ("two_reduces_same_axes", lambda a, b: a.sum(1) + b.max(1), 1),
+])
+def test_kernel_count(ab: tuple[Tensor, Tensor], name: str, fn, count: int) -> None:
+  a, b = ab
+  assert kernels(fn(a, b)) == count
+
+def test_softmax_at_most_3(ab: tuple[Tensor, Tensor]) -> None:
+  assert kernels(ab[0].softmax(1)) <= 3
+
+def test_conv2d_one_kernel() -> None:
+  x, w = Tensor.rand(2, 3, 8, 8).realize(), Tensor.rand(4, 3, 3, 3).realize()
+  assert kernels(x.conv2d(w, padding=1)) == 1
+
+def test_two_outputs_at_most_2(ab: tuple[Tensor, Tensor]) -> None:
+  a, b = ab
+  assert kernels((a + b).sum(), (a + b).max()) <= 2
+
+def test_movement_on_realized_is_free(ab: tuple[Tensor, Tensor]) -> None:
+  a, _ = ab
+  moved = a.permute(1, 0).reshape(256).reshape(16, 16)[2:5].flip(0)
+  assert kernels(moved) == 0
+
+def test_kernel_count_counter(ab: tuple[Tensor, Tensor]) -> None:
+  a, b = ab
+  GlobalCounters.reset()
+  ((a + b) * 2).realize()
+  assert GlobalCounters.kernel_count == 1
+  assert GlobalCounters.global_mem > 0
+
+def test_realized_once_is_not_recomputed(ab: tuple[Tensor, Tensor]) -> None:
+  a, b = ab
+  c = (a + b).sum(1)
+  c.realize()
+  d = c * 2
+  assert kernels(d) == 1  # only the multiply: c is a buffer now
+
+def test_shared_intermediate_seen_by_other_tensor(ab: tuple[Tensor, Tensor]) -> None:
+  a, b = ab
+  c = a @ b
+  d = c + 1
+  d.realize()
+  e = c * 2  # c's node was never realized on its own: one kernel recomputes it fused
+  np.testing.assert_allclose(e.numpy(), (a.numpy() @ b.numpy()) * 2, rtol=1e-5)
+
+def test_schedule_does_not_run(ab: tuple[Tensor, Tensor]) -> None:
+  a, b = ab
+  GlobalCounters.reset()
+  items = (a + b).schedule()
+  assert len(items) == 1 and GlobalCounters.kernel_count == 0
+
+def test_memory_planner_reuses_intermediates() -> None:
+  x = Tensor.rand(64, 64).realize()
+  y = x
+  for _ in range(5): y = (y * 0.5 + 1).contiguous()  # each step's buffer is dead once the next has read it
+  items, _ = create_schedule([y.lazydata])
+  bufs = {id(b) for it in items for b in it.bufs[:1]}
+  assert len(items) == 5 and len(bufs) == 3
+  ref = x.numpy()
+  for _ in range(5): ref = ref * 0.5 + 1
+  np.testing.assert_allclose(y.numpy(), ref, rtol=1e-6)
+
+def test_copy_between_devices() -> None:
+  a = Tensor([1.0, 2.0, 3.0], device="CPU")
+  b = (a * 2).to("CPU:1")
+  assert b.device == "CPU:1"
+  assert b.tolist() == [2.0, 4.0, 6.0]
+  items, _ = create_schedule([(a + 1).to("CPU:1").lazydata])
+  assert [it.ast.op.name for it in items] == ["SINK", "COPY"]
