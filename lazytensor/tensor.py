@@ -279,7 +279,8 @@ class Tensor:
     bits = Tensor._random_bits(prod(shp), device)
     # 23 random mantissa bits under exponent 0 give a float in [1, 2)
     one_to_two = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32)
-    ret = (one_to_two - 1.0).cast(dt).reshape(shp)
+    # materialized: a random tensor is read many times (e.g. by a matmul) and must not be regenerated per read
+    ret = (one_to_two - 1.0).cast(dt).reshape(shp).contiguous()
     ret.requires_grad = kwargs.get("requires_grad")
     return ret
 

@@ -177,7 +177,7 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
   quot = [(b, k // c.arg) for b, k in terms if k % c.arg == 0]
   if not quot and const // c.arg == 0: return None
   rem = _build_sum(x.dtype, [(b, k) for b, k in terms if k % c.arg != 0], const % c.arg)
-  if rem.vmin < 0: return None
+
   if d.op is Ops.MOD: return rem % c
   # moving only a constant out of the quotient makes it no simpler unless the division vanishes
   if not quot and rem.vmax >= c.arg: return None

@@ -157,6 +157,9 @@ CASES: dict[str, Case] = {
   # why not folded: g-1 can be -1, where C truncation and floor division differ
   "div_negative_kept": (lambda: (g - 1) // 4, lambda: (g + -1) // 4),
   "mod_negative_kept": (lambda: (g * 4 - l) % 4, lambda: (g * 4 + l * -1) % 4),
+  "div_negative_quotient_kept": (lambda: (l - g * 4) // 4, lambda: (l + g * -4) // 4),
+  "mod_negative_quotient_kept": (lambda: (l - g * 4) % 4, lambda: (l + g * -4) % 4),
+  "mod_below_zero_kept": (lambda: (l - 5) % 4, lambda: (l + -5) % 4),
   # canonical sums and products
   "const_right": (lambda: 3 + g, lambda: g + 3),
   "reassoc_add": (lambda: (g + 3) + 5, lambda: g + 8),
@@ -238,11 +241,13 @@ def int_exprs(draw: st.DrawFn, depth: int = 3) -> UOp:
   if depth == 0 or draw(st.integers(0, 4)) == 0:
     return draw(st.sampled_from(HVARS)) if draw(st.booleans()) else c(draw(st.integers(-8, 8)))
   a = draw(int_exprs(depth - 1))
-  kind = draw(st.sampled_from(["add", "sub", "mul", "mul_leaf", "div", "mod", "neg", "max", "where"]))
+  kind = draw(st.sampled_from(["add", "sub", "mul", "mul_leaf", "div", "mod", "split", "neg", "max", "where"]))
   if kind == "neg": return -a
-  if kind in ("div", "mod"):
+  if kind in ("div", "mod", "split"):
     d = draw(st.integers(1, 9))
-    return a // d if kind == "div" else a % d
+    # split: (a*d + b) // d and (a*d + b) % d, the shape that div/mod folding looks for
+    if kind == "split": a = a * (d * draw(st.sampled_from([1, -1, 2]))) + draw(int_exprs(depth - 1))
+    return a // d if draw(st.booleans()) else a % d
   if kind == "mul": return a * draw(st.integers(-4, 4))
   # a product of two subexpressions would overflow int32: multiply by a leaf only
   if kind == "mul_leaf": return a * draw(int_exprs(0))

@@ -298,9 +298,9 @@ class LLVMRenderer(Renderer):
     f = _Function(uops)
     for u in uops:
       if (v := _HANDLERS.get(u.op, _unsupported)(f, u)) is not None: f.r[u] = v
-    bufs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-    assert [u.arg for u in bufs] == list(range(len(bufs))), f"buffer arguments must be 0..n-1, got {[u.arg for u in bufs]}"
-    args = [f"ptr noalias {f.r[u]}" for u in bufs] + ["i32 %core_id"]
+    # every argument index up to the highest, so that a buffer the program does not touch still has its slot
+    nbufs = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_GLOBAL), default=0)
+    args = [f"ptr noalias %data{i}" for i in range(nbufs)] + ["i32 %core_id"]
     return "\n".join([f'define void @"{name}"({", ".join(args)}) #0 {{', "entry:", *f.allocas, *f.lines, "  ret void", "}",
                       *f.decls, f"attributes #0 = {{ {self._attributes()} }}", ""])
 

@@ -1,0 +1,17 @@
+from setuptools import find_packages, setup
+
+setup(
+  name="lazytensor",
+  version="0.1.0",
+  description="A small lazy tensor framework whose kernels are generated, optimized and searched",
+  long_description=open("README.md").read(),
+  long_description_content_type="text/markdown",
+  packages=find_packages(include=["lazytensor", "lazytensor.*"]),
+  python_requires=">=3.10",
+  install_requires=["numpy", "llvmlite", "tqdm"],
+  extras_require={
+    "test": ["pytest", "pytest-xdist", "hypothesis", "ruff", "mypy"],
+    "cuda": ["pycuda"],
+    "mpi": ["mpi4py", "mpich"],
+  },
+)

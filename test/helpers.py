@@ -1,0 +1,132 @@
+"""Test helpers: run one function on lazytensor and on a reference (torch when installed, else numpy) and compare.
+
+`check_op` is the entry point of the op tests. It compares forward values, shapes and dtypes. Gradients are the
+planned extension: `check_op` returns the lazytensor and reference inputs and outputs (`OpRun`), so a future
+`check_grads(run)` can call backward on both sides and compare the inputs' gradients without building anything again.
+"""
+from __future__ import annotations
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+import numpy as np
+from lazytensor import Tensor
+from lazytensor.dtype import DType, dtypes, to_dtype
+
+try:
+  import torch
+  HAVE_TORCH = True
+except ImportError:  # the reference tests then run against numpy only
+  torch = None
+  HAVE_TORCH = False
+
+# the dtypes of issue 2, the ones every sweep covers
+SUPPORTED = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32, dtypes.int64,
+             dtypes.float16, dtypes.float32, dtypes.float64]
+
+# per-dtype default tolerances (atol, rtol): float16 keeps ~3 decimal digits, fast exp/log cost a few ulps in float32
+TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float16: (1e-2, 1e-2), dtypes.float32: (1e-5, 1e-4),
+                                                dtypes.float64: (1e-6, 1e-5)}
+
+Generator = Callable[[tuple[int, ...], DType, np.random.Generator], np.ndarray]
+InputSpec = tuple[int, ...] | np.ndarray
+
+def torch_dtype(dt: DType) -> Any:
+  """The torch dtype of the same name (torch.float32 <-> dtypes.float32)."""
+  assert HAVE_TORCH
+  return getattr(torch, dt.name)
+
+def from_torch_dtype(tdt: Any) -> DType:
+  return to_dtype(str(tdt).removeprefix("torch."))
+
+def random_array(shape: tuple[int, ...], dt: DType, rng: np.random.Generator, low: float = -2.0,
+                 high: float = 2.0) -> np.ndarray:
+  """Uniform values in [low, high): floats continuous, ints integral (clipped to the dtype's range), bools fair coins."""
+  if dt.is_bool: return rng.random(shape) < 0.5
+  if dt.is_int:
+    lo, hi = max(int(np.floor(low)), int(dt.min())), min(int(np.ceil(high)), int(dt.max()) + 1)
+    return rng.integers(lo, max(hi, lo + 1), size=shape).astype(dt.np)
+  return rng.uniform(low, high, size=shape).astype(dt.np)
+
+def nonzero(shape: tuple[int, ...], dt: DType, rng: np.random.Generator) -> np.ndarray:
+  """Values away from zero, for divisors and logs."""
+  x = random_array(shape, dt, rng, 0.5, 3.0)
+  sign = np.where(rng.random(shape) < 0.5, -1, 1) if not dt.is_unsigned else 1
+  return (x * sign).astype(dt.np)
+
+def positive(shape: tuple[int, ...], dt: DType, rng: np.random.Generator) -> np.ndarray:
+  return random_array(shape, dt, rng, 0.25, 4.0)
+
+@dataclass
+class OpRun:
+  """Everything one `check_op` call built: what a gradient check needs to rerun backward on both sides."""
+  inputs: list[Tensor]
+  ref_inputs: list[Any]
+  out: Any
+  ref_out: Any
+
+def _as_numpy(x: Any) -> np.ndarray:
+  if isinstance(x, Tensor): return x.numpy()
+  if HAVE_TORCH and isinstance(x, torch.Tensor): return x.detach().numpy()
+  return np.asarray(x)
+
+def _outputs(x: Any) -> list[Any]:
+  return list(x) if isinstance(x, (tuple, list)) else [x]
+
+def compare(out: Any, ref: Any, atol: float | None = None, rtol: float | None = None, ref_dtype: DType | None = None,
+            label: str = "") -> None:
+  """Assert that a lazytensor Tensor matches a reference array: shape, dtype (if known) and values (NaN == NaN)."""
+  assert isinstance(out, Tensor), f"{label}expected a Tensor, got {type(out).__name__}"
+  if ref_dtype is not None: assert out.dtype == ref_dtype, f"{label}dtype {out.dtype} != reference {ref_dtype}"
+  got, want = out.numpy(), _as_numpy(ref)
+  assert got.shape == want.shape, f"{label}shape {got.shape} != reference {want.shape}"
+  assert got.dtype == out.dtype.np, f"{label}numpy() gave {got.dtype} for a {out.dtype} tensor"
+  if out.dtype.is_float or want.dtype.kind == "f":
+    default_atol, default_rtol = TOLERANCES.get(out.dtype, TOLERANCES[dtypes.float32])
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), equal_nan=True, err_msg=label,
+                               atol=default_atol if atol is None else atol, rtol=default_rtol if rtol is None else rtol)
+  else: np.testing.assert_array_equal(got, want, err_msg=label)
+
+def _run_reference(fn: Callable[..., Any], arrays: list[np.ndarray], on_torch: bool) -> tuple[list[Any], Any]:
+  ins: list[Any] = [torch.from_numpy(a.copy()) for a in arrays] if on_torch else [a.copy() for a in arrays]
+  with np.errstate(all="ignore"): return ins, fn(*ins)
+
+def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callable[..., Any] | None = None,
+             torch_fn: Callable[..., Any] | None = None, dtype: DType | str | Sequence[DType | str] = dtypes.float32,
+             atol: float | None = None, rtol: float | None = None, low: float = -2.0, high: float = 2.0,
+             gen: Generator | None = None, use_torch: bool = True, out_dtype: DType | None = None,
+             seed: int = 0) -> OpRun:
+  """Run `fn` on random lazytensor inputs and on the same values in a reference; compare shape, dtype and values.
+
+  shapes: one entry per input, a shape (random values) or a numpy array (used as given, its dtype wins).
+  dtype: the input dtype, or one per input. Values come from `gen(shape, dtype, rng)`, else uniform in [low, high).
+  Reference: torch (`torch_fn`, or `fn` itself) when torch is installed and `use_torch`; numpy (`np_fn`) also runs
+  when given; with neither torch nor `np_fn`, `fn` runs on the numpy arrays. Output dtypes are checked against torch's,
+  and against `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
+  """
+  dts = [to_dtype(d) for d in dtype] if isinstance(dtype, (list, tuple)) else [to_dtype(dtype)] * len(shapes)
+  rng = np.random.default_rng(seed)
+  arrays = [s if isinstance(s, np.ndarray) else (gen or _uniform(low, high))(tuple(s), dt, rng) for s, dt in zip(shapes, dts)]
+  inputs = [Tensor(a) for a in arrays]
+  out = fn(*inputs)
+  for o in _outputs(out):
+    if out_dtype is not None: assert o.dtype == out_dtype, f"dtype {o.dtype} != expected {out_dtype}"
+  refs: list[tuple[str, Callable[..., Any], bool]] = []
+  if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn, True))
+  if np_fn is not None or not refs: refs.append(("numpy", np_fn or fn, False))
+  ref_inputs, ref_out = None, None
+  for name, ref_fn, on_torch in refs:
+    ins, res = _run_reference(ref_fn, arrays, on_torch)
+    if ref_out is None: ref_inputs, ref_out = ins, res
+    got, want = _outputs(out), _outputs(res)
+    assert len(got) == len(want), f"{name}: {len(got)} outputs != reference {len(want)}"
+    for i, (o, r) in enumerate(zip(got, want)):
+      rdt = from_torch_dtype(r.dtype) if on_torch and isinstance(r, torch.Tensor) else None
+      compare(o, r, atol, rtol, rdt, label=f"{name} output {i}: ")
+  return OpRun(inputs, list(ref_inputs or []), out, ref_out)
+
+def _uniform(low: float, high: float) -> Generator:
+  return lambda shape, dt, rng: random_array(shape, dt, rng, low, high)
+
+@contextlib.contextmanager
+def no_numpy_warnings() -> Any:
+  with np.errstate(all="ignore"): yield
