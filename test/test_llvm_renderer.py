@@ -3,27 +3,38 @@ import math
 import os
 import platform
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
+
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.codegen.transcendental import pm_fast_math, xexp2, xlog2
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.helpers import Context
-from lazytensor.runtime.ops_cpu import CorruptProgramError, CpuDevice, CPUProgram
+from lazytensor.runtime.ops_cpu import (
+  CorruptProgramError,
+  CpuDevice,
+  CPUProgram,
+  LLVMCompiler,
+  undefined_symbols,
+  unpack_object,
+)
 from lazytensor.uop.ops import GroupOp, Ops, UOp, exec_alu, graph_rewrite
 
 DEV = CpuDevice("CPU")
-I32 = dtypes.int32
-F32 = dtypes.float32
-ALL = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64]
+COMPILER = LLVMCompiler()
+I32, F32 = dtypes.int32, dtypes.float32
+ALL = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+       dtypes.uint64, dtypes.float16, F32, dtypes.float64]
 
 # ---- building and running linear programs ----
 
 def c(v: Any, dt: DType = I32) -> UOp: return UOp.const(dt, v)
 def like(dt: DType, x: UOp) -> DType: return dt.vec(x.dtype.count)
 def glob(i: int, dt: DType) -> UOp: return UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), i)
-def rng(n: int | UOp, axis: int = 0) -> UOp: return UOp(Ops.RANGE, I32, (c(0), n if isinstance(n, UOp) else c(n)), (axis, "global"))
+def rng(n: int, axis: int = 0) -> UOp: return UOp(Ops.RANGE, I32, (c(0), c(n)), (axis, "global"))
 def end(r: UOp) -> UOp: return UOp(Ops.ENDRANGE, dtypes.void, (r,))
 def load(buf: UOp, idx: UOp, dt: DType, *gate: UOp) -> UOp: return UOp(Ops.LOAD, dt, (buf, idx, *gate))
 def store(buf: UOp, idx: UOp, val: UOp, *gate: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (buf, idx, val, *gate))
@@ -37,21 +48,20 @@ def linear(*roots: UOp) -> list[UOp]:
 
 def run(uops: list[UOp], arrays: list[np.ndarray], core_count: int = 1) -> list[np.ndarray]:
   """Render, compile and run; buffer i holds arrays[i]; returns every buffer's contents afterwards."""
-  prog = CPUProgram(DEV, "kernel", DEV.compiler.compile(DEV.renderer.render("kernel", uops)))
+  prog = CPUProgram(DEV, "kernel", COMPILER.compile(DEV.renderer.render("kernel", uops)))
   handles = [DEV.allocator.alloc(a.nbytes) for a in arrays]
-  for h, a in zip(handles, arrays): DEV.allocator.copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+  for h, a in zip(handles, arrays): DEV.allocator.copyin(h, np.ascontiguousarray(a).data.cast("B"))
   prog(*handles, core_count=core_count)
   outs = [np.empty_like(a) for a in arrays]
-  for h, o in zip(handles, outs): DEV.allocator.copyout(memoryview(o).cast("B"), h)
+  for h, o in zip(handles, outs): DEV.allocator.copyout(o.data.cast("B"), h)
   return outs
 
-def elementwise(fns: list[Callable[..., UOp]], in_dts: list[DType], out_dts: list[DType], n: int, width: int) -> list[UOp]:
+def elementwise(fns: list[Callable[..., UOp]], ins: list[DType], outs: list[DType], n: int, width: int) -> list[UOp]:
   """for r: out_k[r*width : (r+1)*width] = fns[k](*inputs), with buffers (outputs..., inputs...)."""
   r = rng(n // width)
   idx = r * width if width > 1 else r
-  ins = [load(glob(len(out_dts) + i, dt), idx, dt.vec(width)) for i, dt in enumerate(in_dts)]
-  stores = [store(glob(k, dt), idx, fn(*ins)) for k, (fn, dt) in enumerate(zip(fns, out_dts))]
-  return linear(*stores, end(r))
+  vals = [load(glob(len(outs) + i, dt), idx, dt.vec(width)) for i, dt in enumerate(ins)]
+  return linear(*[store(glob(k, dt), idx, fn(*vals)) for k, (fn, dt) in enumerate(zip(fns, outs))], end(r))
 
 def samples(dt: DType, n: int, seed: int) -> np.ndarray:
   """Random values of dt with its special values (0, -1, min, max, inf, nan, ...) at a seed-dependent position."""
@@ -67,20 +77,20 @@ def samples(dt: DType, n: int, seed: int) -> np.ndarray:
   return np.roll(vals, seed)
 
 def assert_same(got: np.ndarray, want: np.ndarray, dt: DType, rtol: float = 0.0, msg: str = "") -> None:
-  if dt.is_float: np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=0, equal_nan=True, err_msg=msg)
-  else: np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=msg)
+  if not dt.is_float: np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=msg)
+  else: np.testing.assert_allclose(got.astype(float), want.astype(float), rtol, atol=0, equal_nan=True, err_msg=msg)
 
 # ---- loops, vectors, reductions ----
 
 @pytest.mark.parametrize("width", [1, 8])
 def test_add_loop(width: int) -> None:
   a, b = samples(F32, 64, 1), samples(F32, 64, 2)
-  prog = elementwise([lambda x, y: x + y], [F32, F32], [F32], 64, width)
   with np.errstate(invalid="ignore"): want = a + b
+  prog = elementwise([lambda x, y: x + y], [F32, F32], [F32], 64, width)
   assert_same(run(prog, [np.zeros(64, np.float32), a, b])[0], want, F32)
 
 def test_vectorize_gep() -> None:
-  # lanes gathered from four scalar loads, one splat of a non-constant, one constant vector; GEP takes lanes out again
+  # lanes gathered from four scalar loads, a splat of a non-constant, a constant vector; GEP takes lanes out again
   g_out, g_in = glob(0, F32), glob(1, F32)
   r = rng(4)
   lanes = [load(g_in, r * 4 + i, F32) for i in range(4)]
@@ -88,40 +98,41 @@ def test_vectorize_gep() -> None:
   splat = UOp(Ops.VECTORIZE, F32.vec(4), (lanes[0],) * 4)
   consts = UOp(Ops.VECTORIZE, F32.vec(4), tuple(c(float(i), F32) for i in range(4)))
   v = gathered * splat + consts
-  st = [store(g_out, r * 4 + i, v.gep(3 - i)) for i in range(4)]
   a = np.arange(16, dtype=np.float32)
   want = (a.reshape(4, 4) * a[::4, None] + np.arange(4))[:, ::-1].ravel()
-  assert_same(run(linear(*st, end(r)), [np.zeros(16, np.float32), a])[0], want, F32)
+  prog = linear(*[store(g_out, r * 4 + i, v.gep(3 - i)) for i in range(4)], end(r))
+  assert_same(run(prog, [np.zeros(16, np.float32), a])[0], want, F32)
 
-def sum_program(n: int, dt: DType, op: Ops) -> list[UOp]:
-  acc = UOp(Ops.DEFINE_ACC, dt, (UOp.const(dt, 0.0 if op is Ops.ADD else -np.inf),), 0)
+def reduce_program(n: int, dt: DType, op: Ops) -> list[UOp]:
+  """out[0] = op-reduce of in[0:n], accumulating in a register of dtype dt (a vector: lanes combined after the loop)."""
+  acc = UOp(Ops.DEFINE_ACC, dt, (UOp.const(dt, 0.0 if op is Ops.ADD else -math.inf),), 0)
   r = rng(n // dt.count)
   x = load(glob(1, F32), r * dt.count if dt.count > 1 else r, dt)
   assign = UOp(Ops.ASSIGN, dt, (acc, UOp(op, dt, (load(acc, r, dt), x))))
   e = end(r)
-  total = load(acc, e, dt)
-  for i in range(dt.count if dt.count > 1 else 0): total = UOp(op, F32, (total, load(acc, e, dt).gep(i))) if i else total.gep(0)
+  lanes = [load(acc, e, dt).gep(i) for i in range(dt.count)]
+  total = lanes[0]
+  for lane in lanes[1:]: total = UOp(op, F32, (total, lane))
   return linear(acc, r, assign, e, store(glob(0, F32), c(0), total))
 
-@pytest.mark.parametrize("dt", [F32, F32.vec(8)])
+@pytest.mark.parametrize("dt", [F32, F32.vec(8)], ids=str)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
 def test_reduce(dt: DType, op: Ops) -> None:
   a = np.random.default_rng(3).standard_normal(1024).astype(np.float32)
-  got = run(sum_program(1024, dt, op), [np.zeros(1, np.float32), a])[0][0]
+  got = run(reduce_program(1024, dt, op), [np.zeros(1, np.float32), a])[0][0]
   np.testing.assert_allclose(got, a.sum() if op is Ops.ADD else a.max(), rtol=1e-5)
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="checks x86 instructions")
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="looks for x86 instructions")
 def test_reduce_is_vectorized() -> None:
   # the accumulator's add is marked reassoc, which is what lets LLVM vectorize a scalar sum
-  asm = DEV.compiler.assembly(DEV.renderer.render("kernel", sum_program(1024, F32, Ops.ADD)))
+  asm = COMPILER.assembly(DEV.renderer.render("kernel", reduce_program(1024, F32, Ops.ADD)))
   assert "addps" in asm, asm
 
 def test_reduce_rows() -> None:
   # an accumulator inside an outer loop is reset on each of its iterations
   g_out, g_in = glob(0, F32), glob(1, F32)
-  i = rng(8, 0)
+  i, j = rng(8, 0), rng(16, 1)
   acc = UOp(Ops.DEFINE_ACC, F32, (c(0.0, F32),), 0)
-  j = rng(16, 1)
   assign = UOp(Ops.ASSIGN, F32, (acc, load(acc, j, F32) + load(g_in, i * 16 + j, F32)))
   ej = end(j)
   prog = linear(i, acc, j, assign, ej, store(g_out, i, load(acc, ej, F32)), end(i))
@@ -137,14 +148,14 @@ def test_zero_trip_loop() -> None:
 
 @pytest.mark.parametrize("width", [1, 4])
 def test_gated_load_never_touches_memory(width: int) -> None:
-  # masked-off lanes point a gigabyte past the buffer: touching them would crash the process
+  # masked-off lanes point gigabytes past the buffer: touching them would crash the process
   g_out, g_in = glob(0, F32), glob(1, F32)
   r = rng(16)
   gate = r.lt(4)
-  idx = gate.where(r * width, r * 100_000_000)
-  val = load(g_in, idx, F32.vec(width), gate, UOp.const(F32.vec(width), 5.0))
-  out = run(linear(store(g_out, r * width, val), end(r)), [np.zeros(16 * width, np.float32), np.arange(4 * width, dtype=np.float32)])[0]
-  assert_same(out, np.concatenate([np.arange(4 * width), np.full(12 * width, 5.0)]), F32)
+  val = load(g_in, gate.where(r * width, r * 100_000_000), F32.vec(width), gate, UOp.const(F32.vec(width), 5.0))
+  a = np.arange(4 * width, dtype=np.float32)
+  out = run(linear(store(g_out, r * width, val), end(r)), [np.zeros(16 * width, np.float32), a])[0]
+  assert_same(out, np.concatenate([a, np.full(12 * width, 5.0)]), F32)
 
 def test_gated_store() -> None:
   g_out, g_in = glob(0, F32), glob(1, F32)
@@ -159,10 +170,9 @@ def test_gated_store() -> None:
 def test_bool_buffers(width: int) -> None:
   # bools are bytes in memory; any nonzero byte reads as true, stores write 0/1
   a, b = samples(dtypes.bool, 32, 1), samples(dtypes.bool, 32, 2)
-  raw = a.view(np.uint8) * 3
-  prog = elementwise([lambda x, y: x ^ y, lambda x, y: x.cast(like(dtypes.uint8, x))], [dtypes.bool, dtypes.bool],
-                     [dtypes.bool, dtypes.uint8], 32, width)
-  x, y, *_ = run(prog, [np.zeros(32, np.bool_), np.zeros(32, np.uint8), raw, b])
+  fns = [lambda x, y: x ^ y, lambda x, y: x.cast(like(dtypes.uint8, x))]
+  prog = elementwise(fns, [dtypes.bool, dtypes.bool], [dtypes.bool, dtypes.uint8], 32, width)
+  x, y, *_ = run(prog, [np.zeros(32, np.bool_), np.zeros(32, np.uint8), a.view(np.uint8) * 3, b])
   assert_same(x.view(np.uint8), (a ^ b).view(np.uint8), dtypes.uint8)
   assert_same(y, a.astype(np.uint8), dtypes.uint8)
 
@@ -170,22 +180,24 @@ def test_bool_buffers(width: int) -> None:
 
 FLOAT_OPS = [Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC, Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV,
              Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.MULACC]
-INT_OPS = [Ops.NEG, Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR,
-           Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC]
+INT_OPS = [Ops.NEG, Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR,
+           Ops.XOR, Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC]
 BOOL_OPS = [Ops.NEG, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.WHERE]
 
 def c_semantics(op: Ops, dt: DType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  return np.array([exec_alu(op, dt, [int(x), int(y)]) for x, y in zip(a, b)]).astype(dt.np)
+  return np.array([exec_alu(op, dt, [int(x), int(y)]) for x, y in zip(a, b)], dtype=dt.np)
 
 def reference(op: Ops, dt: DType, a: np.ndarray, b: np.ndarray, s: np.ndarray, cond: np.ndarray) -> np.ndarray:
-  fmod = np.fmod if dt.is_float else lambda x, y: c_semantics(Ops.MOD, dt, x, y)
-  table: dict[Ops, Callable[[], np.ndarray]] = {
-    Ops.NEG: lambda: np.logical_not(a) if dt.is_bool else -a, Ops.EXP2: lambda: np.exp2(a), Ops.LOG2: lambda: np.log2(a),
-    Ops.SIN: lambda: np.sin(a), Ops.SQRT: lambda: np.sqrt(a), Ops.RECIP: lambda: np.reciprocal(a), Ops.TRUNC: lambda: np.trunc(a),
+  table: dict[Ops, Callable[[], Any]] = {
+    Ops.NEG: lambda: np.logical_not(a) if dt.is_bool else -a, Ops.EXP2: lambda: np.exp2(a),
+    Ops.LOG2: lambda: np.log2(a), Ops.SIN: lambda: np.sin(a), Ops.SQRT: lambda: np.sqrt(a),
+    Ops.RECIP: lambda: np.reciprocal(a), Ops.TRUNC: lambda: np.trunc(a),
     Ops.ADD: lambda: a + b, Ops.SUB: lambda: a - b, Ops.MUL: lambda: a * b, Ops.FDIV: lambda: a / b,
-    Ops.IDIV: lambda: c_semantics(Ops.IDIV, dt, a, b), Ops.MOD: lambda: fmod(a, b), Ops.MAX: lambda: np.maximum(a, b),
-    Ops.CMPLT: lambda: a < b, Ops.CMPNE: lambda: a != b, Ops.AND: lambda: a & b, Ops.OR: lambda: a | b, Ops.XOR: lambda: a ^ b,
-    Ops.SHL: lambda: a << s, Ops.SHR: lambda: a >> s, Ops.WHERE: lambda: np.where(cond, a, b), Ops.MULACC: lambda: a * b + a,
+    Ops.IDIV: lambda: c_semantics(Ops.IDIV, dt, a, b),
+    Ops.MOD: lambda: np.fmod(a, b) if dt.is_float else c_semantics(Ops.MOD, dt, a, b),
+    Ops.MAX: lambda: np.maximum(a, b), Ops.CMPLT: lambda: a < b, Ops.CMPNE: lambda: a != b,
+    Ops.AND: lambda: a & b, Ops.OR: lambda: a | b, Ops.XOR: lambda: a ^ b, Ops.SHL: lambda: a << s,
+    Ops.SHR: lambda: a >> s, Ops.WHERE: lambda: np.where(cond, a, b), Ops.MULACC: lambda: a * b + a,
   }
   with np.errstate(all="ignore"): return np.asarray(table[op]())
 
@@ -193,7 +205,7 @@ def build(op: Ops, a: UOp, b: UOp, s: UOp, cond: UOp) -> UOp:
   if op in GroupOp.Unary: return UOp(op, a.dtype, (a,))
   if op is Ops.WHERE: return UOp(op, a.dtype, (cond, a, b))
   if op is Ops.MULACC: return UOp(op, a.dtype, (a, b, a))
-  if op in GroupOp.Comparison: return UOp(op, dtypes.bool.vec(a.dtype.count), (a, b))
+  if op in GroupOp.Comparison: return UOp(op, like(dtypes.bool, a), (a, b))
   return UOp(op, a.dtype, (a, s if op in (Ops.SHL, Ops.SHR) else b))
 
 @pytest.mark.parametrize("width", [1, 4])
@@ -202,7 +214,7 @@ def test_alu(dt: DType, width: int) -> None:
   ops = FLOAT_OPS if dt.is_float else BOOL_OPS if dt.is_bool else INT_OPS
   n = 64
   a, b, cond = samples(dt, n, 1), samples(dt, n, 2), samples(dtypes.bool, n, 3)
-  s = (samples(dtypes.uint8, n, 4) % (8 * dt.itemsize)).astype(dt.np)
+  s = (samples(dtypes.uint8, n, 4) % (8 * dt.itemsize)).astype(dt.np)  # shift amounts within the width
   out_dts = [dtypes.bool if op in GroupOp.Comparison else dt for op in ops]
   fns = [lambda x, y, z, w, op=op: build(op, x, y, z, w) for op in ops]
   prog = elementwise(fns, [dt, dt, dt, dtypes.bool], out_dts, n, width)
@@ -214,7 +226,7 @@ def test_alu(dt: DType, width: int) -> None:
 # ---- casts ----
 
 def saturating_cast(x: np.ndarray, to: DType) -> np.ndarray:
-  """The documented float -> int semantics: NaN -> 0, saturate to the target (narrow ints: to int32/int64), then wrap."""
+  """The documented float -> int cast: NaN -> 0, saturate (narrow targets: to int32, uint32: to int64), then wrap."""
   wide = to if to.itemsize == 8 or to == dtypes.int32 else (dtypes.int64 if to.itemsize == 4 else dtypes.int32)
   def one(v: float) -> int: return 0 if math.isnan(v) else int(max(min(v, wide.max()), wide.min()))
   return np.array([truncate(to, one(float(v))) for v in x], dtype=to.np)
@@ -224,63 +236,87 @@ def saturating_cast(x: np.ndarray, to: DType) -> np.ndarray:
 def test_cast(fr: DType, width: int) -> None:
   n = 64
   a = samples(fr, n, 1)
-  if fr.is_float: a[12:] = (np.random.default_rng(5).standard_normal(n - 12) * 150).astype(fr.np)  # fractions, wraps
+  if fr.is_float: a[12:] = (np.random.default_rng(5).standard_normal(n - 12) * 150).astype(fr.np)  # wraps in uint8
   tos = [dt for dt in ALL if dt != fr]
-  outs = run(elementwise([lambda x, to=to: x.cast(like(to, x)) for to in tos], [fr], tos, n, width), [np.zeros(n, to.np) for to in tos] + [a])
+  prog = elementwise([lambda x, to=to: x.cast(like(to, x)) for to in tos], [fr], tos, n, width)
+  outs = run(prog, [np.zeros(n, to.np) for to in tos] + [a])
   for to, got in zip(tos, outs):
-    if fr.is_float and to.is_int: want = saturating_cast(a, to)  # NaN/inf/out of range: defined, no crash
+    if fr.is_float and to.is_int: want = saturating_cast(a, to)  # NaN, inf, out of range: defined, no crash
     else:
       with np.errstate(all="ignore"): want = a.astype(to.np)
     assert_same(got, want, to, msg=f"{fr} -> {to}")
-  if fr.is_float:  # in range, the saturating casts agree with numpy
-    ok = np.isfinite(a) & (np.abs(a) < 100)
-    for to, got in zip(tos, outs):
-      if to.is_int and not to.is_unsigned: assert_same(got[ok], a[ok].astype(to.np), to)
+    if fr.is_float and to.is_int and not to.is_unsigned:  # in range, the same as numpy
+      ok = np.isfinite(a) & (np.abs(a) < 100)
+      assert_same(got[ok], a[ok].astype(to.np), to)
+
+def test_double_to_half_rounds_once() -> None:
+  # doubles just off the midpoints between halves, where rounding through float32 rounds twice and goes wrong
+  halves = np.arange(0x3C00, 0x3C40, dtype=np.uint16).view(np.float16).astype(np.float64)
+  mids = (halves[:-1] + halves[1:]) / 2
+  x = np.concatenate([mids + 2.0 ** -40, mids - 2.0 ** -40, mids, -mids - 2.0 ** -40, [1e300, -1e-300, 65520.0]])
+  x = x[:len(x) // 8 * 8]
+  got = run(elementwise([lambda v: v.cast(like(dtypes.float16, v))], [dtypes.float64], [dtypes.float16], len(x), 8),
+            [np.zeros(len(x), np.float16), x])[0]
+  with np.errstate(over="ignore"): np.testing.assert_array_equal(got, x.astype(np.float16))
 
 def test_bitcast() -> None:
   a = samples(F32, 64, 1)
   prog = elementwise([lambda x: x.bitcast(like(dtypes.int32, x))], [F32], [dtypes.int32], 64, 8)
   assert_same(run(prog, [np.zeros(64, np.int32), a])[0], a.view(np.int32), dtypes.int32)
 
-@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.float32, dtypes.float64], ids=str)
+@pytest.mark.parametrize("dt", [dtypes.float16, F32, dtypes.float64], ids=str)
 def test_float_constants(dt: DType) -> None:
-  vals = [0.1, -0.0, np.inf, -np.inf, np.nan, 1e-45, 6e-8, 65504.0, 3.4e38, 1 / 3]
+  vals = [0.1, -0.0, math.inf, -math.inf, 1e-45, 6e-8, 65504.0, 3.4e38, 1 / 3, math.nan]
   r = rng(1)
-  prog = linear(*[store(glob(0, dt), c(i), c(v, dt)) for i, v in enumerate(vals)], end(r))
-  got = run(prog, [np.zeros(len(vals), dt.np)])[0]
+  got = run(linear(*[store(glob(0, dt), c(i), c(v, dt)) for i, v in enumerate(vals)], end(r)), [np.zeros(10, dt.np)])[0]
   with np.errstate(over="ignore"): want = np.array(vals).astype(dt.np)
-  np.testing.assert_array_equal(got.view(f"u{dt.itemsize}")[~np.isnan(want)], want.view(f"u{dt.itemsize}")[~np.isnan(want)])
-  assert np.isnan(got[4])
+  bits = f"u{dt.itemsize}"
+  np.testing.assert_array_equal(got[:-1].view(bits), want[:-1].view(bits))  # bit-exact, -0.0 included
+  assert np.isnan(got[-1])
 
 # ---- threads ----
 
 def test_core_count() -> None:
-  # each core id writes its half; the workers run pinned to separate CPUs
+  # each core id writes its half; the workers for core ids 1.. run pinned to separate CPUs
   n, cores = 4096, 2
   half = n // cores
   core = UOp(Ops.SPECIAL, I32, (), ("core0", cores))
   r = rng(half)
   idx = core * half + r
-  val = load(glob(1, F32), idx, F32) * 2.0 + core.cast(F32)
   a = np.random.default_rng(6).standard_normal(n).astype(np.float32)
-  out = run(linear(store(glob(0, F32), idx, val), end(r)), [np.zeros(n, np.float32), a], core_count=cores)[0]
-  assert_same(out, a * 2 + np.repeat(np.arange(cores), half), F32)
+  prog = linear(store(glob(0, F32), idx, load(glob(1, F32), idx, F32) * 2.0 + core.cast(F32)), end(r))
+  out = run(prog, [np.zeros(n, np.float32), a], core_count=cores)[0]
+  assert_same(out, a * 2 + np.repeat(np.arange(cores), half).astype(np.float32), F32)
   if hasattr(os, "sched_getaffinity"):
     workers = [t for t in threading.enumerate() if t.name.startswith("lazytensor-cpu")]
-    assert len(workers) >= cores
-    for t in workers: assert os.sched_getaffinity(t.native_id) == {int(t.name.removeprefix("lazytensor-cpu"))}
+    assert len(workers) >= cores - 1  # core 0 runs on the calling thread
+    for t in workers:
+      assert t.native_id is not None
+      assert os.sched_getaffinity(t.native_id) == {int(t.name.removeprefix("lazytensor-cpu"))}
 
 # ---- runtime robustness ----
 
 def test_corrupt_program_is_detected() -> None:
-  lib = DEV.compiler.compile(DEV.renderer.render("kernel", sum_program(8, F32, Ops.ADD)))
+  lib = COMPILER.compile(DEV.renderer.render("kernel", reduce_program(8, F32, Ops.ADD)))
   CPUProgram(DEV, "kernel", lib)
   for bad in (lib[:-10], lib[:40] + bytes([lib[40] ^ 1]) + lib[41:], b"", lib[16:]):
     with pytest.raises(CorruptProgramError): CPUProgram(DEV, "kernel", bad)
 
+def test_unresolvable_call_is_an_error() -> None:
+  # MCJIT would leave the call as a null address and crash at run time: compile refuses instead
+  src = "declare void @no_such_fn()\ndefine void @kernel(i32 %core_id) {\n  call void @no_such_fn()\n  ret void\n}\n"
+  with pytest.raises(RuntimeError, match="no_such_fn"): COMPILER.compile(src)
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads ELF objects")
+def test_libm_calls_link() -> None:
+  prog = elementwise([lambda x: UOp(Ops.SIN, x.dtype, (x,))], [F32], [F32], 64, 8)
+  lib = COMPILER.compile(DEV.renderer.render("kernel", prog))
+  assert "sinf" in undefined_symbols(unpack_object(lib))
+  assert "kernel" in COMPILER.disassemble(lib)
+
 @pytest.mark.parametrize("op", [Ops.BARRIER, Ops.IF, Ops.DEFINE_LOCAL, Ops.WMMA])
 def test_gpu_ops_are_rejected(op: Ops) -> None:
-  with pytest.raises(NotImplementedError, match=op.name): LLVMRenderer().render("kernel", [UOp(op, dtypes.void, (), None)])
+  with pytest.raises(NotImplementedError, match=op.name): LLVMRenderer().render("kernel", [UOp(op)])
 
 def test_fastmath_knob() -> None:
   assert LLVMRenderer().extra_matcher is pm_fast_math
@@ -289,22 +325,22 @@ def test_fastmath_knob() -> None:
 # ---- polynomial exp2 / log2 ----
 
 def ulp_error(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
-  """|got - exact| in units of the float32 spacing at the exact value (denormal spacing below 2^-126)."""
+  """|got - exact| in units of the float32 spacing at the exact value (the denormal spacing below 2^-126)."""
   spacing = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
   return np.abs(got.astype(np.float64) - exact) / spacing
 
 def run_unary(fn: Callable[[UOp], UOp], x: np.ndarray, width: int) -> np.ndarray:
   dt = dtypes.from_np(x.dtype)
-  prog = elementwise([fn], [dt], [dt], len(x), width)
-  return run(prog, [np.zeros_like(x), x])[0]
+  return run(elementwise([fn], [dt], [dt], len(x), width), [np.zeros_like(x), x])[0]
 
 EDGES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 127.0, 127.99999, 128.0, 129.0, -126.0, -126.5, -149.0,
                   -149.5, -150.0, -151.0, -1000.0, 1e30, 1e-40, -1e-40, 2.0 ** -126, 0.5, 3.0], dtype=np.float32)
 
 def sweep_exp2() -> np.ndarray:
   gen = np.random.default_rng(7)
-  return np.concatenate([EDGES, np.linspace(-155, 130, 1 << 20, dtype=np.float32), gen.uniform(-1, 1, 1 << 18).astype(np.float32),
-                         gen.standard_normal(1 << 18).astype(np.float32) * 1e-6])
+  tiny = gen.standard_normal(1 << 18).astype(np.float32) * 1e-6
+  return np.concatenate([EDGES, np.linspace(-155, 130, 1 << 20, dtype=np.float32),
+                         gen.uniform(-1, 1, 1 << 18).astype(np.float32), tiny])
 
 def sweep_log2() -> np.ndarray:
   gen = np.random.default_rng(8)
@@ -313,9 +349,11 @@ def sweep_log2() -> np.ndarray:
   return np.concatenate([EDGES, np.abs(EDGES) * 3, -np.abs(EDGES) - 1, bits.view(np.float32), near_one])
 
 def check_special(got: np.ndarray, exact: np.ndarray, what: str) -> np.ndarray:
-  """Non-finite and zero results must match exactly; returns the mask of the rest."""
-  finite = np.isfinite(exact) & (exact != 0)
-  np.testing.assert_array_equal(got[~finite], exact[~finite].astype(got.dtype), err_msg=what)
+  """Results that round to inf or are NaN must match exactly; returns the mask of the rest (zeros included: an
+  underflow is measured in denormal ulps)."""
+  with np.errstate(over="ignore"): rounded = exact.astype(np.float32)
+  finite = np.isfinite(rounded)
+  np.testing.assert_array_equal(got[~finite], rounded[~finite], err_msg=what)
   return finite
 
 @pytest.mark.parametrize("width", [1, 8])
@@ -327,14 +365,14 @@ def test_fast_float32(name: str, width: int) -> None:
   with np.errstate(all="ignore"): exact = (np.exp2 if name == "exp2" else np.log2)(x.astype(np.float64))
   finite = check_special(got, exact, name)
   err = ulp_error(got[finite], exact[finite])
-  assert err.max() <= 2.0, f"{name}: {err.max():.2f} ulp at x={x[finite][err.argmax()]!r}"
+  assert err.max() <= 1.5, f"{name}: {err.max():.2f} ulp at x={x[finite][err.argmax()]!r}"
 
 @pytest.mark.parametrize("name", ["exp2", "log2"])
 def test_fast_float16_exhaustive(name: str) -> None:
   x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
   got = run_unary(xexp2 if name == "exp2" else xlog2, x, 8)
-  with np.errstate(all="ignore"): want = (np.exp2 if name == "exp2" else np.log2)(x.astype(np.float64)).astype(np.float16)
-  finite = np.isfinite(want.astype(np.float64)) & (want != 0)
+  with np.errstate(all="ignore"): want = (np.exp2 if name == "exp2" else np.log2)(x.astype(np.float64)).astype(x.dtype)
+  finite = np.isfinite(want) & (want != 0)
   np.testing.assert_array_equal(got[~finite], want[~finite])
   diff = np.abs(got[finite].view(np.int16).astype(np.int32) - want[finite].view(np.int16).astype(np.int32))
   assert diff.max() <= 1, f"{name}: off by {diff.max()} half ulp"

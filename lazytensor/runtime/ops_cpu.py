@@ -1,22 +1,28 @@
-"""The CPU device: 64-byte aligned host memory, LLVM IR optimized and compiled to object code by llvmlite (cached on disk),
-loaded into an MCJIT engine and called through ctypes. Core ids of one launch run on threads pinned to separate CPUs."""
+"""The CPU device: 64-byte aligned host memory; LLVM IR optimized and compiled to object code by llvmlite (cached on
+disk), loaded into an MCJIT engine and called through ctypes. The core ids of one launch run on threads pinned to
+separate CPUs."""
 from __future__ import annotations
+
 import ctypes
 import functools
 import hashlib
 import os
 import queue
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
 import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
+
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.device import Allocator, Compiled, Compiler
 
@@ -53,10 +59,11 @@ def _host() -> tuple[str, str]:
 
 def _host_target_machine(jit: bool) -> llvm.TargetMachine:
   cpu, features = _host()
-  return llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu=cpu, features=features, opt=3, jit=jit)
+  target = llvm.Target.from_triple(llvm.get_process_triple())
+  return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=jit)
 
 class CorruptProgramError(RuntimeError):
-  """Bytes that are not what LLVMCompiler.compile returned (e.g. a damaged disk-cache entry): compile the source again."""
+  """Bytes that LLVMCompiler.compile did not produce, such as a damaged disk-cache entry: compile the source again."""
 
 # compiled programs are framed as magic + checksum + object code, so that a damaged cache entry is caught before MCJIT
 # reads it (a truncated or flipped object file can crash the process instead of raising)
@@ -70,6 +77,26 @@ def unpack_object(lib: bytes) -> bytes:
   if magic != _MAGIC or _checksum(obj) != digest:
     raise CorruptProgramError(f"CPU: {len(lib)} bytes are not a valid compiled program (bad header or checksum)")
   return obj
+
+def undefined_symbols(obj: bytes) -> list[str]:
+  """The names an ELF object file needs from outside (libm calls, compiler-rt helpers); [] for other formats."""
+  if obj[:4] != b"\x7fELF": return []
+  (shoff,), (shentsize, shnum) = struct.unpack_from("<Q", obj, 0x28), struct.unpack_from("<HH", obj, 0x3A)
+  sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+  names: list[str] = []
+  for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+    if kind != 2: continue  # SHT_SYMTAB
+    strtab = sections[link][4]
+    for at in range(offset + entsize, offset + size, entsize):  # entry 0 is the null symbol
+      name, _, _, shndx = struct.unpack_from("<IBBH", obj, at)
+      if shndx == 0 and name: names.append(obj[strtab + name:obj.index(b"\0", strtab + name)].decode())
+  return names
+
+def _check_linkable(obj: bytes) -> None:
+  # MCJIT leaves a symbol it cannot find as a null address, and the kernel then crashes the process when it runs
+  process = ctypes.CDLL(None)
+  if missing := [name for name in undefined_symbols(obj) if not hasattr(process, name)]:
+    raise RuntimeError(f"CPU: the kernel calls {', '.join(missing)}, which this process cannot resolve")
 
 class LLVMCompiler(Compiler):
   """LLVM IR -> O3 (new pass manager, loop and SLP vectorizers on) -> object code for this host."""
@@ -91,6 +118,7 @@ class LLVMCompiler(Compiler):
 
   def compile(self, src: str) -> bytes:
     with _llvm_lock: obj = self.tm.emit_object(self.optimize(src))
+    _check_linkable(obj)
     return _MAGIC + _checksum(obj) + obj
 
   def assembly(self, src: str) -> str:
@@ -108,15 +136,17 @@ class LLVMCompiler(Compiler):
 # ---- running ----
 
 class _PinnedWorkers:
-  """Daemon threads; the k-th is pinned to the k-th CPU this process may use, so core id k always runs on its own CPU
-  (unpinned, the OS often put the threads of short kernels on one CPU and they got no speedup)."""
+  """Core id 0 runs on the calling thread; core id k > 0 on a daemon thread pinned to the k-th CPU this process may use,
+  which leaves the caller the 0th. Unpinned, the OS often put the threads of short kernels on one CPU and they got no
+  speedup; and running one share on the caller saves a thread handoff, the bulk of the launch cost."""
   def __init__(self) -> None:
-    self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    self.queues: list[queue.SimpleQueue] = []
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    self.cpus = sorted(allowed)
+    self.queues: dict[int, queue.SimpleQueue[Any]] = {}
     self.lock = threading.Lock()
 
   @staticmethod
-  def _serve(cpu: int, jobs: queue.SimpleQueue) -> None:
+  def _serve(cpu: int, jobs: queue.SimpleQueue[Any]) -> None:
     if hasattr(os, "sched_setaffinity"):
       try: os.sched_setaffinity(0, {cpu})  # 0 is the calling thread
       except OSError: pass  # pinning is only for speed; a container may forbid it
@@ -125,21 +155,23 @@ class _PinnedWorkers:
       try: done.set_result(job())
       except BaseException as e: done.set_exception(e)
 
-  def _queue(self, k: int) -> queue.SimpleQueue:
+  def _queue(self, core: int) -> queue.SimpleQueue[Any]:
     with self.lock:
-      while len(self.queues) <= k:
-        jobs: queue.SimpleQueue = queue.SimpleQueue()
-        cpu = self.cpus[len(self.queues) % len(self.cpus)]
+      if core not in self.queues:
+        cpu, jobs = self.cpus[core % len(self.cpus)], queue.SimpleQueue[Any]()
         threading.Thread(target=self._serve, args=(cpu, jobs), name=f"lazytensor-cpu{cpu}", daemon=True).start()
-        self.queues.append(jobs)
-    return self.queues[k]
+        self.queues[core] = jobs
+      return self.queues[core]
 
   def run(self, jobs: list[Callable[[], Any]]) -> None:
-    """Run job k on worker k, all at once, and wait for all of them (re-raising the first error)."""
+    """Run all jobs at once, job k as core id k, and wait for all of them (re-raising the first error)."""
     futures: list[Future] = []
-    for k, job in enumerate(jobs):
+    for core, job in enumerate(jobs[1:], start=1):
       futures.append(Future())
-      self._queue(k).put((job, futures[-1]))
+      self._queue(core).put((job, futures[-1]))
+    try: jobs[0]()
+    finally:
+      for fut in futures: fut.exception()  # every share finishes before the buffers are touched again
     for fut in futures: fut.result()
 
 @functools.cache
@@ -167,8 +199,8 @@ class CPUProgram:
     if self.addr == 0: raise RuntimeError(f"CPU: the compiled program has no function named {name!r}")
     self._fns: dict[int, Any] = {}
 
-  def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
-               core_count: int = 1, wait: bool = False) -> float | None:
+  def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
+               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
     addrs = [b.addr for b in bufs]
     start = time.perf_counter()

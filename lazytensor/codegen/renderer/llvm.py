@@ -5,9 +5,14 @@ The function is `void @name(ptr %data0, ..., ptr %dataN-1, i32 %core_id)`: the b
 of the core that runs this call (SPECIAL core*).
 """
 from __future__ import annotations
+
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
 import numpy as np
+
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.codegen.transcendental import pm_fast_math
 from lazytensor.dtype import DType, PtrDType, dtypes
@@ -16,7 +21,7 @@ from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 _SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",
            "int64": "i64", "uint64": "i64", "float16": "half", "float32": "float", "float64": "double"}
-_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}  # how intrinsic names spell float types; ints spell themselves
+_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}  # float types in intrinsic names (ints spell themselves)
 
 def ltype(dt: DType) -> str:
   """The LLVM type of a value (bool is i1 in registers)."""
@@ -40,18 +45,21 @@ def lconst(dt: DType, v: Any) -> str:
   return f"0x{struct.unpack('<Q', struct.pack('<d', exact))[0]:016X}"
 
 def lconst_vec(dt: DType, v: Any) -> str:
+  """The constant v of dt, as a splat vector when dt is one."""
   if dt.count == 1: return lconst(dt, v)
   one = f"{ltype(dt.scalar())} {lconst(dt.scalar(), v)}"
   return "<" + ", ".join([one] * dt.count) + ">"
 
 # ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a builder that emits code.
-# Format keys: {0}.. operands, {t} operand type, {s} its intrinsic suffix, {c} the bool type of the same width, {one} and
-# {m1} the constants 1 and -1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
+# Format keys: {0}.. operands, {t} operand type, {s} its intrinsic suffix, {c} the bool type of the same width,
+# {one} and {m1} the constants 1 and -1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
 
 Builder = Callable[["_Function", dict[str, str], list[str]], str]
 
 def _ins(fmt: str) -> Builder:
   return lambda f, env, xs: f.emit(fmt.format(*xs, **env))
+
+def _bin(instr: str) -> Builder: return _ins(instr + " {t} {0}, {1}")
 
 def _intr(name: str) -> Builder:
   return lambda f, env, xs: f.call(f"llvm.{name}.{env['s']}", env["t"], [(env["t"], x) for x in xs], env["fl"])
@@ -59,65 +67,84 @@ def _intr(name: str) -> Builder:
 def _int_idiv(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
   # x/0 and INT_MIN/-1 trap on x86: divide by 1 instead, then fix up (x/0 -> 0 as python_alu, x/-1 -> -x wrapping).
   # With a constant divisor (all index math) every select folds away.
-  t, (a, b) = env["t"], xs
+  t, c, (a, b) = env["t"], env["c"], xs
   is0 = f.emit(f"icmp eq {t} {b}, zeroinitializer")
-  bad, fix = is0, ""
+  bad, is_m1 = is0, ""
   if signed:
-    fix = f.emit(f"icmp eq {t} {b}, {env['m1']}")
-    bad = f.emit(f"or {env['c']} {is0}, {fix}")
-  safe = f.emit(f"select {env['c']} {bad}, {t} {env['one']}, {t} {b}")
+    is_m1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
+    bad = f.emit(f"or {c} {is0}, {is_m1}")
+  safe = f.emit(f"select {c} {bad}, {t} {env['one']}, {t} {b}")
   q = f.emit(f"{'sdiv' if signed else 'udiv'} {t} {a}, {safe}")
   if signed:
     neg = f.emit(f"sub {t} zeroinitializer, {q}")
-    q = f.emit(f"select {env['c']} {fix}, {t} {neg}, {t} {q}")
-  return f.emit(f"select {env['c']} {is0}, {t} zeroinitializer, {t} {q}")
+    q = f.emit(f"select {c} {is_m1}, {t} {neg}, {t} {q}")
+  return f.emit(f"select {c} {is0}, {t} zeroinitializer, {t} {q}")
 
 def _int_mod(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
   # x%0 -> 0 (python_alu) and INT_MIN%-1 traps: take the remainder by 1 instead, which is 0, the right answer for both
-  t, (a, b) = env["t"], xs
+  t, c, (a, b) = env["t"], env["c"], xs
   bad = f.emit(f"icmp eq {t} {b}, zeroinitializer")
   if signed:
-    minus1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
-    bad = f.emit(f"or {env['c']} {bad}, {minus1}")
-  safe = f.emit(f"select {env['c']} {bad}, {t} {env['one']}, {t} {b}")
+    is_m1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
+    bad = f.emit(f"or {c} {bad}, {is_m1}")
+  safe = f.emit(f"select {c} {bad}, {t} {env['one']}, {t} {b}")
   return f.emit(f"{'srem' if signed else 'urem'} {t} {a}, {safe}")
 
+def _int_mulacc(f: _Function, env: dict[str, str], xs: list[str]) -> str:
+  return _bin("add")(f, env, [_bin("mul")(f, env, xs[:2]), xs[2]])
+
 _ALU: dict[Ops, dict[str, Builder]] = {
-  Ops.NEG: {"f": _ins("fneg {t} {0}"), "iu": _ins("sub {t} zeroinitializer, {0}"), "b": _ins("icmp eq {t} {0}, zeroinitializer")},
+  Ops.NEG: {"f": _ins("fneg {t} {0}"), "iu": _ins("sub {t} zeroinitializer, {0}"),
+            "b": _ins("icmp eq {t} {0}, zeroinitializer")},
   Ops.EXP2: {"f": _intr("exp2")}, Ops.LOG2: {"f": _intr("log2")}, Ops.SIN: {"f": _intr("sin")},
   Ops.SQRT: {"f": _intr("sqrt")}, Ops.TRUNC: {"f": _intr("trunc")}, Ops.RECIP: {"f": _ins("fdiv {t} {one}, {0}")},
-  Ops.ADD: {"f": _ins("fadd{fl} {t} {0}, {1}"), "iu": _ins("add{nw} {t} {0}, {1}"), "b": _ins("or {t} {0}, {1}")},
-  Ops.SUB: {"f": _ins("fsub {t} {0}, {1}"), "iu": _ins("sub{nw} {t} {0}, {1}"), "b": _ins("xor {t} {0}, {1}")},
-  Ops.MUL: {"f": _ins("fmul{fl} {t} {0}, {1}"), "iu": _ins("mul{nw} {t} {0}, {1}"), "b": _ins("and {t} {0}, {1}")},
-  Ops.FDIV: {"f": _ins("fdiv {t} {0}, {1}")},
-  Ops.IDIV: {"i": lambda f, env, xs: _int_idiv(f, env, xs, True), "u": lambda f, env, xs: _int_idiv(f, env, xs, False)},
-  Ops.MOD: {"f": _ins("frem {t} {0}, {1}"), "i": lambda f, env, xs: _int_mod(f, env, xs, True),
-            "u": lambda f, env, xs: _int_mod(f, env, xs, False)},
-  Ops.MAX: {"f": _intr("maximum"), "i": _intr("smax"), "u": _intr("umax"), "b": _ins("or {t} {0}, {1}")},
-  Ops.CMPLT: {"f": _ins("fcmp olt {t} {0}, {1}"), "i": _ins("icmp slt {t} {0}, {1}"), "ub": _ins("icmp ult {t} {0}, {1}")},
-  Ops.CMPNE: {"f": _ins("fcmp une {t} {0}, {1}"), "iub": _ins("icmp ne {t} {0}, {1}")},
-  Ops.AND: {"iub": _ins("and {t} {0}, {1}")}, Ops.OR: {"iub": _ins("or {t} {0}, {1}")},
-  Ops.XOR: {"iub": _ins("xor {t} {0}, {1}")}, Ops.SHL: {"iu": _ins("shl{nw} {t} {0}, {1}")},
-  Ops.SHR: {"i": _ins("ashr {t} {0}, {1}"), "u": _ins("lshr {t} {0}, {1}")},
+  Ops.ADD: {"f": _bin("fadd{fl}"), "iu": _bin("add{nw}"), "b": _bin("or")},
+  Ops.SUB: {"f": _bin("fsub"), "iu": _bin("sub{nw}"), "b": _bin("xor")},
+  Ops.MUL: {"f": _bin("fmul{fl}"), "iu": _bin("mul{nw}"), "b": _bin("and")},
+  Ops.FDIV: {"f": _bin("fdiv")},
+  Ops.IDIV: {"i": partial(_int_idiv, signed=True), "u": partial(_int_idiv, signed=False)},
+  Ops.MOD: {"f": _bin("frem"), "i": partial(_int_mod, signed=True), "u": partial(_int_mod, signed=False)},
+  Ops.MAX: {"f": _intr("maximum"), "i": _intr("smax"), "u": _intr("umax"), "b": _bin("or")},
+  Ops.CMPLT: {"f": _bin("fcmp olt"), "i": _bin("icmp slt"), "ub": _bin("icmp ult")},
+  Ops.CMPNE: {"f": _bin("fcmp une"), "iub": _bin("icmp ne")},
+  Ops.AND: {"iub": _bin("and")}, Ops.OR: {"iub": _bin("or")}, Ops.XOR: {"iub": _bin("xor")},
+  Ops.SHL: {"iu": _bin("shl{nw}")}, Ops.SHR: {"i": _bin("ashr"), "u": _bin("lshr")},
   Ops.WHERE: {"fiub": _ins("select {c} {0}, {t} {1}, {t} {2}")},
-  Ops.MULACC: {"f": _intr("fmuladd"), "iu": lambda f, env, xs: _ins("add {t} {0}, {1}")(f, env, [_ins("mul {t} {0}, {1}")(f, env, xs), xs[2]])},
+  Ops.MULACC: {"f": _intr("fmuladd"), "iu": _int_mulacc},
 }
-_ALU_BY_KIND: dict[tuple[Ops, str], Builder] = {(op, k): fn for op, per in _ALU.items() for ks, fn in per.items() for k in ks}
+_ALU_BY_KIND = {(op, k): fn for op, per in _ALU.items() for kinds, fn in per.items() for k in kinds}
 
 # ---- casts ----
 
 def _float_to_int(f: _Function, fr: DType, to: DType, x: str) -> str:
   # saturating conversions give every input (NaN, inf, out of range) a defined result. Narrow targets convert to a wider
   # signed int first and wrap, as numpy's C casts do for values that fit the wider int (300.0 -> uint8 44, -1.0 -> 255)
-  wide = to if to.itemsize == 8 or to == dtypes.int32 else (dtypes.int64 if to.itemsize == 4 else dtypes.int32)
-  wide = wide.vec(fr.count)
+  s = to.scalar()
+  wide = s if s.itemsize == 8 or s == dtypes.int32 else dtypes.int64 if s.itemsize == 4 else dtypes.int32
+  wide = wide.vec(to.count)
   conv = "fptoui" if wide.is_unsigned else "fptosi"
   v = f.call(f"llvm.{conv}.sat.{suffix(wide)}.{suffix(fr)}", ltype(wide), [(ltype(fr), x)])
-  return v if wide.scalar() == to.scalar() else f.emit(f"trunc {ltype(wide)} {v} to {ltype(to)}")
+  return v if wide == to else f.emit(f"trunc {ltype(wide)} {v} to {ltype(to)}")
+
+def _double_to_half(f: _Function, fr: DType, to: DType, x: str) -> str:
+  # x86 has no double->half instruction and LLVM calls __truncdfhf2, which the process may not have (it lives in newer
+  # libgcc_s only). Going through float rounds twice, unless the float is rounded to odd: truncated toward zero, with
+  # the last bit set when inexact. Then the second rounding is the correct one.
+  n = fr.count
+  ft, fl, it, ct = ltype(fr), ltype(dtypes.float32.vec(n)), ltype(dtypes.int32.vec(n)), ltype(dtypes.bool.vec(n))
+  near = f.emit(f"fptrunc {ft} {x} to {fl}")
+  back = f.emit(f"fpext {fl} {near} to {ft}")
+  abs_back, abs_x = (f.call(f"llvm.fabs.{suffix(fr)}", ft, [(ft, v)]) for v in (back, x))
+  rounded_up = f.emit(f"zext {ct} {f.emit(f'fcmp ogt {ft} {abs_back}, {abs_x}')} to {it}")
+  inexact = f.emit(f"zext {ct} {f.emit(f'fcmp one {ft} {back}, {x}')} to {it}")
+  toward_zero = f.emit(f"sub {it} {f.emit(f'bitcast {fl} {near} to {it}')}, {rounded_up}")
+  odd = f.emit(f"bitcast {it} {f.emit(f'or {it} {toward_zero}, {inexact}')} to {fl}")
+  return f.emit(f"fptrunc {fl} {odd} to {ltype(to)}")
 
 def _cast(f: _Function, fr: DType, to: DType, x: str) -> str:
   ft, tt = ltype(fr), ltype(to)
   if to.is_bool: return f.emit(f"{'fcmp une' if fr.is_float else 'icmp ne'} {ft} {x}, zeroinitializer")
+  if fr.scalar() == dtypes.float64 and to.scalar() == dtypes.float16: return _double_to_half(f, fr, to, x)
   if fr.is_float and to.is_float: op = "fpext" if to.itemsize > fr.itemsize else "fptrunc"
   elif fr.is_float: return _float_to_int(f, fr, to, x)
   elif to.is_float: op = "sitofp" if fr.kind == "i" else "uitofp"
@@ -177,7 +204,7 @@ def _address_math(uops: list[UOp]) -> set[UOp]:
 def _define_global(f: _Function, u: UOp) -> str: return f"%data{u.arg}"
 
 def _special(f: _Function, u: UOp) -> str:
-  if not u.arg[0].startswith("core"): raise NotImplementedError(f"LLVM renderer: no {u.arg[0]} on the CPU, only core ids")
+  if not u.arg[0].startswith("core"): raise NotImplementedError(f"LLVM renderer: no {u.arg[0]} on the CPU (only core*)")
   return "%core_id"
 
 def _vectorize(f: _Function, u: UOp) -> str:
@@ -190,7 +217,8 @@ def _vectorize(f: _Function, u: UOp) -> str:
   for i, s in enumerate(u.src): v = f.emit(f"insertelement {vt} {v}, {t} {f.r[s]}, i32 {i}")
   return v
 
-def _gep(f: _Function, u: UOp) -> str: return f.emit(f"extractelement {ltype(u.src[0].dtype)} {f.r[u.src[0]]}, i32 {u.arg}")
+def _gep(f: _Function, u: UOp) -> str:
+  return f.emit(f"extractelement {ltype(u.src[0].dtype)} {f.r[u.src[0]]}, i32 {u.arg}")
 
 def _range(f: _Function, u: UOp) -> str:
   # header: phi and exit test at the top (zero-trip loops work); latch: the increment, branching back
@@ -274,7 +302,6 @@ _HANDLERS: dict[Ops, Callable[[_Function, UOp], str | None]] = {
   Ops.STORE: _store, Ops.DEFINE_ACC: _define_acc, Ops.ASSIGN: _assign,
   Ops.CAST: lambda f, u: _cast(f, u.src[0].dtype, u.dtype, f.r[u.src[0]]),
   Ops.BITCAST: lambda f, u: f.emit(f"bitcast {ltype(u.src[0].dtype)} {f.r[u.src[0]]} to {ltype(u.dtype)}"),
-  Ops.SINK: lambda f, u: None,  # the program's root, where the linearizer keeps it: no code
   **{op: _alu for op in GroupOp.ALU},
 }
 
@@ -289,8 +316,8 @@ class LLVMRenderer(Renderer):
     # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
     self.target_cpu, self.target_features = target_cpu, target_features
 
-  @property  # type: ignore[override]
-  def extra_matcher(self) -> PatternMatcher | None:
+  @property
+  def extra_matcher(self) -> PatternMatcher | None:  # type: ignore[override]
     # read per use, so that `with Context(FASTMATH=0)` takes effect on a device that already exists
     return pm_fast_math if FASTMATH else None
 
@@ -301,8 +328,9 @@ class LLVMRenderer(Renderer):
     # every argument index up to the highest, so that a buffer the program does not touch still has its slot
     nbufs = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_GLOBAL), default=0)
     args = [f"ptr noalias %data{i}" for i in range(nbufs)] + ["i32 %core_id"]
-    return "\n".join([f'define void @"{name}"({", ".join(args)}) #0 {{', "entry:", *f.allocas, *f.lines, "  ret void", "}",
-                      *f.decls, f"attributes #0 = {{ {self._attributes()} }}", ""])
+    head = f'define void @"{name}"({", ".join(args)}) #0 {{'
+    return "\n".join([head, "entry:", *f.allocas, *f.lines, "  ret void", "}", *f.decls,
+                      f"attributes #0 = {{ {self._attributes()} }}", ""])
 
   def _attributes(self) -> str:
     attrs = ["nounwind", '"prefer-vector-width"="512"', '"min-legal-vector-width"="512"']
