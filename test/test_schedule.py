@@ -90,3 +90,30 @@ def test_copy_between_devices() -> None:
   assert b.tolist() == [2.0, 4.0, 6.0]
   items, _ = create_schedule([(a + 1).to("CPU:1").lazydata])
   assert [it.ast.op.name for it in items] == ["SINK", "COPY"]
+
+def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
+  import sqlite3
+  from lazytensor import Context
+  from lazytensor.device import _compile_memo
+  from lazytensor.engine import realize
+  db = str(tmp_path / "cache.db")
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  with Context(CACHEDB=db):
+    _compile_memo.clear(), realize._runners.clear()
+    assert (x * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE compile_v1 SET val = substr(val, 1, 40)")  # truncate every entry
+    conn.commit()
+    _compile_memo.clear(), realize._runners.clear()
+    assert (x * 3 + 0.5).tolist() == [3.5, 6.5, 9.5]
+    assert (Tensor([1.0, 2.0, 3.0]) * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
+
+def test_unusable_cache_db_is_not_fatal(tmp_path, capsys) -> None:
+  from lazytensor import Context
+  from lazytensor.device import _compile_memo
+  from lazytensor.engine import realize
+  bad = tmp_path / "not_a_db"
+  bad.write_bytes(b"this is not sqlite" * 100)
+  with Context(CACHEDB=str(bad)):
+    _compile_memo.clear(), realize._runners.clear()
+    assert (Tensor([1.0, 2.0]) * 5 - 1).tolist() == [4.0, 9.0]

@@ -121,6 +121,11 @@ class LLVMCompiler(Compiler):
     _check_linkable(obj)
     return _MAGIC + _checksum(obj) + obj
 
+  def is_valid(self, lib: bytes) -> bool:
+    try: unpack_object(lib)
+    except CorruptProgramError: return False
+    return True
+
   def assembly(self, src: str) -> str:
     """The host assembly of LLVM IR source, after the same optimization as compile."""
     with _llvm_lock: return self.tm.emit_assembly(self.optimize(src))

@@ -48,11 +48,13 @@ class View:
     """The canonical view, so that views describing the same map compare equal (and intern as one UOp arg)."""
     shape = tuple(shape)
     strides = strides_for_shape(shape) if strides is None else tuple(strides)
-    assert len(strides) == len(shape) and (mask is None or len(mask) == len(shape)), f"bad view {shape} {strides} {mask}"
+    assert len(strides) == len(shape) and \
+      (mask is None or len(mask) == len(shape)), f"bad view {shape} {strides} {mask}"
     if 0 in shape: return View(shape, (0,) * len(shape), 0, None, True)
     if mask is not None:
       mask = tuple(mask)
-      if any(end <= start for start, end in mask): return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
+      if any(end <= start for start, end in mask):
+        return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
       # a dim with one valid index only ever reads that index: fold it into the offset
       offset += sum(start * st for (start, end), st in zip(mask, strides) if end - start == 1)
       strides = tuple(0 if end - start == 1 else st for (start, end), st in zip(mask, strides))
@@ -78,7 +80,7 @@ class View:
   # ---- movement ops that a single view always expresses ----
 
   def permute(self, order: tuple[int, ...]) -> View:
-    assert sorted(order) == list(range(len(self.shape))), f"permute: {order} is not a permutation of {len(self.shape)} dims"
+    assert sorted(order) == list(range(len(self.shape))), f"permute: {order} is no order of {len(self.shape)} dims"
     mask = None if self.mask is None else tuple(self.mask[i] for i in order)
     return View.create(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset, mask)
 
@@ -86,7 +88,8 @@ class View:
     assert len(new_shape) == len(self.shape) and all(s in (ns, 1) for s, ns in zip(self.shape, new_shape)), \
       f"expand: {self.shape} -> {new_shape}"
     if self.masked_out: return View.create(new_shape, mask=((0, 0),) * len(new_shape))
-    mask = None if self.mask is None else tuple(m if s == ns else (0, ns) for m, s, ns in zip(self.mask, self.shape, new_shape))
+    mask = None if self.mask is None else \
+      tuple(m if s == ns else (0, ns) for m, s, ns in zip(self.mask, self.shape, new_shape))
     return View.create(new_shape, self.strides, self.offset, mask)
 
   def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
@@ -141,42 +144,43 @@ class View:
 
   def __add__(self, other: View) -> View | None:
     """The one view equal to `other` read through this one (other indexes this view's row-major flattening)."""
+    assert other.real_size() <= math.prod(self.shape), f"{other} reads past the end of {self}"
     if self.contiguous or 0 in other.shape: return other
     if self.masked_out or other.masked_out: return _masked_out(other.shape)
-    # peel the movement ops off `other` until only a strided box of the flat index is left, merge that, reapply
+    # padding and flips of `other` are peeled off and put back, so that the core only sees non-negative strides
     if other.mask is not None:
       inner = self + other.shrink(other.mask)
       return None if inner is None else inner.pad(tuple((b, s - e) for (b, e), s in zip(other.mask, other.shape)))
     if any(flipped := tuple(st < 0 for st in other.strides)):
       inner = self + other.flip(flipped)
       return None if inner is None else inner.flip(flipped)
-    if any(st == 0 and s > 1 for s, st in zip(other.shape, other.strides)):
-      inner = self + other.shrink(tuple((0, 1) if st == 0 else (0, s) for s, st in zip(other.shape, other.strides)))
-      return None if inner is None else inner.expand(other.shape)
-    return self._merge_box(other)
+    return self._collapsed()._merge_affine(other)
 
-  def _merge_box(self, other: View) -> View | None:
-    # `other` is unmasked with positive strides: a box in the flat index, i.e. a shrink of the flat index reshaped into
-    # mixed-radix digits. Reshape self into those digits, shrink, and give the moving digits other's order back.
-    moving = sorted((d for d, s in enumerate(other.shape) if s > 1), key=lambda d: -other.strides[d])
-    steps = [other.strides[d] for d in moving]
-    if any(a % b != 0 for a, b in itertools.pairwise(steps)): return None
-    base, n = self, math.prod(self.shape)
-    if steps and n % steps[0] != 0:
-      # the outermost digit needs whole blocks: drop the partial last block, which only a flat self can do
-      if (flat := self.reshape((n,))) is None: return None
-      n -= n % steps[0]
-      base = flat.shrink(((0, n),))
-    if (digits := _digits(n, steps, [other.shape[d] for d in moving], other.offset)) is None: return None
-    digits = _refine(digits, _spans(base.shape)[:-1])
-    if (split := base.reshape(tuple(hi // lo for hi, lo, _, _ in digits))) is None: return None
-    if (box := split.shrink(tuple((start, start + count) for _, _, start, count in digits))).masked_out:
-      return _masked_out(other.shape)
-    ordered = box.reshape(tuple(other.shape[d] for d in moving))
-    assert ordered is not None, "dropping size-1 dims always reshapes"
-    result = ordered.permute(tuple(sorted(range(len(moving)), key=lambda k: moving[k]))).reshape(other.shape)
-    assert result is not None, "inserting size-1 dims always reshapes"
-    return result
+  def _collapsed(self) -> View:
+    # every run of adjacent dims that one dim can express, merged: fewer, larger dims make coordinates carry less often
+    groups: list[list[Dim]] = []
+    for dim in zip(self.shape, self.strides, self.valid_ranges()):
+      if dim[0] == 1: continue
+      if groups and _merge_dims(groups[-1] + [dim]) is not None: groups[-1].append(dim)
+      else: groups.append([dim])
+    collapsed = self.reshape(tuple(math.prod(d[0] for d in g) for g in groups))
+    assert collapsed is not None, "merging mergeable dims always reshapes"
+    return collapsed
+
+  def _merge_affine(self, other: View) -> View | None:
+    # when every coordinate of self, (flat // span) % size, is affine in other's indices, so is the buffer index, and
+    # self's mask becomes a condition on other's indices that must be a box
+    strides, offset = [0] * len(other.shape), self.offset
+    mask = [(0, s) for s in other.shape]
+    for d, (size, span, stride) in enumerate(zip(self.shape, _spans(self.shape), self.strides)):
+      if stride == 0 and not self.axis_masked(d): continue  # a coordinate that moves nothing may wrap as it likes
+      if (coord := _coordinate(other, span, size)) is None: return None
+      strides = [st + stride * step for st, step in zip(strides, coord[0])]
+      offset += stride * coord[1]
+      if self.axis_masked(d):
+        if (narrowed := _narrow(mask, coord, self.valid_ranges()[d], other.shape)) is None: return None
+        mask = narrowed
+    return View.create(other.shape, tuple(strides), offset, tuple(mask))
 
   def to_indexed_uops(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
     """(buffer index, validity) of the position `idxs`, skipping the terms that are always 0 or always true."""
@@ -196,27 +200,36 @@ def _masked_out(shape: tuple[int, ...]) -> View | None:
   # nothing valid; a 0-d shape has no dim to carry the empty mask, so it needs a view of its own (None)
   return View.create(shape, mask=((0, 0),) * len(shape)) if shape else None
 
-Digit = tuple[int, int, int, int]  # (hi, lo, start, count): digit (flat % hi) // lo ranges over [start, start + count)
+Dim = tuple[int, int, tuple[int, int]]  # (size, stride, valid range) of one dim
 
-def _digits(n: int, steps: list[int], sizes: list[int], offset: int) -> list[Digit] | None:
-  """The flat index [0, n) as mixed-radix digits with one digit per stride; None when a box dim wraps around."""
-  bounds = [n, *steps] + ([1] if not steps or steps[-1] != 1 else [])
-  counts = sizes + [1] * (len(bounds) - 1 - len(sizes))
-  digits = [(hi, lo, (offset % hi) // lo, count) for hi, lo, count in zip(bounds, bounds[1:], counts)]
-  if offset >= n or any(start + count > hi // lo for hi, lo, start, count in digits): return None
-  return digits
+def _coordinate(view: View, span: int, size: int) -> tuple[list[int], int] | None:
+  """(flat // span) % size of the flat index an unmasked, non-negative-strided view produces, as
+  (steps, const) with coordinate = sum(steps[k] * idx[k]) + const; None when it is not affine (it carries or wraps)."""
+  reach = [s - 1 for s in view.shape]
+  if view.offset % span + sum(st % span * r for st, r in zip(view.strides, reach)) >= span: return None
+  steps, const = [st // span % size for st in view.strides], view.offset // span % size
+  if const + sum(step * r for step, r in zip(steps, reach)) >= size: return None
+  return steps, const
 
-def _refine(digits: list[Digit], spans: tuple[int, ...]) -> list[Digit]:
-  """Split digits at self's own dim boundaries where the box stays a box, so that self's reshape only has to split."""
-  for span in spans:
-    for k, (hi, lo, start, count) in enumerate(digits):
-      inner = span // lo
-      if hi > span > lo and hi % span == 0 and span % lo == 0 and start // inner == (start + count - 1) // inner:
-        digits = digits[:k] + [(hi, span, start // inner, 1), (span, lo, start % inner, count)] + digits[k + 1:]
-        break
-  return digits
+def _narrow(mask: list[tuple[int, int]], coord: tuple[list[int], int], valid: tuple[int, int],
+            shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
+  """`mask` narrowed to the positions whose coordinate (steps, const) lies in `valid`; None when that is no box."""
+  steps, const = coord
+  dims = sorted((k for k, step in enumerate(steps) if step != 0 and shape[k] > 1), key=lambda k: -steps[k])
+  if valid[0] <= const and const + sum(steps[k] * (shape[k] - 1) for k in dims) < valid[1]: return mask
+  # the coordinate is a mixed-radix number of the dims it moves with if every step is a whole number of the next dims
+  ms = [steps[k] for k in dims]
+  if any(a % b != 0 or a // b < shape[k] for a, b, k in zip(ms, ms[1:], dims[1:])): return None
+  radix = tuple(shape[k] for k in dims[:1]) + tuple(a // b for a, b in itertools.pairwise(ms))
+  unit = ms[-1] if ms else 1
+  start, end = max(0, -((const - valid[0]) // unit)), min(math.prod(radix), -((const - valid[1]) // unit))
+  if start >= end: return [(0, 0)] * len(mask) if mask else None  # nothing valid, which a 0-d view cannot say
+  if (split := _split_dim(1, (start, end), radix)) is None: return None
+  narrowed = list(mask)
+  for k, (b, e) in zip(dims, split[1]): narrowed[k] = (max(mask[k][0], b), min(mask[k][1], e))
+  return narrowed
 
-def _merge_dims(dims: list[tuple[int, int, tuple[int, int]]]) -> tuple[int, int, tuple[int, int], int] | None:
+def _merge_dims(dims: list[Dim]) -> tuple[int, int, tuple[int, int], int] | None:
   """Fold (size, stride, valid range) dims, outermost first, into one: (size, stride, valid range, offset change)."""
   size, stride, (start, end) = dims[0]
   delta = 0

@@ -184,6 +184,20 @@ def test_row_of_a_transposed_view_merges() -> None:
   assert len(row.views) == 1
   check_tracker(row, np.arange(12).reshape(4, 3).T.reshape(12)[4:8])
 
+@pytest.mark.parametrize("size, kernel, stride, dilation", [(10, 3, 1, 1), (10, 3, 2, 2), (9, 2, 3, 1)])
+def test_pool_windows_fold_into_one_view(size: int, kernel: int, stride: int, dilation: int) -> None:
+  # sliding windows built by repeating the input (expand + reshape), the way a frontend writes pooling: the repeat
+  # needs a second view, but the finished windows are one affine view again, so kernels get no div/mod
+  out = (size - dilation * (kernel - 1) - 1) // stride + 1
+  repeats, window = math.ceil(kernel * (size + dilation) / size), size + dilation
+  chain = [("reshape", (1, size)), ("expand", (repeats, size)), ("reshape", (repeats * size,)),
+           ("shrink", ((0, kernel * window),)), ("reshape", (kernel, window)),
+           ("shrink", ((0, kernel), (0, out * stride))), ("reshape", (kernel, out, stride)),
+           ("shrink", ((0, kernel), (0, out), (0, 1))), ("reshape", (kernel, out)), ("permute", (1, 0))]
+  tracker, ref = apply_chain((size,), chain)
+  assert tracker.views == (View.create((out, kernel), (stride, dilation)),)
+  check_tracker(tracker, ref)
+
 def test_expression_size() -> None:
   i, j = index_vars((4, 5))
   idx, valid = ShapeTracker.from_shape((4, 5)).to_indexed_uops([i, j])
@@ -228,7 +242,10 @@ def test_real_size() -> None:
   assert ShapeTracker.from_shape((10,)).pad(((3, 3),)).real_size() == 10
   assert ShapeTracker.from_shape((3, 1)).expand((3, 7)).real_size() == 3
 
-@pytest.mark.parametrize("shape, new_shape", [((2, 3), (3, 2)), ((6,), (2, 3)), ((2, 3, 4), (4, 6)), ((1, 1), (1,)), ((), (1, 1))])
-def test_reshape_after_flip_and_expand(shape: tuple[int, ...], new_shape: tuple[int, ...]) -> None:
-  tracker = ShapeTracker.from_shape(shape).flip(tuple(True for _ in shape)).reshape(new_shape)
-  check_tracker(tracker, np.arange(math.prod(shape)).reshape(shape)[tuple(slice(None, None, -1) for _ in shape)].reshape(new_shape))
+@pytest.mark.parametrize("shape, new_shape", [((2, 3), (3, 2)), ((6,), (2, 3)), ((2, 3, 4), (4, 6)), ((1, 1), (1,)),
+                                              ((), (1, 1))])
+def test_reshape_of_flipped(shape: tuple[int, ...], new_shape: tuple[int, ...]) -> None:
+  flip_all = tuple(True for _ in shape)
+  tracker = ShapeTracker.from_shape(shape).flip(flip_all).reshape(new_shape)
+  assert len(tracker.views) == 1
+  check_tracker(tracker, apply_np(np.arange(math.prod(shape)).reshape(shape), "flip", flip_all).reshape(new_shape))
