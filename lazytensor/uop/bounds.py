@@ -6,8 +6,11 @@ Each node's bounds are cached on the node (`UOp.vmin_vmax`), so a rule asking fo
 first time.
 """
 from __future__ import annotations
+
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 from lazytensor.dtype import DType, PtrDType
 from lazytensor.uop.ops import GroupOp, Ops, UOp, exec_alu, python_alu
 
@@ -25,7 +28,8 @@ def bounds(u: UOp) -> Bounds:
   if u.dtype.is_bool and u.op in GroupOp.ALU and all(s.dtype.is_bool for s in u.src): return _bool_bounds(u)
   rule = _rules.get(u.op)
   ret = rule(u) if rule is not None else None
-  if ret is None or (u.dtype.is_int and (ret[0] < u.dtype.min() or ret[1] > u.dtype.max())): return dtype_bounds(u.dtype)
+  if ret is None or (u.dtype.is_int and not u.dtype.min() <= ret[0] <= ret[1] <= u.dtype.max()):
+    return dtype_bounds(u.dtype)
   return ret
 
 def _bool_bounds(u: UOp) -> Bounds:
@@ -50,8 +54,9 @@ def _idiv(u: UOp) -> Bounds | None:
 def _mod(u: UOp) -> Bounds | None:
   a, b = u.src
   if b.vmin <= 0 <= b.vmax: return None
-  if 0 < b.vmin == b.vmax and a.vmin >= 0 and a.vmin // b.vmin == a.vmax // b.vmin:
-    return a.vmin % b.vmin, a.vmax % b.vmin  # a stays inside one block of b: the remainder just shifts it
+  d = abs(b.vmin)
+  if b.vmin == b.vmax and a.vmin >= 0 and a.vmin // d == a.vmax // d:
+    return a.vmin % d, a.vmax % d  # a stays inside one block of |b|: the remainder just shifts it
   # why: the C remainder takes the dividend's sign and is smaller than the divisor in magnitude
   m = max(abs(b.vmin), abs(b.vmax)) - 1
   return max(a.vmin, -m) if a.vmin < 0 else 0, min(a.vmax, m) if a.vmax > 0 else 0

@@ -79,6 +79,8 @@ class Ops(enum.Enum):
   CONST = enum.auto()
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
+  # members are singletons: identity hashing is correct and much cheaper than Enum's name hashing
+  __hash__ = object.__hash__
 
 class GroupOp:
   Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
@@ -136,10 +138,16 @@ def _arg_key(arg: Any) -> Any:
   if isinstance(arg, float): return ("float", repr(arg))
   return arg
 
+# the intern table: structure -> weak reference; a node lives as long as something holds it
+_uop_cache: dict[tuple, weakref.ref] = {}
+
+def _forget(key: tuple) -> None:
+  ref = _uop_cache.get(key)
+  if ref is not None and ref() is None: del _uop_cache[key]
+
 class UOp:
   """An immutable, interned node: constructing an equal node returns the existing object."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-  _cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
   op: Ops
   dtype: DType
   src: tuple[UOp, ...]
@@ -147,15 +155,15 @@ class UOp:
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     key = (op, dtype, src, type(arg), _arg_key(arg))
-    try:
-      if (hit := UOp._cache.get(key)) is not None: return hit
+    try: ref = _uop_cache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {arg!r}") from e
+    if ref is not None and (hit := ref()) is not None: return hit
     self = super().__new__(cls)
     object.__setattr__(self, "op", op)
     object.__setattr__(self, "dtype", dtype)
     object.__setattr__(self, "src", src)
     object.__setattr__(self, "arg", arg)
-    UOp._cache[key] = self
+    _uop_cache[key] = weakref.ref(self, lambda _, k=key: _forget(k))
     return self
 
   def __setattr__(self, name: str, value: Any) -> None:

@@ -14,21 +14,24 @@ What every rule here must respect:
     overflow, as every index simplifier must: the bounds say where a rule depends on the values.
 """
 from __future__ import annotations
+
 import functools
 import math
 import operator
 from typing import Any
+
 from lazytensor.dtype import DType, dtypes
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, graph_rewrite
 
 INTS: tuple[DType, ...] = tuple(dt for dt in dtypes.all() if dt.is_int)
 SINTS: tuple[DType, ...] = tuple(dt for dt in INTS if not dt.is_unsigned)
-FLOATS: tuple[DType, ...] = tuple(dt for dt in dtypes.all() if dt.is_float)
 INTS_BOOL: tuple[DType, ...] = (*INTS, dtypes.bool)
 
 def _ivar(name: str) -> UPat: return UPat.var(name, SINTS)
 def _icvar(name: str) -> UPat: return UPat.cvar(name, SINTS)
 def _bvar(name: str) -> UPat: return UPat.var(name, dtypes.bool)
+def _bconst(value: bool) -> UPat: return UPat.const(dtypes.bool, value)
+def _fits(dt: DType, *vals: int) -> bool: return all(dt.min() <= v <= dt.max() for v in vals)
 
 # ---- constant folding and identities ----
 
@@ -63,7 +66,7 @@ symbolic_simple = PatternMatcher([
   # why ints: inf*0, nan*0 and inf-inf are nan
   (UPat.var("x", INTS) * 0, lambda x: x.const_like(0)),                                  # x*0 -> 0
   (UPat.var("x", INTS) - UPat.var("x"), lambda x: x.const_like(0)),                      # x-x -> 0
-  (-(-UPat.var("x")), lambda x: x),                                                      # -(-x) -> x
+  (UPat(Ops.NEG, src=(-UPat.var("x"),)), lambda x: x),                                   # -(-x) -> x
   (UPat.var("x").maximum(UPat.var("x")), lambda x: x),                                   # max(x,x) -> x
   (UPat(Ops.CAST, name="a", src=(UPat.var("x"),)), lambda a, x: x if a.dtype == x.dtype else None),  # cast(x:T, T) -> x
   # bitwise and logical identities (a 0 pattern also matches False)
@@ -79,10 +82,11 @@ symbolic_simple = PatternMatcher([
   # comparisons of a value with itself
   (UPat(Ops.CMPLT, name="a", src=(UPat.var("x"), UPat.var("x"))), lambda a, x: a.const_like(False)),  # x<x -> False
   # why not floats: nan != nan
-  (UPat(Ops.CMPNE, name="a", src=(UPat.var("x", INTS_BOOL), UPat.var("x"))), lambda a, x: a.const_like(False)),  # x!=x -> False
+  (UPat(Ops.CMPNE, name="a", src=(UPat.var("x", INTS_BOOL), UPat.var("x"))),
+   lambda a, x: a.const_like(False)),                                                    # x!=x -> False
   # where
-  (UPat.const(dtypes.bool, True).where(UPat.var("a"), UPat.var("b")), lambda a, b: a),  # where(True,a,b) -> a
-  (UPat.const(dtypes.bool, False).where(UPat.var("a"), UPat.var("b")), lambda a, b: b), # where(False,a,b) -> b
+  (_bconst(True).where(UPat.var("a"), UPat.var("b")), lambda a, b: a),                  # where(True,a,b) -> a
+  (_bconst(False).where(UPat.var("a"), UPat.var("b")), lambda a, b: b),                 # where(False,a,b) -> b
   (UPat.var("c").where(UPat.var("a"), UPat.var("a")), lambda c, a: a),                   # where(c,a,a) -> a
 ])
 
@@ -177,24 +181,21 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
   quot = [(b, k // c.arg) for b, k in terms if k % c.arg == 0]
   if not quot and const // c.arg == 0: return None
   rem = _build_sum(x.dtype, [(b, k) for b, k in terms if k % c.arg != 0], const % c.arg)
-
+  if rem.vmin < 0: return None
   if d.op is Ops.MOD: return rem % c
   # moving only a constant out of the quotient makes it no simpler unless the division vanishes
   if not quot and rem.vmax >= c.arg: return None
   return _build_sum(x.dtype, quot, const // c.arg) + rem // c
 
 def nested_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
-  """(x//c1)//c2 -> x//(c1*c2) for c1, c2 > 0: truncation nests like floor does, for either sign of x."""
-  if c1.arg <= 0 or c2.arg <= 0 or c1.arg * c2.arg > x.dtype.max(): return None
-  return x // (c1.arg * c2.arg)
+  """(x//c1)//c2 -> x//(c1*c2): trunc(x/a) is sign(x/a)*floor(|x|/|a|), and floors of magnitudes nest."""
+  return x // (c1.arg * c2.arg) if c1.arg != 0 and c2.arg != 0 and _fits(x.dtype, c1.arg * c2.arg) else None
 
 def nested_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
   """(x%(c*k))%c -> x%c for c, k > 0: both remainders keep x's sign, so the inner one only drops multiples of c."""
   return x % c2 if c1.arg > 0 and c2.arg > 0 and c1.arg % c2.arg == 0 else None
 
 # ---- comparisons and range checks ----
-
-def _fits(dt: DType, *vals: int) -> bool: return all(dt.min() <= v <= dt.max() for v in vals)
 
 def shift_cmp(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
   """x+c1 < c2 -> x < c2-c1, when x+c1 does not overflow."""
@@ -268,8 +269,8 @@ symbolic = symbolic_simple + PatternMatcher([
   ((_ivar("x") + _icvar("c1")).lt(_icvar("c2")), shift_cmp),                              # x+c1 < c2 -> x < c2-c1
   ((_ivar("x") * _icvar("c1")).lt(_icvar("c2")), scale_cmp),                              # x*c1 < c2 -> x < ceil(c2/c1)
   (UPat(Ops.AND, dtypes.bool, name="a"), merge_range_checks),                             # (x<c)&(x<d) -> x<min(c,d)
-  (_bvar("c").ne(True).where(UPat.var("a"), UPat.var("b")), lambda c, a, b: c.where(b, a)),  # where(!c,a,b) -> where(c,b,a)
-  (_bvar("c").where(UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False)), lambda c: c),                                           # where(c,True,False) -> c
+  (_bvar("c").ne(True).where(UPat.var("a"), UPat.var("b")), lambda c, a, b: c.where(b, a)),  # where(!c,a,b)->(c,b,a)
+  (_bvar("c").where(_bconst(True), _bconst(False)), lambda c: c),                         # where(c,True,False) -> c
 ])
 
 def simplify(u: UOp) -> UOp:

@@ -3,13 +3,17 @@
 UOps are interned and `==` is identity, while `<`, `>` build nodes: nodes are compared with `is`.
 """
 from __future__ import annotations
+
 import itertools
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.uop.ops import Ops, UOp, exec_alu, graph_rewrite
 from lazytensor.uop.symbolic import simplify, symbolic_simple
@@ -65,8 +69,8 @@ def brute_bounds(e: UOp) -> tuple[Any, Any]:
   (g, (0, 15)), (loop(2, 8), (2, 7)), (c(5), (5, 5)), (c(1.5, dtypes.float32), (1.5, 1.5)),
   (g + l, (0, 18)), (g - l, (-3, 15)), (-g, (-15, 0)), ((g - 8) * (l - 2), (-14, 16)),
   ((g - 8) // 3, (-2, 2)), ((g - 8) % 3, (-2, 2)), ((g - 8) % -3, (-2, 2)), (g % 4, (0, 3)), ((l + 4) % 8, (4, 7)),
-  ((g - 8) // -3, (-2, 2)), (g.maximum(l + 6), (6, 15)), ((g - 8) & 5, (0, 5)), (g | l, (0, 15)),
-  (g >> 2, (0, 3)), (l << 3, (0, 24)),
+  ((g - 8) // -3, (-2, 2)), ((l + 4) % -8, (4, 7)), (g.maximum(l + 6), (6, 15)),
+  ((g - 8) & 5, (0, 5)), (g & (l + 4), (0, 7)), (g | l, (0, 15)), (g >> 2, (0, 3)), (l << 3, (0, 24)),
   (g < 16, (True, True)), (g < 0, (False, False)), (g < 8, (False, True)), (g.ne(20), (True, True)),
   (cond & (l < 9), (False, True)), ((g < 20) & (l < 9), (True, True)), ((g < 0) | (l < 9), (True, True)),
   ((l < 2).where(g, l + 20), (0, 23)), ((g < 20).where(l, g), (0, 3)),
@@ -75,9 +79,13 @@ def brute_bounds(e: UOp) -> tuple[Any, Any]:
 ])
 def test_bounds(e: UOp, expected: tuple[Any, Any]) -> None:
   assert e.vmin_vmax == expected
-  if variables(e): assert e.vmin <= brute_bounds(e)[0] and brute_bounds(e)[1] <= e.vmax
+  if variables(e):
+    lo, hi = brute_bounds(e)
+    assert e.vmin <= lo and hi <= e.vmax
 
-@pytest.mark.parametrize("e", [(g * 20).cast(dtypes.int8), g * (2 ** 30), c(2 ** 31 - 1) + g, g - 1 + c(0, dtypes.uint32) * 0])
+@pytest.mark.parametrize("e", [
+  (g * 20).cast(dtypes.int8), g * (2 ** 30), c(2 ** 31 - 1) + g, UOp(Ops.SPECIAL, dtypes.uint32, (), ("gidx1", 4)) - 1,
+])
 def test_bounds_wrap_to_the_whole_dtype(e: UOp) -> None:
   assert e.vmin_vmax == (e.dtype.min(), e.dtype.max())
 
@@ -111,7 +119,7 @@ CASES: dict[str, Case] = {
   "x%1": (lambda: g % 1, lambda: c(0)),
   "x*0": (lambda: g * 0, lambda: c(0)),
   "x-x": (lambda: g - g, lambda: c(0)),
-  "--x": (lambda: -(-g), lambda: g),
+  "--x": (lambda: (-g).alu(Ops.NEG), lambda: g),
   "cast_same": (lambda: UOp(Ops.CAST, i32, (g,)), lambda: g),
   "max_xx": (lambda: g.maximum(g), lambda: g),
   "x&True": (lambda: cond & True, lambda: cond),
@@ -151,15 +159,18 @@ CASES: dict[str, Case] = {
   "mod_gcd_divisor": (lambda: (g * 4) % 8, lambda: (g % 2) * 4),
   "div_gcd_negative": (lambda: (g * 4 - 8) // 8, lambda: (g + -2) // 2),
   "div_nested": (lambda: (g // 4) // 2, lambda: g // 8),
+  "div_nested_negative": (lambda: ((g - 8) // -4) // 2, lambda: (g + -8) // -8),
   "mod_nested": (lambda: (g % 8) % 4, lambda: g % 4),
   "divmod_recombine": (lambda: (g // 4) * 4 + g % 4, lambda: g),
   "divmod_recombine_scaled": (lambda: ((g // 4) * 4 + g % 4) * 3 + l, lambda: g * 3 + l),
+  "divmod_recombine_kept": (lambda: (g // 4) * 2 + g % 4, lambda: (g // 4) * 2 + g % 4),
   # why not folded: g-1 can be -1, where C truncation and floor division differ
   "div_negative_kept": (lambda: (g - 1) // 4, lambda: (g + -1) // 4),
   "mod_negative_kept": (lambda: (g * 4 - l) % 4, lambda: (g * 4 + l * -1) % 4),
   "div_negative_quotient_kept": (lambda: (l - g * 4) // 4, lambda: (l + g * -4) // 4),
   "mod_negative_quotient_kept": (lambda: (l - g * 4) % 4, lambda: (l + g * -4) % 4),
   "mod_below_zero_kept": (lambda: (l - 5) % 4, lambda: (l + -5) % 4),
+  "div_negative_remainder_kept": (lambda: ((g + 1) * 4 - l) // 4, lambda: (g * 4 + l * -1 + 4) // 4),
   # canonical sums and products
   "const_right": (lambda: 3 + g, lambda: g + 3),
   "reassoc_add": (lambda: (g + 3) + 5, lambda: g + 8),
@@ -175,11 +186,13 @@ CASES: dict[str, Case] = {
   # validity conditions
   "lt_shift": (lambda: g + 3 < 10, lambda: g < 7),
   "lt_scale": (lambda: g * 4 < 10, lambda: g < 3),
+  "lt_scale_exact": (lambda: g * 4 < 8, lambda: g < 2),
   "and_tighter": (lambda: (g < 5) & (g < 9), lambda: g < 5),
   "and_tighter_apart": (lambda: (g < 9) & (l < 2) & (g < 5), lambda: (g < 5) & (l < 2)),
   "and_proven": (lambda: (g < 16) & (l < 2), lambda: l < 2),
   "and_contradiction": (lambda: (g < 3) & (g >= 5), lambda: c(False, dtypes.bool)),
   "and_window": (lambda: (g >= 2) & (g < 9) & (g > 4), lambda: (g < 5).logical_not() & (g < 9)),
+  "and_le": (lambda: (g <= 5) & (g >= 2), lambda: (g < 2).logical_not() & (g < 6)),
   "and_padding": (lambda: (g - 1 < 16) & (g - 1 >= 0), lambda: (g < 1).logical_not()),
 }
 
@@ -192,9 +205,11 @@ def test_simplify(name: str) -> None:
   assert simplify(s) is s
   check_equivalent(e, s)
 
-def test_divide_by_zero_is_not_folded() -> None:
-  for e in (c(7) // 0, c(7) % 0, g // 0):
+def test_undefined_ops_are_not_folded() -> None:
+  # division by zero and shifts by the type's width or more (or a negative amount) are undefined in C
+  for e in (c(7) // 0, c(7) % 0, g // 0, c(1) << 32, c(1) << -1, c(-8) >> 40):
     assert simplify(e) is e
+  assert simplify(c(1) << 31) is c(-(2 ** 31))
 
 def test_simple_table_has_no_bounds_rules() -> None:
   assert graph_rewrite(g < 16, symbolic_simple) is (g < 16)
@@ -204,15 +219,17 @@ def test_simple_table_has_no_bounds_rules() -> None:
 
 @pytest.mark.parametrize("e", [
   x * 0.0, x * c(-0.0, dtypes.float32), x + 0.0, x - x, x - c(-0.0, dtypes.float32), x.ne(x), (x + 1.0) + 2.0,
-  (x * 2.0) * 3.0, x / 3.0, c(2.0, dtypes.float32) + x,
+  (x * 2.0) * 3.0, x / 3.0, c(2.0, dtypes.float32).maximum(x),
 ])
 def test_float_unsafe_rewrites_not_applied(e: UOp) -> None:
-  # x*0 is nan for inf/nan x, x+0.0 turns -0.0 into +0.0, x-x is nan for inf, float + and * do not associate
-  s = simplify(e)
-  assert s is e or (e.src[0].op is Ops.CONST and s is e.replace(src=e.src[::-1])), f"rewrote\n{e}\ninto\n{s}"
+  # x*0 is nan for inf/nan x, x+0.0 turns -0.0 into +0.0, x-x is nan for inf, float + and * do not associate,
+  # and a max lowered to compare-and-select is not symmetric in nan
+  assert simplify(e) is e
 
 @pytest.mark.parametrize("e, expected", [
-  (x * 1.0, x), (x / 1.0, x), (x + c(-0.0, dtypes.float32), x), (x - 0.0, x), (-(-x), x), (x < x, c(False, dtypes.bool)),
+  (x * 1.0, x), (x / 1.0, x), (x + c(-0.0, dtypes.float32), x), (x - 0.0, x), ((-x).alu(Ops.NEG), x),
+  (x < x, c(False, dtypes.bool)),
+  (c(2.0, dtypes.float32) + x, x + 2.0),
 ])
 def test_float_exact_rewrites(e: UOp, expected: UOp) -> None:
   assert simplify(e) is expected
@@ -241,9 +258,9 @@ def int_exprs(draw: st.DrawFn, depth: int = 3) -> UOp:
   if depth == 0 or draw(st.integers(0, 4)) == 0:
     return draw(st.sampled_from(HVARS)) if draw(st.booleans()) else c(draw(st.integers(-8, 8)))
   a = draw(int_exprs(depth - 1))
-  kind = draw(st.sampled_from(["add", "sub", "mul", "mul_leaf", "div", "mod", "split", "neg", "max", "where"]))
+  kind = draw(st.sampled_from(["add", "sub", "mul", "mul_leaf", "divmod", "split", "neg", "max", "where"]))
   if kind == "neg": return -a
-  if kind in ("div", "mod", "split"):
+  if kind in ("divmod", "split"):
     d = draw(st.integers(1, 9))
     # split: (a*d + b) // d and (a*d + b) % d, the shape that div/mod folding looks for
     if kind == "split": a = a * (d * draw(st.sampled_from([1, -1, 2]))) + draw(int_exprs(depth - 1))
@@ -259,10 +276,11 @@ def int_exprs(draw: st.DrawFn, depth: int = 3) -> UOp:
 
 @st.composite
 def conditions(draw: st.DrawFn, depth: int) -> UOp:
-  a, bound = draw(int_exprs(depth)), draw(st.integers(-6, 10))
-  kind = draw(st.sampled_from(["lt", "gt", "ge", "ne", "lt_expr"]))
-  check = {"lt": lambda: a < bound, "gt": lambda: a > bound, "ge": lambda: a >= bound, "ne": lambda: a.ne(bound),
-           "lt_expr": lambda: a < draw(int_exprs(depth))}[kind]()
+  # a variable itself is what most range checks in a kernel test
+  a, bound = draw(st.one_of(st.sampled_from(HVARS), int_exprs(depth))), draw(st.integers(-6, 10))
+  kind = draw(st.sampled_from(["lt", "gt", "ge", "le", "ne", "lt_expr"]))
+  check = {"lt": lambda: a < bound, "gt": lambda: a > bound, "ge": lambda: a >= bound, "le": lambda: a <= bound,
+           "ne": lambda: a.ne(bound), "lt_expr": lambda: a < draw(int_exprs(depth))}[kind]()
   return check & draw(conditions(depth)) if depth > 0 and draw(st.booleans()) else check
 
 @settings(max_examples=250, deadline=None)
