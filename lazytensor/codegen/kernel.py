@@ -5,10 +5,12 @@ once, so the lowerer sees the same axes everywhere. Axes are kept in kind order:
 global/thread, local, group, reduce, unroll, upcast.
 """
 from __future__ import annotations
+import copy
 import enum
 from collections import defaultdict
+from dataclasses import dataclass
 from lazytensor.codegen.renderer import Renderer
-from lazytensor.helpers import colored, prod
+from lazytensor.helpers import THREADS, colored, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
 
@@ -29,6 +31,31 @@ VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
 
 class KernelOptError(Exception):
   """An optimization that this kernel or its renderer cannot take; search treats it as a failed candidate."""
+
+class OptOps(enum.Enum):
+  LOCAL = enum.auto()      # part of a global axis becomes GPU threads of a block
+  UPCAST = enum.auto()     # part of a global axis is computed per thread in registers / SIMD lanes
+  UNROLL = enum.auto()     # part of a reduce axis is unrolled into registers
+  GROUP = enum.auto()      # part of a reduce axis is split across threads, combined through shared memory
+  GROUPTOP = enum.auto()   # GROUP taking the outer part of the axis
+  PADTO = enum.auto()      # pad an axis up to a multiple of amt (masked) so it splits evenly
+  TC = enum.auto()         # map a multiply-accumulate onto tensor cores
+  NOLOCALS = enum.auto()   # forbid LOCAL from here on
+  SWAP = enum.auto()       # exchange two global axes (loop order)
+  THREAD = enum.auto()     # split a global axis across CPU cores
+  def __repr__(self) -> str: return f"OptOps.{self.name}"
+
+@dataclass(frozen=True)
+class Opt:
+  """One optimization step. `axis` indexes the kernel's current axes (as DEBUG=3 shows them); amt 0 = the whole axis.
+  For SWAP, amt is the other axis."""
+  op: OptOps
+  axis: int | None = None
+  amt: int = 0
+  def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
+
+def _check(cond: bool, msg: str) -> None:
+  if not cond: raise KernelOptError(msg)
 
 def view_of(node: UOp) -> ShapeTracker:
   return next(s.arg for s in node.src if s.op is Ops.VIEW)
@@ -52,7 +79,10 @@ class Kernel:
     self.full_shape: tuple[int, ...] = tuple(full[i] for i in order)
     self.kinds: list[AxisKind] = [kinds[i] for i in order]
     self.sts = [st.permute(tuple(order)) for st in self.sts]
-    self.applied_opts: list = []
+    self.applied_opts: list[Opt] = []
+    self.padded: dict[int, int] = {}  # axis -> its size before PADTO
+    self.tensor_core: tuple | None = None
+    self.dont_use_locals = False
     self._drop_ones()
     self._merge_adjacent()
 
@@ -123,6 +153,98 @@ class Kernel:
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self.full_shape = tuple(self.full_shape[i] for i in order)
     self.kinds = [self.kinds[i] for i in order]
+
+  # ---- optimizations ----
+
+  def copy(self) -> Kernel:
+    ret = copy.copy(self)
+    ret.sts, ret.kinds, ret.applied_opts, ret.padded = list(self.sts), list(self.kinds), list(self.applied_opts), dict(self.padded)
+    return ret
+
+  def upcast_size(self) -> int: return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
+  def local_size(self) -> int: return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+
+  def apply_opt(self, opt: Opt) -> None:
+    """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
+    saved = (self.full_shape, list(self.kinds), list(self.sts), dict(self.padded), self.tensor_core, self.dont_use_locals)
+    try: self._apply_opt(opt)
+    except KernelOptError:
+      self.full_shape, self.kinds, self.sts, self.padded, self.tensor_core, self.dont_use_locals = saved
+      raise
+    self.applied_opts.append(opt)
+
+  def _resolve(self, opt: Opt, kinds: tuple[AxisKind, ...]) -> tuple[int, int]:
+    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range for shape {self.full_shape}")
+    assert opt.axis is not None
+    kind = self.kinds[opt.axis]
+    _check(kind in kinds, f"{opt}: axis {opt.axis} is {kind.name}, expected {'/'.join(k.name for k in kinds)}")
+    size = self.full_shape[opt.axis]
+    amt = size if opt.amt == 0 else opt.amt
+    _check(amt > 1 or (opt.amt == 0 and size > 1), f"{opt}: amount must be > 1")
+    _check(size % amt == 0, f"{opt}: {amt} does not divide axis {opt.axis} of size {size} (use PADTO first)")
+    return opt.axis, amt
+
+  def _apply_opt(self, opt: Opt) -> None:
+    r = self.renderer
+    if opt.op is OptOps.NOLOCALS:
+      _check(not self.axes_of(AxisKind.LOCAL, AxisKind.GROUP), f"{opt}: the kernel already has local axes")
+      self.dont_use_locals = True
+      return
+    if opt.op is OptOps.SWAP:
+      a, _ = self._resolve(Opt(opt.op, opt.axis), (AxisKind.GLOBAL,))
+      _check(0 <= opt.amt < self.shape_len and opt.amt != a and self.kinds[opt.amt] is AxisKind.GLOBAL,
+             f"{opt}: amt must name another GLOBAL axis")
+      order = list(range(self.shape_len))
+      order[a], order[opt.amt] = order[opt.amt], order[a]
+      self.permute(order)
+      return
+    if opt.op is OptOps.PADTO: return self._padto(opt)
+    if opt.op is OptOps.TC: raise KernelOptError(f"{opt}: no tensor cores on {r.device}" if not r.tensor_cores else
+                                                 f"{opt}: tensor cores are not lowered yet")
+    _check(self.tensor_core is None or opt.op not in (OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: GROUP cannot follow TC")
+    if opt.op is OptOps.UPCAST:
+      axis, amt = self._resolve(opt, (AxisKind.GLOBAL, AxisKind.LOCAL))
+      _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: upcasting past {r.upcast_max} elements")
+      self.split_axis(axis, amt, AxisKind.UPCAST)
+    elif opt.op is OptOps.UNROLL:
+      axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
+      _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: unrolling past {r.upcast_max} elements")
+      self.split_axis(axis, amt, AxisKind.UNROLL)
+    elif opt.op is OptOps.LOCAL:
+      _check(r.has_local and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} has no local threads"
+             if not r.has_local else f"{opt}: NOLOCALS was applied")
+      axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
+      _check(self.local_size() * amt <= (prod(r.local_max) if r.local_max else 1024), f"{opt}: too many threads per block")
+      self.split_axis(axis, amt, AxisKind.LOCAL)
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+      _check(r.has_local and r.has_shared and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} cannot group")
+      axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
+      _check(not self.axes_of(AxisKind.GROUP), f"{opt}: the kernel is already grouped")
+      _check(self.local_size() * amt <= (prod(r.local_max) if r.local_max else 1024), f"{opt}: too many threads per block")
+      self.split_axis(axis, amt, AxisKind.GROUP, top=opt.op is OptOps.GROUPTOP)
+    elif opt.op is OptOps.THREAD:
+      _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
+      _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
+      axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
+      _check(amt <= max(1, int(THREADS.value)), f"{opt}: {amt} threads is more than THREADS={THREADS.value}")
+      self.split_axis(axis, amt, AxisKind.THREAD, top=True)
+    else: raise KernelOptError(f"unknown opt {opt}")
+
+  def _padto(self, opt: Opt) -> None:
+    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range")
+    assert opt.axis is not None
+    axis, kind = opt.axis, self.kinds[opt.axis]
+    _check(kind in (AxisKind.GLOBAL, AxisKind.REDUCE), f"{opt}: only GLOBAL and REDUCE axes can be padded")
+    _check(axis not in self.padded, f"{opt}: axis {axis} is already padded")
+    size = self.full_shape[axis]
+    _check(opt.amt > 1, f"{opt}: pad to a multiple > 1")
+    new = -(-size // opt.amt) * opt.amt
+    _check(new != size, f"{opt}: axis {axis} of size {size} is already a multiple of {opt.amt}")
+    _check(new <= size * 2, f"{opt}: padding {size} to {new} more than doubles the work")
+    self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] == size else (0, 0) for i in range(self.shape_len)))
+                for st in self.sts]
+    self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
+    self.padded[axis] = size
 
   # ---- naming ----
 

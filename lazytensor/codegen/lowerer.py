@@ -1,75 +1,282 @@
-"""Kernel (AST + axes) -> loop-level UOps: every axis becomes an index, every view becomes index math."""
+"""Kernel (AST + axes) -> loop-level UOps: every axis becomes an index, every view becomes index math.
+
+Axis kinds lower as:
+  GLOBAL  a RANGE loop on devices without GPU threads, else a grid index (SPECIAL gidx)
+  THREAD  the CPU core id (SPECIAL core), the rest of the axis stays a loop
+  LOCAL   a thread index within a block (SPECIAL lidx)
+  GROUP   a thread index too; the reduce then finishes in two stages through shared memory
+  REDUCE  a RANGE loop inside the globals
+  UPCAST / UNROLL  registers: the kernel body is replicated per lane; the last such axis becomes SIMD vectors when
+          the renderer has vectors of its size, so values are scalars or vectors ("lanes").
+"""
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass
 from lazytensor.codegen.kernel import AxisKind, Kernel
-from lazytensor.dtype import dtypes
-from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite
+from lazytensor.dtype import DType, dtypes
+from lazytensor.helpers import prod
+from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
 from lazytensor.uop.symbolic import simplify, symbolic
 
 def _const(v: int) -> UOp: return UOp.const(dtypes.index, v)
 
-@dataclass
-class _Indices:
-  """The index of each axis, for the kernel's full shape and for its output shape (reduce axes at 0)."""
-  full: list[UOp]
-  out: list[UOp]
+LOOP_KINDS = (AxisKind.GLOBAL, AxisKind.REDUCE)
+LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
 
-def _axis_indices(k: Kernel) -> _Indices:
-  full: list[UOp] = []
-  for i, (size, kind) in enumerate(zip(k.full_shape, k.kinds)):
-    if kind in (AxisKind.GLOBAL, AxisKind.REDUCE):
-      full.append(UOp(Ops.RANGE, dtypes.index, (_const(0), _const(size)), (i, kind.name.lower())))
-    else: raise NotImplementedError(f"lowering of {kind} axes")
-  out = [_const(0) if kind.is_reduce else idx for idx, kind in zip(full, k.kinds)]
-  return _Indices(full, out)
+def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], limit: int = 3) -> dict[int, UOp]:
+  """Grid or block indices for some axes; the fastest-varying (last) axis gets index 0. Past `limit` dims,
+  the leading axes share one index, split back with div/mod."""
+  if not axes: return {}
+  groups = [[a] for a in axes[-(limit - 1):]] if len(axes) >= limit else [[a] for a in axes]
+  if len(axes) >= limit: groups = [axes[:len(axes) - (limit - 1)]] + groups
+  out: dict[int, UOp] = {}
+  for dim, group in enumerate(reversed(groups)):
+    sizes = [shape[a] for a in group]
+    special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", prod(sizes)))
+    for j, a in enumerate(group):
+      inner = prod(sizes[j + 1:])
+      idx = special // inner if inner > 1 else special
+      out[a] = idx % sizes[j] if j > 0 else idx
+  return out
+
+@dataclass
+class _Lanes:
+  """The registers of one thread: every combination of the unrolled/upcast axes except the vector axis ("keys"),
+  times the SIMD lanes of the vector axis (VLANE stands for the lane number inside index math)."""
+  axes: list[int]
+  vec_axis: int | None
+  width: int
+  keys: list[tuple[int, ...]]
+  vlane: UOp
+
+def _lanes(k: Kernel) -> _Lanes:
+  axes = k.axes_of(*LANE_KINDS)
+  vec_axis = axes[-1] if axes and k.full_shape[axes[-1]] in k.renderer.vector_widths else None
+  width = k.full_shape[vec_axis] if vec_axis is not None else 1
+  key_axes = [a for a in axes if a != vec_axis]
+  keys = list(itertools.product(*[range(k.full_shape[a]) for a in key_axes]))
+  return _Lanes(axes, vec_axis, width, keys, UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", max(width, 1))))
 
 class _Lowerer:
   def __init__(self, k: Kernel) -> None:
-    self.k, self.idx = k, _axis_indices(k)
-    self.memo: dict[UOp, UOp] = {}
+    self.k = k
+    self.lanes = _lanes(k)
+    self.key_axes = [a for a in self.lanes.axes if a != self.lanes.vec_axis]
+    self.axis_idx = self._axis_indices()
+    self.memo: dict[UOp, list[UOp]] = {}
+    self.group_gate: UOp | None = None  # set when a GROUP reduce means only group index 0 may store
 
-  def index_of(self, node: UOp) -> tuple[UOp, UOp]:
-    st = self.k.st_of(node)
-    idxs = self.idx.full if st.shape == self.k.full_shape else self.idx.out
-    idx, valid = st.to_indexed_uops(idxs)
-    return simplify(idx), simplify(valid)
+  def _axis_indices(self) -> dict[int, UOp]:
+    k, r = self.k, self.k.renderer
+    idx: dict[int, UOp] = {}
+    globals_ = k.axes_of(AxisKind.GLOBAL)
+    if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape))
+    else:
+      for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
+    for a in k.axes_of(AxisKind.REDUCE): idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
+    for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
+    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape))
+    if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
+    return idx
 
-  def lower(self, node: UOp) -> UOp:
+  def idxs_for(self, key: tuple[int, ...], shape: tuple[int, ...]) -> list[UOp]:
+    """Index of every axis for one lane key; axes of size 1 in this view (reduced or broadcast) index 0."""
+    lane = dict(zip(self.key_axes, key))
+    return [_const(0) if s == 1 else _const(lane[a]) if a in lane else self.axis_idx[a] for a, s in enumerate(shape)]
+
+  # ---- lanes ----
+
+  def per_lane(self, expr: UOp) -> list[UOp]:
+    return [simplify(expr.substitute({self.lanes.vlane: _const(i)})) for i in range(self.lanes.width)]
+
+  def depends_on_lane(self, *exprs: UOp) -> bool:
+    return self.lanes.vec_axis is not None and any(self.lanes.vlane in e.toposort for e in exprs)
+
+  def contiguous_lanes(self, idx: UOp) -> bool:
+    base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
+    return all(simplify(e - base) is _const(i) for i, e in enumerate(self.per_lane(idx)))
+
+  def splat(self, x: UOp, width: int) -> UOp:
+    return x if width == 1 or x.dtype.count == width else UOp(Ops.VECTORIZE, x.dtype.vec(width), (x,) * width)
+
+  # ---- nodes ----
+
+  def lower(self, node: UOp) -> list[UOp]:
     if (hit := self.memo.get(node)) is not None: return hit
     ret = self._lower(node)
     self.memo[node] = ret
     return ret
 
-  def _lower(self, node: UOp) -> UOp:
+  def _lower(self, node: UOp) -> list[UOp]:
     op = node.op
-    if op is Ops.SINK: return UOp(Ops.SINK, dtypes.void, tuple(self.lower(s) for s in node.src))
-    if op in (Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID): return self._lower_view_op(node)
-    if op is Ops.REDUCE_AXIS:
-      ranges = tuple(self.idx.full[i] for i in self.k.axes_of(AxisKind.REDUCE))
-      return UOp(Ops.REDUCE, node.dtype, (self.lower(node.src[0]),) + ranges, node.arg[0])
+    if op is Ops.SINK: return [UOp(Ops.SINK, dtypes.void, tuple(u for s in node.src for u in self.lower(s)))]
+    if op is Ops.STORE: return self._store(node)
+    if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
+      return [self._view_value(node, key) for key in self.lanes.keys]
+    if op is Ops.REDUCE_AXIS: return _ReduceLowerer(self, node).lower()
     assert op in GroupOp.Elementwise, f"cannot lower {op}"
-    return UOp(op, node.dtype, tuple(self.lower(s) for s in node.src), node.arg)
+    srcs = [self.lower(s) for s in node.src]
+    return [self._alu(node, [s[i] for s in srcs]) for i in range(len(self.lanes.keys))]
 
-  def _lower_view_op(self, node: UOp) -> UOp:
-    idx, valid = self.index_of(node)
-    always = valid.op is Ops.CONST and valid.arg is True
-    never = valid.op is Ops.CONST and valid.arg is False
-    if node.op is Ops.VALID: return valid
-    if node.op is Ops.CONST:
-      c = UOp.const(node.dtype, node.arg)
-      return c if always else valid.where(c, UOp.const(node.dtype, 0))
-    if node.op is Ops.IOTA: return idx if always else valid.where(idx, _const(0))
-    buf = node.src[0]
-    if node.op is Ops.LOAD:
-      if never: return UOp.const(node.dtype, 0)
-      srcs = (buf, idx) if always else (buf, idx, valid, UOp.const(node.dtype, 0))
-      return UOp(Ops.LOAD, node.dtype, srcs)
-    value = self.lower(node.src[2])
-    if never: return UOp(Ops.NOOP, dtypes.void)
-    return UOp(Ops.STORE, dtypes.void, (buf, idx, value) if always else (buf, idx, value, valid))
+  def _alu(self, node: UOp, srcs: list[UOp]) -> UOp:
+    width = max(s.dtype.count for s in srcs)
+    vsrcs = tuple(self.splat(s, width) for s in srcs)
+    dtype = dtypes.bool.vec(width) if node.op in GroupOp.Comparison else node.dtype.vec(width)
+    return UOp(node.op, dtype, vsrcs, node.arg)
+
+  def index_of(self, node: UOp, key: tuple[int, ...]) -> tuple[UOp, UOp]:
+    st = self.k.st_of(node)
+    idx, valid = st.to_indexed_uops(self.idxs_for(key, st.shape))
+    return simplify(idx), simplify(valid)
+
+  def _view_value(self, node: UOp, key: tuple[int, ...]) -> UOp:
+    idx, valid = self.index_of(node, key)
+    if node.op is Ops.LOAD: return self._load(node.src[0], node.dtype, idx, valid)
+    if self.depends_on_lane(idx, valid):
+      return UOp(Ops.VECTORIZE, (dtypes.bool if node.op is Ops.VALID else node.dtype).vec(self.lanes.width),
+                 tuple(_scalar_view_value(node, i, v) for i, v in zip(self.per_lane(idx), self.per_lane(valid))))
+    return _scalar_view_value(node, idx, valid)
+
+  def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
+    if valid.op is Ops.CONST and valid.arg is False: return UOp.const(dtype, 0)
+    if not self.depends_on_lane(idx, valid): return _gated_load(buf, dtype, idx, valid)
+    width = self.lanes.width
+    if not self.depends_on_lane(valid) and self.contiguous_lanes(idx):
+      base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
+      return _gated_load(buf, dtype.vec(width), base, valid)
+    return UOp(Ops.VECTORIZE, dtype.vec(width), tuple(_gated_load(buf, dtype, i, v)
+                                                      for i, v in zip(self.per_lane(idx), self.per_lane(valid))))
+
+  def _store(self, node: UOp) -> list[UOp]:
+    buf, values = node.src[0], self.lower(node.src[2])
+    stores: dict[UOp, None] = {}
+    for key, value in zip(self.lanes.keys, values):
+      idx, valid = self.index_of(node, key)
+      if valid.op is Ops.CONST and valid.arg is False: continue
+      for s in self._store_lane(buf, idx, valid, value): stores[s] = None
+    return list(stores)
+
+  def _store_lane(self, buf: UOp, idx: UOp, valid: UOp, value: UOp) -> list[UOp]:
+    if not self.depends_on_lane(idx, valid):  # e.g. the vector axis was reduced away: every lane holds the result
+      return [_gated_store(buf, idx, value.gep(0) if value.dtype.count > 1 else value, valid)]
+    width = self.lanes.width
+    if not self.depends_on_lane(valid) and self.contiguous_lanes(idx):
+      base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
+      return [_gated_store(buf, base, self.splat(value, width), valid)]
+    return [_gated_store(buf, i, value.gep(n) if value.dtype.count > 1 else value, v)
+            for n, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
+
+def _scalar_view_value(node: UOp, idx: UOp, valid: UOp) -> UOp:
+  always = valid.op is Ops.CONST and valid.arg is True
+  if node.op is Ops.VALID: return valid
+  value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else idx
+  return value if always else valid.where(value, UOp.const(node.dtype, 0))
+
+def _gated_load(buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
+  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.LOAD, dtype, (buf, idx))
+  return UOp(Ops.LOAD, dtype, (buf, idx, valid, UOp.const(dtype, 0)))
+
+def _gated_store(buf: UOp, idx: UOp, value: UOp, valid: UOp) -> UOp:
+  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.STORE, dtypes.void, (buf, idx, value))
+  return UOp(Ops.STORE, dtypes.void, (buf, idx, value, valid))
+
+class _ReduceLowerer:
+  """One REDUCE_AXIS: unrolled lanes are combined, looped axes accumulate, a GROUP finishes through shared memory."""
+  def __init__(self, lw: _Lowerer, node: UOp) -> None:
+    self.lw, self.node, self.k = lw, node, lw.k
+    self.op: Ops = node.arg[0]
+
+  def lower(self) -> list[UOp]:
+    lw, k = self.lw, self.k
+    values = [self._mask_padding(v, key) for v, key in zip(lw.lower(self.node.src[0]), lw.lanes.keys)]
+    unroll_pos = [i for i, a in enumerate(lw.key_axes) if k.kinds[a] is AxisKind.UNROLL]
+    groups: dict[tuple[int, ...], list[UOp]] = {}
+    for key, v in zip(lw.lanes.keys, values):
+      groups.setdefault(tuple(0 if i in unroll_pos else c for i, c in enumerate(key)), []).append(v)
+    ranges = tuple(lw.axis_idx[a] for a in k.axes_of(AxisKind.REDUCE))
+    vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
+    results: dict[tuple[int, ...], UOp] = {}
+    for gkey, vs in groups.items():
+      acc = self._combine(vs)
+      if ranges: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + ranges, self.op)
+      if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
+      results[gkey] = acc
+    if k.axes_of(AxisKind.GROUP): results = self._group(results)
+    return [results[tuple(0 if i in unroll_pos else c for i, c in enumerate(key))] for key in lw.lanes.keys]
+
+  def _combine(self, vs: list[UOp]) -> UOp:
+    """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
+    while len(vs) > 1: vs = [vs[i].alu(self.op, vs[i + 1]) if i + 1 < len(vs) else vs[i] for i in range(0, len(vs), 2)]
+    return vs[0]
+
+  def _mask_padding(self, v: UOp, key: tuple[int, ...]) -> UOp:
+    """Positions added by PADTO on a reduce axis contribute the reduce's identity."""
+    checks = []
+    for axis, size in self.k.padded.items():
+      if not self.k.kinds[axis].is_reduce: continue
+      idx = self.lw.idxs_for(key, self.k.full_shape)[axis]
+      checks.append(idx.lt(size))
+    if not checks: return v
+    cond = simplify(_all(checks))
+    if cond.op is Ops.CONST and cond.arg is True: return v
+    if self.lw.depends_on_lane(cond):
+      cond = UOp(Ops.VECTORIZE, dtypes.bool.vec(self.lw.lanes.width), tuple(self.lw.per_lane(cond)))
+      v = self.lw.splat(v, self.lw.lanes.width)
+    ident = UOp.const(v.dtype, identity_element(self.op, v.dtype.scalar()))
+    return UOp(Ops.WHERE, v.dtype, (cond if cond.dtype.count == v.dtype.count else self.lw.splat(cond, v.dtype.count), v, ident))
+
+  def _group(self, results: dict[tuple[int, ...], UOp]) -> dict[tuple[int, ...], UOp]:
+    """Stage two of a GROUP reduce: every thread writes its partial result to shared memory, a barrier, then each
+    thread reduces the partials of its group (all threads compute it; only group index 0 stores)."""
+    k, lw = self.k, self.lw
+    local_axes = k.axes_of(AxisKind.LOCAL, AxisKind.GROUP)
+    group_axes = k.axes_of(AxisKind.GROUP)
+    nkeys = len(results)
+    width = max(v.dtype.count for v in results.values())
+    dtype = next(iter(results.values())).dtype.scalar()
+    size = prod(k.full_shape[a] for a in local_axes) * nkeys * width
+    smem = UOp(Ops.DEFINE_LOCAL, dtype.ptr(local=True), (), (f"temp{self.node.key.hex()[:6]}", size))
+    def slot(axis_idx: dict[int, UOp], n: int) -> UOp:
+      flat = _const(0)
+      for a in local_axes: flat = flat * k.full_shape[a] + axis_idx[a]
+      return simplify((flat * nkeys + n) * width)
+    stores = [UOp(Ops.STORE, dtypes.void, (smem, slot(lw.axis_idx, n), v)) for n, v in enumerate(results.values())]
+    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
+    granges = {a: UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (k.shape_len + j, "group"))
+               for j, a in enumerate(group_axes)}
+    reread = {**lw.axis_idx, **granges}
+    out: dict[tuple[int, ...], UOp] = {}
+    for n, key in enumerate(results):
+      partial = UOp(Ops.LOAD, dtype.vec(width), (smem, slot(reread, n), barrier))
+      out[key] = UOp(Ops.REDUCE, partial.dtype, (partial,) + tuple(granges.values()), self.op)
+    self.lw.group_gate = simplify(_all([lw.axis_idx[a].eq(0) for a in group_axes]))
+    return out
+
+def _all(conds: list[UOp]) -> UOp:
+  out = conds[0]
+  for c in conds[1:]: out = out & c
+  return out
+
+def _split_for_vectors(k: Kernel) -> Kernel:
+  """A last lane axis wider than the widest vector (e.g. 32 floats) becomes (n, width): n vectors per row."""
+  axes, widths = k.axes_of(*LANE_KINDS), k.renderer.vector_widths
+  if not axes or not widths or k.full_shape[axes[-1]] in widths: return k
+  fits = [w for w in widths if k.full_shape[axes[-1]] % w == 0]
+  if not fits: return k
+  k = k.copy()
+  k.split_axis(axes[-1], max(fits), k.kinds[axes[-1]])
+  return k
 
 def lower_kernel(k: Kernel) -> UOp:
   """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops."""
-  sink = _Lowerer(k).lower(k.ast)
+  lw = _Lowerer(_split_for_vectors(k))
+  sink = lw.lower(k.ast)[0]
+  if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
+    sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
   if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
   return graph_rewrite(sink, symbolic, name="symbolic")
+
+def _add_gate(store: UOp, gate: UOp) -> UOp:
+  if store.op is not Ops.STORE or store.src[0].op is Ops.DEFINE_LOCAL: return store
+  if len(store.src) == 4: return store.replace(src=store.src[:3] + (store.src[3] & gate,))
+  return store.replace(src=store.src + (gate,))

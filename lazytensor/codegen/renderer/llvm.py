@@ -166,6 +166,8 @@ class _Function:
     self.nsw = _address_math(uops)
     # a float add/mul that updates an accumulator may be reassociated: that is what lets LLVM vectorize the reduction
     self.acc_updates = {u.src[1] for u in uops if u.op is Ops.ASSIGN}
+    # and a multiply feeding that add may fuse with it into an FMA (a multiply-accumulate is the matmul inner loop)
+    self.acc_updates |= {s for u in list(self.acc_updates) for s in u.src if s.op is Ops.MUL}
 
   def fresh(self) -> int:
     self.count += 1
