@@ -1,9 +1,12 @@
 """DType, the dtypes namespace, torch-style type promotion and numpy conversion."""
 from __future__ import annotations
+
 import math
 from dataclasses import dataclass
 from typing import Any, Final
+
 import numpy as np
+
 
 @dataclass(frozen=True, eq=True)
 class DType:
@@ -14,12 +17,17 @@ class DType:
   fmt: str          # numpy type character
   count: int = 1
 
+  def __post_init__(self) -> None:  # dtypes key every interned UOp: hash once, not per lookup
+    object.__setattr__(self, "_hash", hash((type(self).__name__, self.name, self.count, getattr(self, "local", False))))
+  def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
+
   def vec(self, n: int) -> DType:
     assert self.count == 1, f"cannot vectorize {self}"
     return self if n == 1 else DType(self.name, self.itemsize, self.kind, self.fmt, n)
 
   def scalar(self) -> DType: return DType(self.name, self.itemsize, self.kind, self.fmt) if self.count > 1 else self
-  def ptr(self, local: bool = False) -> PtrDType: return PtrDType(self.name, self.itemsize, self.kind, self.fmt, 1, local)
+  def ptr(self, local: bool = False) -> PtrDType:
+    return PtrDType(self.name, self.itemsize, self.kind, self.fmt, 1, local)
 
   @property
   def is_float(self) -> bool: return self.kind == "f"
@@ -30,7 +38,9 @@ class DType:
   @property
   def is_bool(self) -> bool: return self.kind == "b"
   @property
-  def np(self) -> np.dtype: return np.dtype(self.fmt)
+  def np(self) -> np.dtype:
+    # by name, not by struct character: np.dtype("q") is a longlong that numpy prints as "dtype=int64"
+    return np.dtype(self.name if self.name in ALL_DTYPES else self.fmt)
 
   def min(self) -> int | float:
     if self.kind == "f": return -math.inf
@@ -88,7 +98,8 @@ class dtypes:
     if isinstance(x, float): return dtypes.default_float
     raise TypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}; expected bool, int or float")
 
-ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
+ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (
+  dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
   dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64)}
 
 def to_dtype(x: DType | str | Any) -> DType:
@@ -101,7 +112,8 @@ def to_dtype(x: DType | str | Any) -> DType:
     raise TypeError(f"unknown dtype {x!r}; expected one of {', '.join(ALL_DTYPES)}")
   try: return dtypes.from_np(x)
   except TypeError: raise
-  except Exception: raise TypeError(f"cannot interpret {x!r} as a dtype; expected one of {', '.join(ALL_DTYPES)}") from None
+  except Exception:
+    raise TypeError(f"cannot interpret {x!r} as a dtype; expected one of {', '.join(ALL_DTYPES)}") from None
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
 _SIGNED_BY_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}

@@ -1,18 +1,22 @@
 """Tensor: a lazy, numpy-like array. Every operation builds UOps; realize() schedules, compiles and runs them."""
 from __future__ import annotations
+
 import itertools
 import math
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
 import numpy as np
-from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
+
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.helpers import argsort, flatten, make_tuple, prod
-from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
 from lazytensor.engine.realize import run_schedule
 from lazytensor.engine.schedule import commit_realized, create_schedule
+from lazytensor.helpers import flatten, make_tuple, prod
+from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_index import getitem
 from lazytensor.tensor_math import conv, matmul, tensor_pow, threefry_bits
+from lazytensor.uop.ops import Ops, UOp
 
 # ---- tensor-graph construction helpers ----
 
@@ -44,13 +48,22 @@ def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
   else:
     try: arr = np.array(data)
     except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
-  if arr.dtype == object: raise ValueError("cannot make a Tensor from a ragged nested list or mixed objects")
+  if arr.dtype == object:
+    kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
+    # numpy falls back to objects for Python ints beyond 64 bits
+    if not kinds and arr.size: raise ValueError("cannot make a Tensor from integers outside the int64 range")
+    raise TypeError(f"cannot make a Tensor from elements of type {', '.join(kinds) or 'object'}; "
+                    "expected bool, int or float")
   if dtype is None:
     if arr.dtype.kind == "f" and not isinstance(data, np.ndarray): dtype = dtypes.default_float
-    elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray): dtype = dtypes.default_int
+    elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+      if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
+        raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
+      dtype = dtypes.default_int
     elif arr.dtype.kind in "biuf": dtype = dtypes.from_np(arr.dtype)
-    else: raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float data")
-  return np.ascontiguousarray(arr.astype(dtype.np, copy=False))
+    else: raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float")
+  # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
+  return arr.astype(dtype.np, order="C", copy=False)
 
 class Tensor:
   """A lazy n-dimensional array.
@@ -78,8 +91,9 @@ class Tensor:
       self.lazydata = const_uop(data, dt, dev, ())
     elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
       arr = _np_from_data(data, dt)
-      buf = Buffer(dev, arr.size, dtypes.from_np(arr.dtype)).copyin(memoryview(arr.reshape(-1)).cast("B"))
-      self.lazydata = view_of(new_buffer_uop(dev, arr.size, buf.dtype, buf), lambda _: ShapeTracker.from_shape(arr.shape))
+      buf = Buffer(dev, arr.size, dtypes.from_np(arr.dtype)).copyin(arr.reshape(-1).data.cast("B"))
+      buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
+      self.lazydata = view_of(buf_uop, lambda _: ShapeTracker.from_shape(arr.shape))
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
                           "a numpy array or a Tensor")
 
@@ -200,11 +214,13 @@ class Tensor:
     return Tensor(view_of(buf, lambda _: ShapeTracker.from_shape(shp)), **kwargs)
 
   def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
-    return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=kwargs.pop("device", self.device), **kwargs)
+    dev = kwargs.pop("device", self.device)
+    return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=dev, **kwargs)
   def zeros_like(self, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)
   def ones_like(self, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)
   def empty_like(self, **kwargs: Any) -> Tensor:
-    return Tensor.empty(*self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
+    dt, dev = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
+    return Tensor.empty(*self.shape, dtype=dt, device=dev, **kwargs)
 
   @staticmethod
   def _iota(n: int, device: str | None = None) -> Tensor:
@@ -212,8 +228,8 @@ class Tensor:
     return Tensor(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
 
   @staticmethod
-  def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, dtype: DType | str | None = None,
-             device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+  def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
+             dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Evenly spaced values in [start, stop), computed on the device.
 
     >>> Tensor.arange(1, 7, 2).tolist()
@@ -221,9 +237,11 @@ class Tensor:
     """
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+      raise ValueError(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
     n = max(0, math.ceil((stop - start) / step))
-    dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step))
-                                                    else dtypes.default_int)
+    any_float = any(isinstance(v, float) for v in (start, stop, step))
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float if any_float else dtypes.default_int
     idx = Tensor._iota(n, device)
     ret = (idx.cast(dtypes.float64 if dt.is_float else dtypes.int64) * step + start).cast(dt)
     ret.requires_grad = requires_grad
@@ -237,7 +255,8 @@ class Tensor:
     >>> Tensor.linspace(0, 1, 3).tolist()
     [0.0, 0.5, 1.0]
     """
-    if not isinstance(steps, int) or steps < 0: raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    if not isinstance(steps, int) or steps < 0:
+      raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if steps == 1: return Tensor.full((1,), start, dtype=dt, device=device)
     delta = (stop - start) / (steps - 1)
@@ -251,6 +270,7 @@ class Tensor:
     [[1.0, 0.0], [0.0, 1.0]]
     """
     m = n if m is None else m
+    if n < 0 or m < 0: raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
     rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m, device=device).reshape(1, m)
     return (rows == cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
 
@@ -277,10 +297,11 @@ class Tensor:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dt.is_float: raise TypeError(f"rand: dtype must be a float dtype, got {dt}")
     bits = Tensor._random_bits(prod(shp), device)
-    # 23 random mantissa bits under exponent 0 give a float in [1, 2)
-    one_to_two = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32)
+    # as many random bits as the dtype has mantissa bits, scaled by a power of two: exact, so never rounds up to 1.0
+    mant = {2: 11, 4: 24}.get(dt.itemsize, 32)
+    unit = (bits >> (32 - mant)).cast(dt) * (2.0 ** -mant)
     # materialized: a random tensor is read many times (e.g. by a matmul) and must not be regenerated per read
-    ret = (one_to_two - 1.0).cast(dt).reshape(shp).contiguous()
+    ret = unit.reshape(shp).contiguous()
     ret.requires_grad = kwargs.get("requires_grad")
     return ret
 
@@ -317,11 +338,13 @@ class Tensor:
   # ---- movement (views: no copies) ----
 
   def _resolve_axis(self, axis: int, ndim: int | None = None) -> int:
-    n = self.ndim if ndim is None else ndim
+    """axis as an index in [0, ndim); ndim is self.ndim, or one more where an axis is being inserted."""
+    n = max(self.ndim if ndim is None else ndim, 1)  # a 0-d tensor accepts axis 0 and -1, as torch
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
       raise TypeError(f"axis must be an int, got {axis!r}")
-    if not -max(n, 1) <= axis < max(n, 1): raise IndexError(f"axis {axis} is out of range for a tensor of {n} dimensions")
-    return int(axis) % max(n, 1)
+    if not -n <= axis < n:
+      raise IndexError(f"axis {axis} is out of range for a tensor of shape {self.shape}: expected {-n} <= axis < {n}")
+    return int(axis) % n
 
   def reshape(self, *shape: Any) -> Tensor:
     """The same elements in a new shape; one dimension may be -1.
@@ -390,10 +413,13 @@ class Tensor:
     [0, 1, 2, 0, 0]
     """
     if padding and isinstance(padding[0], (int, np.integer)):
-      if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ValueError(f"pad: bad flat padding {padding} for {self.shape}")
-      pairs = [(0, 0)] * (self.ndim - len(padding) // 2) + [(padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2)]
+      if len(padding) % 2 or len(padding) // 2 > self.ndim:
+        raise ValueError(f"pad: flat padding {padding} for {self.shape}: expected (before, after) from the last dim")
+      from_last = [(padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2)]
+      pairs = [(0, 0)] * (self.ndim - len(padding) // 2) + from_last
     else: pairs = [(0, 0) if p is None else tuple(p) for p in padding]
-    if len(pairs) != self.ndim: raise ValueError(f"pad: {len(pairs)} (before, after) pairs for a {self.ndim}-d tensor {self.shape}")
+    if len(pairs) != self.ndim:
+      raise ValueError(f"pad: {len(pairs)} (before, after) pairs for a {self.ndim}-d tensor {self.shape}")
     if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops
       crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
       return self.shrink(crop).pad([(max(0, b), max(0, a)) for b, a in pairs], value)
@@ -413,7 +439,8 @@ class Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink: {len(arg)} ranges for a {self.ndim}-d tensor {self.shape}")
     full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink: range ({b}, {e}) is out of bounds for a dimension of size {s}")
+      if not 0 <= b <= e <= s:
+        raise ValueError(f"shrink: range ({b}, {e}) is out of bounds for a dimension of size {s}")
     if all(r == (0, s) for r, s in zip(full, self.shape)): return self
     return self._apply_uop(lambda x: view_of(x, lambda st: st.shrink(full)))
 
@@ -449,31 +476,36 @@ class Tensor:
     """
     if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)): repeats = tuple(repeats[0])
     if len(repeats) < self.ndim: raise ValueError(f"repeat: {len(repeats)} repeats for a {self.ndim}-d tensor")
+    if any(not isinstance(r, (int, np.integer)) or r < 0 for r in repeats):
+      raise ValueError(f"repeat: repeats must be non-negative ints, got {repeats}")
     base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
     new_shape = tuple(r * s for r, s in zip(repeats, base.shape))
     interleaved = base.reshape(flatten((1, s) for s in base.shape))
     expanded = interleaved.expand(flatten((r, s) for r, s in zip(repeats, base.shape)))
     return expanded.reshape(new_shape)
 
-  @staticmethod
-  def cat(*tensors: Tensor, dim: int = 0) -> Tensor: return tensors[0].cat(*tensors[1:], dim=dim)
-
-  def cat(self, *others: Tensor, dim: int = 0) -> Tensor:  # type: ignore[no-redef]
+  def cat(self: Any, *others: Tensor, dim: int = 0) -> Tensor:
     """Join tensors along an existing dimension (each is padded into place, then summed: one fused kernel).
+    Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
 
     >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
     [1, 2, 3]
     """
-    d = self._resolve_axis(dim)
-    ts = (self,) + others
-    for t in others:
-      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-        raise ValueError(f"cat: shapes {self.shape} and {t.shape} differ outside dimension {d}")
-    dt = ts[0].dtype
+    ts: tuple[Tensor, ...] = (*self, *others) if isinstance(self, (list, tuple)) else (self, *others)
+    if not ts: raise ValueError("cat: needs at least one tensor")
+    for t in ts:
+      if not isinstance(t, Tensor): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
+    first = ts[0]
+    if first.ndim == 0: raise ValueError("cat: 0-d tensors have no dimension to join along; use stack")
+    d = first._resolve_axis(dim)
+    for t in ts[1:]:
+      if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
+        raise ValueError(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {d}")
+    dt = first.dtype
     for t in ts[1:]: dt = promote_types(dt, t.dtype)
     offsets = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
     total = offsets[-1]
-    parts = [t.cast(dt).pad([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0) for j in range(self.ndim)])
+    parts = [t.cast(dt).pad([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0) for j in range(first.ndim)])
              for i, t in enumerate(ts)]
     out = parts[0]
     for p in parts[1:]: out = out._merge_disjoint(p)
@@ -484,18 +516,20 @@ class Tensor:
     return self | other if self.dtype.is_bool else self + other
 
   @staticmethod
-  def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
+  def stack(*tensors: Tensor | Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors along a new dimension.
 
     >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist()
     [[1, 2], [3, 4]]
     """
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)): tensors = tuple(tensors[0])
-    if not tensors: raise ValueError("stack: needs at least one tensor")
-    d = tensors[0]._resolve_axis(dim, tensors[0].ndim + 1)
-    for t in tensors[1:]:
-      if t.shape != tensors[0].shape: raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
-    return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+    ts: list[Any] = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    if not ts: raise ValueError("stack: needs at least one tensor")
+    for t in ts:
+      if not isinstance(t, Tensor): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
+    d = ts[0]._resolve_axis(dim, ts[0].ndim + 1)
+    for t in ts[1:]:
+      if t.shape != ts[0].shape: raise ValueError(f"stack: shapes {ts[0].shape} and {t.shape} differ")
+    return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
 
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`."""
@@ -504,7 +538,8 @@ class Tensor:
     if isinstance(sizes, int):
       if sizes <= 0: raise ValueError(f"split: chunk size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
-    if sum(sizes) != n: raise ValueError(f"split: sizes {list(sizes)} do not add up to {n} (dimension {d} of {self.shape})")
+    if sum(sizes) != n:
+      raise ValueError(f"split: sizes {list(sizes)} do not add up to {n} (dimension {d} of {self.shape})")
     offs = list(itertools.accumulate(sizes, initial=0))
     return tuple(self.shrink([(offs[i], offs[i + 1]) if j == d else None for j in range(self.ndim)])
                  for i in range(len(sizes)))
@@ -529,14 +564,9 @@ class Tensor:
   def bitcast(self, dtype: DType | str) -> Tensor:
     dt = to_dtype(dtype)
     if dt.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast: {self.dtype} and {dt} differ in size")
+    # a bool is one bit in registers and a 0/1 byte in memory: its byte reinterpretation is a value cast
+    if self.dtype.is_bool or dt.is_bool: return self.cast(dt)
     return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.BITCAST, dt, (x,)))
-
-  def float(self) -> Tensor: return self.cast(dtypes.float32)
-  def half(self) -> Tensor: return self.cast(dtypes.float16)
-  def double(self) -> Tensor: return self.cast(dtypes.float64)
-  def int(self) -> Tensor: return self.cast(dtypes.int32)
-  def long(self) -> Tensor: return self.cast(dtypes.int64)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool)
 
   def _to_float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
 
@@ -566,7 +596,8 @@ class Tensor:
   def add(self, x: Tensor | Any, reverse: bool = False) -> Tensor: return self._binop(Ops.ADD, x, reverse)
   def sub(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
-    if a.dtype.is_bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
+    if self.dtype.is_bool or a.dtype.is_bool or isinstance(x, bool) or (isinstance(x, Tensor) and x.dtype.is_bool):
+      raise TypeError("subtraction with a bool operand is not supported (as in torch); use logical_xor, ^ or ~")
     return a._apply_uop(lambda p, q: p.alu(Ops.SUB, q), b)
   def mul(self, x: Tensor | Any, reverse: bool = False) -> Tensor: return self._binop(Ops.MUL, x, reverse)
 
@@ -575,7 +606,8 @@ class Tensor:
     if rounding_mode == "floor": return self.floordiv(x, reverse)
     a, b = self._broadcasted(x, reverse)
     if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
-    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None:
+      raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = a._to_float(), b._to_float()
     return a._apply_uop(lambda p, q: p.alu(Ops.FDIV, q), b)
 
@@ -587,25 +619,44 @@ class Tensor:
     return (b == 0).where(0, (b == -1).where(-self, q))
 
   def floordiv(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
-    """Division rounding toward negative infinity, as Python's //."""
+    """Division rounding toward negative infinity, as Python's //; an int divided by zero gives 0, as numpy.
+
+    >>> (Tensor([7, -7, 7]) // Tensor([2, 2, 0])).tolist()
+    [3, -4, 0]
+    """
     a, b = self._broadcasted(x, reverse)
     if a.dtype.is_bool: raise TypeError("floor division of bool tensors is not supported")
     if a.dtype.is_float: return (a / b).floor()
-    q = a._idiv_trunc(b)
-    if a.dtype.is_unsigned: return q
-    return ((q * b).ne(a) & ((a < 0) ^ (b < 0))).where(q - 1, q)
+    return a._int_floordiv_mod(b)[0]
 
   def mod(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
-    """Remainder with the sign of the divisor, as Python's %."""
+    """Remainder with the sign of the divisor, as Python's %; an int modulo zero gives 0, as numpy.
+
+    >>> (Tensor([7, -7, 7]) % Tensor([3, 3, 0])).tolist()
+    [1, 2, 0]
+    """
     a, b = self._broadcasted(x, reverse)
     if a.dtype.is_bool: raise TypeError("modulo of bool tensors is not supported")
-    if a.dtype.is_float: r = a - (a / b).trunc() * b
-    else: r = a - a._idiv_trunc(b) * b
-    if a.dtype.is_unsigned: return r
+    if not a.dtype.is_float: return a._int_floordiv_mod(b)[1]
+    r = a - (a / b).trunc() * b
     return (r.ne(0) & ((r < 0) ^ (b < 0))).where(r + b, r)
 
+  def _int_floordiv_mod(self, b: Tensor) -> tuple[Tensor, Tensor]:
+    # truncating division, then one step down where the signs differ and it was inexact; x//0 and x%0 are 0
+    q = self._idiv_trunc(b)
+    r = self - q * b
+    if not self.dtype.is_unsigned:
+      step = r.ne(0) & ((r < 0) ^ (b < 0)) & b.ne(0)
+      q, r = step.where(q - 1, q), step.where(r + b, r)
+    return q, b.eq(0).where(0, r)
+
   def pow(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
-    """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign."""
+    """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
+    An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+
+    >>> (Tensor([-2, 3]) ** 3).tolist()
+    [-8, 27]
+    """
     return tensor_pow(self, x, reverse)
 
   def maximum(self, x: Tensor | Any) -> Tensor: return self._binop(Ops.MAX, x)
@@ -633,17 +684,55 @@ class Tensor:
 
   def __lt__(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
   def __gt__(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
-  def __ge__(self, x: Tensor | Any) -> Tensor: return (self < x).logical_not()
-  def __le__(self, x: Tensor | Any) -> Tensor: return (self > x).logical_not()
+  def __ge__(self, x: Tensor | Any) -> Tensor: return self._cmp_or_equal(x, reverse=False)
+  def __le__(self, x: Tensor | Any) -> Tensor: return self._cmp_or_equal(x, reverse=True)
   def ne(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPNE, x)
   def eq(self, x: Tensor | Any) -> Tensor: return self.ne(x).logical_not()
   def __eq__(self, x: Tensor | Any) -> Tensor: return self.eq(x)  # type: ignore[override]
   def __ne__(self, x: Tensor | Any) -> Tensor: return self.ne(x)  # type: ignore[override]
 
-  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._apply_uop(lambda x: x.alu(Ops.CMPNE, True))
-  def logical_and(self, x: Tensor | Any) -> Tensor: return self.cast(dtypes.bool)._binop(Ops.AND, Tensor(x).cast(dtypes.bool) if not isinstance(x, Tensor) else x.cast(dtypes.bool))
-  def logical_or(self, x: Tensor | Any) -> Tensor: return self.cast(dtypes.bool)._binop(Ops.OR, Tensor(x).cast(dtypes.bool) if not isinstance(x, Tensor) else x.cast(dtypes.bool))
-  def logical_xor(self, x: Tensor | Any) -> Tensor: return self.cast(dtypes.bool).ne(x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def _cmp_or_equal(self, x: Tensor | Any, reverse: bool) -> Tensor:
+    # not(a < b) would call NaN >= 1 true; floats need "greater or equal" spelled out
+    a, b = self._broadcasted(x, reverse)
+    if not a.dtype.is_float: return (a < b).logical_not()
+    return (b < a) | a.eq(b)
+
+  def _truth(self) -> Tensor: return self if self.dtype.is_bool else self.ne(0)
+
+  def _logical_operand(self, x: Tensor | Any) -> Tensor:
+    return (x if isinstance(x, Tensor) else Tensor(x, device=self.device))._truth()
+
+  def logical_not(self) -> Tensor:
+    """True where the tensor is zero (or False).
+
+    >>> Tensor([0, 2]).logical_not().tolist()
+    [True, False]
+    """
+    return self._truth().ne(True)
+
+  def logical_and(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `and` of the truth values (non-zero is true); the result is bool.
+
+    >>> Tensor([1, 0, 3]).logical_and(Tensor([True, True, False])).tolist()
+    [True, False, False]
+    """
+    return self._truth()._binop(Ops.AND, self._logical_operand(x))
+
+  def logical_or(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `or` of the truth values (non-zero is true); the result is bool.
+
+    >>> Tensor([1, 0, 0]).logical_or(0.5).tolist()
+    [True, True, True]
+    """
+    return self._truth()._binop(Ops.OR, self._logical_operand(x))
+
+  def logical_xor(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `xor` of the truth values (non-zero is true); the result is bool.
+
+    >>> Tensor([1, 0]).logical_xor(Tensor([1, 1])).tolist()
+    [False, True]
+    """
+    return self._truth().ne(self._logical_operand(x))
 
   def _bitwise(self, op: Ops, x: Tensor | Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
@@ -654,7 +743,8 @@ class Tensor:
   def bitwise_xor(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.XOR, x)
   def bitwise_not(self) -> Tensor:
     if self.dtype.is_float: raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
-    return self.logical_not() if self.dtype.is_bool else self._bitwise(Ops.XOR, -1 if not self.dtype.is_unsigned else self.dtype.max())
+    if self.dtype.is_bool: return self.logical_not()
+    return self._bitwise(Ops.XOR, self.dtype.max() if self.dtype.is_unsigned else -1)
   def lshift(self, x: int) -> Tensor: return self._bitwise(Ops.SHL, x)
   def rshift(self, x: int) -> Tensor: return self._bitwise(Ops.SHR, x)
 
@@ -669,7 +759,14 @@ class Tensor:
   def exp(self) -> Tensor: return (self._to_float() * (1 / math.log(2))).exp2()
   def log(self) -> Tensor: return self.log2() * math.log(2)
   def sin(self) -> Tensor: return self._to_float()._unary(Ops.SIN)
-  def cos(self) -> Tensor: return ((math.pi / 2) - self._to_float()).sin()
+  def cos(self) -> Tensor:
+    """Cosine, from the half angle (cos x = 1 - 2 sin(x/2)^2): x/2 is exact, pi/2 - x loses all digits for large x.
+
+    >>> Tensor([0.0]).cos().tolist()
+    [1.0]
+    """
+    s = (self._to_float() * 0.5).sin()
+    return 1 - 2 * s * s
   def trunc(self) -> Tensor: return self if not self.dtype.is_float else self._unary(Ops.TRUNC)
   def floor(self) -> Tensor:
     if not self.dtype.is_float: return self
@@ -690,6 +787,11 @@ class Tensor:
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._to_float()).sigmoid() - 1.0
   def abs(self) -> Tensor: return self if self.dtype.is_bool or self.dtype.is_unsigned else self.maximum(-self)
   def sign(self) -> Tensor:
+    """-1, 0 or 1 by the sign of each element; NaN stays NaN (as numpy; torch gives 0).
+
+    >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist()
+    [-1.0, 0.0, 1.0]
+    """
     if self.dtype.is_bool: return self
     s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
     return self.ne(self).where(self, s) if self.dtype.is_float else s
@@ -720,12 +822,14 @@ class Tensor:
   def __lshift__(self, x: int) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: int) -> Tensor: return self.rshift(x)
   def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
-  def __rmatmul__(self, x: Tensor) -> Tensor: return Tensor(x).matmul(self) if not isinstance(x, Tensor) else x.matmul(self)
+  def __rmatmul__(self, x: Tensor) -> Tensor: return (x if isinstance(x, Tensor) else Tensor(x)).matmul(self)
 
   # ---- reductions ----
 
   def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
+    if not isinstance(axis, (int, np.integer, tuple, list)):
+      raise TypeError(f"axis must be an int, a sequence of ints or None, got {axis!r}")
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     resolved = tuple(self._resolve_axis(a) for a in axes)
     if len(set(resolved)) != len(resolved): raise ValueError(f"axis {axis} repeats a dimension")
@@ -745,7 +849,8 @@ class Tensor:
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out == dtypes.float16 else out
 
-  def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+  def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+          dtype: DType | str | None = None) -> Tensor:
     """Sum over `axis` (all by default); ints and bools sum as int64, float16 accumulates in float32.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
@@ -755,7 +860,8 @@ class Tensor:
     if self.numel() == 0 and self.ndim: return self._empty_reduce(0, axis, keepdim, out)
     return self.cast(self._acc_dtype(out))._reduce(Ops.ADD, axis, keepdim).cast(out)
 
-  def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+  def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+           dtype: DType | str | None = None) -> Tensor:
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
     if self.numel() == 0 and self.ndim: return self._empty_reduce(1, axis, keepdim, out)
     return self.cast(self._acc_dtype(out))._reduce(Ops.MUL, axis, keepdim).cast(out)
@@ -792,17 +898,29 @@ class Tensor:
     2.5
     """
     x = self._to_float()
+    acc = self._acc_dtype(x.dtype)  # float16 sums overflow long before their mean does
+    total = x.sum(axis, keepdim, dtype=acc)
     count = prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
-    total = x.sum(axis, keepdim)
-    return total * (1 / count) if count else total / 0
+    return (total * (1 / count) if count else total / 0).cast(x.dtype)
 
   def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """The variance over `axis`, dividing by (count - correction); ints become float.
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
+    1.6666666269302368
+    """
     x = self._to_float()
+    xa = x.cast(self._acc_dtype(x.dtype))
     count = prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
-    sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-    return sq / max(0, count - correction)
+    sq = (xa - xa.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return (sq / max(0, count - correction)).cast(x.dtype)
 
   def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """The standard deviation over `axis`: the square root of var.
+
+    >>> Tensor([1.0, 3.0]).std().item()
+    1.4142135381698608
+    """
     return self.var(axis, keepdim, correction).sqrt()
 
   def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -841,20 +959,37 @@ class Tensor:
     0.5
     """
     x = self._to_float()
+    if x.numel() == 0: return x._check_axis(axis)
     e = (x - x.max(axis, keepdim=True)).exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1) -> Tensor:
+    """log(softmax(x)) along `axis`, computed without taking the log of a rounded-off zero.
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
+    [-0.6931, -0.6931]
+    """
     x = self._to_float()
+    if x.numel() == 0: return x._check_axis(axis)
     shifted = x - x.max(axis, keepdim=True)
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
-  def logsumexp(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+  def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) over `axis`, stable for large values; a row of -inf (or an empty one) gives -inf.
+
+    >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 2)
+    1000.69
+    """
     x = self._to_float()
+    if x.numel() == 0: return x._empty_reduce(-math.inf, axis, keepdim, x.dtype)
     m = x.max(axis, keepdim=True)
     m = (m.abs() == float("inf")).where(0, m)  # all -inf rows give -inf, not nan
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
+
+  def _check_axis(self, axis: int | Sequence[int] | None) -> Tensor:
+    self._axes(axis)  # raises for a bad axis
+    return self
 
   # ---- matmul and convolution ----
 
@@ -876,3 +1011,13 @@ class Tensor:
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     x = self @ weight
     return x + bias if bias is not None else x
+
+  # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
+  # every annotation that follows them ----
+
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)

@@ -1,7 +1,10 @@
 """Basic indexing: ints, slices (any step), None and Ellipsis, all as views."""
 from __future__ import annotations
+
 from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
 

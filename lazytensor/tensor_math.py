@@ -4,23 +4,34 @@ They take and return Tensors but never import tensor.py at run time (tensor.py i
 tensors through methods of their arguments.
 """
 from __future__ import annotations
+
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from lazytensor.dtype import dtypes, promote_types
 from lazytensor.helpers import flatten, make_tuple
+
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
 
 def matmul(x: Tensor, w: Tensor) -> Tensor:
   """numpy matmul: 1-D operands gain and then lose a dimension, batch dimensions broadcast."""
   if not isinstance(w, type(x)): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
-  if x.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dimension, got {x.shape} and {w.shape}")
+  if x.ndim == 0 or w.ndim == 0:
+    raise ValueError(f"matmul: both operands need at least 1 dimension, got {x.shape} and {w.shape}")
   a = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
   b = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
   if a.shape[-1] != b.shape[-2]:
     raise ValueError(f"matmul: shapes {x.shape} and {w.shape} do not align: {a.shape[-1]} != {b.shape[-2]}")
+  batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+  nb = max(len(batch_a), len(batch_b))
+  for da, db in zip((1,) * (nb - len(batch_a)) + batch_a, (1,) * (nb - len(batch_b)) + batch_b):
+    if da != db and 1 not in (da, db):
+      raise ValueError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
+                       "that do not broadcast")
   dt = promote_types(a.dtype, b.dtype)
-  n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+  k, m = a.shape[-1], b.shape[-1]
   # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel, no copies of either operand
   prod_ = a.cast(dt).reshape(*a.shape[:-1], 1, k) * b.cast(dt).transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k)
   out = prod_.sum(-1, dtype=dt)
@@ -44,7 +55,8 @@ def pool_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilati
   lead, spatial = x.shape[:-nk], x.shape[-nk:]
   nl = len(lead)
   outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
-  if any(o <= 0 for o in outs): raise ValueError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {spatial}")
+  if any(o <= 0 for o in outs):
+    raise ValueError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {spatial}")
   widths = [_window_width(i, k, s, d, o) for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs)]
   reps = [math.ceil(k * w / i) for i, k, w in zip(spatial, kernel, widths)]
   x = x.reshape(*lead, *flatten((1, i) for i in spatial)).expand(*lead, *flatten((r, i) for r, i in zip(reps, spatial)))
@@ -71,9 +83,15 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: in
   cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
   if groups <= 0 or cin != cin_g * groups or cout % groups:
     raise ValueError(f"conv: input channels {cin} != weight channels {cin_g} * groups {groups} (weight {weight.shape})")
+  strides, dilations = make_tuple(stride, nk), make_tuple(dilation, nk)
+  if len(strides) != nk or len(dilations) != nk or any(not isinstance(v, int) or v <= 0 for v in strides + dilations):
+    raise ValueError(f"conv: stride {stride} and dilation {dilation} must be positive ints, one or {nk} of them")
+  if bias is not None and bias.shape != (cout,):
+    raise ValueError(f"conv: bias of shape {bias.shape} does not match the {cout} output channels "
+                     f"of weight {weight.shape}")
   pads = _conv_padding(padding, nk)
   xp = x.pad([(0, 0), (0, 0)] + pads)
-  win = pool_windows(xp, kernel, make_tuple(stride, nk), make_tuple(dilation, nk))  # (bs, cin, *o, *k)
+  win = pool_windows(xp, kernel, strides, dilations)  # (bs, cin, *o, *k)
   outs = win.shape[2:2 + nk]
   rcout = cout // groups
   # (bs, groups, rcout, *o, cin_g, *k) against weight (1, groups, rcout, *1, cin_g, *k), summed over cin_g and k
@@ -94,6 +112,9 @@ def _int_pow(x: Tensor, e: int) -> Tensor:
 
 def tensor_pow(x: Tensor, y: Any, reverse: bool) -> Tensor:
   """x ** y with numpy/torch semantics for dtypes, signs and integer exponents."""
+  if not reverse and isinstance(y, int) and not isinstance(y, bool) and y < 0 and not x.dtype.is_float:
+    raise ValueError(f"integer tensor ({x.dtype}) to the negative power {y}: the result is not an integer; "
+                     "cast to float first")
   if not reverse and isinstance(y, int) and not isinstance(y, bool) and 0 <= y <= 64:
     if x.dtype.is_bool: return _int_pow(x.cast(dtypes.default_int), y)
     return _int_pow(x, y)

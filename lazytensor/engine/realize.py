@@ -3,12 +3,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
-from lazytensor.codegen.kernel import Kernel
+from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen.kernel import Kernel, Opt
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
 from lazytensor.device import Buffer, Compiled, Device, Program
 from lazytensor.engine.schedule import ScheduleItem
-from lazytensor.helpers import DEBUG, GlobalCounters, ansilen, colored, to_function_name
+from lazytensor.helpers import DEBUG, NOOPT, GlobalCounters, ansilen, colored, to_function_name
 from lazytensor.uop.ops import Ops, UOp
 
 def _print_lines(title: str, body: str) -> None:
@@ -28,13 +29,22 @@ class CompiledRunner:
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
     return self.program(*[b.handle for b in bufs], wait=wait, **self.launch)
 
-def compile_kernel(ast: UOp, device: Compiled, opts: list | None = None) -> CompiledRunner:
-  """AST -> Kernel -> (opts) -> loop graph -> linear program -> source -> binary -> loaded program."""
+def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
+  """The kernel with its optimizations: none with NOOPT, the hand-coded heuristics otherwise."""
   k = Kernel(ast, device.renderer)
-  if opts:
-    for o in opts: k.apply_opt(o)  # type: ignore[attr-defined]
+  if NOOPT: return k
+  return hand_coded_optimizations(k)
+
+def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) -> CompiledRunner:
+  """AST -> Kernel -> opts -> loop graph -> linear program -> source -> binary -> loaded program.
+
+  With `opts` None the kernel is optimized as the knobs say; a list (even empty) is applied as given."""
+  if opts is None: k = optimize_kernel(ast, device)
+  else:
+    k = Kernel(ast, device.renderer)
+    for o in opts: k.apply_opt(o)
   if DEBUG >= 5: _print_lines(f"AST of {k.name}", repr(ast))
-  if DEBUG >= 3: print(f"{k.name}: opts {k.applied_opts}")
+  if DEBUG >= 3: print(f"{k.name}: {k.applied_opts}")
   uops = linearize(lower_kernel(k))
   if DEBUG >= 6: _print_lines(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}" for i, u in enumerate(uops)))
   fn_name = to_function_name(k.name)

@@ -61,7 +61,7 @@ def _literal(node: ast.expr) -> Any:
   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
     if node.value.id == "Ops" and node.attr in Ops.__members__: return Ops[node.attr]
     if node.value.id == "dtypes" and node.attr in _DTYPE_NAMES: return _DTYPE_NAMES[node.attr]
-  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "vec" and len(node.args) == 1:
+  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "vec" and node.args:
     return _literal(node.func.value).vec(_literal(node.args[0]))
   raise ValueError(f"EMU program: {ast.unparse(node)!r} is not an arg this format writes")
 

@@ -1,0 +1,523 @@
+"""The EMU device: runs a kernel's linear program with GPU semantics on numpy, the oracle that tests LOCAL, GROUP and
+TC in CI without a GPU.
+
+Every thread of every block runs at once: a value is a numpy array over all (block, thread) lanes, shape (n,) for a
+scalar and (n, count) for a vector, or shape () / (count,) while it is the same in every lane (constants, loop
+variables, index math on them). Lane b * threads_per_block + t is thread t of block b, with lidx0 (and gidx0) varying
+fastest. The program runs once, op by op, each op compiled beforehand into a small closure:
+  * RANGE loops must have the same bounds in every lane, and loop in Python around their body.
+  * IF / ENDIF narrow the set of running lanes; ops compute on every lane, but only running lanes load, store or
+    assign (lanes that do not run never touch memory, so they cannot go out of bounds).
+  * shared memory (DEFINE_LOCAL) is one array for all blocks; a lane addresses the part of its own block.
+  * lanes run in lockstep, so a BARRIER has nothing to wait for: it starts a new epoch for the race detector.
+
+It is strict where a GPU is undefined: a load or store out of bounds raises IndexError naming the buffer, the index and
+the thread; two threads storing different values to one element in one STORE, or touching one shared element (read
+after write, write after read, write after write) in the same barrier epoch, raise RaceError; reading shared memory no
+thread wrote, non-uniform loop bounds, a BARRIER or WMMA reached by part of a block or warp raise EmuError.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
+from lazytensor.device import Allocator, Compiled, Compiler
+from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.helpers import prod
+from lazytensor.uop.ops import GroupOp, Ops, UOp
+
+
+class EmuError(RuntimeError):
+  """The kernel did something whose result a GPU leaves undefined."""
+
+class RaceError(EmuError):
+  """Threads touched one memory element in an order that no barrier fixes."""
+
+# ---- memory ----
+
+class EmuAllocator(Allocator):
+  """Host memory as numpy uint8 arrays; kernels see typed views of them. Fresh memory is 0xff bytes (NaN in floats, -1
+  in ints), so that a kernel reading what nobody wrote shows it."""
+  def alloc(self, nbytes: int) -> np.ndarray: return np.full(nbytes, 0xFF, np.uint8)
+  def copyin(self, handle: np.ndarray, src: memoryview) -> None: handle[:] = np.frombuffer(src, np.uint8)
+  def copyout(self, dest: memoryview, handle: np.ndarray) -> None: np.frombuffer(dest, np.uint8)[:] = handle
+
+def _mem_np(dt: DType) -> np.dtype:
+  """How an element is stored: a bool is one byte, 0 or 1, and any nonzero byte reads as true (as on the CPU)."""
+  return np.dtype(np.uint8) if dt.is_bool else dt.scalar().np
+
+# ---- launch geometry ----
+
+_AXES = range(3)
+SPECIAL_NAMES = tuple(f"{p}{i}" for p in ("gidx", "lidx") for i in _AXES)
+
+class Grid:
+  """The launch dims a program's SPECIALs imply, and each lane's ids."""
+  def __init__(self, uops: list[UOp]) -> None:
+    sizes: dict[str, int] = {}
+    for u in uops:
+      if u.op is not Ops.SPECIAL: continue
+      name, size = u.arg
+      if name not in SPECIAL_NAMES: raise ValueError(f"EMU: SPECIAL {name!r} is not a GPU id; expected {SPECIAL_NAMES}")
+      if sizes.setdefault(name, size) != size: raise ValueError(f"EMU: SPECIAL {name} sized {sizes[name]} and {size}")
+    self.global_size = tuple(sizes.get(f"gidx{i}", 1) for i in _AXES)
+    self.local_size = tuple(sizes.get(f"lidx{i}", 1) for i in _AXES)
+    self.threads, self.blocks = prod(self.local_size), prod(self.global_size)
+    self.n = self.threads * self.blocks
+
+  @functools.cached_property
+  def lanes(self) -> np.ndarray: return np.arange(self.n)
+  @functools.cached_property
+  def block(self) -> np.ndarray: return self.lanes // self.threads
+  @functools.cached_property
+  def ids(self) -> dict[str, np.ndarray]:
+    per_kind = (("gidx", self.block, self.global_size), ("lidx", self.lanes % self.threads, self.local_size))
+    return {f"{p}{i}": (base // prod(dims[:i]) % dims[i]).astype(np.int32) for p, base, dims in per_kind for i in _AXES}
+
+  def who(self, lane: int) -> str:
+    """A lane as the GPU names it: block (gidx0, gidx1, gidx2) thread (lidx0, lidx1, lidx2)."""
+    b, t = divmod(lane, self.threads)
+    gidx = tuple(b // prod(self.global_size[:i]) % self.global_size[i] for i in _AXES)
+    return f"block {gidx} thread {tuple(t // prod(self.local_size[:i]) % self.local_size[i] for i in _AXES)}"
+
+# ---- the state of one launch ----
+
+class Launch:
+  """What the closures of a program read and write while it runs."""
+  __slots__ = ("name", "grid", "v", "mask", "masks", "epoch")
+  def __init__(self, name: str, grid: Grid, values: list[Any]) -> None:
+    self.name, self.grid, self.v = name, grid, values
+    self.mask: np.ndarray | None = None         # the lanes that run; None: all of them
+    self.masks: list[np.ndarray | None] = []    # the masks outside each open IF
+    self.epoch = np.zeros(grid.blocks, np.int64)  # barriers each block has passed
+
+  def fail(self, error: type[Exception], lane: int, msg: str) -> Exception:
+    return error(f"EMU {self.name}: {self.grid.who(lane)} {msg}")
+
+Step = Callable[[Launch], None]
+
+def _active(L: Launch, gate: int | None) -> np.ndarray | None:
+  """The lanes that run this op and pass its gate; None when all lanes do."""
+  if gate is None: return L.mask
+  g = L.v[gate]
+  if np.ndim(g) == 0: return L.mask if g else np.zeros(L.grid.n, bool)
+  return g if L.mask is None else L.mask & g
+
+def _per_lane(m: np.ndarray, count: int) -> np.ndarray: return m if count == 1 else m[:, None]
+
+def _uniform(L: Launch, x: Any, what: str) -> int:
+  if np.ndim(x) == 0: return int(x)
+  if (bad := np.flatnonzero(x != x[0])).size:
+    raise L.fail(EmuError, int(bad[0]), f"has {what} {x[bad[0]]} where lane 0 has {x[0]}: loop bounds must be uniform")
+  return int(x[0])
+
+# ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a numpy function with the
+# semantics of python_alu and the CPU renderer. Fixed-width ints wrap; float16 math rounds to float16 after every op.
+
+def _divisor(b: Any, signed: bool) -> tuple[Any, Any]:
+  # x/0 and INT_MIN/-1 are undefined in C: divide by 1 instead and fix the result up after (x/0 -> 0, x/-1 -> -x wraps)
+  bad = (b == 0) | (b == -1) if signed else b == 0
+  return np.where(bad, 1, b), bad
+
+def _idiv(a: Any, b: Any, signed: bool) -> Any:
+  d, _ = _divisor(b, signed)
+  q = (a - np.fmod(a, d)) // d  # exact division of the part that divides: truncation toward zero
+  if signed: q = np.where(b == -1, -a, q)
+  return np.where(b == 0, 0, q)
+
+def _mod(a: Any, b: Any, signed: bool) -> Any: return np.fmod(a, _divisor(b, signed)[0])  # x%0 and x%-1 are 0
+
+_ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
+  Ops.NEG: {"fiu": np.negative, "b": np.logical_not},
+  Ops.EXP2: {"f": np.exp2}, Ops.LOG2: {"f": np.log2}, Ops.SIN: {"f": np.sin}, Ops.SQRT: {"f": np.sqrt},
+  Ops.RECIP: {"f": np.reciprocal}, Ops.TRUNC: {"f": np.trunc},
+  Ops.ADD: {"fiu": np.add, "b": np.logical_or}, Ops.SUB: {"fiu": np.subtract, "b": np.logical_xor},
+  Ops.MUL: {"fiu": np.multiply, "b": np.logical_and}, Ops.FDIV: {"f": np.divide},
+  Ops.IDIV: {"i": functools.partial(_idiv, signed=True), "u": functools.partial(_idiv, signed=False)},
+  Ops.MOD: {"f": np.fmod, "i": functools.partial(_mod, signed=True), "u": functools.partial(_mod, signed=False)},
+  Ops.MAX: {"fiub": np.maximum}, Ops.CMPLT: {"fiub": np.less}, Ops.CMPNE: {"fiub": np.not_equal},
+  Ops.AND: {"iub": np.bitwise_and}, Ops.OR: {"iub": np.bitwise_or}, Ops.XOR: {"iub": np.bitwise_xor},
+  Ops.SHL: {"iu": np.left_shift}, Ops.SHR: {"iu": np.right_shift},
+  Ops.WHERE: {"fiub": np.where}, Ops.MULACC: {"fiu": lambda a, b, c: a * b + c},
+}
+_ALU_BY_KIND = {(op, k): fn for op, per in _ALU.items() for kinds, fn in per.items() for k in kinds}
+
+def _float_to_int(x: Any, to: DType) -> Any:
+  # saturating, NaN -> 0; narrow targets saturate to a wider int first and wrap, as the CPU renderer does
+  wide = to if to.itemsize == 8 or to == dtypes.int32 else dtypes.int64 if to.itemsize == 4 else dtypes.int32
+  lo, hi = wide.min(), wide.max()
+  f = np.trunc(np.asarray(x, np.float64))  # float16/32/64 values are exact in float64
+  over, under = f >= float(hi), f <= float(lo)
+  inside = np.where(over | under | np.isnan(f), 0, f).astype(wide.np)
+  return np.where(over, wide.np.type(hi), np.where(under, wide.np.type(lo), inside)).astype(to.np)
+
+def _cast(x: Any, fr: DType, to: DType) -> Any:
+  if to.is_bool: return np.not_equal(x, 0)
+  if fr.is_float and to.is_int: return _float_to_int(x, to.scalar())
+  return np.asarray(x).astype(to.np)
+
+def _bitcast(x: Any, fr: DType, to: DType) -> Any:
+  lead = np.shape(x)[:-1] if fr.count > 1 else np.shape(x)
+  bits = np.ascontiguousarray(x).reshape(*lead, fr.count).view(to.np)
+  return bits.reshape(*lead, to.count) if to.count > 1 else bits.reshape(lead)
+
+def _vectorize(*xs: Any) -> Any: return np.stack(np.broadcast_arrays(*xs), axis=-1)
+
+# ---- WMMA: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, a warp being 32 consecutive threads of a block ----
+
+def _fragment(rows: list[np.ndarray], cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+  """Where element j of lane l's fragment sits in its matrix: (row[l, j], col[l, j])."""
+  return np.stack(rows, axis=1), np.stack(cols, axis=1)
+
+def _layouts() -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+  lane = np.arange(32)
+  g, k = lane >> 2, (lane % 4) * 2  # groupID, and the first of the pair of columns (or rows of B) of threadID_in_group
+  a = _fragment([g, g, g + 8, g + 8, g, g, g + 8, g + 8], [k, k + 1, k, k + 1, k + 8, k + 9, k + 8, k + 9])
+  b = _fragment([k, k + 1, k + 8, k + 9], [g, g, g, g])
+  c = _fragment([g, g, g + 8, g + 8], [k, k + 1, k, k + 1])
+  return a, b, c
+
+_A, _B, _C = _layouts()
+
+def _unfragment(x: Any, layout: tuple[np.ndarray, np.ndarray], shape: tuple[int, int], n: int) -> np.ndarray:
+  frag = np.broadcast_to(x, (n, layout[0].shape[1])).reshape(-1, 32, layout[0].shape[1])
+  out = np.zeros((frag.shape[0], *shape), np.float32)
+  out[:, layout[0], layout[1]] = frag
+  return out
+
+def wmma_m16n8k16(a: Any, b: Any, c: Any, n: int) -> np.ndarray:
+  """D = A @ B + C for every warp of n lanes; fp16 products are exact in fp32, accumulated in fp32."""
+  d = np.matmul(_unfragment(a, _A, (16, 16), n), _unfragment(b, _B, (16, 8), n)) + _unfragment(c, _C, (16, 8), n)
+  return d[:, _C[0], _C[1]].reshape(n, 4)
+
+# ---- shared memory and the race detector ----
+
+class Shared:
+  """One DEFINE_LOCAL for every block at once (element e of block b at b * size + e), with, per element, the last
+  writer and the epoch it wrote in, and the lowest and highest lane that read it in the epoch `repoch`."""
+  def __init__(self, name: str, dt: DType, size: int, blocks: int) -> None:
+    self.name, self.size, n = name, size, size * blocks
+    self.data = np.zeros(n, _mem_np(dt))
+    self.writer, self.wepoch = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    self.rmin, self.rmax, self.repoch = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
+
+  def _race(self, L: Launch, lanes: np.ndarray, pos: np.ndarray, bad: np.ndarray, verb: str, other: np.ndarray,
+            other_verb: str) -> None:
+    if not bad.any(): return
+    r, j = (int(x[0]) for x in np.nonzero(bad))
+    raise L.fail(RaceError, int(lanes[r]), f"{verb} {self.name}[{pos[r, j] % self.size}] that "
+                 f"{L.grid.who(int(other[r, j]))} {other_verb} with no BARRIER between")
+
+  def check_read(self, L: Launch, lanes: np.ndarray, pos: np.ndarray) -> None:
+    me, epoch = lanes[:, None], L.epoch[L.grid.block[lanes]][:, None]
+    writer = self.writer[pos]
+    if (unwritten := np.nonzero(writer < 0))[0].size:
+      r, j = int(unwritten[0][0]), int(unwritten[1][0])
+      raise L.fail(EmuError, int(lanes[r]), f"reads {self.name}[{pos[r, j] % self.size}], which no thread wrote")
+    self._race(L, lanes, pos, (self.wepoch[pos] == epoch) & (writer != me), "reads", writer, "wrote")
+    flat, who, at = pos.ravel(), np.broadcast_to(me, pos.shape).ravel(), np.broadcast_to(epoch, pos.shape).ravel()
+    stale = flat[self.repoch[flat] != at]
+    self.rmin[stale], self.rmax[stale], self.repoch[flat] = np.iinfo(np.int64).max, -1, at
+    np.minimum.at(self.rmin, flat, who)
+    np.maximum.at(self.rmax, flat, who)
+
+  def check_write(self, L: Launch, lanes: np.ndarray, pos: np.ndarray) -> None:
+    me, epoch = lanes[:, None], L.epoch[L.grid.block[lanes]][:, None]
+    writer = self.writer[pos]
+    self._race(L, lanes, pos, (self.wepoch[pos] == epoch) & (writer != me), "overwrites", writer, "wrote")
+    rmin, rmax = self.rmin[pos], self.rmax[pos]
+    self._race(L, lanes, pos, (self.repoch[pos] == epoch) & ((rmin != me) | (rmax != me)), "writes",
+               np.where(rmin != me, rmin, rmax), "read")
+    self.writer[pos], self.wepoch[pos] = me, epoch
+
+# ---- loads and stores: global memory is a typed view of a buffer, shared memory a Shared ----
+
+def _check_bounds(L: Launch, what: str, name: str, size: int, x: Any, count: int, act: np.ndarray | None) -> None:
+  bad = (x < 0) | (x > size - count)
+  if act is not None: bad = bad & act
+  if not bad.any(): return
+  lane = int(np.flatnonzero(np.broadcast_to(bad, (L.grid.n,)))[0])
+  at = int(np.broadcast_to(x, (L.grid.n,))[lane])
+  span = str(at) if count == 1 else f"{at}:{at + count}"
+  raise L.fail(IndexError, lane, f"{what} {name}[{span}], out of bounds: {name} has {size} elements")
+
+def _read_global(L: Launch, mem: np.ndarray, x: Any, offs: np.ndarray, act: np.ndarray | None) -> Any:
+  if act is not None:  # lanes that do not run read element 0 (of a dummy when there is none): in bounds, never used
+    x, mem = np.where(act, x, 0), mem if mem.size else np.zeros(1, mem.dtype)
+  return mem[x if offs.size == 1 else np.expand_dims(x, -1) + offs]
+
+def _read_shared(L: Launch, sh: Shared, x: Any, offs: np.ndarray, act: np.ndarray | None) -> Any:
+  grid = L.grid
+  lanes = grid.lanes if act is None else np.flatnonzero(act)
+  pos = (grid.block[lanes] * sh.size + np.broadcast_to(x, (grid.n,))[lanes])[:, None] + offs
+  sh.check_read(L, lanes, pos)
+  got = sh.data[pos]
+  if act is not None:
+    full = np.zeros((grid.n, offs.size), got.dtype)
+    full[lanes] = got
+    got = full
+  return got if offs.size > 1 else got[:, 0]
+
+def _sites(L: Launch, x: Any, val: Any, offs: np.ndarray, act: np.ndarray | None,
+           dt: np.dtype) -> tuple[np.ndarray, ...]:
+  """The lanes that store, the element each of their values goes to, and the values (both lanes x count)."""
+  n, count = L.grid.n, offs.size
+  lanes = L.grid.lanes if act is None else np.flatnonzero(act)
+  elem = np.broadcast_to(x, (n,))[lanes][:, None] + offs
+  vals = np.broadcast_to(val, (n, count) if count > 1 else (n,))[lanes].reshape(-1, count).astype(dt, copy=False)
+  return lanes, elem, vals
+
+def _check_conflicts(L: Launch, name: str, lanes: np.ndarray, pos: np.ndarray, elem: np.ndarray,
+                     vals: np.ndarray) -> None:
+  """Two lanes of one STORE may write one element only with the same value (a GPU keeps either one)."""
+  flat = pos.ravel()
+  if flat.size < 2 or (flat[1:] > flat[:-1]).all(): return  # the common case: every lane stores somewhere else
+  order = np.argsort(flat, kind="stable")
+  bits = vals.ravel()[order].view(f"u{vals.itemsize}")  # bits, so that NaN == NaN
+  clash = np.flatnonzero((flat[order][1:] == flat[order][:-1]) & (bits[1:] != bits[:-1]))
+  if not clash.size: return
+  first, second = (int(order[j]) // pos.shape[1] for j in (clash[0], clash[0] + 1))
+  raise L.fail(RaceError, int(lanes[first]), f"and {L.grid.who(int(lanes[second]))} store different values to "
+               f"{name}[{elem.ravel()[order[clash[0]]]}] in one STORE")
+
+def _write_global(L: Launch, mem: np.ndarray, name: str, x: Any, val: Any, offs: np.ndarray,
+                  act: np.ndarray | None) -> None:
+  lanes, elem, vals = _sites(L, x, val, offs, act, mem.dtype)
+  _check_conflicts(L, name, lanes, elem, elem, vals)
+  mem[elem] = vals
+
+def _write_shared(L: Launch, sh: Shared, name: str, x: Any, val: Any, offs: np.ndarray,
+                  act: np.ndarray | None) -> None:
+  lanes, elem, vals = _sites(L, x, val, offs, act, sh.data.dtype)
+  pos = L.grid.block[lanes][:, None] * sh.size + elem
+  _check_conflicts(L, name, lanes, pos, elem, vals)
+  sh.check_write(L, lanes, pos)
+  sh.data[pos] = vals
+
+_MEMORY = {Ops.DEFINE_GLOBAL: (_read_global, _write_global), Ops.DEFINE_LOCAL: (_read_shared, _write_shared)}
+
+def _memory(u: UOp) -> tuple[Any, Any, str]:
+  """How op u reaches the memory of its first source: reader, writer, and the buffer's name in error messages."""
+  buf, value = u.src[0], u if u.op is Ops.LOAD else u.src[2]
+  if buf.op not in _MEMORY: raise ValueError(f"EMU: {u.op.name} through a {buf.op.name}; expected DEFINE_GLOBAL/LOCAL")
+  if value.dtype.scalar() != buf.dtype.scalar().scalar() or not isinstance(buf.dtype, PtrDType):
+    raise ValueError(f"EMU: {u.op.name} of {value.dtype} through a {buf.dtype} {buf.op.name}")
+  return (*_MEMORY[buf.op], f"data{buf.arg}" if buf.op is Ops.DEFINE_GLOBAL else buf.arg[0])
+
+# ---- building: each op becomes a closure over the positions of its sources ----
+
+class Executable:
+  """A linear program compiled to closures, checked once, run many times. `init` holds what is known before a launch
+  (constants); a launch adds the buffers, shared memory and thread ids, then runs the steps."""
+  def __init__(self, name: str, uops: list[UOp]) -> None:
+    self.name, self.grid = name, Grid(uops)
+    self.pos = {u: i for i, u in enumerate(uops)}
+    self.init: list[Any] = [None] * len(uops)
+    self.globals: list[tuple[int, int, np.dtype]] = []
+    self.locals: list[tuple[int, UOp]] = []
+    self.specials: list[tuple[int, str]] = []
+    self.steps = self._blocks(uops)
+    self._check_limits(uops)
+
+  def _blocks(self, uops: list[UOp]) -> list[Step]:
+    """Steps in order, each loop's body nested in the step of its RANGE."""
+    top: list[Step] = []
+    body, outer = top, list[tuple[UOp, list[Step]]]()  # the open RANGEs and IFs, and the body each one is in
+    for i, u in enumerate(uops):
+      if u.op in (Ops.ENDRANGE, Ops.ENDIF):
+        if not outer or outer[-1][0] is not u.src[0]:
+          raise ValueError(f"EMU: op {i} ({u.op.name}) does not close the innermost open RANGE or IF")
+        body = outer.pop()[1]
+        if u.op is Ops.ENDIF: body.append(_endif)
+      elif u.op is Ops.RANGE:
+        inner: list[Step] = []
+        body.append(self._loop(i, u, inner))
+        outer.append((u, body))
+        body = inner
+      else:
+        if (step := _BUILD.get(u.op, _unsupported)(self, i, u)) is not None: body.append(step)
+        if u.op is Ops.IF: outer.append((u, body))
+    if outer: raise ValueError(f"EMU: the {outer[-1][0].op.name} at op {self.pos[outer[-1][0]]} is never closed")
+    return top
+
+  def _loop(self, i: int, u: UOp, body: list[Step]) -> Step:
+    lo, hi, make = self.pos[u.src[0]], self.pos[u.src[1]], u.dtype.np.type
+    def loop(L: Launch) -> None:
+      v = L.v
+      for k in range(_uniform(L, v[lo], "loop start"), _uniform(L, v[hi], "loop end")):
+        v[i] = make(k)
+        for step in body: step(L)
+    return loop
+
+  def pure(self, i: int, fn: Callable[..., Any], srcs: tuple[UOp, ...]) -> Step:
+    """A step that sets value i to fn of the source values."""
+    at = [self.pos[s] for s in srcs]
+    def step(L: Launch) -> None:
+      v = L.v
+      v[i] = fn(*[v[a] for a in at])
+    return step
+
+  def _check_limits(self, uops: list[UOp]) -> None:
+    r, g = EmuRenderer, self.grid
+    for what, dims, most in (("global", g.global_size, r.global_max or ()), ("local", g.local_size, r.local_max or ())):
+      if any(d > m for d, m in zip(dims, most)): raise ValueError(f"EMU: {what} size {dims} is over the limits {most}")
+    if g.threads > r.threads_max: raise ValueError(f"EMU: {g.threads} threads in a block; at most {r.threads_max}")
+    if (shared := sum(u.arg[1] * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)) > r.shared_max:
+      raise ValueError(f"EMU: {shared} bytes of shared memory; at most {r.shared_max}")
+    if any(u.op is Ops.WMMA for u in uops) and g.threads % 32:
+      raise ValueError(f"EMU: a WMMA needs whole warps, but a block has {g.threads} threads, not a multiple of 32")
+
+  def run(self, bufs: tuple[np.ndarray, ...]) -> None:
+    v = list(self.init)
+    for at, k, mem_np in self.globals:
+      if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
+      v[at] = bufs[k].view(mem_np)
+    for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], self.grid.blocks)
+    for at, name in self.specials: v[at] = self.grid.ids[name]
+    L = Launch(self.name, self.grid, v)
+    with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
+      for step in self.steps: step(L)
+
+# ---- one builder an op: returns the op's step, or None for a value known before it runs ----
+
+def _const(ex: Executable, i: int, u: UOp) -> None:
+  value = u.dtype.scalar().np.type(u.arg)
+  ex.init[i] = np.full(u.dtype.count, value) if u.dtype.count > 1 else value
+
+def _define_global(ex: Executable, i: int, u: UOp) -> None: ex.globals.append((i, u.arg, _mem_np(u.dtype)))
+def _define_local(ex: Executable, i: int, u: UOp) -> None: ex.locals.append((i, u))
+def _special(ex: Executable, i: int, u: UOp) -> None: ex.specials.append((i, u.arg[0]))
+
+def _load(ex: Executable, i: int, u: UOp) -> Step:
+  if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
+  if len(u.src) not in (2, 4): raise ValueError(f"EMU: LOAD has {len(u.src)} sources; expected (buf, idx[, gate, alt])")
+  read, _, name = _memory(u)
+  mem, idx, is_bool, offs = ex.pos[u.src[0]], ex.pos[u.src[1]], u.dtype.is_bool, np.arange(u.dtype.count)
+  gate, alt = (ex.pos[u.src[2]], ex.pos[u.src[3]]) if len(u.src) == 4 else (None, None)
+  def load(L: Launch) -> None:
+    v = L.v
+    x, act = v[idx], _active(L, gate)
+    _check_bounds(L, "loads", name, v[mem].size, x, offs.size, act)
+    out = read(L, v[mem], x, offs, act)
+    if is_bool: out = out != 0
+    if alt is not None and act is not None: out = np.where(_per_lane(act, offs.size), out, v[alt])
+    v[i] = out
+  return load
+
+def _store(ex: Executable, i: int, u: UOp) -> Step:
+  if len(u.src) not in (3, 4): raise ValueError(f"EMU: STORE has {len(u.src)} sources, not (buf, idx, val[, gate])")
+  _, write, name = _memory(u)
+  mem, idx, val, offs = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], np.arange(u.src[2].dtype.count)
+  gate = ex.pos[u.src[3]] if len(u.src) == 4 else None
+  def store(L: Launch) -> None:
+    v = L.v
+    x, act = v[idx], _active(L, gate)
+    _check_bounds(L, "stores to", name, v[mem].size, x, offs.size, act)
+    write(L, v[mem], name, x, v[val], offs, act)
+  return store
+
+def _assign(ex: Executable, i: int, u: UOp) -> Step:
+  if u.src[0].op is not Ops.DEFINE_ACC: raise ValueError(f"EMU: ASSIGN to a {u.src[0].op.name}; expected a DEFINE_ACC")
+  acc, val, count = ex.pos[u.src[0]], ex.pos[u.src[1]], u.dtype.count
+  def assign(L: Launch) -> None:
+    v = L.v
+    new = v[val] if L.mask is None else np.where(_per_lane(L.mask, count), v[val], v[acc])  # lanes that run, only
+    v[acc] = v[i] = new
+  return assign
+
+def _if(ex: Executable, i: int, u: UOp) -> Step:
+  cond, n = ex.pos[u.src[0]], ex.grid.n
+  def if_(L: Launch) -> None:
+    L.masks.append(L.mask)
+    c = np.broadcast_to(L.v[cond], (n,))
+    m = c if L.mask is None else L.mask & c
+    L.mask = None if m.all() else m
+  return if_
+
+def _endif(L: Launch) -> None: L.mask = L.masks.pop()
+
+def _partial_group(mask: np.ndarray, size: int) -> int | None:
+  """The first lane that does not run in a group of `size` consecutive lanes where others do; None if none."""
+  running = mask.reshape(-1, size)
+  partial = np.flatnonzero(running.any(1) & ~running.all(1))
+  return None if not partial.size else int(partial[0]) * size + int(np.flatnonzero(~running[partial[0]])[0])
+
+def _barrier(ex: Executable, i: int, u: UOp) -> Step:
+  threads = ex.grid.threads
+  def barrier(L: Launch) -> None:
+    if L.mask is None: L.epoch += 1
+    else:
+      if (lane := _partial_group(L.mask, threads)) is not None:
+        raise L.fail(EmuError, lane, "skips a BARRIER that other threads of its block wait at")
+      L.epoch[L.mask.reshape(-1, threads).all(1)] += 1
+  return barrier
+
+_WMMA_SRCS = (dtypes.float16.vec(8), dtypes.float16.vec(4), dtypes.float32.vec(4))
+
+def _wmma(ex: Executable, i: int, u: UOp) -> Step:
+  shape = u.arg[0] if isinstance(u.arg, tuple) and u.arg else u.arg
+  if shape != "m16n8k16" or tuple(s.dtype for s in u.src) != _WMMA_SRCS or u.dtype != _WMMA_SRCS[2]:
+    raise ValueError(f"EMU: WMMA {u.arg!r} of {[s.dtype for s in u.src]} -> {u.dtype}; only m16n8k16 of "
+                     f"{list(_WMMA_SRCS)} -> {_WMMA_SRCS[2]} is supported")
+  a, b, c, n = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], ex.grid.n
+  def wmma(L: Launch) -> None:
+    if L.mask is not None and (lane := _partial_group(L.mask, 32)) is not None:
+      raise L.fail(EmuError, lane, "skips a WMMA that other threads of its warp run")
+    L.v[i] = wmma_m16n8k16(L.v[a], L.v[b], L.v[c], n)
+  return wmma
+
+def _alu(ex: Executable, i: int, u: UOp) -> Step:
+  dt = u.src[-1].dtype  # the operand type: WHERE's condition comes first, comparisons return bools
+  if (fn := _ALU_BY_KIND.get((u.op, dt.kind))) is None: raise NotImplementedError(f"EMU: no {u.op.name} on {dt}")
+  return ex.pure(i, fn, u.src)
+
+def _unsupported(ex: Executable, i: int, u: UOp) -> Step:
+  raise NotImplementedError(f"EMU: cannot run {u.op.name} (op {i})")
+
+_BUILD: dict[Ops, Callable[[Executable, int, UOp], Step | None]] = {
+  Ops.CONST: _const, Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_LOCAL: _define_local, Ops.SPECIAL: _special,
+  Ops.DEFINE_ACC: lambda ex, i, u: ex.pure(i, lambda init: init, u.src), Ops.LOAD: _load, Ops.STORE: _store,
+  Ops.ASSIGN: _assign, Ops.IF: _if, Ops.BARRIER: _barrier, Ops.WMMA: _wmma,
+  Ops.VECTORIZE: lambda ex, i, u: ex.pure(i, _vectorize, u.src),
+  Ops.GEP: lambda ex, i, u: ex.pure(i, lambda x, k=u.arg: x[..., k], u.src),
+  Ops.CAST: lambda ex, i, u: ex.pure(i, functools.partial(_cast, fr=u.src[0].dtype, to=u.dtype), u.src),
+  Ops.BITCAST: lambda ex, i, u: ex.pure(i, functools.partial(_bitcast, fr=u.src[0].dtype, to=u.dtype), u.src),
+  **{op: _alu for op in GroupOp.ALU},
+}
+
+# ---- the device ----
+
+class EmuCompiler(Compiler):
+  """The program text is its own binary: compiling checks that it reads back and can run."""
+  def compile(self, src: str) -> bytes:
+    Executable(*parse_program(src))
+    return src.encode()
+
+class EmuProgram:
+  """A program read back from its text and built into closures once; each call is one launch."""
+  def __init__(self, device: EmuDevice, name: str, lib: bytes) -> None:
+    text_name, uops = parse_program(lib.decode())
+    if text_name != name: raise ValueError(f"EMU: asked for kernel {name!r}, but the program is {text_name!r}")
+    self.device, self.name, self.exe = device, name, Executable(name, uops)
+
+  def __call__(self, *bufs: np.ndarray, global_size: tuple[int, ...] | None = None,
+               local_size: tuple[int, ...] | None = None, core_count: int = 1, wait: bool = False) -> float | None:
+    """Launch dims default to the ones the program's SPECIALs imply; given ones must agree with them."""
+    grid = self.exe.grid
+    launch = (("global_size", global_size, grid.global_size), ("local_size", local_size, grid.local_size))
+    for what, given, dims in launch:
+      if given is not None and tuple(given) + (1,) * (3 - len(given)) != dims:
+        raise ValueError(f"EMU {self.name}: launched with {what} {tuple(given)}, but its SPECIALs make it {dims}")
+    if core_count != 1: raise ValueError(f"EMU {self.name}: core_count {core_count}; EMU has no CPU threads (THREAD)")
+    start = time.perf_counter()
+    self.exe.run(bufs)
+    return time.perf_counter() - start if wait else None
+
+class EmuDevice(Compiled):
+  def __init__(self, name: str) -> None:
+    super().__init__(name, EmuAllocator(), EmuRenderer(), EmuCompiler(), EmuProgram)
