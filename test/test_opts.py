@@ -1,0 +1,134 @@
+"""Every legal optimization, and chains of them, computes what the unoptimized kernel computes; illegal ones raise."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from lazytensor import Context, Device, Tensor
+from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.engine.realize import compile_kernel
+from lazytensor.engine.schedule import create_schedule
+
+rng = np.random.default_rng(0)
+
+def _t(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape, dtype=np.float32)).realize()
+
+KERNELS = {
+  "elementwise": lambda: (_t(16, 24) * 2 + _t(16, 24)).exp(),
+  "elementwise_odd": lambda: _t(7, 5) + 1,
+  "row_sum": lambda: _t(12, 32).sum(1),
+  "full_sum": lambda: _t(64).sum(),
+  "max_odd": lambda: _t(6, 20).max(1),
+  "matmul": lambda: _t(16, 8) @ _t(8, 32),
+  "matmul_odd": lambda: _t(5, 7) @ _t(7, 3),
+  "conv": lambda: _t(2, 3, 6, 6).conv2d(_t(4, 3, 3, 3), padding=1),
+  "softmax_last": lambda: _t(8, 16).softmax(1),
+}
+
+def _last_item(name: str):
+  items, _ = create_schedule([KERNELS[name]().lazydata])
+  for it in items[:-1]:
+    from lazytensor.engine.realize import run_schedule
+    run_schedule([it])
+  return items[-1]
+
+def _run(item, device: str, opts: list[Opt]) -> np.ndarray:
+  runner = compile_kernel(item.ast, Device[device], opts)
+  runner(item.bufs)
+  return item.bufs[0].numpy().copy()
+
+def _candidate_opts(k: Kernel) -> list[Opt]:
+  opts = []
+  for axis, (size, kind) in enumerate(zip(k.full_shape, k.kinds)):
+    for amt in (0, 2, 3, 4, 8, 16):
+      for op in (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.THREAD):
+        opts.append(Opt(op, axis, amt))
+    opts.append(Opt(OptOps.PADTO, axis, 8))
+    opts.extend(Opt(OptOps.SWAP, axis, other) for other in range(k.shape_len))
+  return opts + [Opt(OptOps.NOLOCALS)]
+
+def _legal(k: Kernel, opt: Opt) -> bool:
+  try: k.copy().apply_opt(opt)
+  except KernelOptError: return False
+  return True
+
+@pytest.mark.parametrize("device", ["CPU"])
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_every_single_legal_opt(name: str, device: str) -> None:
+  item = _last_item(name)
+  ref = _run(item, device, [])
+  k = Kernel(item.ast, Device[device].renderer)
+  legal = [o for o in _candidate_opts(k) if _legal(k, o)]
+  assert legal, "every kernel has some legal optimization"
+  for opt in legal:
+    np.testing.assert_allclose(_run(item, device, [opt]), ref, rtol=1e-4, atol=1e-4, err_msg=str(opt))
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(list(KERNELS)), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=4))
+def test_random_opt_chains_cpu(name: str, picks: list[int]) -> None:
+  item = _last_item(name)
+  ref = _run(item, "CPU", [])
+  k = Kernel(item.ast, Device["CPU"].renderer)
+  chain: list[Opt] = []
+  for p in picks:
+    legal = [o for o in _candidate_opts(k) if _legal(k, o)]
+    if not legal: break
+    chain.append(legal[p % len(legal)])
+    k.apply_opt(chain[-1])
+  np.testing.assert_allclose(_run(item, "CPU", chain), ref, rtol=1e-4, atol=1e-4, err_msg=str(chain))
+
+@pytest.mark.parametrize("name,opt,why", [
+  ("row_sum", Opt(OptOps.UPCAST, 1, 4), "REDUCE"),            # upcast of a reduce axis
+  ("elementwise", Opt(OptOps.UNROLL, 0, 4), "GLOBAL"),        # unroll of a global axis
+  ("elementwise", Opt(OptOps.LOCAL, 0, 4), "local"),          # LOCAL on the CPU
+  ("matmul_odd", Opt(OptOps.UPCAST, 0, 2), "divide"),         # 2 does not divide 5 without PADTO
+  ("elementwise", Opt(OptOps.TC, 0, 0), "tensor cores"),      # TC on the CPU / a non-matmul
+  ("row_sum", Opt(OptOps.GROUP, 1, 4), "group"),              # GROUP needs shared memory
+  ("elementwise", Opt(OptOps.UPCAST, 9, 2), "out of range"),  # no such axis
+  ("elementwise", Opt(OptOps.THREAD, 0, 64), "THREADS"),      # more threads than allowed
+])
+def test_illegal_opts_raise_and_leave_kernel_unchanged(name: str, opt: Opt, why: str) -> None:
+  item = _last_item(name)
+  k = Kernel(item.ast, Device["CPU"].renderer)
+  before = (k.full_shape, list(k.kinds), list(k.sts), list(k.applied_opts))
+  with Context(THREADS=2), pytest.raises(KernelOptError, match=why): k.apply_opt(opt)
+  assert (k.full_shape, list(k.kinds), list(k.sts), list(k.applied_opts)) == before
+
+def test_padto_lets_an_odd_axis_upcast() -> None:
+  item = _last_item("elementwise_odd")
+  ref = _run(item, "CPU", [])
+  k = Kernel(item.ast, Device["CPU"].renderer)
+  axis = k.shape_len - 1
+  with pytest.raises(KernelOptError): k.copy().apply_opt(Opt(OptOps.UPCAST, axis, 8))
+  opts = [Opt(OptOps.PADTO, axis, 8), Opt(OptOps.UPCAST, axis, 8)]
+  np.testing.assert_allclose(_run(item, "CPU", opts), ref, rtol=1e-6)
+
+def test_heuristic_matmul_tiles_and_threads() -> None:
+  item = _last_item("matmul")
+  with Context(THREADS=2):
+    k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+  ops = [o.op for o in k.applied_opts]
+  assert ops.count(OptOps.UPCAST) == 2, k.applied_opts
+  assert AxisKind.UPCAST in k.kinds and k.upcast_size() >= 64
+
+def test_heuristic_reduce_unrolls_contiguous_axis() -> None:
+  item = _last_item("row_sum")
+  k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+  assert [o.op for o in k.applied_opts][:1] == [OptOps.UNROLL]
+  assert k.full_shape[k.axes_of(AxisKind.UNROLL)[0]] == 16
+
+def test_thread_really_runs_on_several_threads() -> None:
+  import threading
+  item = _last_item("elementwise")
+  ref = _run(item, "CPU", [])
+  with Context(THREADS=2): runner = compile_kernel(item.ast, Device["CPU"], [Opt(OptOps.THREAD, 0, 2)])
+  assert runner.launch["core_count"] == 2
+  runner(item.bufs)
+  np.testing.assert_allclose(item.bufs[0].numpy(), ref, rtol=1e-6)
+  assert any(t.name.startswith("lazytensor-cpu") and t.is_alive() for t in threading.enumerate())
+
+def test_debug3_prints_colored_axes(capsys) -> None:
+  a = _t(32, 64)
+  with Context(DEBUG=3): (a.sum(1) * 2).realize()
+  out = capsys.readouterr().out
+  assert "\x1b[31m" in out and "UNROLL" in out  # reduce axes print red, the opts are listed
