@@ -26,12 +26,16 @@ class Compiler:
 
   def compile_cached(self, src: str) -> bytes:
     key = hashlib.sha256(f"{self.cache_key}\n{src}".encode()).hexdigest()
-    if (lib := _compile_memo.get(key)) is not None: return lib
+    if (lib := _compile_memo.get(key)) is not None:
+      compile_stats["memory"] += 1
+      return lib
     if self.cache_key and (lib := diskcache_get("compile", key)) is not None:
       if self.is_valid(lib):
+        compile_stats["disk"] += 1
         _compile_memo[key] = lib
         return lib
       if DEBUG >= 1: print("compile cache: a corrupt entry was recompiled")
+    compile_stats["compiled"] += 1
     lib = self.compile(src)
     _compile_memo[key] = lib
     if self.cache_key: diskcache_put("compile", key, lib)
@@ -44,6 +48,8 @@ class Compiler:
   def disassemble(self, lib: bytes) -> str: return "(no disassembly for this device)"
 
 _compile_memo: dict[str, bytes] = {}
+# where each program came from: compiled now, the on-disk cache, or this process's memory (DEBUG=1 prints these)
+compile_stats: dict[str, int] = {"compiled": 0, "disk": 0, "memory": 0}
 
 class Program(Protocol):
   """A loaded kernel. Returns its run time in seconds when `wait` is set."""

@@ -48,6 +48,7 @@ def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
   else:
     try: arr = np.array(data)
     except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
+  if arr.dtype == object and isinstance(data, np.ndarray): arr = np.array(arr.tolist())  # numbers boxed as objects
   if arr.dtype == object:
     kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
     # numpy falls back to objects for Python ints beyond 64 bits

@@ -7,7 +7,7 @@ from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
-from lazytensor.device import Buffer, Compiled, Device, Program
+from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
 from lazytensor.helpers import DEBUG, NOOPT, GlobalCounters, ansilen, colored, to_function_name
 from lazytensor.uop.ops import Ops, UOp
@@ -73,6 +73,7 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   dst.copyin(memoryview(arr).cast("B"))
 
 def run_schedule(items: list[ScheduleItem]) -> None:
+  before = dict(compile_stats)
   for item in items:
     for b in item.bufs: b.ensure_allocated()
     if item.ast.op is Ops.COPY:
@@ -85,6 +86,9 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     runner = get_runner(device, item.ast)
     et = runner(item.bufs, wait=DEBUG >= 2)
     _account(runner.display_name, item.bufs, runner.flops, runner.mem, et)
+  if DEBUG >= 1 and items:
+    new = {k: compile_stats[k] - before[k] for k in compile_stats}
+    print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")
 
 def _account(name: str, bufs: tuple[Buffer, ...], flops: int, mem: int, et: float | None) -> None:
   GlobalCounters.kernel_count += 1

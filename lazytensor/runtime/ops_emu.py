@@ -305,7 +305,7 @@ def _memory(u: UOp) -> tuple[Any, Any, str]:
   """How op u reaches the memory of its first source: reader, writer, and the buffer's name in error messages."""
   buf, value = u.src[0], u if u.op is Ops.LOAD else u.src[2]
   if buf.op not in _MEMORY: raise ValueError(f"EMU: {u.op.name} through a {buf.op.name}; expected DEFINE_GLOBAL/LOCAL")
-  if value.dtype.scalar() != buf.dtype.scalar().scalar() or not isinstance(buf.dtype, PtrDType):
+  if not isinstance(buf.dtype, PtrDType) or value.dtype.name != buf.dtype.name:
     raise ValueError(f"EMU: {u.op.name} of {value.dtype} through a {buf.dtype} {buf.op.name}")
   return (*_MEMORY[buf.op], f"data{buf.arg}" if buf.op is Ops.DEFINE_GLOBAL else buf.arg[0])
 

@@ -72,7 +72,7 @@ def parse_arg(text: str) -> Any:
 
 # ---- programs ----
 
-_LINE_RE = re.compile(r"\s*([0-9]+) ([A-Z_0-9]+) +(\S+) +\(([0-9, ]*)\)(?: (.*))?")
+_LINE_RE = re.compile(r"\s*([0-9]+) ([A-Z_0-9]+) +(\S+) +\(([0-9, ]*)\)(?: +(\S.*))?")
 
 def render_program(name: str, uops: list[UOp]) -> str:
   pos = {u: i for i, u in enumerate(uops)}
