@@ -1,15 +1,19 @@
 """Devices: the registry, Buffer, and the Allocator / Compiler / Program interfaces every backend implements."""
 from __future__ import annotations
+
 import functools
 import hashlib
 import importlib
 import itertools
 import weakref
 from typing import Any, Protocol
+
 import numpy as np
+
 from lazytensor.dtype import DType
 from lazytensor.helpers import DEBUG, DEV, diskcache_get, diskcache_put
 from lazytensor.uop.ops import Ops, UOp
+
 
 class Allocator:
   """Raw device memory. Handles are opaque to everything above the runtime."""
@@ -59,7 +63,8 @@ class Program(Protocol):
 class Compiled:
   """A device: memory, a renderer, a compiler, and the class that loads and runs compiled programs."""
   def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program_cls: Any) -> None:
-    self.name, self.allocator, self.renderer, self.compiler, self.program_cls = name, allocator, renderer, compiler, program_cls
+    self.name, self.allocator, self.renderer = name, allocator, renderer
+    self.compiler, self.program_cls = compiler, program_cls
 
   def synchronize(self) -> None: pass
 
@@ -120,7 +125,7 @@ class Buffer:
 
   def numpy(self) -> np.ndarray:
     out = np.empty(self.size, dtype=self.dtype.np)
-    if self.size: self.allocator.copyout(memoryview(out).cast("B"), self.handle)
+    if self.size: self.allocator.copyout(out.data.cast("B"), self.handle)
     return out
 
   def __del__(self) -> None:

@@ -1,12 +1,14 @@
 """Every environment knob, declared once; Context to override them; GlobalCounters; small utilities."""
 from __future__ import annotations
+
 import contextlib
 import functools
 import os
 import pathlib
 import sys
 import time
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 
@@ -58,7 +60,8 @@ def _default_cache_dir() -> str:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "lazytensor")
 
-DEBUG = ContextVar("DEBUG", 0, "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
+DEBUG = ContextVar("DEBUG", 0,
+                   "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
 DEV = ContextVar("DEV", "", "default device: CPU, CUDA or EMU (empty picks CPU)")
@@ -109,7 +112,8 @@ def ansistrip(s: str) -> str:
 
 def ansilen(s: str) -> int: return len(ansistrip(s))
 
-def to_function_name(s: str) -> str: return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in ansistrip(s))
+def to_function_name(s: str) -> str:
+  return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in ansistrip(s))
 
 def ensure_cache_dir() -> pathlib.Path:
   path = pathlib.Path(CACHEDIR.value)

@@ -44,11 +44,12 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
+  # a numpy array of boxed Python objects is read as the nested list it holds
+  if isinstance(data, np.ndarray) and data.dtype == object: return _np_from_data(data.tolist(), dtype)
   if isinstance(data, np.ndarray): arr = data
   else:
     try: arr = np.array(data)
     except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
-  if arr.dtype == object and isinstance(data, np.ndarray): arr = np.array(arr.tolist())  # numbers boxed as objects
   if arr.dtype == object:
     kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
     # numpy falls back to objects for Python ints beyond 64 bits
@@ -539,6 +540,8 @@ class Tensor:
     if isinstance(sizes, int):
       if sizes <= 0: raise ValueError(f"split: chunk size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    if any(not isinstance(sz, (int, np.integer)) or sz < 0 for sz in sizes):
+      raise ValueError(f"split: sizes {list(sizes)} must be non-negative ints")
     if sum(sizes) != n:
       raise ValueError(f"split: sizes {list(sizes)} do not add up to {n} (dimension {d} of {self.shape})")
     offs = list(itertools.accumulate(sizes, initial=0))

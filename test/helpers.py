@@ -5,10 +5,15 @@ planned extension: `check_op` returns the lazytensor and reference inputs and ou
 `check_grads(run)` can call backward on both sides and compare the inputs' gradients without building anything again.
 """
 from __future__ import annotations
-import contextlib
+
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+
 import numpy as np
+import pytest
+
 from lazytensor import Tensor
 from lazytensor.dtype import DType, dtypes, to_dtype
 
@@ -16,7 +21,7 @@ try:
   import torch
   HAVE_TORCH = True
 except ImportError:  # the reference tests then run against numpy only
-  torch = None
+  torch = None  # type: ignore[assignment]
   HAVE_TORCH = False
 
 # the dtypes of issue 2, the ones every sweep covers
@@ -30,6 +35,10 @@ TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float16: (1e-2, 1e-2), dt
 Generator = Callable[[tuple[int, ...], DType, np.random.Generator], np.ndarray]
 InputSpec = tuple[int, ...] | np.ndarray
 
+def named(cases: list[tuple[Any, ...]]) -> list[Any]:
+  """pytest.mark.parametrize cases whose first element is their name, with that name as the test id."""
+  return [pytest.param(*c, id=c[0]) for c in cases]
+
 def torch_dtype(dt: DType) -> Any:
   """The torch dtype of the same name (torch.float32 <-> dtypes.float32)."""
   assert HAVE_TORCH
@@ -40,7 +49,7 @@ def from_torch_dtype(tdt: Any) -> DType:
 
 def random_array(shape: tuple[int, ...], dt: DType, rng: np.random.Generator, low: float = -2.0,
                  high: float = 2.0) -> np.ndarray:
-  """Uniform values in [low, high): floats continuous, ints integral (clipped to the dtype's range), bools fair coins."""
+  """Uniform values in [low, high): floats continuous, ints integral (clipped to the dtype's range), bools random."""
   if dt.is_bool: return rng.random(shape) < 0.5
   if dt.is_int:
     lo, hi = max(int(np.floor(low)), int(dt.min())), min(int(np.ceil(high)), int(dt.max()) + 1)
@@ -88,45 +97,47 @@ def compare(out: Any, ref: Any, atol: float | None = None, rtol: float | None = 
 
 def _run_reference(fn: Callable[..., Any], arrays: list[np.ndarray], on_torch: bool) -> tuple[list[Any], Any]:
   ins: list[Any] = [torch.from_numpy(a.copy()) for a in arrays] if on_torch else [a.copy() for a in arrays]
-  with np.errstate(all="ignore"): return ins, fn(*ins)
+  # the references warn about what the tests do on purpose (x/0, mean of nothing)
+  with np.errstate(all="ignore"), warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    return ins, fn(*ins)
 
-def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callable[..., Any] | None = None,
+def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callable[..., Any] | bool | None = None,
              torch_fn: Callable[..., Any] | None = None, dtype: DType | str | Sequence[DType | str] = dtypes.float32,
              atol: float | None = None, rtol: float | None = None, low: float = -2.0, high: float = 2.0,
              gen: Generator | None = None, use_torch: bool = True, out_dtype: DType | None = None,
              seed: int = 0) -> OpRun:
-  """Run `fn` on random lazytensor inputs and on the same values in a reference; compare shape, dtype and values.
+  """Run `fn` on random lazytensor inputs and on the same values in references; compare shape, dtype and values.
 
   shapes: one entry per input, a shape (random values) or a numpy array (used as given, its dtype wins).
   dtype: the input dtype, or one per input. Values come from `gen(shape, dtype, rng)`, else uniform in [low, high).
-  Reference: torch (`torch_fn`, or `fn` itself) when torch is installed and `use_torch`; numpy (`np_fn`) also runs
-  when given; with neither torch nor `np_fn`, `fn` runs on the numpy arrays. Output dtypes are checked against torch's,
-  and against `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
+  References: torch (`torch_fn`, or `fn` itself) when torch is installed and `use_torch`; numpy when `np_fn` is given
+  (True: `fn` itself computes the same on numpy arrays). Without any, the test is skipped. Output dtypes are checked
+  against torch's, and against `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
   """
-  dts = [to_dtype(d) for d in dtype] if isinstance(dtype, (list, tuple)) else [to_dtype(dtype)] * len(shapes)
-  rng = np.random.default_rng(seed)
-  arrays = [s if isinstance(s, np.ndarray) else (gen or _uniform(low, high))(tuple(s), dt, rng) for s, dt in zip(shapes, dts)]
+  refs: list[tuple[str, Callable[..., Any]]] = []
+  if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn))
+  if np_fn is not None and np_fn is not False: refs.append(("numpy", fn if np_fn is True else np_fn))
+  if not refs: pytest.skip("torch is not installed and this op has no numpy reference")
+  arrays = _make_inputs(shapes, dtype, gen or _uniform(low, high), seed)
   inputs = [Tensor(a) for a in arrays]
   out = fn(*inputs)
-  for o in _outputs(out):
-    if out_dtype is not None: assert o.dtype == out_dtype, f"dtype {o.dtype} != expected {out_dtype}"
-  refs: list[tuple[str, Callable[..., Any], bool]] = []
-  if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn, True))
-  if np_fn is not None or not refs: refs.append(("numpy", np_fn or fn, False))
-  ref_inputs, ref_out = None, None
-  for name, ref_fn, on_torch in refs:
-    ins, res = _run_reference(ref_fn, arrays, on_torch)
-    if ref_out is None: ref_inputs, ref_out = ins, res
+  if out_dtype is not None:
+    for o in _outputs(out): assert o.dtype == out_dtype, f"dtype {o.dtype} != expected {out_dtype}"
+  runs = [(name, *_run_reference(ref_fn, arrays, name == "torch")) for name, ref_fn in refs]
+  for name, _, res in runs:
     got, want = _outputs(out), _outputs(res)
     assert len(got) == len(want), f"{name}: {len(got)} outputs != reference {len(want)}"
     for i, (o, r) in enumerate(zip(got, want)):
-      rdt = from_torch_dtype(r.dtype) if on_torch and isinstance(r, torch.Tensor) else None
+      rdt = from_torch_dtype(r.dtype) if name == "torch" else None
       compare(o, r, atol, rtol, rdt, label=f"{name} output {i}: ")
-  return OpRun(inputs, list(ref_inputs or []), out, ref_out)
+  return OpRun(inputs, runs[0][1], out, runs[0][2])
+
+def _make_inputs(shapes: Sequence[InputSpec], dtype: DType | str | Sequence[DType | str], gen: Generator,
+                 seed: int) -> list[np.ndarray]:
+  dts = [to_dtype(d) for d in dtype] if isinstance(dtype, (list, tuple)) else [to_dtype(dtype)] * len(shapes)
+  rng = np.random.default_rng(seed)
+  return [s if isinstance(s, np.ndarray) else gen(tuple(s), dt, rng) for s, dt in zip(shapes, dts)]
 
 def _uniform(low: float, high: float) -> Generator:
   return lambda shape, dt, rng: random_array(shape, dt, rng, low, high)
-
-@contextlib.contextmanager
-def no_numpy_warnings() -> Any:
-  with np.errstate(all="ignore"): yield

@@ -8,6 +8,7 @@
   elementwise: SIMD vectors along the contiguous axis, then threads or local threads.
 """
 from __future__ import annotations
+
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.helpers import THREADS, prod
 from lazytensor.uop.ops import Ops

@@ -5,14 +5,17 @@ once, so the lowerer sees the same axes everywhere. Axes are kept in kind order:
 global/thread, local, group, reduce, unroll, upcast.
 """
 from __future__ import annotations
+
 import copy
 import enum
 from collections import defaultdict
 from dataclasses import dataclass
+
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.helpers import THREADS, colored, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
+
 
 class AxisKind(enum.Enum):
   GLOBAL = ("blue", False)
@@ -123,7 +126,8 @@ class Kernel:
         i += 1
         continue
       per_st = [st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:] for st in self.sts]
-      self._reshape_all(self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:], per_st)
+      merged_full = self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:]
+      self._reshape_all(merged_full, per_st)
       del self.kinds[i + 1]
 
   def split_axis(self, axis: int, amt: int, kind: AxisKind, top: bool = False) -> int:
@@ -158,15 +162,19 @@ class Kernel:
 
   def copy(self) -> Kernel:
     ret = copy.copy(self)
-    ret.sts, ret.kinds, ret.applied_opts, ret.padded = list(self.sts), list(self.kinds), list(self.applied_opts), dict(self.padded)
+    ret.sts, ret.kinds = list(self.sts), list(self.kinds)
+    ret.applied_opts, ret.padded = list(self.applied_opts), dict(self.padded)
     return ret
 
-  def upcast_size(self) -> int: return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
-  def local_size(self) -> int: return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+  def upcast_size(self) -> int:
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
+  def local_size(self) -> int:
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
 
   def apply_opt(self, opt: Opt) -> None:
     """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
-    saved = (self.full_shape, list(self.kinds), list(self.sts), dict(self.padded), self.tensor_core, self.dont_use_locals)
+    saved = (self.full_shape, list(self.kinds), list(self.sts), dict(self.padded), self.tensor_core,
+             self.dont_use_locals)
     try: self._apply_opt(opt)
     except KernelOptError:
       self.full_shape, self.kinds, self.sts, self.padded, self.tensor_core, self.dont_use_locals = saved
@@ -174,7 +182,8 @@ class Kernel:
     self.applied_opts.append(opt)
 
   def _resolve(self, opt: Opt, kinds: tuple[AxisKind, ...]) -> tuple[int, int]:
-    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range for shape {self.full_shape}")
+    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len,
+           f"{opt}: axis out of range for shape {self.full_shape}")
     assert opt.axis is not None
     kind = self.kinds[opt.axis]
     _check(kind in kinds, f"{opt}: axis {opt.axis} is {kind.name}, expected {'/'.join(k.name for k in kinds)}")
@@ -214,13 +223,16 @@ class Kernel:
       _check(r.has_local and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} has no local threads"
              if not r.has_local else f"{opt}: NOLOCALS was applied")
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      _check(self.local_size() * amt <= (prod(r.local_max) if r.local_max else 1024), f"{opt}: too many threads per block")
+      max_threads = prod(r.local_max) if r.local_max else 1024
+      _check(self.local_size() * amt <= max_threads, f"{opt}: too many threads per block")
       self.split_axis(axis, amt, AxisKind.LOCAL)
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
-      _check(r.has_local and r.has_shared and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} cannot group")
+      _check(r.has_local and r.has_shared and not self.dont_use_locals,
+             f"{opt}: {r.device or 'this device'} cannot group")
       axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
       _check(not self.axes_of(AxisKind.GROUP), f"{opt}: the kernel is already grouped")
-      _check(self.local_size() * amt <= (prod(r.local_max) if r.local_max else 1024), f"{opt}: too many threads per block")
+      max_threads = prod(r.local_max) if r.local_max else 1024
+      _check(self.local_size() * amt <= max_threads, f"{opt}: too many threads per block")
       self.split_axis(axis, amt, AxisKind.GROUP, top=opt.op is OptOps.GROUPTOP)
     elif opt.op is OptOps.THREAD:
       _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
@@ -241,7 +253,8 @@ class Kernel:
     new = -(-size // opt.amt) * opt.amt
     _check(new != size, f"{opt}: axis {axis} of size {size} is already a multiple of {opt.amt}")
     _check(new <= size * 2, f"{opt}: padding {size} to {new} more than doubles the work")
-    self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] == size else (0, 0) for i in range(self.shape_len)))
+    self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] == size else (0, 0)
+                             for i in range(self.shape_len)))
                 for st in self.sts]
     self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
     self.padded[axis] = size
@@ -267,8 +280,8 @@ class Kernel:
 
   def flops_and_mem(self) -> tuple[int, int]:
     """ALU operations and bytes moved by one run: an estimate for GFLOPS and GB/s lines."""
-    ops = sum(1 for u in self.ast.toposort if u.op not in VIEW_OPS and u.op not in (Ops.SINK, Ops.VIEW, Ops.DEFINE_GLOBAL,
-                                                                                      Ops.CAST, Ops.BITCAST))
+    not_alu = (Ops.SINK, Ops.VIEW, Ops.DEFINE_GLOBAL, Ops.CAST, Ops.BITCAST)
+    ops = sum(1 for u in self.ast.toposort if u.op not in VIEW_OPS and u.op not in not_alu)
     mem = 0
     for node in self.view_nodes:
       if node.op in (Ops.LOAD, Ops.STORE):

@@ -5,8 +5,10 @@ after them. Every node lives in the loops of the ranges it depends on (plus the 
 loops form a tree, and each level of the tree is put in dependency order with whole child loops as single items.
 """
 from __future__ import annotations
+
 import heapq
 import itertools
+
 from lazytensor.uop.ops import Ops, UOp, identity_element
 
 _acc_ids = itertools.count()
@@ -43,7 +45,7 @@ class _Placement:
       if node.op is Ops.DEFINE_ACC: c = frozenset()
       self.ctx[node] = c
     # an accumulator is (re)initialized in the loops its result lives in
-    for result, ranges in closes.items():
+    for result in closes:
       acc = result.src[0]
       self.ctx[acc] = self.ctx[result]
     self.enclosing = self._enclosing(sink, closes)
@@ -55,7 +57,8 @@ class _Placement:
     reduce_ranges = {r for rs in closes.values() for r in rs}
     enclosing: dict[UOp, frozenset[UOp]] = {}
     for r in ranges:
-      if r not in reduce_ranges: enclosing[r] = frozenset(o for o in ranges if o not in reduce_ranges and _axis(o) < _axis(r))
+      if r in reduce_ranges: continue
+      enclosing[r] = frozenset(o for o in ranges if o not in reduce_ranges and _axis(o) < _axis(r))
     for result, rs in closes.items():
       for j, r in enumerate(rs):
         enclosing[r] = enclosing.get(r, frozenset()) | self.ctx[result] | frozenset(rs[:j])
@@ -80,7 +83,8 @@ def linearize(sink: UOp) -> list[UOp]:
   _emit_level((), nodes, place, order, out)
   return out
 
-def _emit_level(prefix: tuple[UOp, ...], nodes: list[UOp], place: _Placement, order: dict[UOp, int], out: list[UOp]) -> None:
+def _emit_level(prefix: tuple[UOp, ...], nodes: list[UOp], place: _Placement, order: dict[UOp, int],
+                out: list[UOp]) -> None:
   depth = len(prefix)
   def item_of(n: UOp) -> UOp | None:
     p = place.path[n]

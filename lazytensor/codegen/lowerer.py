@@ -10,13 +10,16 @@ Axis kinds lower as:
           the renderer has vectors of its size, so values are scalars or vectors ("lanes").
 """
 from __future__ import annotations
+
 import itertools
 from dataclasses import dataclass
+
 from lazytensor.codegen.kernel import AxisKind, Kernel
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
 from lazytensor.uop.symbolic import simplify, symbolic
+
 
 def _const(v: int) -> UOp: return UOp.const(dtypes.index, v)
 
@@ -73,7 +76,8 @@ class _Lowerer:
     if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape))
     else:
       for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
-    for a in k.axes_of(AxisKind.REDUCE): idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
+    for a in k.axes_of(AxisKind.REDUCE):
+      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
     idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
@@ -223,7 +227,8 @@ class _ReduceLowerer:
       cond = UOp(Ops.VECTORIZE, dtypes.bool.vec(self.lw.lanes.width), tuple(self.lw.per_lane(cond)))
       v = self.lw.splat(v, self.lw.lanes.width)
     ident = UOp.const(v.dtype, identity_element(self.op, v.dtype.scalar()))
-    return UOp(Ops.WHERE, v.dtype, (cond if cond.dtype.count == v.dtype.count else self.lw.splat(cond, v.dtype.count), v, ident))
+    if cond.dtype.count != v.dtype.count: cond = self.lw.splat(cond, v.dtype.count)
+    return UOp(Ops.WHERE, v.dtype, (cond, v, ident))
 
   def _group(self, results: dict[tuple[int, ...], UOp]) -> dict[tuple[int, ...], UOp]:
     """Stage two of a GROUP reduce: every thread writes its partial result to shared memory, a barrier, then each

@@ -1,7 +1,10 @@
 """Reuse of intermediate buffers within one schedule: a buffer nobody reads any more serves a later kernel."""
 from __future__ import annotations
+
 from typing import TYPE_CHECKING
+
 from lazytensor.device import Buffer
+
 if TYPE_CHECKING:
   from lazytensor.engine.schedule import ScheduleItem
 

@@ -1,8 +1,10 @@
 """Lowering, compiling (cached) and running schedule items; DEBUG=2 prints one line per kernel."""
 from __future__ import annotations
+
 import time
 from dataclasses import dataclass
 from typing import Any
+
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt
 from lazytensor.codegen.linearize import linearize
@@ -11,6 +13,7 @@ from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
 from lazytensor.helpers import DEBUG, NOOPT, GlobalCounters, ansilen, colored, to_function_name
 from lazytensor.uop.ops import Ops, UOp
+
 
 def _print_lines(title: str, body: str) -> None:
   print(colored(title, "cyan"))
@@ -46,7 +49,9 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
   if DEBUG >= 5: _print_lines(f"AST of {k.name}", repr(ast))
   if DEBUG >= 3: print(f"{k.name}: {k.applied_opts}")
   uops = linearize(lower_kernel(k))
-  if DEBUG >= 6: _print_lines(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}" for i, u in enumerate(uops)))
+  if DEBUG >= 6:
+    listing = "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}" for i, u in enumerate(uops))
+    _print_lines(f"linear program of {k.name}", listing)
   fn_name = to_function_name(k.name)
   src = device.renderer.render(fn_name, uops)
   if DEBUG >= 4: _print_lines(f"source of {k.name}", src)
@@ -70,7 +75,7 @@ def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   arr = src.numpy()
-  dst.copyin(memoryview(arr).cast("B"))
+  dst.copyin(arr.data.cast("B"))
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   before = dict(compile_stats)
@@ -100,4 +105,5 @@ def _account(name: str, bufs: tuple[Buffer, ...], flops: int, mem: int, et: floa
     pad = " " * max(0, 40 - ansilen(name))
     perf = f"({flops / t * 1e-9:9.2f} GFLOPS {mem / t * 1e-9:7.2f} GB/s)" if t > 0 else ""
     print(f"*** {bufs[0].device:6s} {GlobalCounters.kernel_count:4d} {name}{pad} arg {len(bufs):2d} mem "
-          f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")
+          f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/"
+          f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")

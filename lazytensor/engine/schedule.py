@@ -8,15 +8,18 @@ another reduce's input, when two reduces of different shapes would share a kerne
 otherwise both compute the same reduce.
 """
 from __future__ import annotations
+
 import sys
 import weakref
 from dataclasses import dataclass, field
+
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.helpers import DEBUG, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
 
 @dataclass(frozen=True)
 class ScheduleItem:
@@ -34,8 +37,8 @@ def _is_plain_buffer_view(u: UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
 
 pm_resolve = PatternMatcher([
-  (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                   # detach(x) -> x
-  (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                  # contiguous(buffer) -> buffer
+  (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
+  (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer
    lambda v: v if _is_plain_buffer_view(v) else None),
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
   (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
@@ -86,7 +89,8 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
       stack.append((node.src[0], reshape_only and node.arg.contiguous, in_reduce))
     elif node.op is Ops.REDUCE_AXIS:
       if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
-      if (other := g.kernel_reduce.get(root)) is not None and (other.src[0].shape, other.arg[1]) != (node.src[0].shape, node.arg[1]):
+      other = g.kernel_reduce.get(root)
+      if other is not None and (other.src[0].shape, other.arg[1]) != (node.src[0].shape, node.arg[1]):
         return node
       g.kernel_reduce.setdefault(root, node)
       owner[node] = root
@@ -98,7 +102,8 @@ def _find_realizes(sink: UOp) -> _Graph:
   """Grow the set of materialized nodes until every kernel obeys the fusion rules."""
   g = _Graph(realize=_must_realize_roots(sink))
   while True:
-    g.kernel_reduce, owner = {}, {}
+    g.kernel_reduce = {}
+    owner: dict[UOp, UOp] = {}
     found = None
     for root in list(g.realize):
       if (found := _walk_kernel(root, g, owner)) is not None: break
@@ -106,7 +111,7 @@ def _find_realizes(sink: UOp) -> _Graph:
     g.realize[found] = None
 
 class _KernelBuilder:
-  """Turns one materialized node into a kernel AST: views are pushed to the leaves, other kernels' outputs are loaded."""
+  """Turns a materialized node into a kernel AST: views are pushed to the leaves, other kernels' outputs are loaded."""
   def __init__(self, root: UOp, g: _Graph, outputs: dict[UOp, Buffer], leaf_buffers: dict[UOp, Buffer]) -> None:
     self.root, self.g, self.outputs, self.leaf_buffers = root, g, outputs, leaf_buffers
     self.bufs: list[Buffer] = []
@@ -158,7 +163,8 @@ class _KernelBuilder:
     if node.op is Ops.CONST: return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
     if node.op is Ops.IOTA: return UOp(Ops.IOTA, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
     if node.op is Ops.REDUCE_AXIS:
-      assert pending is None or (pending.contiguous and pending.shape == node.shape), f"reduce reached through {pending}"
+      assert pending is None or (pending.contiguous and pending.shape == node.shape), (
+        f"reduce reached through {pending}")
       return UOp(Ops.REDUCE_AXIS, node.dtype, (self.visit(node.src[0], None),), node.arg)
     assert node.op in GroupOp.Elementwise, f"scheduler cannot put {node.op} in a kernel"
     ret = UOp(node.op, node.dtype, tuple(self.visit(s, pending) for s in node.src), node.arg)
@@ -216,7 +222,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
 def _buffer_uop_for(root: UOp, buf: Buffer) -> UOp:
   if root.op is Ops.ASSIGN: return root.src[0]
   shape = _root_shape(root)
-  return UOp(Ops.VIEW, root.dtype, (new_buffer_uop(buf.device, buf.size, buf.dtype, buf),), ShapeTracker.from_shape(shape))
+  buf_uop = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+  return UOp(Ops.VIEW, root.dtype, (buf_uop,), ShapeTracker.from_shape(shape))
 
 def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict[UOp, UOp]:
   """Each requested output -> a VIEW of the buffer that now holds it (outputs that were views keep their view)."""

@@ -119,18 +119,17 @@ def _uniform(L: Launch, x: Any, what: str) -> int:
 # ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a numpy function with the
 # semantics of python_alu and the CPU renderer. Fixed-width ints wrap; float16 math rounds to float16 after every op.
 
-def _divisor(b: Any, signed: bool) -> tuple[Any, Any]:
+def _divisor(b: Any, signed: bool) -> Any:
   # x/0 and INT_MIN/-1 are undefined in C: divide by 1 instead and fix the result up after (x/0 -> 0, x/-1 -> -x wraps)
-  bad = (b == 0) | (b == -1) if signed else b == 0
-  return np.where(bad, 1, b), bad
+  return np.where((b == 0) | (b == -1) if signed else b == 0, 1, b)
 
 def _idiv(a: Any, b: Any, signed: bool) -> Any:
-  d, _ = _divisor(b, signed)
+  d = _divisor(b, signed)
   q = (a - np.fmod(a, d)) // d  # exact division of the part that divides: truncation toward zero
   if signed: q = np.where(b == -1, -a, q)
   return np.where(b == 0, 0, q)
 
-def _mod(a: Any, b: Any, signed: bool) -> Any: return np.fmod(a, _divisor(b, signed)[0])  # x%0 and x%-1 are 0
+def _mod(a: Any, b: Any, signed: bool) -> Any: return np.fmod(a, _divisor(b, signed))  # x%0 and x%-1 are 0
 
 _ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
   Ops.NEG: {"fiu": np.negative, "b": np.logical_not},
@@ -460,9 +459,9 @@ def _barrier(ex: Executable, i: int, u: UOp) -> Step:
 _WMMA_SRCS = (dtypes.float16.vec(8), dtypes.float16.vec(4), dtypes.float32.vec(4))
 
 def _wmma(ex: Executable, i: int, u: UOp) -> Step:
-  shape = u.arg[0] if isinstance(u.arg, tuple) and u.arg else u.arg
-  if shape != "m16n8k16" or tuple(s.dtype for s in u.src) != _WMMA_SRCS or u.dtype != _WMMA_SRCS[2]:
-    raise ValueError(f"EMU: WMMA {u.arg!r} of {[s.dtype for s in u.src]} -> {u.dtype}; only m16n8k16 of "
+  srcs = tuple(s.dtype for s in u.src)
+  if not isinstance(u.arg, tuple) or u.arg[:1] != ("m16n8k16",) or srcs != _WMMA_SRCS or u.dtype != _WMMA_SRCS[2]:
+    raise ValueError(f"EMU: WMMA {u.arg!r} of {list(srcs)} -> {u.dtype}; only m16n8k16 of "
                      f"{list(_WMMA_SRCS)} -> {_WMMA_SRCS[2]} is supported")
   a, b, c, n = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], ex.grid.n
   def wmma(L: Launch) -> None:

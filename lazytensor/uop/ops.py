@@ -7,6 +7,7 @@ The same node type describes three levels of the compiler:
     and put in order by the linearizer.
 """
 from __future__ import annotations
+
 import enum
 import functools
 import hashlib
@@ -14,8 +15,11 @@ import inspect
 import itertools
 import math
 import weakref
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
 from lazytensor.dtype import DType, PtrDType, dtypes, truncate
+
 
 class Ops(enum.Enum):
   # graph structure
@@ -163,7 +167,7 @@ class UOp:
     object.__setattr__(self, "dtype", dtype)
     object.__setattr__(self, "src", src)
     object.__setattr__(self, "arg", arg)
-    _uop_cache[key] = weakref.ref(self, lambda _, k=key: _forget(k))
+    _uop_cache[key] = weakref.ref(self, lambda _: _forget(key))
     return self
 
   def __setattr__(self, name: str, value: Any) -> None:
@@ -174,7 +178,8 @@ class UOp:
     return (UOp, (self.op, self.dtype, self.src, self.arg))
 
   def replace(self, **kwargs: Any) -> UOp:
-    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg))
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
+           kwargs.pop("arg", self.arg))
     assert not kwargs, f"replace: unknown fields {list(kwargs)}"
     return UOp(*new)
 
@@ -351,7 +356,8 @@ class UPat:
     else: self.src = src
 
   @staticmethod
-  def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+    return UPat(dtype=dtype, name=name)
   @staticmethod
   def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
     return UPat(Ops.CONST, dtype, name=name)
@@ -416,7 +422,7 @@ class PatternMatcher:
       else:
         for op in pat.op: self.by_op.setdefault(op, []).append(entry)
     # keep the table order for ops that also have wildcard rules
-    for op, entries in self.by_op.items():
+    for entries in self.by_op.values():
       entries.extend(self.any_op)
       entries.sort(key=lambda e: next(i for i, r in enumerate(rules) if r[0] is e[0]))
 

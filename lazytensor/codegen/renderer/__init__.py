@@ -1,6 +1,8 @@
 """What a renderer is: the capabilities it declares (checked by apply_opt) and render(name, linear program)."""
 from __future__ import annotations
+
 from lazytensor.uop.ops import PatternMatcher, UOp
+
 
 class Renderer:
   device: str = ""

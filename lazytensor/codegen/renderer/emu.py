@@ -28,7 +28,7 @@ HEADER = "# EMU kernel "
 # ---- dtypes ----
 
 _DTYPE_NAMES: dict[str, DType] = {**ALL_DTYPES, "void": dtypes.void}
-_DTYPE_RE = re.compile(r"([a-z]+[0-9]*)(?:x([0-9]+))?(\*(?:local)?)?")
+_DTYPE_RE = re.compile(r"([a-z]+?[0-9]*)(?:x([0-9]+))?(\*(?:local)?)?")
 
 def dtype_text(dt: DType) -> str:
   if isinstance(dt, PtrDType): return f"{dt.name}*{'local' if dt.local else ''}"
