@@ -25,8 +25,8 @@ KERNELS = {
   "softmax_last": lambda: _t(8, 16).softmax(1),
 }
 
-def _last_item(name: str):
-  items, _ = create_schedule([KERNELS[name]().lazydata])
+def _last_item(name: str, device: str = "CPU"):
+  with Context(DEV=device): items, _ = create_schedule([KERNELS[name]().lazydata])
   for it in items[:-1]:
     from lazytensor.engine.realize import run_schedule
     run_schedule([it])
@@ -52,10 +52,10 @@ def _legal(k: Kernel, opt: Opt) -> bool:
   except KernelOptError: return False
   return True
 
-@pytest.mark.parametrize("device", ["CPU"])
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_every_single_legal_opt(name: str, device: str) -> None:
-  item = _last_item(name)
+  item = _last_item(name, device)
   ref = _run(item, device, [])
   k = Kernel(item.ast, Device[device].renderer)
   legal = [o for o in _candidate_opts(k) if _legal(k, o)]
@@ -64,18 +64,19 @@ def test_every_single_legal_opt(name: str, device: str) -> None:
     np.testing.assert_allclose(_run(item, device, [opt]), ref, rtol=1e-4, atol=1e-4, err_msg=str(opt))
 
 @settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(list(KERNELS)), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=4))
-def test_random_opt_chains_cpu(name: str, picks: list[int]) -> None:
-  item = _last_item(name)
-  ref = _run(item, "CPU", [])
-  k = Kernel(item.ast, Device["CPU"].renderer)
+@given(name=st.sampled_from(list(KERNELS)), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=4),
+       device=st.sampled_from(["CPU", "EMU"]))
+def test_random_opt_chains(name: str, picks: list[int], device: str) -> None:
+  item = _last_item(name, device)
+  ref = _run(item, device, [])
+  k = Kernel(item.ast, Device[device].renderer)
   chain: list[Opt] = []
   for p in picks:
     legal = [o for o in _candidate_opts(k) if _legal(k, o)]
     if not legal: break
     chain.append(legal[p % len(legal)])
     k.apply_opt(chain[-1])
-  np.testing.assert_allclose(_run(item, "CPU", chain), ref, rtol=1e-4, atol=1e-4, err_msg=str(chain))
+  np.testing.assert_allclose(_run(item, device, chain), ref, rtol=1e-4, atol=1e-4, err_msg=str(chain))
 
 @pytest.mark.parametrize("name,opt,why", [
   ("row_sum", Opt(OptOps.UPCAST, 1, 4), "REDUCE"),            # upcast of a reduce axis

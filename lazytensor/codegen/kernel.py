@@ -223,16 +223,14 @@ class Kernel:
       _check(r.has_local and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} has no local threads"
              if not r.has_local else f"{opt}: NOLOCALS was applied")
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      max_threads = prod(r.local_max) if r.local_max else 1024
-      _check(self.local_size() * amt <= max_threads, f"{opt}: too many threads per block")
+      _check(self.local_size() * amt <= r.threads_max, f"{opt}: more than {r.threads_max} threads per block")
       self.split_axis(axis, amt, AxisKind.LOCAL)
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
       _check(r.has_local and r.has_shared and not self.dont_use_locals,
              f"{opt}: {r.device or 'this device'} cannot group")
       axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
       _check(not self.axes_of(AxisKind.GROUP), f"{opt}: the kernel is already grouped")
-      max_threads = prod(r.local_max) if r.local_max else 1024
-      _check(self.local_size() * amt <= max_threads, f"{opt}: too many threads per block")
+      _check(self.local_size() * amt <= r.threads_max, f"{opt}: more than {r.threads_max} threads per block")
       self.split_axis(axis, amt, AxisKind.GROUP, top=opt.op is OptOps.GROUPTOP)
     elif opt.op is OptOps.THREAD:
       _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")

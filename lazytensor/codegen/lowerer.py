@@ -52,9 +52,18 @@ class _Lanes:
   keys: list[tuple[int, ...]]
   vlane: UOp
 
+def _vector_axis(k: Kernel) -> int | None:
+  """The lane axis to turn into SIMD vectors: one the output is contiguous along (vector stores), else the last."""
+  axes = k.axes_of(*LANE_KINDS)
+  if not axes: return None
+  store = next(i for i, n in enumerate(k.view_nodes) if n.op is Ops.STORE)
+  strides = k.sts[store].real_strides()
+  return next((a for a in axes if strides[a] == 1 and k.full_shape[a] > 1), axes[-1])
+
 def _lanes(k: Kernel) -> _Lanes:
   axes = k.axes_of(*LANE_KINDS)
-  vec_axis = axes[-1] if axes and k.full_shape[axes[-1]] in k.renderer.vector_widths else None
+  best = _vector_axis(k)
+  vec_axis = best if best is not None and k.full_shape[best] in k.renderer.vector_widths else None
   width = k.full_shape[vec_axis] if vec_axis is not None else 1
   key_axes = [a for a in axes if a != vec_axis]
   keys = list(itertools.product(*[range(k.full_shape[a]) for a in key_axes]))
@@ -263,13 +272,13 @@ def _all(conds: list[UOp]) -> UOp:
   return out
 
 def _split_for_vectors(k: Kernel) -> Kernel:
-  """A last lane axis wider than the widest vector (e.g. 32 floats) becomes (n, width): n vectors per row."""
-  axes, widths = k.axes_of(*LANE_KINDS), k.renderer.vector_widths
-  if not axes or not widths or k.full_shape[axes[-1]] in widths: return k
-  fits = [w for w in widths if k.full_shape[axes[-1]] % w == 0]
+  """A vector axis wider than the widest vector (e.g. 32 floats) becomes (n, width): n vectors per row."""
+  axis, widths = _vector_axis(k), k.renderer.vector_widths
+  if axis is None or not widths or k.full_shape[axis] in widths: return k
+  fits = [w for w in widths if k.full_shape[axis] % w == 0]
   if not fits: return k
   k = k.copy()
-  k.split_axis(axes[-1], max(fits), k.kinds[axes[-1]])
+  k.split_axis(axis, max(fits), k.kinds[axis])
   return k
 
 def lower_kernel(k: Kernel) -> UOp:

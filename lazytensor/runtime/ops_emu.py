@@ -394,10 +394,11 @@ def _special(ex: Executable, i: int, u: UOp) -> None: ex.specials.append((i, u.a
 
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
-  if len(u.src) not in (2, 4): raise ValueError(f"EMU: LOAD has {len(u.src)} sources; expected (buf, idx[, gate, alt])")
+  src = tuple(s for s in u.src if s.op is not Ops.BARRIER)  # a barrier source only orders the load after it
+  if len(src) not in (2, 4): raise ValueError(f"EMU: LOAD has {len(src)} sources; expected (buf, idx[, gate, alt])")
   read, _, name = _memory(u)
-  mem, idx, is_bool, offs = ex.pos[u.src[0]], ex.pos[u.src[1]], u.dtype.is_bool, np.arange(u.dtype.count)
-  gate, alt = (ex.pos[u.src[2]], ex.pos[u.src[3]]) if len(u.src) == 4 else (None, None)
+  mem, idx, is_bool, offs = ex.pos[src[0]], ex.pos[src[1]], u.dtype.is_bool, np.arange(u.dtype.count)
+  gate, alt = (ex.pos[src[2]], ex.pos[src[3]]) if len(src) == 4 else (None, None)
   def load(L: Launch) -> None:
     v = L.v
     x, act = v[idx], _active(L, gate)

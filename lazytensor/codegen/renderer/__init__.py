@@ -12,6 +12,7 @@ class Renderer:
   tensor_cores: tuple = ()      # TC shapes it can emit
   global_max: tuple[int, ...] | None = None
   local_max: tuple[int, ...] | None = None
+  threads_max: int = 1024       # most threads in one block, whatever their shape
   shared_max: int = 0           # bytes of shared memory per block
   upcast_max: int = 256         # most elements one thread computes in registers
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
