@@ -8,6 +8,7 @@ because each extra view costs a div/mod chain in every kernel that reads through
 from __future__ import annotations
 
 import itertools
+import functools
 import math
 from dataclasses import dataclass
 
@@ -281,7 +282,7 @@ class ShapeTracker:
   def __post_init__(self) -> None: assert self.views, "a ShapeTracker needs at least one view"
 
   @staticmethod
-  def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.create(tuple(shape)),))
+  def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return _from_shape(tuple(shape))
 
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
@@ -379,3 +380,8 @@ class ShapeTracker:
     digit, reach = (first // unit) % below[d], steps * (ranges[axis][1] - ranges[axis][0] - 1)
     if low_min < 0 or low_max >= unit or digit + min(0, reach) < 0 or digit + max(0, reach) >= below[d]: return None
     return d, steps
+
+@functools.lru_cache(maxsize=4096)
+def _from_shape(shape: tuple[int, ...]) -> ShapeTracker:
+  # trackers are immutable, and every kernel and tensor creation asks for the dense one of its shape
+  return ShapeTracker((View.create(shape),))
