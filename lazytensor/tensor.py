@@ -44,28 +44,30 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
+  """data as a C-contiguous numpy array of `dtype`, by default numpy's own dtype for numpy data and torch's defaults
+  (float32, int64) for Python numbers."""
   # a numpy array of boxed Python objects is read as the nested list it holds
   if isinstance(data, np.ndarray) and data.dtype == object: return _np_from_data(data.tolist(), dtype)
-  if isinstance(data, np.ndarray): arr = data
-  else:
-    try: arr = np.array(data)
-    except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
+  try: arr = np.asarray(data)
+  except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
   if arr.dtype == object:
     kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
     # numpy falls back to objects for Python ints beyond 64 bits
     if not kinds and arr.size: raise ValueError("cannot make a Tensor from integers outside the int64 range")
     raise TypeError(f"cannot make a Tensor from elements of type {', '.join(kinds) or 'object'}; "
                     "expected bool, int or float")
-  if dtype is None:
-    if arr.dtype.kind == "f" and not isinstance(data, np.ndarray): dtype = dtypes.default_float
-    elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray):
-      if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
-        raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
-      dtype = dtypes.default_int
-    elif arr.dtype.kind in "biuf": dtype = dtypes.from_np(arr.dtype)
-    else: raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float")
+  if dtype is None: dtype = _default_dtype(arr, from_numpy=isinstance(data, (np.ndarray, np.generic)))
   # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
   return arr.astype(dtype.np, order="C", copy=False)
+
+def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
+  if arr.dtype.kind not in "biuf":
+    raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float")
+  if from_numpy or arr.dtype.kind == "b": return dtypes.from_np(arr.dtype)
+  if arr.dtype.kind == "f": return dtypes.default_float
+  if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
+    raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
+  return dtypes.default_int
 
 class Tensor:
   """A lazy n-dimensional array.
@@ -102,17 +104,53 @@ class Tensor:
   # ---- properties ----
 
   @property
-  def shape(self) -> tuple[int, ...]: return self.lazydata.shape
+  def shape(self) -> tuple[int, ...]:
+    """The size of each dimension.
+
+    >>> Tensor.zeros(2, 3).shape
+    (2, 3)
+    """
+    return self.lazydata.shape
+
   @property
-  def dtype(self) -> DType: return self.lazydata.dtype
+  def dtype(self) -> DType:
+    """The element type.
+
+    >>> Tensor([1.5]).dtype
+    dtypes.float32
+    """
+    return self.lazydata.dtype
+
   @property
-  def device(self) -> str: return self.lazydata.device
+  def device(self) -> str:
+    """The device that holds (or will hold) the data.
+
+    >>> Tensor([1]).device == Device.DEFAULT
+    True
+    """
+    return self.lazydata.device
+
   @property
-  def ndim(self) -> int: return len(self.shape)
-  def numel(self) -> int: return prod(self.shape)
+  def ndim(self) -> int:
+    """The number of dimensions.
+
+    >>> Tensor.zeros(2, 3).ndim
+    2
+    """
+    return len(self.shape)
+
+  def numel(self) -> int:
+    """The number of elements.
+
+    >>> Tensor.zeros(2, 3).numel()
+    6
+    """
+    return prod(self.shape)
+
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
+
   def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
@@ -122,11 +160,19 @@ class Tensor:
   # ---- realization ----
 
   def schedule(self, *others: Tensor) -> list:
-    """The kernels that realizing these tensors would run, without running them."""
+    """The kernels that realizing these tensors would run, without running them.
+
+    >>> len(Tensor([1.0]).add(1).schedule())
+    1
+    """
     return create_schedule([t.lazydata for t in (self,) + others])[0]
 
   def realize(self, *others: Tensor) -> Tensor:
-    """Compute this tensor (and `others`) now; returns self."""
+    """Compute this tensor (and `others`) now; returns self.
+
+    >>> Tensor([1, 2]).add(1).realize().tolist()
+    [2, 3]
+    """
     tensors = (self,) + others
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
@@ -154,23 +200,51 @@ class Tensor:
     return buf.numpy()[:self.numel()].reshape(self.shape)
 
   def item(self) -> Any:
+    """The value of a one-element tensor as a Python number.
+
+    >>> Tensor([[2.5]]).item()
+    2.5
+    """
     if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.numpy().reshape(()).item()
-  def tolist(self) -> Any: return self.numpy().tolist()
+
+  def tolist(self) -> Any:
+    """The values as (nested) Python lists.
+
+    >>> Tensor([[1, 2], [3, 4]]).tolist()
+    [[1, 2], [3, 4]]
+    """
+    return self.numpy().tolist()
+
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     arr = self.numpy()
     return arr if dtype is None else arr.astype(dtype)
 
   def contiguous(self) -> Tensor:
-    """A copy laid out densely in its own buffer (one kernel), unless it already is one."""
+    """A copy laid out densely in its own buffer (one kernel), unless it already is one.
+
+    >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+    [[1, 3], [2, 4]]
+    """
     return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,)))
 
   def to(self, device: str) -> Tensor:
+    """The tensor on another device (a copy; the same tensor if it is there already).
+
+    >>> Tensor([1, 2]).to('CPU:1').device
+    'CPU:1'
+    """
     device = Device.canonicalize(device)
     if device == self.device: return self
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
-  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.lazydata,)), requires_grad=False)
+  def detach(self) -> Tensor:
+    """The same values, cut off from gradients.
+
+    >>> Tensor([1.0]).detach().tolist()
+    [1.0]
+    """
+    return Tensor(UOp(Ops.DETACH, self.dtype, (self.lazydata,)), requires_grad=False)
 
   def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor:
     """Every op goes through here so that autograd can see it."""
@@ -203,24 +277,65 @@ class Tensor:
 
   @staticmethod
   def zeros(*shape: Any, **kwargs: Any) -> Tensor:
+    """A tensor of zeros (float32 unless `dtype` says otherwise).
+
+    >>> Tensor.zeros(2, 2).tolist()
+    [[0.0, 0.0], [0.0, 0.0]]
+    """
     return Tensor.full(Tensor._parse_shape(shape), 0.0 if "dtype" not in kwargs else 0, **kwargs)
+
   @staticmethod
   def ones(*shape: Any, **kwargs: Any) -> Tensor:
+    """A tensor of ones (float32 unless `dtype` says otherwise).
+
+    >>> Tensor.ones(3, dtype='int32').tolist()
+    [1, 1, 1]
+    """
     return Tensor.full(Tensor._parse_shape(shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)
+
   @staticmethod
   def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
-    """Uninitialized memory of `shape` (it is allocated on first use)."""
+    """Uninitialized memory of `shape` (it is allocated on first use).
+
+    >>> Tensor.empty(2, 3).shape
+    (2, 3)
+    """
     shp = Tensor._parse_shape(shape)
     dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
     buf = new_buffer_uop(dev, prod(shp), dt)
     return Tensor(view_of(buf, lambda _: ShapeTracker.from_shape(shp)), **kwargs)
 
   def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """A tensor of `fill_value` with this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).full_like(7).tolist()
+    [7, 7]
+    """
     dev = kwargs.pop("device", self.device)
     return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=dev, **kwargs)
-  def zeros_like(self, **kwargs: Any) -> Tensor: return self.full_like(0, **kwargs)
-  def ones_like(self, **kwargs: Any) -> Tensor: return self.full_like(1, **kwargs)
+
+  def zeros_like(self, **kwargs: Any) -> Tensor:
+    """Zeros with this tensor's shape, dtype and device.
+
+    >>> Tensor([1.5, 2.5]).zeros_like().tolist()
+    [0.0, 0.0]
+    """
+    return self.full_like(0, **kwargs)
+
+  def ones_like(self, **kwargs: Any) -> Tensor:
+    """Ones with this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).ones_like().tolist()
+    [1, 1]
+    """
+    return self.full_like(1, **kwargs)
+
   def empty_like(self, **kwargs: Any) -> Tensor:
+    """Uninitialized memory with this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).empty_like().shape
+    (2,)
+    """
     dt, dev = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
     return Tensor.empty(*self.shape, dtype=dt, device=dev, **kwargs)
 
@@ -280,7 +395,14 @@ class Tensor:
 
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    """Make the random functions reproducible."""
+    """Make the random functions reproducible.
+
+    >>> Tensor.manual_seed(3)
+    >>> a = Tensor.rand(2).tolist()
+    >>> Tensor.manual_seed(3)
+    >>> a == Tensor.rand(2).tolist()
+    True
+    """
     Tensor._seed, Tensor._rng_counter = int(seed), 0
 
   @staticmethod
@@ -292,7 +414,7 @@ class Tensor:
   def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
     """Uniform random numbers in [0, 1).
 
-    >>> Tensor.manual_seed(0); Tensor.rand(2, 3).shape
+    >>> Tensor.rand(2, 3).shape
     (2, 3)
     """
     shp = Tensor._parse_shape(shape)
@@ -309,7 +431,11 @@ class Tensor:
 
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
-    """Uniform random numbers in [low, high)."""
+    """Uniform random numbers in [low, high).
+
+    >>> Tensor.uniform(1000, low=-1.0, high=1.0).abs().max().item() < 1
+    True
+    """
     rg = kwargs.pop("requires_grad", None)
     ret = Tensor.rand(*shape, **kwargs) * (high - low) + low
     ret.requires_grad = rg
@@ -319,7 +445,7 @@ class Tensor:
   def randn(*shape: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """Standard normal random numbers (Box-Muller).
 
-    >>> Tensor.manual_seed(0); Tensor.randn(4).shape
+    >>> Tensor.randn(4).shape
     (4,)
     """
     rg = kwargs.pop("requires_grad", None)
@@ -331,9 +457,19 @@ class Tensor:
     return ret
 
   def rand_like(self, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [0, 1) with this tensor's shape (and dtype, if it is a float).
+
+    >>> Tensor.zeros(2, 3).rand_like().shape
+    (2, 3)
+    """
     return Tensor.rand(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
                        device=kwargs.pop("device", self.device), **kwargs)
   def randn_like(self, **kwargs: Any) -> Tensor:
+    """Standard normal random numbers with this tensor's shape (and dtype, if it is a float).
+
+    >>> Tensor.zeros(4).randn_like().shape
+    (4,)
+    """
     return Tensor.randn(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
                         device=kwargs.pop("device", self.device), **kwargs)
 
@@ -368,7 +504,13 @@ class Tensor:
     if shape == self.shape: return self
     return self._apply_uop(lambda x: view_of(x, lambda st: st.reshape(shape)))
 
-  def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
+  def view(self, *shape: Any) -> Tensor:
+    """The same as reshape.
+
+    >>> Tensor.arange(6).view(3, 2).shape
+    (3, 2)
+    """
+    return self.reshape(*shape)
 
   def permute(self, *order: Any) -> Tensor:
     """Reorder the dimensions.
@@ -384,13 +526,24 @@ class Tensor:
     return self._apply_uop(lambda x: view_of(x, lambda st: st.permute(resolved)))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    """Swap two dimensions.
+
+    >>> Tensor.zeros(2, 3, 4).transpose(0, 2).shape
+    (4, 3, 2)
+    """
     order = list(range(self.ndim))
     a, b = self._resolve_axis(dim0), self._resolve_axis(dim1)
     order[a], order[b] = order[b], order[a]
     return self.permute(order)
 
   @property
-  def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
+  def T(self) -> Tensor:
+    """All dimensions in reverse order.
+
+    >>> Tensor([[1, 2, 3]]).T.tolist()
+    [[1], [2], [3]]
+    """
+    return self.permute(tuple(reversed(range(self.ndim))))
 
   def expand(self, *shape: Any) -> Tensor:
     """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied.
@@ -430,7 +583,7 @@ class Tensor:
     ret = self._apply_uop(lambda x: view_of(x, lambda st: st.pad(arg)))
     if value == 0: return ret
     mask = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device).pad(arg)
-    return mask.where(ret, value)
+    return mask.where(ret, ret.full_like(value))  # the fill takes the tensor's dtype, as torch
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dimension (None keeps all).
@@ -457,15 +610,30 @@ class Tensor:
     return self._apply_uop(lambda x: view_of(x, lambda st: st.flip(arg)))
 
   def squeeze(self, dim: int | None = None) -> Tensor:
+    """Remove dimension `dim` if its size is 1, or every size-1 dimension when `dim` is None.
+
+    >>> Tensor.zeros(1, 3, 1).squeeze().shape
+    (3,)
+    """
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     d = self._resolve_axis(dim)
     return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
   def unsqueeze(self, dim: int) -> Tensor:
+    """Insert a dimension of size 1 at `dim`.
+
+    >>> Tensor([1, 2]).unsqueeze(-1).shape
+    (2, 1)
+    """
     d = self._resolve_axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dimensions start_dim..end_dim (all by default) into one.
+
+    >>> Tensor.zeros(2, 3, 4).flatten(1).shape
+    (2, 12)
+    """
     if self.ndim == 0: return self.reshape(1)
     s, e = self._resolve_axis(start_dim), self._resolve_axis(end_dim)
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
@@ -534,7 +702,11 @@ class Tensor:
     return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
 
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-    """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`."""
+    """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`.
+
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split(2)]
+    [[1, 2], [3, 4], [5]]
+    """
     d = self._resolve_axis(dim)
     n = self.shape[d]
     if isinstance(sizes, int):
@@ -549,11 +721,21 @@ class Tensor:
                  for i in range(len(sizes)))
 
   def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """Split into `chunks` pieces of equal size along `dim` (the last may be smaller, fewer pieces if too small).
+
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(2)]
+    [[1, 2, 3], [4, 5]]
+    """
     if chunks <= 0: raise ValueError(f"chunk: number of chunks must be positive, got {chunks}")
     d = self._resolve_axis(dim)
     return self.split(math.ceil(self.shape[d] / chunks) if self.shape[d] else 1, dim=d)
 
   def __getitem__(self, indices: Any) -> Tensor:
+    """Basic indexing as numpy: ints, slices with any step, None and ...; the result is a view.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]])[:, ::-2].tolist()
+    [[3, 1], [6, 4]]
+    """
     return getitem(self, indices)
 
   # ---- elementwise ----
@@ -561,11 +743,20 @@ class Tensor:
   def _unary(self, op: Ops) -> Tensor: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
 
   def cast(self, dtype: DType | str) -> Tensor:
-    """Convert to another dtype (floats to ints truncate toward zero)."""
+    """Convert to another dtype (floats to ints truncate toward zero).
+
+    >>> Tensor([-1.7, 2.7]).cast('int32').tolist()
+    [-1, 2]
+    """
     dt = to_dtype(dtype)
     return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.CAST, dt, (x,)))
 
   def bitcast(self, dtype: DType | str) -> Tensor:
+    """Reinterpret the bits as another dtype of the same size.
+
+    >>> Tensor([1.0]).bitcast('int32').item()
+    1065353216
+    """
     dt = to_dtype(dtype)
     if dt.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast: {self.dtype} and {dt} differ in size")
     # a bool is one bit in registers and a 0/1 byte in memory: its byte reinterpretation is a value cast
@@ -597,16 +788,39 @@ class Tensor:
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda p, q: p.alu(op, q), b)
 
-  def add(self, x: Tensor | Any, reverse: bool = False) -> Tensor: return self._binop(Ops.ADD, x, reverse)
+  def add(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Elementwise sum (`+`), with broadcasting and torch's type promotion.
+
+    >>> (Tensor([1, 2]) + Tensor([[10], [20]])).tolist()
+    [[11, 12], [21, 22]]
+    """
+    return self._binop(Ops.ADD, x, reverse)
+
   def sub(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Elementwise difference (`-`); bool operands are an error, as in torch.
+
+    >>> (Tensor([5, 7]) - 2).tolist()
+    [3, 5]
+    """
     a, b = self._broadcasted(x, reverse)
     if self.dtype.is_bool or a.dtype.is_bool or isinstance(x, bool) or (isinstance(x, Tensor) and x.dtype.is_bool):
       raise TypeError("subtraction with a bool operand is not supported (as in torch); use logical_xor, ^ or ~")
     return a._apply_uop(lambda p, q: p.alu(Ops.SUB, q), b)
-  def mul(self, x: Tensor | Any, reverse: bool = False) -> Tensor: return self._binop(Ops.MUL, x, reverse)
+
+  def mul(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Elementwise product (`*`).
+
+    >>> (Tensor([1, 2]) * 1.5).tolist()
+    [1.5, 3.0]
+    """
+    return self._binop(Ops.MUL, x, reverse)
 
   def div(self, x: Tensor | Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
-    """True division (ints become float); rounding_mode "trunc" or "floor" rounds like torch."""
+    """True division (ints become float); rounding_mode "trunc" or "floor" rounds like torch.
+
+    >>> (Tensor([7, -7]) / 2).tolist()
+    [3.5, -3.5]
+    """
     if rounding_mode == "floor": return self.floordiv(x, reverse)
     a, b = self._broadcasted(x, reverse)
     if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
@@ -663,8 +877,20 @@ class Tensor:
     """
     return tensor_pow(self, x, reverse)
 
-  def maximum(self, x: Tensor | Any) -> Tensor: return self._binop(Ops.MAX, x)
+  def maximum(self, x: Tensor | Any) -> Tensor:
+    """The elementwise larger of two tensors (NaN propagates).
+
+    >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
+    [3, 5]
+    """
+    return self._binop(Ops.MAX, x)
+
   def minimum(self, x: Tensor | Any) -> Tensor:
+    """The elementwise smaller of two tensors (NaN propagates).
+
+    >>> Tensor([1, 5]).minimum(3).tolist()
+    [1, 3]
+    """
     a, b = self._broadcasted(x)
     return -((-a).maximum(-b)) if a.dtype.is_float else ~((~a).maximum(~b))
 
@@ -690,8 +916,22 @@ class Tensor:
   def __gt__(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
   def __ge__(self, x: Tensor | Any) -> Tensor: return self._cmp_or_equal(x, reverse=False)
   def __le__(self, x: Tensor | Any) -> Tensor: return self._cmp_or_equal(x, reverse=True)
-  def ne(self, x: Tensor | Any) -> Tensor: return self._cmp(Ops.CMPNE, x)
-  def eq(self, x: Tensor | Any) -> Tensor: return self.ne(x).logical_not()
+  def ne(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `!=` (bool).
+
+    >>> Tensor([1, 2]).ne(2).tolist()
+    [True, False]
+    """
+    return self._cmp(Ops.CMPNE, x)
+
+  def eq(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `==` (bool).
+
+    >>> Tensor([1, 2]).eq(2).tolist()
+    [False, True]
+    """
+    return self.ne(x).logical_not()
+
   def __eq__(self, x: Tensor | Any) -> Tensor: return self.eq(x)  # type: ignore[override]
   def __ne__(self, x: Tensor | Any) -> Tensor: return self.ne(x)  # type: ignore[override]
 
@@ -742,27 +982,130 @@ class Tensor:
     a, b = self._broadcasted(x, reverse)
     if a.dtype.is_float: raise TypeError(f"bitwise {op.name.lower()} needs int or bool tensors, got {a.dtype}")
     return a._apply_uop(lambda p, q: p.alu(op, q), b)
-  def bitwise_and(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.AND, x)
-  def bitwise_or(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.OR, x)
-  def bitwise_xor(self, x: Tensor | Any) -> Tensor: return self._bitwise(Ops.XOR, x)
+
+  def bitwise_and(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `&` of int or bool tensors.
+
+    >>> Tensor([12, 10]).bitwise_and(6).tolist()
+    [4, 2]
+    """
+    return self._bitwise(Ops.AND, x)
+
+  def bitwise_or(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `|` of int or bool tensors.
+
+    >>> Tensor([12, 10]).bitwise_or(1).tolist()
+    [13, 11]
+    """
+    return self._bitwise(Ops.OR, x)
+
+  def bitwise_xor(self, x: Tensor | Any) -> Tensor:
+    """Elementwise `^` of int or bool tensors.
+
+    >>> Tensor([12, 10]).bitwise_xor(6).tolist()
+    [10, 12]
+    """
+    return self._bitwise(Ops.XOR, x)
+
   def bitwise_not(self) -> Tensor:
+    """Elementwise `~`: flips every bit of an int, negates a bool.
+
+    >>> Tensor([0, 5]).bitwise_not().tolist()
+    [-1, -6]
+    """
     if self.dtype.is_float: raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
     if self.dtype.is_bool: return self.logical_not()
     return self._bitwise(Ops.XOR, self.dtype.max() if self.dtype.is_unsigned else -1)
-  def lshift(self, x: int) -> Tensor: return self._bitwise(Ops.SHL, x)
-  def rshift(self, x: int) -> Tensor: return self._bitwise(Ops.SHR, x)
+
+  def lshift(self, x: int) -> Tensor:
+    """Shift the bits of an int tensor left (`<<`).
+
+    >>> Tensor([1, 3]).lshift(2).tolist()
+    [4, 12]
+    """
+    return self._bitwise(Ops.SHL, x)
+
+  def rshift(self, x: int) -> Tensor:
+    """Shift the bits of an int tensor right (`>>`), keeping the sign of signed ints.
+
+    >>> Tensor([-8, 8]).rshift(2).tolist()
+    [-2, 2]
+    """
+    return self._bitwise(Ops.SHR, x)
 
   def neg(self) -> Tensor:
+    """Elementwise negation (`-x`).
+
+    >>> (-Tensor([1, -2])).tolist()
+    [-1, 2]
+    """
     if self.dtype.is_bool: raise TypeError("negation of a bool tensor is not supported; use logical_not or ~")
     return self._unary(Ops.NEG)
-  def reciprocal(self) -> Tensor: return self._to_float()._unary(Ops.RECIP)
-  def sqrt(self) -> Tensor: return self._to_float()._unary(Ops.SQRT)
-  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-  def exp2(self) -> Tensor: return self._to_float()._unary(Ops.EXP2)
-  def log2(self) -> Tensor: return self._to_float()._unary(Ops.LOG2)
-  def exp(self) -> Tensor: return (self._to_float() * (1 / math.log(2))).exp2()
-  def log(self) -> Tensor: return self.log2() * math.log(2)
-  def sin(self) -> Tensor: return self._to_float()._unary(Ops.SIN)
+
+  def reciprocal(self) -> Tensor:
+    """1 / x (ints become float).
+
+    >>> Tensor([2, 4]).reciprocal().tolist()
+    [0.5, 0.25]
+    """
+    return self._to_float()._unary(Ops.RECIP)
+
+  def sqrt(self) -> Tensor:
+    """The square root (ints become float; negative values give NaN).
+
+    >>> Tensor([4.0, 9.0]).sqrt().tolist()
+    [2.0, 3.0]
+    """
+    return self._to_float()._unary(Ops.SQRT)
+
+  def rsqrt(self) -> Tensor:
+    """1 / sqrt(x).
+
+    >>> Tensor([4.0]).rsqrt().tolist()
+    [0.5]
+    """
+    return self.sqrt().reciprocal()
+
+  def exp2(self) -> Tensor:
+    """2 ** x, elementwise.
+
+    >>> Tensor([3.0, -1.0]).exp2().tolist()
+    [8.0, 0.5]
+    """
+    return self._to_float()._unary(Ops.EXP2)
+
+  def log2(self) -> Tensor:
+    """The base-2 logarithm.
+
+    >>> Tensor([8.0, 0.5]).log2().tolist()
+    [3.0, -1.0]
+    """
+    return self._to_float()._unary(Ops.LOG2)
+
+  def exp(self) -> Tensor:
+    """e ** x, elementwise.
+
+    >>> round(Tensor([1.0]).exp().item(), 5)
+    2.71828
+    """
+    return (self._to_float() * (1 / math.log(2))).exp2()
+
+  def log(self) -> Tensor:
+    """The natural logarithm.
+
+    >>> round(Tensor([2.718281828]).log().item(), 5)
+    1.0
+    """
+    return self.log2() * math.log(2)
+
+  def sin(self) -> Tensor:
+    """The sine (radians).
+
+    >>> Tensor([0.0]).sin().tolist()
+    [0.0]
+    """
+    return self._to_float()._unary(Ops.SIN)
+
   def cos(self) -> Tensor:
     """Cosine, from the half angle (cos x = 1 - 2 sin(x/2)^2): x/2 is exact, pi/2 - x loses all digits for large x.
 
@@ -771,25 +1114,81 @@ class Tensor:
     """
     s = (self._to_float() * 0.5).sin()
     return 1 - 2 * s * s
-  def trunc(self) -> Tensor: return self if not self.dtype.is_float else self._unary(Ops.TRUNC)
+
+  def trunc(self) -> Tensor:
+    """Round toward zero.
+
+    >>> Tensor([-1.5, 1.5]).trunc().tolist()
+    [-1.0, 1.0]
+    """
+    return self if not self.dtype.is_float else self._unary(Ops.TRUNC)
+
   def floor(self) -> Tensor:
+    """Round toward negative infinity.
+
+    >>> Tensor([-1.5, 1.5]).floor().tolist()
+    [-2.0, 1.0]
+    """
     if not self.dtype.is_float: return self
     t = self.trunc()
     return (self < t).where(t - 1, t)
+
   def ceil(self) -> Tensor:
+    """Round toward positive infinity.
+
+    >>> Tensor([-1.5, 1.5]).ceil().tolist()
+    [-1.0, 2.0]
+    """
     if not self.dtype.is_float: return self
     t = self.trunc()
     return (self > t).where(t + 1, t)
+
   def round(self) -> Tensor:
-    """Round to the nearest integer, halves to even (as torch and numpy)."""
+    """Round to the nearest integer, halves to even (as torch and numpy).
+
+    >>> Tensor([0.5, 1.5, 2.5, -0.5]).round().tolist()
+    [0.0, 2.0, 2.0, -0.0]
+    """
     if not self.dtype.is_float: return self
-    r = (self + 0.5).floor()
-    tie_to_odd = (r - self == 0.5) & ((r * 0.5).floor() * 2).ne(r)
-    return tie_to_odd.where(r - 1, r)
-  def relu(self) -> Tensor: return self.maximum(0)
-  def sigmoid(self) -> Tensor: return (1 + (-self._to_float()).exp()).reciprocal()
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._to_float()).sigmoid() - 1.0
-  def abs(self) -> Tensor: return self if self.dtype.is_bool or self.dtype.is_unsigned else self.maximum(-self)
+    # from trunc and the exact fraction x - trunc(x): x + 0.5 would round before the floor for large or near-half x
+    t = self.trunc()
+    frac = (self - t).abs()
+    t_odd = ((t * 0.5).trunc() * 2).ne(t)
+    away = (frac > 0.5) | ((frac == 0.5) & t_odd)
+    return away.where(t + (self > 0).where(1.0, -1.0).cast(self.dtype), t)
+
+  def relu(self) -> Tensor:
+    """max(x, 0).
+
+    >>> Tensor([-1.0, 2.0]).relu().tolist()
+    [0.0, 2.0]
+    """
+    return self.maximum(0)
+
+  def sigmoid(self) -> Tensor:
+    """1 / (1 + exp(-x)).
+
+    >>> Tensor([0.0]).sigmoid().tolist()
+    [0.5]
+    """
+    return (1 + (-self._to_float()).exp()).reciprocal()
+
+  def tanh(self) -> Tensor:
+    """The hyperbolic tangent.
+
+    >>> Tensor([0.0]).tanh().tolist()
+    [0.0]
+    """
+    return 2.0 * (2.0 * self._to_float()).sigmoid() - 1.0
+
+  def abs(self) -> Tensor:
+    """The absolute value.
+
+    >>> Tensor([-2, 3]).abs().tolist()
+    [2, 3]
+    """
+    return self if self.dtype.is_bool or self.dtype.is_unsigned else self.maximum(-self)
+
   def sign(self) -> Tensor:
     """-1, 0 or 1 by the sign of each element; NaN stays NaN (as numpy; torch gives 0).
 
@@ -799,7 +1198,14 @@ class Tensor:
     if self.dtype.is_bool: return self
     s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
     return self.ne(self).where(self, s) if self.dtype.is_float else s
-  def square(self) -> Tensor: return self * self
+
+  def square(self) -> Tensor:
+    """x * x.
+
+    >>> Tensor([-3, 2]).square().tolist()
+    [9, 4]
+    """
+    return self * self
 
   __neg__ = neg
   def __invert__(self) -> Tensor: return self.bitwise_not()
@@ -837,12 +1243,12 @@ class Tensor:
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     resolved = tuple(self._resolve_axis(a) for a in axes)
     if len(set(resolved)) != len(resolved): raise ValueError(f"axis {axis} repeats a dimension")
-    return tuple(sorted(resolved))
+    return tuple(sorted(resolved)) if self.ndim else ()  # a 0-d tensor takes axis 0 or -1, and has nothing to reduce
 
   def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
-    axes = tuple(a for a in self._axes(axis) if self.shape[a] != 1) if self.ndim else ()
+    all_axes = self._axes(axis)
+    axes = tuple(a for a in all_axes if self.shape[a] != 1)
     ret = self if not axes else self._apply_uop(lambda x: UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes)))
-    all_axes = self._axes(axis) if self.ndim else ()
     if keepdim: return ret
     return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in all_axes))
 
@@ -866,6 +1272,11 @@ class Tensor:
 
   def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
            dtype: DType | str | None = None) -> Tensor:
+    """The product over `axis` (all by default); ints and bools multiply as int64.
+
+    >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
+    [2, 12]
+    """
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
     if self.numel() == 0 and self.ndim: return self._empty_reduce(1, axis, keepdim, out)
     return self.cast(self._acc_dtype(out))._reduce(Ops.MUL, axis, keepdim).cast(out)
@@ -877,7 +1288,7 @@ class Tensor:
     return Tensor.full(shape, value, dtype=dtype, device=self.device)
 
   def _check_nonempty(self, name: str, axis: int | Sequence[int] | None) -> None:
-    if any(self.shape[a] == 0 for a in self._axes(axis)) and self.ndim:
+    if any(self.shape[a] == 0 for a in self._axes(axis)):
       raise ValueError(f"{name}: cannot reduce over a zero-size dimension of {self.shape}")
 
   def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -890,6 +1301,11 @@ class Tensor:
     return self._reduce(Ops.MAX, axis, keepdim)
 
   def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """The smallest value over `axis` (NaN propagates).
+
+    >>> Tensor([[1, 5], [3, 4]]).min(0).tolist()
+    [1, 4]
+    """
     self._check_nonempty("min", axis)
     if self.dtype.is_bool: return self.logical_not().max(axis, keepdim).logical_not()
     if self.dtype.is_float: return -((-self).max(axis, keepdim))
@@ -904,7 +1320,7 @@ class Tensor:
     x = self._to_float()
     acc = self._acc_dtype(x.dtype)  # float16 sums overflow long before their mean does
     total = x.sum(axis, keepdim, dtype=acc)
-    count = prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
+    count = prod(self.shape[a] for a in self._axes(axis))
     return (total * (1 / count) if count else total / 0).cast(x.dtype)
 
   def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
@@ -915,7 +1331,7 @@ class Tensor:
     """
     x = self._to_float()
     xa = x.cast(self._acc_dtype(x.dtype))
-    count = prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
+    count = prod(self.shape[a] for a in self._axes(axis))
     sq = (xa - xa.mean(axis, keepdim=True)).square().sum(axis, keepdim)
     return (sq / max(0, count - correction)).cast(x.dtype)
 
@@ -928,9 +1344,20 @@ class Tensor:
     return self.var(axis, keepdim, correction).sqrt()
 
   def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """Whether any element over `axis` is non-zero (bool).
+
+    >>> Tensor([[0, 1], [0, 0]]).any(1).tolist()
+    [True, False]
+    """
     if self.numel() == 0: return self._empty_reduce(False, axis, keepdim, dtypes.bool)
     return self.cast(dtypes.bool).max(axis, keepdim)
+
   def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """Whether every element over `axis` is non-zero (bool).
+
+    >>> Tensor([[1, 1], [0, 1]]).all(1).tolist()
+    [True, False]
+    """
     if self.numel() == 0: return self._empty_reduce(True, axis, keepdim, dtypes.bool)
     return self.logical_not().any(axis, keepdim).logical_not()
 
@@ -945,6 +1372,7 @@ class Tensor:
       ret = flat.argmax(0)
       return ret.reshape((1,) * self.ndim) if keepdim else ret
     d = self._resolve_axis(axis)
+    if self.ndim == 0: return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
     self._check_nonempty("argmax", d)
     n = self.shape[d]
     is_max = (self == self.max(d, keepdim=True))
@@ -953,6 +1381,11 @@ class Tensor:
     return (n - (is_max * count_down).max(d, keepdim)).cast(dtypes.int64)
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the first smallest value (int64); with axis None, into the flattened tensor.
+
+    >>> Tensor([3, 1, 1]).argmin().item()
+    1
+    """
     if self.dtype.is_bool: return self.logical_not().argmax(axis, keepdim)
     return (-self if self.dtype.is_float else ~self).argmax(axis, keepdim)
 
@@ -1005,23 +1438,79 @@ class Tensor:
     """
     return matmul(self, w)
 
-  def matmul(self, w: Tensor) -> Tensor: return self.dot(w)
+  def matmul(self, w: Tensor) -> Tensor:
+    """The matrix product (`@`): the same as dot.
+
+    >>> (Tensor([[1, 2]]) @ Tensor([[3], [4]])).tolist()
+    [[11]]
+    """
+    return self.dot(w)
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
-    """Convolution (cross-correlation, as torch) over the trailing dims: views plus one reduce, no im2col buffer."""
+    """Convolution (cross-correlation, as torch) over the trailing dims: views plus one reduce, no im2col buffer.
+
+    >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
+    """
     return conv(self, weight, bias, groups, stride, dilation, padding)
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight + bias.
+
+    >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
+    [[3.5]]
+    """
     x = self @ weight
     return x + bias if bias is not None else x
 
   # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
   # every annotation that follows them ----
 
-  def float(self) -> Tensor: return self.cast(dtypes.float32)
-  def half(self) -> Tensor: return self.cast(dtypes.float16)
-  def double(self) -> Tensor: return self.cast(dtypes.float64)
-  def int(self) -> Tensor: return self.cast(dtypes.int32)
-  def long(self) -> Tensor: return self.cast(dtypes.int64)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def float(self) -> Tensor:
+    """Cast to float32.
+
+    >>> Tensor([1, 2]).float().tolist()
+    [1.0, 2.0]
+    """
+    return self.cast(dtypes.float32)
+
+  def half(self) -> Tensor:
+    """Cast to float16.
+
+    >>> Tensor([1, 2]).half().dtype
+    dtypes.float16
+    """
+    return self.cast(dtypes.float16)
+
+  def double(self) -> Tensor:
+    """Cast to float64.
+
+    >>> Tensor([1, 2]).double().dtype
+    dtypes.float64
+    """
+    return self.cast(dtypes.float64)
+
+  def int(self) -> Tensor:
+    """Cast to int32 (floats truncate toward zero).
+
+    >>> Tensor([1.7, -1.7]).int().tolist()
+    [1, -1]
+    """
+    return self.cast(dtypes.int32)
+
+  def long(self) -> Tensor:
+    """Cast to int64 (floats truncate toward zero).
+
+    >>> Tensor([2.5]).long().dtype
+    dtypes.int64
+    """
+    return self.cast(dtypes.int64)
+
+  def bool(self) -> Tensor:
+    """Cast to bool (non-zero is True).
+
+    >>> Tensor([0, 2]).bool().tolist()
+    [False, True]
+    """
+    return self.cast(dtypes.bool)

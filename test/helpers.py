@@ -1,4 +1,4 @@
-"""Test helpers: run one function on lazytensor and on a reference (torch when installed, else numpy) and compare.
+"""Test helpers: run one function on lazytensor and on references (torch when installed, numpy) and compare.
 
 `check_op` is the entry point of the op tests. It compares forward values, shapes and dtypes. Gradients are the
 planned extension: `check_op` returns the lazytensor and reference inputs and outputs (`OpRun`), so a future
@@ -117,7 +117,7 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
   """
   refs: list[tuple[str, Callable[..., Any]]] = []
   if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn))
-  if np_fn is not None and np_fn is not False: refs.append(("numpy", fn if np_fn is True else np_fn))
+  if np_fn: refs.append(("numpy", fn if np_fn is True else np_fn))
   if not refs: pytest.skip("torch is not installed and this op has no numpy reference")
   arrays = _make_inputs(shapes, dtype, gen or _uniform(low, high), seed)
   inputs = [Tensor(a) for a in arrays]

@@ -70,7 +70,8 @@ class Kernel:
   def __init__(self, ast: UOp, renderer: Renderer) -> None:
     assert ast.op is Ops.SINK, f"a kernel AST is a SINK, got {ast.op}"
     self.ast, self.renderer = ast, renderer
-    self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS]
+    # constants without a view (e.g. the zero outside a pushed-down pad) are the same everywhere: not part of the shape
+    self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS and any(s.op is Ops.VIEW for s in u.src)]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
     self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else ()
     assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"

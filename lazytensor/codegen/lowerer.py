@@ -124,6 +124,7 @@ class _Lowerer:
     op = node.op
     if op is Ops.SINK: return [UOp(Ops.SINK, dtypes.void, tuple(u for s in node.src for u in self.lower(s)))]
     if op is Ops.STORE: return self._store(node)
+    if op is Ops.CONST and not node.src: return [node] * len(self.lanes.keys)
     if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
       return [self._view_value(node, key) for key in self.lanes.keys]
     if op is Ops.REDUCE_AXIS: return _ReduceLowerer(self, node).lower()
