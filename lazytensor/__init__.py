@@ -1,6 +1,6 @@
 """lazytensor: a small lazy tensor framework whose kernels are generated, optimized and compiled on the fly."""
-from lazytensor.dtype import DType, dtypes
 from lazytensor.device import Device
+from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import Context, GlobalCounters
 from lazytensor.tensor import Tensor
 

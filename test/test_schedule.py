@@ -1,8 +1,10 @@
 """Kernel counts that users can rely on (DESIGN.md), and scheduling behaviour."""
 import numpy as np
 import pytest
+
 from lazytensor import GlobalCounters, Tensor
 from lazytensor.engine.schedule import create_schedule
+
 
 def kernels(*ts: Tensor) -> int:
   items, _ = create_schedule([t.lazydata for t in ts])
@@ -11,7 +13,8 @@ def kernels(*ts: Tensor) -> int:
 @pytest.fixture
 def ab() -> tuple[Tensor, Tensor]:
   rng = np.random.default_rng(0)
-  return Tensor(rng.random((16, 16), dtype=np.float32)).realize(), Tensor(rng.random((16, 16), dtype=np.float32)).realize()
+  a, b = (Tensor(rng.random((16, 16), dtype=np.float32)).realize() for _ in range(2))
+  return a, b
 
 @pytest.mark.parametrize("name,fn,count", [
   ("chain", lambda a, b: (a + b) * 2 - 1, 1),
@@ -93,6 +96,7 @@ def test_copy_between_devices() -> None:
 
 def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
   import sqlite3
+
   from lazytensor import Context
   from lazytensor.device import _compile_memo
   from lazytensor.engine import realize

@@ -7,8 +7,8 @@ because each extra view costs a div/mod chain in every kernel that reads through
 """
 from __future__ import annotations
 
-import itertools
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 

@@ -1,7 +1,9 @@
 """The IR itself: interning, immutability, pattern matching, rewriting to a fixed point."""
 import pytest
+
 from lazytensor.dtype import dtypes
 from lazytensor.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
 
 def test_interning_returns_the_same_object() -> None:
   a = UOp.const(dtypes.float32, 1.0)
