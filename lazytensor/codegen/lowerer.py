@@ -155,9 +155,12 @@ class _Lowerer:
     if valid.op is Ops.CONST and valid.arg is False: return UOp.const(dtype, 0)
     if not self.depends_on_lane(idx, valid): return _gated_load(buf, dtype, idx, valid)
     width = self.lanes.width
-    if not self.depends_on_lane(valid) and self.contiguous_lanes(idx):
+    if self.contiguous_lanes(idx):
       base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
-      return _gated_load(buf, dtype.vec(width), base, valid)
+      if not self.depends_on_lane(valid): return _gated_load(buf, dtype.vec(width), base, valid)
+      if self.k.renderer.masked_vector_loads:  # one load, a gate per lane (e.g. the edge of a padded row)
+        gates = UOp(Ops.VECTORIZE, dtypes.bool.vec(width), tuple(self.per_lane(valid)))
+        return UOp(Ops.LOAD, dtype.vec(width), (buf, base, gates, UOp.const(dtype.vec(width), 0)))
     return UOp(Ops.VECTORIZE, dtype.vec(width), tuple(_gated_load(buf, dtype, i, v)
                                                       for i, v in zip(self.per_lane(idx), self.per_lane(valid))))
 

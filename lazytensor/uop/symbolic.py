@@ -171,16 +171,21 @@ def divide_common_factor(d: UOp, x: UOp, c: UOp) -> UOp | None:
   return xg // (c.arg // g) if d.op is Ops.IDIV else (xg % (c.arg // g)) * g
 
 def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
-  """(q*c + r)//c -> q + r//c and (q*c + r)%c -> r%c: terms whose coefficient c divides leave the remainder.
+  """(q*c + r)//c -> q + r//c and (q*c + r)%c -> r%c: each coefficient's multiple of c leaves the remainder.
 
   (a*c + b)//c -> a and (a*c + b)%c -> b follow when 0 <= b < c, since then b//c -> 0 and b%c -> b."""
   # why non-negative: floor((q*c + r)/c) == q + floor(r/c) always, but C truncates toward zero, which is the floor
   # only for non-negative operands: x >= 0 and r >= 0
   if c.arg <= 0 or x.vmin < 0: return None
   terms, const = _sum_terms(x)
-  quot = [(b, k // c.arg) for b, k in terms if k % c.arg == 0]
+  # every coefficient splits as k == (k//c)*c + k%c, e.g. (a + 59*b) % 58 -> (a + b) % 58; that is only simpler when
+  # the remainder then stays below c, otherwise move out just the terms that c divides
+  quot = [(b, k // c.arg) for b, k in terms if k // c.arg != 0]
+  rem = _build_sum(x.dtype, [(b, k % c.arg) for b, k in terms if k % c.arg != 0], const % c.arg)
+  if rem.vmin < 0 or rem.vmax >= c.arg:
+    quot = [(b, k // c.arg) for b, k in terms if k % c.arg == 0]
+    rem = _build_sum(x.dtype, [(b, k) for b, k in terms if k % c.arg != 0], const % c.arg)
   if not quot and const // c.arg == 0: return None
-  rem = _build_sum(x.dtype, [(b, k) for b, k in terms if k % c.arg != 0], const % c.arg)
   if rem.vmin < 0: return None
   if d.op is Ops.MOD: return rem % c
   # moving only a constant out of the quotient makes it no simpler unless the division vanishes

@@ -16,6 +16,7 @@ class Renderer:
   shared_max: int = 0           # bytes of shared memory per block
   upcast_max: int = 256         # most elements one thread computes in registers
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
+  masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
   # rules run on the loop-level graph before linearizing: decompositions the target needs
   extra_matcher: PatternMatcher | None = None
 

@@ -251,9 +251,22 @@ def _load_global(f: _Function, u: UOp) -> str:
   v = f.emit(f"load {mt}, ptr {_address(f, u.src[0], u.src[1])}, align {u.dtype.itemsize}")
   return f.emit(f"icmp ne {mt} {v}, zeroinitializer") if u.dtype.is_bool else v
 
+def _masked_load(f: _Function, u: UOp) -> str:
+  """A vector load whose lanes each have a gate (e.g. a padded row edge): masked-off lanes are never read. The
+  address may lie outside the buffer for those lanes, so the GEP is not inbounds."""
+  mt, buf = mtype(u.dtype), u.src[0]
+  addr = f.emit(f"getelementptr {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, i32 {f.r[u.src[1]]}")
+  alt = f.r[u.src[3]]
+  if u.dtype.is_bool: alt = f.emit(f"zext {ltype(u.dtype)} {alt} to {mt}")
+  mem_dt = dtypes.uint8.vec(u.dtype.count) if u.dtype.is_bool else u.dtype
+  v = f.call(f"llvm.masked.load.{suffix(mem_dt)}.p0", mt, [("ptr", addr), ("i32", str(u.dtype.itemsize)),
+                                                           (ltype(u.src[2].dtype), f.r[u.src[2]]), (mt, alt)])
+  return f.emit(f"icmp ne {mt} {v}, zeroinitializer") if u.dtype.is_bool else v
+
 def _load(f: _Function, u: UOp) -> str:
   if u.src[0].op is Ops.DEFINE_ACC: return f.emit(f"load {ltype(u.dtype)}, ptr {f.r[u.src[0]]}")
   if len(u.src) == 2: return _load_global(f, u)
+  if u.src[2].dtype.count > 1: return _masked_load(f, u)
   # gated: branch around the load, so a masked-off address is never touched (LLVM turns this into masked loads)
   i, pred = f.fresh(), f.block
   f.code(f"br i1 {f.r[u.src[2]]}, label %load{i}, label %loaded{i}")
@@ -313,6 +326,7 @@ class LLVMRenderer(Renderer):
   has_local = False
   has_shared = False
   vector_widths = (4, 8, 16)
+  masked_vector_loads = True
 
   def __init__(self, target_cpu: str = "", target_features: str = "") -> None:
     # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
