@@ -4,11 +4,13 @@ Usage: python extra/bench/ops.py [--threads N] [--quick]
 Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch.
 """
 from __future__ import annotations
+
 import argparse
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+
 
 def _set_threads(n: int) -> None:
   for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
@@ -39,6 +41,7 @@ def main() -> None:
   args = ap.parse_args()
   _set_threads(args.threads)
   import numpy as np
+
   from lazytensor import Context, Tensor
   try:
     import torch
@@ -48,14 +51,12 @@ def main() -> None:
   rng = np.random.default_rng(0)
   n_chain = 1 << (20 if args.quick else 24)
   side = 1024 if args.quick else 4096
-  mm = 256 if args.quick else 1024
   runs = 3 if args.quick else 5
   a, b, c = (rng.random(n_chain, dtype=np.float32) for _ in range(3))
   big = rng.standard_normal((side, side), dtype=np.float32)
-  ma, mb = rng.random((mm, mm), dtype=np.float32), rng.random((mm, mm), dtype=np.float32)
-  ta, tb, tc, tbig, tma, tmb = (Tensor(x).realize() for x in (a, b, c, big, ma, mb))
-  t = {k: torch.from_numpy(v) for k, v in dict(a=a, b=b, c=c, big=big, ma=ma, mb=mb).items()} if torch else {}
-  tiny_x, tiny_y = Tensor(rng.random(16, dtype=np.float32)).realize(), Tensor(rng.random(16, dtype=np.float32)).realize()
+  ta, tb, tc, tbig = (Tensor(x).realize() for x in (a, b, c, big))
+  t = {k: torch.from_numpy(v) for k, v in dict(a=a, b=b, c=c, big=big).items()} if torch else {}
+  tiny_x, tiny_y = (Tensor(rng.random(16, dtype=np.float32)).realize() for _ in range(2))
 
   items = [
     ("chain ((a*b+c).relu()*0.5).exp()", "GB/s", 16 * n_chain,
@@ -68,24 +69,38 @@ def main() -> None:
      kernels_of(lambda: tbig.softmax(1)),
      lambda: (lambda e: e / e.sum(1, keepdims=True))(np.exp(big - big.max(1, keepdims=True))),
      (lambda: torch.softmax(t["big"], 1)) if torch else None),
-    (f"matmul {mm}", "GFLOP/s", 2 * mm ** 3, kernels_of(lambda: tma @ tmb), lambda: ma @ mb,
-     (lambda: t["ma"] @ t["mb"]) if torch else None),
   ]
+  for n in ((256,) if args.quick else (512, 1024, 2048)):
+    xa, xb = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    la, lb = Tensor(xa).realize(), Tensor(xb).realize()
+    ta_, tb_ = (torch.from_numpy(xa), torch.from_numpy(xb)) if torch else (None, None)
+    items.append((f"matmul {n}", "GFLOP/s", 2 * n ** 3, kernels_of(lambda la=la, lb=lb: la @ lb),
+                  lambda xa=xa, xb=xb: xa @ xb, (lambda ta_=ta_, tb_=tb_: ta_ @ tb_) if torch else None))
+  bs, hw = (4, 28) if args.quick else (32, 56)
+  cx, cw = rng.random((bs, 64, hw, hw), dtype=np.float32), rng.random((64, 64, 3, 3), dtype=np.float32)
+  lcx, lcw = Tensor(cx).realize(), Tensor(cw).realize()
+  tcx, tcw = (torch.from_numpy(cx), torch.from_numpy(cw)) if torch else (None, None)
+  conv_torch = (lambda: torch.nn.functional.conv2d(tcx, tcw, padding=1)) if torch else None
+  items.append((f"conv2d {bs}x64x{hw}x{hw}, 64 out, 3x3, pad 1", "GFLOP/s", 2 * bs * 64 * hw * hw * 64 * 9,
+                kernels_of(lambda: lcx.conv2d(lcw, padding=1)), None, conv_torch))
   print(f"threads={args.threads}  (numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''})")
   print(f"{'item':40s} {'lazytensor':>12s} {'numpy':>12s} {'torch':>12s} {'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):
     for name, unit, work, lt_fn, np_fn, torch_fn in items:
-      lt, npt = best_time(lt_fn, runs), best_time(np_fn, runs)
+      lt = best_time(lt_fn, runs)
+      npt = best_time(np_fn, runs) if np_fn else None
       tt = best_time(torch_fn, runs) if torch_fn else None
-      rate = lambda s: work / s * 1e-9  # noqa: E731
-      ts = f"{rate(tt):12.2f}" if tt else f"{'-':>12s}"
-      vt = f"{tt / lt:8.2f}x" if tt else f"{'-':>9s}"
-      print(f"{name:40s} {rate(lt):12.2f} {rate(npt):12.2f} {ts} {npt / lt:8.2f}x {vt}   {unit}")
+      cols = [f"{work / x * 1e-9:12.2f}" if x else f"{'-':>12s}" for x in (npt, tt)]
+      ratios = [f"{x / lt:8.2f}x" if x else f"{'-':>9s}" for x in (npt, tt)]
+      print(f"{name:40s} {work / lt * 1e-9:12.2f} {cols[0]} {cols[1]} {ratios[0]} {ratios[1]}   {unit}")
     # the whole path of a new small op: build the graph, schedule it, look up the compiled kernel, run it
     tiny = best_time(lambda: kernels_of(lambda: tiny_x + tiny_y)(), 200)
     tx, ty = tiny_x.numpy(), tiny_y.numpy()
     tiny_np = best_time(lambda: np.add(tx, ty), 200)
-    tiny_t = best_time(lambda: t["tx"] + t["ty"], 200) if torch and t.update(tx=torch.from_numpy(tx), ty=torch.from_numpy(ty)) is None else None
+    tiny_t = None
+    if torch:
+      ttx, tty = torch.from_numpy(tx), torch.from_numpy(ty)
+      tiny_t = best_time(lambda: ttx + tty, 200)
     print(f"{'tiny op, 16 elements (us)':40s} {tiny * 1e6:12.1f} {tiny_np * 1e6:12.2f} "
           f"{(f'{tiny_t * 1e6:12.2f}' if tiny_t else '-'):>12s}")
   sys.stdout.flush()

@@ -1,5 +1,9 @@
-"""A first look at lazytensor: lazy ops, fused kernels, and what ran. Try `DEBUG=2 python extra/examples/quickstart.py`."""
+"""A first look at lazytensor: lazy ops, fused kernels, and what ran.
+
+Try `DEBUG=2 python extra/examples/quickstart.py` to see every kernel with its time.
+"""
 import numpy as np
+
 from lazytensor import GlobalCounters, Tensor
 
 Tensor.manual_seed(0)
