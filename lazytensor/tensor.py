@@ -1259,6 +1259,12 @@ class Tensor:
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out == dtypes.float16 else out
 
+  def _accumulate(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType | str | None) -> Tensor:
+    """sum and prod: torch's result dtype, a wider accumulator for float16, the identity for empty inputs."""
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    if self.numel() == 0 and self.ndim: return self._empty_reduce(0 if op is Ops.ADD else 1, axis, keepdim, out)
+    return self.cast(self._acc_dtype(out))._reduce(op, axis, keepdim).cast(out)
+
   def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
           dtype: DType | str | None = None) -> Tensor:
     """Sum over `axis` (all by default); ints and bools sum as int64, float16 accumulates in float32.
@@ -1266,9 +1272,7 @@ class Tensor:
     >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
     [4, 6]
     """
-    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
-    if self.numel() == 0 and self.ndim: return self._empty_reduce(0, axis, keepdim, out)
-    return self.cast(self._acc_dtype(out))._reduce(Ops.ADD, axis, keepdim).cast(out)
+    return self._accumulate(Ops.ADD, axis, keepdim, dtype)
 
   def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
            dtype: DType | str | None = None) -> Tensor:
@@ -1277,9 +1281,7 @@ class Tensor:
     >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
     [2, 12]
     """
-    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
-    if self.numel() == 0 and self.ndim: return self._empty_reduce(1, axis, keepdim, out)
-    return self.cast(self._acc_dtype(out))._reduce(Ops.MUL, axis, keepdim).cast(out)
+    return self._accumulate(Ops.MUL, axis, keepdim, dtype)
 
   def _empty_reduce(self, value: Any, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType) -> Tensor:
     axes = self._axes(axis)
