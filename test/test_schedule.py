@@ -121,3 +121,9 @@ def test_unusable_cache_db_is_not_fatal(tmp_path, capsys) -> None:
   with Context(CACHEDB=str(bad)):
     _compile_memo.clear(), realize._runners.clear()
     assert (Tensor([1.0, 2.0]) * 5 - 1).tolist() == [4.0, 9.0]
+
+def test_large_matmul_packs_b_into_panels() -> None:
+  a, b = Tensor.rand(512, 512).realize(), Tensor.rand(512, 1024).realize()
+  items, _ = create_schedule([(a @ b).lazydata])
+  assert len(items) == 2  # the panel copy of b, then the matmul reading it sequentially
+  np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)

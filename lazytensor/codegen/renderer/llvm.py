@@ -327,6 +327,7 @@ class LLVMRenderer(Renderer):
   has_shared = False
   vector_widths = (4, 8, 16)
   masked_vector_loads = True
+  matmul_panel = 32  # the heuristics' register tile is 32 columns wide
 
   def __init__(self, target_cpu: str = "", target_features: str = "") -> None:
     # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
