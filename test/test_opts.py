@@ -15,6 +15,7 @@ from lazytensor.engine.schedule import create_schedule
 rng = np.random.default_rng(0)
 
 def _t(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape, dtype=np.float32)).realize()
+def _h(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape).astype(np.float16)).realize()
 
 KERNELS = {
   "elementwise": lambda: (_t(16, 24) * 2 + _t(16, 24)).exp(),
@@ -26,6 +27,7 @@ KERNELS = {
   "matmul_odd": lambda: _t(5, 7) @ _t(7, 3),
   "conv": lambda: _t(2, 3, 6, 6).conv2d(_t(4, 3, 3, 3), padding=1),
   "softmax_last": lambda: _t(8, 16).softmax(1),
+  "matmul_half": lambda: _h(32, 16) @ _h(16, 16),
 }
 
 def _last_item(name: str, device: str = "CPU"):
@@ -40,6 +42,10 @@ def _run(item, device: str, opts: list[Opt]) -> np.ndarray:
   runner(item.bufs)
   return item.bufs[0].numpy().copy()
 
+def _tolerance(name: str) -> dict[str, float]:
+  # a tensor core multiplies exactly where the plain kernel rounds each product to float16 first
+  return {"rtol": 2e-2, "atol": 2e-2} if name.endswith("half") else {"rtol": 1e-4, "atol": 1e-4}
+
 def _candidate_opts(k: Kernel) -> list[Opt]:
   opts = []
   for axis in range(k.shape_len):
@@ -48,7 +54,7 @@ def _candidate_opts(k: Kernel) -> list[Opt]:
         opts.append(Opt(op, axis, amt))
     opts.append(Opt(OptOps.PADTO, axis, 8))
     opts.extend(Opt(OptOps.SWAP, axis, other) for other in range(k.shape_len))
-  return opts + [Opt(OptOps.NOLOCALS)]
+  return opts + [Opt(OptOps.NOLOCALS), Opt(OptOps.TC, 0, 0)]
 
 def _legal(k: Kernel, opt: Opt) -> bool:
   try: k.copy().apply_opt(opt)
@@ -64,7 +70,7 @@ def test_every_single_legal_opt(name: str, device: str) -> None:
   legal = [o for o in _candidate_opts(k) if _legal(k, o)]
   assert legal, "every kernel has some legal optimization"
   for opt in legal:
-    np.testing.assert_allclose(_run(item, device, [opt]), ref, rtol=1e-4, atol=1e-4, err_msg=str(opt))
+    np.testing.assert_allclose(_run(item, device, [opt]), ref, err_msg=str(opt), **_tolerance(name))
 
 @settings(max_examples=25, deadline=None)
 @given(name=st.sampled_from(list(KERNELS)), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=4),
@@ -79,14 +85,14 @@ def test_random_opt_chains(name: str, picks: list[int], device: str) -> None:
     if not legal: break
     chain.append(legal[p % len(legal)])
     k.apply_opt(chain[-1])
-  np.testing.assert_allclose(_run(item, device, chain), ref, rtol=1e-4, atol=1e-4, err_msg=str(chain))
+  np.testing.assert_allclose(_run(item, device, chain), ref, err_msg=str(chain), **_tolerance(name))
 
 @pytest.mark.parametrize("name,opt,why", [
   ("row_sum", Opt(OptOps.UPCAST, 1, 4), "REDUCE"),            # upcast of a reduce axis
   ("elementwise", Opt(OptOps.UNROLL, 0, 4), "GLOBAL"),        # unroll of a global axis
   ("elementwise", Opt(OptOps.LOCAL, 0, 4), "local"),          # LOCAL on the CPU
   ("matmul_odd", Opt(OptOps.UPCAST, 0, 2), "divide"),         # 2 does not divide 5 without PADTO
-  ("elementwise", Opt(OptOps.TC, 0, 0), "tensor cores"),      # TC on the CPU / a non-matmul
+  ("matmul_half", Opt(OptOps.TC, 0, 0), "tensor cores"),      # TC on the CPU
   ("row_sum", Opt(OptOps.GROUP, 1, 4), "group"),              # GROUP needs shared memory
   ("elementwise", Opt(OptOps.UPCAST, 9, 2), "out of range"),  # no such axis
   ("elementwise", Opt(OptOps.THREAD, 0, 64), "THREADS"),      # more threads than allowed
@@ -136,3 +142,22 @@ def test_debug3_prints_colored_axes(capsys) -> None:
   with Context(DEBUG=3): (a.sum(1) * 2).realize()
   out = capsys.readouterr().out
   assert "\x1b[31m" in out and "UNROLL" in out  # reduce axes print red, the opts are listed
+
+def test_tensor_core_on_emu_matches_and_excludes_other_opts() -> None:
+  item = _last_item("matmul_half", "EMU")
+  ref = _run(item, "EMU", [])
+  np.testing.assert_allclose(_run(item, "EMU", [Opt(OptOps.TC, 0, 0)]), ref, rtol=1e-2, atol=1e-2)
+  k = Kernel(item.ast, Device["EMU"].renderer)
+  k.apply_opt(Opt(OptOps.TC, 0, 0))
+  for later in (Opt(OptOps.GROUP, k.shape_len - 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 0, 2)):
+    with pytest.raises(KernelOptError, match="follow TC"): k.apply_opt(later)
+
+@pytest.mark.parametrize("name", ["matmul", "elementwise", "row_sum"])
+def test_tensor_core_needs_a_half_matmul(name: str) -> None:
+  k = Kernel(_last_item(name, "EMU").ast, Device["EMU"].renderer)
+  with pytest.raises(KernelOptError, match="multiply-accumulate"): k.apply_opt(Opt(OptOps.TC, 0, 0))
+
+def test_group_then_tc_is_illegal() -> None:
+  k = Kernel(_last_item("matmul_half", "EMU").ast, Device["EMU"].renderer)
+  k.apply_opt(Opt(OptOps.GROUP, k.axes_of(AxisKind.REDUCE)[0], 4))
+  with pytest.raises(KernelOptError, match="first"): k.apply_opt(Opt(OptOps.TC, 0, 0))

@@ -10,6 +10,7 @@ import copy
 import enum
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.helpers import THREADS, colored, prod
@@ -57,6 +58,31 @@ class Opt:
   amt: int = 0
   def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
 
+@dataclass(frozen=True)
+class TensorCoreUse:
+  """A kernel mapped onto a tensor core: which one, which axes are M, N and K, which loads feed A and B."""
+  name: str
+  dims: tuple[int, int, int]
+  axis_m: int
+  axis_n: int
+  axis_k: int
+  load_a: UOp
+  load_b: UOp
+
+def _find_mma(ast: UOp, dtype_in: Any, dtype_out: Any) -> tuple[UOp, UOp] | None:
+  """The two `dtype_in` loads multiplied under the kernel's one ADD reduce into `dtype_out`, through casts only."""
+  reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
+  if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or reduces[0].dtype != dtype_out: return None
+  x = reduces[0].src[0]
+  while x.op is Ops.CAST: x = x.src[0]
+  if x.op is not Ops.MUL: return None
+  loads = []
+  for s in x.src:
+    while s.op is Ops.CAST: s = s.src[0]
+    if s.op is not Ops.LOAD or s.dtype != dtype_in: return None
+    loads.append(s)
+  return loads[0], loads[1]
+
 def _check(cond: bool, msg: str) -> None:
   if not cond: raise KernelOptError(msg)
 
@@ -85,7 +111,7 @@ class Kernel:
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self.applied_opts: list[Opt] = []
     self.padded: dict[int, int] = {}  # axis -> its size before PADTO
-    self.tensor_core: tuple | None = None
+    self.tensor_core: TensorCoreUse | None = None
     self.dont_use_locals = False
     self._drop_ones()
     self._merge_adjacent()
@@ -209,9 +235,8 @@ class Kernel:
       self.permute(order)
       return
     if opt.op is OptOps.PADTO: return self._padto(opt)
-    if opt.op is OptOps.TC: raise KernelOptError(f"{opt}: no tensor cores on {r.device}" if not r.tensor_cores else
-                                                 f"{opt}: tensor cores are not lowered yet")
-    _check(self.tensor_core is None or opt.op not in (OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: GROUP cannot follow TC")
+    _check(self.tensor_core is None, f"{opt}: no optimization can follow TC (the tensor core fixes the layout)")
+    if opt.op is OptOps.TC: return self._tc(opt)
     if opt.op is OptOps.UPCAST:
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL, AxisKind.LOCAL))
       _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: upcasting past {r.upcast_max} elements")
@@ -240,6 +265,32 @@ class Kernel:
       _check(amt <= max(1, int(THREADS.value)), f"{opt}: {amt} threads is more than THREADS={THREADS.value}")
       self.split_axis(axis, amt, AxisKind.THREAD, top=True)
     else: raise KernelOptError(f"unknown opt {opt}")
+
+  def _tc(self, opt: Opt) -> None:
+    """Map the multiply-accumulate onto a tensor core: a warp per (16 x 8) output tile, K in steps of 16."""
+    r = self.renderer
+    _check(bool(r.tensor_cores), f"{opt}: {r.device or 'this device'} has no tensor cores")
+    _check(opt.axis is not None and 0 <= opt.axis < len(r.tensor_cores), f"{opt}: axis selects one of "
+           f"{len(r.tensor_cores)} tensor cores")
+    _check(not self.applied_opts and not self.padded, f"{opt}: TC must be the first optimization")
+    name, (tm, tn, tk), dtype_in, dtype_out = r.tensor_cores[opt.axis or 0]
+    match = _find_mma(self.ast, dtype_in, dtype_out)
+    _check(match is not None, f"{opt}: the kernel is not a {dtype_in.name} multiply-accumulate into {dtype_out.name}")
+    assert match is not None
+    load_a, load_b = match
+    reduce_axes = self.axes_of(AxisKind.REDUCE)
+    _check(len(reduce_axes) == 1, f"{opt}: needs exactly one reduce axis, got {len(reduce_axes)}")
+    sa, sb = self.st_of(load_a).real_strides(), self.st_of(load_b).real_strides()
+    globals_ = self.axes_of(AxisKind.GLOBAL)
+    axis_m = next((a for a in globals_ if sb[a] == 0 and sa[a] != 0), None)
+    axis_n = next((a for a in globals_ if sa[a] == 0 and sb[a] != 0), None)
+    _check(axis_m is not None and axis_n is not None, f"{opt}: no (M, N) output axes with one operand broadcast each")
+    assert axis_m is not None and axis_n is not None
+    axis_k = reduce_axes[0]
+    for axis, size in ((axis_m, tm), (axis_n, tn), (axis_k, tk)):
+      _check(self.full_shape[axis] % size == 0, f"{opt}: axis {axis} of size {self.full_shape[axis]} is not a multiple "
+             f"of {size}")
+    self.tensor_core = TensorCoreUse(name, (tm, tn, tk), axis_m, axis_n, axis_k, load_a, load_b)
 
   def _padto(self, opt: Opt) -> None:
     _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range")

@@ -22,11 +22,15 @@ def _expand_reduces(sink: UOp) -> tuple[UOp, dict[UOp, tuple[UOp, ...]]]:
     if node.op is not Ops.REDUCE:
       done[node] = node if new_src == node.src else node.replace(src=new_src)
       continue
-    value, ranges = new_src[0], new_src[1:]
-    acc = UOp(Ops.DEFINE_ACC, node.dtype, (UOp.const(node.dtype, identity_element(node.arg, node.dtype.scalar())),),
-              next(_acc_ids))
+    is_mma = isinstance(node.arg, tuple) and node.arg[0] is Ops.WMMA
+    operands, ranges = (new_src[:2], new_src[2:]) if is_mma else (new_src[:1], new_src[1:])
+    init = 0 if is_mma else identity_element(node.arg, node.dtype.scalar())
+    acc = UOp(Ops.DEFINE_ACC, node.dtype, (UOp.const(node.dtype, init),), next(_acc_ids))
     running = UOp(Ops.LOAD, node.dtype, (acc,) + ranges)
-    update = UOp(Ops.ASSIGN, node.dtype, (acc, running.alu(node.arg, value)))
+    # a tensor-core reduce accumulates D = A*B + C; any other reduce combines the running value with the new one
+    if is_mma: step = UOp(Ops.WMMA, node.dtype, (*operands, running), node.arg[1])
+    else: step = running.alu(node.arg, operands[0])
+    update = UOp(Ops.ASSIGN, node.dtype, (acc, step))
     result = UOp(Ops.LOAD, node.dtype, (acc, update))
     closes[result] = ranges
     done[node] = result

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from lazytensor.codegen.kernel import AxisKind, Kernel
+from lazytensor.codegen.kernel import AxisKind, Kernel, TensorCoreUse
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
@@ -60,7 +60,11 @@ def _vector_axis(k: Kernel) -> int | None:
   strides = k.sts[store].real_strides()
   return next((a for a in axes if strides[a] == 1 and k.full_shape[a] > 1), axes[-1])
 
+TC_LANES = 4  # a thread of an m16n8k16 tensor core holds 4 results: rows +0/+8, columns +0/+1
+
 def _lanes(k: Kernel) -> _Lanes:
+  if k.tensor_core is not None:  # no lane axes: the 4 result registers are the lanes
+    return _Lanes([], None, TC_LANES, [()], UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", TC_LANES)))
   axes = k.axes_of(*LANE_KINDS)
   best = _vector_axis(k)
   vec_axis = best if best is not None and k.full_shape[best] in k.renderer.vector_widths else None
@@ -80,6 +84,7 @@ class _Lowerer:
 
   def _axis_indices(self) -> dict[int, UOp]:
     k, r = self.k, self.k.renderer
+    if k.tensor_core is not None: return self._tc_indices(k.tensor_core)
     idx: dict[int, UOp] = {}
     globals_ = k.axes_of(AxisKind.GLOBAL)
     if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape))
@@ -90,6 +95,24 @@ class _Lowerer:
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
     idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
+    return idx
+
+  def _tc_indices(self, tc: TensorCoreUse) -> dict[int, UOp]:
+    """One warp per (16 x 8) output tile: blocks over M and N (and the other global axes), 32 threads, a loop over K
+    in steps of 16. A thread's 4 results sit at rows group/group+8 and columns 2*t/2*t+1 of the tile (the vlane)."""
+    k, (tm, tn, tk) = self.k, tc.dims
+    others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (tc.axis_m, tc.axis_n)]
+    tiles = {tc.axis_m: k.full_shape[tc.axis_m] // tm, tc.axis_n: k.full_shape[tc.axis_n] // tn}
+    shape = tuple(tiles.get(a, s) for a, s in enumerate(k.full_shape))
+    idx = _specials("gidx", others + [tc.axis_m, tc.axis_n], shape)
+    lane = UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", 32))
+    self.tc_group, self.tc_thread = lane // 4, lane % 4
+    self.tc_tile = {tc.axis_m: idx[tc.axis_m] * tm, tc.axis_n: idx[tc.axis_n] * tn}
+    vl = self.lanes.vlane
+    idx[tc.axis_m] = self.tc_tile[tc.axis_m] + self.tc_group + (vl // 2) * 8
+    idx[tc.axis_n] = self.tc_tile[tc.axis_n] + self.tc_thread * 2 + vl % 2
+    k_steps = _const(k.full_shape[tc.axis_k] // tk)
+    idx[tc.axis_k] = UOp(Ops.RANGE, dtypes.index, (_const(0), k_steps), (tc.axis_k, "reduce"))
     return idx
 
   def idxs_for(self, key: tuple[int, ...], shape: tuple[int, ...]) -> list[UOp]:
@@ -103,7 +126,7 @@ class _Lowerer:
     return [simplify(expr.substitute({self.lanes.vlane: _const(i)})) for i in range(self.lanes.width)]
 
   def depends_on_lane(self, *exprs: UOp) -> bool:
-    return self.lanes.vec_axis is not None and any(self.lanes.vlane in e.toposort for e in exprs)
+    return self.lanes.width > 1 and any(self.lanes.vlane in e.toposort for e in exprs)
 
   def contiguous_lanes(self, idx: UOp) -> bool:
     base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
@@ -205,6 +228,7 @@ class _ReduceLowerer:
 
   def lower(self) -> list[UOp]:
     lw, k = self.lw, self.k
+    if k.tensor_core is not None: return [self._tc(k.tensor_core)]
     values = [self._mask_padding(v, key) for v, key in zip(lw.lower(self.node.src[0]), lw.lanes.keys)]
     unroll_pos = [i for i, a in enumerate(lw.key_axes) if k.kinds[a] is AxisKind.UNROLL]
     groups: dict[tuple[int, ...], list[UOp]] = {}
@@ -220,6 +244,30 @@ class _ReduceLowerer:
       results[gkey] = acc
     if k.axes_of(AxisKind.GROUP): results = self._group(results)
     return [results[tuple(0 if i in unroll_pos else c for i, c in enumerate(key))] for key in lw.lanes.keys]
+
+  def _tc(self, tc: TensorCoreUse) -> UOp:
+    """Per K step, each thread loads its fragments (A: 8 values, B: 4, as NVIDIA's m16n8k16 layout places them) and
+    the warp multiplies-accumulates them into its 4 results."""
+    lw, k = self.lw, self.k
+    group, thread, tk = lw.tc_group, lw.tc_thread, tc.dims[2]
+    k0 = lw.axis_idx[tc.axis_k] * tk
+    def frag(load: UOp, coords: list[dict[int, UOp]]) -> UOp:
+      st = k.st_of(load)
+      elems = []
+      for c in coords:
+        idxs = [_const(0) if st.shape[a] == 1 else c.get(a, lw.axis_idx.get(a, _const(0))) for a in range(k.shape_len)]
+        idx, valid = st.to_indexed_uops(idxs)
+        elems.append(_gated_load(load.src[0], load.dtype, simplify(idx), simplify(valid)))
+      return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), tuple(elems))
+    tile_m, tile_n = lw.tc_tile[tc.axis_m], lw.tc_tile[tc.axis_n]
+    # a0..a7: rows group (+8 for a2,a3,a6,a7), columns 2*thread+{0,1} (+8 for a4..a7); b0..b3: column group,
+    # rows 2*thread+{0,1} (+8 for b2,b3)
+    a = frag(tc.load_a, [{tc.axis_m: tile_m + group + 8 * ((i >> 1) & 1),
+                          tc.axis_k: k0 + thread * 2 + (i & 1) + 8 * (i >> 2)} for i in range(8)])
+    b = frag(tc.load_b, [{tc.axis_n: tile_n + group, tc.axis_k: k0 + thread * 2 + (i & 1) + 8 * (i >> 1)}
+                         for i in range(4)])
+    dtype = self.node.dtype.vec(TC_LANES)
+    return UOp(Ops.REDUCE, dtype, (a, b, lw.axis_idx[tc.axis_k]), (Ops.WMMA, (tc.name, tc.dims)))
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
@@ -277,6 +325,7 @@ def _all(conds: list[UOp]) -> UOp:
 
 def _split_for_vectors(k: Kernel) -> Kernel:
   """A vector axis wider than the widest vector (e.g. 32 floats) becomes (n, width): n vectors per row."""
+  if k.tensor_core is not None: return k
   axis, widths = _vector_axis(k), k.renderer.vector_widths
   if axis is None or not widths or k.full_shape[axis] in widths: return k
   fits = [w for w in widths if k.full_shape[axis] % w == 0]
