@@ -1,7 +1,6 @@
 """The EMU device on hand-built linear programs: GPU ids, shared memory, barriers, WMMA, and its strictness (bounds,
 races). Programs without GPU ops also run on the CPU backend, so that the two backends check each other."""
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -249,16 +248,13 @@ def tiled_matmul(n: int, tile: int, sync: tuple[bool, bool] = (True, True)) -> l
                 store(glob(0, F32), row * n + col, load(a, ek0, F32)))
 
 @pytest.mark.parametrize("kind", ["naive", "tiled"])
-def test_matmul_64_is_fast(kind: str) -> None:
+def test_matmul_64(kind: str) -> None:
   a, b = randn(64, 64, seed=7), randn(64, 64, seed=8)
   prog = compile_emu(naive_matmul(64, 16) if kind == "naive" else tiled_matmul(64, 16))
   bufs = [EMU.allocator.alloc(64 * 64 * 4) for _ in range(3)]
   for h, x in zip(bufs[1:], (a, b)): EMU.allocator.copyin(h, x.data.cast("B"))
-  start = time.perf_counter()
   prog(*bufs, global_size=(4, 4, 1), local_size=(16, 16, 1))
-  elapsed = time.perf_counter() - start
   np.testing.assert_allclose(bufs[0].view(np.float32).reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
-  assert elapsed < 0.5, f"{kind} 64x64 matmul took {elapsed:.3f} s"
 
 @pytest.mark.parametrize("sync,what", [((False, True), r"reads tile_a\[\d+\] that .* wrote"),
                                        ((True, False), r"writes tile_a\[\d+\] that .* read")])
@@ -322,9 +318,7 @@ def tc_matmul(n: int) -> list[UOp]:
 def test_tc_matmul_64() -> None:
   gen = np.random.default_rng(10)
   A, B = gen.standard_normal((64, 64)).astype(np.float16), gen.standard_normal((64, 64)).astype(np.float16)
-  start = time.perf_counter()
   out = run_emu(tc_matmul(64), [np.zeros((64, 64), np.float32), A, B])[0]
-  assert time.perf_counter() - start < 0.5
   np.testing.assert_allclose(out, A.astype(np.float32) @ B.astype(np.float32), rtol=1e-5, atol=1e-5)
 
 def test_wmma_needs_whole_warps() -> None:
