@@ -21,7 +21,9 @@ def _try(k: Kernel, opt: Opt) -> bool:
   return True
 
 def _stride(k: Kernel, node_index: int, axis: int) -> int | None:
-  return k.sts[node_index].real_strides()[axis]
+  """How far one step along `axis` moves in the buffer; a padded (masked) axis still counts by its view's stride."""
+  st = k.sts[node_index]
+  return st.views[0].strides[axis] if len(st.views) == 1 else st.real_strides()[axis]
 
 def _buffers(k: Kernel) -> list[int]:
   return [i for i, n in enumerate(k.view_nodes) if n.op in (Ops.LOAD, Ops.STORE)]
@@ -55,13 +57,28 @@ def _thread(k: Kernel, work: int) -> None:
     if (amt := _largest_divisor(k.full_shape[a], tuple(range(cores, 1, -1)))) is not None:
       if _try(k, Opt(OptOps.THREAD, a, amt)): return
 
+VECTOR_REGISTERS = 16  # accumulators a register tile may hold (of 32 AVX-512 registers, leaving room for operands)
+SIMD_WIDTH = 16        # floats in one vector register
+
+def _register_tile(k: Kernel) -> None:
+  """Upcast the output's contiguous axis into SIMD vectors and a second axis into rows of them. The second axis is
+  one along which the vector operand is broadcast, so each vector load serves a whole column of the tile (matmul:
+  B's row serves 8 rows of A; conv: an input row serves 16 output channels)."""
+  vec_axis = _output_contiguous_axis(k)
+  if vec_axis is None: return
+  loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+  vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
+  vec_amt = _largest_divisor(k.full_shape[vec_axis], (32, 16, 8, 4))
+  if vec_amt is None or not _try(k, Opt(OptOps.UPCAST, vec_axis, vec_amt)): return
+  rows_budget = VECTOR_REGISTERS // -(-vec_amt // SIMD_WIDTH)
+  candidates = [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1
+                                                              for i in vec_loads)]
+  other = candidates[-1] if candidates else next((a for a in _reused_axes(k) if k.kinds[a] is AxisKind.GLOBAL), None)
+  _upcast(k, other, tuple(c for c in (16, 8, 4, 2) if c <= rows_budget))
+
 def _cpu(k: Kernel) -> None:
   work = prod(k.full_shape)
-  if _is_matmul_like(k):
-    vec_axis = _output_contiguous_axis(k)
-    _upcast(k, vec_axis, (32, 16, 8, 4))
-    other = next((a for a in _reused_axes(k) if a != vec_axis and k.kinds[a] is AxisKind.GLOBAL), None)
-    _upcast(k, other, (8, 4, 2))
+  if _is_matmul_like(k): _register_tile(k)
   elif k.reduce_axes:
     last = k.axes_of(AxisKind.REDUCE)[-1]
     loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
