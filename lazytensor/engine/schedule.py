@@ -26,7 +26,6 @@ class ScheduleItem:
   """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first."""
   ast: UOp
   bufs: tuple[Buffer, ...]
-  name_hint: str = ""
 
 # computed node -> VIEW(BUFFER) holding its value; weak, so an entry lives as long as some graph holds the node
 realized_map: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
