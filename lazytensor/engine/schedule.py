@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
@@ -35,7 +37,23 @@ LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 def _is_plain_buffer_view(u: UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
 
+MOVES: dict[Ops, Callable[[ShapeTracker, Any], ShapeTracker]] = {
+  Ops.RESHAPE: lambda st, a: st.reshape(a), Ops.PERMUTE: lambda st, a: st.permute(a),
+  Ops.EXPAND: lambda st, a: st.expand(a), Ops.PAD: lambda st, a: st.pad(a),
+  Ops.SHRINK: lambda st, a: st.shrink(a), Ops.FLIP: lambda st, a: st.flip(a),
+}
+
+def _movement_st(op: Ops, arg: Any, src_shape: tuple[int, ...]) -> ShapeTracker:
+  return MOVES[op](ShapeTracker.from_shape(src_shape), arg)
+
+def fold_movement(m: UOp, x: UOp) -> UOp:
+  """A movement op becomes a VIEW, composed with the VIEW below it: the scheduler only ever sees views."""
+  st = _movement_st(m.op, m.arg, x.shape)
+  if x.op is Ops.VIEW: return UOp(Ops.VIEW, m.dtype, x.src, (x.arg + st).simplify())
+  return UOp(Ops.VIEW, m.dtype, (x,), st)
+
 pm_resolve = PatternMatcher([
+  (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="m"), fold_movement),                # movement -> VIEW
   (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
   (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer
    lambda v: v if _is_plain_buffer_view(v) else None),

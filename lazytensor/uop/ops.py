@@ -29,6 +29,13 @@ class Ops(enum.Enum):
   BUFFER = enum.auto()        # arg=(device, size, uid): storage that exists (or will) on a device
   DEVICE = enum.auto()        # arg=device name; the source of a CONST says where it lives
   VIEW = enum.auto()          # arg=ShapeTracker; a movement of src[0], never a copy
+  # movement ops of the tensor graph, kept apart so gradients can invert them; the scheduler folds them into VIEWs
+  RESHAPE = enum.auto()       # arg=new shape
+  PERMUTE = enum.auto()       # arg=order
+  EXPAND = enum.auto()        # arg=new shape (size-1 dims grow)
+  PAD = enum.auto()           # arg=((before, after), ...)
+  SHRINK = enum.auto()        # arg=((start, end), ...)
+  FLIP = enum.auto()          # arg=(bool per dim)
   COPY = enum.auto()          # arg=device; src[0] moved to another device
   CONTIGUOUS = enum.auto()    # materialize src[0] in a buffer of its own
   ASSIGN = enum.auto()        # src=(target, value): write value into target's buffer; in kernels: acc := value
@@ -97,6 +104,7 @@ class GroupOp:
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
   Comparison = {Ops.CMPLT, Ops.CMPNE}
   Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
+  Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
 def identity_element(op: Ops, dt: DType) -> Any:
   """The value a reduction starts from: 0 for ADD, 1 for MUL, the lowest value of the dtype for MAX."""
@@ -236,7 +244,7 @@ class UOp:
     return self.src[0].device
 
   @property
-  def base(self) -> UOp: return self.src[0].base if self.op is Ops.VIEW else self
+  def base(self) -> UOp: return self.src[0].base if self.op is Ops.VIEW or self.op in GroupOp.Movement else self
   @property
   def st(self) -> Any: return self.arg if self.op is Ops.VIEW else None
 
@@ -322,6 +330,10 @@ def _reduce_shape(u: UOp) -> tuple[int, ...]:
 _shape_rules: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.BUFFER: lambda u: (u.arg[1],), Ops.IOTA: lambda u: (u.arg,), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
   Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape,
+  Ops.RESHAPE: lambda u: u.arg, Ops.EXPAND: lambda u: u.arg, Ops.FLIP: lambda u: u.src[0].shape,
+  Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
+  Ops.PAD: lambda u: tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg)),
+  Ops.SHRINK: lambda u: tuple(e - b for b, e in u.arg),
 }
 
 def pretty_print(root: UOp, max_nodes: int = 400) -> str:
