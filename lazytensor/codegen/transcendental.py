@@ -79,7 +79,7 @@ def xlog2(x: UOp) -> UOp:
   if x.dtype.scalar() == dtypes.float64: return UOp(Ops.LOG2, x.dtype, (x,))
   return _in_float32(_log2_f32, x)
 
-pm_fast_math = PatternMatcher([
+pm_fast_math: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.EXP2, dtype=(dtypes.float16, dtypes.float32), src=(UPat.var("x"),)), xexp2),  # exp2(x) -> polynomial
   (UPat(Ops.LOG2, dtype=(dtypes.float16, dtypes.float32), src=(UPat.var("x"),)), xlog2),  # log2(x) -> polynomial
 ])

@@ -52,7 +52,7 @@ def fold_movement(m: UOp, x: UOp) -> UOp:
   if x.op is Ops.VIEW: return UOp(Ops.VIEW, m.dtype, x.src, (x.arg + st).simplify())
   return UOp(Ops.VIEW, m.dtype, (x,), st)
 
-pm_resolve = PatternMatcher([
+pm_resolve: PatternMatcher[UOp] = PatternMatcher([
   (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="m"), fold_movement),                # movement -> VIEW
   (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
   (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer

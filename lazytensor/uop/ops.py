@@ -16,7 +16,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, truncate
 
@@ -420,14 +420,14 @@ class UPat:
   def __repr__(self) -> str:
     return f"UPat({self.op}, name={self.name}, arg={'*' if self.arg is _ANY else self.arg})"
 
-RewriteFn = Callable[..., "UOp | None"]
+R = TypeVar("R")
 
-class PatternMatcher:
+class PatternMatcher(Generic[R]):
   """A table of (pattern, rewrite) rules. A rule returns a replacement node, or None to pass."""
-  def __init__(self, rules: list[tuple[UPat, RewriteFn]]) -> None:
+  def __init__(self, rules: list[tuple[UPat, Callable[..., R | None]]]) -> None:
     self.rules = rules
-    self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool]]] = {}
-    self.any_op: list[tuple[UPat, RewriteFn, bool]] = []
+    self.by_op: dict[Ops, list[tuple[UPat, Callable[..., R | None], bool]]] = {}
+    self.any_op: list[tuple[UPat, Callable[..., R | None], bool]] = []
     for pat, fn in rules:
       entry = (pat, fn, "ctx" in inspect.signature(fn).parameters)
       if pat.op is None: self.any_op.append(entry)
@@ -438,16 +438,16 @@ class PatternMatcher:
       entries.extend(self.any_op)
       entries.sort(key=lambda e: next(i for i, r in enumerate(rules) if r[0] is e[0]))
 
-  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
+  def __add__(self, other: PatternMatcher[R]) -> PatternMatcher[R]: return PatternMatcher(self.rules + other.rules)
 
-  def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+  def rewrite(self, uop: UOp, ctx: Any = None) -> R | None:
     for pat, fn, wants_ctx in self.by_op.get(uop.op, self.any_op):
       for bindings in pat.match(uop, {}):
         ret = fn(ctx=ctx, **bindings) if wants_ctx else fn(**bindings)
         if ret is not None and ret is not uop: return ret
     return None
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, name: str = "") -> UOp:
+def graph_rewrite(root: UOp, pm: PatternMatcher[UOp], ctx: Any = None, name: str = "") -> UOp:
   """Rewrite bottom-up until no rule applies anywhere (a fixed point). Iterative, so deep graphs are fine."""
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]

@@ -52,7 +52,7 @@ def _subtracts_nothing(c: UOp) -> bool:
   # why: for floats only +0.0 is neutral, since -0.0 - (-0.0) is +0.0
   return c.arg == 0 and (not c.dtype.is_float or math.copysign(1.0, c.arg) > 0)
 
-symbolic_simple = PatternMatcher([
+symbolic_simple: PatternMatcher[UOp] = PatternMatcher([
   # constant folding
   (UPat(GroupOp.ALU, name="a", src=UPat(Ops.CONST)), fold_consts),                       # c1 op c2 -> c3
   (UPat(Ops.CAST, name="a", src=(UPat.cvar("c"),)), lambda a, c: a.const_like(c.arg)),   # cast(c) -> c'
@@ -245,7 +245,7 @@ def merge_range_checks(a: UOp) -> UOp | None:
 
 divmod_pat = UPat((Ops.IDIV, Ops.MOD), name="d", src=(_ivar("x"), _icvar("c")))
 
-symbolic = symbolic_simple + PatternMatcher([
+symbolic: PatternMatcher[UOp] = symbolic_simple + PatternMatcher[UOp]([
   # bounds: any int or bool value with one possible value is that constant (also decides x<c by bounds)
   (UPat(GroupOp.ALU | {Ops.CAST}, INTS_BOOL, name="x"), fold_by_bounds),                  # x -> c when vmin == vmax
   (UPat(GroupOp.Commutative, name="a", src=(UPat.cvar("c"), UPat.var("x"))), const_to_right),  # c op x -> x op c

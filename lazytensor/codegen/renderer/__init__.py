@@ -19,6 +19,6 @@ class Renderer:
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
   matmul_panel: int = 0                # large matmuls first copy B into column panels this wide (0: never)
   # rules run on the loop-level graph before linearizing: decompositions the target needs
-  extra_matcher: PatternMatcher | None = None
+  extra_matcher: PatternMatcher[UOp] | None = None
 
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError

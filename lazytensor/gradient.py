@@ -1,0 +1,108 @@
+"""Reverse-mode derivatives as a table of rules over tensor-graph UOps.
+
+Each rule matches a forward node and, given the gradient of its output (`ctx`), returns the gradient of each source
+(None where a source gets none). The gradients are UOps themselves, so the backward pass is as lazy as the forward
+one and fuses the same way: a relu's backward is a WHERE inside whatever kernel consumes it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lazytensor.dtype import dtypes
+from lazytensor.graph import const_like, movement, reduce_uop
+from lazytensor.helpers import argsort
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat
+
+Grads = tuple[UOp | None, ...]
+
+# every constant in the tensor graph is shaped like the values it meets: never a bare Python number
+def _c(like: UOp, value: Any) -> UOp: return const_like(like, value)
+def _eq(a: UOp, b: UOp) -> UOp: return a.ne(b).alu(Ops.CMPNE, const_like(a, True, dtypes.bool))
+
+def _max_grad(ctx: UOp, a: UOp, b: UOp) -> Grads:
+  # ties split the gradient evenly between both sides, as torch.maximum does
+  tie = _eq(a, b).cast(ctx.dtype) * _c(ctx, 0.5)
+  return (ctx * (b.lt(a).cast(ctx.dtype) + tie), ctx * (a.lt(b).cast(ctx.dtype) + tie))
+
+def _reduce_grad(ctx: UOp, r: UOp) -> Grads:
+  x = r.src[0]
+  op, _ = r.arg
+  spread = movement(ctx, Ops.EXPAND, x.shape)
+  if op is Ops.ADD: return (spread,)
+  if op is Ops.MUL: return (spread * movement(r, Ops.EXPAND, x.shape) / x,)
+  # MAX: every position equal to the maximum shares the gradient evenly (torch's amax)
+  is_max = _eq(x, movement(r, Ops.EXPAND, x.shape)).cast(ctx.dtype)
+  count = movement(reduce_uop(is_max, Ops.ADD, r.arg[1]), Ops.EXPAND, x.shape)
+  return (spread * is_max / count,)
+
+def _expand_grad(ctx: UOp, e: UOp) -> Grads:
+  x = e.src[0]
+  axes = tuple(i for i, (s, n) in enumerate(zip(x.shape, e.arg)) if s != n)
+  # float16 gradients are summed in float32, as the forward sum does
+  acc = ctx.cast(dtypes.float32) if ctx.dtype == dtypes.float16 else ctx
+  return (reduce_uop(acc, Ops.ADD, axes).cast(ctx.dtype),)
+
+def _cast_grad(ctx: UOp, c: UOp) -> Grads:
+  x = c.src[0]
+  return (ctx.cast(x.dtype) if x.dtype.is_float and c.dtype.is_float else None,)
+
+def _copy_grad(ctx: UOp, c: UOp) -> Grads:
+  return (UOp(Ops.COPY, ctx.dtype, (ctx,), c.src[0].device),)
+
+LN2 = math.log(2)
+
+pm_gradient: PatternMatcher[Grads] = PatternMatcher([
+  (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),                                                 # d(a+b) = (g, g)
+  (UPat(Ops.SUB), lambda ctx: (ctx, -ctx)),                                                # d(a-b) = (g, -g)
+  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.var("b"))), lambda ctx, a, b: (ctx * b, ctx * a)),  # d(ab) = (gb, ga)
+  (UPat(Ops.FDIV, src=(UPat.var("a"), UPat.var("b"))),
+   lambda ctx, a, b: (ctx / b, -(ctx * a) / (b * b))),                                     # d(a/b) = (g/b, -ga/b^2)
+  (UPat(Ops.NEG), lambda ctx: (-ctx,)),                                                    # d(-x) = -g
+  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), _max_grad),                          # d max(a,b): to the larger
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(), UPat())),
+   lambda ctx, c: (None, c.where(ctx, _c(ctx, 0)), c.where(_c(ctx, 0), ctx))),            # d where(c,a,b)
+  (UPat(Ops.EXP2, name="y"), lambda ctx, y: (ctx * y * _c(y, LN2),)),                      # d 2^x = 2^x ln2
+  (UPat(Ops.LOG2, src=(UPat.var("x"),)), lambda ctx, x: (ctx / (x * _c(x, LN2)),)),        # d log2 x = 1/(x ln2)
+  (UPat(Ops.SIN, src=(UPat.var("x"),)),
+   lambda ctx, x: (ctx * (_c(x, math.pi / 2) - x).alu(Ops.SIN),)),                          # d sin x = cos x
+  (UPat(Ops.SQRT, name="y"), lambda ctx, y: (ctx / (y * _c(y, 2)),)),                      # d sqrt x = 1/(2 sqrt x)
+  (UPat(Ops.RECIP, name="y"), lambda ctx, y: (-ctx * y * y,)),                             # d 1/x = -1/x^2
+  (UPat(Ops.TRUNC), lambda ctx: (_c(ctx, 0),)),                                            # d trunc x = 0
+  (UPat(Ops.CAST, name="c"), _cast_grad),                                                  # d cast = cast back
+  (UPat(Ops.REDUCE_AXIS, name="r"), _reduce_grad),
+  (UPat(Ops.RESHAPE, src=(UPat.var("x"),)), lambda ctx, x: (movement(ctx, Ops.RESHAPE, x.shape),)),
+  (UPat(Ops.PERMUTE, name="p"), lambda ctx, p: (movement(ctx, Ops.PERMUTE, tuple(argsort(p.arg))),)),
+  (UPat(Ops.EXPAND, name="e"), _expand_grad),                                              # d expand = sum back
+  (UPat(Ops.PAD, src=(UPat.var("x"),), name="p"),
+   lambda ctx, x, p: (movement(ctx, Ops.SHRINK, tuple((b, b + s) for (b, _), s in zip(p.arg, x.shape))),)),
+  (UPat(Ops.SHRINK, src=(UPat.var("x"),), name="s"),
+   lambda ctx, x, s: (movement(ctx, Ops.PAD, tuple((b, n - e) for (b, e), n in zip(s.arg, x.shape))),)),
+  (UPat(Ops.FLIP, name="f"), lambda ctx, f: (movement(ctx, Ops.FLIP, f.arg),)),
+  (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+  (UPat(Ops.COPY, name="c"), _copy_grad),
+  (UPat((Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST,
+         Ops.ASSIGN), name="x"), lambda ctx, x: (None,) * len(x.src)),                     # not differentiable
+])
+
+def _on_path(root: UOp, targets: set[UOp]) -> list[UOp]:
+  """The nodes between root and any target, in topological order (sources first)."""
+  reaches: dict[UOp, bool] = {}
+  for node in root.toposort:
+    reaches[node] = node in targets or any(reaches[s] for s in node.src)
+  return [n for n in root.toposort if reaches[n]]
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+  """The gradient of `root` (seeded with `root_grad`) with respect to each target it depends on."""
+  grads: dict[UOp, UOp] = {root: root_grad}
+  for node in reversed(_on_path(root, targets)):
+    g = grads.get(node)
+    if g is None or not node.src or node in targets and node is not root and node.op is Ops.VIEW: continue
+    if node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
+    src_grads = pm_gradient.rewrite(node, ctx=g)
+    if src_grads is None: raise NotImplementedError(f"no derivative rule for {node.op}")
+    for s, sg in zip(node.src, src_grads):
+      if sg is None or not s.dtype.is_float: continue
+      grads[s] = grads[s] + sg if s in grads else sg
+  return {t: grads[t] for t in targets if t in grads}
+
