@@ -742,8 +742,15 @@ def test_docstring_examples() -> None:
   import doctest
 
   import lazytensor.tensor
-  result = doctest.testmod(lazytensor.tensor, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
-  assert result.failed == 0 and result.attempted > 20, result
+  import lazytensor.tensor_create
+  import lazytensor.tensor_elementwise
+  import lazytensor.tensor_movement
+  import lazytensor.tensor_reduce
+  import lazytensor.tensor_unary
+  modules = [lazytensor.tensor, lazytensor.tensor_create, lazytensor.tensor_elementwise, lazytensor.tensor_movement,
+             lazytensor.tensor_reduce, lazytensor.tensor_unary]
+  results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
+  assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 
 def test_compare_helper_catches_mismatches() -> None:
   # the oracle itself: a wrong value, shape or dtype must fail

@@ -1,0 +1,263 @@
+"""Tensor creation: constants, uninitialized buffers, ranges, the identity, and random numbers."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from lazytensor.device import Device, new_buffer_uop
+from lazytensor.dtype import DType, dtypes, to_dtype, truncate
+from lazytensor.helpers import prod
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.tensor_math import threefry_bits
+from lazytensor.tensor_movement import view_of
+from lazytensor.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+  from lazytensor.tensor import Tensor
+
+def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
+  """`value` broadcast to `shape`: one CONST on the device, viewed with zero strides."""
+  c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
+  return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+
+class CreationMixin:
+  """Tensor's constructors (classmethods) and *_like methods. Its only subclass is Tensor
+  (tensor.py), so every CreationMixin is a Tensor."""
+  __slots__ = ()
+  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
+    # cls(...) and type(self)(...) run Tensor.__init__ and so build a Tensor
+    def __new__(cls, data: Any, device: str | None = None, dtype: DType | str | None = None,
+                requires_grad: bool | None = None) -> Tensor: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def device(self) -> str: ...
+
+  @staticmethod
+  def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    for s in shape:
+      if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0:
+        raise ValueError(f"shape {shape}: every dimension must be a non-negative int, got {s!r}")
+    return tuple(int(s) for s in shape)
+
+  @classmethod
+  def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+           device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant, no memory).
+
+    >>> Tensor.full((2, 2), 7).tolist()
+    [[7, 7], [7, 7]]
+    """
+    shp = cls._parse_shape((shape,) if isinstance(shape, int) else tuple(shape))
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    return cls(const_uop(fill_value, dt, dev, shp), requires_grad=requires_grad)
+
+  @classmethod
+  def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    """A tensor of zeros (float32 unless `dtype` says otherwise).
+
+    >>> Tensor.zeros(2, 2).tolist()
+    [[0.0, 0.0], [0.0, 0.0]]
+    """
+    return cls.full(cls._parse_shape(shape), 0.0 if "dtype" not in kwargs else 0, **kwargs)
+
+  @classmethod
+  def ones(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    """A tensor of ones (float32 unless `dtype` says otherwise).
+
+    >>> Tensor.ones(3, dtype='int32').tolist()
+    [1, 1, 1]
+    """
+    return cls.full(cls._parse_shape(shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)
+
+  @classmethod
+  def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """Uninitialized memory of `shape` (it is allocated on first use).
+
+    >>> Tensor.empty(2, 3).shape
+    (2, 3)
+    """
+    shp = cls._parse_shape(shape)
+    dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
+    buf = new_buffer_uop(dev, prod(shp), dt)
+    return cls(view_of(buf, lambda _: ShapeTracker.from_shape(shp)), **kwargs)
+
+  def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """A tensor of `fill_value` with this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).full_like(7).tolist()
+    [7, 7]
+    """
+    dev = kwargs.pop("device", self.device)
+    return type(self).full(self.shape, fill_value, dtype=dtype or self.dtype, device=dev, **kwargs)
+
+  def zeros_like(self, **kwargs: Any) -> Tensor:
+    """Zeros with this tensor's shape, dtype and device.
+
+    >>> Tensor([1.5, 2.5]).zeros_like().tolist()
+    [0.0, 0.0]
+    """
+    return self.full_like(0, **kwargs)
+
+  def ones_like(self, **kwargs: Any) -> Tensor:
+    """Ones with this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).ones_like().tolist()
+    [1, 1]
+    """
+    return self.full_like(1, **kwargs)
+
+  def empty_like(self, **kwargs: Any) -> Tensor:
+    """Uninitialized memory with this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).empty_like().shape
+    (2,)
+    """
+    dt, dev = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
+    return type(self).empty(*self.shape, dtype=dt, device=dev, **kwargs)
+
+  @classmethod
+  def _iota(cls, n: int, device: str | None = None) -> Tensor:
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    return cls(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
+
+  @classmethod
+  def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
+             dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """Evenly spaced values in [start, stop), computed on the device.
+
+    >>> Tensor.arange(1, 7, 2).tolist()
+    [1, 3, 5]
+    """
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+      raise ValueError(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
+    n = max(0, math.ceil((stop - start) / step))
+    any_float = any(isinstance(v, float) for v in (start, stop, step))
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float if any_float else dtypes.default_int
+    idx = cls._iota(n, device)
+    ret = (idx.cast(dtypes.float64 if dt.is_float else dtypes.int64) * step + start).cast(dt)
+    ret.requires_grad = requires_grad
+    return ret
+
+  @classmethod
+  def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DType | str | None = None,
+               device: str | None = None) -> Tensor:
+    """`steps` values from start to stop inclusive.
+
+    >>> Tensor.linspace(0, 1, 3).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    if not isinstance(steps, int) or steps < 0:
+      raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if steps == 1: return cls.full((1,), start, dtype=dt, device=device)
+    delta = (stop - start) / (steps - 1)
+    return (cls._iota(steps, device).cast(dtypes.float64) * delta + start).cast(dt)
+
+  @classmethod
+  def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    """The identity matrix.
+
+    >>> Tensor.eye(2).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    m = n if m is None else m
+    if n < 0 or m < 0: raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
+    rows, cols = cls.arange(n, device=device).reshape(n, 1), cls.arange(m, device=device).reshape(1, m)
+    return (rows == cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+
+  # ---- random numbers, generated on the device with counter-based Threefry-2x32 ----
+
+  # the key of the random stream: the seed, and how many random tensors were drawn since it was set
+  _seed: ClassVar[int] = 0
+  _rng_counter: ClassVar[int] = 0
+
+  @classmethod
+  def manual_seed(cls, seed: int = 0) -> None:
+    """Make the random functions reproducible.
+
+    >>> Tensor.manual_seed(3)
+    >>> a = Tensor.rand(2).tolist()
+    >>> Tensor.manual_seed(3)
+    >>> a == Tensor.rand(2).tolist()
+    True
+    """
+    cls._seed, cls._rng_counter = int(seed), 0
+
+  @classmethod
+  def _random_bits(cls, n: int, device: str | None) -> Tensor:
+    cls._rng_counter += 1
+    return threefry_bits(cls._iota(n, device).cast(dtypes.uint32), cls._seed, cls._rng_counter)
+
+  @classmethod
+  def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [0, 1).
+
+    >>> Tensor.rand(2, 3).shape
+    (2, 3)
+    """
+    shp = cls._parse_shape(shape)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dt.is_float: raise TypeError(f"rand: dtype must be a float dtype, got {dt}")
+    bits = cls._random_bits(prod(shp), device)
+    # as many random bits as the dtype has mantissa bits, scaled by a power of two: exact, so never rounds up to 1.0
+    mant = {2: 11, 4: 24}.get(dt.itemsize, 32)
+    unit = (bits >> (32 - mant)).cast(dt) * (2.0 ** -mant)
+    # materialized: a random tensor is read many times (e.g. by a matmul) and must not be regenerated per read
+    ret = unit.reshape(shp).contiguous()
+    ret.requires_grad = kwargs.get("requires_grad")
+    return ret
+
+  @classmethod
+  def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [low, high).
+
+    >>> Tensor.uniform(1000, low=-1.0, high=1.0).abs().max().item() < 1
+    True
+    """
+    rg = kwargs.pop("requires_grad", None)
+    ret = cls.rand(*shape, **kwargs) * (high - low) + low
+    ret.requires_grad = rg
+    return ret
+
+  @classmethod
+  def randn(cls, *shape: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """Standard normal random numbers (Box-Muller).
+
+    >>> Tensor.randn(4).shape
+    (4,)
+    """
+    rg = kwargs.pop("requires_grad", None)
+    shp = cls._parse_shape(shape)
+    u = cls.rand(2, *shp, **kwargs)
+    ret = ((1.0 - u[0]).log() * -2.0).sqrt() * (u[1] * (2 * math.pi)).cos()
+    ret = ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+    ret.requires_grad = rg
+    return ret
+
+  def rand_like(self, **kwargs: Any) -> Tensor:
+    """Uniform random numbers in [0, 1) with this tensor's shape (and dtype, if it is a float).
+
+    >>> Tensor.zeros(2, 3).rand_like().shape
+    (2, 3)
+    """
+    return type(self).rand(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
+                           device=kwargs.pop("device", self.device), **kwargs)
+
+  def randn_like(self, **kwargs: Any) -> Tensor:
+    """Standard normal random numbers with this tensor's shape (and dtype, if it is a float).
+
+    >>> Tensor.zeros(4).randn_like().shape
+    (4,)
+    """
+    return type(self).randn(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
+                            device=kwargs.pop("device", self.device), **kwargs)
+

@@ -1,0 +1,284 @@
+"""Reductions (sum, max, mean, var, argmax, softmax, ...) and the products that end in one: matmul and convolution."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from lazytensor.dtype import DType, dtypes, to_dtype
+from lazytensor.helpers import prod
+from lazytensor.tensor_math import conv, matmul
+from lazytensor.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+  from lazytensor.tensor import Tensor
+
+class ReduceMixin:
+  """Tensor's reductions, matmul and convolution. Its only subclass is Tensor (tensor.py), so every
+  ReduceMixin is a Tensor."""
+  __slots__ = ()
+  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def ndim(self) -> int: ...
+    def numel(self) -> int: ...
+    def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor: ...
+    def _resolve_axis(self, axis: int, ndim: int | None = None) -> int: ...
+    def _to_float(self) -> Tensor: ...
+    def cast(self, dtype: DType | str) -> Tensor: ...
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor: ...
+    def logical_not(self) -> Tensor: ...
+    def ne(self, x: Tensor | Any) -> Tensor: ...
+    @classmethod
+    def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+             device: str | None = None, requires_grad: bool | None = None) -> Tensor: ...
+    @classmethod
+    def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor: ...
+    @classmethod
+    def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
+               dtype: DType | str | None = None, device: str | None = None,
+               requires_grad: bool | None = None) -> Tensor: ...
+    def __neg__(self) -> Tensor: ...
+    def __invert__(self) -> Tensor: ...
+    def __eq__(self, x: Tensor | Any) -> Tensor: ...  # type: ignore[override]
+
+  def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    if not isinstance(axis, (int, np.integer, tuple, list)):
+      raise TypeError(f"axis must be an int, a sequence of ints or None, got {axis!r}")
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    resolved = tuple(self._resolve_axis(a) for a in axes)
+    if len(set(resolved)) != len(resolved): raise ValueError(f"axis {axis} repeats a dimension")
+    return tuple(sorted(resolved)) if self.ndim else ()  # a 0-d tensor takes axis 0 or -1, and has nothing to reduce
+
+  def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    all_axes = self._axes(axis)
+    axes = tuple(a for a in all_axes if self.shape[a] != 1)
+    ret = self._apply_uop(lambda x: UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes))) if axes else cast("Tensor", self)
+    if keepdim: return ret
+    return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in all_axes))
+
+  def _sum_dtype(self) -> DType:
+    if self.dtype.is_bool or (self.dtype.is_int and not self.dtype.is_unsigned): return dtypes.int64
+    if self.dtype.is_unsigned: return dtypes.uint64 if self.dtype.itemsize == 8 else dtypes.int64
+    return self.dtype
+
+  def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out == dtypes.float16 else out
+
+  def _accumulate(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType | str | None) -> Tensor:
+    """sum and prod: torch's result dtype, a wider accumulator for float16, the identity for empty inputs."""
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    if self.numel() == 0 and self.ndim: return self._empty_reduce(0 if op is Ops.ADD else 1, axis, keepdim, out)
+    return self.cast(self._acc_dtype(out))._reduce(op, axis, keepdim).cast(out)
+
+  def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+          dtype: DType | str | None = None) -> Tensor:
+    """Sum over `axis` (all by default); ints and bools sum as int64, float16 accumulates in float32.
+
+    >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
+    [4, 6]
+    """
+    return self._accumulate(Ops.ADD, axis, keepdim, dtype)
+
+  def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+           dtype: DType | str | None = None) -> Tensor:
+    """The product over `axis` (all by default); ints and bools multiply as int64.
+
+    >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
+    [2, 12]
+    """
+    return self._accumulate(Ops.MUL, axis, keepdim, dtype)
+
+  def _empty_reduce(self, value: Any, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType) -> Tensor:
+    axes = self._axes(axis)
+    shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else \
+      tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    return type(self).full(shape, value, dtype=dtype, device=self.device)
+
+  def _check_nonempty(self, name: str, axis: int | Sequence[int] | None) -> None:
+    if any(self.shape[a] == 0 for a in self._axes(axis)):
+      raise ValueError(f"{name}: cannot reduce over a zero-size dimension of {self.shape}")
+
+  def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """The largest value over `axis` (NaN propagates).
+
+    >>> Tensor([[1, 5], [3, 4]]).max(1).tolist()
+    [5, 4]
+    """
+    self._check_nonempty("max", axis)
+    return self._reduce(Ops.MAX, axis, keepdim)
+
+  def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """The smallest value over `axis` (NaN propagates).
+
+    >>> Tensor([[1, 5], [3, 4]]).min(0).tolist()
+    [1, 4]
+    """
+    self._check_nonempty("min", axis)
+    if self.dtype.is_bool: return self.logical_not().max(axis, keepdim).logical_not()
+    if self.dtype.is_float: return -((-self).max(axis, keepdim))
+    return ~((~self).max(axis, keepdim))
+
+  def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """The average over `axis`; ints become float.
+
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).mean().item()
+    2.5
+    """
+    x = self._to_float()
+    acc = self._acc_dtype(x.dtype)  # float16 sums overflow long before their mean does
+    total = x.sum(axis, keepdim, dtype=acc)
+    count = prod(self.shape[a] for a in self._axes(axis))
+    return (total * (1 / count) if count else total / 0).cast(x.dtype)
+
+  def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """The variance over `axis`, dividing by (count - correction); ints become float.
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
+    1.6666666269302368
+    """
+    x = self._to_float()
+    xa = x.cast(self._acc_dtype(x.dtype))
+    count = prod(self.shape[a] for a in self._axes(axis))
+    sq = (xa - xa.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return (sq / max(0, count - correction)).cast(x.dtype)
+
+  def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """The standard deviation over `axis`: the square root of var.
+
+    >>> Tensor([1.0, 3.0]).std().item()
+    1.4142135381698608
+    """
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """Whether any element over `axis` is non-zero (bool).
+
+    >>> Tensor([[0, 1], [0, 0]]).any(1).tolist()
+    [True, False]
+    """
+    if self.numel() == 0: return self._empty_reduce(False, axis, keepdim, dtypes.bool)
+    return self.cast(dtypes.bool).max(axis, keepdim)
+
+  def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """Whether every element over `axis` is non-zero (bool).
+
+    >>> Tensor([[1, 1], [0, 1]]).all(1).tolist()
+    [True, False]
+    """
+    if self.numel() == 0: return self._empty_reduce(True, axis, keepdim, dtypes.bool)
+    return self.logical_not().any(axis, keepdim).logical_not()
+
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the first largest value (int64); with axis None, into the flattened tensor.
+
+    >>> Tensor([1, 3, 2]).argmax().item()
+    1
+    """
+    if axis is None:
+      flat = self.flatten()
+      ret = flat.argmax(0)
+      return ret.reshape((1,) * self.ndim) if keepdim else ret
+    d = self._resolve_axis(axis)
+    if self.ndim == 0: return type(self).zeros((), dtype=dtypes.int64, device=self.device)
+    self._check_nonempty("argmax", d)
+    n = self.shape[d]
+    is_max = (self == self.max(d, keepdim=True))
+    if self.dtype.is_float: is_max = is_max | self.ne(self)  # NaN counts as the maximum, as in torch
+    count_down = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+    return (n - (is_max * count_down).max(d, keepdim)).cast(dtypes.int64)
+
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the first smallest value (int64); with axis None, into the flattened tensor.
+
+    >>> Tensor([3, 1, 1]).argmin().item()
+    1
+    """
+    if self.dtype.is_bool: return self.logical_not().argmax(axis, keepdim)
+    return (-self if self.dtype.is_float else ~self).argmax(axis, keepdim)
+
+  def softmax(self, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis`, computed stably.
+
+    >>> round(Tensor([0.0, 0.0]).softmax().tolist()[0], 3)
+    0.5
+    """
+    x = self._to_float()
+    if x.numel() == 0: return x._check_axis(axis)
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def log_softmax(self, axis: int = -1) -> Tensor:
+    """log(softmax(x)) along `axis`, computed without taking the log of a rounded-off zero.
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
+    [-0.6931, -0.6931]
+    """
+    x = self._to_float()
+    if x.numel() == 0: return x._check_axis(axis)
+    shifted = x - x.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+  def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) over `axis`, stable for large values; a row of -inf (or an empty one) gives -inf.
+
+    >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 2)
+    1000.69
+    """
+    x = self._to_float()
+    if x.numel() == 0: return x._empty_reduce(-math.inf, axis, keepdim, x.dtype)
+    m = x.max(axis, keepdim=True)
+    m = (m.abs() == float("inf")).where(0, m)  # all -inf rows give -inf, not nan
+    ret = (x - m).exp().sum(axis, keepdim=True).log() + m
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
+
+  def _check_axis(self, axis: int | Sequence[int] | None) -> Tensor:
+    self._axes(axis)  # raises for a bad axis
+    return cast("Tensor", self)
+
+  # ---- matmul and convolution ----
+
+  def dot(self, w: Tensor) -> Tensor:
+    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
+
+    >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[1], [1]])).tolist()
+    [[3], [7]]
+    """
+    return matmul(cast("Tensor", self), w)
+
+  def matmul(self, w: Tensor) -> Tensor:
+    """The matrix product (`@`): the same as dot.
+
+    >>> (Tensor([[1, 2]]) @ Tensor([[3], [4]])).tolist()
+    [[11]]
+    """
+    return self.dot(w)
+
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+    """Convolution (cross-correlation, as torch) over the trailing dims: views plus one reduce, no im2col buffer.
+
+    >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
+    """
+    return conv(cast("Tensor", self), weight, bias, groups, stride, dilation, padding)
+
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight + bias.
+
+    >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
+    [[3.5]]
+    """
+    x = self @ weight
+    return x + bias if bias is not None else x
+
+  def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
+  def __rmatmul__(self, x: Tensor) -> Tensor:
+    return (x if isinstance(x, ReduceMixin) else type(self)(x)).matmul(cast("Tensor", self))
