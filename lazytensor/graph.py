@@ -13,6 +13,10 @@ def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> 
   c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
   return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
 
+def buffer_view(buf: UOp, shape: tuple[int, ...]) -> UOp:
+  """A BUFFER read densely in `shape`: what a realized tensor holds."""
+  return UOp(Ops.VIEW, buf.dtype, (buf,), ShapeTracker.from_shape(shape))
+
 def const_like(x: UOp, value: Any, dtype: DType | None = None) -> UOp:
   return const_uop(value, dtype or x.dtype, x.device, x.shape)
 

@@ -15,11 +15,12 @@ from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, to_dtype
 from lazytensor.engine.realize import run_schedule
 from lazytensor.engine.schedule import commit_realized, create_schedule
+from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import prod
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.tensor_create import CreationMixin, const_uop
+from lazytensor.tensor_create import CreationMixin
 from lazytensor.tensor_elementwise import ElementwiseMixin, broadcast_shape
-from lazytensor.tensor_movement import MovementMixin, view_of
+from lazytensor.tensor_movement import MovementMixin
 from lazytensor.tensor_reduce import ReduceMixin
 from lazytensor.tensor_unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
@@ -78,7 +79,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       arr = _np_from_data(data, dt)
       buf = Buffer(dev, arr.size, dtypes.from_np(arr.dtype)).copyin(arr.reshape(-1).data.cast("B"))
       buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
-      self.lazydata = view_of(buf_uop, lambda _: ShapeTracker.from_shape(arr.shape))
+      self.lazydata = buffer_view(buf_uop, arr.shape)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
                           "a numpy array or a Tensor")
 

@@ -7,20 +7,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from lazytensor.device import Device, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, to_dtype, truncate
+from lazytensor.dtype import DType, dtypes, to_dtype
+from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import prod
-from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_math import threefry_bits
-from lazytensor.tensor_movement import view_of
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
-
-def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
-  """`value` broadcast to `shape`: one CONST on the device, viewed with zero strides."""
-  c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
-  return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
 
 class CreationMixin:
   """Tensor's constructors (classmethods) and *_like methods. Its only subclass is Tensor
@@ -86,7 +80,7 @@ class CreationMixin:
     shp = cls._parse_shape(shape)
     dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
     buf = new_buffer_uop(dev, prod(shp), dt)
-    return cls(view_of(buf, lambda _: ShapeTracker.from_shape(shp)), **kwargs)
+    return cls(buffer_view(buf, shp), **kwargs)
 
   def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """A tensor of `fill_value` with this tensor's shape, dtype and device.

@@ -12,18 +12,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, promote_types
+from lazytensor.graph import movement
 from lazytensor.helpers import flatten, make_tuple, prod
-from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_index import getitem
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
-
-def view_of(x: UOp, fn: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
-  """Apply a movement to x without copying: compose into x's VIEW, or start a VIEW over x."""
-  if x.op is Ops.VIEW: return UOp(Ops.VIEW, x.dtype, (x.src[0],), fn(x.arg))
-  return UOp(Ops.VIEW, x.dtype, (x,), fn(ShapeTracker.from_shape(x.shape)))
 
 class MovementMixin:
   """Tensor's movement methods. Its only subclass is Tensor (tensor.py), so every MovementMixin is a Tensor."""
@@ -69,7 +64,7 @@ class MovementMixin:
     if prod(shape) != self.numel(): raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}: "
                                                      f"{self.numel()} != {prod(shape)} elements")
     if shape == self.shape: return cast("Tensor", self)
-    return self._apply_uop(lambda x: view_of(x, lambda st: st.reshape(shape)))
+    return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, shape))
 
   def view(self, *shape: Any) -> Tensor:
     """The same as reshape.
@@ -90,7 +85,7 @@ class MovementMixin:
     if sorted(resolved) != list(range(self.ndim)):
       raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
     if resolved == tuple(range(self.ndim)): return cast("Tensor", self)
-    return self._apply_uop(lambda x: view_of(x, lambda st: st.permute(resolved)))
+    return self._apply_uop(lambda x: movement(x, Ops.PERMUTE, resolved))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
     """Swap two dimensions.
@@ -126,7 +121,7 @@ class MovementMixin:
       if c != s and c != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape}")
     x = self.reshape(cur) if cur != self.shape else cast("Tensor", self)
     if new == x.shape: return x
-    return x._apply_uop(lambda u: view_of(u, lambda st: st.expand(new)))
+    return x._apply_uop(lambda u: movement(u, Ops.EXPAND, new))
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
     """self with 1s prepended to its shape and expanded to `shape`."""
@@ -152,7 +147,7 @@ class MovementMixin:
       return self.shrink(crop).pad([(max(0, b), max(0, a)) for b, a in pairs], value)
     arg = tuple((int(b), int(a)) for b, a in pairs)
     if all(p == (0, 0) for p in arg): return cast("Tensor", self)
-    ret = self._apply_uop(lambda x: view_of(x, lambda st: st.pad(arg)))
+    ret = self._apply_uop(lambda x: movement(x, Ops.PAD, arg))
     if value == 0: return ret
     mask = type(self).ones(self.shape, dtype=dtypes.bool, device=self.device).pad(arg)
     return mask.where(ret, ret.full_like(value))  # the fill takes the tensor's dtype, as torch
@@ -169,7 +164,7 @@ class MovementMixin:
       if not 0 <= b <= e <= s:
         raise ValueError(f"shrink: range ({b}, {e}) is out of bounds for a dimension of size {s}")
     if all(r == (0, s) for r, s in zip(full, self.shape)): return cast("Tensor", self)
-    return self._apply_uop(lambda x: view_of(x, lambda st: st.shrink(full)))
+    return self._apply_uop(lambda x: movement(x, Ops.SHRINK, full))
 
   def flip(self, axis: int | Sequence[int]) -> Tensor:
     """Reverse the order of elements along the given axes.
@@ -179,7 +174,7 @@ class MovementMixin:
     """
     axes = {self._resolve_axis(a) for a in make_tuple(axis, 1)}
     arg = tuple(i in axes for i in range(self.ndim))
-    return self._apply_uop(lambda x: view_of(x, lambda st: st.flip(arg)))
+    return self._apply_uop(lambda x: movement(x, Ops.FLIP, arg))
 
   def squeeze(self, dim: int | None = None) -> Tensor:
     """Remove dimension `dim` if its size is 1, or every size-1 dimension when `dim` is None.
