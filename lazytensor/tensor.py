@@ -6,6 +6,7 @@ tensor_movement, tensor_elementwise, tensor_unary and tensor_reduce.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -14,7 +15,8 @@ import numpy as np
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, to_dtype
 from lazytensor.engine.realize import run_schedule
-from lazytensor.engine.schedule import commit_realized, create_schedule
+from lazytensor.engine.schedule import commit_realized, create_schedule, substitute_realized
+from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import prod
 from lazytensor.shape.view import ShapeTracker
@@ -53,13 +55,16 @@ def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
     raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
   return dtypes.default_int
 
+# tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
+_grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
 class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
   [3, 7]
   """
-  __slots__ = ("lazydata", "requires_grad", "grad", "__weakref__")
+  __slots__ = ("lazydata", "_requires_grad", "grad", "__weakref__")
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
@@ -69,7 +74,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     dt = to_dtype(dtype) if dtype is not None else None
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     self.grad: Tensor | None = None
-    self.requires_grad: bool | None = requires_grad
+    self._requires_grad: bool | None = None
+    if requires_grad is not None: self.requires_grad = requires_grad
     if isinstance(data, UOp): self.lazydata = data
     elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
@@ -231,10 +237,76 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   # ---- what every op goes through ----
 
   def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor:
-    """Every op goes through here so that autograd can see it."""
+    """Every op goes through here: the result needs gradients when an input does (and gradients are on)."""
     out = Tensor(fn(self.lazydata, *(o.lazydata for o in others)))
-    if any(t.requires_grad for t in (self,) + others) and not Tensor.no_grad: out.requires_grad = True
+    if not Tensor.no_grad and any(t._requires_grad for t in (self,) + others): out._requires_grad = True
     return out
+
+  # ---- autograd ----
+
+  @property
+  def requires_grad(self) -> bool | None:
+    """Whether backward() fills this tensor's .grad; results of ops on such tensors need gradients too.
+
+    >>> Tensor([1.0], requires_grad=True).requires_grad
+    True
+    """
+    return self._requires_grad
+
+  @requires_grad.setter
+  def requires_grad(self, value: bool | None) -> None:
+    self._requires_grad = value
+    if value: _grad_leaves.add(self)
+    else: _grad_leaves.discard(self)
+
+  def _grads(self, targets: list[UOp], gradient: Tensor | None) -> tuple[UOp, dict[UOp, UOp]]:
+    if gradient is None:
+      if self.numel() != 1:
+        raise ValueError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient= of that shape; "
+                         "only a one-element output has an implicit gradient of 1")
+      seed = const_uop(1.0, self.dtype, self.device, self.shape)
+    else:
+      if gradient.shape != self.shape:
+        raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
+      seed = gradient.cast(self.dtype).lazydata
+    # nodes realized since the graph was built are swapped for their buffers, which realized tensors now hold
+    root, _ = substitute_realized(self.lazydata)
+    return root, compute_gradient(root, seed, set(targets))
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet).
+
+    >>> x = Tensor([1.0, 2.0, 3.0])
+    >>> (x * x).sum().gradient(x)[0].tolist()
+    [2.0, 4.0, 6.0]
+    """
+    if not self.dtype.is_float: raise TypeError(f"gradient of a {self.dtype} tensor; only float outputs have gradients")
+    _, grads = self._grads([t.lazydata for t in targets], gradient)
+    out = []
+    for t in targets:
+      if t.lazydata not in grads:
+        raise ValueError(f"gradient: a target of shape {t.shape} is not used to compute this tensor")
+      out.append(Tensor(grads[t.lazydata]))
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = (w * 3).sum().backward()
+    >>> w.grad.tolist()
+    [3.0, 3.0]
+    """
+    if not self.dtype.is_float: raise TypeError(f"backward of a {self.dtype} tensor; only float outputs have gradients")
+    root, _ = substitute_realized(self.lazydata)
+    nodes = root.toposort
+    leaves = [t for t in list(_grad_leaves) if t.lazydata in nodes]
+    _, grads = self._grads([t.lazydata for t in leaves], gradient)
+    for t in leaves:
+      if (g := grads.get(t.lazydata)) is None: continue
+      new = Tensor(g)
+      t.grad = new if t.grad is None else t.grad + new
+    return self
 
   def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""

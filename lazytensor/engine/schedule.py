@@ -67,17 +67,15 @@ class _Graph:
   realize: dict[UOp, None] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
 
-def _substitute_realized(sink: UOp) -> tuple[UOp, dict[UOp, UOp]]:
+def substitute_realized(root: UOp) -> tuple[UOp, dict[UOp, UOp]]:
   """Swap in buffers for nodes realized earlier; returns the new graph and a map new node -> original node."""
   done: dict[UOp, UOp] = {}
-  for node in sink.toposort:
+  for node in root.toposort:
     if (hit := realized_map.get(node)) is not None: done[node] = hit
     else:
       new_src = tuple(done[s] for s in node.src)
       done[node] = node if new_src == node.src else node.replace(src=new_src)
-  resolved = graph_rewrite(done[sink], pm_resolve, name="resolve")
-  origin = {new: old for old, new in done.items()}
-  return resolved, origin
+  return done[root], {new: old for old, new in done.items()}
 
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
@@ -212,7 +210,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   Nothing is recorded until the caller has run the items and calls `commit_realized(becomes)`."""
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
-  sink, origin = _substitute_realized(original_sink)
+  substituted, origin = substitute_realized(original_sink)
+  sink = graph_rewrite(substituted, pm_resolve, name="resolve")
   g = _find_realizes(sink)
   roots = _toposort_roots(sink, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
