@@ -84,9 +84,16 @@ def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
     if base.op not in (Ops.BUFFER, Ops.CONST): roots[base] = None
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
+    # an assign that reads its own target at other positions (a.assign(a.flip(0))) would race: compute it first
+    if node.op is Ops.ASSIGN and _reads_target_elsewhere(node): roots[node.src[1]] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
     if node.op is Ops.COPY and not _is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
   return roots
+
+def _reads_target_elsewhere(assign: UOp) -> bool:
+  target = assign.src[0]
+  return any(u.op is Ops.VIEW and u.src and u.src[0] is target.src[0] and u.arg != target.arg
+             for u in assign.src[1].toposort)
 
 def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
   """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
@@ -130,6 +137,7 @@ class _KernelBuilder:
   def __init__(self, root: UOp, g: _Graph, outputs: dict[UOp, Buffer], leaf_buffers: dict[UOp, Buffer]) -> None:
     self.root, self.g, self.outputs, self.leaf_buffers = root, g, outputs, leaf_buffers
     self.bufs: list[Buffer] = []
+    self.leaf_reads: set[int] = set()  # ids of buffers read as they were before this schedule (not its outputs)
     self.memo: dict[tuple[UOp, ShapeTracker | None], UOp] = {}
 
   def define_global(self, buf: Buffer) -> UOp:
@@ -172,7 +180,9 @@ class _KernelBuilder:
       return self.load(self.outputs[node], _compose(ShapeTracker.from_shape(node.shape), pending))
     if node.op is Ops.VIEW:
       base = node.src[0]
-      if base.op is Ops.BUFFER: return self.load(self.leaf_buffers[base], _compose(node.arg, pending))
+      if base.op is Ops.BUFFER:
+        self.leaf_reads.add(id(self.leaf_buffers[base]))
+        return self.load(self.leaf_buffers[base], _compose(node.arg, pending))
       return self.visit(base, _compose(node.arg, pending))
     st = pending if pending is not None else ShapeTracker.from_shape(node.shape)
     if node.op is Ops.CONST: return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
@@ -216,15 +226,17 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   roots = _toposort_roots(sink, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
   leaf_buffers = {n: _buffer_of(n) for n in sink.toposort if n.op is Ops.BUFFER}
-  items: list[ScheduleItem] = []
+  built: dict[UOp, tuple[ScheduleItem, set[int]]] = {}
   for root in roots:
     if root.op is Ops.COPY:
       src = root.src[0]
       src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]
-      items.append(ScheduleItem(root.replace(src=()), (outputs[root], src_buf)))
+      old_reads = set() if src in outputs else {id(src_buf)}
+      built[root] = (ScheduleItem(root.replace(src=()), (outputs[root], src_buf)), old_reads)
       continue
     kb = _KernelBuilder(root, g, outputs, leaf_buffers)
-    items.append(ScheduleItem(kb.build(), tuple(kb.bufs)))
+    built[root] = (ScheduleItem(kb.build(), tuple(kb.bufs)), kb.leaf_reads)
+  items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(original_sink, sink, buffer_uops)
   out_bases = {o.base for o in sink.src}
@@ -235,8 +247,33 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if DEBUG >= 1 and items: print(f"scheduled {len(items)} items from {len(original_sink.toposort)} nodes")
   return items, becomes
 
+def _order_items(roots: list[UOp], built: dict[UOp, tuple[ScheduleItem, set[int]]],
+                 outputs: dict[UOp, Buffer]) -> list[ScheduleItem]:
+  """Dependency order, plus: a kernel that reads a buffer's old contents runs before the assign that overwrites it."""
+  after: dict[UOp, set[UOp]] = {r: set() for r in roots}  # root -> roots that must run before it
+  for r in roots:
+    item = built[r][0]
+    after[r] |= {o for o in roots if o is not r and outputs[o] in item.bufs[1:] and id(outputs[o]) not in built[r][1]}
+  for a in roots:
+    if a.op is not Ops.ASSIGN: continue
+    target = id(outputs[a])
+    for r in roots:
+      if r is not a and target in built[r][1]: after[a].add(r)
+  order: list[ScheduleItem] = []
+  done: set[UOp] = set()
+  while len(order) < len(roots):
+    ready = next((r for r in roots if r not in done and after[r] <= done), None)
+    assert ready is not None, "cycle between kernels and assigns in one schedule"
+    order.append(built[ready][0])
+    done.add(ready)
+  return order
+
 def _buffer_uop_for(root: UOp, buf: Buffer) -> UOp:
-  if root.op is Ops.ASSIGN: return root.src[0]
+  if root.op is Ops.ASSIGN:
+    # a new BUFFER node for the same memory: graphs built from now on are new nodes, so nothing remembered about
+    # the old contents is mistaken for the new
+    target = root.src[0]
+    return UOp(Ops.VIEW, target.dtype, (new_buffer_uop(buf.device, buf.size, buf.dtype, buf),), target.arg)
   shape = _root_shape(root)
   buf_uop = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
   return UOp(Ops.VIEW, root.dtype, (buf_uop,), ShapeTracker.from_shape(shape))
