@@ -2,7 +2,7 @@
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import Context, GlobalCounters
-from lazytensor.tensor import Tensor
+from lazytensor.tensor import Tensor, no_grad
+from lazytensor.version import __version__
 
-__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters"]
-__version__ = "0.1.0"
+__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "__version__"]

@@ -27,14 +27,26 @@ def _max_grad(ctx: UOp, a: UOp, b: UOp) -> Grads:
 
 def _reduce_grad(ctx: UOp, r: UOp) -> Grads:
   x = r.src[0]
-  op, _ = r.arg
+  op, axes = r.arg
   spread = movement(ctx, Ops.EXPAND, x.shape)
   if op is Ops.ADD: return (spread,)
-  if op is Ops.MUL: return (spread * movement(r, Ops.EXPAND, x.shape) / x,)
+  if op is Ops.MUL: return (spread * _prod_others(x, axes),)
   # MAX: every position equal to the maximum shares the gradient evenly (torch's amax)
   is_max = _eq(x, movement(r, Ops.EXPAND, x.shape)).cast(ctx.dtype)
-  count = movement(reduce_uop(is_max, Ops.ADD, r.arg[1]), Ops.EXPAND, x.shape)
+  count = movement(reduce_uop(is_max, Ops.ADD, axes), Ops.EXPAND, x.shape)
   return (spread * is_max / count,)
+
+def _prod_others(x: UOp, axes: tuple[int, ...]) -> UOp:
+  """For each element, the product of the others in its reduce window: prod/x, except that x may be zero.
+
+  No zero in the window: prod/x. One zero: its position gets the product of the rest, the others 0. More: all 0."""
+  def spread(v: UOp, op: Ops) -> UOp: return movement(reduce_uop(v, op, axes), Ops.EXPAND, x.shape)
+  is_zero = _eq(x, _c(x, 0))
+  nonzero = is_zero.where(_c(x, 1), x)
+  prod_nonzero = spread(nonzero, Ops.MUL)
+  zeros = spread(is_zero.cast(x.dtype), Ops.ADD)
+  lone_zero = _eq(zeros, _c(x, 1)).alu(Ops.AND, is_zero)
+  return _eq(zeros, _c(x, 0)).where(prod_nonzero / nonzero, lone_zero.where(prod_nonzero, _c(x, 0)))
 
 def _expand_grad(ctx: UOp, e: UOp) -> Grads:
   x = e.src[0]
@@ -46,6 +58,11 @@ def _expand_grad(ctx: UOp, e: UOp) -> Grads:
 def _cast_grad(ctx: UOp, c: UOp) -> Grads:
   x = c.src[0]
   return (ctx.cast(x.dtype) if x.dtype.is_float and c.dtype.is_float else None,)
+
+def _sin_grad(ctx: UOp, x: UOp) -> Grads:
+  # cos x = 1 - 2 sin(x/2)^2, as the forward cos: sin(pi/2 - x) would round pi/2 - x and lose every digit for large x
+  s = (x * _c(x, 0.5)).alu(Ops.SIN)
+  return (ctx * (_c(x, 1) - _c(x, 2) * s * s),)
 
 def _copy_grad(ctx: UOp, c: UOp) -> Grads:
   return (UOp(Ops.COPY, ctx.dtype, (ctx,), c.src[0].device),)
@@ -64,8 +81,7 @@ pm_gradient: PatternMatcher[Grads] = PatternMatcher([
    lambda ctx, c: (None, c.where(ctx, _c(ctx, 0)), c.where(_c(ctx, 0), ctx))),            # d where(c,a,b)
   (UPat(Ops.EXP2, name="y"), lambda ctx, y: (ctx * y * _c(y, LN2),)),                      # d 2^x = 2^x ln2
   (UPat(Ops.LOG2, src=(UPat.var("x"),)), lambda ctx, x: (ctx / (x * _c(x, LN2)),)),        # d log2 x = 1/(x ln2)
-  (UPat(Ops.SIN, src=(UPat.var("x"),)),
-   lambda ctx, x: (ctx * (_c(x, math.pi / 2) - x).alu(Ops.SIN),)),                          # d sin x = cos x
+  (UPat(Ops.SIN, src=(UPat.var("x"),)), _sin_grad),                                        # d sin x = cos x
   (UPat(Ops.SQRT, name="y"), lambda ctx, y: (ctx / (y * _c(y, 2)),)),                      # d sqrt x = 1/(2 sqrt x)
   (UPat(Ops.RECIP, name="y"), lambda ctx, y: (-ctx * y * y,)),                             # d 1/x = -1/x^2
   (UPat(Ops.TRUNC), lambda ctx: (_c(ctx, 0),)),                                            # d trunc x = 0
@@ -96,9 +112,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
   """The gradient of `root` (seeded with `root_grad`) with respect to each target it depends on."""
   grads: dict[UOp, UOp] = {root: root_grad}
   for node in reversed(_on_path(root, targets)):
-    g = grads.get(node)
-    if g is None or not node.src or node in targets and node is not root and node.op is Ops.VIEW: continue
-    if node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
+    # a VIEW of the tensor graph reads a buffer or a constant: nothing below it has a gradient
+    if (g := grads.get(node)) is None or node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
     src_grads = pm_gradient.rewrite(node, ctx=g)
     if src_grads is None: raise NotImplementedError(f"no derivative rule for {node.op}")
     for s, sg in zip(node.src, src_grads):

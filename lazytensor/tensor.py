@@ -6,8 +6,10 @@ tensor_movement, tensor_elementwise, tensor_unary and tensor_reduce.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,7 +17,7 @@ import numpy as np
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, to_dtype
 from lazytensor.engine.realize import run_schedule
-from lazytensor.engine.schedule import commit_realized, create_schedule, substitute_realized
+from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import prod
@@ -56,7 +58,51 @@ def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
   return dtypes.default_int
 
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
-_grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
+# keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
+_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
+  """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
+  into its buffer after the graph was built. A node whose graph contains another such node is left out: the gradient
+  of that other node already includes it."""
+  nodes = root.toposort
+  realized_into: dict[UOp, list[UOp]] = {}
+  for n in nodes:
+    if (buf := realized_map.get(n)) is not None: realized_into.setdefault(buf, []).append(n)
+  out = []
+  for t in tensors:
+    found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
+    out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
+  return out
+
+def _sum_uops(xs: list[UOp]) -> UOp | None:
+  return functools.reduce(lambda a, b: a + b, xs) if xs else None
+
+class TensorFlag(contextlib.ContextDecorator):
+  """Sets a Tensor class flag (training, no_grad) for a `with` block or a decorated function, and restores it after.
+  Reentrant: nested and recursive uses restore what each one found."""
+  def __init__(self, name: str, value: bool) -> None:
+    self.name, self.value = name, value
+    self._saved: list[bool] = []
+
+  def __enter__(self) -> TensorFlag:
+    self._saved.append(getattr(Tensor, self.name))
+    setattr(Tensor, self.name, self.value)
+    return self
+
+  def __exit__(self, *exc: object) -> None: setattr(Tensor, self.name, self._saved.pop())
+
+def no_grad() -> TensorFlag:
+  """A context (or decorator) under which ops record no gradients: their results are constants to backward, as in
+  torch.no_grad(). It sets the flag Tensor.no_grad for the block.
+
+  >>> w = Tensor([2.0], requires_grad=True)
+  >>> with no_grad():
+  ...   y = w * 3
+  >>> y.requires_grad is None, Tensor.no_grad
+  (True, False)
+  """
+  return TensorFlag("no_grad", True)
 
 class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin):
   """A lazy n-dimensional array.
@@ -64,7 +110,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
   [3, 7]
   """
-  __slots__ = ("lazydata", "_requires_grad", "grad", "__weakref__")
+  # _graph: what a tensor that needs gradients was computed from, kept when realize() swaps in its buffer
+  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "__weakref__")
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
@@ -75,7 +122,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
-    if requires_grad is not None: self.requires_grad = requires_grad
+    self._graph: UOp | None = None
     if isinstance(data, UOp): self.lazydata = data
     elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
@@ -88,6 +135,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       self.lazydata = buffer_view(buf_uop, arr.shape)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
                           "a numpy array or a Tensor")
+    if requires_grad is not None: self.requires_grad = requires_grad
 
   # ---- properties ----
 
@@ -165,7 +213,11 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)
-    for t in tensors: t.lazydata = becomes.get(t.lazydata, t.lazydata)
+    for t in tensors:
+      new = becomes.get(t.lazydata, t.lazydata)
+      # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
+      if new is not t.lazydata and t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
+      t.lazydata = new
     return self
 
   def _buffer(self) -> tuple[Buffer, ShapeTracker]:
@@ -237,29 +289,60 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   # ---- what every op goes through ----
 
   def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor:
-    """Every op goes through here: the result needs gradients when an input does (and gradients are on)."""
-    out = Tensor(fn(self.lazydata, *(o.lazydata for o in others)))
-    if not Tensor.no_grad and any(t._requires_grad for t in (self,) + others): out._requires_grad = True
-    return out
+    """Every op goes through here: a float result needs gradients when an input does. Under no_grad, such a result
+    is cut off from its inputs' gradients (DETACH), as torch treats values computed under torch.no_grad()."""
+    ins = (self,) + others
+    # a realized input that needs gradients is used through the graph that computed it, so that gradients still flow
+    # through it (the scheduler reads its buffer: nothing is computed twice)
+    out = fn(*(t._graph_root() if t._graph is not None else t.lazydata for t in ins))
+    if not any(t._requires_grad for t in ins): return Tensor(out)
+    if Tensor.no_grad: return Tensor(UOp(Ops.DETACH, out.dtype, (out,)))
+    ret = Tensor(out)
+    if out.dtype.is_float: ret._requires_grad = True
+    return ret
 
   # ---- autograd ----
 
   @property
   def requires_grad(self) -> bool | None:
     """Whether backward() fills this tensor's .grad; results of ops on such tensors need gradients too.
+    None (the default) means not asked for; only float tensors can require gradients.
 
-    >>> Tensor([1.0], requires_grad=True).requires_grad
-    True
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> w.requires_grad, (w * 2).requires_grad, (w > 0).requires_grad
+    (True, True, None)
     """
     return self._requires_grad
 
   @requires_grad.setter
   def requires_grad(self, value: bool | None) -> None:
+    if value and not self.dtype.is_float:
+      raise TypeError(f"only float tensors can require gradients, got a {self.dtype} tensor")
+    # constants are interned: two zeros(3) are one node, and a leaf must be a node of its own
+    if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
+      fill = np.full(self.shape, self.lazydata.src[0].arg, dtype=self.dtype.np)
+      self.lazydata = Tensor(fill, device=self.device).lazydata
     self._requires_grad = value
-    if value: _grad_leaves.add(self)
-    else: _grad_leaves.discard(self)
+    if value: _grad_leaves[id(self)] = self
+    else: _grad_leaves.pop(id(self), None)
 
-  def _grads(self, targets: list[UOp], gradient: Tensor | None) -> tuple[UOp, dict[UOp, UOp]]:
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """Set requires_grad in place; returns self.
+
+    >>> Tensor([1.0]).requires_grad_().requires_grad
+    True
+    """
+    self.requires_grad = requires_grad
+    return self
+
+  def _graph_root(self) -> UOp:
+    """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
+    if self._graph is not None and realized_map.get(self._graph) is self.lazydata: return self._graph
+    return self.lazydata
+
+  def _grads(self, targets: Sequence[Tensor], gradient: Tensor | None) -> list[UOp | None]:
+    """d(self)/d(target) for each target (None where self does not depend on it), seeded with `gradient`."""
+    if not self.dtype.is_float: raise TypeError(f"gradient of a {self.dtype} tensor; only float outputs have gradients")
     if gradient is None:
       if self.numel() != 1:
         raise ValueError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient= of that shape; "
@@ -269,44 +352,70 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       if gradient.shape != self.shape:
         raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
       seed = gradient.cast(self.dtype).lazydata
-    # nodes realized since the graph was built are swapped for their buffers, which realized tensors now hold
-    root, _ = substitute_realized(self.lazydata)
-    return root, compute_gradient(root, seed, set(targets))
+    root = self._graph_root()
+    nodes = _nodes_standing_for(root, targets)
+    grads = compute_gradient(root, seed, {n for ns in nodes for n in ns})
+    return [_sum_uops([grads[n] for n in ns if n in grads]) for ns in nodes]
 
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet).
+    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet). Any float tensor can
+    be a target, whether it requires gradients or not; but once realized, only a tensor that requires gradients keeps
+    the graph it was computed from. A non-scalar tensor needs `gradient`, the gradient of its output.
 
     >>> x = Tensor([1.0, 2.0, 3.0])
     >>> (x * x).sum().gradient(x)[0].tolist()
     [2.0, 4.0, 6.0]
+    >>> (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))[0].tolist()
+    [2.0, 0.0, 12.0]
     """
-    if not self.dtype.is_float: raise TypeError(f"gradient of a {self.dtype} tensor; only float outputs have gradients")
-    _, grads = self._grads([t.lazydata for t in targets], gradient)
-    out = []
     for t in targets:
-      if t.lazydata not in grads:
-        raise ValueError(f"gradient: a target of shape {t.shape} is not used to compute this tensor")
-      out.append(Tensor(grads[t.lazydata]))
+      if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
+    out = []
+    for t, g in zip(targets, self._grads(targets, gradient)):
+      if g is None: raise ValueError(f"gradient: a target of shape {t.shape} is not used to compute this tensor")
+      out.append(Tensor(g))
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on.
+    """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:
+    the gradients are computed when used). A non-scalar tensor needs `gradient`, the gradient of its output.
 
     >>> w = Tensor([1.0, 2.0], requires_grad=True)
     >>> _ = (w * 3).sum().backward()
+    >>> _ = (w * w).sum().backward()
     >>> w.grad.tolist()
-    [3.0, 3.0]
+    [5.0, 7.0]
     """
-    if not self.dtype.is_float: raise TypeError(f"backward of a {self.dtype} tensor; only float outputs have gradients")
-    root, _ = substitute_realized(self.lazydata)
-    nodes = root.toposort
-    leaves = [t for t in list(_grad_leaves) if t.lazydata in nodes]
-    _, grads = self._grads([t.lazydata for t in leaves], gradient)
-    for t in leaves:
-      if (g := grads.get(t.lazydata)) is None: continue
-      new = Tensor(g)
-      t.grad = new if t.grad is None else t.grad + new
+    if self.dtype.is_float and not self._requires_grad:
+      raise ValueError("backward: this tensor does not depend on any tensor with requires_grad=True (or was computed "
+                       "under no_grad); set requires_grad=True on the inputs to differentiate, or use gradient()")
+    leaves = list(_grad_leaves.values())
+    for t, g in zip(leaves, self._grads(leaves, gradient)):
+      if g is None: continue
+      t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)
     return self
+
+  @staticmethod
+  def train(mode: bool = True) -> TensorFlag:
+    """A context (or decorator) that sets Tensor.training, which dropout and batchnorm read, for a block.
+
+    >>> with Tensor.train():
+    ...   Tensor.training
+    True
+    >>> Tensor.training
+    False
+    """
+    return TensorFlag("training", mode)
+
+  @staticmethod
+  def test(mode: bool = False) -> TensorFlag:
+    """A context (or decorator) that clears Tensor.training for a block: the same as Tensor.train(False).
+
+    >>> with Tensor.train(), Tensor.test():
+    ...   Tensor.training
+    False
+    """
+    return TensorFlag("training", mode)
 
   def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""

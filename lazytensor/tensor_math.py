@@ -143,13 +143,18 @@ def tensor_pow(x: Tensor, y: Any, reverse: bool) -> Tensor:
   return _float_pow(a, b)
 
 def _float_pow(a: Tensor, b: Tensor) -> Tensor:
-  mag = (b * a.abs().log2()).exp2()
+  """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
+  reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
+  zero = a == 0
+  mag = (b * zero.where(1.0, a.abs()).log2()).exp2()
+  mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
   b_int = b.trunc() == b
   b_odd = b_int & ((b.abs() % 2) == 1)
   neg = a < 0
   signed = (neg & b_odd).where(-mag, mag)
   ret = (neg & b_int.logical_not()).where(float("nan"), signed)
-  return (b == 0).where(1.0, ret)
+  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself, and d/db = log|a| flows through it
+  return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
 
 def threefry_bits(counter: Tensor, seed: int, stream: int) -> Tensor:
   """32 random bits per element of `counter` (uint32) from Threefry-2x32 with 20 rounds, keyed by (seed, stream)."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, to_dtype
+from lazytensor.graph import const_uop
 from lazytensor.helpers import prod
 from lazytensor.tensor_math import conv, matmul
 from lazytensor.uop.ops import Ops, UOp
@@ -100,7 +101,8 @@ class ReduceMixin:
     axes = self._axes(axis)
     shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else \
       tuple(s for i, s in enumerate(self.shape) if i not in axes)
-    return type(self).full(shape, value, dtype=dtype, device=self.device)
+    # through _apply_uop, so that the result needs gradients (all zero) when self does, as in torch
+    return self._apply_uop(lambda x: const_uop(value, dtype, x.device, shape))
 
   def _check_nonempty(self, name: str, axis: int | Sequence[int] | None) -> None:
     if any(self.shape[a] == 0 for a in self._axes(axis)):
@@ -212,7 +214,9 @@ class ReduceMixin:
     """
     x = self._to_float()
     if x.numel() == 0: return x._check_axis(axis)
-    e = (x - x.max(axis, keepdim=True)).exp()
+    # the shift by the max cancels out of the result, so it is detached: its gradient would be zero, at the cost of
+    # two more backward kernels (the tie mask and its count)
+    e = (x - x.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1) -> Tensor:
@@ -223,7 +227,8 @@ class ReduceMixin:
     """
     x = self._to_float()
     if x.numel() == 0: return x._check_axis(axis)
-    shifted = x - x.max(axis, keepdim=True)
+    # the shift cancels out (see softmax): no gradient through it
+    shifted = x - x.max(axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
   def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -234,7 +239,8 @@ class ReduceMixin:
     """
     x = self._to_float()
     if x.numel() == 0: return x._empty_reduce(-math.inf, axis, keepdim, x.dtype)
-    m = x.max(axis, keepdim=True)
+    # the shift cancels out (see softmax): no gradient through it
+    m = x.max(axis, keepdim=True).detach()
     m = (m.abs() == float("inf")).where(0, m)  # all -inf rows give -inf, not nan
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))

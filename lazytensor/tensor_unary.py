@@ -25,6 +25,8 @@ class UnaryMixin:
     def __sub__(self, x: Any) -> Tensor: ...
     def __lt__(self, x: Tensor | Any) -> Tensor: ...
     def __gt__(self, x: Tensor | Any) -> Tensor: ...
+    def __le__(self, x: Tensor | Any) -> Tensor: ...
+    def __ge__(self, x: Tensor | Any) -> Tensor: ...
 
   def _unary(self, op: Ops) -> Tensor: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
 
@@ -155,20 +157,26 @@ class UnaryMixin:
     return away.where(t + (self > 0).where(1.0, -1.0).cast(self.dtype), t)
 
   def relu(self) -> Tensor:
-    """max(x, 0).
+    """max(x, 0); NaN stays NaN and, as torch, the gradient at 0 is 0 (maximum would split it, giving 0.5).
 
     >>> Tensor([-1.0, 2.0]).relu().tolist()
     [0.0, 2.0]
     """
-    return self.maximum(0)
+    return (self <= 0).where(0, self)
 
   def sigmoid(self) -> Tensor:
-    """1 / (1 + exp(-x)).
+    """1 / (1 + exp(-x)), computed from e = exp(-|x|) <= 1: exp(-x) overflows to inf for x < -88 (float32), and
+    the chain rule through that inf turns the gradient (zero there) into NaN.
 
     >>> Tensor([0.0]).sigmoid().tolist()
     [0.5]
     """
-    return (1 + (-self._to_float()).exp()).reciprocal()
+    x = self._to_float()
+    pos = x >= 0
+    # -|x| spelled as a where: abs would give the gradient 0 at x = 0, a where gives -1 there
+    e = pos.where(-x, x).exp()
+    r = (1 + e).reciprocal()
+    return pos.where(r, e * r)
 
   def tanh(self) -> Tensor:
     """The hyperbolic tangent.

@@ -1,11 +1,12 @@
 """Test helpers: run one function on lazytensor and on references (torch when installed, numpy) and compare.
 
-`check_op` is the entry point of the op tests. It compares forward values, shapes and dtypes. Gradients are the
-planned extension: `check_op` returns the lazytensor and reference inputs and outputs (`OpRun`), so a future
-`check_grads(run)` can call backward on both sides and compare the inputs' gradients without building anything again.
+`check_op` is the entry point of the op tests. It compares forward values, shapes and dtypes and, against torch, the
+gradient of every float input (`check_grads`). `check_grad_numeric` checks gradients against central finite
+differences in float64 and needs no torch.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ def positive(shape: tuple[int, ...], dt: DType, rng: np.random.Generator) -> np.
 
 @dataclass
 class OpRun:
-  """Everything one `check_op` call built: what a gradient check needs to rerun backward on both sides."""
+  """Everything one `check_op` call built: what a gradient check needs to run backward on both sides."""
   inputs: list[Tensor]
   ref_inputs: list[Any]
   out: Any
@@ -96,7 +97,8 @@ def compare(out: Any, ref: Any, atol: float | None = None, rtol: float | None = 
   else: np.testing.assert_array_equal(got, want, err_msg=label)
 
 def _run_reference(fn: Callable[..., Any], arrays: list[np.ndarray], on_torch: bool) -> tuple[list[Any], Any]:
-  ins: list[Any] = [torch.from_numpy(a.copy()) for a in arrays] if on_torch else [a.copy() for a in arrays]
+  ins: list[Any] = [torch.from_numpy(a.copy()).requires_grad_(a.dtype.kind == "f") for a in arrays] if on_torch \
+    else [a.copy() for a in arrays]
   # the references warn about what the tests do on purpose (x/0, mean of nothing)
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
@@ -106,21 +108,25 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
              torch_fn: Callable[..., Any] | None = None, dtype: DType | str | Sequence[DType | str] = dtypes.float32,
              atol: float | None = None, rtol: float | None = None, low: float = -2.0, high: float = 2.0,
              gen: Generator | None = None, use_torch: bool = True, out_dtype: DType | None = None,
-             seed: int = 0) -> OpRun:
-  """Run `fn` on random lazytensor inputs and on the same values in references; compare shape, dtype and values.
+             seed: int = 0, grad: bool = True, grad_atol: float | None = None,
+             grad_rtol: float | None = None) -> OpRun:
+  """Run `fn` on random lazytensor inputs and on the same values in references; compare shape, dtype and values,
+  and (against torch, with `grad`) the gradients of the float inputs.
 
   shapes: one entry per input, a shape (random values) or a numpy array (used as given, its dtype wins).
   dtype: the input dtype, or one per input. Values come from `gen(shape, dtype, rng)`, else uniform in [low, high).
   References: torch (`torch_fn`, or `fn` itself) when torch is installed and `use_torch`; numpy when `np_fn` is given
   (True: `fn` itself computes the same on numpy arrays). Without any, the test is skipped. Output dtypes are checked
   against torch's, and against `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
+  Gradients are compared with `grad_atol`/`grad_rtol` (default: `atol`/`rtol`); see `check_grads`.
   """
   refs: list[tuple[str, Callable[..., Any]]] = []
   if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn))
   if np_fn: refs.append(("numpy", fn if np_fn is True else np_fn))
   if not refs: pytest.skip("torch is not installed and this op has no numpy reference")
   arrays = _make_inputs(shapes, dtype, gen or _uniform(low, high), seed)
-  inputs = [Tensor(a) for a in arrays]
+  # float inputs require gradients, so that every forward check also checks that requires_grad propagates harmlessly
+  inputs = [Tensor(a, requires_grad=True if a.dtype.kind == "f" else None) for a in arrays]
   out = fn(*inputs)
   if out_dtype is not None:
     for o in _outputs(out): assert o.dtype == out_dtype, f"dtype {o.dtype} != expected {out_dtype}"
@@ -131,7 +137,81 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
     for i, (o, r) in enumerate(zip(got, want)):
       rdt = from_torch_dtype(r.dtype) if name == "torch" else None
       compare(o, r, atol, rtol, rdt, label=f"{name} output {i}: ")
-  return OpRun(inputs, runs[0][1], out, runs[0][2])
+  run = OpRun(inputs, runs[0][1], out, runs[0][2])
+  if grad and runs[0][0] == "torch" and all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f"):
+    check_grads(run, atol if grad_atol is None else grad_atol, rtol if grad_rtol is None else grad_rtol, seed)
+  return run
+
+def _cotangents(outs: list[Any], seed: int) -> list[np.ndarray | None]:
+  """A fixed random output gradient for each float output (None for the others)."""
+  rng = np.random.default_rng(seed + 1)
+  return [rng.uniform(-1, 1, size=tuple(o.shape)) if _is_float(o) else None for o in outs]
+
+def _is_float(x: Any) -> bool:
+  return x.dtype.is_float if isinstance(x, Tensor) else bool(x.dtype.is_floating_point)
+
+def _realize_all(ts: list[Tensor]) -> None:
+  """Realize tensors together: one schedule, shared work computed once."""
+  if ts: ts[0].realize(*ts[1:])
+
+def check_grads(run: OpRun, atol: float | None = None, rtol: float | None = None, seed: int = 0) -> None:
+  """Backward on both sides of a `check_op` run whose reference is torch, and compare every float input's gradient.
+
+  The loss is the sum of each float output times a fixed random cotangent, so every output element matters. An
+  input that torch gives no gradient (not used, or only through non-differentiable ops) must get none or zeros. The
+  gradient's dtype is the input's, as torch's. Inputs with inf or NaN are not checked (check_op skips them): both
+  frameworks are free to give NaN or inf in different places there."""
+  assert HAVE_TORCH
+  outs, ref_outs = _outputs(run.out), _outputs(run.ref_out)
+  pairs = [(x, r) for x, r in zip(run.inputs, run.ref_inputs) if x.dtype.is_float]
+  if not pairs: return
+  cots = _cotangents(ref_outs, seed)
+  ref_terms = [(r * torch.from_numpy(c).to(r.dtype)).sum() for r, c in zip(ref_outs, cots)
+               if c is not None and r.requires_grad]
+  ref_grads: list[Any] = [None] * len(pairs)
+  if ref_terms:
+    ref_grads = list(torch.autograd.grad(sum(ref_terms), [r for _, r in pairs], allow_unused=True))
+  terms = [(o * Tensor(c.astype(o.dtype.np), device=o.device)).sum() for o, c in zip(outs, cots) if c is not None]
+  # requires_grad must have reached the output exactly when torch's did
+  assert any(o.requires_grad for o in outs) == bool(ref_terms), "requires_grad did not propagate as in torch"
+  for x, _ in pairs: x.grad = None
+  if ref_terms: functools.reduce(lambda a, b: a + b, terms).backward()
+  grads = [x.grad for x, _ in pairs]
+  _realize_all([g for g in grads if g is not None])
+  for i, ((x, _), g, rg) in enumerate(zip(pairs, grads, ref_grads)):
+    label = f"gradient of input {i}: "
+    if g is None and rg is None: continue
+    if g is None: g = x.zeros_like()
+    want = rg if rg is not None else np.zeros(x.shape, dtype=x.dtype.np)
+    compare(g, want, atol, rtol, x.dtype, label=label)
+
+def check_grad_numeric(fn: Callable[..., Any], inputs: Sequence[np.ndarray], directions: int = 3, eps: float = 1e-6,
+                       atol: float = 1e-7, rtol: float = 1e-6, seed: int = 0) -> None:
+  """Check lazytensor's gradients of `fn` against central finite differences in float64 (no torch needed).
+
+  The loss is the sum of fn's outputs times fixed random cotangents. Each check is along a random direction v of all
+  the inputs together: (L(x + eps v) - L(x - eps v)) / 2 eps must equal the sum of <grad, v>. A random direction
+  catches a wrong gradient in any element, and costs two forward passes however large the inputs are (one finite
+  difference per element would cost two per element, each a realize)."""
+  arrays = [np.asarray(a, dtype=np.float64) for a in inputs]
+  xs = [Tensor(a) for a in arrays]
+  outs = _outputs(fn(*xs))
+  cots = _cotangents(outs, seed)
+  def loss(*ts: Tensor) -> Tensor:
+    res = _outputs(fn(*ts))
+    return functools.reduce(lambda a, b: a + b, [(o * Tensor(c)).sum() for o, c in zip(res, cots) if c is not None])
+  grads = loss(*xs).gradient(*xs)
+  _realize_all(grads)
+  rng = np.random.default_rng(seed + 2)
+  vs = [[rng.standard_normal(a.shape) for a in arrays] for _ in range(directions)]
+  # all the perturbed losses realize together: one schedule for the whole check
+  ends = [loss(*[Tensor(a + sign * eps * v) for a, v in zip(arrays, dirs)]) for dirs in vs for sign in (1, -1)]
+  _realize_all(ends)
+  for k, dirs in enumerate(vs):
+    numeric = (ends[2 * k].item() - ends[2 * k + 1].item()) / (2 * eps)
+    analytic = sum(float((g.numpy() * v).sum()) for g, v in zip(grads, dirs))
+    assert abs(numeric - analytic) <= atol + rtol * abs(numeric), \
+      f"direction {k}: finite differences give {numeric}, the gradient gives {analytic}"
 
 def _make_inputs(shapes: Sequence[InputSpec], dtype: DType | str | Sequence[DType | str], gen: Generator,
                  seed: int) -> list[np.ndarray]:
