@@ -278,6 +278,50 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     if device == self.device: return self
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
+  # ---- writing into realized tensors ----
+
+  def _as_value_for(self, x: Any, shape: tuple[int, ...]) -> Tensor:
+    """x as a tensor of this dtype and device, broadcast to `shape` (what assign and setitem write)."""
+    t = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
+    if t.device != self.device: raise ValueError(f"cannot write a tensor on {t.device} into one on {self.device}")
+    try: full = broadcast_shape(t.shape, shape)
+    except ValueError: full = None
+    if full != shape: raise ValueError(f"cannot write a value of shape {t.shape} into a target of shape {shape}")
+    return t.cast(self.dtype)._broadcast_to(shape)
+
+  def _is_buffer_view(self) -> bool:
+    return self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.BUFFER
+
+  def assign(self, x: Any) -> Tensor:
+    """Write x into this tensor's memory when it is next realized (in place; views of it see the new values).
+
+    >>> t = Tensor([1.0, 2.0]).realize()
+    >>> t.assign(t * 10).tolist()
+    [10.0, 20.0]
+    """
+    value = self._as_value_for(x, self.shape)
+    if not self._is_buffer_view() and self.lazydata.op is not Ops.ASSIGN:
+      self.lazydata = value.lazydata  # nothing to write into yet: the tensor simply becomes the new value
+      return self
+    self.lazydata = UOp(Ops.ASSIGN, self.dtype, (self.lazydata, value.lazydata))
+    return self
+
+  def __setitem__(self, indices: Any, value: Any) -> None:
+    """Write into part of the tensor, now (as torch does).
+
+    >>> t = Tensor.zeros(2, 3).contiguous().realize()
+    >>> t[0, 1:] = 5.0
+    >>> t.tolist()
+    [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
+    """
+    if not self._is_buffer_view(): self.realize()
+    if not self._is_buffer_view() or not self.lazydata.arg.contiguous: self.lazydata = self.contiguous().realize().lazydata
+    target = self[indices]
+    write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, self._as_value_for(value, target.shape).lazydata))
+    written = Tensor(write).realize().lazydata
+    # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
+    self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
+
   def detach(self) -> Tensor:
     """The same values, cut off from gradients.
 

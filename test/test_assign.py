@@ -1,0 +1,70 @@
+"""Writing into realized tensors: assign (lazy, in place) and __setitem__ (now), with the hazards they bring."""
+import numpy as np
+import pytest
+
+from lazytensor import GlobalCounters, Tensor
+
+
+def test_assign_writes_in_place_and_views_see_it() -> None:
+  t = Tensor([1.0, 2.0, 3.0]).realize()
+  view = t[1:]
+  t.assign(t * 10).realize()
+  assert t.tolist() == [10.0, 20.0, 30.0]
+  assert view.tolist() == [20.0, 30.0]
+
+def test_assign_is_one_kernel_into_the_same_buffer() -> None:
+  t = Tensor([1.0, 2.0, 3.0]).realize()
+  buf = t.lazydata.src[0]
+  GlobalCounters.reset()
+  t.assign(t + 1).realize()
+  assert GlobalCounters.kernel_count == 1
+  from lazytensor.device import buffer_map
+  assert buffer_map[t.lazydata.src[0]] is buffer_map[buf]  # same memory, new node
+
+def test_graphs_built_after_assign_see_new_values() -> None:
+  t = Tensor([1.0, 2.0]).realize()
+  (t + 1).realize()  # remembered: (t + 1) of the old contents
+  t.assign(Tensor([5.0, 6.0])).realize()
+  assert (t + 1).tolist() == [6.0, 7.0]
+
+def test_readers_of_old_contents_run_before_the_assign() -> None:
+  p = Tensor([1.0, 2.0, 3.0]).realize()
+  q = p + 1  # built before the assign: p's old values
+  p.assign(p * 2)
+  Tensor.realize(p, q)
+  assert q.tolist() == [2.0, 3.0, 4.0] and p.tolist() == [2.0, 4.0, 6.0]
+
+def test_assign_reading_its_target_elsewhere_does_not_race() -> None:
+  t = Tensor(np.arange(1000, dtype=np.float32)).realize()
+  t.assign(t.flip(0)).realize()
+  np.testing.assert_array_equal(t.numpy(), np.arange(1000, dtype=np.float32)[::-1])
+
+def test_assign_checks_shape_and_casts_dtype() -> None:
+  t = Tensor([1.0, 2.0]).realize()
+  with pytest.raises(ValueError, match=r"\(3,\).*\(2,\)"): t.assign(Tensor([1.0, 2.0, 3.0]))
+  assert t.assign(Tensor([3, 4])).realize().dtype == t.dtype and t.tolist() == [3.0, 4.0]
+  assert t.assign(7.0).tolist() == [7.0, 7.0]
+
+def test_assign_on_a_lazy_tensor_replaces_it() -> None:
+  t = Tensor([1.0, 2.0]) * 2
+  assert t.assign(Tensor([0.0, 1.0])).tolist() == [0.0, 1.0]
+
+@pytest.mark.parametrize("index,value", [
+  ((0,), 5.0), ((slice(1, None), 2), -1.0), ((Ellipsis, 0), [7.0, 8.0, 9.0]), ((slice(None, None, 2),), 3.0),
+])
+def test_setitem_matches_numpy(index, value) -> None:
+  ref = np.arange(12, dtype=np.float32).reshape(3, 4)
+  t = Tensor(ref.copy()).realize()
+  ref[index] = value
+  t[index] = value
+  np.testing.assert_array_equal(t.numpy(), ref)
+
+def test_setitem_on_a_view_and_a_lazy_tensor() -> None:
+  t = Tensor.arange(6).reshape(2, 3).float()  # lazy, and a reshape of a computed value
+  t[1, 1] = 100.0
+  assert t.tolist() == [[0.0, 1.0, 2.0], [3.0, 100.0, 5.0]]
+
+def test_setitem_errors() -> None:
+  t = Tensor.zeros(2, 3).contiguous().realize()
+  with pytest.raises(ValueError, match="shape"): t[0] = Tensor([1.0, 2.0])
+  with pytest.raises(IndexError): t[5] = 1.0
