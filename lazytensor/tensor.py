@@ -315,7 +315,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
     """
     if not self._is_buffer_view(): self.realize()
-    if not self._is_buffer_view() or not self.lazydata.arg.contiguous: self.lazydata = self.contiguous().realize().lazydata
+    if not self._is_buffer_view() or not self.lazydata.arg.contiguous:
+      self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target = self[indices]
     write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, self._as_value_for(value, target.shape).lazydata))
     written = Tensor(write).realize().lazydata
