@@ -129,7 +129,12 @@ class _Lowerer:
     return self.lanes.width > 1 and any(self.lanes.vlane in e.toposort for e in exprs)
 
   def contiguous_lanes(self, idx: UOp) -> bool:
-    base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
+    # base + vlane, vlane nowhere in base: contiguous without the per-lane rewrites below, which made lowering a
+    # register tile cost ~1 s (beam search lowers every candidate)
+    vlane = self.lanes.vlane
+    terms = _add_terms(idx)
+    if terms.count(vlane) == 1 and not any(vlane in t.toposort for t in terms if t is not vlane): return True
+    base = simplify(idx.substitute({vlane: _const(0)}))
     return all(simplify(e - base) is _const(i) for i, e in enumerate(self.per_lane(idx)))
 
   def splat(self, x: UOp, width: int) -> UOp:
@@ -175,7 +180,8 @@ class _Lowerer:
     return _scalar_view_value(node, idx, valid)
 
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
-    if valid.op is Ops.CONST and valid.arg is False: return UOp.const(dtype, 0)
+    if valid.op is Ops.CONST and valid.arg is False:  # nothing to read (e.g. all padding): zeros, as wide as the lanes
+      return UOp.const(dtype.vec(self.lanes.width) if self.depends_on_lane(idx) else dtype, 0)
     if not self.depends_on_lane(idx, valid): return _gated_load(buf, dtype, idx, valid)
     width = self.lanes.width
     if self.contiguous_lanes(idx):
@@ -205,6 +211,9 @@ class _Lowerer:
       return [_gated_store(buf, base, self.splat(value, width), valid)]
     return [_gated_store(buf, i, value.gep(n) if value.dtype.count > 1 else value, v)
             for n, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
+
+def _add_terms(x: UOp) -> list[UOp]:
+  return [t for s in x.src for t in _add_terms(s)] if x.op is Ops.ADD else [x]
 
 def _scalar_view_value(node: UOp, idx: UOp, valid: UOp) -> UOp:
   always = valid.op is Ops.CONST and valid.arg is True
@@ -271,6 +280,8 @@ class _ReduceLowerer:
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
+    width = max(v.dtype.count for v in vs)
+    vs = [self.lw.splat(v, width) for v in vs]
     while len(vs) > 1: vs = [vs[i].alu(self.op, vs[i + 1]) if i + 1 < len(vs) else vs[i] for i in range(0, len(vs), 2)]
     return vs[0]
 
