@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -56,6 +57,8 @@ def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
   if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
     raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
   return dtypes.default_int
+
+_contiguous_ids = itertools.count()
 
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
 # keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
@@ -266,7 +269,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
     [[1, 3], [2, 4]]
     """
-    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,)))
+    # each call gets a node of its own, so two tensors made this way never share (and mutate) one buffer
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,), next(_contiguous_ids)))
 
   def to(self, device: str) -> Tensor:
     """The tensor on another device (a copy; the same tensor if it is there already).
@@ -303,7 +307,9 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     if not self._is_buffer_view() and self.lazydata.op is not Ops.ASSIGN:
       self.lazydata = value.lazydata  # nothing to write into yet: the tensor simply becomes the new value
       return self
-    self.lazydata = UOp(Ops.ASSIGN, self.dtype, (self.lazydata, value.lazydata))
+    # a second assign before realizing writes the same buffer (its value may read the first one's result)
+    target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
+    self.lazydata = UOp(Ops.ASSIGN, self.dtype, (target, value.lazydata))
     return self
 
   def __setitem__(self, indices: Any, value: Any) -> None:

@@ -68,3 +68,12 @@ def test_setitem_errors() -> None:
   t = Tensor.zeros(2, 3).contiguous().realize()
   with pytest.raises(ValueError, match="shape"): t[0] = Tensor([1.0, 2.0])
   with pytest.raises(IndexError): t[5] = 1.0
+
+def test_two_assigns_before_realize() -> None:
+  t = Tensor([1.0, 2.0]).realize()
+  t.assign(t + 1)
+  t.assign(t * 10)  # reads the first assign's result
+  assert t.tolist() == [20.0, 30.0]
+  t.assign(Tensor([0.0, 0.0]))
+  t.assign(Tensor([4.0, 5.0]))  # a plain overwrite
+  assert t.tolist() == [4.0, 5.0]

@@ -1,0 +1,106 @@
+"""Optimizers: SGD, Adam, AdamW, LAMB. A step builds every update lazily and realizes them in one schedule.
+
+Step counters and learning rates live in tensors (one-element buffers updated with assign), so a TinyJit-captured
+training step replays with the right bias corrections and picks up a changed learning rate.
+"""
+from __future__ import annotations
+
+from lazytensor.dtype import dtypes
+from lazytensor.tensor import Tensor, no_grad
+
+
+class Optimizer:
+  """Holds the parameters that require gradients and a learning rate; subclasses define the update."""
+  def __init__(self, params: list[Tensor], lr: float) -> None:
+    unique: dict[int, Tensor] = {}
+    for p in params: unique.setdefault(id(p), p)
+    for p in unique.values():
+      if p.requires_grad is None: p.requires_grad = True  # as tinygrad: a parameter handed to an optimizer trains
+    self.params = [p for p in unique.values() if p.requires_grad]
+    if not self.params: raise ValueError("optimizer got no parameters that require gradients")
+    for p in self.params:
+      if not p.dtype.is_float: raise TypeError(f"optimizer: a parameter of shape {p.shape} has dtype {p.dtype}")
+    self.lr = Tensor([float(lr)], device=self.params[0].device, dtype=dtypes.float32).realize()
+
+  def zero_grad(self) -> None:
+    for p in self.params: p.grad = None
+
+  def step(self) -> None:
+    """Update every parameter (and the optimizer's state) from its .grad, in one schedule."""
+    with no_grad():
+      updated = self._step()
+      updated[0].realize(*updated[1:])
+
+  def _grads(self) -> list[Tensor]:
+    missing = [p.shape for p in self.params if p.grad is None]
+    if missing: raise RuntimeError(f"optimizer step with no gradient for parameters of shapes {missing}; "
+                                   "call backward() first")
+    return [p.grad.detach() for p in self.params if p.grad is not None]
+
+  def _lr_for(self, p: Tensor) -> Tensor: return self.lr.to(p.device).cast(p.dtype)
+
+  def _step(self) -> list[Tensor]: raise NotImplementedError
+
+def _zeros_like(p: Tensor) -> Tensor:
+  return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
+
+class SGD(Optimizer):
+  """Stochastic gradient descent with torch's momentum, nesterov and weight decay."""
+  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
+               nesterov: bool = False) -> None:
+    super().__init__(params, lr)
+    if nesterov and momentum <= 0: raise ValueError("SGD: nesterov needs a momentum > 0")
+    self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    self.bufs = [_zeros_like(p) for p in self.params] if momentum else []
+
+  def _step(self) -> list[Tensor]:
+    out: list[Tensor] = []
+    for i, (p, g) in enumerate(zip(self.params, self._grads())):
+      if self.weight_decay: g = g + self.weight_decay * p.detach()
+      if self.momentum:
+        # torch starts the buffer at the first gradient; a zero buffer times momentum plus g is exactly that
+        buf = self.bufs[i].assign(self.momentum * self.bufs[i] + g)
+        g = g + self.momentum * buf if self.nesterov else buf
+        out.append(buf)
+      out.append(p.assign(p.detach() - self._lr_for(p) * g))
+    return out
+
+class LAMB(Optimizer):
+  """LAMB (layer-wise adaptive moments); with adam=True it is Adam, with decoupled weight decay AdamW."""
+  def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+               weight_decay: float = 0.0, adam: bool = False, decoupled: bool = False) -> None:
+    super().__init__(params, lr)
+    self.b1, self.b2, self.eps, self.wd, self.adam, self.decoupled = b1, b2, eps, weight_decay, adam, decoupled
+    self.t = Tensor([0.0], device=self.params[0].device, dtype=dtypes.float32).realize()
+    self.m = [_zeros_like(p) for p in self.params]
+    self.v = [_zeros_like(p) for p in self.params]
+
+  def _step(self) -> list[Tensor]:
+    t = self.t.assign(self.t + 1)
+    out: list[Tensor] = [t]
+    for p, g, m, v in zip(self.params, self._grads(), self.m, self.v):
+      w = p.detach()
+      if self.wd and self.adam and not self.decoupled: g = g + self.wd * w  # Adam's L2 penalty enters the moments
+      m.assign(self.b1 * m + (1 - self.b1) * g)
+      v.assign(self.b2 * v + (1 - self.b2) * (g * g))
+      tp = t.to(p.device).cast(p.dtype)
+      m_hat = m / (1 - self.b1 ** tp)
+      v_hat = v / (1 - self.b2 ** tp)
+      update = m_hat / (v_hat.sqrt() + self.eps)
+      if self.wd and (self.decoupled or not self.adam): update = update + self.wd * w
+      if not self.adam:
+        w_norm, u_norm = (w * w).sum().sqrt(), (update * update).sum().sqrt()
+        trust = ((w_norm > 0) & (u_norm > 0)).where(w_norm / u_norm, 1.0)
+        update = update * trust
+      out.extend([m, v, p.assign(w - self._lr_for(p) * update)])
+    return out
+
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+         weight_decay: float = 0.0) -> LAMB:
+  """Adam as torch defines it (weight decay as an L2 term in the gradient)."""
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+
+def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+          weight_decay: float = 0.01) -> LAMB:
+  """AdamW: Adam with decoupled weight decay, as torch defines it."""
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True)

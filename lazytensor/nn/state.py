@@ -1,0 +1,150 @@
+"""Model state: finding parameters in plain Python objects, state dicts, and weights on disk in safetensors format.
+
+safetensors (https://github.com/huggingface/safetensors, the format only): 8 bytes of little-endian header length,
+a JSON header {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the raw
+little-endian data. No pickle anywhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from lazytensor.dtype import DType, dtypes
+from lazytensor.tensor import Tensor
+
+SAFETENSORS_DTYPES: dict[str, DType] = {
+  "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "U16": dtypes.uint16,
+  "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64,
+  "F16": dtypes.float16, "F32": dtypes.float32, "F64": dtypes.float64,
+}
+_NAMES = {dt: name for name, dt in SAFETENSORS_DTYPES.items()}
+MAX_HEADER_BYTES = 100 << 20  # the reference implementation refuses headers past 100 MB too
+
+class SafetensorsError(ValueError):
+  """A file that is not a well-formed safetensors file; the message says what is wrong."""
+
+# ---- finding parameters ----
+
+def get_state_dict(obj: Any, prefix: str = "", seen: set[int] | None = None) -> dict[str, Tensor]:
+  """Every Tensor reachable from `obj` through attributes, lists, tuples and dicts, by dotted name.
+
+  >>> class Net:
+  ...   def __init__(self): self.w, self.layers = Tensor.ones(2), [Tensor.zeros(3)]
+  >>> sorted(get_state_dict(Net()))
+  ['layers.0', 'w']
+  """
+  seen = set() if seen is None else seen
+  if isinstance(obj, Tensor): return {prefix.rstrip("."): obj}
+  if id(obj) in seen: return {}
+  seen.add(id(obj))
+  items: Iterable[tuple[Any, Any]]
+  if isinstance(obj, dict): items = obj.items()
+  elif isinstance(obj, (list, tuple)): items = enumerate(obj)
+  elif hasattr(obj, "__dict__"): items = vars(obj).items()
+  else: return {}
+  out: dict[str, Tensor] = {}
+  for k, v in items: out.update(get_state_dict(v, f"{prefix}{k}.", seen))
+  return out
+
+def get_parameters(obj: Any) -> list[Tensor]:
+  """Every Tensor reachable from `obj` (each once), as optimizers take them."""
+  unique: dict[int, Tensor] = {}
+  for t in get_state_dict(obj).values(): unique.setdefault(id(t), t)
+  return list(unique.values())
+
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True) -> None:
+  """Copy `state_dict` into the model's tensors (in place). Strict: every key must exist on both sides."""
+  own = get_state_dict(model)
+  missing = sorted(set(own) - set(state_dict))
+  unexpected = sorted(set(state_dict) - set(own))
+  if strict and (missing or unexpected):
+    raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+  for name, target in own.items():
+    if name not in state_dict: continue
+    value = state_dict[name]
+    if value.shape != target.shape:
+      raise ValueError(f"load_state_dict: {name} has shape {target.shape} in the model but {value.shape} in the state")
+    if value.dtype != target.dtype:
+      raise ValueError(f"load_state_dict: {name} has dtype {target.dtype} in the model but {value.dtype} in the state")
+    target.assign(value.to(target.device))
+  targets = list(own.values())
+  if targets: targets[0].realize(*targets[1:])
+
+# ---- safetensors ----
+
+def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+  """Write tensors to `path` in safetensors format (written to a temporary file, then renamed into place)."""
+  header: dict[str, Any] = {}
+  arrays: list[np.ndarray] = []
+  offset = 0
+  for name, t in tensors.items():
+    if t.dtype not in _NAMES: raise TypeError(f"safe_save: {name} has dtype {t.dtype}, which safetensors cannot store")
+    arr = np.ascontiguousarray(t.numpy()).astype(t.dtype.np.newbyteorder("<"), copy=False)
+    header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + arr.nbytes]}
+    offset += arr.nbytes
+    arrays.append(arr)
+  if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+  raw = json.dumps(header, separators=(",", ":")).encode()
+  raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned, as the reference writer does
+  tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(struct.pack("<Q", len(raw)))
+    f.write(raw)
+    for arr in arrays: f.write(arr.tobytes())
+  os.replace(tmp, path)
+
+def _read_header(data: memoryview, path: str) -> tuple[dict[str, Any], int]:
+  if len(data) < 8: raise SafetensorsError(f"{path}: {len(data)} bytes is too short for a safetensors file")
+  (n,) = struct.unpack("<Q", data[:8])
+  if n > MAX_HEADER_BYTES or 8 + n > len(data):
+    raise SafetensorsError(f"{path}: header length {n} does not fit in a file of {len(data)} bytes")
+  try: header = json.loads(bytes(data[8:8 + n]).decode())
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise SafetensorsError(f"{path}: header is not JSON: {e}") from None
+  if not isinstance(header, dict): raise SafetensorsError(f"{path}: header is not a JSON object")
+  return header, 8 + n
+
+def _check_entry(name: str, entry: Any, data_len: int, path: str) -> tuple[DType, tuple[int, ...], int, int]:
+  if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+    raise SafetensorsError(f"{path}: entry {name!r} needs dtype, shape and data_offsets")
+  if entry["dtype"] not in SAFETENSORS_DTYPES:
+    raise SafetensorsError(f"{path}: {name!r} has dtype {entry['dtype']!r}; supported: {', '.join(SAFETENSORS_DTYPES)}")
+  dt, shape, offs = SAFETENSORS_DTYPES[entry["dtype"]], entry["shape"], entry["data_offsets"]
+  if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+    raise SafetensorsError(f"{path}: {name!r} has a bad shape {shape!r}")
+  well_formed = isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)
+  if not (well_formed and 0 <= offs[0] <= offs[1]):
+    raise SafetensorsError(f"{path}: {name!r} has bad data_offsets {offs!r}")
+  if offs[1] > data_len:
+    raise SafetensorsError(f"{path}: {name!r} ends at byte {offs[1]} but the file has {data_len} bytes of data "
+                           "(truncated?)")
+  need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+  if offs[1] - offs[0] != need:
+    raise SafetensorsError(f"{path}: {name!r} of shape {tuple(shape)} {dt.name} needs {need} bytes, "
+                           f"has {offs[1] - offs[0]}")
+  return dt, tuple(shape), offs[0], offs[1]
+
+def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:
+  with open(path, "rb") as f: data = memoryview(f.read())
+  header, _ = _read_header(data, os.fspath(path))
+  meta = header.get("__metadata__", {})
+  return meta if isinstance(meta, dict) else {}
+
+def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
+  """Read every tensor of a safetensors file; a truncated or malformed file raises SafetensorsError."""
+  p = os.fspath(path)
+  with open(p, "rb") as f: data = memoryview(f.read())
+  header, start = _read_header(data, p)
+  body = data[start:]
+  out: dict[str, Tensor] = {}
+  for name, entry in header.items():
+    if name == "__metadata__": continue
+    dt, shape, begin, end = _check_entry(name, entry, len(body), p)
+    arr = np.frombuffer(body[begin:end], dtype=dt.np.newbyteorder("<")).reshape(shape)
+    out[name] = Tensor(arr.astype(dt.np, copy=True), device=device, dtype=dt)
+  return out
