@@ -27,7 +27,8 @@ class Model:
 def test_state_dict_names_and_parameters() -> None:
   m = Model()
   names = get_state_dict(m)
-  assert sorted(names) == ["alias", "blocks.0.bias", "blocks.0.weight", "blocks.1.bias", "blocks.1.weight", "head.w", "step"]
+  assert sorted(names) == ["alias", "blocks.0.bias", "blocks.0.weight", "blocks.1.bias", "blocks.1.weight", "head.w",
+                           "step"]
   assert len(get_parameters(m)) == 6
 
 def test_roundtrip_every_dtype(tmp_path) -> None:
@@ -67,7 +68,9 @@ def test_load_state_dict_and_its_errors(tmp_path) -> None:
   with pytest.raises(KeyError, match="blocks.0.bias"): load_state_dict(m, bad)
   load_state_dict(m, bad, strict=False)
 
-@pytest.mark.parametrize("damage", ["truncate_data", "truncate_header", "garbage", "bad_json", "bad_dtype", "bad_offsets"])
+DAMAGES = ["truncate_data", "truncate_header", "garbage", "bad_json", "bad_dtype", "bad_offsets"]
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_malformed_files_raise_clear_errors(tmp_path, damage: str) -> None:
   path = tmp_path / "x.safetensors"
   safe_save({"a": Tensor(np.arange(100, dtype=np.float32))}, path)

@@ -264,8 +264,8 @@ def _order_items(roots: list[UOp], built: dict[UOp, tuple[ScheduleItem, set[int]
   while len(order) < len(roots):
     ready = next((r for r in roots if r not in done and after[r] <= done), None)
     if ready is None:
-      raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized together), "
-                       "which one schedule cannot order; realize them one at a time")
+      raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
+                       "together), which one schedule cannot order; realize them one at a time")
     order.append(built[ready][0])
     done.add(ready)
   return order

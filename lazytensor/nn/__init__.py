@@ -1,1 +1,1 @@
-"""Layers (filled in by the nn work of issue 4); optimizers live in lazytensor.nn.optim, state in lazytensor.nn.state."""
+"""Layers. Optimizers live in lazytensor.nn.optim, model state and weights on disk in lazytensor.nn.state."""
