@@ -69,7 +69,16 @@ JIT = ContextVar("JIT", 1, "0 disables TinyJit capture")
 CACHEDIR = ContextVar("CACHEDIR", _default_cache_dir(), "directory of the on-disk caches")
 CACHEDB = ContextVar("CACHEDB", "", "path of the sqlite cache (empty: CACHEDIR/cache.db)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 no disk cache, 1 compiled programs only, 2 programs and searches")
-PARALLEL = ContextVar("PARALLEL", os.cpu_count() or 1, "compile workers for BEAM")
+PARALLEL = ContextVar("PARALLEL", os.cpu_count() or 1,
+                      "worker processes that compile BEAM candidates (0: compile and time them in this process)")
+BEAM_UPCAST_MAX = ContextVar("BEAM_UPCAST_MAX", 256, "BEAM skips candidates with more register lanes (upcast x unroll)")
+BEAM_LOCAL_MAX = ContextVar("BEAM_LOCAL_MAX", 1024, "BEAM skips candidates with more local threads per block")
+BEAM_MIN_PROGRESS = ContextVar("BEAM_MIN_PROGRESS", 0.01,
+                               "BEAM stops when a round makes the best kernel faster by less than this fraction")
+BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
+                              "BEAM counts a candidate whose compile or timed run takes longer as infinitely slow")
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
+BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
 

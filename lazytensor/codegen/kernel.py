@@ -172,6 +172,15 @@ class Kernel:
     self.kinds[new_pos] = kind
     return self._move_into_place(new_pos)
 
+  def keep_prefix(self, axis: int, size: int) -> None:
+    """Keep the first `size` indices of a GLOBAL axis: BEAM times a slice of a large kernel whose inner loops are the
+    same as the whole kernel's. The kernel then computes only part of its output."""
+    assert self.kinds[axis] is AxisKind.GLOBAL and 0 < size <= self.full_shape[axis], f"keep {size} of axis {axis}"
+    full = self.full_shape[axis]
+    self.sts = [st.shrink(tuple((0, size) if i == axis and s == full else (0, s) for i, s in enumerate(st.shape)))
+                for st in self.sts]
+    self.full_shape = self.full_shape[:axis] + (size,) + self.full_shape[axis + 1:]
+
   def _move_into_place(self, pos: int) -> int:
     kind = self.kinds[pos]
     rest = [i for i in range(self.shape_len) if i != pos]

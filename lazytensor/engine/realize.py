@@ -1,7 +1,9 @@
 """Lowering, compiling (cached) and running schedule items; DEBUG=2 prints one line per kernel."""
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,8 @@ from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
 from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
-from lazytensor.helpers import DEBUG, NOOPT, GlobalCounters, ansilen, colored, to_function_name
+from lazytensor.engine.search import beam_search, launch_args
+from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, GlobalCounters, ansilen, colored, to_function_name
 from lazytensor.uop.ops import Ops, UOp
 
 
@@ -33,9 +36,11 @@ class CompiledRunner:
     return self.program(*[b.handle for b in bufs], wait=wait, **self.launch)
 
 def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
-  """The kernel with its optimizations: none with NOOPT, the hand-coded heuristics otherwise."""
+  """The kernel with its optimizations: none with NOOPT, beam search with BEAM >= 1, the hand-coded heuristics
+  otherwise."""
   k = Kernel(ast, device.renderer)
   if NOOPT: return k
+  if BEAM >= 1: return beam_search(k, device, int(BEAM.value))
   return hand_coded_optimizations(k)
 
 def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) -> CompiledRunner:
@@ -58,17 +63,14 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
   lib = device.compiler.compile_cached(src)
   if DEBUG >= 7: _print_lines(f"assembly of {k.name}", device.compiler.disassemble(lib))
   flops, mem = k.flops_and_mem()
-  launch = {"core_count": _core_count(uops)}
-  return CompiledRunner(k.name, device.load(fn_name, lib), k, flops, mem, launch)
+  return CompiledRunner(k.name, device.load(fn_name, lib), k, flops, mem, launch_args(uops))
 
-def _core_count(uops: list[UOp]) -> int:
-  return max([u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("core")], default=1)
-
-_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+_runners: dict[tuple[Any, ...], CompiledRunner] = {}
 
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
-  """The compiled kernel for an AST on a device; built once per process (the AST is interned, so it is the key)."""
-  key = (device_name, ast)
+  """The compiled kernel for an AST on a device; built once per process for each setting of the knobs that choose
+  its optimizations (the AST is interned, so it is the key)."""
+  key = (device_name, ast, NOOPT.value, BEAM.value, THREADS.value)
   if (hit := _runners.get(key)) is None:
     hit = _runners[key] = compile_kernel(ast, Device[device_name])
   return hit
@@ -77,20 +79,42 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   arr = src.numpy()
   dst.copyin(arr.data.cast("B"))
 
+@dataclass(frozen=True)
+class ExecItem:
+  """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these."""
+  runner: CompiledRunner | None
+  bufs: tuple[Buffer, ...]
+
+  def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
+    bufs = self.bufs if bufs is None else bufs
+    for b in bufs: b.ensure_allocated()
+    if self.runner is None:
+      st = time.perf_counter()
+      _copy(bufs[0], bufs[1])
+      _account(f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}", bufs, 0, bufs[0].nbytes * 2,
+               time.perf_counter() - st)
+      return
+    et = self.runner(bufs, wait=DEBUG >= 2)
+    _account(self.runner.display_name, bufs, self.runner.flops, self.runner.mem, et)
+
+# while a TinyJit captures, every step that runs is also recorded here
+_capturing: list[list[ExecItem]] = []
+
+@contextlib.contextmanager
+def capture() -> Iterator[list[ExecItem]]:
+  """Record every kernel and copy that runs inside the block."""
+  items: list[ExecItem] = []
+  _capturing.append(items)
+  try: yield items
+  finally: _capturing.pop()
+
 def run_schedule(items: list[ScheduleItem]) -> None:
   before = dict(compile_stats)
   for item in items:
-    for b in item.bufs: b.ensure_allocated()
-    if item.ast.op is Ops.COPY:
-      st = time.perf_counter()
-      _copy(item.bufs[0], item.bufs[1])
-      _account(f"copy {item.bufs[0].nbytes:8d}, {item.bufs[0].device} <- {item.bufs[1].device}", item.bufs, 0,
-               item.bufs[0].nbytes * 2, time.perf_counter() - st)
-      continue
-    device = item.bufs[0].device
-    runner = get_runner(device, item.ast)
-    et = runner(item.bufs, wait=DEBUG >= 2)
-    _account(runner.display_name, item.bufs, runner.flops, runner.mem, et)
+    runner = None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast)
+    step = ExecItem(runner, item.bufs)
+    step.run()
+    if _capturing: _capturing[-1].append(step)
   if DEBUG >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")

@@ -153,17 +153,16 @@ class _KernelBuilder:
   def build(self) -> UOp:
     root, out_buf = self.root, self.outputs[self.root]
     self.define_global(out_buf)
-    if root.op is Ops.ASSIGN:
-      target, value = root.src
-      return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, target.arg, self.visit(value, None)),))
-    value = root.src[0] if root.op is Ops.CONTIGUOUS else root
-    out_shape = value.shape
+    if root.op is Ops.ASSIGN: value, store_st = root.src[1], root.src[0].arg  # written through the target's view
+    else:
+      value = root.src[0] if root.op is Ops.CONTIGUOUS else root
+      store_st = ShapeTracker.from_shape(value.shape)
     pending = None
-    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != out_shape:
-      # the kernel runs in the reduce's shape; the store writes the same dense memory in that shape
-      pending, out_shape = ShapeTracker.from_shape(value.shape).reshape(red.shape), red.shape
-    val = self.visit(value, pending, is_root=True)
-    return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, ShapeTracker.from_shape(out_shape), val),))
+    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
+      # the kernel runs in the reduce's shape; the store writes the same positions, seen in that shape
+      pending, store_st = ShapeTracker.from_shape(value.shape).reshape(red.shape), store_st.reshape(red.shape)
+    val = self.visit(value, pending, is_root=root.op is not Ops.ASSIGN)
+    return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, store_st, val),))
 
   def _store(self, buf: Buffer, st: ShapeTracker, val: UOp) -> UOp:
     return UOp(Ops.STORE, dtypes.void, (self.define_global(buf), UOp(Ops.VIEW, dtypes.void, (), st), val))

@@ -182,6 +182,10 @@ class _PinnedWorkers:
 @functools.cache
 def _workers() -> _PinnedWorkers: return _PinnedWorkers()
 
+# threads do not survive fork: a forked child (a BEAM worker, say) starts workers of its own instead of queueing jobs
+# for threads that only exist in its parent
+os.register_at_fork(after_in_child=_workers.cache_clear)
+
 @functools.cache
 def _kernel_type(nbufs: int) -> Any:
   # a CFUNCTYPE call releases the GIL, so core ids run truly in parallel

@@ -1,0 +1,117 @@
+"""TinyJit: run a function normally, capture the kernels it runs, then replay them with new input buffers.
+
+The first call runs (and compiles) everything; the second runs again while recording every kernel and copy with the
+buffers it touched; from the third on, the recorded items run directly — no graph building, scheduling or lowering —
+with the input tensors' buffers swapped in. Intermediate and output buffers are the ones recorded, so a replay
+overwrites the previous call's outputs, as in tinygrad.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from lazytensor.device import Buffer, buffer_map
+from lazytensor.engine import realize
+from lazytensor.helpers import DEBUG, JIT
+from lazytensor.uop.ops import Ops
+
+R = TypeVar("R")
+
+@dataclass(frozen=True)
+class InputSignature:
+  """What a captured program assumes about one input: replaying with anything else would be wrong."""
+  shape: tuple[int, ...]
+  dtype: Any
+  device: str
+  view: Any
+
+class JitError(ValueError):
+  """A jitted function was called with inputs its captured kernels cannot serve."""
+
+def _is_tensor(x: Any) -> bool:
+  # the engine sits below tensor.py, so a Tensor is recognized by what it has, not by its class
+  return hasattr(x, "lazydata") and hasattr(x, "realize")
+
+def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+  return [a for a in (*args, *kwargs.values()) if _is_tensor(a)]
+
+def _outputs(ret: Any) -> list[Any]:
+  if _is_tensor(ret): return [ret]
+  if isinstance(ret, (tuple, list)): return [r for r in ret if _is_tensor(r)]
+  if isinstance(ret, dict): return [r for r in ret.values() if _is_tensor(r)]
+  return []
+
+class TinyJit(Generic[R]):
+  """Wrap a function of Tensors whose kernels are the same on every call (a training step, a model's forward).
+
+  >>> from lazytensor import Tensor
+  >>> step = TinyJit(lambda x: (x * 2 + 1).realize())
+  >>> [step(Tensor([float(i), 1.0])).tolist() for i in range(3)][-1]
+  [5.0, 3.0]
+  """
+  def __init__(self, fn: Callable[..., R]) -> None:
+    self.fn = fn
+    self.calls = 0
+    self.items: list[realize.ExecItem] = []
+    self.signature: list[InputSignature] = []
+    self.input_buffers: list[Buffer] = []
+    self.ret: R | None = None
+
+  def reset(self) -> None:
+    """Forget the captured kernels: the next call runs normally again."""
+    self.calls, self.items, self.signature, self.input_buffers, self.ret = 0, [], [], [], None
+
+  def __call__(self, *args: Any, **kwargs: Any) -> R:
+    inputs = _tensors_in(args, kwargs)
+    for t in inputs: t.realize()
+    if not JIT.value: return self.fn(*args, **kwargs)
+    if self.calls == 0:
+      self.calls = 1
+      return self._run_and_realize(args, kwargs)
+    if self.calls == 1: return self._capture(args, kwargs, inputs)
+    return self._replay(inputs)
+
+  def _run_and_realize(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    ret = self.fn(*args, **kwargs)
+    outs = _outputs(ret)
+    if outs: outs[0].realize(*outs[1:])
+    return ret
+
+  def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Any]) -> R:
+    with realize.capture() as items:
+      ret = self._run_and_realize(args, kwargs)
+    self.items, self.ret, self.calls = items, ret, 2
+    self.signature = [_signature(t) for t in inputs]
+    self.input_buffers = [_buffer_of(t) for t in inputs]
+    if DEBUG >= 1: print(f"TinyJit: captured {len(items)} items")
+    return ret
+
+  def _replay(self, inputs: list[Any]) -> R:
+    sig = [_signature(t) for t in inputs]
+    if sig != self.signature:
+      raise JitError(_mismatch(self.signature, sig))
+    swap = {id(old): _buffer_of(t) for old, t in zip(self.input_buffers, inputs)}
+    for item in self.items: item.run(tuple(swap.get(id(b), b) for b in item.bufs))
+    assert self.ret is not None
+    return self.ret
+
+def _signature(t: Any) -> InputSignature:
+  ld = t.lazydata
+  return InputSignature(t.shape, t.dtype, t.device, ld.arg if ld.op is Ops.VIEW else None)
+
+def _buffer_of(t: Any) -> Buffer:
+  ld = t.lazydata
+  assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, "a realized input is a view of a buffer"
+  return buffer_map[ld.src[0]]
+
+def _mismatch(expected: list[InputSignature], got: list[InputSignature]) -> str:
+  if len(expected) != len(got):
+    return f"TinyJit: captured with {len(expected)} tensor inputs, called with {len(got)}; call reset() to recapture"
+  for i, (e, g) in enumerate(zip(expected, got)):
+    if e != g:
+      what = "a different view of its buffer" if (e.shape, e.dtype, e.device) == (g.shape, g.dtype, g.device) else \
+        f"shape {g.shape} {g.dtype} on {g.device}"
+      return (f"TinyJit: input {i} was captured as shape {e.shape} {e.dtype} on {e.device} and is now {what}; "
+              "call reset() to recapture for the new inputs")
+  return "TinyJit: inputs changed"

@@ -1,0 +1,712 @@
+"""BEAM search: each kernel finds its own opts by compiling and timing candidates, checked and cached.
+
+`beam_search(k, device, width)`, used when `BEAM=width`:
+
+  1. The cache (sqlite table "beam", keyed by the AST, the device kind, the renderer, the width, THREADS on CPUs and
+     the lazytensor version) answers with the chosen opts as JSON; replaying them is the whole cost of a warm run.
+  2. Otherwise the starting kernels (the unoptimized one, the heuristics' choice, and a sibling's cached opts) are
+     compiled and timed. Each round applies every action (`actions`) to every beam member, drops illegal children
+     (KernelOptError), children equal to a kernel already seen (same axes and views) and children that render the
+     same code as one already timed, compiles the rest in parallel in PARALLEL worker processes, times each, and
+     keeps the `width` fastest of the beam and the children. The search stops when a round makes the best kernel
+     faster by less than BEAM_MIN_PROGRESS.
+  3. The fastest candidates are checked in order against the unoptimized kernel on the same random inputs; the first
+     that agrees is the winner and is cached. If none agrees, the heuristics' kernel is used (said at DEBUG>=1).
+
+Failures are ordinary outcomes: a candidate whose compile raises, crashes its worker or takes longer than
+BEAM_TIMEOUT_SEC, or whose run crashes or overruns, counts as infinitely slow. Workers run one job at a time, so the
+job that hung or crashed is known; only its worker is killed and replaced. Runs also happen in a worker (always the
+first), on scratch buffers it keeps for the kernel being searched, so that a candidate that crashes cannot take the
+searching process down and an overlong run can be cut short.
+
+What keeps the search cheap:
+  * Slices of large kernels. When the heuristics' kernel takes more than TARGET_RUN_S, every candidate is timed on a
+    slice: its outermost GLOBAL loops keep only a prefix of their indices (`Kernel.keep_prefix`), so every inner loop,
+    tile and access pattern is the one of the whole kernel and only the trip count of the outer loop shrinks; the
+    time is scaled back up by the work ratio. Before the winner is chosen, the best candidates and the heuristics'
+    kernel are timed again at full size, so a slice that predicted badly cannot pick a slower kernel. The output
+    check runs the unoptimized reference on a slice too (about CHECK_RUN_S), comparing only the outputs it wrote.
+  * Abandoning slow work early. A candidate stops being timed after a run ABANDON_RATIO times slower than the best;
+    one that is still running long after that is killed with its worker. Beam members more than HOPELESS_RATIO
+    times slower than the best are not expanded, and kernels under MIN_SEARCH_S keep the heuristics' opts without
+    a search (launch overhead is all there is to win).
+  * Pruning before compiling: candidates with more register lanes than BEAM_UPCAST_MAX (upcast x unroll; the
+    renderer's own upcast_max is a hard limit) or more local threads than BEAM_LOCAL_MAX, padding that adds more
+    than MAX_PAD_WORK of extra work, and duplicates by kernel state are dropped without compiling; candidates that
+    render the same code as one already timed (in any round) are dropped without timing.
+  * Starting points: the heuristics' kernel joins the first beam, so the search only has to improve on it; and a
+    second cache ("beam_shape") keyed by the loop structure alone (shape, axis kinds, buffer strides and dtypes, not
+    the arithmetic) lets a kernel that differs from an earlier one only in its elementwise ops start from that
+    sibling's opts as one more beam member.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import multiprocessing
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
+from lazytensor.codegen.linearize import linearize
+from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.device import Buffer, Compiled, Device
+from lazytensor.dtype import DType, to_dtype
+from lazytensor.helpers import (
+  BEAM_DEBUG,
+  BEAM_LOCAL_MAX,
+  BEAM_MIN_PROGRESS,
+  BEAM_TIMEOUT_SEC,
+  BEAM_UPCAST_MAX,
+  CACHELEVEL,
+  DEBUG,
+  IGNORE_BEAM_CACHE,
+  PARALLEL,
+  THREADS,
+  Context,
+  ContextVar,
+  ansistrip,
+  diskcache_get,
+  diskcache_put,
+  prod,
+)
+from lazytensor.uop.ops import GroupOp, Ops, UOp
+from lazytensor.version import __version__
+
+CANDIDATE_NAME = "beam_candidate"  # every candidate renders under one name, so equal code is equal text
+ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
+HOPELESS_RATIO = 4.0    # beam members this much slower than the best are not expanded
+MIN_RUNS, MAX_RUNS = 3, 20
+MIN_TIMED_S = 0.005     # short kernels run more than MIN_RUNS times, until this much run time is summed
+TARGET_RUN_S = 0.01     # kernels slower than this are timed on a slice that runs about this long
+CHECK_RUN_S = 0.05      # the unoptimized reference of the output check runs on a slice about this long
+MIN_SEARCH_S = 20e-6    # kernels faster than this keep the heuristics' opts
+MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
+MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled bodies mostly cost compile time
+EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32}  # about this many ALU ops each once lowered
+KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load the program) before it is killed
+CHECK_TOLERANCE = {"float16": 2e-2, "float32": 1e-3, "float64": 1e-8}  # relative; exact for ints and bools
+
+# what searching has done in this process: tests and benchmarks read it
+beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "duplicates": 0, "timed": 0, "failed": 0,
+                              "rejected": 0}
+
+# ---- the action list ----
+
+UPCAST_AMTS = (0, 2, 3, 4, 7, 8, 16, 32)
+UNROLL_AMTS = (0, 2, 3, 4, 8, 16)
+LOCAL_AMTS = (2, 4, 8, 16, 32)
+GROUP_AMTS = (0, 4, 8, 16)
+GROUPTOP_AMTS = (16, 32, 64, 128, 256)
+PADTO_AMTS = (4, 8, 16, 32)
+
+def _thread_amts() -> tuple[int, ...]:
+  cores = int(THREADS.value)
+  return tuple(n for n in (2, 4, 8, 16, 32, 64) if n < cores) + ((cores,) if cores > 1 else ())
+
+def actions(k: Kernel) -> list[Opt]:
+  """Every opt worth trying next on `k`: by the kind of each axis and by what its renderer can do."""
+  r, out = k.renderer, []
+  for axis, kind in enumerate(k.kinds):
+    if kind in (AxisKind.GLOBAL, AxisKind.LOCAL): out += [Opt(OptOps.UPCAST, axis, a) for a in UPCAST_AMTS]
+    if kind is AxisKind.GLOBAL:
+      out += [Opt(OptOps.SWAP, axis, other) for other in range(axis + 1, k.shape_len)
+              if k.kinds[other] is AxisKind.GLOBAL]
+      if r.has_threads: out += [Opt(OptOps.THREAD, axis, a) for a in _thread_amts()]
+      if r.has_local: out += [Opt(OptOps.LOCAL, axis, a) for a in LOCAL_AMTS]
+    if kind is AxisKind.REDUCE:
+      out += [Opt(OptOps.UNROLL, axis, a) for a in UNROLL_AMTS]
+      if r.has_shared:
+        out += [Opt(OptOps.GROUP, axis, a) for a in GROUP_AMTS] + [Opt(OptOps.GROUPTOP, axis, a) for a in GROUPTOP_AMTS]
+    if kind in (AxisKind.GLOBAL, AxisKind.REDUCE): out += [Opt(OptOps.PADTO, axis, a) for a in PADTO_AMTS]
+  if not k.applied_opts: out += [Opt(OptOps.TC, i, 0) for i in range(len(r.tensor_cores))]
+  return out
+
+def _amounts(op: OptOps) -> tuple[int, ...]:
+  table = {OptOps.UPCAST: UPCAST_AMTS, OptOps.UNROLL: UNROLL_AMTS, OptOps.LOCAL: LOCAL_AMTS, OptOps.GROUP: GROUP_AMTS,
+           OptOps.GROUPTOP: GROUPTOP_AMTS, OptOps.PADTO: PADTO_AMTS, OptOps.THREAD: _thread_amts()}
+  return table.get(op, ())
+
+def edits(opts: Sequence[Opt]) -> list[list[Opt]]:
+  """Opt lists one edit away: one opt dropped, or one opt with another amount. Appending only ever adds to a beam
+  member; edits let the search leave a good start (the heuristics' tile) for a neighbouring one (a narrower tile that
+  leaves registers for an unroll, threads on another axis)."""
+  out = []
+  for i, o in enumerate(opts):
+    out.append([*opts[:i], *opts[i + 1:]])
+    out += [[*opts[:i], Opt(o.op, o.axis, amt), *opts[i + 1:]] for amt in _amounts(o.op) if amt != o.amt]
+  return out
+
+def _state(k: Kernel) -> tuple:
+  """What decides the code a kernel lowers to: two kernels with the same state are the same candidate."""
+  return (k.full_shape, tuple(k.kinds), tuple(k.sts), tuple(sorted(k.padded.items())), k.tensor_core)
+
+def body_ops(ast: UOp) -> int:
+  """ALU ops per output element, transcendentals counted as the polynomials they lower to."""
+  return sum(EXPANDING_OPS.get(u.op, 1) for u in ast.toposort if u.op in GroupOp.ALU or u.op is Ops.REDUCE_AXIS)
+
+def _hopeless(k: Kernel, work: int, ops: int) -> bool:
+  """Too many register lanes or local threads, a register body so long that it only costs compile time, or padding
+  that adds too much work."""
+  lanes = k.upcast_size()
+  return lanes > int(BEAM_UPCAST_MAX.value) or k.local_size() > int(BEAM_LOCAL_MAX.value) or \
+    (lanes > 1 and lanes * ops > MAX_BODY_OPS) or prod(k.full_shape) > MAX_PAD_WORK * work
+
+def _replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
+  """`k` with `opts` applied, or None when one of them is illegal for it."""
+  out = k.copy()
+  try:
+    for o in opts: out.apply_opt(o)
+  except KernelOptError: return None
+  return out
+
+# ---- the cache: opts as JSON rows, under a key that names everything the choice depends on ----
+
+def _cache_key(device: Compiled, width: int, what: bytes) -> str:
+  r = device.renderer
+  threads = int(THREADS.value) if r.has_threads else 0  # THREAD opts are legal up to THREADS
+  parts = [device.name.partition(":")[0], type(r).__name__, width, __version__, threads]
+  return hashlib.sha256(json.dumps(parts).encode() + what).hexdigest()
+
+def _shape_signature(k: Kernel) -> bytes:
+  """The loop structure of a kernel without its arithmetic: shape, axis kinds, how each buffer is walked."""
+  access = [(n.op.name, n.src[0].dtype.name, st.shape, st.real_strides()) for n, st in zip(k.view_nodes, k.sts)
+            if n.op in (Ops.LOAD, Ops.STORE)]
+  return repr((k.full_shape, [kind.name for kind in k.kinds], access)).encode()
+
+def encode_opts(opts: Sequence[Opt]) -> bytes: return json.dumps([[o.op.name, o.axis, o.amt] for o in opts]).encode()
+
+def decode_opts(raw: bytes) -> list[Opt] | None:
+  """The opts of a cache row, or None when the row is not what encode_opts writes."""
+  try:
+    rows = json.loads(raw)
+    assert isinstance(rows, list) and all(isinstance(r, list) and len(r) == 3 for r in rows)
+    assert all(isinstance(a, (int, type(None))) and isinstance(n, int) for _, a, n in rows)
+    return [Opt(OptOps[name], axis, amt) for name, axis, amt in rows]
+  except (ValueError, KeyError, TypeError, AssertionError): return None
+
+_reported: set[str] = set()
+
+def _report_once(msg: str) -> None:
+  if msg not in _reported:
+    _reported.add(msg)
+    print(f"lazytensor: {msg}", file=sys.stderr)
+
+def _cached(table: str, key: str, k: Kernel) -> Kernel | None:
+  if CACHELEVEL.value < 2 or (raw := diskcache_get(table, key)) is None: return None
+  if (opts := decode_opts(raw)) is None:
+    _report_once(f"BEAM cache: ignoring corrupt entries in table {table!r}; they are searched again")
+    return None
+  return _replay(k, opts)
+
+def _cache_put(table: str, key: str, k: Kernel) -> None:
+  if CACHELEVEL.value >= 2: diskcache_put(table, key, encode_opts(k.applied_opts))
+
+# ---- scratch buffers and the jobs that workers run ----
+
+@dataclass(frozen=True)
+class BufferSpec:
+  """One buffer argument of a kernel: how large the kernel's views need it, and how the kernel uses it."""
+  index: int
+  size: int
+  dtype: DType
+  loaded: bool
+  stored: bool
+  whole: bool  # the kernel stores every element (an unmasked store view with one position per element)
+
+def buffer_specs(ast: UOp) -> list[BufferSpec]:
+  nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL]
+  specs = []
+  for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
+    mine = [n for n in nodes if n.src[0] is g]
+    size = max(1, *(view_of(n).real_size() for n in mine))
+    stores = [view_of(n) for n in mine if n.op is Ops.STORE]
+    whole = any(st.size == size and all(v.mask is None for v in st.views) for st in stores)
+    specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), any(n.op is Ops.LOAD for n in mine), bool(stores),
+                            whole))
+  assert [s.index for s in specs] == list(range(len(specs))), "a kernel's buffers are numbered 0..n-1"
+  return specs
+
+def input_values(spec: BufferSpec) -> np.ndarray:
+  """Fixed random values for an input buffer: the same in every process, so timing and checks see the same data."""
+  rng = np.random.default_rng(spec.index)
+  if spec.dtype.is_bool: return rng.random(spec.size) < 0.5
+  if spec.dtype.is_int: return rng.integers(0 if spec.dtype.is_unsigned else -8, 9, spec.size).astype(spec.dtype.np)
+  return (rng.random(spec.size, dtype=np.float32) * 4 - 2).astype(spec.dtype.np)
+
+def _raw(x: np.ndarray) -> memoryview: return np.ascontiguousarray(x).view(np.uint8).data
+
+@dataclass
+class _Scratch:
+  key: tuple[str, bytes]
+  specs: list[BufferSpec]
+  bufs: list[Buffer]
+  inputs: dict[int, np.ndarray]
+
+# the buffers of the kernel this process is timing; one kernel's at a time
+_scratch: list[_Scratch] = []
+
+def _scratch_for(device: str, ast: UOp) -> _Scratch:
+  if not _scratch or _scratch[0].key != (device, ast.key):
+    _scratch.clear()  # free the last kernel's buffers first
+    specs = buffer_specs(ast)
+    bufs = [Buffer(device, s.size, s.dtype) for s in specs]
+    inputs = {s.index: input_values(s) for s in specs if s.loaded}
+    for s, b in zip(specs, bufs): b.copyin(_raw(inputs[s.index]) if s.loaded else memoryview(bytes(b.nbytes)))
+    _scratch.append(_Scratch((device, ast.key), specs, bufs, inputs))
+  return _scratch[0]
+
+@dataclass(frozen=True)
+class Binary:
+  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch arguments."""
+  digest: bytes
+  lib: bytes
+  launch: dict[str, Any]
+
+@dataclass(frozen=True)
+class CompileJob:
+  device: str
+  ast: UOp
+  opts: tuple[Opt, ...]
+  keep: tuple[tuple[int, int], ...] = ()  # (axis, size): GLOBAL axes cut to a prefix, for timing a slice
+
+@dataclass(frozen=True)
+class RunJob:
+  device: str
+  ast: UOp
+  binary: Binary
+  cutoff: float = math.inf  # seconds: a run slower than this ends the timing
+  fill: int = 0             # output runs: the byte that output buffers hold before the run
+
+def launch_args(uops: list[UOp]) -> dict[str, Any]:
+  """How a program is launched: the CPU core ids its THREAD axis spreads over."""
+  return {"core_count": max([u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("core")], default=1)}
+
+def compile_job(job: CompileJob) -> Binary:
+  """Kernel -> opts -> (slice) -> loop graph -> linear program -> source -> binary, all in a worker."""
+  dev = Device[job.device]
+  k = Kernel(job.ast, dev.renderer)
+  for o in job.opts: k.apply_opt(o)
+  for axis, size in job.keep: k.keep_prefix(axis, size)
+  uops = linearize(lower_kernel(k))
+  src = dev.renderer.render(CANDIDATE_NAME, uops)
+  return Binary(hashlib.sha256(src.encode()).digest(), dev.compiler.compile(src), launch_args(uops))
+
+def prepare_job(job: RunJob) -> None:
+  """Allocate and fill the scratch buffers (outputs too: their pages get touched here, not in a timed run), so that
+  the time limits of the runs that follow do not count it."""
+  _scratch_for(job.device, job.ast)
+
+def release_job(job: None) -> None:
+  """Free the scratch buffers once a kernel's search is over."""
+  _scratch.clear()
+
+def _launch(job: RunJob) -> Callable[[], float]:
+  scratch = _scratch_for(job.device, job.ast)
+  program = Device[job.device].load(CANDIDATE_NAME, job.binary.lib)
+  handles = [b.handle for b in scratch.bufs]
+  return lambda: float(program(*handles, wait=True, **job.binary.launch) or 0.0)
+
+def time_job(job: RunJob) -> list[float]:
+  """Run times in seconds: at least MIN_RUNS (more for short kernels), fewer once a run is slower than the cutoff."""
+  run, times = _launch(job), list[float]()
+  while len(times) < MAX_RUNS:
+    times.append(run())
+    # two runs over the cutoff, not one: a first run pays for cold caches and page faults
+    if (len(times) >= 2 and min(times) > job.cutoff) or (len(times) >= MIN_RUNS and sum(times) >= MIN_TIMED_S): break
+  return times
+
+def output_job(job: RunJob) -> list[bytes]:
+  """The stored buffers after one run, from the fixed inputs; outputs start as `fill` bytes, so that comparing two
+  runs with different fills shows which elements the kernel wrote."""
+  scratch = _scratch_for(job.device, job.ast)
+  for s, b in zip(scratch.specs, scratch.bufs):
+    if s.loaded and s.stored: b.copyin(_raw(scratch.inputs[s.index]))  # an earlier run changed it
+    elif s.stored: b.copyin(memoryview(bytes([job.fill]) * b.nbytes))
+  _launch(job)()
+  return [b.numpy().tobytes() for s, b in zip(scratch.specs, scratch.bufs) if s.stored]
+
+# ---- the worker pool ----
+
+class JobFailed:
+  """What a job that raised, killed its worker or ran out of time returns instead of a result."""
+  def __init__(self, why: str) -> None: self.why = why
+  def __repr__(self) -> str: return f"JobFailed({self.why})"
+
+def _serve(conn: Connection) -> None:
+  """A worker: run (function, job, knob values) messages one at a time and answer each."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the searching process, which then stops its workers
+  while True:
+    try: fn, job, knobs = conn.recv()
+    except EOFError: return
+    try:
+      with Context(**knobs): reply: tuple[bool, Any] = (True, fn(job))
+    except Exception as e: reply = (False, f"{type(e).__name__}: {e}")
+    conn.send(reply)
+
+def _mp_context() -> Any:
+  """forkserver: workers fork from a clean server with lazytensor imported (fast to replace after a kill, and safe with
+  threads or a GPU context in this process); spawn where there is no forkserver."""
+  if "forkserver" not in multiprocessing.get_all_start_methods(): return multiprocessing.get_context("spawn")
+  ctx = multiprocessing.get_context("forkserver")
+  ctx.set_forkserver_preload([__name__, "lazytensor.runtime.ops_cpu", "lazytensor.runtime.ops_emu"])
+  return ctx
+
+@contextlib.contextmanager
+def _main_script_hidden() -> Iterator[None]:
+  """Workers need nothing from the user's script, but spawn and forkserver children import `__main__` again (and run
+  all of it when it has no `if __name__ == "__main__":` guard) unless it looks like an interactive session."""
+  main = sys.modules["__main__"]
+  spec, path = getattr(main, "__spec__", None), main.__dict__.pop("__file__", None)
+  main.__spec__ = None
+  try: yield
+  finally:
+    main.__spec__ = spec
+    if path is not None: main.__file__ = path
+
+class _Worker:
+  def __init__(self, ctx: Any) -> None:
+    self.conn, child = ctx.Pipe()
+    self.proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="lazytensor-beam")
+    with _main_script_hidden(): self.proc.start()
+    child.close()
+
+  def stop(self) -> None:
+    if self.proc.is_alive(): self.proc.kill()
+    self.proc.join()
+    self.conn.close()
+
+class WorkerPool:
+  """Worker processes, each running one job at a time, so a job that hangs or crashes is known by its worker: that
+  worker alone is killed and replaced, the job fails, the others go on."""
+  def __init__(self, size: int) -> None:
+    self.ctx = _mp_context()
+    self.workers = [_Worker(self.ctx) for _ in range(size)]
+
+  def _replace(self, slot: int) -> None:
+    self.workers[slot].stop()
+    self.workers[slot] = _Worker(self.ctx)
+
+  def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], timeout: float, workers: int = 0) -> list[Any]:
+    """fn(job) for each job on the first `workers` workers (0: all), results in order; JobFailed for failures."""
+    knobs = {key: var.value for key, var in ContextVar.registry.items()} | {"DEBUG": 0}  # the bar owns the terminal
+    todo, results = list(enumerate(jobs))[::-1], [JobFailed("not run")] * len(jobs)
+    busy: dict[int, tuple[int, float]] = {}  # worker slot -> (job index, deadline)
+    try:
+      while todo or busy:
+        for slot in range(workers or len(self.workers)):
+          if slot not in busy and todo:
+            i, job = todo.pop()
+            self._send(slot, (fn, job, knobs))
+            busy[slot] = (i, time.monotonic() + timeout)
+        self._collect(busy, results, timeout)
+    finally:  # interrupted: answers still on their way would be read as answers to later jobs
+      for slot in busy: self._replace(slot)
+    return results
+
+  def _send(self, slot: int, msg: tuple) -> None:
+    try: self.workers[slot].conn.send(msg)
+    except OSError:  # the worker died while idle (killed from outside): a fresh one takes the job
+      self._replace(slot)
+      self.workers[slot].conn.send(msg)
+
+  def _collect(self, busy: dict[int, tuple[int, float]], results: list[Any], timeout: float) -> None:
+    next_deadline = min(deadline for _, deadline in busy.values())
+    ready = wait([self.workers[slot].conn for slot in busy], timeout=max(0.0, next_deadline - time.monotonic()))
+    for slot, (i, deadline) in list(busy.items()):
+      w = self.workers[slot]
+      if w.conn in ready:
+        try:
+          ok, val = w.conn.recv()
+          results[i] = val if ok else JobFailed(val)
+        except (EOFError, OSError):
+          w.proc.join()
+          results[i] = JobFailed(f"the worker died (exit code {w.proc.exitcode})")
+          self._replace(slot)
+      elif time.monotonic() >= deadline:
+        results[i] = JobFailed(f"took longer than {timeout:.3g} s")
+        self._replace(slot)
+      else: continue
+      del busy[slot]
+
+  def close(self) -> None:
+    for w in self.workers: w.stop()
+    self.workers = []
+
+class InlinePool:
+  """PARALLEL=0: jobs run in this process one after another, with no time limit and no protection from crashes."""
+  def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], timeout: float, workers: int = 0) -> list[Any]:
+    out: list[Any] = []
+    for job in jobs:
+      try: out.append(fn(job))
+      except Exception as e: out.append(JobFailed(f"{type(e).__name__}: {e}"))
+    return out
+
+  def close(self) -> None: pass
+
+_pools: dict[int, WorkerPool | InlinePool] = {}  # one pool per process, of PARALLEL workers
+
+def get_pool() -> WorkerPool | InlinePool:
+  size = max(0, int(PARALLEL.value))
+  if size not in _pools:
+    close_pool()
+    _pools[size] = WorkerPool(size) if size > 0 else InlinePool()
+  return _pools[size]
+
+def close_pool() -> None:
+  for pool in _pools.values(): pool.close()
+  _pools.clear()
+
+
+# ---- the search ----
+
+@dataclass
+class Candidate:
+  kernel: Kernel
+  keep: tuple[tuple[int, int], ...] = ()  # the slice it is timed on
+  scale: float = 1.0                      # work of the whole kernel / work of the slice
+  binary: Binary | None = None
+  time: float = math.inf                  # seconds for the whole kernel
+
+def slice_plan(k: Kernel, fraction: float) -> tuple[tuple[tuple[int, int], ...], float]:
+  """Prefixes of the outermost GLOBAL axes that keep about `fraction` of the work (at least one index of each), and
+  the factor that scales a slice's time back up to the whole kernel's."""
+  keep: list[tuple[int, int]] = []
+  left = fraction
+  for axis in k.axes_of(AxisKind.GLOBAL):
+    if left >= 1: break
+    size = k.full_shape[axis]
+    keep.append((axis, max(1, round(size * left))))
+    left *= size / keep[-1][1]
+  return tuple(keep), prod(k.full_shape[a] for a, _ in keep) / prod(n for _, n in keep)
+
+@dataclass
+class _Outputs:
+  values: np.ndarray
+  written: np.ndarray
+
+def _agrees(ref: _Outputs, got: _Outputs, spec: BufferSpec) -> bool:
+  """Whether a candidate's outputs match the reference wherever both wrote, and it wrote all it must."""
+  if spec.whole and not got.written.all(): return False
+  mask = ref.written & got.written
+  if not mask.any(): return False  # nothing to compare is no evidence: do not trust the candidate
+  r, g = ref.values[mask], got.values[mask]
+  if not spec.dtype.is_float: return bool(np.array_equal(r, g))
+  r64, g64 = r.astype(np.float64), g.astype(np.float64)
+  finite = np.abs(r64[np.isfinite(r64)])
+  tol = CHECK_TOLERANCE.get(spec.dtype.name, 1e-3)
+  scale = max(1.0, float(finite.mean())) if finite.size else 1.0  # sums of many terms: absolute error grows with them
+  return bool(np.allclose(g64, r64, rtol=tol, atol=tol * scale, equal_nan=True))
+
+def _fmt(t: float) -> str: return "inf" if math.isinf(t) else f"{t * 1e6:.1f} us"
+
+class _Search:
+  """One kernel's search: the beam, the compiled code seen so far, the best time, how much of the kernel is timed."""
+  def __init__(self, k: Kernel, device: Compiled, width: int) -> None:
+    self.root, self.device, self.width = k, device, width
+    self.pool = get_pool()
+    self.work, self.ops, self.specs = prod(k.full_shape), body_ops(k.ast), buffer_specs(k.ast)
+    self.stored = [s for s in self.specs if s.stored]
+    self.seen_states: set[tuple] = set()
+    self.seen_code: set[bytes] = set()
+    self.best, self.fraction, self.round = math.inf, 1.0, 0
+    self.timed: dict[int, float] = {}  # id of a kernel object -> its latest time
+    show = sys.stderr.isatty() or DEBUG >= 1
+    self.bar = tqdm(total=0, desc=ansistrip(k.name), file=sys.stderr, leave=False, disable=not show, unit="cand")
+
+  @property
+  def timeout(self) -> float: return float(BEAM_TIMEOUT_SEC.value)
+
+  def run_job(self, binary: Binary, cutoff: float = math.inf, fill: int = 0) -> RunJob:
+    return RunJob(self.device.name, self.root.ast, binary, cutoff, fill)
+
+  # -- compiling and timing --
+
+  def compile(self, cands: list[Candidate]) -> list[Candidate]:
+    """Compile in the workers; the candidates that compiled to code not seen before."""
+    jobs = [CompileJob(self.device.name, self.root.ast, tuple(c.kernel.applied_opts), c.keep) for c in cands]
+    out = []
+    for c, res in zip(cands, self.pool.map(compile_job, jobs, self.timeout)):
+      if isinstance(res, JobFailed):
+        beam_stats["failed"] += 1
+        if BEAM_DEBUG >= 2: print(f"  failed {c.kernel.applied_opts}: {res.why}")
+      elif res.digest in self.seen_code: beam_stats["duplicates"] += 1
+      else:
+        beam_stats["compiled"] += 1
+        self.seen_code.add(res.digest)
+        c.binary = res
+        out.append(c)
+    return out
+
+  def time(self, c: Candidate, cutoff: float = math.inf) -> None:
+    """Time a compiled candidate on the first worker (which holds the scratch buffers). A run past `cutoff` (seconds,
+    whole kernel) ends its timing; one that runs far past it is killed with its worker."""
+    assert c.binary is not None
+    self.pool.map(prepare_job, [self.run_job(c.binary)], self.timeout, workers=1)
+    slice_cutoff = cutoff / c.scale
+    deadline = self.timeout  # a cutoff of 0 asks for two runs, however long they take
+    if 0 < slice_cutoff < math.inf:
+      deadline = min(deadline, KILL_GRACE_S + MIN_TIMED_S + (MIN_RUNS + 2) * slice_cutoff)
+    res = self.pool.map(time_job, [self.run_job(c.binary, slice_cutoff)], deadline, workers=1)[0]
+    beam_stats["timed"] += 1
+    c.time = math.inf if isinstance(res, JobFailed) else min(res) * c.scale
+    self.timed[id(c.kernel)] = c.time
+    if BEAM_DEBUG >= 2: print(f"  {_fmt(c.time):>12s} {c.kernel.applied_opts}")
+
+  def evaluate(self, kernels: list[Kernel]) -> list[Candidate]:
+    """Compile and time kernels (best parents first, so that the cutoff bites early); the ones that ran, fastest
+    first."""
+    cands = [Candidate(k, *slice_plan(k, self.fraction)) for k in kernels]
+    self.bar.reset(total=len(cands))
+    self.bar.set_postfix_str(f"round {self.round}, best {_fmt(self.best)}, compiling")
+    compiled = self.compile(cands)
+    self.bar.update(len(cands) - len(compiled))
+    for c in compiled:
+      self.time(c, ABANDON_RATIO * self.best)
+      self.best = min(self.best, c.time)
+      self.bar.set_postfix_str(f"round {self.round}, best {_fmt(self.best)}")
+      self.bar.update(1)
+    return sorted([c for c in compiled if math.isfinite(c.time)], key=lambda c: c.time)
+
+  # -- the beam --
+
+  def children(self, k: Kernel) -> list[Kernel]:
+    """Every action appended to `k`, and every edit of its opts; the new, legal, not hopeless ones."""
+    out = []
+    for child in [_replay(k, [opt]) for opt in actions(k)] + [_replay(self.root, e) for e in edits(k.applied_opts)]:
+      if child is None or _hopeless(child, self.work, self.ops): continue
+      if (state := _state(child)) in self.seen_states: continue
+      self.seen_states.add(state)
+      out.append(child)
+    return out
+
+  def select(self, cands: list[Candidate]) -> list[Candidate]:
+    """The `width` fastest, except those so much slower than the best that expanding them is hopeless."""
+    ranked = sorted(cands, key=lambda c: c.time)
+    return [c for c in ranked[:self.width] if c.time <= HOPELESS_RATIO * ranked[0].time]
+
+  def run(self, starts: list[Kernel]) -> list[Candidate]:
+    """Rounds until one gains less than BEAM_MIN_PROGRESS; the last beam, fastest first."""
+    for k in starts: self.seen_states.add(_state(k))
+    beam = self.select(self.evaluate(starts))
+    while beam:
+      self.round += 1
+      children = [child for c in beam for child in self.children(c.kernel)]
+      if not children: break
+      before = beam[0].time
+      beam = self.select(beam + self.evaluate(children))
+      if BEAM_DEBUG >= 1:
+        print(f"beam round {self.round}: {len(children)} candidates, best {_fmt(beam[0].time)} "
+              f"{beam[0].kernel.applied_opts}")
+      if beam[0].time > before * (1 - float(BEAM_MIN_PROGRESS.value)): break
+    return beam
+
+  # -- full size: the heuristics' time, confirming what slices predicted, the output check --
+
+  def full_time(self, k: Kernel) -> float:
+    """`k`'s time at full size, from two runs (its code may be compiled again later: it is not remembered as seen)."""
+    cands = self.compile([Candidate(k)])
+    if not cands: return math.inf
+    self.time(cands[0], cutoff=0.0)
+    self.seen_code.clear()
+    return cands[0].time
+
+  def confirm(self, ranked: list[Candidate], heuristic: Kernel) -> list[Candidate]:
+    """The candidates and the heuristics' kernel timed at full size, fastest first: a slice only predicts."""
+    if self.fraction >= 1: return ranked
+    self.fraction, self.best, self.seen_code = 1.0, math.inf, set()
+    kernels = {id(k): k for k in [c.kernel for c in ranked] + [heuristic]}
+    return self.evaluate(list(kernels.values()))
+
+  def outputs(self, binary: Binary) -> list[_Outputs] | None:
+    """The stored buffers of one run from the fixed inputs, and which elements the kernel wrote."""
+    jobs = [self.run_job(binary, fill=fill) for fill in (0x00, 0xFF)]
+    runs = self.pool.map(output_job, jobs, self.timeout, workers=1)
+    if any(isinstance(r, JobFailed) for r in runs): return None
+    out = []
+    for spec, a, b in zip(self.stored, runs[0], runs[1]):
+      bytes_a, bytes_b = (np.frombuffer(x, np.uint8).reshape(-1, spec.dtype.itemsize) for x in (a, b))
+      out.append(_Outputs(np.frombuffer(a, spec.dtype.np), (bytes_a == bytes_b).all(axis=1)))
+    return out
+
+  def reference(self) -> list[_Outputs] | None:
+    """The unoptimized kernel's outputs on a slice that runs about CHECK_RUN_S; the whole kernel when a buffer is read
+    and written (which elements a slice wrote cannot be told then)."""
+    if any(s.loaded and s.stored for s in self.specs): fraction = 1.0
+    else:
+      if not math.isfinite(root_time := self.timed.get(id(self.root), math.inf)): root_time = self._root_time_on_slice()
+      fraction = min(1.0, CHECK_RUN_S / root_time) if 0 < root_time < math.inf else 0.0
+    keep, _ = slice_plan(self.root, fraction)
+    res = self.pool.map(compile_job, [CompileJob(self.device.name, self.root.ast, (), keep)], self.timeout)[0]
+    return None if isinstance(res, JobFailed) else self.outputs(res)
+
+  def _root_time_on_slice(self) -> float:
+    # the search dropped the unoptimized kernel (too slow, or the same code as another): time a thin slice of it
+    self.seen_code = set()
+    cands = self.compile([Candidate(self.root, *slice_plan(self.root, 0.01))])
+    if not cands: return math.inf
+    self.time(cands[0], cutoff=0.0)
+    return cands[0].time
+
+  def pick(self, ranked: list[Candidate]) -> Candidate | None:
+    """The fastest candidate whose outputs agree with the unoptimized kernel's."""
+    if (ref := self.reference()) is None:
+      if DEBUG >= 1: print(f"beam: {self.root.name}: the unoptimized kernel did not run, so nothing can be checked")
+      return None
+    for c in ranked:
+      assert c.binary is not None and not c.keep, "the check runs the whole kernel"
+      got = self.outputs(c.binary)
+      if got is not None and all(_agrees(r, g, s) for r, g, s in zip(ref, got, self.stored)): return c
+      beam_stats["rejected"] += 1
+      if DEBUG >= 1: print(f"beam: {self.root.name}: discarded {c.kernel.applied_opts}: its output is not the "
+                           "unoptimized kernel's")
+    return None
+
+  def close(self) -> None:
+    self.pool.map(release_job, [None], self.timeout, workers=1)
+    self.bar.close()
+
+def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> Kernel:
+  heuristic = hand_coded_optimizations(k)
+  s = _Search(k, device, width)
+  try:
+    heuristic_time = s.full_time(heuristic)
+    if heuristic_time < MIN_SEARCH_S:
+      if DEBUG >= 1: print(f"beam: {k.name}: {_fmt(heuristic_time)} with the heuristics' opts, too short to search")
+      return heuristic
+    s.fraction = min(1.0, TARGET_RUN_S / heuristic_time)
+    starts = list({_state(x): x for x in (heuristic, sibling, k) if x is not None}.values())
+    winner = s.pick(s.confirm(s.run(starts), heuristic))
+  finally: s.close()
+  if winner is None:
+    if DEBUG >= 1: print(f"beam: {k.name}: no candidate passed the output check; using the heuristics' opts")
+    return heuristic
+  if DEBUG >= 1: print(f"beam: {k.name}: {_fmt(winner.time)} (heuristics {_fmt(s.timed.get(id(heuristic), math.inf))})"
+                       f" with {winner.kernel.applied_opts}")
+  return winner.kernel
+
+def beam_search(k: Kernel, device: Compiled, width: int) -> Kernel:
+  """`k` with the opts that a beam search of this width finds fastest on `device`; from the cache when it can."""
+  key, sibling_key = _cache_key(device, width, k.ast.key), _cache_key(device, width, _shape_signature(k))
+  if not IGNORE_BEAM_CACHE and (hit := _cached("beam", key, k)) is not None:
+    beam_stats["cache_hits"] += 1
+    if DEBUG >= 1: print(f"beam: {k.name}: from the cache: {hit.applied_opts}")
+    return hit
+  beam_stats["searches"] += 1
+  start = time.perf_counter()
+  best = _search(k, device, width, _cached("beam_shape", sibling_key, k))
+  if DEBUG >= 1: print(f"beam: {k.name}: searched in {time.perf_counter() - start:.2f} s")
+  _cache_put("beam", key, best)
+  _cache_put("beam_shape", sibling_key, best)
+  return best

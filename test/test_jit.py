@@ -1,0 +1,70 @@
+"""TinyJit: capture once, replay with new inputs; clear errors when inputs change; JIT=0 turns it off."""
+import numpy as np
+import pytest
+
+from lazytensor import Context, GlobalCounters, Tensor
+from lazytensor.engine.jit import JitError, TinyJit
+from lazytensor.nn.optim import SGD
+
+
+def test_replay_gives_fresh_results_for_new_inputs() -> None:
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return (a @ b).relu() + a.sum()
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    x, y = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    out = f(Tensor(x), Tensor(y)).numpy()
+    np.testing.assert_allclose(out, np.maximum(x @ y, 0) + x.sum(), rtol=1e-5, atol=1e-5)
+  assert f.calls == 2 and len(f.items) >= 1
+
+def test_replay_skips_scheduling(monkeypatch) -> None:
+  f = TinyJit(lambda a: (a * 2 + 1).sum())
+  for i in range(2): f(Tensor([float(i), 2.0]))
+  import lazytensor.engine.schedule as schedule
+  def no_schedule(*args, **kwargs): raise AssertionError("a replay must not schedule")
+  x = Tensor([5.0, 6.0]).realize()
+  import lazytensor.tensor as tensor_module
+  monkeypatch.setattr(schedule, "create_schedule", no_schedule)
+  monkeypatch.setattr(tensor_module, "create_schedule", no_schedule)
+  GlobalCounters.reset()
+  assert f(x).item() == 24.0
+  assert GlobalCounters.kernel_count == len(f.items)
+
+def test_changed_shape_or_dtype_raises() -> None:
+  f = TinyJit(lambda a: a * 2)
+  for _ in range(3): f(Tensor([1.0, 2.0]))
+  with pytest.raises(JitError, match=r"input 0 .*\(2,\).*\(3,\)"): f(Tensor([1.0, 2.0, 3.0]))
+  with pytest.raises(JitError, match="float64"): f(Tensor([1.0, 2.0], dtype="float64"))
+  f.reset()
+  assert f(Tensor([1.0, 2.0, 3.0])).tolist() == [2.0, 4.0, 6.0]
+
+def test_jit_off_runs_the_function_every_time() -> None:
+  calls = []
+  def body(a: Tensor) -> Tensor:
+    calls.append(1)
+    return a + 1
+  f = TinyJit(body)
+  with Context(JIT=0):
+    for _ in range(4): f(Tensor([1.0]))
+  assert len(calls) == 4
+
+def test_training_step_under_jit_matches_eager() -> None:
+  rng = np.random.default_rng(1)
+  w0 = rng.standard_normal((3, 1)).astype(np.float32)
+  xs = [rng.standard_normal((8, 3)).astype(np.float32) for _ in range(6)]
+  def make():
+    w = Tensor(w0.copy(), requires_grad=True)
+    return w, SGD([w], lr=0.1, momentum=0.9)
+  def step(w: Tensor, opt: SGD, x: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = ((x @ w) ** 2).mean()
+    loss.backward()
+    opt.step()
+    return loss
+  w_eager, opt_eager = make()
+  eager = [step(w_eager, opt_eager, Tensor(x)).item() for x in xs]
+  w_jit, opt_jit = make()
+  jitted = TinyJit(lambda x: step(w_jit, opt_jit, x))
+  got = [jitted(Tensor(x)).item() for x in xs]
+  np.testing.assert_allclose(got, eager, rtol=1e-5)
+  np.testing.assert_allclose(w_jit.numpy(), w_eager.numpy(), rtol=1e-5)

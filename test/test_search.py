@@ -1,0 +1,176 @@
+"""BEAM search: at least as fast as the heuristics, cached, checked, and never stopped by a failing candidate or a
+corrupt cache.
+
+Faults are injected by replacing `search.compile_job` with a function of this module: the workers receive it by name,
+import this module and run it, so the fault happens where compiles happen, in the worker processes."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lazytensor import Context, Device, Tensor
+from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
+from lazytensor.engine import search
+from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
+from lazytensor.engine.schedule import ScheduleItem, create_schedule
+from lazytensor.uop.ops import Ops
+
+rng = np.random.default_rng(0)
+real_compile_job = search.compile_job
+
+def _t(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape, dtype=np.float32)).realize()
+
+KERNELS: dict[str, Callable[[], Tensor]] = {
+  "matmul": lambda: _t(128, 128) @ _t(128, 128),
+  "elementwise": lambda: (_t(512, 512) * _t(512, 512) + 1).exp2(),
+  "row_sum": lambda: _t(512, 1024).sum(1),
+  "emu_matmul": lambda: _t(32, 32) @ _t(32, 32),
+  "emu_reduce": lambda: _t(8, 256).sum(1),
+}
+
+def _item(name: str, device: str) -> ScheduleItem:
+  """The last kernel of the expression, its inputs computed."""
+  with Context(DEV=device): items, _ = create_schedule([KERNELS[name]().lazydata])
+  run_schedule(items[:-1])
+  return items[-1]
+
+def _output(item: ScheduleItem, device: str, opts: list[Opt]) -> np.ndarray:
+  compile_kernel(item.ast, Device[device], opts)(item.bufs)
+  return item.bufs[0].numpy().copy()
+
+def _min_times(item: ScheduleItem, device: str, opts_a: list[Opt], opts_b: list[Opt], runs: int) -> tuple[float, float]:
+  """The best of `runs` timed runs of two kernels, alternating, so that a noisy moment hits both."""
+  a, b = (compile_kernel(item.ast, Device[device], o) for o in (opts_a, opts_b))
+  ta, tb = [], []
+  for _ in range(runs):
+    ta.append(a(item.bufs, wait=True))
+    tb.append(b(item.bufs, wait=True))
+  return min(ta), min(tb)
+
+@pytest.fixture
+def beam(tmp_path: Path) -> Iterator[Path]:
+  """BEAM=2 with a cache of its own and short limits; fresh workers for each test, counters from zero."""
+  for key in search.beam_stats: search.beam_stats[key] = 0
+  db = tmp_path / "c.db"
+  with Context(BEAM=2, CACHEDB=str(db), BEAM_TIMEOUT_SEC=5.0, PARALLEL=2, THREADS=2): yield db
+  search.close_pool()
+
+def _search(item: ScheduleItem, device: str) -> Kernel: return optimize_kernel(item.ast, Device[device])
+
+@pytest.mark.parametrize("name,device", [("matmul", "CPU"), ("elementwise", "CPU"), ("emu_matmul", "EMU"),
+                                         ("emu_reduce", "EMU")])
+def test_search_is_correct_and_at_least_as_fast_as_heuristics(beam: Path, name: str, device: str) -> None:
+  item = _item(name, device)
+  k = _search(item, device)
+  heuristic = hand_coded_optimizations(Kernel(item.ast, Device[device].renderer)).applied_opts
+  np.testing.assert_allclose(_output(item, device, k.applied_opts), _output(item, device, []), rtol=1e-4, atol=1e-4)
+  t_beam, t_heuristic = _min_times(item, device, k.applied_opts, heuristic, runs=10 if device == "EMU" else 50)
+  assert t_beam <= t_heuristic * 1.25 + 20e-6, f"BEAM {k.applied_opts} {t_beam * 1e6:.1f} us, heuristics " \
+                                               f"{heuristic} {t_heuristic * 1e6:.1f} us"
+
+def test_second_run_searches_nothing(beam: Path) -> None:
+  item = _item("row_sum", "CPU")
+  first = _search(item, "CPU").applied_opts
+  assert search.beam_stats["searches"] == 1 and search.beam_stats["compiled"] > 0
+  search.close_pool()
+  for key in search.beam_stats: search.beam_stats[key] = 0
+  assert _search(item, "CPU").applied_opts == first
+  assert search.beam_stats == {**search.beam_stats, "searches": 0, "compiled": 0, "timed": 0, "cache_hits": 1}
+  assert not search._pools, "a cache hit starts no workers"
+
+def test_corrupt_cache_file_is_survived(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
+  beam.write_bytes(b"this is not a database" * 100)
+  item = _item("row_sum", "CPU")
+  k = _search(item, "CPU")
+  np.testing.assert_allclose(_output(item, "CPU", k.applied_opts), _output(item, "CPU", []), rtol=1e-4, atol=1e-4)
+  assert search.beam_stats["searches"] == 1
+  assert "unusable" in capsys.readouterr().err
+
+def test_corrupt_cache_rows_are_searched_again(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
+  item = _item("row_sum", "CPU")
+  _search(item, "CPU")
+  with sqlite3.connect(beam) as db: db.execute("UPDATE beam_v1 SET val = ?", (b"\x00garbage",))
+  k = _search(item, "CPU")
+  assert search.beam_stats["searches"] == 2
+  np.testing.assert_allclose(_output(item, "CPU", k.applied_opts), _output(item, "CPU", []), rtol=1e-4, atol=1e-4)
+  assert "corrupt" in capsys.readouterr().err
+
+# ---- injected faults: these run in the worker processes ----
+
+def faulty_compile_job(job: search.CompileJob) -> search.Binary:
+  """UNROLL candidates fail to compile, UPCAST-by-2 candidates crash their worker, UPCAST-by-16 ones hang."""
+  if any(o.op is OptOps.UNROLL for o in job.opts): raise RuntimeError("injected compile failure")
+  if any(o.op is OptOps.UPCAST and o.amt == 2 for o in job.opts): os._exit(3)
+  if any(o.op is OptOps.UPCAST and o.amt == 16 for o in job.opts): time.sleep(60)
+  return real_compile_job(job)
+
+def test_failing_candidates_are_survived(beam: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+  monkeypatch.setattr(search, "compile_job", faulty_compile_job)
+  item = _item("row_sum", "CPU")
+  start = time.perf_counter()
+  with Context(BEAM_TIMEOUT_SEC=1.0, BEAM_DEBUG=2): k = _search(item, "CPU")
+  assert time.perf_counter() - start < 30
+  out = capsys.readouterr().out
+  for why in ("injected compile failure", "the worker died", "took longer than"): assert why in out
+  np.testing.assert_allclose(_output(item, "CPU", k.applied_opts), _output(item, "CPU", []), rtol=1e-4, atol=1e-4)
+
+def _is_heuristic(job: search.CompileJob) -> bool:
+  k = Kernel(job.ast, Device[job.device].renderer)
+  return list(job.opts) == hand_coded_optimizations(k).applied_opts
+
+def incomplete_compile_job(job: search.CompileJob) -> search.Binary:
+  """Candidates other than the heuristics' and the reference compute only the first quarter of their outer axis:
+  faster than any correct kernel, and wrong."""
+  k = Kernel(job.ast, Device[job.device].renderer)
+  for o in job.opts: k.apply_opt(o)
+  if not job.opts or _is_heuristic(job) or job.keep: return real_compile_job(job)
+  axis = k.axes_of(AxisKind.GLOBAL)[0]
+  return real_compile_job(search.CompileJob(job.device, job.ast, job.opts, ((axis, max(1, k.full_shape[axis] // 4)),)))
+
+def doubled_compile_job(job: search.CompileJob) -> search.Binary:
+  """Every optimized candidate stores twice the right value."""
+  if not job.opts: return real_compile_job(job)
+  store = next(u for u in job.ast.toposort if u.op is Ops.STORE)
+  doubled = job.ast.substitute({store: store.replace(src=(*store.src[:2], store.src[2] * 2.0))})
+  return real_compile_job(search.CompileJob(job.device, doubled, job.opts, job.keep))
+
+@pytest.mark.parametrize("fault", [incomplete_compile_job, doubled_compile_job])
+def test_winner_check_discards_wrong_candidates(beam: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str], fault: Callable) -> None:
+  monkeypatch.setattr(search, "compile_job", fault)
+  item = _item("matmul", "CPU")
+  with Context(DEBUG=1): k = _search(item, "CPU")
+  assert search.beam_stats["rejected"] >= 1
+  assert "discarded" in capsys.readouterr().out
+  if fault is doubled_compile_job:  # nothing passes: the heuristics' opts are used
+    assert k.applied_opts == hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer)).applied_opts
+  np.testing.assert_allclose(_output(item, "CPU", k.applied_opts), _output(item, "CPU", []), rtol=1e-4, atol=1e-4)
+
+def test_two_processes_search_at_once(tmp_path: Path) -> None:
+  script = tmp_path / "searcher.py"
+  script.write_text(textwrap.dedent("""
+    import numpy as np
+    from lazytensor import Tensor
+    a, b = np.random.default_rng(0).standard_normal((2, 96, 96), dtype=np.float32)
+    got = (Tensor(a) @ Tensor(b)).sum(1).numpy()
+    np.testing.assert_allclose(got, (a @ b).sum(1), rtol=1e-3, atol=1e-3)
+    print("ok")
+  """))
+  env = {**os.environ, "BEAM": "2", "CACHEDB": str(tmp_path / "c.db"), "PARALLEL": "1",
+         "PYTHONPATH": str(Path(__file__).parents[1])}
+  procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True) for _ in range(2)]
+  for p in procs:
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and out.strip() == "ok", err
