@@ -1,1 +1,183 @@
-"""Layers. Optimizers live in lazytensor.nn.optim, model state and weights on disk in lazytensor.nn.state."""
+"""Layers: plain Python classes holding Tensors, with torch's default initializations and tinygrad's names.
+
+No Module base class is needed: `nn.state.get_parameters(model)` finds every Tensor in attributes, lists and dicts.
+Optimizers live in lazytensor.nn.optim, model state and weights on disk in lazytensor.nn.state.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from lazytensor.dtype import dtypes
+from lazytensor.helpers import make_tuple, prod
+from lazytensor.tensor import Tensor
+
+
+def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+  return Tensor.uniform(*shape, low=-bound, high=bound)
+
+class Linear:
+  """y = x @ W.T + b, with W of shape (out, in) and torch's init (uniform in +-1/sqrt(in))."""
+  def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+    bound = 1 / math.sqrt(in_features)
+    self.weight = _uniform((out_features, in_features), bound)
+    self.bias = _uniform((out_features,), bound) if bias else None
+
+  def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight.T, self.bias)
+
+class _ConvNd:
+  def __init__(self, nd: int, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
+               padding: int | Sequence[int] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    if in_channels % groups or out_channels % groups:
+      raise ValueError(f"channels {in_channels} -> {out_channels} are not divisible by groups={groups}")
+    self.kernel_size = make_tuple(kernel_size, nd)
+    self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+    bound = 1 / math.sqrt(in_channels // groups * prod(self.kernel_size))
+    self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
+    self.bias = _uniform((out_channels,), bound) if bias else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)  # type: ignore[arg-type]
+
+class Conv1d(_ConvNd):
+  """1-D convolution over (batch, channels, length)."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+               padding: int | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    super().__init__(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+
+class Conv2d(_ConvNd):
+  """2-D convolution over (batch, channels, height, width)."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
+               padding: int | Sequence[int] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+
+class ConvTranspose2d:
+  """Transposed 2-D convolution; the weight is (in, out/groups, kh, kw) as torch's."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
+               padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    self.kernel_size = make_tuple(kernel_size, 2)
+    self.stride, self.padding, self.output_padding = stride, padding, output_padding
+    self.dilation, self.groups = dilation, groups
+    bound = 1 / math.sqrt(out_channels // groups * prod(self.kernel_size))
+    self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound)
+    self.bias = _uniform((out_channels,), bound) if bias else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,  # type: ignore[attr-defined]
+                              self.output_padding)
+
+class BatchNorm:
+  """Batch normalization over the channel axis 1 (any rank), with running statistics for eval mode."""
+  def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
+               momentum: float = 0.1) -> None:
+    self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+    self.weight = Tensor.ones(num_features) if affine else None
+    self.bias = Tensor.zeros(num_features) if affine else None
+    if track_running_stats:
+      self.running_mean = Tensor.zeros(num_features, requires_grad=False).contiguous().realize()
+      self.running_var = Tensor.ones(num_features, requires_grad=False).contiguous().realize()
+      self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int64, requires_grad=False).contiguous().realize()
+
+  def __call__(self, x: Tensor) -> Tensor:
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if Tensor.training or not self.track_running_stats:
+      mean = x.mean(axes)
+      var = ((x - mean.reshape(shape)) ** 2).mean(axes)
+      if Tensor.training and self.track_running_stats:
+        n = prod(x.shape[i] for i in axes)
+        unbiased = var.detach() * (n / max(n - 1, 1))
+        self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
+        self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
+        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+    else: mean, var = self.running_mean, self.running_var
+    y = (x - mean.reshape(shape)) * (var.reshape(shape) + self.eps).rsqrt()
+    if self.weight is not None and self.bias is not None: y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
+    return y
+
+BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
+
+def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+  mean = x.mean(axes, keepdim=True)
+  return (x - mean) * (((x - mean) ** 2).mean(axes, keepdim=True) + eps).rsqrt()
+
+class LayerNorm:
+  """Normalize over the trailing `normalized_shape` dims, then scale and shift elementwise."""
+  def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True) -> None:
+    self.normalized_shape = make_tuple(normalized_shape, 1)
+    self.eps = eps
+    self.weight = Tensor.ones(*self.normalized_shape) if elementwise_affine else None
+    self.bias = Tensor.zeros(*self.normalized_shape) if elementwise_affine else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    n = len(self.normalized_shape)
+    if x.shape[-n:] != self.normalized_shape:
+      raise ValueError(f"LayerNorm{self.normalized_shape}: input of shape {x.shape} does not end in those dims")
+    y = _normalize(x, tuple(range(x.ndim - n, x.ndim)), self.eps)
+    return y * self.weight + self.bias if self.weight is not None and self.bias is not None else y
+
+class RMSNorm:
+  """x / sqrt(mean(x^2) + eps) over the last dim, times a learned scale."""
+  def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    self.eps, self.weight = eps, Tensor.ones(dim)
+
+  def __call__(self, x: Tensor) -> Tensor: return x * ((x * x).mean(-1, keepdim=True) + self.eps).rsqrt() * self.weight
+
+class GroupNorm:
+  """Normalize groups of channels over (channels in the group, spatial dims)."""
+  def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+    if num_channels % num_groups: raise ValueError(f"GroupNorm: {num_channels} channels do not split into {num_groups}")
+    self.num_groups, self.eps = num_groups, eps
+    self.weight = Tensor.ones(num_channels) if affine else None
+    self.bias = Tensor.zeros(num_channels) if affine else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    grouped = x.reshape(x.shape[0], self.num_groups, -1)
+    y = _normalize(grouped, (2,), self.eps).reshape(x.shape)
+    if self.weight is None or self.bias is None: return y
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+class InstanceNorm:
+  """Normalize each channel of each sample over its spatial dims."""
+  def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False) -> None:
+    self.eps = eps
+    self.weight = Tensor.ones(num_features) if affine else None
+    self.bias = Tensor.zeros(num_features) if affine else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    y = _normalize(x, tuple(range(2, x.ndim)), self.eps)
+    if self.weight is None or self.bias is None: return y
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+class Embedding:
+  """A lookup table: integer indices of any shape -> vectors of `embedding_dim` (torch's normal init)."""
+  def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+    self.num_embeddings, self.weight = num_embeddings, Tensor.randn(num_embeddings, embedding_dim)
+
+  def __call__(self, idx: Tensor) -> Tensor:
+    if idx.dtype.is_float: raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
+    # one comparison against every row and one reduce: a single fused kernel, and its gradient is another
+    hot = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
+    return hot.cast(self.weight.dtype) @ self.weight
+
+class LSTMCell:
+  """One LSTM step: (x, (h, c)) -> (h', c'), gates in torch's order i, f, g, o."""
+  def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+    bound = 1 / math.sqrt(hidden_size)
+    self.hidden_size = hidden_size
+    self.weight_ih = _uniform((4 * hidden_size, input_size), bound)
+    self.weight_hh = _uniform((4 * hidden_size, hidden_size), bound)
+    self.bias_ih = _uniform((4 * hidden_size,), bound) if bias else None
+    self.bias_hh = _uniform((4 * hidden_size,), bound) if bias else None
+
+  def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    if hc is None:
+      zeros = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+      hc = (zeros, zeros)
+    h, c = hc
+    gates = x.linear(self.weight_ih.T, self.bias_ih) + h.linear(self.weight_hh.T, self.bias_hh)
+    i, f, g, o = gates.chunk(4, dim=1)
+    c_next = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c_next.tanh(), c_next

@@ -17,6 +17,8 @@ class Optimizer:
     for p in unique.values():
       if p.requires_grad is None: p.requires_grad = True  # as tinygrad: a parameter handed to an optimizer trains
     self.params = [p for p in unique.values() if p.requires_grad]
+    # tensors that train without gradients (batchnorm's running statistics): their pending updates realize with a step
+    self.buffers = [p for p in unique.values() if not p.requires_grad]
     if not self.params: raise ValueError("optimizer got no parameters that require gradients")
     for p in self.params:
       if not p.dtype.is_float: raise TypeError(f"optimizer: a parameter of shape {p.shape} has dtype {p.dtype}")
@@ -28,7 +30,7 @@ class Optimizer:
   def step(self) -> None:
     """Update every parameter (and the optimizer's state) from its .grad, in one schedule."""
     with no_grad():
-      updated = self._step()
+      updated = self._step() + self.buffers
       updated[0].realize(*updated[1:])
 
   def _grads(self) -> list[Tensor]:
