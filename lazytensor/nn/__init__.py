@@ -37,7 +37,7 @@ class _ConvNd:
     self.bias = _uniform((out_channels,), bound) if bias else None
 
   def __call__(self, x: Tensor) -> Tensor:
-    return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)  # type: ignore[arg-type]
+    return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
 
 class Conv1d(_ConvNd):
   """1-D convolution over (batch, channels, length)."""
@@ -54,7 +54,8 @@ class Conv2d(_ConvNd):
 class ConvTranspose2d:
   """Transposed 2-D convolution; the weight is (in, out/groups, kh, kw) as torch's."""
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
-               padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+               padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1,
+               bias: bool = True) -> None:
     self.kernel_size = make_tuple(kernel_size, 2)
     self.stride, self.padding, self.output_padding = stride, padding, output_padding
     self.dilation, self.groups = dilation, groups
@@ -63,7 +64,7 @@ class ConvTranspose2d:
     self.bias = _uniform((out_channels,), bound) if bias else None
 
   def __call__(self, x: Tensor) -> Tensor:
-    return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,  # type: ignore[attr-defined]
+    return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,
                               self.output_padding)
 
 class BatchNorm:
