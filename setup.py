@@ -10,7 +10,7 @@ setup(
   python_requires=">=3.10",
   install_requires=["numpy", "llvmlite", "tqdm"],
   extras_require={
-    "test": ["pytest", "pytest-xdist", "hypothesis", "ruff", "mypy", "safetensors"],
+    "test": ["pytest", "pytest-xdist", "hypothesis", "ruff", "mypy", "safetensors", "scikit-learn"],
     "cuda": ["pycuda"],
     "mpi": ["mpi4py", "mpich"],
   },
