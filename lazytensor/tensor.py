@@ -10,7 +10,7 @@ import contextlib
 import functools
 import itertools
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,6 +26,7 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_create import CreationMixin
 from lazytensor.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazytensor.tensor_movement import MovementMixin
+from lazytensor.tensor_nn import NNMixin
 from lazytensor.tensor_reduce import ReduceMixin
 from lazytensor.tensor_unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
@@ -107,7 +108,7 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin):
+class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin, NNMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -186,11 +187,64 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     """
     return prod(self.shape)
 
+  def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+    """The shape, or the size of dimension `dim` (negative counts from the end), as torch's size().
+
+    >>> Tensor.zeros(2, 3).size(), Tensor.zeros(2, 3).size(-1)
+    ((2, 3), 3)
+    """
+    if dim is None: return self.shape
+    if not self.shape: raise IndexError(f"size: a 0-d tensor has no dimension {dim}")
+    return self.shape[self._resolve_axis(dim)]
+
+  def element_size(self) -> int:
+    """The size of one element in bytes.
+
+    >>> Tensor([1, 2], dtype='int16').element_size()
+    2
+    """
+    return self.dtype.itemsize
+
+  def nbytes(self) -> int:
+    """The size of all the elements in bytes (what a dense buffer of them takes).
+
+    >>> Tensor.zeros(2, 3).nbytes()
+    24
+    """
+    return self.numel() * self.dtype.itemsize
+
   def __len__(self) -> int:
+    """The size of the first dimension; a 0-d tensor has no len().
+
+    >>> len(Tensor.zeros(4, 2))
+    4
+    """
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
 
-  def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
+  def __iter__(self) -> Iterator[Tensor]:
+    """The tensors along the first dimension, self[0], self[1], ... (lazy: nothing runs).
+
+    >>> [row.tolist() for row in Tensor([[1, 2], [3, 4]])]
+    [[1, 2], [3, 4]]
+    """
+    if not self.shape: raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
+
+  def __repr__(self) -> str:
+    """Shape, dtype, device and state, without computing anything: realized (in a buffer), const (a broadcast
+    constant, which needs no buffer) or unrealized (a graph not computed yet).
+
+    >>> Tensor([[1.0, 2.0]])
+    <Tensor (1, 2) float32 on ..., realized>
+    >>> Tensor.zeros(3) + 1, Tensor.ones(2, dtype='int32')
+    (<Tensor (3,) float32 on ..., unrealized>, <Tensor (2,) int32 on ..., const>)
+    """
+    base = self.lazydata.src[0].op if self.lazydata.op is Ops.VIEW else self.lazydata.op
+    state = {Ops.BUFFER: "realized", Ops.CONST: "const"}.get(base, "unrealized")
+    grad = ", requires_grad=True" if self._requires_grad else ""
+    return f"<Tensor {self.shape} {self.dtype.name} on {self.device}, {state}{grad}>"
+
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1: raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
@@ -213,6 +267,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     [2, 3]
     """
     tensors = (self,) + others
+    if all(t._is_buffer_view() for t in tensors): return self  # nothing to compute
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)
@@ -259,9 +314,39 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     """
     return self.numpy().tolist()
 
-  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    """The values as a numpy array (a copy), so that np.asarray(t) and numpy functions take a Tensor.
+
+    >>> np.asarray(Tensor([1, 2]), dtype=np.float32)
+    array([1., 2.], dtype=float32)
+    """
+    if copy is False: raise ValueError("a Tensor's values cannot be read into numpy without a copy; use copy=None")
     arr = self.numpy()
     return arr if dtype is None else arr.astype(dtype)
+
+  def __array_function__(self, func: Callable[..., Any], types: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """numpy functions (np.sum, np.stack, ...) called with Tensors compute on their values, as numpy arrays.
+
+    >>> np.sum(Tensor([[1, 2], [3, 4]]), axis=0)
+    array([4, 6])
+    """
+    def to_numpy(x: Any) -> Any:
+      if isinstance(x, Tensor): return x.numpy()
+      return type(x)(to_numpy(v) for v in x) if isinstance(x, (list, tuple)) else x
+    return func(*to_numpy(args), **{k: to_numpy(v) for k, v in kwargs.items()})
+
+  def clone(self) -> Tensor:
+    """A copy in a buffer of its own (one kernel when realized), which writes to either tensor leave the other alone;
+    gradients flow through it, as through torch's clone.
+
+    >>> a = Tensor([1.0, 2.0]).realize()
+    >>> b = a.clone().realize()
+    >>> b[0] = 5.0
+    >>> a.tolist(), b.tolist()
+    ([1.0, 2.0], [5.0, 2.0])
+    """
+    # an identity cast between them keeps the scheduler from folding the CONTIGUOUS of a buffer into that buffer
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),)))
 
   def contiguous(self) -> Tensor:
     """A copy laid out densely in its own buffer (one kernel), unless it already is one.
@@ -313,18 +398,23 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return self
 
   def __setitem__(self, indices: Any, value: Any) -> None:
-    """Write into part of the tensor, now (as torch does).
+    """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
+    list indices scatter (where an index repeats, the last value wins; an out-of-range tensor index writes nothing);
+    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry.
 
     >>> t = Tensor.zeros(2, 3).contiguous().realize()
     >>> t[0, 1:] = 5.0
+    >>> t[1, Tensor([2, 0])] = Tensor([7.0, 8.0])
+    >>> t[t > 7] = -1.0
     >>> t.tolist()
-    [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
+    [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
     if not self._is_buffer_view(): self.realize()
     if not self._is_buffer_view() or not self.lazydata.arg.contiguous:
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
-    target = self[indices]
-    write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, self._as_value_for(value, target.shape).lazydata))
+    target, new = self._setitem_parts(indices, value)
+    if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
+    write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, new.lazydata))
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)

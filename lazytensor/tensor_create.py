@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -255,3 +255,112 @@ class CreationMixin:
     return type(self).randn(*self.shape, dtype=kwargs.pop("dtype", self.dtype if self.dtype.is_float else None),
                             device=kwargs.pop("device", self.device), **kwargs)
 
+  @classmethod
+  def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    """Normal random numbers with the given mean and standard deviation.
+
+    >>> Tensor.normal(2, 3, mean=5.0, std=0.0).tolist()
+    [[5.0, 5.0, 5.0], [5.0, 5.0, 5.0]]
+    """
+    rg = kwargs.pop("requires_grad", None)
+    ret = cls.randn(*shape, **kwargs) * std + mean
+    ret.requires_grad = rg
+    return ret
+
+  @classmethod
+  def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
+              device: str | None = None) -> Tensor:
+    """Uniform random integers in [low, high) (int32 unless `dtype` says otherwise); high - low may be up to 2**32.
+
+    >>> sorted(set(Tensor.randint(1000, low=-2, high=3).tolist()))
+    [-2, -1, 0, 1, 2]
+    """
+    dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+    if not dt.is_int: raise TypeError(f"randint: dtype must be an int dtype, got {dt}")
+    if not all(isinstance(v, int) for v in (low, high)) or not 0 < high - low <= 2 ** 32:
+      raise ValueError(f"randint: need ints with low < high and high - low <= 2**32, got low={low!r}, high={high!r}")
+    shp = cls._parse_shape(shape)
+    # 32 random bits scaled to the range by a multiply and a shift: no modulo bias beyond (high - low) / 2**32
+    bits = cls._random_bits(prod(shp), device).cast(dtypes.uint64)
+    return (((bits * (high - low)) >> 32).cast(dtypes.int64) + low).cast(dt).reshape(shp).contiguous()
+
+  @classmethod
+  def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """A random permutation of 0..n-1 (int64 unless `dtype` says otherwise): the argsort of n random numbers, so
+    O(n^2) comparisons.
+
+    >>> sorted(Tensor.randperm(5).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    if not isinstance(n, int) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+    order = cls.rand(n, device=device).argsort()
+    return order.cast(to_dtype(dtype) if dtype is not None else dtypes.int64)
+
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """Draw `num_samples` class indices (int64) from each row of non-negative weights (1-D or 2-D), as
+    torch.multinomial. With replacement, each draw inverts the cumulative distribution; without, the rows' top
+    weights after Gumbel noise (the same distribution as drawing one at a time and removing it).
+
+    >>> Tensor([0.0, 1.0, 0.0]).multinomial(2, replacement=True).tolist()
+    [1, 1]
+    """
+    x = cast("Tensor", self)
+    if x.ndim not in (1, 2) or not x.numel() or not isinstance(num_samples, int) or num_samples <= 0:
+      raise ValueError(f"multinomial: needs 1-D or 2-D weights (got {x.shape}) and num_samples >= 1 "
+                       f"(got {num_samples!r})")
+    if not replacement and num_samples > x.shape[-1]:
+      raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from {x.shape[-1]} classes")
+    w = (x.reshape(1, -1) if x.ndim == 1 else x)._to_float()
+    rows, classes = w.shape
+    u = type(x).rand(rows, num_samples if replacement else classes, device=x.device)
+    if replacement:
+      cdf = w.cumsum(1) / w.sum(1, keepdim=True)
+      # the number of classes whose cumulative weight is <= u is the class u falls into
+      out = (u.unsqueeze(-1) >= cdf.unsqueeze(1)).sum(-1).minimum(classes - 1)
+    else: out = (w.log() - (-(1.0 - u).log()).log()).topk(num_samples, dim=-1)[1]
+    return (out.reshape(num_samples) if x.ndim == 1 else out).cast(dtypes.int64)
+
+  # ---- initializers, as tinygrad's: the fan-in is the product of all dims but the first ----
+
+  @classmethod
+  def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """Uniform in +-sqrt(3) * gain / sqrt(fan_in), with the leaky-relu gain sqrt(2 / (1 + a^2)).
+
+    >>> bool(Tensor.kaiming_uniform(64, 100).abs().max().item() <= 3 ** 0.5 * (2 / 1.0001) ** 0.5 / 10)
+    True
+    """
+    shp = cls._parse_shape(shape)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
+    return cls.uniform(*shp, low=-bound, high=bound, **kwargs)
+
+  @classmethod
+  def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """Normal with std gain / sqrt(fan_in), with the leaky-relu gain sqrt(2 / (1 + a^2)).
+
+    >>> Tensor.kaiming_normal(4, 3, 3).shape
+    (4, 3, 3)
+    """
+    shp = cls._parse_shape(shape)
+    return cls.normal(*shp, mean=0.0, std=math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:])), **kwargs)
+
+  @classmethod
+  def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    """Uniform in +-sqrt(6 / (fan_in + fan_out)), with fan_out the first dim (Xavier/Glorot).
+
+    >>> bool(Tensor.glorot_uniform(30, 70).abs().max().item() <= (6 / 100) ** 0.5)
+    True
+    """
+    shp = cls._parse_shape(shape)
+    bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))
+    return cls.uniform(*shp, low=-bound, high=bound, **kwargs)
+
+  @classmethod
+  def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    """Uniform in +-1 / sqrt(number of elements).
+
+    >>> bool(Tensor.scaled_uniform(10, 10).abs().max().item() <= 0.1)
+    True
+    """
+    shp = cls._parse_shape(shape)
+    bound = prod(shp) ** -0.5
+    return cls.uniform(*shp, low=-bound, high=bound, **kwargs)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from lazytensor.dtype import DType, dtypes, least_upper_float, to_dtype
 from lazytensor.tensor_math import tensor_pow
 from lazytensor.uop.ops import Ops, UOp
@@ -24,6 +26,25 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(non1) > 1: raise ValueError(f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
     out.append(non1.pop() if non1 else 1)
   return tuple(out)
+
+def _float_remainder(a: Tensor, b: Tensor, floor: bool) -> Tensor:
+  """C's fmod (floor: Python's %) of two float tensors, exactly: MOD renders to the libm fmod (LLVM's frem). MOD has
+  no derivative rule, so its gradient, (1, -trunc(a / b)), rides on t - stop(t) for t = trunc(a / b) * b - a: that
+  is exactly +0.0 in value (subtracting it keeps the sign of a zero remainder), and has the gradient of t."""
+  dt = a.dtype
+  if dt == dtypes.float16: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+  r = a._apply_uop(lambda p, q: p.alu(Ops.MOD, q), b)
+  q = (a / b).trunc().detach()
+  t = q.isfinite().where(q, 0.0) * b - a
+  t = t.isfinite().where(t, 0.0)  # where a or b is infinite, fmod is a or NaN, and its gradient is left at 0
+  r = r - (t - t.detach())
+  # the remainder with the sign of b: one more b where the signs differ, as numpy and torch do
+  if floor: r = (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
+  return r.cast(dt)
+
+def _check_operand(op: str, name: str, v: Any) -> None:
+  if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
+    raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
 
 class ElementwiseMixin:
   """Tensor's elementwise methods on two or more operands, and its casts. Its only subclass is Tensor
@@ -132,7 +153,8 @@ class ElementwiseMixin:
     return a._int_floordiv_mod(b)[0]
 
   def mod(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
-    """Remainder with the sign of the divisor, as Python's %; an int modulo zero gives 0, as numpy.
+    """Remainder with the sign of the divisor, as Python's % and torch.remainder; an int modulo zero gives 0, as
+    numpy.
 
     >>> (Tensor([7, -7, 7]) % Tensor([3, 3, 0])).tolist()
     [1, 2, 0]
@@ -140,8 +162,19 @@ class ElementwiseMixin:
     a, b = self._broadcasted(x, reverse)
     if a.dtype.is_bool: raise TypeError("modulo of bool tensors is not supported")
     if not a.dtype.is_float: return a._int_floordiv_mod(b)[1]
-    r = a - (a / b).trunc() * b
-    return (r.ne(0) & ((r < 0) ^ (b < 0))).where(r + b, r)
+    return _float_remainder(a, b, floor=True)
+
+  def fmod(self, x: Tensor | Any) -> Tensor:
+    """Remainder with the sign of the dividend, as C's fmod (torch.fmod), exact for floats; an int modulo zero gives
+    0, as numpy (torch raises).
+
+    >>> Tensor([7.5, -7.5]).fmod(2).tolist()
+    [1.5, -1.5]
+    """
+    a, b = self._broadcasted(x)
+    if a.dtype.is_bool: raise TypeError("fmod of bool tensors is not supported")
+    if a.dtype.is_float: return _float_remainder(a, b, floor=False)
+    return b.eq(0).where(0, a - a._idiv_trunc(b) * b)
 
   def _int_floordiv_mod(self, b: Tensor) -> tuple[Tensor, Tensor]:
     # truncating division, then one step down where the signs differ and it was inexact; x//0 and x%0 are 0
@@ -177,6 +210,103 @@ class ElementwiseMixin:
     """
     a, b = self._broadcasted(x)
     return -((-a).maximum(-b)) if a.dtype.is_float else ~((~a).maximum(~b))
+
+  def _broadcast_all(self, *xs: Tensor | Any) -> list[Tensor]:
+    """self and xs in their common dtype and broadcast shape."""
+    t = cast("Tensor", self)
+    for x in xs: t, _ = t._broadcasted(x)
+    return [t] + [t._broadcasted(x)[1] for x in xs]
+
+  def clamp(self, min: Tensor | Any = None, max: Tensor | Any = None) -> Tensor:
+    """Limit the values to [min, max]; either bound may be None, a number or a tensor that broadcasts. A NaN in x or
+    in a bound gives NaN; where min > max the result is max; the gradient reaches x inside [min, max], bounds
+    included, and a tensor bound where it is chosen, as in torch.
+
+    >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
+    [-1.0, 0.5, 1.0]
+    >>> Tensor([1, 5, 9]).clamp(max=Tensor([4, 4, 10])).tolist()
+    [1, 4, 9]
+    """
+    if min is None and max is None: raise ValueError("clamp: at least one of min and max must be given")
+    x = cast("Tensor", self)
+    for name, bound in (("min", min), ("max", max)):
+      if bound is None: continue
+      _check_operand("clamp", name, bound)
+      a, b = x._broadcasted(bound)
+      out = (a < b) if name == "min" else (b < a)
+      x = (out | b.ne(b) if a.dtype.is_float else out).where(b, a)
+    return x
+
+  def clip(self, min: Tensor | Any = None, max: Tensor | Any = None) -> Tensor:
+    """The same as clamp.
+
+    >>> Tensor([-2, 0, 3]).clip(-1, 1).tolist()
+    [-1, 0, 1]
+    """
+    return self.clamp(min, max)
+
+  def copysign(self, x: Tensor | Any) -> Tensor:
+    """|self| with the sign of x (its sign bit: -0.0 and -NaN count as negative); ints become float, as in torch.
+
+    >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
+    [-1.0, 2.0, -3.0]
+    """
+    _check_operand("copysign", "the sign source", x)
+    a, b = (t._to_float() for t in self._broadcasted(x))
+    mag = a.abs()
+    return b.signbit().where(-mag, mag)
+
+  def lerp(self, end: Tensor | Any, weight: Tensor | Any) -> Tensor:
+    """self + weight * (end - self), as torch computes it: from end's side for |weight| >= 1/2, so that weight 1
+    gives exactly end. Ints become float; float16 is computed in float32.
+
+    >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
+    [2.5, 12.5]
+    """
+    _check_operand("lerp", "end", end)
+    _check_operand("lerp", "weight", weight)
+    x, e, w = (t._to_float() for t in self._broadcast_all(end, weight))
+    dt = x.dtype
+    # float16 from float32 operands, so that a Python weight is not rounded to float16 first
+    if dt == dtypes.float16: x, e, w = self.cast(dtypes.float32)._broadcast_all(end, weight)
+    d = e - x
+    return ((w < 0.5) & (w > -0.5)).where(x + w * d, e - d * (1 - w)).cast(dt)
+
+  def logaddexp(self, x: Tensor | Any) -> Tensor:
+    """log(exp(self) + exp(x)), without overflow: max + log1p(exp(-|difference|)). Ints become float.
+
+    >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
+    1000.693
+    """
+    _check_operand("logaddexp", "x", x)
+    a, b = (t._to_float() for t in self._broadcasted(x))
+    dt = a.dtype
+    if dt == dtypes.float16: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+    # equal values (infinities of one sign included, where a - b is NaN) differ by 0
+    d = a.eq(b).where(0.0, a - b)
+    return (a.maximum(b) + (d > 0).where(-d, d).exp().log1p()).cast(dt)
+
+  def isclose(self, x: Tensor | Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """|self - x| <= atol + rtol * |x| elementwise, as torch: equal values (infinities included) are close, an
+    infinity is close to nothing else, and NaN to nothing unless equal_nan. Ints compare in float64.
+
+    >>> Tensor([1.0, 1.0, float('nan')]).isclose(Tensor([1.0 + 1e-6, 1.1, float('nan')]), equal_nan=True).tolist()
+    [True, False, True]
+    """
+    _check_operand("isclose", "x", x)
+    if rtol < 0 or atol < 0: raise ValueError(f"isclose: rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+    a, b = self._broadcasted(x)
+    if not a.dtype.is_float: a, b = a.cast(dtypes.float64), b.cast(dtypes.float64)
+    close = a.eq(b) | (b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs()))
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+  def allclose(self, x: Tensor | Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """Whether every element is close to x (see isclose); runs now.
+
+    >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
+    True
+    """
+    return bool(self.isclose(x, rtol, atol, equal_nan).all().item())
 
   def where(self, x: Tensor | Any, y: Tensor | Any) -> Tensor:
     """Choose x where self is true, y elsewhere.
@@ -301,21 +431,32 @@ class ElementwiseMixin:
     if self.dtype.is_bool: return self.logical_not()
     return self._bitwise(Ops.XOR, self.dtype.max() if self.dtype.is_unsigned else -1)
 
-  def lshift(self, x: int) -> Tensor:
-    """Shift the bits of an int tensor left (`<<`).
+  def _shift(self, op: Ops, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if not a.dtype.is_int: raise TypeError(f"bit shifts need int tensors, got {a.dtype}")
+    # C leaves shifts by the width or more, or by a negative amount, undefined; torch shifts every bit out
+    in_range = (b < 8 * a.dtype.itemsize) & (b >= 0)
+    shifted = a._apply_uop(lambda p, q: p.alu(op, q), in_range.where(b, 0))
+    if op is Ops.SHL or a.dtype.is_unsigned: return in_range.where(shifted, 0)
+    return in_range.where(shifted, -(a < 0).cast(a.dtype))  # all sign bits: -1 or 0
+
+  def lshift(self, x: Tensor | int) -> Tensor:
+    """Shift the bits of an int tensor left (`<<`); shifting by the width of the type or more, or by a negative
+    amount, gives 0, as torch.
 
     >>> Tensor([1, 3]).lshift(2).tolist()
     [4, 12]
     """
-    return self._bitwise(Ops.SHL, x)
+    return self._shift(Ops.SHL, x)
 
-  def rshift(self, x: int) -> Tensor:
-    """Shift the bits of an int tensor right (`>>`), keeping the sign of signed ints.
+  def rshift(self, x: Tensor | int) -> Tensor:
+    """Shift the bits of an int tensor right (`>>`), keeping the sign of signed ints; shifting by the width of the
+    type or more, or by a negative amount, leaves only the sign (0 or -1), as torch.
 
     >>> Tensor([-8, 8]).rshift(2).tolist()
     [-2, 2]
     """
-    return self._bitwise(Ops.SHR, x)
+    return self._shift(Ops.SHR, x)
 
   def __invert__(self) -> Tensor: return self.bitwise_not()
   def __add__(self, x: Any) -> Tensor: return self.add(x)
@@ -338,11 +479,21 @@ class ElementwiseMixin:
   def __ror__(self, x: Any) -> Tensor: return self._bitwise(Ops.OR, x, True)
   def __xor__(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x)
   def __rxor__(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x, True)
-  def __lshift__(self, x: int) -> Tensor: return self.lshift(x)
-  def __rshift__(self, x: int) -> Tensor: return self.rshift(x)
+  def __lshift__(self, x: Any) -> Tensor: return self._shift(Ops.SHL, x)
+  def __rlshift__(self, x: Any) -> Tensor: return self._shift(Ops.SHL, x, True)
+  def __rshift__(self, x: Any) -> Tensor: return self._shift(Ops.SHR, x)
+  def __rrshift__(self, x: Any) -> Tensor: return self._shift(Ops.SHR, x, True)
 
   # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
   # every annotation that follows them ----
+
+  def is_floating_point(self) -> bool:
+    """Whether the dtype is a float type.
+
+    >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+    (True, False)
+    """
+    return self.dtype.is_float
 
   def float(self) -> Tensor:
     """Cast to float32.

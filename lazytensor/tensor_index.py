@@ -1,26 +1,138 @@
-"""Basic indexing: ints, slices (any step), None and Ellipsis, all as views."""
+"""Indexing: `x[...]`, the writes `x[...] = v` makes, the gather/scatter family, masks and diagonals.
+
+Basic indices (ints, slices, None, ...) are views. The graph has no load from a computed address, so an integer
+tensor index is a gather written with existing ops: each output element compares its index against an arange of the
+indexed dimension and sums the one matching element (`where(index == arange, x, 0).sum()`). That is one kernel that
+fuses with whatever computes `x` and the index, its gradient is the same pattern summed the other way (a scatter-add),
+and an index that is out of range matches nothing: it reads 0 and writes nothing, instead of reading out of bounds.
+A scatter is the transposed pattern: each output element reduces the sources whose index names it.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+from lazytensor.dtype import DType, dtypes
+from lazytensor.helpers import argsort, prod
+from lazytensor.tensor_elementwise import broadcast_shape
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
 
-def _normalize(indices: Any, ndim: int) -> list[Any]:
-  idx = list(indices) if isinstance(indices, tuple) else [indices]
-  for i in idx:
-    if not (i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool)):
-      raise TypeError(f"index {i!r} of type {type(i).__name__} is not supported; expected int, slice, None or ...")
-  if sum(i is Ellipsis for i in idx) > 1: raise IndexError("an index can only have a single ellipsis (...)")
-  consumed = sum(i is not None and i is not Ellipsis for i in idx)
+# the reductions of scatter_reduce
+SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+def _is_tensor(x: Any) -> bool: return isinstance(x, IndexMixin)
+
+def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+# ---- parsing an index ----
+
+@dataclass(frozen=True)
+class _Advanced:
+  """An integer index array into one dim of the basic view: numpy values known now (in bounds, non-negative) or an
+  integer Tensor (checked when it is read: out-of-range entries match nothing)."""
+  dim: int
+  index: Any
+
+@dataclass
+class _Parsed:
+  view: Tensor                      # x after the basic indices, the dims that advanced indices index kept whole
+  advanced: list[_Advanced]
+  masks: list[tuple[int, Tensor]]   # bool Tensor masks: (first dim of the view they cover, mask)
+
+def _as_item(i: Any) -> Any:
+  """One entry of an index, with lists and numpy arrays as numpy arrays and numpy bools as Python bools."""
+  if i is None or i is Ellipsis or isinstance(i, (slice, bool)) or _is_int(i) or _is_tensor(i): return i
+  if isinstance(i, np.bool_): return bool(i)
+  if isinstance(i, (list, tuple, np.ndarray)):
+    try: arr = np.asarray(i)
+    except ValueError: raise TypeError(f"index {i!r} is ragged; expected a (nested) list of ints or bools") from None
+    if arr.size == 0 and arr.dtype.kind == "f": arr = arr.astype(np.int64)  # [] is an empty index, not a float one
+    if arr.dtype.kind == "b" and arr.ndim == 0: return bool(arr)
+    if arr.dtype.kind not in "biu":
+      raise TypeError(f"index {i!r} of numpy dtype {arr.dtype} is not supported; index arrays hold ints or bools")
+    return arr
+  raise TypeError(f"index {i!r} of type {type(i).__name__} is not supported; expected an int, slice, None, ..., "
+                  "bool, a list or numpy array of ints or bools, or an integer Tensor")
+
+def _dims_consumed(i: Any) -> int:
+  if i is None or i is Ellipsis or isinstance(i, bool): return 0
+  if isinstance(i, np.ndarray) and i.dtype.kind == "b": return i.ndim
+  if _is_tensor(i) and i.dtype.is_bool: return i.ndim
+  return 1
+
+def _expand_ellipsis(items: list[Any], ndim: int) -> list[Any]:
+  if sum(i is Ellipsis for i in items) > 1: raise IndexError("an index can only have a single ellipsis (...)")
+  consumed = sum(_dims_consumed(i) for i in items)
   if consumed > ndim: raise IndexError(f"too many indices: {consumed} for a tensor of {ndim} dimensions")
   fill = [slice(None)] * (ndim - consumed)
-  if Ellipsis in idx:
-    pos = idx.index(Ellipsis)
-    return idx[:pos] + fill + idx[pos + 1:]
-  return idx + fill
+  # found by identity: `Ellipsis in items` would compare it with == to every Tensor and array in the index
+  pos = next((k for k, i in enumerate(items) if i is Ellipsis), None)
+  return items + fill if pos is None else items[:pos] + fill + items[pos + 1:]
+
+def _static_index(arr: np.ndarray, dim: int, n: int) -> np.ndarray:
+  """Index values known now: checked against the dimension's size, negatives wrapped."""
+  bad = arr[(arr < -n) | (arr >= n)]
+  if bad.size: raise IndexError(f"index {bad.reshape(-1)[0]} is out of bounds for dimension {dim} with size {n}")
+  return np.where(arr < 0, arr + n, arr).astype(np.int32)
+
+def _check_mask_shape(mask_shape: tuple[int, ...], view_shape: tuple[int, ...], dim: int, in_dim: int) -> None:
+  covered = view_shape[dim:dim + len(mask_shape)]
+  if tuple(mask_shape) != covered:
+    raise IndexError(f"the boolean mask of shape {tuple(mask_shape)} does not match the shape {covered} of the "
+                     f"dimensions it indexes (from dimension {in_dim})")
+
+def _parse(x: Tensor, indices: Any) -> _Parsed:
+  """Split an index into basic indices, applied to x as a view, and the advanced ones that index the view's dims.
+
+  Ints are basic (they remove their dim before anything else), as in torch; None and each bool add a dim of size 1,
+  a bool adding an advanced index into it too ([0] for True, [] for False), as in numpy and torch."""
+  items = _expand_ellipsis([_as_item(i) for i in (indices if isinstance(indices, tuple) else (indices,))], x.ndim)
+  p = _Parsed(x, [], [])
+  layout: list[int] = []  # the view's final shape: a kept dim's size, or 1 for a new dim
+  dim, in_dim = 0, 0      # the next dim of the view, and of x (for messages)
+  for i in items:
+    if i is None: layout.append(1)
+    elif isinstance(i, bool):
+      p.advanced.append(_Advanced(len(layout), np.zeros(1 if i else 0, dtype=np.int32)))
+      layout.append(1)
+    elif isinstance(i, slice):
+      p.view = _take_strided(p.view, dim, *i.indices(p.view.shape[dim]))
+      layout.append(p.view.shape[dim])
+      dim += 1
+    elif _is_int(i):
+      n = p.view.shape[dim]
+      if not -n <= i < n: raise IndexError(f"index {i} is out of bounds for dimension {in_dim} with size {n}")
+      one = p.view.shrink([(int(i) % n, int(i) % n + 1) if k == dim else None for k in range(p.view.ndim)])
+      p.view = one.reshape(p.view.shape[:dim] + p.view.shape[dim + 1:])
+    else: dim += _add_array_index(p, i, dim, in_dim, layout)
+    in_dim += _dims_consumed(i)
+  p.view = p.view.reshape(tuple(layout))
+  return p
+
+def _add_array_index(p: _Parsed, i: Any, dim: int, in_dim: int, layout: list[int]) -> int:
+  """Record an index array or tensor that starts at the view's dim `dim`; returns how many dims it indexes."""
+  shape = p.view.shape
+  if isinstance(i, np.ndarray) and i.dtype.kind == "b":  # a mask known now: its True positions, one array per dim
+    _check_mask_shape(i.shape, shape, dim, in_dim)
+    for j, hits in enumerate(np.nonzero(i)):
+      p.advanced.append(_Advanced(len(layout), hits.astype(np.int32)))
+      layout.append(shape[dim + j])
+    return i.ndim
+  if _is_tensor(i) and i.dtype.is_bool:
+    _check_mask_shape(i.shape, shape, dim, in_dim)
+    p.masks.append((len(layout), i))
+    layout.extend(shape[dim:dim + i.ndim])
+    return i.ndim
+  if isinstance(i, np.ndarray): p.advanced.append(_Advanced(len(layout), _static_index(i, in_dim, shape[dim])))
+  elif i.dtype.is_int: p.advanced.append(_Advanced(len(layout), i))
+  else: raise TypeError(f"a tensor index must have an integer (or bool) dtype, got {i.dtype}")
+  layout.append(shape[dim])
+  return 1
 
 def _take_strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
   """Elements start, start+step, ... (< stop) of one dimension, as a view."""
@@ -38,27 +150,436 @@ def _take_strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tens
   x = x.shrink([(0, 1) if j == dim + 1 else None for j in range(x.ndim)])
   return x.reshape(*x.shape[:dim], count, *x.shape[dim + 2:])
 
+# ---- advanced indices as rows of a flattened view ----
+
+@dataclass(frozen=True)
+class _Rows:
+  """The view's indexed dims merged into one leading dim of rows: `flat` is (rows, *rest), `row` the row each result
+  element reads (int32, the broadcast shape of the indices; -1 for an out-of-range tensor index)."""
+  flat: Tensor
+  row: Tensor
+  order: list[int]          # the permutation of the view that puts the indexed dims first
+  moves_to: int | None      # where the index dims go in the result: at the first indexed dim when they are adjacent
+
+def _wrapped(t: Tensor, n: int) -> tuple[Tensor, Tensor]:
+  """A tensor index with negatives wrapped, as int32, and whether each entry is in range."""
+  small = t.dtype.itemsize < 4 or t.dtype == dtypes.int32
+  wide = t.cast(dtypes.int32 if small else dtypes.int64)
+  wide = (wide < 0).where(wide + n, wide)
+  return wide.cast(dtypes.int32), (wide >= 0) & (wide < n)
+
+def _rows(p: _Parsed) -> _Rows:
+  x, adv = p.view, p.advanced
+  dims = [a.dim for a in adv]
+  try: shape = broadcast_shape(*[tuple(a.index.shape) for a in adv])
+  except ValueError:
+    raise IndexError("shape mismatch: index arrays of shapes " + ", ".join(str(tuple(a.index.shape)) for a in adv) +
+                     " cannot be broadcast together") from None
+  sizes = [x.shape[d] for d in dims]
+  strides = [prod(sizes[k + 1:]) for k in range(len(sizes))]
+  # the part of the row number that lists and arrays give is computed now, in numpy
+  static = [(a.index, s) for a, s in zip(adv, strides) if isinstance(a.index, np.ndarray)]
+  row_np = sum((np.broadcast_to(i, shape).astype(np.int64) * s for i, s in static), np.zeros(shape, dtype=np.int64))
+  row = type(x)(row_np.astype(np.int32), device=x.device) if static else None
+  valid: Tensor | None = None
+  for a, n, s in zip(adv, sizes, strides):
+    if isinstance(a.index, np.ndarray): continue
+    wrapped, ok = _wrapped(a.index, n)
+    term = (wrapped * s)._broadcast_to(shape)
+    row = term if row is None else row + term
+    valid = ok if valid is None else valid & ok
+  assert row is not None
+  if valid is not None: row = valid._broadcast_to(shape).where(row, -1)
+  rest = [d for d in range(x.ndim) if d not in dims]
+  order = dims + rest
+  flat = x.permute(order).reshape(prod(sizes), *[x.shape[d] for d in rest])
+  adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+  return _Rows(flat, row, order, dims[0] if adjacent else None)
+
+def _rows_index(r: _Rows) -> Tensor:
+  """The row numbers as a gather index into `flat` along dim 0: (entries, *rest)."""
+  rest = r.flat.shape[1:]
+  return r.row.reshape(r.row.numel(), *(1,) * len(rest)).expand(r.row.numel(), *rest)
+
+def _move_index_dims(t: Tensor, nb: int, to: int | None, back: bool = False) -> Tensor:
+  """The result of advanced indexing has the index dims (nb of them) first; adjacent indices put them at `to`."""
+  if to is None or to == 0: return t
+  front = list(range(nb, nb + to)) + list(range(nb)) + list(range(nb + to, t.ndim))
+  return t.permute(argsort(front) if back else front)
+
+def _progression(p: _Parsed) -> _Parsed:
+  """A lone 1-D index known now whose values step evenly ([2, 3, 4], [5, 3], [0] from True, [] from False) is a
+  strided view of its dim, as a slice would be: no gather."""
+  if len(p.advanced) != 1 or p.masks: return p
+  a = p.advanced[0]
+  if not isinstance(a.index, np.ndarray) or a.index.ndim != 1: return p
+  idx = a.index.astype(np.int64)
+  step = int(idx[1] - idx[0]) if idx.size > 1 else 1
+  if step == 0 or (idx.size > 2 and (np.diff(idx) != step).any()): return p
+  start = int(idx[0]) if idx.size else 0
+  stop = start + step * idx.size
+  return _Parsed(_take_strided(p.view, a.dim, start, stop, step), [], [])
+
 def getitem(x: Tensor, indices: Any) -> Tensor:
-  """`x[...]` with numpy semantics for ints, slices, None and Ellipsis."""
-  idx = _normalize(indices, x.ndim)
-  dim = 0
-  for i in idx:
-    if i is None: continue
-    n = x.shape[dim]
-    if isinstance(i, slice):
-      start, stop, step = i.indices(n)
-      x = _take_strided(x, dim, start, stop, step)
-      dim += 1
-    else:
-      j = int(i)
-      if not -n <= j < n: raise IndexError(f"index {j} is out of bounds for dimension {dim} with size {n}")
-      x = x.shrink([(j % n, j % n + 1) if k == dim else None for k in range(x.ndim)])
-      x = x.reshape(*x.shape[:dim], *x.shape[dim + 1:])
-  # insert the new axes where the Nones stood
-  pos, result_shape = 0, []
-  for i in idx:
-    if i is None: result_shape.append(1)
-    elif isinstance(i, slice):
-      result_shape.append(x.shape[pos])
-      pos += 1
-  return x.reshape(tuple(result_shape)) if tuple(result_shape) != x.shape else x
+  p = _progression(_parse(x, indices))
+  if p.masks:
+    raise ValueError(f"indexing with a boolean Tensor of shape {p.masks[0][1].shape}: the result has as many elements "
+                     "as the mask has True values, which is only known once it is computed, and lazytensor needs "
+                     "shapes when the graph is built. Use mask.where(x, 0) or x.masked_fill(~mask, 0) to keep the "
+                     "shape, or x[mask.numpy()] to read the mask now and index with its values")
+  if not p.advanced: return p.view
+  r = _rows(p)
+  rows, index, rest = r.flat.shape[0], r.row, r.flat.shape[1:]
+  # the result's layout from the start, after the rows summed over: (rows, *rest[:to], *index dims, *rest[to:])
+  to = r.moves_to or 0
+  spread = r.flat.reshape(rows, *rest[:to], *(1,) * index.ndim, *rest[to:])
+  return _pick(spread, index.reshape(1, *(1,) * to, *index.shape, *(1,) * (len(rest) - to)), 0)
+
+def setitem_parts(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor]:
+  """What `x[indices] = value` writes: (the view of x it writes into, the new values of that view).
+
+  Basic indices write `value` into their view. Integer indices write into the whole dims they index: a scatter of
+  `value` into the old contents (where an index repeats, the last write wins, as in numpy). A boolean Tensor mask
+  writes where(mask, value, old), so `value` must not depend on how many entries the mask selects."""
+  p = _progression(_parse(x, indices))
+  if p.masks and p.advanced:
+    raise ValueError("x[...] = value with a boolean Tensor mask and other tensor indices together is not supported")
+  if p.masks: return p.view, _masked_write(x, p, value)
+  if not p.advanced: return p.view, x._as_value_for(value, p.view.shape)
+  r = _rows(p)
+  nb, rest = r.row.ndim, r.flat.shape[1:]
+  v = _move_index_dims(x._as_value_for(value, _result_shape(r)), nb, r.moves_to, back=True)
+  new_rows = _scatter(r.flat, 0, _rows_index(r), v.reshape(r.row.numel(), *rest), None, False)
+  unflat = new_rows.reshape(*[p.view.shape[d] for d in r.order])
+  # materialized: the scheduler cannot yet build an assign whose value reaches a reduce through a reshape
+  return p.view, unflat.permute(argsort(r.order)).contiguous()
+
+def _result_shape(r: _Rows) -> tuple[int, ...]:
+  out = r.row.shape + r.flat.shape[1:]
+  if r.moves_to is None: return out
+  nb = r.row.ndim
+  return out[nb:nb + r.moves_to] + out[:nb] + out[nb + r.moves_to:]
+
+def _masked_write(x: Tensor, p: _Parsed, value: Any) -> Tensor:
+  (first, mask), = p.masks
+  view = p.view
+  k = mask.ndim
+  # x[mask] has the mask's count of True values in place of its dims, a count known only once the mask is computed:
+  # only a value that broadcasts along that dim can be written
+  selected = view.shape[:first] + (1,) + view.shape[first + k:]
+  try: v = x._as_value_for(value, selected)
+  except ValueError:
+    raise ValueError(f"x[mask] = value: a value of shape {getattr(value, 'shape', ())} cannot be written with a "
+                     f"boolean Tensor mask; it must broadcast to {selected}, with a dim of size 1 for the count of "
+                     "True values, which is only known once the mask is computed") from None
+  v = v.reshape(view.shape[:first] + (1,) * k + view.shape[first + k:])
+  m = mask.reshape((1,) * first + mask.shape + (1,) * (view.ndim - first - k))
+  return m.where(v, view)
+
+# ---- the gather and scatter patterns ----
+
+def _zero(x: Tensor, value: Any = 0) -> Tensor:
+  return type(x).full((), value, dtype=x.dtype, device=x.device)
+
+def _arange_at(n: int, axis: int, ndim: int, like: Tensor) -> Tensor:
+  """0..n-1 along `axis` of an ndim-dim shape of 1s: what indices are compared with."""
+  return type(like)._iota(n, like.device).reshape([n if i == axis else 1 for i in range(ndim)])
+
+def _sum_selected(mask: Tensor, values: Tensor, axis: int) -> Tensor:
+  """The sum over `axis` of the values where mask is set (the two broadcast), in the values' dtype (an OR for bools)."""
+  picked = mask.where(values, _zero(values))
+  return picked.any(axis) if values.dtype.is_bool else picked.sum(axis, dtype=values.dtype)
+
+def _pick(spread: Tensor, index: Tensor, axis: int) -> Tensor:
+  """The gather pattern: `spread` holds each result element's candidates along `axis`, and `index` (size 1 along
+  axis, broadcasting with spread elsewhere) names one of them; an index outside the candidates picks nothing: 0.
+  The candidates keep their place in x's layout, so the gradient (a sum over the index's dims) needs no permute."""
+  return _sum_selected(index == _arange_at(spread.shape[axis], axis, spread.ndim, spread), spread, axis)
+
+def _gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+  """out[..., i, ...] = x[..., index[..., i, ...], ...] along dim; x is read only where index has entries."""
+  shape = index.shape
+  region = x.shrink([None if d == dim else (0, shape[d]) for d in range(x.ndim)])
+  # (..., k candidates, 1, ...) against (..., 1, index entries, ...)
+  return _pick(region.unsqueeze(dim + 1), index.unsqueeze(dim), dim)
+
+def _scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str | None, include_self: bool) -> Tensor:
+  """x with the entries of src written (reduce None) or reduced into x[..., index[..., i, ...], ...] along dim."""
+  if x.ndim == 0: return _scatter(x.reshape(1), 0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
+  n = index.shape[dim]
+  if n == 0 or index.numel() == 0: return x  # no entries: nothing written, every reduce keeps the old value
+  # index entries cover part of x's other dims: outside it, an index of -1 matches nothing
+  grow = [(0, 0) if d == dim else (0, x.shape[d] - index.shape[d]) for d in range(x.ndim)]
+  # (..., 1, n entries, ...) against (..., k targets, 1, ...): the entries are reduced, the targets keep x's layout
+  idx = index.pad(grow, value=-1).unsqueeze(dim)
+  vals = src.shrink([(0, s) for s in index.shape]).pad(grow).unsqueeze(dim)
+  hit = idx == _arange_at(x.shape[dim], dim, idx.ndim, x)
+  if reduce is None: return _scatter_last(hit, vals, x, dim + 1, n)
+  return _scatter_reduce(hit, vals, x, dim + 1, reduce, include_self)
+
+def _scatter_last(hit: Tensor, vals: Tensor, old: Tensor, axis: int, n: int) -> Tensor:
+  # each target takes the value of the last entry that names it: its position is a max, then a sum picks its value
+  pos = _arange_at(n, axis, hit.ndim, old)
+  last = hit.where(pos, -1).max(axis, keepdim=True)
+  chosen = _sum_selected(hit & (pos == last), vals, axis)
+  return (last.squeeze(axis) >= 0).where(chosen, old)
+
+def _reduce_start(dt: DType, reduce: str) -> Any:
+  if reduce in ("sum", "mean"): return False if dt.is_bool else 0
+  if reduce == "prod": return True if dt.is_bool else 1
+  if dt.is_bool: return reduce == "amin"
+  if dt.is_float: return -float("inf") if reduce == "amax" else float("inf")
+  return dt.min() if reduce == "amax" else dt.max()
+
+def _scatter_reduce(hit: Tensor, vals: Tensor, old: Tensor, axis: int, reduce: str, include_self: bool) -> Tensor:
+  terms = hit.where(vals, _zero(old, _reduce_start(old.dtype, reduce)))
+  # the old value is one more term of the reduce: ties between it and the sources share the gradient, as in torch
+  if include_self: terms = terms.cat(old.unsqueeze(axis), dim=axis)
+  out = _reduce_along(terms, axis, reduce)
+  count = hit.sum(axis)
+  if reduce == "mean":
+    total = (count + 1) if include_self else count.maximum(1)  # never a division by 0, even where it is not used
+    out = out // total.cast(out.dtype) if old.dtype.is_int else out / total.cast(out.dtype)
+  return out if include_self else (count > 0).where(out, old)
+
+def _reduce_along(terms: Tensor, axis: int, reduce: str) -> Tensor:
+  dt = terms.dtype
+  if dt.is_bool: return terms.all(axis) if reduce in ("prod", "amin") else terms.any(axis)
+  if reduce in ("sum", "mean"): return terms.sum(axis, dtype=dt)
+  if reduce == "prod": return terms.prod(axis, dtype=dt)
+  return terms.max(axis) if reduce == "amax" else terms.min(axis)
+
+# ---- the methods ----
+
+class IndexMixin:
+  """Tensor's indexing methods. Its only subclass is MovementMixin, whose only subclass is Tensor (tensor.py), so every
+  IndexMixin is a Tensor."""
+  __slots__ = ()
+  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def ndim(self) -> int: ...
+    def numel(self) -> int: ...
+    def item(self) -> Any: ...
+    def _resolve_axis(self, axis: int, ndim: int | None = None) -> int: ...
+    def _apply_uop(self, fn: Callable[..., Any], *others: Tensor) -> Tensor: ...
+    def _as_value_for(self, x: Any, shape: tuple[int, ...]) -> Tensor: ...
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor: ...
+    def reshape(self, *shape: Any) -> Tensor: ...
+    def permute(self, *order: Any) -> Tensor: ...
+    def shrink(self, arg: Any) -> Tensor: ...
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor: ...
+    def cast(self, dtype: DType | str) -> Tensor: ...
+    def where(self, x: Any, y: Any) -> Tensor: ...
+    def max(self, axis: Any = None, keepdim: bool = False) -> Tensor: ...
+    @classmethod
+    def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+             device: str | None = None, requires_grad: bool | None = None) -> Tensor: ...
+    @classmethod
+    def _iota(cls, n: int, device: str | None = None) -> Tensor: ...
+
+  def __getitem__(self, indices: Any) -> Tensor:
+    """Indexing with torch's semantics. Ints, slices (any step), None and ... give a view. Integer Tensors, lists and
+    numpy arrays of ints index a dim each (negative values count from the end) and broadcast together; their dims
+    replace the indexed ones where those are adjacent, and go first otherwise (ints count as basic, as in torch).
+    Lists and numpy arrays of bools are masks known now. A boolean Tensor mask is an error: the result's shape
+    would depend on its values. An integer Tensor index is read when the kernel runs, so its values are not
+    checked: an out-of-range entry reads 0 (a list or numpy index out of range is an IndexError).
+
+    >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> x[:, ::-2].tolist(), x[1, [0, 0, 2]].tolist(), x[Tensor([1, 0])].tolist(), x[[True, False]].tolist()
+    ([[3, 1], [6, 4]], [4, 4, 6], [[4, 5, 6], [1, 2, 3]], [[1, 2, 3]])
+    """
+    return getitem(cast("Tensor", self), indices)
+
+  def _setitem_parts(self, indices: Any, value: Any) -> tuple[Tensor, Tensor]:
+    """For __setitem__: the view of self that `self[indices] = value` writes into, and its new values."""
+    return setitem_parts(cast("Tensor", self), indices, value)
+
+  def _index_tensor(self, name: str, index: Any) -> Tensor:
+    if not _is_tensor(index): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
+    if not index.dtype.is_int: raise TypeError(f"{name}: index must have an integer dtype, got {index.dtype}")
+    if index.ndim != self.ndim:
+      raise ValueError(f"{name}: index of shape {index.shape} must have as many dims as the tensor {self.shape}")
+    return cast("Tensor", index)
+
+  def gather(self, dim: int, index: Tensor) -> Tensor:
+    """Pick values along `dim` by index, as torch.gather: out[i][j] = self[index[i][j]][j] for dim 0. The index has as
+    many dims as self, and no larger sizes outside `dim`. One kernel; an index out of range reads 0.
+
+    >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+    [[1, 1], [4, 3]]
+    """
+    d = self._resolve_axis(dim)
+    index = self._index_tensor("gather", index)
+    for i, (si, sx) in enumerate(zip(index.shape, self.shape)):
+      if i != d and si > sx:
+        raise ValueError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
+                         f"in dim {i}, which is not the gathered dim {d}")
+    if self.ndim == 0: return _gather(cast("Tensor", self).reshape(1), 0, index.reshape(1)).reshape(())
+    return _gather(cast("Tensor", self), d, index)
+
+  def _scatter_args(self, name: str, dim: int, index: Any, src: Any) -> tuple[int, Tensor, Tensor]:
+    d = self._resolve_axis(dim)
+    index = self._index_tensor(name, index)
+    if not _is_tensor(src) and not isinstance(src, (bool, int, float, np.generic)):
+      raise TypeError(f"{name}: src must be a Tensor or a number, got {type(src).__name__}")
+    value = src if _is_tensor(src) else type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
+    too_big = value.ndim != index.ndim or any(si > sv for si, sv in zip(index.shape, value.shape)) or \
+      any(si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape)) if i != d)
+    if too_big:
+      raise ValueError(f"{name}: index of shape {index.shape} must be no larger than src of shape {value.shape} "
+                       f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
+    return d, index, value.cast(self.dtype)
+
+  def scatter(self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
+    """Write src (a tensor or a number) into a copy of self at the given indices along `dim`, as torch.scatter:
+    out[index[i][j]][j] = src[i][j] for dim 0. Where an index repeats, the last entry wins. `reduce` "add" or
+    "multiply" combines instead (as scatter_reduce "sum" and "prod"). An index out of range writes nothing.
+
+    >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), Tensor([[5.0], [6.0]])).tolist()
+    [[0.0, 0.0, 5.0], [6.0, 0.0, 0.0]]
+    """
+    d, index, value = self._scatter_args("scatter", dim, index, src)
+    if reduce is not None:
+      modes = {"add": "sum", "multiply": "prod"}
+      if reduce not in modes: raise ValueError(f"scatter: reduce must be 'add', 'multiply' or None, got {reduce!r}")
+      return _scatter(cast("Tensor", self), d, index, value, modes[reduce], True)
+    return _scatter(cast("Tensor", self), d, index, value, None, False)
+
+  def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+    """Reduce src into a copy of self at the given indices along `dim`, as torch.scatter_reduce: reduce is "sum",
+    "prod", "mean", "amax" or "amin"; include_self counts self's old value as one of the reduced values (targets
+    that no index names keep theirs). An int mean rounds down, as torch. An index out of range writes nothing.
+
+    >>> Tensor([1.0, 2.0, 3.0]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([5.0, 7.0, 9.0]), "amax").tolist()
+    [7.0, 2.0, 9.0]
+    """
+    if reduce not in SCATTER_REDUCES:
+      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
+    d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
+    return _scatter(cast("Tensor", self), d, index, value, reduce, include_self)
+
+  def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+    """`value` (a number or a 0-d tensor, cast to self's dtype) where the bool mask is True, self elsewhere; mask and
+    self broadcast together.
+
+    >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+    [0, 2, 0]
+    """
+    if not _is_tensor(mask) or not mask.dtype.is_bool:
+      raise TypeError(f"masked_fill: mask must be a bool Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
+    if _is_tensor(value):
+      if value.ndim: raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+      fill = value.cast(self.dtype)
+    else: fill = type(self).full((), value, dtype=self.dtype, device=self.device)
+    return mask.where(fill, self)
+
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    """Each integer becomes a row of num_classes int64 values with a 1 at that position (one kernel). With
+    num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside [0, num_classes)
+    give a row of zeros (torch raises; here the values are only known when the kernel runs).
+
+    >>> Tensor([0, 2]).one_hot(3).tolist()
+    [[1, 0, 0], [0, 0, 1]]
+    """
+    if not self.dtype.is_int: raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if not _is_int(num_classes) or num_classes < 0:
+      raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
+    hit = cast("Tensor", self).unsqueeze(-1) == type(self)._iota(int(num_classes), self.device)
+    return hit.cast(dtypes.int64)
+
+  def _triangle(self, name: str, diagonal: int, keep_below: bool) -> Tensor:
+    if self.ndim < 2: raise ValueError(f"{name}: needs a tensor of at least 2 dims, got shape {self.shape}")
+    if not _is_int(diagonal): raise TypeError(f"{name}: diagonal must be an int, got {diagonal!r}")
+    n, m = self.shape[-2:]
+    rows, cols = type(self)._iota(n, self.device).reshape(n, 1), type(self)._iota(m, self.device).reshape(1, m)
+    offset = cols - rows
+    keep = (offset <= diagonal) if keep_below else (offset >= diagonal)
+    return keep.where(self, _zero(cast("Tensor", self)))
+
+  def tril(self, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two dims: elements on and below the `diagonal`-th diagonal, zeros above.
+
+    >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
+    [[1, 0], [3, 4]]
+    """
+    return self._triangle("tril", diagonal, True)
+
+  def triu(self, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two dims: elements on and above the `diagonal`-th diagonal, zeros below.
+
+    >>> Tensor([[1, 2], [3, 4]]).triu(1).tolist()
+    [[0, 2], [0, 0]]
+    """
+    return self._triangle("triu", diagonal, False)
+
+  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The `offset`-th diagonal of the dims dim1 and dim2, as a view; it becomes the last dim, as in torch.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
+    [2, 6]
+    """
+    a, b = self._resolve_axis(dim1), self._resolve_axis(dim2)
+    if a == b: raise ValueError(f"diagonal: dim1 and dim2 must differ, both are dim {a}")
+    if not _is_int(offset): raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
+    x = cast("Tensor", self).permute([d for d in range(self.ndim) if d not in (a, b)] + [a, b])
+    n, m = x.shape[-2:]
+    size = max(0, min(n + min(offset, 0), m - max(offset, 0)))
+    r0, c0 = max(0, -offset), max(0, offset)
+    sq = x.shrink([None] * (x.ndim - 2) + [(min(r0, n), min(r0, n) + size), (min(c0, m), min(c0, m) + size)])
+    # in the flattened square, element (i, i) is at i * (size + 1): rows of size + 1 have it in column 0
+    lead = sq.shape[:-2]
+    flat = sq.reshape(*lead, size * size).pad([(0, 0)] * len(lead) + [(0, size)])
+    return flat.reshape(*lead, size, size + 1).shrink([None] * len(lead) + [None, (0, min(1, size + 1))]) \
+      .reshape(*lead, size)
+
+  def diag(self, diagonal: int = 0) -> Tensor:
+    """As torch.diag: a 1-D tensor becomes a square matrix with it on the `diagonal`-th diagonal (zeros elsewhere); a
+    2-D tensor gives its `diagonal`-th diagonal. Both are views.
+
+    >>> Tensor([1, 2]).diag().tolist(), Tensor([[1, 2], [3, 4]]).diag(-1).tolist()
+    ([[1, 0], [0, 2]], [3])
+    """
+    if self.ndim == 2: return self.diagonal(diagonal)
+    if self.ndim != 1: raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {self.shape}")
+    if not _is_int(diagonal): raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
+    n = self.shape[0]
+    # each value followed by n zeros, read in rows of n: value i lands at (i, i)
+    spaced = cast("Tensor", self).reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1))
+    square = spaced.shrink(((0, n * n),)).reshape(n, n)
+    k = abs(int(diagonal))
+    return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+
+  def nonzero(self) -> Tensor:
+    """Not supported: the number of nonzero elements, and so the result's shape, is only known once the tensor is
+    computed, and lazytensor needs every shape when the graph is built. Use np.nonzero(x.numpy()).
+
+    >>> Tensor([1, 0]).nonzero()
+    Traceback (most recent call last):
+    ...
+    ValueError: nonzero: the result's shape depends on the values ...
+    """
+    raise ValueError(f"nonzero: the result's shape depends on the values of this tensor of shape {self.shape}, which "
+                     "are only known once it is computed; lazytensor needs shapes when the graph is built. Use "
+                     "np.nonzero(x.numpy()) to read it now, or keep the shape with a mask and where")
+
+  def masked_select(self, mask: Tensor) -> Tensor:
+    """Not supported: the result has as many elements as the mask has True values, known only once it is computed.
+    Use x.masked_fill(~mask, 0) or mask.where(x, 0) to keep the shape, or x[mask.numpy()] to read the mask now.
+
+    >>> Tensor([1, 2]).masked_select(Tensor([True, False]))
+    Traceback (most recent call last):
+    ...
+    ValueError: masked_select: the result's shape depends on the values ...
+    """
+    raise ValueError("masked_select: the result's shape depends on the values of the mask (its count of True values), "
+                     "which are only known once it is computed; lazytensor needs shapes when the graph is built. Use "
+                     "x.masked_fill(~mask, 0) or mask.where(x, 0) to keep the shape, or x[mask.numpy()] to read the "
+                     "mask now")

@@ -1,4 +1,4 @@
-"""Reductions (sum, max, mean, var, argmax, softmax, ...) and the products that end in one: matmul and convolution."""
+"""Reductions (sum, max, mean, var, argmax, softmax, ...), scans (cumsum, cummax, ...), sorting, and matmul."""
 from __future__ import annotations
 
 import math
@@ -10,14 +10,14 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import prod
-from lazytensor.tensor_math import conv, matmul
+from lazytensor.tensor_math import cum_extreme, matmul, scan, sort_ranks, take_ranked
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
 
 class ReduceMixin:
-  """Tensor's reductions, matmul and convolution. Its only subclass is Tensor (tensor.py), so every
+  """Tensor's reductions, scans, sorting and matmul. Its only subclass is Tensor (tensor.py), so every
   ReduceMixin is a Tensor."""
   __slots__ = ()
   if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
@@ -249,7 +249,125 @@ class ReduceMixin:
     self._axes(axis)  # raises for a bad axis
     return cast("Tensor", self)
 
-  # ---- matmul and convolution ----
+  def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+               correction: int = 1) -> tuple[Tensor, Tensor]:
+    """The variance and the mean over `axis`, as torch.var_mean.
+
+    >>> [t.item() for t in Tensor([1.0, 2.0, 3.0]).var_mean()]
+    [1.0, 2.0]
+    """
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+               correction: int = 1) -> tuple[Tensor, Tensor]:
+    """The standard deviation and the mean over `axis`, as torch.std_mean.
+
+    >>> [t.item() for t in Tensor([1.0, 3.0]).std_mean(correction=0)]
+    [1.0, 2.0]
+    """
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  # ---- scans and sorting: along one axis, moved last (and 0-d tensors as 1-element vectors) ----
+
+  def _along(self, axis: int, fn: Callable[[Tensor], Any]) -> Any:
+    """fn applied to self with `axis` moved last; every tensor it returns gets the axis moved back."""
+    d = self._resolve_axis(axis)
+    x = cast("Tensor", self).reshape(1) if self.ndim == 0 else cast("Tensor", self).transpose(d, -1)
+    out = fn(x)
+    back = (lambda t: t.reshape(())) if self.ndim == 0 else (lambda t: t.transpose(d, -1))
+    return tuple(back(t) for t in out) if isinstance(out, tuple) else back(out)
+
+  def _scan(self, axis: int, reduce: Callable[[Tensor, int], Tensor], identity: Any) -> Tensor:
+    self._resolve_axis(axis)
+    if self.numel() == 0: return cast("Tensor", self)
+    return self._along(axis, lambda x: scan(x, reduce, identity))
+
+  def cumsum(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
+    """Cumulative sum along `axis` (ints and bools sum as int64, as sum). One reduce over each element's prefix up to
+    512 elements; longer axes scan in blocks of up to 256 (see tensor_math.scan), so the work stays near linear.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).cumsum(1).tolist()
+    [[1, 3, 6], [4, 9, 15]]
+    """
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    return self.cast(self._acc_dtype(out))._scan(axis, lambda t, ax: t.sum(ax), 0).cast(out)
+
+  def cumprod(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
+    """Cumulative product along `axis` (ints and bools multiply as int64, as prod).
+
+    >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
+    [1, 2, 6, 24]
+    """
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    return self.cast(self._acc_dtype(out))._scan(axis, lambda t, ax: t.prod(ax), 1).cast(out)
+
+  def logcumsumexp(self, axis: int = 0) -> Tensor:
+    """log(cumsum(exp(x))) along `axis`, stable for large and small values; ints become float.
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0, 1000.0]).logcumsumexp().tolist()]
+    [0.0, 0.6931, 1000.0]
+    """
+    return self._to_float()._scan(axis, lambda t, ax: t.logsumexp(ax), -math.inf)
+
+  def _cum_extreme(self, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+    self._resolve_axis(axis)
+    if self.numel() == 0: return cast("Tensor", self), type(self).zeros(self.shape, dtype=dtypes.int64)
+    return self._along(axis, lambda x: cum_extreme(x, largest))
+
+  def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """The running maximum along `axis` and, as torch, the index of the last element equal to it (NaN propagates).
+    Scans as cumsum; the gradient goes to that index, except on axes longer than 512, where equal elements share it.
+
+    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
+    [[1, 3, 3, 3], [0, 1, 1, 3]]
+    """
+    return self._cum_extreme(axis, largest=True)
+
+  def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """The running minimum along `axis` and the index of the last element equal to it, as torch.
+
+    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin()]
+    [[3, 1, 1, 1], [0, 1, 1, 3]]
+    """
+    return self._cum_extreme(axis, largest=False)
+
+  def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """The values along `dim` in order, and their indices (int64). The sort is stable and NaN sorts as the largest,
+    as torch's stable sort. It compares every pair of elements (O(n^2) per row, two or three kernels): meant for rows
+    of moderate length (up to a few thousand).
+
+    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).sort()]
+    [[1, 1, 2, 3], [1, 3, 2, 0]]
+    """
+    self._resolve_axis(dim)
+    if self.numel() == 0: return cast("Tensor", self), type(self).zeros(self.shape, dtype=dtypes.int64)
+    return self._along(dim, lambda x: take_ranked(x, sort_ranks(x, descending), x.shape[-1]))
+
+  def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
+    """The indices that sort the tensor along `dim` (stable; see sort).
+
+    >>> Tensor([3.0, 1.0, 2.0]).argsort(descending=True).tolist()
+    [0, 2, 1]
+    """
+    return self.sort(dim, descending)[1]
+
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """The k largest (or smallest) values along `dim`, in order, and their indices (int64). Ties keep their original
+    order; the result is always sorted (`sorted_` is accepted for torch's signature). O(n^2) comparisons per row.
+
+    >>> [t.tolist() for t in Tensor([1, 5, 3, 4]).topk(2)]
+    [[5, 4], [1, 3]]
+    """
+    d = self._resolve_axis(dim)
+    n = self.shape[d] if self.ndim else 1
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= n:
+      raise ValueError(f"topk: k={k!r} must be an int in [0, {n}] for dimension {d} of {self.shape}")
+    if k == 0 or self.numel() == 0:
+      shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
+      return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.int64)
+    return self._along(dim, lambda x: take_ranked(x, sort_ranks(x, descending=largest), int(k)))
+
+  # ---- matmul ----
 
   def dot(self, w: Tensor) -> Tensor:
     """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
@@ -266,24 +384,6 @@ class ReduceMixin:
     [[11]]
     """
     return self.dot(w)
-
-  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
-             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
-    """Convolution (cross-correlation, as torch) over the trailing dims: views plus one reduce, no im2col buffer.
-
-    >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
-    [[[[4.0, 4.0], [4.0, 4.0]]]]
-    """
-    return conv(cast("Tensor", self), weight, bias, groups, stride, dilation, padding)
-
-  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight + bias.
-
-    >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
-    [[3.5]]
-    """
-    x = self @ weight
-    return x + bias if bias is not None else x
 
   def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
   def __rmatmul__(self, x: Tensor) -> Tensor:

@@ -747,11 +747,13 @@ def test_docstring_examples() -> None:
   import lazytensor.tensor
   import lazytensor.tensor_create
   import lazytensor.tensor_elementwise
+  import lazytensor.tensor_index
   import lazytensor.tensor_movement
+  import lazytensor.tensor_nn
   import lazytensor.tensor_reduce
   import lazytensor.tensor_unary
-  modules = [lazytensor.tensor, lazytensor.tensor_create, lazytensor.tensor_elementwise, lazytensor.tensor_movement,
-             lazytensor.tensor_reduce, lazytensor.tensor_unary]
+  modules = [lazytensor.tensor, lazytensor.tensor_create, lazytensor.tensor_elementwise, lazytensor.tensor_index,
+             lazytensor.tensor_movement, lazytensor.tensor_nn, lazytensor.tensor_reduce, lazytensor.tensor_unary]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 
