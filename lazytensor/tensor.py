@@ -389,6 +389,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     [10.0, 20.0]
     """
     value = self._as_value_for(x, self.shape)
+    if self.numel() == 0: return self  # nothing to write
     if not self._is_buffer_view() and self.lazydata.op is not Ops.ASSIGN:
       self.lazydata = value.lazydata  # nothing to write into yet: the tensor simply becomes the new value
       return self
