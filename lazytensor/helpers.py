@@ -73,7 +73,7 @@ PARALLEL = ContextVar("PARALLEL", os.cpu_count() or 1,
                       "worker processes that compile BEAM candidates (0: compile and time them in this process)")
 BEAM_UPCAST_MAX = ContextVar("BEAM_UPCAST_MAX", 256, "BEAM skips candidates with more register lanes (upcast x unroll)")
 BEAM_LOCAL_MAX = ContextVar("BEAM_LOCAL_MAX", 1024, "BEAM skips candidates with more local threads per block")
-BEAM_MIN_PROGRESS = ContextVar("BEAM_MIN_PROGRESS", 0.01,
+BEAM_MIN_PROGRESS = ContextVar("BEAM_MIN_PROGRESS", 0.02,
                                "BEAM stops when a round makes the best kernel faster by less than this fraction")
 BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
                               "BEAM counts a candidate whose compile or timed run takes longer as infinitely slow")

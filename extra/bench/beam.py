@@ -117,15 +117,15 @@ def main() -> None:
       kernels, _ = create_schedule([item.build().lazydata])
       with Context(BEAM=0): run_heuristic = _runners(kernels)
       with Context(BEAM=args.width, CACHEDB=cache):
-        before, st = beam_stats["searches"], time.perf_counter()
+        before, st = dict(beam_stats), time.perf_counter()
         run_beam = _runners(kernels)
         search_s = time.perf_counter() - st
-        searched = beam_stats["searches"] - before
+        searched, compiled = (beam_stats[k] - before[k] for k in ("searches", "compiled"))
         _fresh_process_caches()
         st = time.perf_counter()
         _runners(kernels)
         warm_ms = (time.perf_counter() - st) * 1e3
-        assert beam_stats["searches"] == before + searched, "a warm cache searches nothing"
+        assert beam_stats["searches"] == before["searches"] + searched, "a warm cache searches nothing"
       _fresh_process_caches()
       st = time.perf_counter()
       with Context(BEAM=0): _runners(kernels)
@@ -133,7 +133,7 @@ def main() -> None:
       times = best_times([run_heuristic, run_beam, item.numpy, item.torch], runs)
       rate = [f"{item.work / t * 1e-9:9.2f}" if t else f"{'-':>9s}" for t in times]
       print(f"{item.name:44s} {' '.join(rate)} {search_s:9.1f} {warm_ms:8.1f} {setup0_ms:9.1f}   {item.unit}, "
-            f"{len(kernels)} kernels, {searched} searched")
+            f"{len(kernels)} kernels, {searched} searched, {compiled} candidates compiled")
       sys.stdout.flush()
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ MIN_SEARCH_S = 20e-6    # kernels faster than this keep the heuristics' opts
 MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
 MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled bodies mostly cost compile time
 EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32}  # about this many ALU ops each once lowered
+TIE_RATIO = 0.02        # candidates this close to the fastest are a tie, won by the one cheaper to lower and compile
 KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load the program) before it is killed
 CHECK_TOLERANCE = {"float16": 2e-2, "float32": 1e-3, "float64": 1e-8}  # relative; exact for ints and bools
 
@@ -269,10 +270,12 @@ def _scratch_for(device: str, ast: UOp) -> _Scratch:
 
 @dataclass(frozen=True)
 class Binary:
-  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch arguments."""
+  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch arguments, and
+  how long lowering and compiling it took."""
   digest: bytes
   lib: bytes
   launch: dict[str, Any]
+  compile_s: float
 
 @dataclass(frozen=True)
 class CompileJob:
@@ -295,13 +298,14 @@ def launch_args(uops: list[UOp]) -> dict[str, Any]:
 
 def compile_job(job: CompileJob) -> Binary:
   """Kernel -> opts -> (slice) -> loop graph -> linear program -> source -> binary, all in a worker."""
-  dev = Device[job.device]
+  start, dev = time.perf_counter(), Device[job.device]
   k = Kernel(job.ast, dev.renderer)
   for o in job.opts: k.apply_opt(o)
   for axis, size in job.keep: k.keep_prefix(axis, size)
   uops = linearize(lower_kernel(k))
   src = dev.renderer.render(CANDIDATE_NAME, uops)
-  return Binary(hashlib.sha256(src.encode()).digest(), dev.compiler.compile(src), launch_args(uops))
+  lib = dev.compiler.compile(src)
+  return Binary(hashlib.sha256(src.encode()).digest(), lib, launch_args(uops), time.perf_counter() - start)
 
 def prepare_job(job: RunJob) -> None:
   """Allocate and fill the scratch buffers (outputs too: their pages get touched here, not in a timed run), so that
@@ -509,6 +513,12 @@ def _agrees(ref: _Outputs, got: _Outputs, spec: BufferSpec) -> bool:
   scale = max(1.0, float(finite.mean())) if finite.size else 1.0  # sums of many terms: absolute error grows with them
   return bool(np.allclose(g64, r64, rtol=tol, atol=tol * scale, equal_nan=True))
 
+def cheapest_among_ties(ranked: list[Candidate]) -> list[Candidate]:
+  """`ranked` (fastest first) with the candidates that tie with the fastest ordered by lowering and compile time: the
+  same speed for less work in every later process, which lowers the kernel again to find its program in the cache."""
+  ties = [c for c in ranked if c.time <= ranked[0].time * (1 + TIE_RATIO)]
+  return sorted(ties, key=lambda c: c.binary.compile_s if c.binary else math.inf) + ranked[len(ties):]
+
 def _fmt(t: float) -> str: return "inf" if math.isinf(t) else f"{t * 1e6:.1f} us"
 
 class _Search:
@@ -687,7 +697,7 @@ def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> 
       return heuristic
     s.fraction = min(1.0, TARGET_RUN_S / heuristic_time)
     starts = list({_state(x): x for x in (heuristic, sibling, k) if x is not None}.values())
-    winner = s.pick(s.confirm(s.run(starts), heuristic))
+    winner = s.pick(cheapest_among_ties(s.confirm(s.run(starts), heuristic)))
   finally: s.close()
   if winner is None:
     if DEBUG >= 1: print(f"beam: {k.name}: no candidate passed the output check; using the heuristics' opts")
