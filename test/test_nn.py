@@ -101,3 +101,9 @@ def test_default_inits_have_torch_scale() -> None:
   w = lin.weight.numpy()
   assert np.abs(w).max() <= 0.1 and w.std() == pytest.approx(0.1 / np.sqrt(3), rel=0.1)
   assert len(get_parameters(nn.Conv2d(3, 4, 3))) == 2
+
+def test_conv_transpose2d() -> None:
+  ours = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)
+  theirs = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)
+  _copy_params(ours, theirs, ["weight", "bias"])
+  _compare(ours, theirs, rng.standard_normal((2, 4, 5, 5)).astype(np.float32), ["weight", "bias"], rtol=1e-3, atol=1e-4)
