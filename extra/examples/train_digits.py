@@ -5,7 +5,8 @@ Usage: python extra/examples/train_digits.py [--model mlp|cnn|both] [--epochs N]
 No download: sklearn.datasets.load_digits reads a file inside the scikit-learn package. Each model trains with a
 TinyJit-captured step (the kernels of one step are compiled and captured once, then replayed) and AdamW, reports its
 accuracy on a held-out set it never trained on, saves its weights with safe_save, loads them into a fresh model and
-checks that the reloaded model scores the same. Held-out accuracy: about 98% (MLP) and 99% (CNN).
+checks that the reloaded model scores the same. Held-out accuracy: about 98.5% (MLP) and 99% (CNN), in about 20
+seconds on 2 cores (25 the first time, when the kernels are compiled and cached on disk).
 Try `DEBUG=2` to see every kernel of a step with its time.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -25,7 +26,7 @@ from tqdm import tqdm
 
 from lazytensor import Tensor, nn
 from lazytensor.engine.jit import TinyJit
-from lazytensor.nn.optim import AdamW
+from lazytensor.nn.optim import AdamW, Optimizer
 from lazytensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
 HELD_OUT = 360  # a fifth of the 1797 images, the same ones on every run (the split has a fixed seed)
@@ -88,7 +89,7 @@ def accuracy(model: Model, x: np.ndarray, y: np.ndarray) -> float:
     pred = model(Tensor(x)).argmax(1).numpy()
   return float((pred == y).mean())
 
-def make_step(model: Model, opt: Any, label_smoothing: float = 0.0) -> Callable[[Tensor, Tensor], Tensor]:
+def make_step(model: Model, opt: Optimizer, label_smoothing: float = 0.0) -> Callable[[Tensor, Tensor], Tensor]:
   """One jitted training step: forward, loss, backward, update; returns the loss of the batch before the update."""
   @TinyJit
   def step(x: Tensor, y: Tensor) -> Tensor:
@@ -102,8 +103,8 @@ def make_step(model: Model, opt: Any, label_smoothing: float = 0.0) -> Callable[
     return loss
   return step
 
-def train(name: str, epochs: int, batch: int, lr: float, seed: int, data: tuple[np.ndarray, ...]) -> Model:
-  x_train, y_train, x_test, y_test = data
+def train(name: str, epochs: int, batch: int, lr: float, seed: int, x_train: np.ndarray, y_train: np.ndarray) -> Model:
+  """Train a fresh model of the recipe `name` for `epochs` (0: the recipe's number) with AdamW and a cosine schedule."""
   Tensor.manual_seed(seed)
   rng = np.random.default_rng(seed)
   recipe = MODELS[name]
@@ -152,7 +153,7 @@ def main() -> None:
   report = []
   for name in MODELS if args.model == "both" else [args.model]:
     start = time.perf_counter()
-    model = train(name, args.epochs, args.batch, args.lr, args.seed, data)
+    model = train(name, args.epochs, args.batch, args.lr, args.seed, data[0], data[1])
     acc = accuracy(model, data[2], data[3])
     reloaded = accuracy(save_and_reload(name, model, args.out, args.seed), data[2], data[3])
     report.append((name, acc, reloaded, time.perf_counter() - start))

@@ -5,13 +5,15 @@
   1. The cache (sqlite table "beam", keyed by the AST, the device kind, the renderer, the width, THREADS on CPUs and
      the lazytensor version) answers with the chosen opts as JSON; replaying them is the whole cost of a warm run.
   2. Otherwise the starting kernels (the unoptimized one, the heuristics' choice, and a sibling's cached opts) are
-     compiled and timed. Each round applies every action (`actions`) to every beam member, drops illegal children
-     (KernelOptError), children equal to a kernel already seen (same axes and views) and children that render the
-     same code as one already timed, compiles the rest in parallel in PARALLEL worker processes, times each, and
-     keeps the `width` fastest of the beam and the children. The search stops when a round makes the best kernel
-     faster by less than BEAM_MIN_PROGRESS.
+     compiled and timed. Each round takes every beam member's children: every action (`actions`) appended, and every
+     edit of its opts (`edits`: one dropped, or one with another amount). It drops illegal children (KernelOptError),
+     hopeless ones (below) and ones equal to a kernel already seen (same axes and views), compiles the rest in
+     parallel in PARALLEL worker processes, drops those that render the same code as one already timed, times each,
+     and keeps the `width` fastest of the beam and the children. It stops when a round makes the best kernel faster
+     by less than BEAM_MIN_PROGRESS.
   3. The fastest candidates are checked in order against the unoptimized kernel on the same random inputs; the first
-     that agrees is the winner and is cached. If none agrees, the heuristics' kernel is used (said at DEBUG>=1).
+     that agrees wins, unless timed side by side with the heuristics' kernel it is not faster by more than a tie, and
+     is cached. If none agrees, the heuristics' kernel is used (said at DEBUG>=1).
 
 Failures are ordinary outcomes: a candidate whose compile raises, crashes its worker or takes longer than
 BEAM_TIMEOUT_SEC, or whose run crashes or overruns, counts as infinitely slow. Workers run one job at a time, so the
@@ -26,18 +28,22 @@ What keeps the search cheap:
     time is scaled back up by the work ratio. Before the winner is chosen, the best candidates and the heuristics'
     kernel are timed again at full size, so a slice that predicted badly cannot pick a slower kernel. The output
     check runs the unoptimized reference on a slice too (about CHECK_RUN_S), comparing only the outputs it wrote.
-  * Abandoning slow work early. A candidate stops being timed after a run ABANDON_RATIO times slower than the best;
-    one that is still running long after that is killed with its worker. Beam members more than HOPELESS_RATIO
-    times slower than the best are not expanded, and kernels under MIN_SEARCH_S keep the heuristics' opts without
-    a search (launch overhead is all there is to win).
+  * Abandoning slow work early. A candidate stops being timed once two runs are ABANDON_RATIO times slower than the
+    best; one still running long after that is killed with its worker. Beam members more than HOPELESS_RATIO times
+    slower than the best are not expanded, and kernels under MIN_SEARCH_S keep the heuristics' opts without a search
+    (launch overhead is all there is to win).
   * Pruning before compiling: candidates with more register lanes than BEAM_UPCAST_MAX (upcast x unroll; the
-    renderer's own upcast_max is a hard limit) or more local threads than BEAM_LOCAL_MAX, padding that adds more
-    than MAX_PAD_WORK of extra work, and duplicates by kernel state are dropped without compiling; candidates that
-    render the same code as one already timed (in any round) are dropped without timing.
-  * Starting points: the heuristics' kernel joins the first beam, so the search only has to improve on it; and a
-    second cache ("beam_shape") keyed by the loop structure alone (shape, axis kinds, buffer strides and dtypes, not
-    the arithmetic) lets a kernel that differs from an earlier one only in its elementwise ops start from that
-    sibling's opts as one more beam member.
+    renderer's own upcast_max is a hard limit), more local threads than BEAM_LOCAL_MAX, an unrolled body longer than
+    MAX_BODY_OPS ALU ops (it costs compile time, not run time), or padding that adds more than MAX_PAD_WORK of work are
+    dropped, and so are duplicates by kernel state; candidates that render the same code as one already timed (in any
+    round) are dropped without timing.
+  * Starting points: the heuristics' kernel joins the first beam, and edits let the search move from it to its
+    neighbours (another tile, threads on another axis) without rebuilding it one opt at a time from nothing. A second
+    cache ("beam_shape") keyed by the loop structure alone (shape, axis kinds, buffer strides and dtypes, not the
+    arithmetic) lets a kernel that differs from an earlier one only in its elementwise ops start from that sibling's
+    opts as one more beam member.
+  * Ties (within TIE_RATIO) go to the candidate that was quickest to lower and compile: every later process lowers the
+    chosen kernel again to find its program in the disk cache.
 """
 from __future__ import annotations
 
@@ -88,6 +94,7 @@ CANDIDATE_NAME = "beam_candidate"  # every candidate renders under one name, so 
 ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
 HOPELESS_RATIO = 4.0    # beam members this much slower than the best are not expanded
 MIN_RUNS, MAX_RUNS = 3, 20
+DUEL_RUNS = 5           # turns each when the winner and the heuristics' kernel are timed side by side
 MIN_TIMED_S = 0.005     # short kernels run more than MIN_RUNS times, until this much run time is summed
 TARGET_RUN_S = 0.01     # kernels slower than this are timed on a slice that runs about this long
 CHECK_RUN_S = 0.05      # the unoptimized reference of the output check runs on a slice about this long
@@ -330,6 +337,19 @@ def time_job(job: RunJob) -> list[float]:
     # two runs over the cutoff, not one: a first run pays for cold caches and page faults
     if (len(times) >= 2 and min(times) > job.cutoff) or (len(times) >= MIN_RUNS and sum(times) >= MIN_TIMED_S): break
   return times
+
+def duel_job(jobs: tuple[RunJob, RunJob]) -> tuple[float, float]:
+  """The best times of two programs run in turns on the same buffers, so that drift in the machine hits both: at least
+  DUEL_RUNS turns (two for kernels so long that those would not fit in a third of BEAM_TIMEOUT_SEC), more for short
+  kernels until MIN_TIMED_S."""
+  a, b = _launch(jobs[0]), _launch(jobs[1])
+  ta, tb, start = [a()], [b()], time.perf_counter()
+  budget = float(BEAM_TIMEOUT_SEC.value) / 3
+  while len(ta) < MAX_RUNS and (len(ta) < DUEL_RUNS or sum(ta) + sum(tb) < MIN_TIMED_S):
+    if time.perf_counter() - start > budget and len(ta) >= 2: break
+    ta.append(a())
+    tb.append(b())
+  return min(ta), min(tb)
 
 def output_job(job: RunJob) -> list[bytes]:
   """The stored buffers after one run, from the fixed inputs; outputs start as `fill` bytes, so that comparing two
@@ -624,13 +644,21 @@ class _Search:
 
   # -- full size: the heuristics' time, confirming what slices predicted, the output check --
 
-  def full_time(self, k: Kernel) -> float:
-    """`k`'s time at full size, from two runs (its code may be compiled again later: it is not remembered as seen)."""
+  def full_size(self, k: Kernel) -> Candidate | None:
+    """`k` compiled at full size and timed from two runs (its code is not remembered as seen: it is timed again with
+    the other starting kernels)."""
     cands = self.compile([Candidate(k)])
-    if not cands: return math.inf
+    if not cands: return None
     self.time(cands[0], cutoff=0.0)
     self.seen_code.clear()
-    return cands[0].time
+    return cands[0]
+
+  def beats(self, winner: Candidate, base: Candidate) -> bool:
+    """Whether the winner is faster than the heuristics' kernel by more than a tie, timed side by side at full size:
+    the search's own times come from different moments (and perhaps slices), and noise must not make BEAM slower."""
+    assert winner.binary is not None and base.binary is not None
+    res = self.pool.map(duel_job, [(self.run_job(winner.binary), self.run_job(base.binary))], self.timeout, workers=1)
+    return not isinstance(res[0], JobFailed) and res[0][0] < res[0][1] * (1 - TIE_RATIO)
 
   def confirm(self, ranked: list[Candidate], heuristic: Kernel) -> list[Candidate]:
     """The candidates and the heuristics' kernel timed at full size, fastest first: a slice only predicts."""
@@ -687,24 +715,31 @@ class _Search:
     self.pool.map(release_job, [None], self.timeout, workers=1)
     self.bar.close()
 
-def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> Kernel:
-  heuristic = hand_coded_optimizations(k)
-  s = _Search(k, device, width)
-  try:
-    heuristic_time = s.full_time(heuristic)
-    if heuristic_time < MIN_SEARCH_S:
-      if DEBUG >= 1: print(f"beam: {k.name}: {_fmt(heuristic_time)} with the heuristics' opts, too short to search")
+  def search(self, heuristic: Kernel, sibling: Kernel | None) -> Kernel:
+    """The fastest checked kernel; the heuristics' one when the kernel is too short to search, when no candidate
+    passes the output check, or when the winner is not faster side by side."""
+    name, base = self.root.name, self.full_size(heuristic)
+    if base is not None and base.time < MIN_SEARCH_S:
+      if DEBUG >= 1: print(f"beam: {name}: {_fmt(base.time)} with the heuristics' opts, too short to search")
       return heuristic
-    s.fraction = min(1.0, TARGET_RUN_S / heuristic_time)
-    starts = list({_state(x): x for x in (heuristic, sibling, k) if x is not None}.values())
-    winner = s.pick(cheapest_among_ties(s.confirm(s.run(starts), heuristic)))
+    self.fraction = min(1.0, TARGET_RUN_S / base.time) if base is not None and base.time > 0 else 1.0
+    starts = list({_state(x): x for x in (heuristic, sibling, self.root) if x is not None}.values())
+    winner = self.pick(cheapest_among_ties(self.confirm(self.run(starts), heuristic)))
+    if winner is None:
+      if DEBUG >= 1: print(f"beam: {name}: no candidate passed the output check; using the heuristics' opts")
+      return heuristic
+    if winner.kernel is not heuristic and base is not None and not self.beats(winner, base):
+      if DEBUG >= 1: print(f"beam: {name}: {winner.kernel.applied_opts} is not faster than the heuristics' opts side "
+                           "by side; keeping those")
+      return heuristic
+    if DEBUG >= 1: print(f"beam: {name}: {_fmt(winner.time)} with {winner.kernel.applied_opts} (heuristics "
+                         f"{_fmt(self.timed.get(id(heuristic), math.inf))})")
+    return winner.kernel
+
+def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> Kernel:
+  s = _Search(k, device, width)
+  try: return s.search(hand_coded_optimizations(k), sibling)
   finally: s.close()
-  if winner is None:
-    if DEBUG >= 1: print(f"beam: {k.name}: no candidate passed the output check; using the heuristics' opts")
-    return heuristic
-  if DEBUG >= 1: print(f"beam: {k.name}: {_fmt(winner.time)} (heuristics {_fmt(s.timed.get(id(heuristic), math.inf))})"
-                       f" with {winner.kernel.applied_opts}")
-  return winner.kernel
 
 def beam_search(k: Kernel, device: Compiled, width: int) -> Kernel:
   """`k` with the opts that a beam search of this width finds fastest on `device`; from the cache when it can."""
