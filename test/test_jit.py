@@ -68,3 +68,11 @@ def test_training_step_under_jit_matches_eager() -> None:
   got = [jitted(Tensor(x)).item() for x in xs]
   np.testing.assert_allclose(got, eager, rtol=1e-5)
   np.testing.assert_allclose(w_jit.numpy(), w_eager.numpy(), rtol=1e-5)
+
+def test_same_inputs_twice_do_not_capture_an_empty_program() -> None:
+  f = TinyJit(lambda a: (a * 2).realize())
+  x = Tensor([1.0]).realize()
+  f(x)
+  f(x)  # the result is remembered, so nothing ran: nothing to capture yet
+  assert f(Tensor([5.0])).tolist() == [10.0]
+  assert f(Tensor([7.0])).tolist() == [14.0]

@@ -107,3 +107,10 @@ def test_conv_transpose2d() -> None:
   theirs = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)
   _copy_params(ours, theirs, ["weight", "bias"])
   _compare(ours, theirs, rng.standard_normal((2, 4, 5, 5)).astype(np.float32), ["weight", "bias"], rtol=1e-3, atol=1e-4)
+
+def test_batchnorm_statistics_are_not_parameters() -> None:
+  from lazytensor.nn.optim import Adam
+  bn = nn.BatchNorm2d(4)
+  assert bn.running_mean.requires_grad is False and bn.num_batches_tracked.requires_grad is False
+  opt = Adam(get_parameters(bn))
+  assert len(opt.params) == 2 and len(opt.buffers) == 3

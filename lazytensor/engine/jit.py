@@ -81,6 +81,8 @@ class TinyJit(Generic[R]):
   def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Any]) -> R:
     with realize.capture() as items:
       ret = self._run_and_realize(args, kwargs)
+    if not items:  # everything was already computed (e.g. the same inputs twice): capture on the next call instead
+      return ret
     self.items, self.ret, self.calls = items, ret, 2
     self.signature = [_signature(t) for t in inputs]
     self.input_buffers = [_buffer_of(t) for t in inputs]

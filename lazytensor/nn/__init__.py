@@ -75,9 +75,11 @@ class BatchNorm:
     self.weight = Tensor.ones(num_features) if affine else None
     self.bias = Tensor.zeros(num_features) if affine else None
     if track_running_stats:
-      self.running_mean = Tensor.zeros(num_features, requires_grad=False).contiguous().realize()
-      self.running_var = Tensor.ones(num_features, requires_grad=False).contiguous().realize()
-      self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int64, requires_grad=False).contiguous().realize()
+      self.running_mean = Tensor.zeros(num_features).contiguous().realize()
+      self.running_var = Tensor.ones(num_features).contiguous().realize()
+      self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int64).contiguous().realize()
+      # statistics, not parameters: optimizers keep them out of the gradient update and realize their new values
+      for t in (self.running_mean, self.running_var, self.num_batches_tracked): t.requires_grad = False
 
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
