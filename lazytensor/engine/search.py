@@ -9,8 +9,8 @@
      edit of its opts (`edits`: one dropped, or one with another amount). It drops illegal children (KernelOptError),
      hopeless ones (below) and ones equal to a kernel already seen (same axes and views), compiles the rest in
      parallel in PARALLEL worker processes, drops those that render the same code as one already timed, times each,
-     and keeps the `width` fastest of the beam and the children. It stops when a round makes the best kernel faster
-     by less than BEAM_MIN_PROGRESS.
+     and keeps the `width` fastest of the beam and the children. It stops when PATIENCE rounds in a row make the best
+     kernel faster by less than BEAM_MIN_PROGRESS.
   3. The fastest candidates are checked in order against the unoptimized kernel on the same random inputs; the first
      that agrees wins, unless timed side by side with the heuristics' kernel it is not faster by more than a tie, and
      is cached. If none agrees, the heuristics' kernel is used (said at DEBUG>=1).
@@ -93,6 +93,9 @@ from lazytensor.version import __version__
 CANDIDATE_NAME = "beam_candidate"  # every candidate renders under one name, so equal code is equal text
 ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
 HOPELESS_RATIO = 4.0    # beam members this much slower than the best are not expanded
+PATIENCE = 2            # rounds in a row without progress that end the search: a step that does not pay alone (a
+                        # narrower tile) may make room for one that does (a wider unroll), and old members' children
+                        # are not tried twice, so the extra round costs only the new members' children
 MIN_RUNS, MAX_RUNS = 3, 20
 DUEL_RUNS = 5           # turns each when the winner and the heuristics' kernel are timed side by side
 MIN_TIMED_S = 0.005     # short kernels run more than MIN_RUNS times, until this much run time is summed
@@ -627,10 +630,10 @@ class _Search:
     return [c for c in ranked[:self.width] if c.time <= HOPELESS_RATIO * ranked[0].time]
 
   def run(self, starts: list[Kernel]) -> list[Candidate]:
-    """Rounds until one gains less than BEAM_MIN_PROGRESS; the last beam, fastest first."""
+    """Rounds until PATIENCE rounds in a row gain less than BEAM_MIN_PROGRESS; the last beam, fastest first."""
     for k in starts: self.seen_states.add(_state(k))
-    beam = self.select(self.evaluate(starts))
-    while beam:
+    beam, stale = self.select(self.evaluate(starts)), 0
+    while beam and stale < PATIENCE:
       self.round += 1
       children = [child for c in beam for child in self.children(c.kernel)]
       if not children: break
@@ -639,7 +642,7 @@ class _Search:
       if BEAM_DEBUG >= 1:
         print(f"beam round {self.round}: {len(children)} candidates, best {_fmt(beam[0].time)} "
               f"{beam[0].kernel.applied_opts}")
-      if beam[0].time > before * (1 - float(BEAM_MIN_PROGRESS.value)): break
+      stale = stale + 1 if beam[0].time > before * (1 - float(BEAM_MIN_PROGRESS.value)) else 0
     return beam
 
   # -- full size: the heuristics' time, confirming what slices predicted, the output check --
