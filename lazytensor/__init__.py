@@ -1,8 +1,9 @@
 """lazytensor: a small lazy tensor framework whose kernels are generated, optimized and compiled on the fly."""
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
+from lazytensor.engine.jit import TinyJit
 from lazytensor.helpers import Context, GlobalCounters
 from lazytensor.tensor import Tensor, no_grad
 from lazytensor.version import __version__
 
-__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "__version__"]
+__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit", "__version__"]

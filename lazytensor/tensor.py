@@ -10,14 +10,14 @@ import contextlib
 import functools
 import itertools
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, to_dtype
-from lazytensor.engine.realize import run_schedule
+from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop
@@ -64,6 +64,44 @@ _contiguous_ids = itertools.count()
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
 # keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+# every tensor, by serial number: realizing an assign first computes the live tensors that still need the old contents
+_serials = itertools.count()
+_live: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# while a TinyJit captures: the serial number of the first tensor its function made
+_program_start: list[int] = []
+
+@contextlib.contextmanager
+def capturing_program() -> Iterator[None]:
+  """The block of a TinyJit capture: the tensors made before it are not the program's. When one of them must be
+  computed before an assign in the program, it is computed outside the program (once, not at every replay, which
+  would overwrite its buffer)."""
+  _program_start.append(next(_serials))
+  try: yield
+  finally: _program_start.pop()
+
+def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
+  return {id(buffer_map[n.src[0].base]) for r in roots for n in r.toposort if n.op is Ops.ASSIGN}
+
+def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
+  """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
+  overwrite (a loss built before opt.step(), the gradients), with their serial numbers. Realized in the same schedule,
+  before the assigns, they keep the values they had when they were built, as in an eager framework. Views (movement
+  ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see the new
+  contents."""
+  chosen: set[int] = {id(t) for t in tensors}
+  out: list[tuple[int, Tensor]] = []
+  targets = _buffers_assigned(t.lazydata for t in tensors)
+  seen = set(targets)
+  while targets:
+    found = [(n, t) for n, t in list(_live.items()) if id(t) not in chosen and
+             t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
+             any(u.op is Ops.BUFFER and id(buffer_map.get(u)) in targets for u in t.lazydata.toposort)]
+    chosen |= {id(t) for _, t in found}
+    out += found
+    targets = _buffers_assigned(t.lazydata for _, t in found) - seen
+    seen |= targets
+  return out
 
 def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
   """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
@@ -127,6 +165,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
+    _live[next(_serials)] = self
     if isinstance(data, UOp): self.lazydata = data
     elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
@@ -268,6 +307,10 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     """
     tensors = (self,) + others
     if all(t._is_buffer_view() for t in tensors): return self  # nothing to compute
+    readers = _old_value_readers(tensors)
+    if _program_start and (before := [t for n, t in readers if n < _program_start[-1]]):
+      with paused_capture(): before[0].realize(*before[1:])
+    tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)

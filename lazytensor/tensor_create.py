@@ -170,13 +170,15 @@ class CreationMixin:
 
   # ---- random numbers, generated on the device with counter-based Threefry-2x32 ----
 
-  # the key of the random stream: the seed, and how many random tensors were drawn since it was set
+  # the key of the random stream, per device, lives in two uint32 buffers: the seed, and how many random tensors were
+  # drawn on the device since it was set. Each draw advances the count with an assign that its kernel reads, so a
+  # TinyJit replay draws new numbers too.
   _seed: ClassVar[int] = 0
-  _rng_counter: ClassVar[int] = 0
+  _rng_keys: ClassVar[dict[str, tuple[Tensor, Tensor]]] = {}
 
   @classmethod
   def manual_seed(cls, seed: int = 0) -> None:
-    """Make the random functions reproducible.
+    """Make the random functions reproducible (the seed is taken modulo 2**32).
 
     >>> Tensor.manual_seed(3)
     >>> a = Tensor.rand(2).tolist()
@@ -184,12 +186,25 @@ class CreationMixin:
     >>> a == Tensor.rand(2).tolist()
     True
     """
-    cls._seed, cls._rng_counter = int(seed), 0
+    cls._seed = int(seed) & 0xFFFFFFFF
+    if cls._rng_keys:
+      resets = [t.assign(cls([v], device=t.device, dtype=dtypes.uint32))
+                for key, count in cls._rng_keys.values() for t, v in ((key, cls._seed), (count, 0))]
+      resets[0].realize(*resets[1:])
+
+  @classmethod
+  def _rng_key(cls, device: str | None) -> tuple[Tensor, Tensor]:
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if dev not in cls._rng_keys:
+      u32 = dtypes.uint32
+      cls._rng_keys[dev] = (cls([cls._seed], device=dev, dtype=u32), cls([0], device=dev, dtype=u32))
+    return cls._rng_keys[dev]
 
   @classmethod
   def _random_bits(cls, n: int, device: str | None) -> Tensor:
-    cls._rng_counter += 1
-    return threefry_bits(cls._iota(n, device).cast(dtypes.uint32), cls._seed, cls._rng_counter)
+    seed, count = cls._rng_key(device)
+    count.assign(count + 1)
+    return threefry_bits(cls._iota(n, device).cast(dtypes.uint32), seed, count)
 
   @classmethod
   def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:

@@ -411,11 +411,12 @@ def _float_pow(a: Tensor, b: Tensor) -> Tensor:
   # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself, and d/db = log|a| flows through it
   return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
 
-def threefry_bits(counter: Tensor, seed: int, stream: int) -> Tensor:
-  """32 random bits per element of `counter` (uint32) from Threefry-2x32 with 20 rounds, keyed by (seed, stream)."""
+def threefry_bits(counter: Tensor, seed: Tensor, stream: Tensor) -> Tensor:
+  """32 random bits per element of `counter` (uint32) from Threefry-2x32 with 20 rounds, keyed by (seed, stream)
+  (one-element uint32 tensors, read by the kernel: a replayed kernel draws from the stream its buffer holds then)."""
   mask = 0xFFFFFFFF
-  k0, k1 = seed & mask, stream & mask
-  ks = (k0, k1, 0x1BD11BDA ^ k0 ^ k1)
+  k0, k1 = seed, stream
+  ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
   rotations = (13, 15, 26, 6, 17, 29, 16, 24)
   x0, x1 = counter + ks[0], counter.zeros_like() + ks[1]
   for block in range(5):

@@ -77,3 +77,29 @@ def test_two_assigns_before_realize() -> None:
   t.assign(Tensor([0.0, 0.0]))
   t.assign(Tensor([4.0, 5.0]))  # a plain overwrite
   assert t.tolist() == [4.0, 5.0]
+
+def test_values_built_before_an_assign_keep_the_old_contents() -> None:
+  # as in an eager framework: a value computed from a buffer is the value of that moment, not of when it is read
+  t = Tensor([1.0, 2.0, 3.0]).realize()
+  doubled, total, view = t * 2, t.sum(), t[1:]
+  t.assign(t + 10).realize()
+  assert doubled.tolist() == [2.0, 4.0, 6.0] and total.item() == 6.0
+  assert view.tolist() == [12.0, 13.0]  # a view is not a value of its own: it reads the buffer
+  later = view * 1  # a value built from the view after the first assign: the second one must not change it
+  t.assign(t * 0).realize()
+  assert later.tolist() == [12.0, 13.0] and view.tolist() == [0.0, 0.0]
+
+def test_setitem_keeps_values_built_before_it() -> None:
+  a = Tensor([1.0, 2.0]).realize()
+  b = a * 2
+  a[0] = 5.0
+  assert b.tolist() == [2.0, 4.0] and a.tolist() == [5.0, 2.0]
+
+def test_readers_of_an_earlier_assign_run_before_a_later_one() -> None:
+  # two assigns to one buffer in one schedule: whoever reads the first one's result reads it before the second
+  t = Tensor([1.0, 2.0]).realize()
+  first = t.assign(t + 1).lazydata
+  reader = Tensor(first) * 10
+  t.assign(t * 100)  # reads `first`: both assigns run in this schedule
+  Tensor.realize(t, reader)
+  assert reader.tolist() == [20.0, 30.0] and t.tolist() == [200.0, 300.0]

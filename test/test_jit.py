@@ -76,3 +76,39 @@ def test_same_inputs_twice_do_not_capture_an_empty_program() -> None:
   f(x)  # the result is remembered, so nothing ran: nothing to capture yet
   assert f(Tensor([5.0])).tolist() == [10.0]
   assert f(Tensor([7.0])).tolist() == [14.0]
+
+def test_random_numbers_are_new_on_every_replay() -> None:
+  Tensor.manual_seed(0)
+  @TinyJit
+  def noisy(x: Tensor) -> Tensor: return (x + Tensor.rand(64)).realize()
+  outs = [noisy(Tensor.zeros(64).contiguous()).numpy() for _ in range(5)]
+  for i in range(5):
+    assert ((outs[i] >= 0) & (outs[i] < 1)).all()
+    for j in range(i): assert not np.array_equal(outs[i], outs[j]), f"calls {j} and {i} drew the same numbers"
+  # the replays continue the eager stream: the same numbers as five eager draws after the same seed
+  Tensor.manual_seed(0)
+  eager = [Tensor.rand(64).numpy() for _ in range(5)]
+  np.testing.assert_array_equal(np.stack(outs), np.stack(eager))
+
+def test_dropout_under_jit_changes_its_mask() -> None:
+  Tensor.manual_seed(1)
+  @TinyJit
+  def drop(x: Tensor) -> Tensor:
+    with Tensor.train(): return x.dropout(0.5).realize()
+  masks = [drop(Tensor.ones(256).contiguous()).numpy() != 0 for _ in range(4)]
+  assert not np.array_equal(masks[2], masks[3]) and 64 < masks[3].sum() < 192
+
+def test_a_value_made_before_the_capture_is_computed_once_outside_it() -> None:
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  opt = SGD([w], lr=0.5)
+  @TinyJit
+  def step(x: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = (w * x).sum().backward()
+    opt.step()
+    return loss
+  step(Tensor([1.0, 1.0]))
+  before = w * 10  # lazy; reads the weights that the captured step overwrites
+  losses = [step(Tensor([1.0, 1.0])).item() for _ in range(3)]
+  assert before.tolist() == [5.0, 15.0]  # w after the first step, never recomputed by replays
+  assert losses == [2.0, 1.0, 0.0]  # each loss is of the weights its step started from

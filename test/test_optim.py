@@ -92,3 +92,17 @@ def test_errors() -> None:
   w = Tensor([1.0], requires_grad=True)
   with pytest.raises(RuntimeError, match="backward"): SGD([w]).step()
   with pytest.raises(ValueError, match="nesterov"): SGD([w], nesterov=True)
+
+def test_loss_and_grads_read_after_step_are_the_ones_before_it() -> None:
+  # the usual loop, `loss.backward(); opt.step(); print(loss.item())`: the loss of the weights the step started from
+  w0 = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+  w = Tensor(w0, requires_grad=True)
+  x = Tensor([[1.0, -1.0]])
+  loss = ((x @ w) ** 2).sum()
+  loss.backward()
+  SGD([w], lr=0.1).step()
+  xv = np.array([[1.0, -1.0]], dtype=np.float32)
+  assert loss.item() == pytest.approx(float(((xv @ w0) ** 2).sum()))
+  grad = 2 * xv.T @ (xv @ w0)
+  np.testing.assert_allclose(w.grad.numpy(), grad, rtol=1e-6)
+  np.testing.assert_allclose(w.numpy(), w0 - 0.1 * grad, rtol=1e-6)

@@ -45,9 +45,7 @@ def lazytensor_step(jit: bool, data: list[Batch]) -> Callable[[int], object]:
   def step(x: Tensor, y: Tensor) -> Tensor:
     opt.zero_grad()
     loss = l2(l1(x).relu()).cross_entropy(y).backward()
-    # realized with the gradients: the forward runs once, and the loss is that of the weights before the update
-    loss.realize(*[p.grad for p in opt.params if p.grad is not None])
-    opt.step()
+    opt.step()  # the loss and the gradients are computed in the step's schedule, from the weights before the update
     return loss
   fn = TinyJit(step) if jit else step
   # fresh input tensors every step, as a data loader gives them: the graph is never the same as the last one

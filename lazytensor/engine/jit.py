@@ -3,7 +3,9 @@
 The first call runs (and compiles) everything; the second runs again while recording every kernel and copy with the
 buffers it touched; from the third on, the recorded items run directly — no graph building, scheduling or lowering —
 with the input tensors' buffers swapped in. Intermediate and output buffers are the ones recorded, so a replay
-overwrites the previous call's outputs, as in tinygrad.
+overwrites the previous call's outputs, as in tinygrad. Random numbers drawn inside the function are new at every
+replay (the stream's counter is a buffer that the program advances). A lazy tensor made before the capture that has to
+be computed during it (it reads weights the step overwrites) is computed once, outside the program.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from lazytensor.device import Buffer, buffer_map
 from lazytensor.engine import realize
 from lazytensor.helpers import DEBUG, JIT
+from lazytensor.tensor import Tensor, capturing_program
 from lazytensor.uop.ops import Ops
 
 R = TypeVar("R")
@@ -29,17 +32,13 @@ class InputSignature:
 class JitError(ValueError):
   """A jitted function was called with inputs its captured kernels cannot serve."""
 
-def _is_tensor(x: Any) -> bool:
-  # the engine sits below tensor.py, so a Tensor is recognized by what it has, not by its class
-  return hasattr(x, "lazydata") and hasattr(x, "realize")
+def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
+  return [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
 
-def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-  return [a for a in (*args, *kwargs.values()) if _is_tensor(a)]
-
-def _outputs(ret: Any) -> list[Any]:
-  if _is_tensor(ret): return [ret]
-  if isinstance(ret, (tuple, list)): return [r for r in ret if _is_tensor(r)]
-  if isinstance(ret, dict): return [r for r in ret.values() if _is_tensor(r)]
+def _outputs(ret: Any) -> list[Tensor]:
+  if isinstance(ret, Tensor): return [ret]
+  if isinstance(ret, (tuple, list)): return [r for r in ret if isinstance(r, Tensor)]
+  if isinstance(ret, dict): return [r for r in ret.values() if isinstance(r, Tensor)]
   return []
 
 class TinyJit(Generic[R]):
@@ -78,8 +77,8 @@ class TinyJit(Generic[R]):
     if outs: outs[0].realize(*outs[1:])
     return ret
 
-  def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Any]) -> R:
-    with realize.capture() as items:
+  def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> R:
+    with realize.capture() as items, capturing_program():
       ret = self._run_and_realize(args, kwargs)
     if not items:  # everything was already computed (e.g. the same inputs twice): capture on the next call instead
       return ret
@@ -89,7 +88,7 @@ class TinyJit(Generic[R]):
     if DEBUG >= 1: print(f"TinyJit: captured {len(items)} items")
     return ret
 
-  def _replay(self, inputs: list[Any]) -> R:
+  def _replay(self, inputs: list[Tensor]) -> R:
     sig = [_signature(t) for t in inputs]
     if sig != self.signature:
       raise JitError(_mismatch(self.signature, sig))
@@ -98,11 +97,11 @@ class TinyJit(Generic[R]):
     assert self.ret is not None
     return self.ret
 
-def _signature(t: Any) -> InputSignature:
+def _signature(t: Tensor) -> InputSignature:
   ld = t.lazydata
   return InputSignature(t.shape, t.dtype, t.device, ld.arg if ld.op is Ops.VIEW else None)
 
-def _buffer_of(t: Any) -> Buffer:
+def _buffer_of(t: Tensor) -> Buffer:
   ld = t.lazydata
   assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, "a realized input is a view of a buffer"
   return buffer_map[ld.src[0]]

@@ -108,6 +108,14 @@ def capture() -> Iterator[list[ExecItem]]:
   try: yield items
   finally: _capturing.pop()
 
+@contextlib.contextmanager
+def paused_capture() -> Iterator[None]:
+  """What runs inside the block is not recorded by the capture around it."""
+  saved = _capturing[:]
+  _capturing.clear()
+  try: yield
+  finally: _capturing[:] = saved
+
 def run_schedule(items: list[ScheduleItem]) -> None:
   before = dict(compile_stats)
   for item in items:

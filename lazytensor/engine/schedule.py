@@ -138,6 +138,7 @@ class _KernelBuilder:
     self.root, self.g, self.outputs, self.leaf_buffers = root, g, outputs, leaf_buffers
     self.bufs: list[Buffer] = []
     self.leaf_reads: set[int] = set()  # ids of buffers read as they were before this schedule (not its outputs)
+    self.root_reads: set[UOp] = set()  # the other kernels of this schedule whose outputs it loads
     self.memo: dict[tuple[UOp, ShapeTracker | None], UOp] = {}
 
   def define_global(self, buf: Buffer) -> UOp:
@@ -176,6 +177,7 @@ class _KernelBuilder:
 
   def _visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool) -> UOp:
     if not is_root and node in self.outputs:
+      self.root_reads.add(node)
       return self.load(self.outputs[node], _compose(ShapeTracker.from_shape(node.shape), pending))
     if node.op is Ops.VIEW:
       base = node.src[0]
@@ -225,16 +227,16 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   roots = _toposort_roots(sink, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
   leaf_buffers = {n: _buffer_of(n) for n in sink.toposort if n.op is Ops.BUFFER}
-  built: dict[UOp, tuple[ScheduleItem, set[int]]] = {}
+  built: dict[UOp, _Built] = {}
   for root in roots:
     if root.op is Ops.COPY:
       src = root.src[0]
       src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]
-      old_reads = set() if src in outputs else {id(src_buf)}
-      built[root] = (ScheduleItem(root.replace(src=()), (outputs[root], src_buf)), old_reads)
+      old_reads, root_reads = (set(), {src}) if src in outputs else ({id(src_buf)}, set())
+      built[root] = _Built(ScheduleItem(root.replace(src=()), (outputs[root], src_buf)), old_reads, root_reads)
       continue
     kb = _KernelBuilder(root, g, outputs, leaf_buffers)
-    built[root] = (ScheduleItem(kb.build(), tuple(kb.bufs)), kb.leaf_reads)
+    built[root] = _Built(ScheduleItem(kb.build(), tuple(kb.bufs)), kb.leaf_reads, kb.root_reads)
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(original_sink, sink, buffer_uops)
@@ -246,18 +248,30 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if DEBUG >= 1 and items: print(f"scheduled {len(items)} items from {len(original_sink.toposort)} nodes")
   return items, becomes
 
-def _order_items(roots: list[UOp], built: dict[UOp, tuple[ScheduleItem, set[int]]],
-                 outputs: dict[UOp, Buffer]) -> list[ScheduleItem]:
-  """Dependency order, plus: a kernel that reads a buffer's old contents runs before the assign that overwrites it."""
-  after: dict[UOp, set[UOp]] = {r: set() for r in roots}  # root -> roots that must run before it
-  for r in roots:
-    item = built[r][0]
-    after[r] |= {o for o in roots if o is not r and outputs[o] in item.bufs[1:] and id(outputs[o]) not in built[r][1]}
+@dataclass(frozen=True)
+class _Built:
+  item: ScheduleItem
+  leaf_reads: set[int]   # ids of buffers it reads as they were before the schedule
+  root_reads: set[UOp]   # the roots whose outputs it reads
+
+def _order_items(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, Buffer]) -> list[ScheduleItem]:
+  """Dependency order, plus: a kernel that reads a buffer's contents (from before the schedule, or as one assign left
+  them) runs before any other assign overwrites them."""
+  after: dict[UOp, set[UOp]] = {r: set(built[r].root_reads) for r in roots}  # root -> roots that must run before it
+  needs: dict[UOp, set[UOp]] = {}  # root -> every root it depends on, transitively (roots come in dependency order)
+  for r in roots: needs[r] = set().union(*(needs[d] | {d} for d in after[r]))
+  writes: dict[int, list[UOp]] = {}
   for a in roots:
-    if a.op is not Ops.ASSIGN: continue
-    target = id(outputs[a])
-    for r in roots:
-      if r is not a and target in built[r][1]: after[a].add(r)
+    if a.op is Ops.ASSIGN: writes.setdefault(id(outputs[a]), []).append(a)
+  for r in roots:
+    for buf, writers in writes.items():
+      if buf in built[r].leaf_reads: after_r = [a for a in writers if a is not r]  # the old contents: before them all
+      else:
+        # the contents that writer w left: before every other writer, unless r needs that one (an earlier writer)
+        read_from = [w for w in built[r].root_reads if w in writers]
+        after_r = [a for a in writers if a is not r and a not in read_from and
+                   (a not in needs[r] or any(w in needs[a] for w in read_from))] if read_from else []
+      for a in after_r: after[a].add(r)
   order: list[ScheduleItem] = []
   done: set[UOp] = set()
   while len(order) < len(roots):
@@ -265,7 +279,7 @@ def _order_items(roots: list[UOp], built: dict[UOp, tuple[ScheduleItem, set[int]
     if ready is None:
       raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
                        "together), which one schedule cannot order; realize them one at a time")
-    order.append(built[ready][0])
+    order.append(built[ready].item)
     done.add(ready)
   return order
 
