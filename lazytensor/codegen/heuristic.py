@@ -68,6 +68,7 @@ def _register_tile(k: Kernel) -> None:
   if vec_axis is None: return
   loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
   vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
+  if any(_stride(k, i, vec_axis) != 1 for i in vec_loads) and _dot_tile(k, loads): return
   vec_amt = _largest_divisor(k.full_shape[vec_axis], (32, 16, 8, 4))
   if vec_amt is None or not _try(k, Opt(OptOps.UPCAST, vec_axis, vec_amt)): return
   rows_budget = VECTOR_REGISTERS // -(-vec_amt // SIMD_WIDTH)
@@ -76,6 +77,20 @@ def _register_tile(k: Kernel) -> None:
   other = candidates[-1] if candidates else next((a for a in _reused_axes(k) if k.kinds[a] is AxisKind.GLOBAL), None)
   _upcast(k, other, tuple(c for c in (16, 8, 4, 2) if c <= rows_budget))
   _panel_loop_outside(k, vec_loads)
+
+DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators
+
+def _dot_tile(k: Kernel, loads: list[int]) -> bool:
+  """A matmul whose operands are both contiguous along the reduce axis (x @ W.T, as Linear computes it): vectors along
+  the reduce axis instead, so no operand is gathered. A 4x4 tile of outputs, each a vector of partial sums added up
+  across its lanes at the end; every vector load of one operand serves 4 outputs. 128x784 by 784x256 on one thread:
+  1.2 ms (vectors along the output, B gathered) -> 0.49 ms."""
+  red = k.axes_of(AxisKind.REDUCE)
+  if not red or not all(_stride(k, i, red[-1]) in (0, 1) for i in loads): return False
+  amt = _largest_divisor(k.full_shape[red[-1]], (SIMD_WIDTH, 8))
+  if amt is None or not _try(k, Opt(OptOps.UNROLL, red[-1], amt)): return False
+  for a in _reused_axes(k)[-2:]: _upcast(k, a, (DOT_TILE, 2))
+  return True
 
 PANEL_REUSE_BYTES = 1 << 19  # vector operands larger than this no longer stay in L2 between uses
 

@@ -53,12 +53,18 @@ class _Lanes:
   vlane: UOp
 
 def _vector_axis(k: Kernel) -> int | None:
-  """The lane axis to turn into SIMD vectors: one the output is contiguous along (vector stores), else the last."""
+  """The lane axis to turn into SIMD vectors: the one with the fewest buffers walked along it with a stride other than
+  0 or 1 (those need a gather or a scatter per vector), then one the output is contiguous along (vector stores), then
+  the last. (A matmul of A by a transposed B: the unrolled reduce axis, along which both operands are contiguous.)"""
   axes = k.axes_of(*LANE_KINDS)
   if not axes: return None
-  store = next(i for i, n in enumerate(k.view_nodes) if n.op is Ops.STORE)
-  strides = k.sts[store].real_strides()
-  return next((a for a in axes if strides[a] == 1 and k.full_shape[a] > 1), axes[-1])
+  views = [(n.op is Ops.STORE, k.sts[i].real_strides()) for i, n in enumerate(k.view_nodes)
+           if n.op in (Ops.LOAD, Ops.STORE)]
+  def cost(a: int) -> tuple[int, bool, int]:
+    gathers = sum(1 for _, st in views if st[a] not in (0, 1))
+    store_contiguous = any(is_store and st[a] == 1 for is_store, st in views)
+    return (gathers, not store_contiguous, -a)
+  return min((a for a in axes if k.full_shape[a] > 1), key=cost, default=axes[-1])
 
 TC_LANES = 4  # a thread of an m16n8k16 tensor core holds 4 results: rows +0/+8, columns +0/+1
 
