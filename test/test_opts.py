@@ -161,3 +161,20 @@ def test_group_then_tc_is_illegal() -> None:
   k = Kernel(_last_item("matmul_half", "EMU").ast, Device["EMU"].renderer)
   k.apply_opt(Opt(OptOps.GROUP, k.axes_of(AxisKind.REDUCE)[0], 4))
   with pytest.raises(KernelOptError, match="first"): k.apply_opt(Opt(OptOps.TC, 0, 0))
+
+def test_heuristic_matmul_with_transposed_b_uses_dot_products() -> None:
+  # x @ W.T (as Linear computes it): both operands are contiguous along K, so the vectors run along K
+  x, w = _t(64, 128), _t(32, 128)
+  item = create_schedule([(x @ w.T).lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+  assert any(o.op is OptOps.UNROLL and o.amt == 16 for o in k.applied_opts), k.applied_opts
+  assert sum(o.op is OptOps.UPCAST for o in k.applied_opts) == 2, k.applied_opts
+  np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(64, 32), x.numpy() @ w.numpy().T, rtol=1e-4,
+                             atol=1e-4)
+
+def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
+  x = _t(64, 256)
+  item = create_schedule([x.sum(0).lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+  assert [o.op for o in k.applied_opts][:1] == [OptOps.UPCAST], k.applied_opts
+  np.testing.assert_allclose(_run(item, "CPU", k.applied_opts), x.numpy().sum(0), rtol=1e-4, atol=1e-4)

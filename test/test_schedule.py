@@ -127,3 +127,18 @@ def test_large_matmul_packs_b_into_panels() -> None:
   items, _ = create_schedule([(a @ b).lazydata])
   assert len(items) == 2  # the panel copy of b, then the matmul reading it sequentially
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
+
+def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
+  # fused into the matmul, (h > 0) * dh would be recomputed for every output column; stored once it is read instead
+  rng = np.random.default_rng(1)
+  h, dh, x = (Tensor(rng.standard_normal(s, dtype=np.float32)).realize() for s in [(128, 256), (128, 256), (128, 784)])
+  masked = (h > 0).where(dh, 0)
+  assert kernels(masked.T @ x) == 2
+  np.testing.assert_allclose((masked.T @ x).numpy(), np.where(h.numpy() > 0, dh.numpy(), 0).T @ x.numpy(), rtol=1e-4,
+                             atol=1e-4)
+  small = Tensor(rng.standard_normal((4, 5), dtype=np.float32)).realize()
+  assert kernels((small * 2 + 1) @ small.T) == 1  # too little work to recompute for a kernel launch to pay
+  assert kernels(small.cast("float16") @ small.T.cast("float16")) == 1  # a cast is cheaper to recompute than store
+  idx = Tensor([3, 1, 0]).realize()
+  big = Tensor(rng.standard_normal((4, 4096), dtype=np.float32)).realize()
+  assert kernels(big[idx]) == 1  # the one-hot mask of a gather is never stored

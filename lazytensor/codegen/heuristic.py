@@ -115,6 +115,7 @@ def _cpu(k: Kernel) -> None:
     if any(_stride(k, i, last) == 1 for i in loads):
       amt = _largest_divisor(k.full_shape[last], (16, 8, 4))
       if amt is not None: _try(k, Opt(OptOps.UNROLL, last, amt))
+    else: _upcast(k, _output_contiguous_axis(k), (64, 32, 16, 8, 4))  # x.sum(0): vectors across neighbouring sums
   else: _upcast(k, _output_contiguous_axis(k), (16, 8, 4))
   _thread(k, work)
 

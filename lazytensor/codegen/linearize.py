@@ -41,20 +41,34 @@ def _axis(r: UOp) -> int: return r.arg[0]
 class _Placement:
   """For every node, the loops it must run in, innermost last."""
   def __init__(self, sink: UOp, closes: dict[UOp, tuple[UOp, ...]]) -> None:
+    # a reduce result lives at least in the loops around the loops it closes: two reduces over the same ranges, one of
+    # them independent of the outer loops (a count of valid window positions), share those loops, so both results
+    # come after them; grown until it holds
+    extra: dict[UOp, frozenset[UOp]] = {}
+    while True:
+      self._contexts(sink, closes, extra)
+      self.enclosing = self._enclosing(sink, closes)
+      grown = False
+      for result, rs in closes.items():
+        need = frozenset().union(*(self.enclosing[r] for r in rs)) - set(rs)
+        if not need <= self.ctx[result]:
+          extra[result], grown = extra.get(result, frozenset()) | need, True
+      if not grown: break
+    self.path: dict[UOp, tuple[UOp, ...]] = {n: self._path(self.ctx[n]) for n in sink.toposort}
+    for result in closes: self.path[result.src[0]] = self._path(self.ctx[result])
+
+  def _contexts(self, sink: UOp, closes: dict[UOp, tuple[UOp, ...]], extra: dict[UOp, frozenset[UOp]]) -> None:
     self.ctx: dict[UOp, frozenset[UOp]] = {}
     for node in sink.toposort:
       c = frozenset().union(*(self.ctx[s] for s in node.src))
       if node.op is Ops.RANGE: c = c | {node}
-      if node in closes: c = c - set(closes[node])
+      if node in closes: c = (c - set(closes[node])) | extra.get(node, frozenset())
       if node.op is Ops.DEFINE_ACC: c = frozenset()
       self.ctx[node] = c
     # an accumulator is (re)initialized in the loops its result lives in
     for result in closes:
       acc = result.src[0]
       self.ctx[acc] = self.ctx[result]
-    self.enclosing = self._enclosing(sink, closes)
-    self.path: dict[UOp, tuple[UOp, ...]] = {n: self._path(self.ctx[n]) for n in sink.toposort}
-    for result in closes: self.path[result.src[0]] = self._path(self.ctx[result])
 
   def _enclosing(self, sink: UOp, closes: dict[UOp, tuple[UOp, ...]]) -> dict[UOp, frozenset[UOp]]:
     ranges = sorted((n for n in sink.toposort if n.op is Ops.RANGE), key=_axis)

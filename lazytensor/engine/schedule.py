@@ -84,16 +84,21 @@ def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
     if base.op not in (Ops.BUFFER, Ops.CONST): roots[base] = None
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
-    # an assign that reads its own target at other positions (a.assign(a.flip(0))) would race: compute it first
-    if node.op is Ops.ASSIGN and _reads_target_elsewhere(node): roots[node.src[1]] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
     if node.op is Ops.COPY and not _is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
   return roots
 
-def _reads_target_elsewhere(assign: UOp) -> bool:
-  target = assign.src[0]
-  return any(u.op is Ops.VIEW and u.src and u.src[0] is target.src[0] and u.arg != target.arg
-             for u in assign.src[1].toposort)
+def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
+  """Whether an assign's own kernel reads its target at positions other than the one it writes (a.assign(a.flip(0))):
+  that would race. Reads in other kernels of the schedule (a gradient that reads the weight) are ordered before it."""
+  target, stack, seen = assign.src[0], [assign.src[1]], set()
+  while stack:
+    node = stack.pop()
+    if node in seen or (node in g.realize and node is not assign.src[1]): continue
+    seen.add(node)
+    if node.op is Ops.VIEW and node.src[0] is target.src[0] and node.arg != target.arg: return True
+    stack.extend(node.src)
+  return False
 
 def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
   """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
@@ -124,29 +129,32 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
 EXPAND_RATIO = 2          # a view that reads each element of its source this many times or more is an expand
 RECOMPUTE_COST = 2        # ALU ops and extra loads per element of a source that is cheaper to store than to recompute
 MIN_RECOMPUTE_WORK = 1 << 16  # ...when recomputing adds this much work: below, a kernel launch costs more
+MAX_GROWTH = 4            # ...and when it is at most this many times larger than the largest thing it reads
 
 def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   """Whether the elementwise computation under an expanding view inside a reduce gets a buffer of its own: fused, it
   would run once per element of the expanded view (a matmul of relu'(h) * dh by x recomputes the mask for every output
-  column: 1.4 ms instead of 0.65 + 0.01). Not for a single op on one buffer (a cast: cheaper to recompute than to store
-  and load again), nor for index arithmetic (a one-hot mask from an iota: cheap to recompute, huge to store), nor when
-  recomputing adds less work than a kernel launch costs."""
+  column: 1.4 ms instead of 0.65 + 0.01). Not for a single float op on one buffer (a cast: cheaper to recompute than to
+  store and load again; integer and bool ops are index arithmetic, not counted), not when recomputing adds less work
+  than a kernel launch costs, and not when the computation is much larger than what it reads (a one-hot mask from an
+  iota and indices, an outer product: cheap to recompute, huge to store)."""
   src = view.src[0]
   ratio = prod(view.shape) / max(prod(src.shape), 1)
   if src.op not in GroupOp.Elementwise or src in g.realize or ratio < EXPAND_RATIO: return False
-  alu, loads, stack, seen = 0, 0, [src], set()
+  alu, loads, largest_read, stack, seen = 0, 0, 0, [src], set()
   while stack:
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
-    if n.op is Ops.IOTA: return False
     if n is not src and (n in g.realize or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.COPY)):
       loads += 1
+      largest_read = max(largest_read, n.arg[1] if n.op is Ops.BUFFER else prod(n.shape))
       continue
-    if n.op in GroupOp.Elementwise: alu += 1
+    if n.op in GroupOp.Elementwise and n.dtype.is_float: alu += 1  # integer and bool ops are index arithmetic
     stack.extend(n.src)
   cost = alu + max(loads - 1, 0)
-  return cost >= RECOMPUTE_COST and (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK
+  return cost >= RECOMPUTE_COST and prod(src.shape) <= MAX_GROWTH * largest_read and \
+    (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK
 
 def _find_realizes(sink: UOp) -> _Graph:
   """Grow the set of materialized nodes until every kernel obeys the fusion rules."""
@@ -157,6 +165,10 @@ def _find_realizes(sink: UOp) -> _Graph:
     found = None
     for root in list(g.realize):
       if (found := _walk_kernel(root, g, owner)) is not None: break
+      # an assign that would read its own target elsewhere computes its value into a buffer of its own first
+      if root.op is Ops.ASSIGN and root.src[1] not in g.realize and _reads_target_elsewhere(root, g):
+        found = root.src[1]
+        break
     if found is None: return g
     g.realize[found] = None
 
