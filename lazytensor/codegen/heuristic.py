@@ -13,7 +13,12 @@ from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, Opt
 from lazytensor.helpers import THREADS, prod
 from lazytensor.uop.ops import Ops
 
-MIN_THREADED_WORK = 1 << 16  # below this many operations a second CPU thread costs more than it saves
+# below this much work a second CPU thread costs more than it saves: handing a share to a sleeping thread took ~100 us
+# on a 2-vCPU VM (1M-element elementwise: 370 us on one thread, 350 on two; 4M: 1.9 ms, 0.78); work counts elements,
+# or for matmul-like kernels multiply-adds / MATMUL_SPEEDUP (vector FMAs on cached operands do that many per element
+# streamed)
+MIN_THREADED_WORK = 1 << 21
+MATMUL_SPEEDUP = 16
 
 def _try(k: Kernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)
@@ -108,7 +113,9 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
 
 def _cpu(k: Kernel) -> None:
   work = prod(k.full_shape)
-  if _is_matmul_like(k): _register_tile(k)
+  if _is_matmul_like(k):
+    work //= MATMUL_SPEEDUP
+    _register_tile(k)
   elif k.reduce_axes:
     last = k.axes_of(AxisKind.REDUCE)[-1]
     loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
