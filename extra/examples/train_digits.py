@@ -96,10 +96,7 @@ def make_step(model: Model, opt: Optimizer, label_smoothing: float = 0.0) -> Cal
     with Tensor.train():
       opt.zero_grad()
       loss = model(x).cross_entropy(y, label_smoothing=label_smoothing).backward()
-      # realize the loss with the gradients (and batchnorm's running statistics), before the update: the forward
-      # runs once, and the loss read afterwards is the one of the weights that computed the gradients
-      loss.realize(*[p.grad for p in opt.params if p.grad is not None], *opt.buffers)
-      opt.step()
+      opt.step()  # the loss and the gradients are computed in the step's schedule, before the update
     return loss
   return step
 

@@ -153,9 +153,7 @@ def main() -> None:
   def train_step(x: Tensor, y: Tensor) -> Tensor:
     opt.zero_grad()
     loss = loss_of(model, x, y).backward()
-    # realized with the gradients: the forward runs once, and the loss is that of the weights before the update
-    loss.realize(*[p.grad for p in opt.params if p.grad is not None])
-    opt.step()
+    opt.step()  # the loss and the gradients are computed in the step's schedule, before the update
     return loss
 
   @TinyJit
