@@ -13,11 +13,11 @@ from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, Opt
 from lazytensor.helpers import THREADS, prod
 from lazytensor.uop.ops import Ops
 
-# below this much work a second CPU thread costs more than it saves: handing a share to a sleeping thread took ~100 us
-# on a 2-vCPU VM (1M-element elementwise: 370 us on one thread, 350 on two; 4M: 1.9 ms, 0.78); work counts elements,
-# or for matmul-like kernels multiply-adds / MATMUL_SPEEDUP (vector FMAs on cached operands do that many per element
+# below this much work a second CPU thread costs more than it saves: a launch posts a share to a spinning thread in
+# ~3 us (runtime/cpu_threads.py; 256K-element elementwise: 56 us on one thread, 20 on two); work counts elements, or
+# for matmul-like kernels multiply-adds / MATMUL_SPEEDUP (vector FMAs on cached operands do that many per element
 # streamed)
-MIN_THREADED_WORK = 1 << 21
+MIN_THREADED_WORK = 1 << 17
 MATMUL_SPEEDUP = 16
 
 def _try(k: Kernel, opt: Opt) -> bool:

@@ -6,16 +6,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import os
-import queue
 import shutil
 import struct
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +21,7 @@ import numpy as np
 
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.device import Allocator, Compiled, Compiler
+from lazytensor.runtime import cpu_threads
 
 # ---- memory ----
 
@@ -140,52 +137,6 @@ class LLVMCompiler(Compiler):
 
 # ---- running ----
 
-class _PinnedWorkers:
-  """Core id 0 runs on the calling thread; core id k > 0 on a daemon thread pinned to the k-th CPU this process may use,
-  which leaves the caller the 0th. Unpinned, the OS often put the threads of short kernels on one CPU and they got no
-  speedup; and running one share on the caller saves a thread handoff, the bulk of the launch cost."""
-  def __init__(self) -> None:
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    self.cpus = sorted(allowed)
-    self.queues: dict[int, queue.SimpleQueue[Any]] = {}
-    self.lock = threading.Lock()
-
-  @staticmethod
-  def _serve(cpu: int, jobs: queue.SimpleQueue[Any]) -> None:
-    if hasattr(os, "sched_setaffinity"):
-      try: os.sched_setaffinity(0, {cpu})  # 0 is the calling thread
-      except OSError: pass  # pinning is only for speed; a container may forbid it
-    while True:
-      job, done = jobs.get()
-      try: done.set_result(job())
-      except BaseException as e: done.set_exception(e)
-
-  def _queue(self, core: int) -> queue.SimpleQueue[Any]:
-    with self.lock:
-      if core not in self.queues:
-        cpu, jobs = self.cpus[core % len(self.cpus)], queue.SimpleQueue[Any]()
-        threading.Thread(target=self._serve, args=(cpu, jobs), name=f"lazytensor-cpu{cpu}", daemon=True).start()
-        self.queues[core] = jobs
-      return self.queues[core]
-
-  def run(self, jobs: list[Callable[[], Any]]) -> None:
-    """Run all jobs at once, job k as core id k, and wait for all of them (re-raising the first error)."""
-    futures: list[Future] = []
-    for core, job in enumerate(jobs[1:], start=1):
-      futures.append(Future())
-      self._queue(core).put((job, futures[-1]))
-    try: jobs[0]()
-    finally:
-      for fut in futures: fut.exception()  # every share finishes before the buffers are touched again
-    for fut in futures: fut.result()
-
-@functools.cache
-def _workers() -> _PinnedWorkers: return _PinnedWorkers()
-
-# threads do not survive fork: a forked child (a BEAM worker, say) starts workers of its own instead of queueing jobs
-# for threads that only exist in its parent
-os.register_at_fork(after_in_child=_workers.cache_clear)
-
 @functools.cache
 def _kernel_type(nbufs: int) -> Any:
   # a CFUNCTYPE call releases the GIL, so core ids run truly in parallel
@@ -214,7 +165,7 @@ class CPUProgram:
     addrs = [b.addr for b in bufs]
     start = time.perf_counter()
     if core_count == 1: fn(*addrs, 0)
-    else: _workers().run([functools.partial(fn, *addrs, core) for core in range(core_count)])
+    else: cpu_threads.workers().run(fn, self.addr, addrs, core_count)
     return time.perf_counter() - start if wait else None
 
 class CpuDevice(Compiled):
