@@ -762,3 +762,12 @@ def test_compare_helper_catches_mismatches() -> None:
   with pytest.raises(AssertionError): compare(Tensor([1.0, 2.0]), np.array([1.0, 2.5]))
   with pytest.raises(AssertionError): compare(Tensor([1.0, 2.0]), np.array([[1.0, 2.0]]))
   with pytest.raises(AssertionError): compare(Tensor([1, 2]), np.array([1, 2]), ref_dtype=I32)
+
+def test_api_docs_are_up_to_date() -> None:
+  # docs/api.md is generated from the docstrings: a changed docstring must come with `python extra/api_docs.py`
+  import subprocess
+  import sys
+  from pathlib import Path
+  root = Path(__file__).resolve().parent.parent
+  res = subprocess.run([sys.executable, str(root / "extra" / "api_docs.py"), "--check"], capture_output=True, text=True)
+  assert res.returncode == 0, res.stdout + res.stderr
