@@ -178,3 +178,16 @@ def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
   assert [o.op for o in k.applied_opts][:1] == [OptOps.UPCAST], k.applied_opts
   np.testing.assert_allclose(_run(item, "CPU", k.applied_opts), x.numpy().sum(0), rtol=1e-4, atol=1e-4)
+
+def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeypatch) -> None:
+  from lazytensor import tensor_math
+  x, w = _t(4, 32, 28, 28), _t(32, 32, 3, 3)
+  items = create_schedule([x.conv2d(w, padding=1).lazydata])[0]
+  assert len(items) == 2  # the weight in blocks of 16 output channels, then the convolution
+  k = hand_coded_optimizations(Kernel(items[-1].ast, Device["CPU"].renderer))
+  # 16 output channels per vector; rows along the output width: 7 (not 8: see heuristic._row_amount)
+  assert k.applied_opts[:2] == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 7)], k.applied_opts
+  got = x.conv2d(w, padding=1).numpy()
+  monkeypatch.setattr(tensor_math, "MIN_PACKED_CONV_WORK", 1 << 62)
+  assert len(create_schedule([x.conv2d(w, padding=1).lazydata])[0]) == 1
+  np.testing.assert_allclose(got, x.conv2d(w, padding=1).numpy(), rtol=1e-4, atol=1e-4)

@@ -65,22 +65,60 @@ def _thread(k: Kernel, work: int) -> None:
 VECTOR_REGISTERS = 16  # accumulators a register tile may hold (of 32 AVX-512 registers, leaving room for operands)
 SIMD_WIDTH = 16        # floats in one vector register
 
+def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
+  """(axis, amount) for the SIMD vectors of a register tile: an output axis along which, once the vector is split off,
+  every operand is contiguous or broadcast (one at least contiguous). The widest vector wins (up to a register), then
+  the axis the output is contiguous along. None when no axis qualifies (x @ W.T: see _dot_tile)."""
+  out_axis, options = _output_contiguous_axis(k), []
+  for a in k.axes_of(AxisKind.GLOBAL):
+    for amt in (32, 16, 8, 4):
+      trial = k.copy()
+      if k.full_shape[a] % amt or not _try(trial, Opt(OptOps.UPCAST, a, amt)): continue
+      lane = trial.axes_of(AxisKind.UPCAST)[-1]
+      strides = [_stride(trial, i, lane) for i in loads]
+      if all(st in (0, 1) for st in strides) and 1 in strides:
+        options.append((min(amt, SIMD_WIDTH), a == out_axis, a, amt))
+        break
+  if not options: return None
+  _, _, axis, amt = max(options)
+  return axis, amt
+
+CONSECUTIVE_ROWS = 8
+
+def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | None:
+  """How many rows of vectors: the largest divisor within the budget. Rows read from consecutive addresses (a
+  convolution's output width) avoid powers of two: LLVM's SLP vectorizer merges 8 such scalar loads into one vector load
+  and 8 shuffles, which compete with the FMAs for a port (56-wide conv, 16 channels x 8 rows: 40 GFLOP/s; x 7: 120;
+  x 14: 77), and stay within CONSECUTIVE_ROWS."""
+  if consecutive: budget = min(budget, CONSECUTIVE_ROWS)
+  divisors = [c for c in range(budget, 1, -1) if k.full_shape[axis] % c == 0]
+  if consecutive:
+    odd = [c for c in divisors if c & (c - 1) and 2 * c >= budget]
+    if odd: return odd[0]
+  return next((c for c in divisors if c in (16, 8, 4, 2)), None)
+
 def _register_tile(k: Kernel) -> None:
-  """Upcast the output's contiguous axis into SIMD vectors and a second axis into rows of them. The second axis is
-  one along which the vector operand is broadcast, so each vector load serves a whole column of the tile (matmul:
-  B's row serves 8 rows of A; conv: an input row serves 16 output channels)."""
-  vec_axis = _output_contiguous_axis(k)
-  if vec_axis is None: return
+  """Upcast an output axis into SIMD vectors and a second axis into rows of them. The second axis is one along which
+  the vector operand is broadcast, so each vector load serves a whole column of the tile (matmul: B's row serves 8
+  rows of A; conv with packed weights: 16 output channels' weights serve 7 output positions)."""
   loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+  if (choice := _vector_choice(k, loads)) is None:
+    # no axis without gathers: vector dot products along K if both operands are contiguous there, else the output's
+    # contiguous axis anyway
+    out_axis = _output_contiguous_axis(k)
+    if _dot_tile(k, loads) or out_axis is None: return
+    if (out_amt := _largest_divisor(k.full_shape[out_axis], (32, 16, 8, 4))) is None: return
+    choice = (out_axis, out_amt)
+  vec_axis, vec_amt = choice
   vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
-  if any(_stride(k, i, vec_axis) != 1 for i in vec_loads) and _dot_tile(k, loads): return
-  vec_amt = _largest_divisor(k.full_shape[vec_axis], (32, 16, 8, 4))
-  if vec_amt is None or not _try(k, Opt(OptOps.UPCAST, vec_axis, vec_amt)): return
+  if not _try(k, Opt(OptOps.UPCAST, vec_axis, vec_amt)): return
   rows_budget = VECTOR_REGISTERS // -(-vec_amt // SIMD_WIDTH)
   candidates = [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1
                                                               for i in vec_loads)]
   other = candidates[-1] if candidates else next((a for a in _reused_axes(k) if k.kinds[a] is AxisKind.GLOBAL), None)
-  _upcast(k, other, tuple(c for c in (16, 8, 4, 2) if c <= rows_budget))
+  if other is not None:
+    consecutive = any(_stride(k, i, other) in (1, None) for i in loads)  # None: a masked (padded) view
+    if (rows := _row_amount(k, other, rows_budget, consecutive)) is not None: _try(k, Opt(OptOps.UPCAST, other, rows))
   _panel_loop_outside(k, vec_loads)
 
 DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators

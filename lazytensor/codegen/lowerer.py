@@ -55,15 +55,19 @@ class _Lanes:
 def _vector_axis(k: Kernel) -> int | None:
   """The lane axis to turn into SIMD vectors: the one with the fewest buffers walked along it with a stride other than
   0 or 1 (those need a gather or a scatter per vector), then one the output is contiguous along (vector stores), then
-  the last. (A matmul of A by a transposed B: the unrolled reduce axis, along which both operands are contiguous.)"""
+  the last. In a reduce kernel loads come first: they run every iteration, the stores once per tile. (A matmul of A
+  by a transposed B: the unrolled reduce axis, along which both operands are contiguous; a convolution with packed
+  weights: the output channels, scattered only when stored.)"""
   axes = k.axes_of(*LANE_KINDS)
   if not axes: return None
   views = [(n.op is Ops.STORE, k.sts[i].real_strides()) for i, n in enumerate(k.view_nodes)
            if n.op in (Ops.LOAD, Ops.STORE)]
-  def cost(a: int) -> tuple[int, bool, int]:
-    gathers = sum(1 for _, st in views if st[a] not in (0, 1))
+  has_reduce = bool(k.axes_of(AxisKind.REDUCE, AxisKind.UNROLL))
+  def cost(a: int) -> tuple[int, int, bool, int]:
+    loads = sum(1 for is_store, st in views if not is_store and st[a] not in (0, 1))
+    stores = sum(1 for is_store, st in views if is_store and st[a] not in (0, 1))
     store_contiguous = any(is_store and st[a] == 1 for is_store, st in views)
-    return (gathers, not store_contiguous, -a)
+    return (loads if has_reduce else loads + stores, stores, not store_contiguous, -a)
   return min((a for a in axes if k.full_shape[a] > 1), key=cost, default=axes[-1])
 
 TC_LANES = 4  # a thread of an m16n8k16 tensor core holds 4 results: rows +0/+8, columns +0/+1
