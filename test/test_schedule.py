@@ -107,10 +107,27 @@ def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
     assert (x * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
     conn = sqlite3.connect(db)
     conn.execute("UPDATE compile_v1 SET val = substr(val, 1, 40)")  # truncate every entry
+    conn.execute("UPDATE program_v1 SET val = substr(val, 1, 60)")
     conn.commit()
     _compile_memo.clear(), realize._runners.clear()
     assert (x * 3 + 0.5).tolist() == [3.5, 6.5, 9.5]
     assert (Tensor([1.0, 2.0, 3.0]) * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
+
+def test_a_warm_process_loads_programs_without_lowering(tmp_path, monkeypatch) -> None:
+  from lazytensor import Context, Device
+  from lazytensor.device import _compile_memo
+  from lazytensor.engine import realize
+  x = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8)).realize()
+  with Context(CACHEDB=str(tmp_path / "cache.db")):
+    item = create_schedule([(x @ x.T + 1).lazydata])[0][-1]
+    first = realize.compile_kernel(item.ast, Device["CPU"])
+    _compile_memo.clear(), realize._runners.clear()
+    def no_lowering(k):
+      raise AssertionError("lowered again")
+    monkeypatch.setattr(realize, "lower_kernel", no_lowering)
+    again = realize.compile_kernel(item.ast, Device["CPU"])
+    assert again.launch == first.launch and again.kernel.applied_opts == first.kernel.applied_opts
+    assert (x @ x.T + 1).tolist() == (x.numpy() @ x.numpy().T + 1).tolist()
 
 def test_unusable_cache_db_is_not_fatal(tmp_path, capsys) -> None:
   from lazytensor import Context
