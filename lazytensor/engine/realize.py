@@ -21,6 +21,7 @@ from lazytensor.engine.search import beam_search, launch_args
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
+  FASTMATH,
   NOOPT,
   THREADS,
   GlobalCounters,
@@ -83,7 +84,9 @@ def _code_version() -> str:
 
 def _program_key(k: Kernel, device: Compiled, fn_name: str) -> str:
   opts = [(o.op.name, o.axis, o.amt) for o in k.applied_opts]
-  parts = (k.ast.key.hex(), opts, fn_name, type(device.renderer).__name__, device.compiler.cache_key, _code_version())
+  # FASTMATH chooses the renderer's rules for transcendentals: the one knob besides the opts that changes the code
+  parts = (k.ast.key.hex(), opts, fn_name, type(device.renderer).__name__, device.compiler.cache_key, _code_version(),
+           bool(FASTMATH))
   return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[bytes, dict[str, Any]]:
