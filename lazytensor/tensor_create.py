@@ -11,25 +11,16 @@ from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import prod
 from lazytensor.tensor_math import threefry_bits
+from lazytensor.tensor_stub import TensorStub
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
 
-class CreationMixin:
+class CreationMixin(TensorStub):
   """Tensor's constructors (classmethods) and *_like methods. Its only subclass is Tensor
   (tensor.py), so every CreationMixin is a Tensor."""
   __slots__ = ()
-  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
-    # cls(...) and type(self)(...) run Tensor.__init__ and so build a Tensor
-    def __new__(cls, data: Any, device: str | None = None, dtype: DType | str | None = None,
-                requires_grad: bool | None = None) -> Tensor: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def dtype(self) -> DType: ...
-    @property
-    def device(self) -> str: ...
 
   @staticmethod
   def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:

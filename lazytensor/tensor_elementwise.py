@@ -5,13 +5,13 @@ Operands broadcast against each other and promote to a common dtype as in torch 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, least_upper_float, to_dtype
 from lazytensor.tensor_math import tensor_pow
+from lazytensor.tensor_stub import TensorStub
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -46,23 +46,12 @@ def _check_operand(op: str, name: str, v: Any) -> None:
   if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
     raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
 
-class ElementwiseMixin:
+class ElementwiseMixin(TensorStub):
   """Tensor's elementwise methods on two or more operands, and its casts. Its only subclass is Tensor
   (tensor.py), so every ElementwiseMixin is a Tensor."""
   __slots__ = ()
-  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
-    # cls(...) and type(self)(...) run Tensor.__init__ and so build a Tensor
-    def __new__(cls, data: Any, device: str | None = None, dtype: DType | str | None = None,
-                requires_grad: bool | None = None) -> Tensor: ...
-    @property
-    def dtype(self) -> DType: ...
-    @property
-    def device(self) -> str: ...
-    def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor: ...
+  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, beyond TensorStub, for mypy
     def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]: ...
-    @classmethod
-    def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
-             device: str | None = None, requires_grad: bool | None = None) -> Tensor: ...
     def __neg__(self) -> Tensor: ...
 
   def cast(self, dtype: DType | str) -> Tensor:

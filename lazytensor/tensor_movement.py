@@ -8,16 +8,16 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from lazytensor.dtype import DType, dtypes, promote_types
+from lazytensor.dtype import dtypes, promote_types
 from lazytensor.graph import movement
 from lazytensor.helpers import flatten, make_tuple, prod
 from lazytensor.tensor_index import IndexMixin, _take_strided
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import Ops
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -26,17 +26,7 @@ class MovementMixin(IndexMixin):
   """Tensor's movement methods, and through IndexMixin its indexing ones. Its only subclass is Tensor (tensor.py), so
   every MovementMixin is a Tensor."""
   __slots__ = ()
-  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, declared for mypy
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def dtype(self) -> DType: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def ndim(self) -> int: ...
-    def numel(self) -> int: ...
-    def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor: ...
+  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, beyond TensorStub, for mypy
     @classmethod
     def ones(cls, *shape: Any, **kwargs: Any) -> Tensor: ...
 

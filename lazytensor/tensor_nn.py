@@ -22,6 +22,7 @@ from lazytensor.tensor_math import (
   max_pool,
   max_unpool,
 )
+from lazytensor.tensor_stub import TensorStub
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -74,7 +75,7 @@ def _class_loss(logp: Tensor, target: Tensor, axis: int, weight: Tensor | None, 
     target.ones_like(dtype=dtypes.float32)
   return loss.sum() / (valid.where(counts, 0) if valid is not None else counts).sum()
 
-class NNMixin:
+class NNMixin(TensorStub):
   """Tensor's neural-network functions. Its only subclass is Tensor (tensor.py), so every NNMixin is a Tensor."""
   __slots__ = ()
 
