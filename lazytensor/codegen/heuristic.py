@@ -86,16 +86,16 @@ def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
 CONSECUTIVE_ROWS = 8
 
 def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | None:
-  """How many rows of vectors: the largest divisor within the budget. Rows read from consecutive addresses (a
+  """How many rows of vectors: the largest power of two within the budget. Rows read from consecutive addresses (a
   convolution's output width) avoid powers of two: LLVM's SLP vectorizer merges 8 such scalar loads into one vector load
   and 8 shuffles, which compete with the FMAs for a port (56-wide conv, 16 channels x 8 rows: 40 GFLOP/s; x 7: 120;
   x 14: 77), and stay within CONSECUTIVE_ROWS."""
-  if consecutive: budget = min(budget, CONSECUTIVE_ROWS)
-  divisors = [c for c in range(budget, 1, -1) if k.full_shape[axis] % c == 0]
+  size = k.full_shape[axis]
   if consecutive:
-    odd = [c for c in divisors if c & (c - 1) and 2 * c >= budget]
-    if odd: return odd[0]
-  return next((c for c in divisors if c in (16, 8, 4, 2)), None)
+    budget = min(budget, CONSECUTIVE_ROWS)
+    odd = next((c for c in range(budget, max(budget // 2, 2) - 1, -1) if size % c == 0 and c & (c - 1)), None)
+    if odd is not None: return odd
+  return _largest_divisor(size, tuple(c for c in (16, 8, 4, 2) if c <= budget))
 
 def _register_tile(k: Kernel) -> None:
   """Upcast an output axis into SIMD vectors and a second axis into rows of them. The second axis is one along which

@@ -88,17 +88,28 @@ def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
     if node.op is Ops.COPY and not _is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
   return roots
 
+def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True) -> tuple[list[UOp], list[UOp]]:
+  """The nodes a kernel computing `start` computes itself, and the nodes it reads instead: materialized ones, buffers,
+  copies (and unmaterialized reduces, unless `through_reduces`)."""
+  inner, reads, stack, seen = [], [], [start], set()
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if n is not start and (n in g.realize or n.op in (Ops.BUFFER, Ops.COPY) or
+                           (n.op is Ops.REDUCE_AXIS and not through_reduces)):
+      reads.append(n)
+      continue
+    inner.append(n)
+    stack.extend(n.src)
+  return inner, reads
+
 def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
   """Whether an assign's own kernel reads its target at positions other than the one it writes (a.assign(a.flip(0))):
   that would race. Reads in other kernels of the schedule (a gradient that reads the weight) are ordered before it."""
-  target, stack, seen = assign.src[0], [assign.src[1]], set()
-  while stack:
-    node = stack.pop()
-    if node in seen or (node in g.realize and node is not assign.src[1]): continue
-    seen.add(node)
-    if node.op is Ops.VIEW and node.src[0] is target.src[0] and node.arg != target.arg: return True
-    stack.extend(node.src)
-  return False
+  target = assign.src[0]
+  return any(n.op is Ops.VIEW and n.src[0] is target.src[0] and n.arg != target.arg
+             for n in _fused_nodes(assign.src[1], g)[0])
 
 def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
   """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
@@ -141,17 +152,10 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   src = view.src[0]
   ratio = prod(view.shape) / max(prod(src.shape), 1)
   if src.op not in GroupOp.Elementwise or src in g.realize or ratio < EXPAND_RATIO: return False
-  alu, loads, largest_read, stack, seen = 0, 0, 0, [src], set()
-  while stack:
-    n = stack.pop()
-    if n in seen: continue
-    seen.add(n)
-    if n is not src and (n in g.realize or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.COPY)):
-      loads += 1
-      largest_read = max(largest_read, n.arg[1] if n.op is Ops.BUFFER else prod(n.shape))
-      continue
-    if n.op in GroupOp.Elementwise and n.dtype.is_float: alu += 1  # integer and bool ops are index arithmetic
-    stack.extend(n.src)
+  inner, reads = _fused_nodes(src, g, through_reduces=False)
+  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float)  # int and bool ops index
+  loads = len(reads)
+  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else prod(n.shape) for n in reads), default=0)
   cost = alu + max(loads - 1, 0)
   return cost >= RECOMPUTE_COST and prod(src.shape) <= MAX_GROWTH * largest_read and \
     (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK

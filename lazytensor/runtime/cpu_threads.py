@@ -39,15 +39,32 @@ def _call_switch() -> str:
   return (f"define void @lt_call(ptr %fn, ptr %args, i64 %nargs, i32 %core) {{\nentry:\n"
           f"  switch i64 %nargs, label %none [ {cases} ]\nnone:\n  ret void\n" + "\n".join(blocks) + "\n}\n")
 
+# the fields that describe a job: lt_post stores them, lt_worker loads them
+JOB_FIELDS = (("fn", "ptr", FN), ("args", "ptr", ARGS), ("nargs", "i64", NARGS), ("core", "i64", CORE))
+
+def _field(name: str, index: int) -> str: return f"  %{name}p = getelementptr i64, ptr %ctl, i64 {index}"
+
 def _module(pause: str) -> str:
+  relax = f"call void @{pause}()" if pause else ""
+  load_job = "\n".join(f"{_field(n, i)}\n  %{n} = load {t}, ptr %{n}p, align 8" for n, t, i in JOB_FIELDS)
+  store_job = "\n".join(f"{_field(n, i)}\n  store {t} %{n}, ptr %{n}p, align 8" for n, t, i in JOB_FIELDS)
   return _call_switch() + f"""
 declare i64 @llvm.readcyclecounter()
-{pause and f"declare void @{pause}()"}
+{f"declare void @{pause}()" if pause else ""}
+
+define i64 @lt_claim(ptr %ctl, i64 %seq) {{
+entry:
+{_field("claim", CLAIM)}
+  %was = atomicrmw xchg ptr %claimp, i64 %seq acq_rel
+  %mine = icmp ne i64 %was, %seq
+  %r = zext i1 %mine to i64
+  ret i64 %r
+}}
 
 define i64 @lt_worker(ptr %ctl, i64 %last, i64 %spin) {{
 entry:
-  %seqp = getelementptr i64, ptr %ctl, i64 {SEQ}
-  %donep = getelementptr i64, ptr %ctl, i64 {DONE}
+{_field("seq", SEQ)}
+{_field("done", DONE)}
   br label %idle
 idle:
   %cur = phi i64 [ %last, %entry ], [ %s, %run ], [ %s, %call ]
@@ -58,7 +75,7 @@ poll:
   %new = icmp ne i64 %s, %cur
   br i1 %new, label %run, label %wait
 wait:
-  {pause and f"call void @{pause}()"}
+  {relax}
   %t = call i64 @llvm.readcyclecounter()
   %elapsed = sub i64 %t, %t0
   %more = icmp ult i64 %elapsed, %spin
@@ -66,59 +83,35 @@ wait:
 out:
   ret i64 %cur
 run:
-  %claimp = getelementptr i64, ptr %ctl, i64 {CLAIM}
-  %was = atomicrmw xchg ptr %claimp, i64 %s acq_rel
-  %mine = icmp ne i64 %was, %s
+  %claimed = call i64 @lt_claim(ptr %ctl, i64 %s)
+  %mine = icmp ne i64 %claimed, 0
   br i1 %mine, label %call, label %idle
 call:
-  %fnp = getelementptr i64, ptr %ctl, i64 {FN}
-  %fn = load ptr, ptr %fnp, align 8
-  %argsp = getelementptr i64, ptr %ctl, i64 {ARGS}
-  %args = load ptr, ptr %argsp, align 8
-  %nargsp = getelementptr i64, ptr %ctl, i64 {NARGS}
-  %nargs = load i64, ptr %nargsp, align 8
-  %corep = getelementptr i64, ptr %ctl, i64 {CORE}
-  %core64 = load i64, ptr %corep, align 8
-  %core = trunc i64 %core64 to i32
-  call void @lt_call(ptr %fn, ptr %args, i64 %nargs, i32 %core)
+{load_job}
+  %core32 = trunc i64 %core to i32
+  call void @lt_call(ptr %fn, ptr %args, i64 %nargs, i32 %core32)
   store atomic i64 %s, ptr %donep release, align 8
   br label %idle
 }}
 
 define void @lt_post(ptr %ctl, ptr %fn, ptr %args, i64 %nargs, i64 %core, i64 %seq) {{
 entry:
-  %fnp = getelementptr i64, ptr %ctl, i64 {FN}
-  store ptr %fn, ptr %fnp, align 8
-  %argsp = getelementptr i64, ptr %ctl, i64 {ARGS}
-  store ptr %args, ptr %argsp, align 8
-  %nargsp = getelementptr i64, ptr %ctl, i64 {NARGS}
-  store i64 %nargs, ptr %nargsp, align 8
-  %corep = getelementptr i64, ptr %ctl, i64 {CORE}
-  store i64 %core, ptr %corep, align 8
-  %seqp = getelementptr i64, ptr %ctl, i64 {SEQ}
+{store_job}
+{_field("seq", SEQ)}
   store atomic i64 %seq, ptr %seqp release, align 8
   ret void
 }}
 
-define i64 @lt_claim(ptr %ctl, i64 %seq) {{
-entry:
-  %claimp = getelementptr i64, ptr %ctl, i64 {CLAIM}
-  %was = atomicrmw xchg ptr %claimp, i64 %seq acq_rel
-  %mine = icmp ne i64 %was, %seq
-  %r = zext i1 %mine to i64
-  ret i64 %r
-}}
-
 define void @lt_wait(ptr %ctl, i64 %seq) {{
 entry:
-  %donep = getelementptr i64, ptr %ctl, i64 {DONE}
+{_field("done", DONE)}
   br label %poll
 poll:
   %d = load atomic i64, ptr %donep acquire, align 8
   %ok = icmp eq i64 %d, %seq
   br i1 %ok, label %out, label %wait
 wait:
-  {pause and f"call void @{pause}()"}
+  {relax}
   br label %poll
 out:
   ret void
