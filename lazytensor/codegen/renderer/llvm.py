@@ -334,6 +334,9 @@ class LLVMRenderer(Renderer):
     self.target_cpu, self.target_features = target_cpu, target_features
 
   @property
+  def cache_key(self) -> str: return f"LLVMRenderer {self.target_cpu} {self.target_features}"
+
+  @property
   def extra_matcher(self) -> PatternMatcher[UOp] | None:  # type: ignore[override]
     # read per use, so that `with Context(FASTMATH=0)` takes effect on a device that already exists
     return pm_fast_math if FASTMATH else None
