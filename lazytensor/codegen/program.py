@@ -111,6 +111,16 @@ def given_opts(opts: list[Opt]) -> tuple[Any, ...]:
   """Opts given explicitly, as `program_key` takes them."""
   return ("opts", tuple((o.op.name, o.axis, o.amt) for o in opts))
 
+@functools.lru_cache(maxsize=64)
+def _target_digest(renderer_key: str, compiler_key: str) -> str:
+  # the renderer's and compiler's keys hold the host's whole feature list: hashed once, not per kernel launch
+  return hashlib.sha256(repr((renderer_key, compiler_key, code_version())).encode()).hexdigest()
+
+@functools.lru_cache(maxsize=4)
+def _code_knobs(declared: int) -> tuple[ContextVar, ...]:
+  """The knobs declared with code=True, once `declared` knobs exist (a module imported later may declare more)."""
+  return tuple(var for var in ContextVar.registry.values() if var.code)
+
 def program_key(renderer: Renderer, compiler_key: str, what: bytes, how: tuple[Any, ...]) -> str:
   """The one key of everything built from a kernel: programs in this process and on disk, and the opts BEAM chose.
 
@@ -118,7 +128,7 @@ def program_key(renderer: Renderer, compiler_key: str, what: bytes, how: tuple[A
   `opts_choice()`, or a search: ("BEAM", width)). The rest is everything else that changes the code: the renderer and
   its target, the compiler (`Compiler.cache_key`), lazytensor's code, every knob declared with code=True (FASTMATH,
   ...), and THREADS on renderers with CPU threads (it bounds THREAD opts, so it changes which opts are chosen)."""
-  knobs = sorted((key, var.value) for key, var in ContextVar.registry.items() if var.code)
-  threads = int(THREADS.value) if renderer.has_threads else 0
-  parts = (what.hex(), how, renderer.cache_key, compiler_key, code_version(), knobs, threads)
-  return hashlib.sha256(repr(parts).encode()).hexdigest()
+  knobs = [(var.key, var.value) for var in _code_knobs(len(ContextVar.registry))]
+  threads = THREADS.value if renderer.has_threads else 0
+  text = f"{what.hex()} {how!r} {_target_digest(renderer.cache_key, compiler_key)} {knobs!r} {threads}"
+  return hashlib.sha256(text.encode()).hexdigest()
