@@ -81,6 +81,8 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even wh
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
+                  "torch's allow_tf32); off by default")
 
 def cache_db_path() -> str: return CACHEDB.value or os.path.join(CACHEDIR.value, "cache.db")
 
