@@ -118,8 +118,11 @@ class CUDARenderer(CStyleRenderer):
   def render_wmma(self, u: UOp, out: str, srcs: list[str]) -> str:
     return f"{_mma_of(u)[0]}({out}.v, {srcs[0]}.v, {srcs[1]}.v, {srcs[2]}.v);"
 
-  def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
+  def render(self, name: str, uops: list[UOp]) -> str:
     self._check_limits(name, uops)
+    return super().render(name, uops)
+
+  def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
     used = {dt.scalar().name for u in uops for dt in (u.dtype, *(s.dtype for s in u.src))}
     includes = [f"#include <{h}>" for dt, h in (("float16", "cuda_fp16.h"), ("bfloat16", "cuda_bf16.h")) if dt in used]
     mmas = list(dict.fromkeys(_mma_of(u)[1] for u in uops if u.op is Ops.WMMA))
