@@ -18,18 +18,18 @@ import functools
 import hashlib
 import os
 import pathlib
-import re
 import shutil
 import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lazytensor.codegen.renderer.cuda import CUDARenderer
 from lazytensor.device import Compiled, Compiler
 from lazytensor.helpers import NVCC_CHECK, THREADS, ensure_cache_dir
-from lazytensor.runtime.cuda_compiler import NVCCCompiler
+from lazytensor.runtime.cuda_compiler import CUDACompileError, cuda_compiler, kernel_name
 from lazytensor.runtime.ops_cpu import CPUAllocator, CPUMemory
 
 HEADERS = pathlib.Path(__file__).resolve().parent / "cudacpu"
@@ -38,8 +38,8 @@ NVCC_CHECK_ARCHS = ("sm_80", "sm_90")
 # g++ reads the source as C++20; CUDA's semantics where C++ leaves room: signed overflow wraps (-fwrapv), pointers of
 # any type alias (vector loads and bitcasts cast pointers), math never sets errno, and a*b+c may fuse into an fma as
 # nvcc's default -fmad=true does. -march=native: the binaries are cached per machine (the key names the host).
-_FLAGS = ("-std=c++20", "-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing", "-fno-math-errno",
-          "-ffp-contract=fast", "-DLT_CUDACPU")
+_FLAGS = ("-std=c++20", "-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing",
+          "-fno-math-errno", "-ffp-contract=fast", "-DLT_CUDACPU")
 _MAGIC = b"LTCUDACPU1\0\0\0\0\0\0"  # 16 bytes, then a checksum of the shared object, then the shared object
 
 class CudacpuCompileError(RuntimeError):
@@ -49,21 +49,40 @@ class CudacpuCompileError(RuntimeError):
 def gxx() -> str:
   """The C++ compiler, found at first use."""
   if (path := shutil.which("g++")) is None:
-    raise RuntimeError("CUDACPU needs a C++ compiler: no g++ on PATH (install g++ 10 or newer, e.g. apt-get install g++)")
+    raise RuntimeError("CUDACPU needs a C++ compiler: no g++ on PATH (install g++ 10 or newer: apt-get install g++)")
   return path
 
 @functools.cache
 def _gxx_version() -> str:
   return subprocess.run([gxx(), "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
 
-def _kernel_name(src: str) -> str:
-  m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", src)
-  return m.group(1) if m else "(a kernel with no __global__ function)"
-
 def _checksum(so: bytes) -> bytes: return hashlib.blake2b(so, digest_size=8).digest()
 
-def _run_gxx(src_path: pathlib.Path, out_path: pathlib.Path, *flags: str) -> subprocess.Popen[str]:
-  cmd = [gxx(), *_FLAGS, *flags, "-include", str(PRELUDE), "-I", str(HEADERS), "-x", "c++", str(src_path), "-o",
+def _build_once(name: str, inputs: bytes, build: Callable[[pathlib.Path], list[str]]) -> pathlib.Path:
+  """CACHEDIR/<tag>/name, made by the g++ command `build(out_dir)` unless there already: built once per machine, per
+  version of its `inputs`, compiler and host."""
+  tag = hashlib.sha256(inputs + f"{_gxx_version()} {_host_cpu()}".encode()).hexdigest()[:16]
+  final = ensure_cache_dir() / f"cudacpu-{tag}"
+  if not (final / name).exists():
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"cudacpu-{tag}-", dir=final.parent))
+    if (res := subprocess.run(build(tmp), capture_output=True, text=True)).returncode != 0:
+      shutil.rmtree(tmp, ignore_errors=True)
+      raise CudacpuCompileError(f"CUDACPU: g++ failed to build {name}:\n{res.stderr}")
+    try: os.rename(tmp, final)  # atomic: a process beside this one sees all of it or none
+    except OSError: shutil.rmtree(tmp, ignore_errors=True)  # that process was first
+  return final / name
+
+@functools.cache
+def _prelude() -> pathlib.Path:
+  """The prelude, with its precompiled header beside it (g++ uses prelude.h.gch when it -includes prelude.h)."""
+  src = PRELUDE.read_bytes()
+  def build(out: pathlib.Path) -> list[str]:
+    (out / "prelude.h").write_bytes(src)
+    return [gxx(), *_FLAGS, "-x", "c++-header", str(out / "prelude.h"), "-o", str(out / "prelude.h.gch")]
+  return _build_once("prelude.h", src + repr(_FLAGS).encode(), build)
+
+def _run_gxx(src_path: pathlib.Path, out_path: pathlib.Path) -> subprocess.Popen[str]:
+  cmd = [gxx(), *_FLAGS, "-include", str(_prelude()), "-I", str(HEADERS), "-x", "c++", str(src_path), "-o",
          str(out_path)]
   return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -73,16 +92,9 @@ def _run_gxx(src_path: pathlib.Path, out_path: pathlib.Path, *flags: str) -> sub
 def runtime() -> ctypes.CDLL:
   """runtime.cpp built for this machine (once, into the cache directory) and loaded with RTLD_GLOBAL, so that kernels'
   shared objects find threadIdx, lt_syncthreads and lt_warp_exchange in it."""
-  src = (HEADERS / "runtime.cpp").read_bytes()
-  tag = hashlib.sha256(src + _gxx_version().encode()).hexdigest()[:16]
-  path = ensure_cache_dir() / f"cudacpu-runtime-{tag}.so"
-  if not path.exists():
-    with tempfile.TemporaryDirectory() as tmp:
-      out = pathlib.Path(tmp) / "runtime.so"
-      cmd = [gxx(), "-std=c++20", "-O2", "-fPIC", "-shared", "-pthread", str(HEADERS / "runtime.cpp"), "-o", str(out)]
-      if (res := subprocess.run(cmd, capture_output=True, text=True)).returncode != 0:
-        raise CudacpuCompileError(f"CUDACPU: g++ failed to build the runtime library:\n{res.stderr}")
-      os.replace(out, path)  # atomic: a process running beside this one sees no half-written library
+  src = HEADERS / "runtime.cpp"
+  path = _build_once("runtime.so", src.read_bytes(), lambda out: [gxx(), "-std=c++20", "-O2", "-fPIC", "-shared",
+                                                                  "-pthread", str(src), "-o", str(out / "runtime.so")])
   lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
   lib.lt_launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                             ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint), ctypes.c_int,
@@ -96,7 +108,8 @@ class CudacpuCompiler(Compiler):
   """CUDA C -> a shared object for this host, by g++ with the CUDACPU headers; with NVCC_CHECK also by nvcc."""
   def __init__(self) -> None:
     headers = b"".join(p.read_bytes() for p in sorted(HEADERS.iterdir()) if p.suffix == ".h")
-    self._base_key = f"{_gxx_version()} {_FLAGS} {os.uname().machine} {_host_cpu()} {hashlib.sha256(headers).hexdigest()}"
+    headers_hash = hashlib.sha256(headers).hexdigest()
+    self._base_key = f"{_gxx_version()} {_FLAGS} {os.uname().machine} {_host_cpu()} {headers_hash}"
 
   @property
   def cache_key(self) -> str:  # type: ignore[override]
@@ -104,19 +117,20 @@ class CudacpuCompiler(Compiler):
     return self._base_key + (f" nvcc-checked {NVCC_CHECK_ARCHS}" if NVCC_CHECK else "")
 
   def compile(self, src: str) -> bytes:
-    checks = [NVCCCompiler(arch) for arch in NVCC_CHECK_ARCHS] if NVCC_CHECK else []
+    checks = [cuda_compiler(arch) for arch in NVCC_CHECK_ARCHS] if NVCC_CHECK else []
     with tempfile.TemporaryDirectory() as tmp:
       src_path, out_path = pathlib.Path(tmp) / "kernel.cu", pathlib.Path(tmp) / "kernel.so"
       src_path.write_text(src)
       proc = _run_gxx(src_path, out_path)
-      for check in checks:  # nvcc runs while g++ does
+      for check in checks:  # nvcc (or NVRTC) runs while g++ does
         try: check.compile(src)
-        except Exception as e:
+        except CUDACompileError as e:
           proc.kill()
-          raise CudacpuCompileError(f"CUDACPU: nvcc ({check.arch}) rejected kernel {_kernel_name(src)}:\n{e}") from e
+          proc.wait()
+          raise CudacpuCompileError(f"CUDACPU (NVCC_CHECK): {e}") from e
       out, _ = proc.communicate()
       if proc.returncode != 0:
-        raise CudacpuCompileError(f"CUDACPU: g++ failed to compile kernel {_kernel_name(src)}:\n{out}")
+        raise CudacpuCompileError(f"CUDACPU: g++ failed to compile kernel {kernel_name(src)}:\n{out}")
       so = out_path.read_bytes()
     return _MAGIC + _checksum(so) + so
 
@@ -141,7 +155,8 @@ def _host_cpu() -> str:
 # ---- running ----
 
 def tls_bytes(so: bytes) -> int:
-  """The size of a shared object's thread-local segment (PT_TLS): here, the kernel's `__shared__` memory."""
+  """The size of a shared object's thread-local segment (PT_TLS): the `__shared__` memory of its kernels (the engine
+  compiles one kernel per program)."""
   if so[:4] != b"\x7fELF" or so[4] != 2: return 0
   phoff, = struct.unpack_from("<Q", so, 0x20)
   phentsize, phnum = struct.unpack_from("<HH", so, 0x36)

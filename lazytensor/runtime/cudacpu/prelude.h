@@ -1,7 +1,8 @@
 // CUDACPU prelude: what CUDA C gives a kernel, for g++ compiling the CUDA renderer's source for the host.
 // Included before the source with -include; cuda_fp16.h and cuda_bf16.h next to it are found through -I.
 // threadIdx and friends, __syncthreads and the warp exchange behind mma.sync live in runtime.cpp (see there).
-#pragma once
+// ops_cudacpu.py precompiles it (a .gch per machine in the cache directory): parsing <cmath> is most of a small
+// kernel's compile.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,10 @@
 #define __align__(n) __attribute__((aligned(n)))
 // one OS thread runs all threads of a block (as fibers) and one block at a time: its thread_local copy is the block's
 #define __shared__ static thread_local
+// the source writes `__shared__ alignas(16) float t[256];`, fine for nvcc, where __shared__ is an attribute; after
+// `static thread_local` C++ allows only GNU attributes. Defined after every standard header this TU includes (the
+// -I headers include none that the prelude has not), as the standard asks of a macro named like a keyword.
+#define alignas(n) __attribute__((aligned(n)))
 #define __constant__ static const
 
 // ---- vector types and make_* (CUDA's vector_types.h alignments) ----
@@ -93,67 +98,84 @@ inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
 inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
 
 // ---- tensor cores: mma.sync as an exchange between the 32 lanes of a warp, with PTX's fragment layouts ----
-// Each lane passes the elements it holds (A, B, C fragments), every lane's are exchanged, and each lane computes the
-// elements of D it holds from the whole A and B: D[row][col] = C[row][col] + sum over k of A[row][k] * B[k][col], in
-// float, k in order. group = lane / 4 and quad = lane % 4 below, as in the PTX ISA's figures for mma.m16n8k*.
+// The CUDA source defines these wrappers with inline PTX inside #ifndef LT_CUDACPU (codegen/renderer/cuda.py); here
+// each lane passes the elements of A and B it holds, all lanes' elements are exchanged, and each lane computes the
+// elements of D it holds from the whole of A and B and its own C: D[row][col] = C[row][col] + sum over k of
+// A[row][k] * B[k][col] in float, k in order. group = lane / 4 and quad = lane % 4, as in the PTX ISA's figures for
+// mma.m16n8k*.
 
 namespace lt {
 
-template <class T> inline uint32_t pack2(T lo, T hi) {  // two 16-bit elements in one register, the low one first
-  uint16_t l, h;
-  std::memcpy(&l, &lo, 2);
-  std::memcpy(&h, &hi, 2);
-  return uint32_t(l) | (uint32_t(h) << 16);
-}
-template <class T> inline float elem16(const uint32_t* lane_words, int i) {  // element i (16-bit) of a lane's words
-  uint16_t bits = uint16_t(lane_words[i / 2] >> (16 * (i % 2)));
-  T v;
-  std::memcpy(&v, &bits, 2);
-  return float(v);
-}
 inline unsigned lane_id() { return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32; }
+
+// The exchange of one m16n8kK mma: each lane gives its NA elements of A and NB of B (as floats: 16-bit inputs convert
+// exactly, and converting them here, once each, costs less than at every use), then computes its 4 elements of D.
+// a_at(row, k) and b_at(k, col) give (lane, index) of the element in PTX's layout.
+template <int K, int NA, int NB, class AAt, class BAt>
+inline void mma_exchange(float* d, const float* a, const float* b, const float* c, AAt a_at, BAt b_at) {
+  uint32_t mine[NA + NB];
+  std::memcpy(mine, a, sizeof(float) * NA);
+  std::memcpy(mine + NA, b, sizeof(float) * NB);
+  const float* all = reinterpret_cast<const float*>(lt_warp_exchange(mine, NA + NB));
+  unsigned lane = lane_id(), group = lane / 4, quad = lane % 4;
+  float out[4];
+  for (unsigned i = 0; i < 4; i++) {  // C, D 16x8: c[i] at row group + 8 * (i / 2), col quad * 2 + i % 2
+    unsigned row = group + 8 * (i / 2), col = quad * 2 + i % 2;
+    float acc = c[i];
+    for (unsigned k = 0; k < K; k++) {
+      auto [la, ia] = a_at(row, k);
+      auto [lb, ib] = b_at(k, col);
+      acc += all[la * (NA + NB) + ia] * all[lb * (NA + NB) + NA + ib];
+    }
+    out[i] = acc;
+  }
+  for (int i = 0; i < 4; i++) d[i] = out[i];  // d may alias c
+}
+
+struct At { unsigned lane, index; };
 
 // m16n8k16 with 16-bit A and B (half or bfloat16), float C and D.
 // A 16x16 (row): a[i] at row group + 8 * (i / 2 % 2), col quad * 2 + i % 2 + 8 * (i / 4).
 // B 16x8 (col): b[i] at row quad * 2 + i % 2 + 8 * (i / 2), col group.
-// C, D 16x8: c[i] at row group + 8 * (i / 2), col quad * 2 + i % 2.
-template <class T> inline void mma_m16n8k16(const T a[8], const T b[4], const float c[4], float d[4]) {
-  uint32_t mine[6] = {pack2(a[0], a[1]), pack2(a[2], a[3]), pack2(a[4], a[5]), pack2(a[6], a[7]), pack2(b[0], b[1]),
-                      pack2(b[2], b[3])};
-  const uint32_t* all = lt_warp_exchange(mine, 6);
-  unsigned lane = lane_id(), group = lane / 4, quad = lane % 4;
-  for (int i = 0; i < 4; i++) {
-    int row = group + 8 * (i / 2), col = quad * 2 + i % 2;
-    float acc = c[i];
-    for (int k = 0; k < 16; k++) {
-      const uint32_t* a_lane = all + 6 * ((row % 8) * 4 + (k % 8) / 2);
-      const uint32_t* b_lane = all + 6 * (col * 4 + (k % 8) / 2) + 4;
-      acc += elem16<T>(a_lane, k % 2 + 2 * (row / 8) + 4 * (k / 8)) * elem16<T>(b_lane, k % 2 + 2 * (k / 8));
-    }
-    d[i] = acc;
-  }
+template <class T> inline void mma_m16n8k16(float* d, const T* a, const T* b, const float* c) {
+  float fa[8], fb[4];
+  for (int i = 0; i < 8; i++) fa[i] = float(a[i]);
+  for (int i = 0; i < 4; i++) fb[i] = float(b[i]);
+  mma_exchange<16, 8, 4>(d, fa, fb, c,
+    [](unsigned row, unsigned k) { return At{(row % 8) * 4 + k % 8 / 2, k % 2 + 2 * (row / 8) + 4 * (k / 8)}; },
+    [](unsigned k, unsigned col) { return At{col * 4 + k % 8 / 2, k % 2 + 2 * (k / 8)}; });
 }
 
-// m16n8k8 with tf32 A and B (floats whose low 13 mantissa bits the tensor core ignores), float C and D.
+// a float rounded to tf32 as cvt.rna.tf32.f32 does: to nearest on the low 13 mantissa bits, ties away from zero
+inline uint32_t to_tf32(float f) {
+  uint32_t u = lt_bit_cast<uint32_t>(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;  // inf and NaN as they are
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
+// m16n8k8 with tf32 A and B, float C and D.
 // A 16x8 (row): a[i] at row group + 8 * (i % 2), col quad + 4 * (i / 2).
 // B 8x8 (col): b[i] at row quad + 4 * i, col group.
-inline float tf32(uint32_t bits) { return lt_bit_cast<float>(bits & 0xffffe000u); }
-inline void mma_m16n8k8_tf32(const float a[4], const float b[2], const float c[4], float d[4]) {
-  uint32_t mine[6];
-  for (int i = 0; i < 4; i++) mine[i] = lt_bit_cast<uint32_t>(a[i]);
-  for (int i = 0; i < 2; i++) mine[4 + i] = lt_bit_cast<uint32_t>(b[i]);
-  const uint32_t* all = lt_warp_exchange(mine, 6);
-  unsigned lane = lane_id(), group = lane / 4, quad = lane % 4;
-  for (int i = 0; i < 4; i++) {
-    int row = group + 8 * (i / 2), col = quad * 2 + i % 2;
-    float acc = c[i];
-    for (int k = 0; k < 8; k++) {
-      uint32_t a_bits = all[6 * ((row % 8) * 4 + k % 4) + (row / 8) + 2 * (k / 4)];
-      uint32_t b_bits = all[6 * (col * 4 + k % 4) + 4 + k / 4];
-      acc += tf32(a_bits) * tf32(b_bits);
-    }
-    d[i] = acc;
-  }
+inline void mma_m16n8k8_tf32(float* d, const float* a, const float* b, const float* c) {
+  float fa[4], fb[2];
+  for (int i = 0; i < 4; i++) fa[i] = lt_bit_cast<float>(to_tf32(a[i]));
+  for (int i = 0; i < 2; i++) fb[i] = lt_bit_cast<float>(to_tf32(b[i]));
+  mma_exchange<8, 4, 2>(d, fa, fb, c,
+    [](unsigned row, unsigned k) { return At{(row % 8) * 4 + k % 4, row / 8 + 2 * (k / 4)}; },
+    [](unsigned k, unsigned col) { return At{col * 4 + k % 4, k / 4}; });
 }
 
 }  // namespace lt
+
+// the names and signatures of the CUDA renderer's wrappers (d, a, b, c: this lane's fragments). Templates, because
+// __half and __nv_bfloat16 come later, from cuda_fp16.h / cuda_bf16.h; nvcc (NVCC_CHECK) holds the source to the exact
+// types.
+template <class Half> inline void lt_mma_m16n8k16_f16_f32(float* d, const Half* a, const Half* b, const float* c) {
+  lt::mma_m16n8k16(d, a, b, c);
+}
+template <class Bf16> inline void lt_mma_m16n8k16_bf16_f32(float* d, const Bf16* a, const Bf16* b, const float* c) {
+  lt::mma_m16n8k16(d, a, b, c);
+}
+inline void lt_mma_m16n8k8_tf32_f32(float* d, const float* a, const float* b, const float* c) {
+  lt::mma_m16n8k8_tf32(d, a, b, c);
+}
