@@ -66,6 +66,8 @@ BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-code
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
 DEV = ContextVar("DEV", "", "default device: CPU, CUDA or EMU (empty picks CPU)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture")
+RING = ContextVar("RING", 1 << 18, "all-reduces over 3 or more devices of at least this many bytes use a ring "
+                  "(reduce-scatter + all-gather); smaller ones copy every partial result to every device")
 CACHEDIR = ContextVar("CACHEDIR", _default_cache_dir(), "directory of the on-disk caches")
 CACHEDB = ContextVar("CACHEDB", "", "path of the sqlite cache (empty: CACHEDIR/cache.db)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 no disk cache, 1 compiled programs only, 2 programs and searches")
