@@ -198,3 +198,64 @@ def test_bad_input() -> None:
   with pytest.raises(ValueError, match="different devices"): x.shard(D2, 0) + x.shard(D4, 0)
   with pytest.raises(ValueError, match="different devices"): x.shard(D2, 0) + x
   with pytest.raises(ValueError, match="gather it first"): x.shard(D2, 0).shard(D4, 1)
+
+def test_docstring_examples() -> None:
+  import doctest
+
+  import lazytensor.collectives
+  import lazytensor.tensor_multi
+  results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+             for m in (lazytensor.tensor_multi, lazytensor.collectives)]
+  assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 15, results
+
+# ---- collectives between the devices of one process ----
+
+def _stack(arrays: Sequence[np.ndarray], devices: Sequence[str], requires_grad: bool = False) -> tuple[Tensor, list]:
+  from lazytensor.collectives import stack
+  leaves = [Tensor(a, device=d, requires_grad=requires_grad) for a, d in zip(arrays, devices)]
+  return stack(leaves), leaves
+
+@pytest.mark.parametrize("devices", [D2, D4], ids=["2dev", "4dev"])
+def test_collectives(devices: tuple[str, ...]) -> None:
+  from lazytensor import collectives as c
+  rng = np.random.default_rng(0)
+  arrays = [rng.standard_normal((7, 3)).astype(np.float32) for _ in devices]
+  s, _ = _stack(arrays, devices)
+  np.testing.assert_allclose(c.all_reduce(s).numpy(), sum(arrays), atol=1e-5)
+  np.testing.assert_allclose(c.all_reduce(s, "max").numpy(), np.max(arrays, 0))
+  np.testing.assert_allclose(c.all_reduce(s, "min").numpy(), np.min(arrays, 0))
+  np.testing.assert_allclose(c.all_reduce(s, "prod").numpy(), np.prod(arrays, 0), rtol=1e-5)
+  np.testing.assert_equal(c.all_gather(s).numpy(), np.stack(arrays))
+  rs = c.reduce_scatter(s)
+  assert rs.shard_axis == 0 and rs.bounds is not None and rs.bounds[0] == (0, 4 if len(devices) == 2 else 2)
+  np.testing.assert_allclose(rs.numpy(), sum(arrays), atol=1e-5)
+  b = c.broadcast(s, src=len(devices) - 1)
+  assert b.device == s.device and b.shard_axis is None
+  np.testing.assert_equal(b.numpy(), arrays[-1])
+  a2a = c.all_to_all(Tensor(np.stack([np.arange(8) + 10 * i for i in range(len(devices))])).shard(devices, 0))
+  assert a2a.shard_axis == 1
+  np.testing.assert_equal(a2a.numpy(), np.stack([np.arange(8) + 10 * i for i in range(len(devices))]))
+  got = [v.numpy() for v in c.unstack(s)]
+  for g, a in zip(got, arrays): np.testing.assert_equal(g, a)
+
+def test_reduce_scatter_moves_only_slices() -> None:
+  from lazytensor import collectives as c
+  s, _ = _stack([np.ones((8, 16), np.float32) for _ in D4], D4)
+  items, _ = create_schedule([c.reduce_scatter(s).lazydata.src[i] for i in range(4)])
+  copies = [i for i in items if i.ast.op is Ops.COPY]
+  assert len(copies) == 12 and all(i.bufs[0].size == 2 * 16 for i in copies)
+
+def test_backward_of_all_reduce_is_a_broadcast() -> None:
+  from lazytensor import collectives as c
+  s, leaves = _stack([np.full((3,), i, np.float32) for i in range(4)], D4, requires_grad=True)
+  (c.all_reduce(s) * Tensor([1.0, 2.0, 3.0]).to(D4)).sum().backward()
+  for leaf, d in zip(leaves, D4):
+    assert leaf.grad is not None and leaf.grad.device == Tensor(0, device=d).device
+    np.testing.assert_equal(leaf.grad.numpy(), [1.0, 2.0, 3.0])
+
+def test_collective_bad_input() -> None:
+  from lazytensor import collectives as c
+  with pytest.raises(ValueError, match="expected a stack"): c.all_reduce(Tensor.ones(4, 2).shard(D2, 1))
+  with pytest.raises(ValueError, match="reduce op"): c.all_reduce(Tensor.ones(2, 2).shard(D2, 0), "mean")
+  with pytest.raises(ValueError, match="device of its own"): c.stack([Tensor([1.0]), Tensor([2.0])])
+  with pytest.raises(IndexError, match="src 5"): c.broadcast(Tensor.ones(2, 2).shard(D2, 0), 5)
