@@ -83,6 +83,14 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even wh
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
+                          "ranks before it raises (a collective that some ranks never call would hang)")
+
+def launched_ranks() -> int:
+  """How many processes an MPI launcher (mpiexec of MPICH or Open MPI) started this one among; 1 when none did."""
+  for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+    if (raw := os.environ.get(var, "")).isdigit(): return int(raw)
+  return 1
 
 def cache_db_path() -> str: return CACHEDB.value or os.path.join(CACHEDIR.value, "cache.db")
 
