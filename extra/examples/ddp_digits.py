@@ -26,6 +26,7 @@ from lazytensor import distributed as dist
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 
+
 class MLP:
   def __init__(self) -> None: self.layers = [nn.Linear(64, 128), nn.Linear(128, 10)]
   def __call__(self, x: Tensor) -> Tensor: return self.layers[1](self.layers[0](x).relu())

@@ -11,6 +11,7 @@ from lazytensor import Tensor
 from lazytensor.nn.optim import Optimizer
 from lazytensor.nn.state import get_parameters
 
+
 def batches(steps: int, batch: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
   """`steps` random batches of flattened 8x8 digits (float32 in [0, 1]) and their labels (int32)."""
   digits = load_digits()

@@ -20,6 +20,7 @@ from lazytensor import Tensor, nn
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 
+
 def make(seed: int, stages: int) -> list[tuple[nn.Linear, str]]:
   """Linear layers 64 -> 128 -> ... -> 10, one per stage, each with the device it lives on."""
   Tensor.manual_seed(seed)

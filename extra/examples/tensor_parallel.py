@@ -20,6 +20,7 @@ from lazytensor import Tensor, nn
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 
+
 class MLP:
   def __init__(self, hidden: int) -> None: self.fc1, self.fc2 = nn.Linear(64, hidden), nn.Linear(hidden, 10)
   def __call__(self, x: Tensor) -> Tensor: return self.fc2(self.fc1(x).relu())
