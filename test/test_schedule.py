@@ -159,3 +159,13 @@ def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
   idx = Tensor([3, 1, 0]).realize()
   big = Tensor(rng.standard_normal((4, 4096), dtype=np.float32)).realize()
   assert kernels(big[idx]) == 1  # the one-hot mask of a gather is never stored
+
+def test_reused_buffer_is_not_remembered_as_its_first_value() -> None:
+  # x1's buffer is free after x2's kernel and holds x3 from then on: a later graph with x1 must not read it
+  arr = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+  a = Tensor(arr)
+  x1 = a.sum(1, keepdim=True)
+  x2 = (a - x1).max(1, keepdim=True)
+  x3 = (a * x2).sum(1, keepdim=True)
+  (a + x3).sum(1).realize()
+  np.testing.assert_allclose(a.sum(1, keepdim=True).numpy(), arr.sum(1, keepdims=True), atol=1e-4)
