@@ -65,7 +65,7 @@ DEBUG = ContextVar("DEBUG", 0,
                    "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
-DEV = ContextVar("DEV", "", "default device: CPU, CUDA or EMU (empty picks CPU)")
+DEV = ContextVar("DEV", "", "default device: CPU, CUDA, CUDACPU or EMU (empty picks CPU)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture")
 CACHEDIR = ContextVar("CACHEDIR", _default_cache_dir(), "directory of the on-disk caches")
 CACHEDB = ContextVar("CACHEDB", "", "path of the sqlite cache (empty: CACHEDIR/cache.db)")
@@ -81,6 +81,8 @@ BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
+NVCC_CHECK = ContextVar("NVCC_CHECK", False,
+                        "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
 TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
                   "torch's allow_tf32); off by default", code=True)
