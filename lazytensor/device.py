@@ -107,7 +107,7 @@ class _DeviceRegistry:
   @property
   def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
 
-KNOWN_DEVICES = ("CPU", "CUDA", "EMU")
+KNOWN_DEVICES = ("CPU", "CUDA", "CUDACPU", "EMU")
 Device = _DeviceRegistry()
 
 class Buffer:

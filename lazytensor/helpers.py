@@ -13,12 +13,13 @@ from typing import Any, ClassVar, TypeVar
 T = TypeVar("T")
 
 class ContextVar:
-  """A knob: read once from the environment (its default otherwise), overridable with `Context`."""
+  """A knob: read once from the environment (its default otherwise), overridable with `Context`. A knob declared with
+  `code=True` changes the code rendered for a kernel with given opts: it is part of every program cache key."""
   registry: ClassVar[dict[str, ContextVar]] = {}
 
-  def __init__(self, key: str, default: Any, help: str) -> None:
+  def __init__(self, key: str, default: Any, help: str, code: bool = False) -> None:
     assert key not in ContextVar.registry, f"knob {key} declared twice"
-    self.key, self.default, self.help = key, default, help
+    self.key, self.default, self.help, self.code = key, default, help, code
     raw = os.environ.get(key)
     self.value = default if raw is None else self._parse(raw)
     ContextVar.registry[key] = self
@@ -64,7 +65,7 @@ DEBUG = ContextVar("DEBUG", 0,
                    "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
-DEV = ContextVar("DEV", "", "default device: CPU, CUDA or EMU (empty picks CPU)")
+DEV = ContextVar("DEV", "", "default device: CPU, CUDA, CUDACPU or EMU (empty picks CPU)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture")
 RING = ContextVar("RING", 1 << 18, "all-reduces over 3 or more devices of at least this many bytes use a ring "
                   "(reduce-scatter + all-gather); smaller ones copy every partial result to every device")
@@ -82,7 +83,11 @@ BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
-FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+NVCC_CHECK = ContextVar("NVCC_CHECK", False,
+                        "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
+FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
+TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
+                  "torch's allow_tf32); off by default")
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 
