@@ -13,7 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "extra" / "examples"
-HAVE_MPI = shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
+# mpiexec from the mpich wheel sits next to the Python of the environment it was installed in, which may not be on PATH
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and MPIEXEC is not None
 
 def _largest_differences(out: str) -> tuple[float, float]:
   m = re.search(r"largest difference from one (?:device|process): loss ([0-9.e+-]+), weights ([0-9.e+-]+)", out)
@@ -36,7 +38,7 @@ def test_example_matches_one_device(args: list[str]) -> None:
 
 @pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and mpiexec: pip install -e '.[mpi]'")
 def test_ddp_example_over_two_mpi_ranks() -> None:
-  out = _run(["mpiexec", "-n", "2", sys.executable, str(EXAMPLES / "ddp_digits.py"), "--steps", "2"])
+  out = _run([str(MPIEXEC), "-n", "2", sys.executable, str(EXAMPLES / "ddp_digits.py"), "--steps", "2"])
   assert "over 2 MPI ranks" in out
   loss, weights = _largest_differences(out)
   assert loss < 1e-4 and weights < 1e-4, out

@@ -106,11 +106,12 @@ def main() -> None:
     return
   in_one_process(args.devices, sizes)
   if args.no_mpi: return
-  if shutil.which("mpiexec") is None:
+  mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+  if mpiexec is None:
     print("\nmpiexec not found: pip install mpi4py mpich for the MPI part")
     return
   root = Path(__file__).resolve().parents[2]
-  subprocess.run(["mpiexec", "-n", "2", sys.executable, __file__, "--mpi", "--max-mb", str(args.max_mb)], check=True,
+  subprocess.run([mpiexec, "-n", "2", sys.executable, __file__, "--mpi", "--max-mb", str(args.max_mb)], check=True,
                  env={**os.environ, "PYTHONPATH": str(root)})
 
 if __name__ == "__main__":
