@@ -96,16 +96,21 @@ class _DeviceRegistry:
     return self._opened[name]
 
   def canonicalize_any(self, device: DeviceLike) -> DeviceLike:
-    """A device name, or a tuple of them (a value spread over several devices), in canonical form."""
+    """A device name, or a tuple of them (a value spread over several devices; nested on a mesh), in canonical form."""
     if not isinstance(device, (tuple, list)): return self.canonicalize(device)
-    names = tuple(self.canonicalize(d) for d in device)
+    names = tuple(self.canonicalize_any(d) for d in device)
     if not names: raise ValueError("an empty tuple of devices; expected one or more names such as 'CPU:1'")
-    if len(set(names)) != len(names): raise ValueError(f"devices {tuple(device)} name one device more than once")
+    flat = self.flat(names)
+    if len(set(flat)) != len(flat): raise ValueError(f"devices {tuple(device)} name one device more than once")
     return names
+
+  def flat(self, device: DeviceLike) -> tuple[str, ...]:
+    """Every device named, in order (a tuple of tuples of a mesh flattened)."""
+    return (device,) if isinstance(device, str) else tuple(d for sub in device for d in self.flat(sub))
 
   def first(self, device: DeviceLike) -> str:
     """The device itself, or the first of a tuple: where one-device decisions (the renderer to plan for) are made."""
-    return device if isinstance(device, str) else device[0]
+    return self.flat(device)[0]
 
   @property
   def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
