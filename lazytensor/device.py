@@ -21,6 +21,9 @@ class Allocator:
   def free(self, handle: Any, nbytes: int) -> None: pass
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, handle: Any) -> None: raise NotImplementedError
+  def host_array(self, handle: Any) -> np.ndarray | None:
+    """The memory itself as a uint8 numpy array (no copy) when it is host memory; None when it is not (a GPU's)."""
+    return None
   def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
     """Copy from another device's memory without a trip through the host, if this allocator can (GPU to GPU)."""
     return False
@@ -142,6 +145,12 @@ class Buffer:
     assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
     self.allocator.copyin(self.handle, data)
     return self
+
+  def host_view(self) -> np.ndarray | None:
+    """The buffer's memory as a numpy array of its dtype, without a copy, when it is host memory (else None): writes
+    to it change the buffer."""
+    raw = self.allocator.host_array(self.handle)
+    return None if raw is None else raw.view(self.dtype.np)
 
   def numpy(self) -> np.ndarray:
     out = np.empty(self.size, dtype=self.dtype.np)

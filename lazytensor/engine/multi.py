@@ -13,6 +13,12 @@ device, so the scheduler, optimizer, JIT and renderers never see more than one:
   first; a shrink, pad or flip of the sharded axis changes the bounds (slices may become empty or uneven);
 * a copy to one device gathers; a copy of a one-device value to a tuple of devices replicates it.
 
+On a DeviceMesh a value is a MULTI over the first mesh axis whose pieces are MULTIs over the next one: each piece
+lives on a tuple of devices (a row of the mesh). The rules are the same at every level, since what a rule makes of
+the outer level is rewritten again until every node lives on one device; a copy of a MULTI to another tuple of
+devices of the same structure moves piece i to device i, keeping its layout, which is what makes an all-reduce over
+the first mesh axis run between devices at the same place of each row only.
+
 Collectives are built from COPY nodes and elementwise ops, so the scheduler sees them as copies and kernels and fuses
 the combining ops with what surrounds them. Bounds may be uneven (15 rows over 4 devices: 4, 4, 4, 3) or empty.
 """

@@ -39,6 +39,7 @@ class CPUAllocator(Allocator):
     start = -raw.ctypes.data % _ALIGN
     return CPUMemory(raw[start:start + nbytes], raw.ctypes.data + start)
 
+  def host_array(self, handle: CPUMemory) -> np.ndarray: return handle.array
   def copyin(self, handle: CPUMemory, src: memoryview) -> None: handle.array[:] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, handle: CPUMemory) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = handle.array
 
