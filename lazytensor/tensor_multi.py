@@ -151,7 +151,8 @@ class MultiMixin(TensorStub):
 
   def _shard_dim(self, axis: object) -> int | None:
     if axis is None: return None
-    if not isinstance(axis, int): raise TypeError(f"shard: axis must be an int or None, got {axis!r}")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+      raise TypeError(f"shard: axis must be an int or None, got {axis!r}")
     if not -self.ndim <= axis < self.ndim:
       raise IndexError(f"shard: axis {axis} does not exist for a tensor of shape {self.shape}")
     return axis % self.ndim

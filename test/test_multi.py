@@ -192,6 +192,8 @@ def test_data_parallel_sgd_matches_one_device(devices: tuple[str, ...]) -> None:
 def test_bad_input() -> None:
   x = Tensor.ones(4, 3)
   with pytest.raises(IndexError, match="axis 2 does not exist"): x.shard(D2, axis=2)
+  with pytest.raises(TypeError, match="axis must be an int or None, got True"): x.shard(D2, axis=True)
+  with pytest.raises(ValueError, match="empty tuple of devices"): x.shard((), axis=0)
   with pytest.raises(TypeError, match="tuple or list of device names"): x.shard("CPU:1")
   with pytest.raises(ValueError, match="more than once"): x.shard(("CPU:1", "CPU:1"))
   with pytest.raises(ValueError, match="unknown device"): x.shard(("CPU:0", "TPU:1"))
