@@ -43,6 +43,8 @@ def main() -> None:
   assert s.device == "CPU:1" and (s + 1).tolist() == (sum(every) + 1).tolist()
   np.testing.assert_allclose(dist.all_reduce(Tensor(mine).T * 2).numpy(), sum(every).T * 2)
   assert dist.all_gather(Tensor(float(r))).tolist() == [0.0, 1.0]
+  spread = dist.all_reduce(Tensor(mine).shard(("CPU:0", "CPU:1"), 0))
+  assert spread.device == ("CPU", "CPU:1") and spread.tolist() == sum(every).tolist()
   dist.barrier()
   print(f"rank {r} of {n}: ok", flush=True)
 
