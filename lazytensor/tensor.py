@@ -209,7 +209,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   @property
   def device(self) -> DeviceLike:
-    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them.
+    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them (on
+    a DeviceMesh, nested: a tuple per slice along the first mesh axis).
 
     >>> Tensor([1]).device == Device.DEFAULT, Tensor([1]).to(("CPU:0", "CPU:1")).device
     (True, ('CPU', 'CPU:1'))

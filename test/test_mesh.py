@@ -196,3 +196,14 @@ def test_reshard_and_gather() -> None:
   r = x.to(D4)
   assert r.device == ("CPU", "CPU:1", "CPU:2", "CPU:3") and r.shard_axis is None
   np.testing.assert_equal(r.numpy(), a)
+
+def test_jit_replays_a_mesh_step() -> None:
+  from lazytensor import TinyJit
+  step = TinyJit(lambda x, w: (x @ w).sum(1).realize())
+  rng = np.random.default_rng(6)
+  for _ in range(4):
+    xa, wa = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((4, 8)).astype(np.float32)
+    out = step(Tensor(xa).shard(MESH, ("dp", None)).realize(), Tensor(wa).shard(MESH, (None, "tp")).realize())
+    assert MESH.spec(out) == ("dp",)
+    np.testing.assert_allclose(out.numpy(), (xa @ wa).sum(1), atol=1e-5, rtol=1e-5)
+  assert step.calls == 2

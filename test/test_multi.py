@@ -277,3 +277,15 @@ def test_sharded_optimizer_state_matches_one_device(weights_axis: int | None) ->
       opt.step()
     return w.numpy()
   np.testing.assert_allclose(train(D4), train(None), atol=1e-6)
+
+def test_jit_replays_with_new_sharded_inputs() -> None:
+  from lazytensor import TinyJit
+  from lazytensor.engine.jit import JitError
+  step = TinyJit(lambda x, w: (x @ w).relu().sum(0).realize())
+  rng = np.random.default_rng(5)
+  for _ in range(4):
+    xa, wa = rng.standard_normal((7, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    out = step(Tensor(xa).shard(D4, 0).realize(), Tensor(wa).to(D4).realize())
+    np.testing.assert_allclose(out.numpy(), np.maximum(xa @ wa, 0).sum(0), atol=1e-5, rtol=1e-5)
+  assert step.calls == 2 and step.items
+  with pytest.raises(JitError, match="input 0 was captured"): step(Tensor(xa).shard(D4, 1).realize(), Tensor(wa).to(D4))
