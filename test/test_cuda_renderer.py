@@ -143,6 +143,13 @@ def test_half_matmul_on_tensor_cores() -> None:
   assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src and "lt_mma_m16n8k16_f16_f32(" in src
   assert src.index("#ifndef LT_CUDACPU") < src.index("asm volatile") < src.index("#endif")
 
+@needs_nvcc
+def test_half_conv_on_tensor_cores() -> None:
+  # the input channels are K; the 3x3 window is a loop around the mma
+  conv = lambda m: m(2, 16, 8, 16, dtype=dtypes.float16).conv2d(m(32, 16, 3, 3, dtype=dtypes.float16), padding=1)
+  [(k, src)] = check(conv, tol=5e-2)
+  assert k.tensor_core is not None and "lt_mma_m16n8k16_f16_f32(" in src
+
 def test_tf32_tensor_cores_only_with_the_knob() -> None:
   with Context(TF32=0): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32"]
   with Context(TF32=1): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
