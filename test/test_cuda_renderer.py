@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import pathlib
 import shutil
+import sqlite3
 from collections.abc import Callable
 
 import numpy as np
@@ -18,7 +20,7 @@ from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
 from lazytensor.codegen.renderer.cstyle import known_multiple
 from lazytensor.codegen.renderer.cuda import CUDARenderer
-from lazytensor.device import Device, _compile_memo
+from lazytensor.device import Device, _compile_memo, compile_stats
 from lazytensor.dtype import DType
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.schedule import create_schedule
@@ -32,6 +34,7 @@ from lazytensor.runtime.cuda_compiler import (
   kernel_name,
   load_nvrtc,
 )
+from lazytensor.runtime.ops_cuda import CUDAUnavailableError, gpu_index
 from lazytensor.uop.ops import Ops, UOp
 
 R = CUDARenderer()
@@ -246,14 +249,32 @@ def test_bad_arch_is_a_value_error() -> None:
 COMPILERS = [pytest.param(NVCCCompiler, marks=needs_nvcc),
              pytest.param(NVRTCCompiler, marks=pytest.mark.skipif(load_nvrtc() is None, reason="no libnvrtc"))]
 
+def _disk_entries(db: pathlib.Path) -> int:
+  if not db.exists(): return 0
+  with sqlite3.connect(db) as conn:
+    tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables)
+
 @pytest.mark.parametrize("compiler", COMPILERS)
-def test_compile_error_names_the_kernel_and_caches_nothing(compiler: type) -> None:
+def test_compile_error_names_the_kernel_and_caches_nothing(compiler: type, tmp_path: pathlib.Path) -> None:
   c = compiler("sm_80")
   before = dict(_compile_memo)
-  for _ in range(2):  # the second attempt compiles again: nothing was cached
-    with pytest.raises(CUDACompileError, match=r"(?s)CUDA kernel broken_kernel for sm_80.*nope"):
-      c.compile_cached(BROKEN)
-  assert _compile_memo == before
+  with Context(CACHEDB=str(tmp_path / "cache.db")):
+    for _ in range(2):  # the second attempt compiles again: nothing was cached, in memory or on disk
+      with pytest.raises(CUDACompileError, match=r"(?s)CUDA kernel broken_kernel for sm_80.*nope"):
+        c.compile_cached(BROKEN)
+  assert _compile_memo == before and _disk_entries(tmp_path / "cache.db") == 0
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_cubins_are_cached_on_disk(compiler: type, tmp_path: pathlib.Path) -> None:
+  src = BROKEN.replace("nope", "1.5f").replace("broken_kernel", f"k_{tmp_path.name}")  # a source new to the cache
+  c = compiler("sm_90")
+  with Context(CACHEDB=str(tmp_path / "cache.db")):
+    cubin = c.compile_cached(src)
+    _compile_memo.clear()  # as in a new process
+    stats = dict(compile_stats)
+    assert c.compile_cached(src) == cubin and compile_stats["disk"] == stats["disk"] + 1
+  assert cubin[:4] == b"\x7fELF" and _disk_entries(tmp_path / "cache.db") == 1
 
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_compilers_make_cubins_and_key_the_arch(compiler: type) -> None:
@@ -266,6 +287,17 @@ def test_compilers_make_cubins_and_key_the_arch(compiler: type) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="pycuda is installed here")
 def test_cuda_device_without_pycuda_is_one_clear_error() -> None:
-  with pytest.raises(RuntimeError, match=r"CUDA: pycuda is not installed; install it with pip install -e"):
+  with pytest.raises(CUDAUnavailableError, match=r"CUDA: pycuda is not installed; install it with pip install -e"):
     Device["CUDA"]
-  with pytest.raises(RuntimeError, match="pycuda is not installed"): Device["CUDA:1"]
+  with pytest.raises(CUDAUnavailableError, match="pycuda is not installed"): Device["CUDA:1"]
+
+@pytest.mark.parametrize("name,err", [("CUDA:x", "the part after ':' must be a number"), ("CUDA2", "unknown device"),
+                                      ("GPU", "known: CPU, CUDA, CUDACPU, EMU")])
+def test_unknown_device_names_are_value_errors(name: str, err: str) -> None:
+  with pytest.raises(ValueError, match=err): Device[name]
+
+def test_gpu_index_past_the_gpus_present() -> None:
+  assert gpu_index("CUDA", 1) == 0 and gpu_index("CUDA:3", 4) == 3
+  with pytest.raises(IndexError, match=r"device CUDA:2: this machine has 2 GPUs \(CUDA to CUDA:1\)"):
+    gpu_index("CUDA:2", 2)
+  with pytest.raises(IndexError, match=r"device CUDA:1: this machine has 1 GPU \(CUDA\)"): gpu_index("CUDA:1", 1)
