@@ -140,6 +140,14 @@ def result_type_scalar(t: DType, scalar: Any) -> DType:
 
 def least_upper_float(dt: DType) -> DType: return dt if dt.is_float else dtypes.default_float
 
+def float_to_int_via(to: DType) -> DType:
+  """The int a float -> `to` cast saturates to before wrapping to `to`: int32 for narrower targets (300.0 -> uint8 is
+  44, -1.0 -> 255, as numpy's C casts give for values that fit int32), int64 for uint32, the target itself for int32
+  and the 64-bit ints."""
+  s = to.scalar()
+  if s.itemsize == 8 or s == dtypes.int32: return s
+  return dtypes.int64 if s.itemsize == 4 else dtypes.int32
+
 def truncate(dt: DType, x: Any) -> Any:
   """The Python value `x` as it would be stored in `dt` (wraps ints, rounds floats)."""
   if dt.is_bool: return bool(x)

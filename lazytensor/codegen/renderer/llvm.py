@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -52,7 +51,7 @@ def lconst_vec(dt: DType, v: Any) -> str:
 
 # ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a builder that emits code.
 # Format keys: {0}.. operands, {t} operand type, {s} its intrinsic suffix, {c} the bool type of the same width,
-# {one} and {m1} the constants 1 and -1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
+# {one} the constant 1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
 
 Builder = Callable[["_Function", dict[str, str], list[str]], str]
 
@@ -63,32 +62,6 @@ def _bin(instr: str) -> Builder: return _ins(instr + " {t} {0}, {1}")
 
 def _intr(name: str) -> Builder:
   return lambda f, env, xs: f.call(f"llvm.{name}.{env['s']}", env["t"], [(env["t"], x) for x in xs], env["fl"])
-
-def _int_idiv(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
-  # x/0 and INT_MIN/-1 trap on x86: divide by 1 instead, then fix up (x/0 -> 0 as python_alu, x/-1 -> -x wrapping).
-  # With a constant divisor (all index math) every select folds away.
-  t, c, (a, b) = env["t"], env["c"], xs
-  is0 = f.emit(f"icmp eq {t} {b}, zeroinitializer")
-  bad, is_m1 = is0, ""
-  if signed:
-    is_m1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
-    bad = f.emit(f"or {c} {is0}, {is_m1}")
-  safe = f.emit(f"select {c} {bad}, {t} {env['one']}, {t} {b}")
-  q = f.emit(f"{'sdiv' if signed else 'udiv'} {t} {a}, {safe}")
-  if signed:
-    neg = f.emit(f"sub {t} zeroinitializer, {q}")
-    q = f.emit(f"select {c} {is_m1}, {t} {neg}, {t} {q}")
-  return f.emit(f"select {c} {is0}, {t} zeroinitializer, {t} {q}")
-
-def _int_mod(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
-  # x%0 -> 0 (python_alu) and INT_MIN%-1 traps: take the remainder by 1 instead, which is 0, the right answer for both
-  t, c, (a, b) = env["t"], env["c"], xs
-  bad = f.emit(f"icmp eq {t} {b}, zeroinitializer")
-  if signed:
-    is_m1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
-    bad = f.emit(f"or {c} {bad}, {is_m1}")
-  safe = f.emit(f"select {c} {bad}, {t} {env['one']}, {t} {b}")
-  return f.emit(f"{'srem' if signed else 'urem'} {t} {a}, {safe}")
 
 def _int_mulacc(f: _Function, env: dict[str, str], xs: list[str]) -> str:
   return _bin("add")(f, env, [_bin("mul")(f, env, xs[:2]), xs[2]])
@@ -102,9 +75,10 @@ _ALU: dict[Ops, dict[str, Builder]] = {
   Ops.SUB: {"f": _bin("fsub"), "iu": _bin("sub{nw}"), "b": _bin("xor")},
   Ops.MUL: {"f": _bin("fmul{fl}"), "iu": _bin("mul{nw}"), "b": _bin("and")},
   Ops.FDIV: {"f": _bin("fdiv")},
-  Ops.IDIV: {"i": partial(_int_idiv, signed=True), "u": partial(_int_idiv, signed=False)},
-  Ops.MOD: {"f": _bin("frem"), "i": partial(_int_mod, signed=True), "u": partial(_int_mod, signed=False)},
-  Ops.MAX: {"f": _intr("maximum"), "i": _intr("smax"), "u": _intr("umax"), "b": _bin("or")},
+  # divisors are never 0 (nor -1 when signed) and shift amounts lie in [0, width): codegen/alu.py made sure
+  Ops.IDIV: {"i": _bin("sdiv"), "u": _bin("udiv")},
+  Ops.MOD: {"f": _bin("frem"), "i": _bin("srem"), "u": _bin("urem")},
+  Ops.MAX: {"i": _intr("smax"), "u": _intr("umax"), "b": _bin("or")},
   Ops.CMPLT: {"f": _bin("fcmp olt"), "i": _bin("icmp slt"), "ub": _bin("icmp ult")},
   Ops.CMPNE: {"f": _bin("fcmp une"), "iub": _bin("icmp ne")},
   Ops.AND: {"iub": _bin("and")}, Ops.OR: {"iub": _bin("or")}, Ops.XOR: {"iub": _bin("xor")},
@@ -115,16 +89,6 @@ _ALU: dict[Ops, dict[str, Builder]] = {
 _ALU_BY_KIND = {(op, k): fn for op, per in _ALU.items() for kinds, fn in per.items() for k in kinds}
 
 # ---- casts ----
-
-def _float_to_int(f: _Function, fr: DType, to: DType, x: str) -> str:
-  # saturating conversions give every input (NaN, inf, out of range) a defined result. Narrow targets convert to a wider
-  # signed int first and wrap, as numpy's C casts do for values that fit the wider int (300.0 -> uint8 44, -1.0 -> 255)
-  s = to.scalar()
-  wide = s if s.itemsize == 8 or s == dtypes.int32 else dtypes.int64 if s.itemsize == 4 else dtypes.int32
-  wide = wide.vec(to.count)
-  conv = "fptoui" if wide.is_unsigned else "fptosi"
-  v = f.call(f"llvm.{conv}.sat.{suffix(wide)}.{suffix(fr)}", ltype(wide), [(ltype(fr), x)])
-  return v if wide == to else f.emit(f"trunc {ltype(wide)} {v} to {ltype(to)}")
 
 def _double_to_half(f: _Function, fr: DType, to: DType, x: str) -> str:
   # x86 has no double->half instruction and LLVM calls __truncdfhf2, which the process may not have (it lives in newer
@@ -146,7 +110,7 @@ def _cast(f: _Function, fr: DType, to: DType, x: str) -> str:
   if to.is_bool: return f.emit(f"{'fcmp une' if fr.is_float else 'icmp ne'} {ft} {x}, zeroinitializer")
   if fr.scalar() == dtypes.float64 and to.scalar() == dtypes.float16: return _double_to_half(f, fr, to, x)
   if fr.is_float and to.is_float: op = "fpext" if to.itemsize > fr.itemsize else "fptrunc"
-  elif fr.is_float: return _float_to_int(f, fr, to, x)
+  elif fr.is_float: op = "fptoui" if to.is_unsigned else "fptosi"  # in range: codegen/alu.py clamped it
   elif to.is_float: op = "sitofp" if fr.kind == "i" else "uitofp"
   elif to.itemsize == fr.itemsize and not fr.is_bool: return x  # int32 <-> uint32: the same bits
   else: op = "trunc" if to.itemsize < fr.itemsize else ("sext" if fr.kind == "i" else "zext")
@@ -305,8 +269,7 @@ def _alu(f: _Function, u: UOp) -> str:
   if (fn := _ALU_BY_KIND.get((u.op, dt.kind))) is None:
     raise NotImplementedError(f"LLVM renderer: {u.op} on {dt} is not supported")
   env = {"t": ltype(dt), "s": suffix(dt), "c": ltype(dtypes.bool.vec(dt.count)), "one": lconst_vec(dt, 1),
-         "m1": lconst_vec(dt, -1), "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "",
-         "nw": " nsw" if u in f.nsw else ""}
+         "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "", "nw": " nsw" if u in f.nsw else ""}
   return fn(f, env, [f.r[s] for s in u.src])
 
 def _unsupported(f: _Function, u: UOp) -> None: raise NotImplementedError(f"LLVM renderer: {u.op} has no CPU lowering")
