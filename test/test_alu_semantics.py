@@ -1,7 +1,9 @@
-"""ALU edge cases have one meaning (codegen/alu.py): the same expression folded as constants, run on the CPU and run on
-EMU gives the same answer, for every edge case and every dtype; and the rewrite adds nothing where bounds prove an
-operand safe, so index math stays as it was."""
+"""ALU edge cases have one meaning (codegen/alu.py): the same expression folded as constants, run on the CPU (LLVM), on
+EMU and on CUDACPU (the CUDA renderer's source, where g++ exists) gives the same answer, for every edge case and every
+dtype; and the rewrite adds nothing where bounds prove an operand safe, so index math stays as it was."""
 import math
+import shutil
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +13,10 @@ from test_llvm_renderer import elementwise, like
 from test_llvm_renderer import run as run_cpu
 
 from lazytensor.codegen.alu import alu_semantics
+from lazytensor.codegen.program import launch_dims
+from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes, truncate
+from lazytensor.runtime.ops_cpu import CPUMemory
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 from lazytensor.uop.symbolic import symbolic
 
@@ -34,23 +39,38 @@ def folded(op: Ops, dt: DType, *args: Any, fr: DType | None = None) -> Any:
   assert out.op is Ops.CONST, f"{op} of {args} did not fold: {out}"
   return out.arg
 
-def on_devices(op: Ops, ins: list[np.ndarray], in_dts: list[DType], out_dt: DType) -> list[np.ndarray]:
-  """The op over the inputs, elementwise, on the CPU and on EMU."""
-  n = len(ins[0])
-  def fn(*xs: UOp) -> UOp:
-    if op is Ops.CAST: return xs[0].cast(like(out_dt, xs[0]))
-    return UOp(op, like(out_dt, xs[0]), xs)
-  prog = elementwise([fn], in_dts, [out_dt], n, 1)
-  return [run(prog, [np.zeros(n, out_dt.np), *ins])[0] for run in (run_cpu, run_emu)]
+def run_cudacpu(uops: list[UOp], arrays: list[np.ndarray]) -> list[np.ndarray]:
+  """ALU semantics, the CUDA renderer, g++ and the CUDACPU runtime; buffer i holds arrays[i]; returns the buffers."""
+  dev = Device["CUDACPU"]
+  prog = dev.load("kernel", dev.compiler.compile_cached(dev.renderer.render("kernel", alu_semantics(uops))))
+  bufs = [np.ascontiguousarray(a).copy() for a in arrays]
+  launch = launch_dims(uops)
+  prog(*[CPUMemory(b.view(np.uint8).reshape(-1), b.ctypes.data) for b in bufs], global_size=launch.global_size,
+       local_size=launch.local_size)
+  return bufs
 
-@pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR])
+RUNS = {"CPU": run_cpu, "EMU": run_emu, **({"CUDACPU": run_cudacpu} if shutil.which("g++") else {})}
+
+def on_devices(fns: list[Callable[..., UOp]], ins: list[np.ndarray], in_dts: list[DType],
+               out_dts: list[DType]) -> dict[str, list[np.ndarray]]:
+  """out_k = fns[k](*inputs) elementwise, as one kernel (one compile a device), on each device of RUNS."""
+  n = len(ins[0])
+  prog = elementwise(fns, in_dts, out_dts, n, 1)
+  outs = [np.zeros(n, dt.np) for dt in out_dts]
+  return {device: run(prog, [*outs, *ins])[:len(outs)] for device, run in RUNS.items()}
+
+def alu(op: Ops, out_dt: DType) -> Callable[..., UOp]: return lambda *xs: UOp(op, like(out_dt, xs[0]), xs)
+
+INT_OPS = [Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR]
+
 @pytest.mark.parametrize("dt", INTS, ids=str)
-def test_int_edges_agree(op: Ops, dt: DType) -> None:
+def test_int_edges_agree(dt: DType) -> None:
   cases = int_cases(dt)
   a, b = (np.array([c[i] for c in cases], dt.np) for i in (0, 1))
-  want = np.array([folded(op, dt, x, y) for x, y in cases], dt.np)
-  for device, got in zip(("CPU", "EMU"), on_devices(op, [a, b], [dt, dt], dt)):
-    np.testing.assert_array_equal(got, want, err_msg=f"{op} {dt} on {device}, cases {cases}")
+  wants = [np.array([folded(op, dt, x, y) for x, y in cases], dt.np) for op in INT_OPS]
+  for device, gots in on_devices([alu(op, dt) for op in INT_OPS], [a, b], [dt, dt], [dt] * len(INT_OPS)).items():
+    for op, got, want in zip(INT_OPS, gots, wants):
+      np.testing.assert_array_equal(got, want, err_msg=f"{op} {dt} on {device}, cases {cases}")
 
 def test_the_int_answers() -> None:
   i32 = dtypes.int32
@@ -63,13 +83,14 @@ def test_the_int_answers() -> None:
 FLOAT_SPECIALS = [math.nan, math.inf, -math.inf, 1e20, -1e20, 3e9, -3e9, 70000.0, 300.7, -300.7, 255.9, 256.0, -1.5,
                   -0.5, 0.0, 2.0**31, -2.0**31, 2.0**32, 2.0**63, -2.0**63, 2.0**64, 65504.0, -65504.0]
 
-@pytest.mark.parametrize("to", INTS, ids=str)
 @pytest.mark.parametrize("fr", FLOATS, ids=str)
-def test_float_to_int_agrees(fr: DType, to: DType) -> None:
+def test_float_to_int_agrees(fr: DType) -> None:
   with np.errstate(over="ignore"): x = np.array(FLOAT_SPECIALS, fr.np)
-  want = np.array([folded(Ops.CAST, to, float(v), fr=fr) for v in x], to.np)
-  for device, got in zip(("CPU", "EMU"), on_devices(Ops.CAST, [x], [fr], to)):
-    np.testing.assert_array_equal(got, want, err_msg=f"{fr} -> {to} on {device} of {x}")
+  wants = [np.array([folded(Ops.CAST, to, float(v), fr=fr) for v in x], to.np) for to in INTS]
+  casts = [lambda v, to=to: v.cast(like(to, v)) for to in INTS]
+  for device, gots in on_devices(casts, [x], [fr], INTS).items():
+    for to, got, want in zip(INTS, gots, wants):
+      np.testing.assert_array_equal(got, want, err_msg=f"{fr} -> {to} on {device} of {x}")
 
 def test_float_to_int_answers() -> None:
   def cast(v: float, to: DType) -> Any: return folded(Ops.CAST, to, v, fr=dtypes.float32)
@@ -77,17 +98,20 @@ def test_float_to_int_answers() -> None:
   assert [cast(v, dtypes.uint8) for v in (300.0, -1.0, 1e10)] == [44, 255, 255]  # via int32, then wrapped
   assert [cast(v, dtypes.uint32) for v in (-1.0, 5e9)] == [2**32 - 1, int(np.float32(5e9)) % 2**32]  # via int64
 
-@pytest.mark.parametrize("op", [Ops.MAX, Ops.CMPLT, Ops.CMPNE])
+NAN_OPS = [Ops.MAX, Ops.CMPLT, Ops.CMPNE]
+
 @pytest.mark.parametrize("dt", FLOATS, ids=str)
-def test_nan_agrees(op: Ops, dt: DType) -> None:
+def test_nan_agrees(dt: DType) -> None:
   vals = [math.nan, 1.0, -math.inf, math.inf, -0.0]
   cases = [(x, y) for x in vals for y in vals]
   a, b = (np.array([c[i] for c in cases], dt.np) for i in (0, 1))
-  out_dt = dt if op is Ops.MAX else dtypes.bool
-  want = np.array([folded(op, dt, float(x), float(y)) for x, y in zip(a, b)], out_dt.np)
-  if op is Ops.MAX: assert np.isnan(want).sum() == 9  # NaN in either operand
-  for device, got in zip(("CPU", "EMU"), on_devices(op, [a, b], [dt, dt], out_dt)):
-    np.testing.assert_array_equal(got, want, err_msg=f"{op} {dt} on {device}")
+  out_dts = [dt if op is Ops.MAX else dtypes.bool for op in NAN_OPS]
+  wants = [np.array([folded(op, dt, float(x), float(y)) for x, y in zip(a, b)], o.np)
+           for op, o in zip(NAN_OPS, out_dts)]
+  assert np.isnan(wants[0]).sum() == 9  # MAX is NaN when either operand is
+  for device, gots in on_devices([alu(op, o) for op, o in zip(NAN_OPS, out_dts)], [a, b], [dt, dt], out_dts).items():
+    for op, got, want in zip(NAN_OPS, gots, wants):
+      np.testing.assert_array_equal(got, want, err_msg=f"{op} {dt} on {device}")
 
 def test_minimum_propagates_nan() -> None:
   x = UOp.const(dtypes.float32, 1.0)

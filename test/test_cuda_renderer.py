@@ -1,6 +1,6 @@
-"""The CUDA renderer through the real pipeline (schedule -> Kernel + opts -> lower -> linearize -> render), every kernel
-compiled by nvcc for sm_80 and sm_90; the compiler module; the CUDA device's error without pycuda. (The values these
-kernels compute are checked by running the same source on DEV=CUDACPU.)"""
+"""The CUDA renderer through the real pipeline (schedule -> Kernel + opts -> get_program: lower, linearize, ALU
+semantics, render), every kernel compiled by nvcc for sm_80 and sm_90; the compiler module; the CUDA device's error
+without pycuda. (The values these kernels compute are checked by running the same source on DEV=CUDACPU.)"""
 from __future__ import annotations
 
 import importlib.util
@@ -13,8 +13,7 @@ import pytest
 from lazytensor import Context, Tensor, dtypes
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, OptOps
-from lazytensor.codegen.linearize import linearize
-from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.program import get_program
 from lazytensor.codegen.renderer.cstyle import known_multiple
 from lazytensor.codegen.renderer.cuda import CUDARenderer
 from lazytensor.device import Device, _compile_memo
@@ -51,7 +50,7 @@ def kernels(out: Tensor, opts: list[Opt] | None = None) -> list[tuple[Kernel, st
       for o in opts: k.apply_opt(o)
     else: k = hand_coded_optimizations(k)
     name = to_function_name(k.name)
-    out_ks.append((k, R.render(name, linearize(lower_kernel(k)))))
+    out_ks.append((k, get_program(k, name).source))
   return out_ks
 
 def compile_all(srcs: list[str]) -> None:
