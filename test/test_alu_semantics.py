@@ -15,13 +15,13 @@ from test_llvm_renderer import run as run_cpu
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.program import launch_dims
 from lazytensor.device import Device
-from lazytensor.dtype import DType, dtypes, truncate
+from lazytensor.dtype import DType, dtypes, from_storage, to_storage, truncate
 from lazytensor.runtime.ops_cpu import CPUMemory
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 from lazytensor.uop.symbolic import symbolic
 
 INTS = [dt for dt in dtypes.all() if dt.is_int]
-FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
+FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
 def int_cases(dt: DType) -> list[tuple[int, int]]:
   lo, hi, width = int(dt.min()), int(dt.max()), 8 * dt.itemsize
@@ -85,8 +85,8 @@ FLOAT_SPECIALS = [math.nan, math.inf, -math.inf, 1e20, -1e20, 3e9, -3e9, 70000.0
 
 @pytest.mark.parametrize("fr", FLOATS, ids=str)
 def test_float_to_int_agrees(fr: DType) -> None:
-  with np.errstate(over="ignore"): x = np.array(FLOAT_SPECIALS, fr.np)
-  wants = [np.array([folded(Ops.CAST, to, float(v), fr=fr) for v in x], to.np) for to in INTS]
+  with np.errstate(over="ignore"): x = to_storage(np.array(FLOAT_SPECIALS), fr)  # rounded to fr: 1e20 is inf in f16
+  wants = [np.array([folded(Ops.CAST, to, float(v), fr=fr) for v in from_storage(x, fr)], to.np) for to in INTS]
   casts = [lambda v, to=to: v.cast(like(to, v)) for to in INTS]
   for device, gots in on_devices(casts, [x], [fr], INTS).items():
     for to, got, want in zip(INTS, gots, wants):
@@ -104,14 +104,15 @@ NAN_OPS = [Ops.MAX, Ops.CMPLT, Ops.CMPNE]
 def test_nan_agrees(dt: DType) -> None:
   vals = [math.nan, 1.0, -math.inf, math.inf, -0.0]
   cases = [(x, y) for x in vals for y in vals]
-  a, b = (np.array([c[i] for c in cases], dt.np) for i in (0, 1))
+  a, b = (from_storage(to_storage(np.array([c[i] for c in cases]), dt), dt) for i in (0, 1))  # values of dt
   out_dts = [dt if op is Ops.MAX else dtypes.bool for op in NAN_OPS]
-  wants = [np.array([folded(op, dt, float(x), float(y)) for x, y in zip(a, b)], o.np)
-           for op, o in zip(NAN_OPS, out_dts)]
+  wants = [np.array([folded(op, dt, float(x), float(y)) for x, y in zip(a, b)]) for op in NAN_OPS]
   assert np.isnan(wants[0]).sum() == 9  # MAX is NaN when either operand is
-  for device, gots in on_devices([alu(op, o) for op, o in zip(NAN_OPS, out_dts)], [a, b], [dt, dt], out_dts).items():
-    for op, got, want in zip(NAN_OPS, gots, wants):
-      np.testing.assert_array_equal(got, want, err_msg=f"{op} {dt} on {device}")
+  ops = [alu(op, o) for op, o in zip(NAN_OPS, out_dts)]
+  for device, gots in on_devices(ops, [to_storage(a, dt), to_storage(b, dt)], [dt, dt], out_dts).items():
+    for op, o, got, want in zip(NAN_OPS, out_dts, gots, wants):
+      np.testing.assert_array_equal(from_storage(got, o), want.astype(from_storage(got, o).dtype),
+                                    err_msg=f"{op} {dt} on {device}")
 
 def test_minimum_propagates_nan() -> None:
   x = UOp.const(dtypes.float32, 1.0)

@@ -61,12 +61,11 @@ def compile_all(srcs: list[str]) -> None:
 
 def t(*shape: int, dtype: DType = dtypes.float32) -> Tensor:
   if dtype.is_bool: return Tensor(rng.random(shape) < 0.5, device="EMU")
-  if dtype.is_int:
-    return Tensor(rng.integers(0 if dtype.is_unsigned else -50, 50, shape).astype(dtype.np), device="EMU")
-  return Tensor(rng.standard_normal(shape).astype(dtype.np), device="EMU")
+  if dtype.is_int: return Tensor(rng.integers(0 if dtype.is_unsigned else -50, 50, shape), device="EMU", dtype=dtype)
+  return Tensor(rng.standard_normal(shape), device="EMU", dtype=dtype)
 
 ALL = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-       dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64]
+       dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
 def _chain(dt: DType) -> Tensor:
   a, b = t(16, 64, dtype=dt), t(16, 64, dtype=dt)
@@ -82,6 +81,7 @@ def test_elementwise_chain_every_dtype(dt: DType) -> None:
   compile_all([src for _, src in ks])
   if dt == dtypes.float16: assert "#include <cuda_fp16.h>" in ks[-1][1] and "__half2float" in ks[-1][1]
   else: assert "cuda_fp16.h" not in ks[-1][1]
+  assert ("#include <cuda_bf16.h>" in ks[-1][1]) == (dt == dtypes.bfloat16)
 
 REDUCES: dict[str, tuple[Callable[[], Tensor], list[Opt]]] = {
   "sum_group": (lambda: t(8, 1024).sum(1), [Opt(OptOps.UNROLL, 1, 4), Opt(OptOps.GROUP, 1, 64)]),
@@ -119,8 +119,9 @@ def test_half_matmul_on_tensor_cores() -> None:
   compile_all([src])
 
 def test_tf32_tensor_cores_only_with_the_knob() -> None:
-  with Context(TF32=0): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32"]
-  with Context(TF32=1): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
+  with Context(TF32=0): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32"]
+  with Context(TF32=1):
+    assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32", "m16n8k8_tf32_f32"]
 
 @needs_nvcc
 def test_tf32_matmul_on_tensor_cores_with_the_knob() -> None:
@@ -129,17 +130,11 @@ def test_tf32_matmul_on_tensor_cores_with_the_knob() -> None:
   compile_all([src])
 
 @needs_nvcc
-def test_bfloat16_mma_wrapper_compiles() -> None:
-  # lazytensor has no bfloat16 dtype yet: the program is built by hand, with a DType of that name
-  bf16 = DType("bfloat16", 2, "f", "e")
-  a_buf, b_buf, out = (UOp(Ops.DEFINE_GLOBAL, d.ptr(), (), i) for i, d in ((1, bf16), (2, bf16), (0, dtypes.float32)))
-  lane = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", 32))
-  def frag(buf: UOp, n: int) -> UOp:
-    return UOp(Ops.VECTORIZE, bf16.vec(n), tuple(UOp(Ops.LOAD, bf16, (buf, lane * n + i)) for i in range(n)))
-  mma = UOp(Ops.WMMA, dtypes.float32.vec(4), (frag(a_buf, 8), frag(b_buf, 4), UOp.const(dtypes.float32.vec(4), 0.0)),
-            "m16n8k16_bf16_f32")
-  src = R.render("mma", list(UOp(Ops.STORE, dtypes.void, (out, lane * 4, mma)).toposort))
+def test_bfloat16_matmul_on_tensor_cores() -> None:
+  [(k, src)] = kernels(t(64, 32, dtype=dtypes.bfloat16) @ t(32, 48, dtype=dtypes.bfloat16))
+  assert k.tensor_core is not None and k.tensor_core.tc.name == "m16n8k16_bf16_f32"  # the heuristics pick bf16 TC
   assert "#include <cuda_bf16.h>" in src and "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
+  assert "lt_mma_m16n8k16_bf16_f32(" in src and "lt_mma_m16n8k16_f16_f32" not in src
   compile_all([src])
 
 @needs_nvcc

@@ -8,11 +8,14 @@ The framework's answers (and `uop.ops.exec_alu`/`exec_cast`, which fold constant
   * float -> int truncates toward zero; NaN -> 0; values out of range saturate to `float_to_int_via(target)` (int32
     for narrow targets, int64 for uint32) and then wrap to the target;
   * MAX of floats is NaN when either operand is (MIN is -MAX(-a, -b), so it is too); CMPLT with a NaN is false and
-    CMPNE with a NaN true, as IEEE's ordered < and unordered != are in every target language.
+    CMPNE with a NaN true, as IEEE's ordered < and unordered != are in every target language;
+  * bfloat16 arithmetic is float32 arithmetic rounded to bfloat16 (nearest even) after every op, and a conversion
+    between bfloat16 and anything but float32 goes through float32 (as CUDA's __float2bfloat16 after a C cast does).
 
 After `alu_semantics`, every IDIV/MOD divisor is never 0 (nor -1 for signed types), every shift amount lies in
-[0, width), every float -> int CAST has its input in range, and no float MAX is left: a renderer (LLVM, CUDA, EMU)
-emits plain division, shifts, conversions and compare-and-select. Where the bounds prove an operand safe (a constant
+[0, width), every float -> int CAST has its input in range, no float MAX is left, and bfloat16 values are only loaded,
+stored, selected (WHERE) and converted from and to float32: a renderer (LLVM, CUDA, EMU) emits plain division, shifts,
+conversions and compare-and-select, and needs no bfloat16 arithmetic. Where the bounds prove an operand safe (a constant
 divisor, as in all index math) nothing is added, so index math stays as fast as before.
 """
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, float_to_int_via
-from lazytensor.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 INT_DTYPES = tuple(dt for dt in dtypes.all() if dt.is_int)
 FLOAT_DTYPES = tuple(dt for dt in dtypes.all() if dt.is_float)
@@ -92,6 +95,21 @@ def _float_to_int(c: UOp, x: UOp) -> UOp | None:
   v = _inside(x, wide).where(_safe_float(x, wide).cast(wide), out_of_range)
   return v.cast(c.dtype)
 
+# ---- bfloat16: computed in float32 ----
+
+BF16, F32 = dtypes.bfloat16, dtypes.float32
+
+def _bf16_math(u: UOp) -> UOp | None:
+  if u.op is Ops.WHERE or not any(s.dtype.scalar() == BF16 for s in u.src): return None  # a select needs no math
+  wide = tuple(s.cast(F32.vec(s.dtype.count)) if s.dtype.scalar() == BF16 else s for s in u.src)
+  out = u.replace(dtype=F32.vec(u.dtype.count) if u.dtype.scalar() == BF16 else u.dtype, src=wide)
+  return out.cast(u.dtype) if u.dtype.scalar() == BF16 else out
+
+def _bf16_cast(c: UOp, x: UOp) -> UOp | None:
+  other = x.dtype if c.dtype.scalar() == BF16 else c.dtype
+  if other.scalar() in (F32, BF16): return None  # float32 <-> bfloat16 is the one conversion renderers write
+  return x.cast(F32.vec(c.dtype.count)).cast(c.dtype)
+
 # ---- max ----
 
 def _fmax(m: UOp, a: UOp, b: UOp) -> UOp:
@@ -99,6 +117,10 @@ def _fmax(m: UOp, a: UOp, b: UOp) -> UOp:
   return (a.lt(b) | b.ne(b)).where(b, a)
 
 pm_alu_semantics: PatternMatcher[UOp] = PatternMatcher([
+  # first, so that the float32 ops they make get the rules below
+  (UPat(GroupOp.ALU, name="u"), _bf16_math),
+  (UPat(Ops.CAST, BF16, (UPat.var("x"),), name="c"), _bf16_cast),
+  (UPat(Ops.CAST, src=(UPat.var("x", BF16),), name="c"), _bf16_cast),
   (UPat(Ops.IDIV, INT_DTYPES, (UPat.var("a"), UPat.var("b")), name="d"), _idiv),
   (UPat(Ops.MOD, INT_DTYPES, (UPat.var("a"), UPat.var("b")), name="d"), _mod),
   (UPat((Ops.SHL, Ops.SHR), INT_DTYPES, (UPat.var("a"), UPat.var("b")), name="s"), _shift),

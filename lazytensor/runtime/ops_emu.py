@@ -28,7 +28,7 @@ import numpy as np
 from lazytensor.codegen.renderer import NVIDIA_TENSOR_CORES, Fragment, TensorCore
 from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
 from lazytensor.device import Allocator, Compiled, Compiler
-from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.dtype import DType, PtrDType, dtypes, from_storage, to_storage
 from lazytensor.helpers import prod
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
@@ -162,9 +162,10 @@ def _float_to_int(x: Any, to: DType) -> Any:
   return f.astype(to.np)
 
 def _cast(x: Any, fr: DType, to: DType) -> Any:
+  x = from_storage(x, fr)  # bfloat16 bits -> float32 values
   if to.is_bool: return np.not_equal(x, 0)
   if fr.is_float and to.is_int: return _float_to_int(x, to.scalar())
-  return np.asarray(x).astype(to.np)
+  return to_storage(np.asarray(x), to)
 
 def _bitcast(x: Any, fr: DType, to: DType) -> Any:
   lead = np.shape(x)[:-1] if fr.count > 1 else np.shape(x)
@@ -196,9 +197,10 @@ def _round_tf32(x: np.ndarray) -> np.ndarray:
   return np.where(np.isfinite(x), rounded, x)
 
 def wmma(tc: TensorCore, a: Any, b: Any, c: Any, n: int) -> np.ndarray:
-  """D = A @ B + C for every warp of n lanes: products of the inputs (f16, or f32 rounded to tf32) are exact in
+  """D = A @ B + C for every warp of n lanes: products of the inputs (f16, bf16, or f32 rounded to tf32) are exact in
   float32, accumulated in float32."""
   m, nn, k = tc.dims
+  a, b = from_storage(a, tc.dtype_in), from_storage(b, tc.dtype_in)
   fa, fb = _unfragment(a, tc.a, (m, k), n), _unfragment(b, tc.b, (k, nn), n)
   if tc.dtype_in == dtypes.float32: fa, fb = _round_tf32(fa), _round_tf32(fb)
   d = np.matmul(fa, fb) + _unfragment(c, tc.c, (m, nn), n)
@@ -403,7 +405,8 @@ class Executable:
 # ---- one builder an op: returns the op's step, or None for a value known before it runs ----
 
 def _const(ex: Executable, i: int, u: UOp) -> None:
-  value = u.dtype.scalar().np.type(u.arg)
+  dt = u.dtype.scalar()
+  value = to_storage(np.array(u.arg), dt)[()] if dt == dtypes.bfloat16 else dt.np.type(u.arg)
   ex.init[i] = np.full(u.dtype.count, value) if u.dtype.count > 1 else value
 
 def _define_global(ex: Executable, i: int, u: UOp) -> None: ex.globals.append((i, u.arg, _mem_np(u.dtype)))

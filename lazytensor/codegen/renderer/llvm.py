@@ -14,12 +14,13 @@ import numpy as np
 
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.codegen.transcendental import pm_fast_math
-from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
 from lazytensor.helpers import FASTMATH
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 _SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",
-           "int64": "i64", "uint64": "i64", "float16": "half", "float32": "float", "float64": "double"}
+           "int64": "i64", "uint64": "i64", "float16": "half", "float32": "float", "float64": "double",
+           "bfloat16": "i16"}  # bfloat16 as its bits: codegen/alu.py leaves only loads, stores, selects and f32 casts
 _SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}  # float types in intrinsic names (ints spell themselves)
 
 def ltype(dt: DType) -> str:
@@ -40,6 +41,9 @@ def lconst(dt: DType, v: Any) -> str:
   (decimal text would have to be exact in the type, and inf/nan have no decimal form)."""
   if dt.is_bool: return "true" if v else "false"
   if dt.is_int: return str(int(v))
+  if dt.scalar() == dtypes.bfloat16:
+    bits = int(to_storage(np.array(float(v)), dtypes.bfloat16))
+    return str(bits - (1 << 16) if bits >= 1 << 15 else bits)  # an i16 literal is signed
   with np.errstate(over="ignore"): exact = float(np.array(v, dtype=dt.scalar().np))
   return f"0x{struct.unpack('<Q', struct.pack('<d', exact))[0]:016X}"
 
@@ -105,8 +109,31 @@ def _double_to_half(f: _Function, fr: DType, to: DType, x: str) -> str:
   odd = f.emit(f"bitcast {it} {f.emit(f'or {it} {toward_zero}, {inexact}')} to {fl}")
   return f.emit(f"fptrunc {fl} {odd} to {ltype(to)}")
 
+def _bf16_to_float(f: _Function, fr: DType, to: DType, x: str) -> str:
+  # exact: a bfloat16 is the top half of the float32 of the same value
+  assert to.scalar() == dtypes.float32, f"bfloat16 -> {to} must go through float32 (codegen/alu.py)"
+  it = ltype(dtypes.uint32.vec(fr.count))
+  wide = f.emit(f"shl {it} {f.emit(f'zext {ltype(fr)} {x} to {it}')}, {lconst_vec(dtypes.uint32.vec(fr.count), 16)}")
+  return f.emit(f"bitcast {it} {wide} to {ltype(to)}")
+
+def _float_to_bf16(f: _Function, fr: DType, to: DType, x: str) -> str:
+  # round to nearest even on the 16 bits dropped (as __float2bfloat16); a NaN keeps its top bits, made quiet
+  assert fr.scalar() == dtypes.float32, f"{fr} -> bfloat16 must go through float32 (codegen/alu.py)"
+  u32 = dtypes.uint32.vec(fr.count)
+  it, ct = ltype(u32), ltype(dtypes.bool.vec(fr.count))
+  def k(v: int) -> str: return lconst_vec(u32, v)
+  bits = f.emit(f"bitcast {ltype(fr)} {x} to {it}")
+  top = f.emit(f"lshr {it} {bits}, {k(16)}")
+  biased = f.emit(f"add {it} {f.emit(f'add {it} {bits}, {k(0x7FFF)}')}, {f.emit(f'and {it} {top}, {k(1)}')}")
+  rounded = f.emit(f"lshr {it} {biased}, {k(16)}")
+  quiet = f.emit(f"or {it} {top}, {k(0x40)}")
+  nan = f.emit(f"fcmp uno {ltype(fr)} {x}, {x}")
+  return f.emit(f"trunc {it} {f.emit(f'select {ct} {nan}, {it} {quiet}, {it} {rounded}')} to {ltype(to)}")
+
 def _cast(f: _Function, fr: DType, to: DType, x: str) -> str:
   ft, tt = ltype(fr), ltype(to)
+  if fr.scalar() == dtypes.bfloat16: return _bf16_to_float(f, fr, to, x)
+  if to.scalar() == dtypes.bfloat16: return _float_to_bf16(f, fr, to, x)
   if to.is_bool: return f.emit(f"{'fcmp une' if fr.is_float else 'icmp ne'} {ft} {x}, zeroinitializer")
   if fr.scalar() == dtypes.float64 and to.scalar() == dtypes.float16: return _double_to_half(f, fr, to, x)
   if fr.is_float and to.is_float: op = "fpext" if to.itemsize > fr.itemsize else "fptrunc"
