@@ -128,6 +128,12 @@ pm_alu_semantics: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.MAX, FLOAT_DTYPES, (UPat.var("a"), UPat.var("b")), name="m"), _fmax),
 ])
 
+_REWRITTEN_OPS = {Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR, Ops.CAST, Ops.MAX}
+
+def _may_change(u: UOp) -> bool:
+  """Whether a rule of pm_alu_semantics can apply to u (its sources are done): skips the walk for most of a kernel."""
+  return u.op in _REWRITTEN_OPS or (u.op in GroupOp.ALU and any(s.dtype.scalar() == BF16 for s in u.src))
+
 def alu_semantics(uops: list[UOp]) -> list[UOp]:
   """The linear program with `pm_alu_semantics` applied: each op rewritten in place, the nodes a rewrite adds placed
   just before the op (inside the same loops), and every later op rebuilt on the rewritten ones."""
@@ -135,7 +141,7 @@ def alu_semantics(uops: list[UOp]) -> list[UOp]:
   out: dict[UOp, None] = {}
   for u in uops:
     new = u.replace(src=tuple(done.get(s, s) for s in u.src)) if any(s in done for s in u.src) else u
-    new = graph_rewrite(new, pm_alu_semantics)
+    if _may_change(new): new = graph_rewrite(new, pm_alu_semantics)
     _emit_new(new, out)
     if new is not u: done[u] = new
   return list(out)
