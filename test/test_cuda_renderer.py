@@ -1,6 +1,6 @@
-"""The CUDA renderer through the real pipeline (schedule -> Kernel + opts -> lower -> linearize -> render), every kernel
-compiled by nvcc for sm_80 and sm_90; the compiler module; the CUDA device's error without pycuda. (The values these
-kernels compute are checked by running the same source on DEV=CUDACPU.)"""
+"""The CUDA renderer through the real pipeline (schedule -> Kernel + opts -> get_program: lower, linearize, ALU
+semantics, render), every kernel compiled by nvcc for sm_80 and sm_90 and run on DEV=CUDACPU (the same source) against
+the CPU backend; the compiler module; the CUDA device's errors without pycuda."""
 from __future__ import annotations
 
 import importlib.util
@@ -16,12 +16,11 @@ import pytest
 from lazytensor import Context, Tensor, dtypes
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, OptOps
-from lazytensor.codegen.linearize import linearize
-from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.program import get_program
 from lazytensor.codegen.renderer.cstyle import known_multiple
 from lazytensor.codegen.renderer.cuda import CUDARenderer
 from lazytensor.device import Device, _compile_memo, compile_stats
-from lazytensor.dtype import DType
+from lazytensor.dtype import DType, from_storage
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.helpers import to_function_name
@@ -50,10 +49,9 @@ def maker(device: str) -> Maker:
   """Tensors on `device` with the same contents on every device (each maker draws the same sequence)."""
   rng = np.random.default_rng(0)
   def make(*shape: int, dtype: DType = dtypes.float32) -> Tensor:
-    if dtype.is_bool: x = rng.random(shape) < 0.5
-    elif dtype.is_int: x = rng.integers(0 if dtype.is_unsigned else -50, 50, shape).astype(dtype.np)
-    else: x = rng.standard_normal(shape).astype(dtype.np)
-    return Tensor(x, device=device)
+    if dtype.is_bool: return Tensor(rng.random(shape) < 0.5, device=device)
+    if dtype.is_int: return Tensor(rng.integers(0 if dtype.is_unsigned else -50, 50, shape), device=device, dtype=dtype)
+    return Tensor(rng.standard_normal(shape), device=device, dtype=dtype)
   return make
 
 def kernels(build: Build, opts: list[Opt] | None = None) -> list[tuple[Kernel, str]]:
@@ -68,7 +66,7 @@ def kernels(build: Build, opts: list[Opt] | None = None) -> list[tuple[Kernel, s
       for o in opts: k.apply_opt(o)
     else: k = hand_coded_optimizations(k)
     name = to_function_name(k.name)
-    out_ks.append((k, R.render(name, linearize(lower_kernel(k)))))
+    out_ks.append((k, get_program(k, name).source))
   return out_ks
 
 def compile_all(srcs: list[str]) -> None:
@@ -81,7 +79,8 @@ def run_cudacpu(build: Build, opts: list[Opt] | None) -> np.ndarray:
   items, _ = create_schedule([build(maker("CUDACPU")).lazydata])
   run_schedule(items[:-1])
   compile_kernel(items[-1].ast, Device["CUDACPU"], opts)(items[-1].bufs)
-  return items[-1].bufs[0].numpy()
+  out = items[-1].bufs[0]
+  return from_storage(out.numpy(), out.dtype)
 
 def check(build: Build, opts: list[Opt] | None = None, tol: float = 1e-5) -> list[tuple[Kernel, str]]:
   """The kernels' sources; each kernel compiled by nvcc for sm_80 and sm_90 and, where g++ is, run on CUDACPU (the
@@ -96,7 +95,7 @@ def check(build: Build, opts: list[Opt] | None = None, tol: float = 1e-5) -> lis
   return ks
 
 ALL = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-       dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64]
+       dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
 def _chain(dt: DType) -> Build:
   def build(m: Maker) -> Tensor:
@@ -110,9 +109,10 @@ def _chain(dt: DType) -> Build:
 @needs_nvcc
 @pytest.mark.parametrize("dt", ALL, ids=str)
 def test_elementwise_chain_every_dtype(dt: DType) -> None:
-  ks = check(_chain(dt), tol=1e-2 if dt == dtypes.float16 else 1e-5)
+  ks = check(_chain(dt), tol=1e-2 if dt.itemsize == 2 and dt.is_float else 1e-5)
   if dt == dtypes.float16: assert "#include <cuda_fp16.h>" in ks[-1][1] and "__half2float" in ks[-1][1]
   else: assert "cuda_fp16.h" not in ks[-1][1]
+  assert ("#include <cuda_bf16.h>" in ks[-1][1]) == (dt == dtypes.bfloat16)
 
 REDUCES: dict[str, tuple[Build, list[Opt]]] = {
   "sum_group": (lambda m: m(8, 1024).sum(1), [Opt(OptOps.UNROLL, 1, 4), Opt(OptOps.GROUP, 1, 64)]),
@@ -154,8 +154,9 @@ def test_half_conv_on_tensor_cores() -> None:
   assert k.tensor_core is not None and "lt_mma_m16n8k16_f16_f32(" in src
 
 def test_tf32_tensor_cores_only_with_the_knob() -> None:
-  with Context(TF32=0): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32"]
-  with Context(TF32=1): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
+  with Context(TF32=0): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32"]
+  with Context(TF32=1):
+    assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32", "m16n8k8_tf32_f32"]
 
 @needs_nvcc
 def test_tf32_matmul_on_tensor_cores_with_the_knob() -> None:
@@ -164,18 +165,11 @@ def test_tf32_matmul_on_tensor_cores_with_the_knob() -> None:
   assert k.tensor_core is not None and "cvt.rna.tf32.f32" in src and ".m16n8k8.row.col.f32.tf32.tf32.f32" in src
 
 @needs_nvcc
-def test_bfloat16_mma_wrapper_compiles() -> None:
-  # lazytensor has no bfloat16 dtype yet: the program is built by hand, with a DType of that name
-  bf16 = DType("bfloat16", 2, "f", "e")
-  a_buf, b_buf, out = (UOp(Ops.DEFINE_GLOBAL, d.ptr(), (), i) for i, d in ((1, bf16), (2, bf16), (0, dtypes.float32)))
-  lane = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", 32))
-  def frag(buf: UOp, n: int) -> UOp:
-    return UOp(Ops.VECTORIZE, bf16.vec(n), tuple(UOp(Ops.LOAD, bf16, (buf, lane * n + i)) for i in range(n)))
-  mma = UOp(Ops.WMMA, dtypes.float32.vec(4), (frag(a_buf, 8), frag(b_buf, 4), UOp.const(dtypes.float32.vec(4), 0.0)),
-            "m16n8k16_bf16_f32")
-  src = R.render("mma", list(UOp(Ops.STORE, dtypes.void, (out, lane * 4, mma)).toposort))
+def test_bfloat16_matmul_on_tensor_cores() -> None:
+  [(k, src)] = check(lambda m: m(64, 32, dtype=dtypes.bfloat16) @ m(32, 48, dtype=dtypes.bfloat16), tol=1e-1)
+  assert k.tensor_core is not None and k.tensor_core.tc.name == "m16n8k16_bf16_f32"  # the heuristics pick bf16 TC
   assert "#include <cuda_bf16.h>" in src and "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
-  compile_all([src])
+  assert "lt_mma_m16n8k16_bf16_f32(" in src and "lt_mma_m16n8k16_f16_f32" not in src
 
 OTHERS: dict[str, Build] = {
   "conv": lambda m: m(2, 3, 12, 12).conv2d(m(8, 3, 3, 3), padding=1),

@@ -177,12 +177,12 @@ def test_tf32_tensor_core_only_when_allowed(monkeypatch) -> None:
   # a float32 matmul runs on the m16n8k8 tf32 tensor core only where the renderer allows tf32 (torch's allow_tf32)
   item = _last_item("matmul", "EMU")
   emu = Device["EMU"].renderer
-  with pytest.raises(KernelOptError, match="one of 1 tensor cores"): Kernel(item.ast, emu).apply_opt(Opt(OptOps.TC, 1))
+  with pytest.raises(KernelOptError, match="one of 2 tensor cores"): Kernel(item.ast, emu).apply_opt(Opt(OptOps.TC, 2))
   monkeypatch.setattr(emu, "tf32", True)
-  assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
-  assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 1, 0)]
+  assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32", "m16n8k8_tf32_f32"]
+  assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 2, 0)]
   ref = _run(item, "EMU", [])
-  got = _run(item, "EMU", [Opt(OptOps.TC, 1, 0)])
+  got = _run(item, "EMU", [Opt(OptOps.TC, 2, 0)])
   np.testing.assert_allclose(got, ref, rtol=3e-3, atol=3e-3)  # inputs rounded to 10 mantissa bits
   assert not np.array_equal(got, ref)
 
