@@ -15,7 +15,7 @@ import pytest
 
 from lazytensor import Context, Tensor, dtypes
 from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import Kernel, Opt, OptOps
+from lazytensor.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from lazytensor.codegen.program import get_program
 from lazytensor.codegen.renderer.cstyle import known_multiple
 from lazytensor.codegen.renderer.cuda import CUDARenderer
@@ -228,6 +228,16 @@ def test_limits_are_clear_errors() -> None:
     R.render("k", [UOp(Ops.SPECIAL, dtypes.int32, (), ("gidx1", 70000))])
   with pytest.raises(NotImplementedError, match="no launch id 'core'"):
     R.render("k", [UOp(Ops.SPECIAL, dtypes.int32, (), ("core", 4))])
+
+def test_group_past_the_shared_memory_is_an_illegal_opt() -> None:
+  # 1024 threads x 16 upcast rows x 4 bytes of partial sums: 64 KiB, over the 48 KiB a block may declare
+  (item,) = create_schedule([Tensor.empty(64, 4096, device="EMU").sum(1).lazydata])[0]
+  k = Kernel(item.ast, R)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 16))
+  with pytest.raises(KernelOptError, match="65536 bytes of shared memory; a block has at most 49152"):
+    k.apply_opt(Opt(OptOps.GROUP, 1, 1024))
+  k.apply_opt(Opt(OptOps.GROUP, 1, 512))
+  assert k.shared_bytes() == 512 * 16 * 4 and "__shared__ alignas(16) float temp" in get_program(k, "k").source
 
 # ---- the compiler ----
 

@@ -206,12 +206,22 @@ class Kernel:
     return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
   def local_size(self) -> int:
     return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+  def shared_bytes(self) -> int:
+    """Shared memory a block needs: with a GROUP axis, each reduce keeps a partial result per thread and upcast lane
+    (the lowerer's `_group`)."""
+    if not self.axes_of(AxisKind.GROUP): return 0
+    lanes = prod(s for s, k in zip(self.full_shape, self.kinds) if k is AxisKind.UPCAST)
+    reduces = [u for u in self.ast.toposort if u.op is Ops.REDUCE_AXIS]
+    return sum(self.local_size() * lanes * r.dtype.itemsize for r in reduces)
 
   def apply_opt(self, opt: Opt) -> None:
     """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
     saved = (self.full_shape, list(self.kinds), list(self.sts), dict(self.padded), self.tensor_core,
              self.dont_use_locals)
-    try: self._apply_opt(opt)
+    try:
+      self._apply_opt(opt)
+      _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
+             f"a block has at most {self.renderer.shared_max}")
     except KernelOptError:
       self.full_shape, self.kinds, self.sts, self.padded, self.tensor_core, self.dont_use_locals = saved
       raise
