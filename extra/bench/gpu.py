@@ -124,7 +124,7 @@ def main() -> None:
   runs = 3 if args.quick else 10
   lt = _Lazy(Tensor, dev.name)
   for it in items(args.quick):
-    line = [f"{it.name:36s}"]
+    line = [f"{it.name:44s}"]
     base = lazytensor_time(lambda it=it: it.build(lt), 0, runs)
     line.append(f"BEAM=0 {it.work / base * 1e-9:9.1f} {it.unit}")
     if args.beam:
