@@ -169,26 +169,32 @@ GPU_BLOCK = 256
 # a reduce this long is split across the threads of a block even when there are many outputs: one thread summing a
 # row alone reads it with a stride between neighbouring threads (uncoalesced), and takes long to finish
 GPU_GROUP_REDUCE = 1024
-GPU_VECTOR = 4  # elements a thread loads at once along a contiguous axis: 16 bytes of float32 (ld.global.v4)
+GPU_VECTOR_BYTES = 16  # what a thread loads at once along a contiguous axis: ld.global.v4.b32 (4 floats, 8 halves)
 
 def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+
+def _gpu_vector_amt(k: Kernel) -> int:
+  """Elements a vector holds: GPU_VECTOR_BYTES of the kernel's widest element type (so that no access is wider), at
+  most the renderer's widest vector."""
+  widest = max(k.view_nodes[i].src[0].dtype.itemsize for i in _buffers(k))
+  return max((w for w in k.renderer.vector_widths if w * widest <= GPU_VECTOR_BYTES), default=1)
 
 def _gpu_group(k: Kernel) -> bool:
   """Split the last reduce axis across a block's threads: a vector per thread when the axis is contiguous, then the
   threads interleaved (GROUP takes the inner part), so that neighbouring threads read neighbouring vectors."""
   last = k.axes_of(AxisKind.REDUCE)[-1]
   if prod(k.output_shape()) > 2048 and k.full_shape[last] < GPU_GROUP_REDUCE: return False
-  contiguous = any(_stride(k, i, last) == 1 for i in _loads(k))
-  if contiguous and k.full_shape[last] % (GPU_VECTOR * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, GPU_VECTOR))
+  contiguous, vec = any(_stride(k, i, last) == 1 for i in _loads(k)), _gpu_vector_amt(k)
+  if contiguous and vec > 1 and k.full_shape[last] % (vec * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, vec))
   amt = _largest_divisor(k.full_shape[last], (GPU_BLOCK, 128, 64, 32, 16))
   return amt is not None and _try(k, Opt(OptOps.GROUP if contiguous else OptOps.GROUPTOP, last, amt))
 
 def _gpu_vector(k: Kernel) -> None:
   """Vectors along the axis the output is contiguous along, if every input is contiguous or broadcast there (else a
   vector would be gathered lane by lane)."""
-  axis = _output_contiguous_axis(k)
-  if axis is None or k.full_shape[axis] % GPU_VECTOR: return
-  if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, GPU_VECTOR))
+  axis, vec = _output_contiguous_axis(k), _gpu_vector_amt(k)
+  if axis is None or vec < 2 or k.full_shape[axis] % vec: return
+  if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, vec))
 
 def _gpu(k: Kernel) -> None:
   r = k.renderer
