@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from lazytensor.codegen.kernel import AxisKind, Kernel, TensorCoreUse
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import prod
-from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite, identity_element
 from lazytensor.uop.symbolic import simplify, symbolic
 
 
@@ -228,7 +228,7 @@ def _add_terms(x: UOp) -> list[UOp]:
 def _scalar_view_value(node: UOp, idx: UOp, valid: UOp) -> UOp:
   always = valid.op is Ops.CONST and valid.arg is True
   if node.op is Ops.VALID: return valid
-  value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else idx
+  value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else idx.cast(node.dtype)
   return value if always else valid.where(value, UOp.const(node.dtype, 0))
 
 def _gated_load(buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
@@ -362,7 +362,31 @@ def lower_kernel(k: Kernel) -> UOp:
   if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
     sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
   if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
-  return graph_rewrite(sink, symbolic, name="symbolic")
+  sink = graph_rewrite(sink, symbolic, name="symbolic")
+  return graph_rewrite(sink, pm_index_as[index_dtype(sink)], name="index dtype")
+
+# ---- the width of index math ----
+
+def index_dtype(sink: UOp) -> DType:
+  """int32 when the bounds of every index value in the kernel (loop variables and their ends, launch ids, addresses,
+  validity terms and every step computing them) fit it, else int64.
+
+  Per kernel, not per expression: one width throughout means no casts between widths inside address math, and the
+  decision is one walk over bounds the symbolic rules already computed. Only kernels that index more than 2**31
+  elements (of a buffer, or of a loop) pay for int64; int32 stays wherever it fits, because it is cheaper where index
+  math is vectorized (twice the lanes per register: gathers, masks, iota values)."""
+  lo, hi = dtypes.int32.min(), dtypes.int32.max()
+  fits = all(lo <= u.vmin and u.vmax <= hi for u in sink.toposort if u.dtype.scalar() == dtypes.index)
+  return dtypes.int32 if fits else dtypes.int64
+
+def _pm_index_as(dt: DType) -> PatternMatcher[UOp]:
+  return PatternMatcher([
+    (UPat(dtype=dtypes.index, name="x"), lambda x: x.replace(dtype=dt.vec(x.dtype.count))),  # index -> dt
+    (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)),
+     lambda c, x: x if c.dtype == x.dtype else None),                                         # cast(x:T, T) -> x
+  ])
+
+pm_index_as = {dt: _pm_index_as(dt) for dt in (dtypes.int32, dtypes.int64)}
 
 def _add_gate(store: UOp, gate: UOp) -> UOp:
   if store.op is not Ops.STORE or store.src[0].op is Ops.DEFINE_LOCAL: return store

@@ -77,7 +77,7 @@ class Grid:
   @functools.cached_property
   def ids(self) -> dict[str, np.ndarray]:
     per_kind = (("gidx", self.block, self.global_size), ("lidx", self.lanes % self.threads, self.local_size))
-    return {f"{p}{i}": (base // prod(dims[:i]) % dims[i]).astype(np.int32) for p, base, dims in per_kind for i in _AXES}
+    return {f"{p}{i}": base // prod(dims[:i]) % dims[i] for p, base, dims in per_kind for i in _AXES}
 
   def who(self, lane: int) -> str:
     """A lane as the GPU names it: block (gidx0, gidx1, gidx2) thread (lidx0, lidx1, lidx2)."""
@@ -319,7 +319,7 @@ class Executable:
     self.init: list[Any] = [None] * len(uops)
     self.globals: list[tuple[int, int, np.dtype]] = []
     self.locals: list[tuple[int, UOp]] = []
-    self.specials: list[tuple[int, str]] = []
+    self.specials: list[tuple[int, str, np.dtype]] = []
     self.steps = self._blocks(uops)
     self._check_limits(uops)
 
@@ -377,7 +377,7 @@ class Executable:
       if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
       v[at] = bufs[k].view(mem_np)
     for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], self.grid.blocks)
-    for at, name in self.specials: v[at] = self.grid.ids[name]
+    for at, name, dt in self.specials: v[at] = self.grid.ids[name].astype(dt, copy=False)  # the kernel's index dtype
     L = Launch(self.name, self.grid, v)
     with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
       for step in self.steps: step(L)
@@ -390,7 +390,7 @@ def _const(ex: Executable, i: int, u: UOp) -> None:
 
 def _define_global(ex: Executable, i: int, u: UOp) -> None: ex.globals.append((i, u.arg, _mem_np(u.dtype)))
 def _define_local(ex: Executable, i: int, u: UOp) -> None: ex.locals.append((i, u))
-def _special(ex: Executable, i: int, u: UOp) -> None: ex.specials.append((i, u.arg[0]))
+def _special(ex: Executable, i: int, u: UOp) -> None: ex.specials.append((i, u.arg[0], u.dtype.np))
 
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
