@@ -21,6 +21,9 @@ class Allocator:
   def free(self, handle: Any, nbytes: int) -> None: pass
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, handle: Any) -> None: raise NotImplementedError
+  def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+    """Copy from another device's memory without a trip through the host, if this allocator can (GPU to GPU)."""
+    return False
 
 class Compiler:
   """Source -> binary. `cache_key` names everything besides the source that changes the binary."""

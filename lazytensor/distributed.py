@@ -73,14 +73,15 @@ def world_size() -> int:
   return 1 if comm is None else int(comm.Get_size())
 
 def _wait(request: Any, what: str) -> None:
-  """Wait for a nonblocking MPI call, raising when the other ranks do not join within DIST_TIMEOUT seconds."""
-  start = time.monotonic()
+  """Wait for a nonblocking MPI call, raising when the other ranks do not join within DIST_TIMEOUT seconds. It polls
+  without sleeping: MPI moves a nonblocking collective forward only inside MPI calls, and a 100 us sleep between polls
+  made a 16 MB all_reduce 3x slower."""
+  start, polls = time.monotonic(), 0
   while not request.Test():
-    waited = time.monotonic() - start
-    if waited > DIST_TIMEOUT.value:
+    polls += 1
+    if polls % 4096 == 0 and (waited := time.monotonic() - start) > DIST_TIMEOUT.value:
       raise TimeoutError(f"rank {rank()}: {what} waited {waited:.0f} s for the other ranks; every rank must call the "
                          "same collectives in the same order (DIST_TIMEOUT sets the limit)")
-    time.sleep(0 if waited < 1e-3 else 1e-4)  # spin briefly: most collectives complete within a millisecond
 
 def _host(t: Tensor) -> np.ndarray:
   arr = t.numpy()

@@ -87,7 +87,7 @@ NVCC_CHECK = ContextVar("NVCC_CHECK", False,
                         "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
 TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
-                  "torch's allow_tf32); off by default")
+                  "torch's allow_tf32); off by default", code=True)
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 

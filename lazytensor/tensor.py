@@ -287,7 +287,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     (<Tensor (3,) float32 on ..., unrealized>, <Tensor (2,) int32 on ..., const>)
     """
     base = self.lazydata.src[0].op if self.lazydata.op is Ops.VIEW else self.lazydata.op
-    state = {Ops.BUFFER: "realized", Ops.CONST: "const"}.get(base, "unrealized")
+    state = "realized" if self._is_buffer_view() else {Ops.CONST: "const"}.get(base, "unrealized")
     grad = ", requires_grad=True" if self._requires_grad else ""
     return f"<Tensor {self.shape} {self.dtype.name} on {self.device}, {state}{grad}>"
 

@@ -1,11 +1,21 @@
 """Run by test_distributed.py under `mpiexec -n 2`: every collective of lazytensor.distributed against numpy."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from lazytensor import Tensor
 from lazytensor import distributed as dist
 
+
+def only_rank_0_calls() -> None:
+  """Rank 0 calls a collective that rank 1 never joins: rank 0 must raise, not hang."""
+  dist.init()
+  if dist.rank() == 0:
+    try: dist.all_reduce(Tensor([1.0]))
+    except TimeoutError as e: print(f"rank 0: {e}", flush=True)
+  else: print("rank 1: skipped the collective", flush=True)
 
 def main() -> None:
   dist.init()
@@ -29,4 +39,4 @@ def main() -> None:
   print(f"rank {r} of {n}: ok", flush=True)
 
 if __name__ == "__main__":
-  main()
+  only_rank_0_calls() if sys.argv[1:] == ["timeout"] else main()

@@ -120,26 +120,28 @@ def test_half_matmul_on_tensor_cores() -> None:
   compile_all([src])
 
 def test_tf32_tensor_cores_only_with_the_knob() -> None:
-  with Context(TF32=0): assert [tc[0] for tc in R.tensor_cores] == ["m16n8k16"]
-  with Context(TF32=1): assert [tc[0] for tc in R.tensor_cores] == ["m16n8k16", "m16n8k8"]
+  with Context(TF32=0): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32"]
+  with Context(TF32=1): assert [tc.name for tc in R.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
 
 @needs_nvcc
-def test_bfloat16_and_tf32_mma_wrappers_compile() -> None:
-  # the lowerer builds m16n8k16 fragments only, and lazytensor has no bfloat16 dtype: these programs are built by hand
+def test_tf32_matmul_on_tensor_cores_with_the_knob() -> None:
+  with Context(TF32=1): [(k, src)] = kernels(t(64, 32) @ t(32, 48))
+  assert k.tensor_core is not None and "cvt.rna.tf32.f32" in src and ".m16n8k8.row.col.f32.tf32.tf32.f32" in src
+  compile_all([src])
+
+@needs_nvcc
+def test_bfloat16_mma_wrapper_compiles() -> None:
+  # lazytensor has no bfloat16 dtype yet: the program is built by hand, with a DType of that name
   bf16 = DType("bfloat16", 2, "f", "e")
-  srcs = []
-  for dt, dims, na, nb in ((bf16, (16, 8, 16), 8, 4), (dtypes.float32, (16, 8, 8), 4, 2)):
-    a_buf, b_buf, out = (UOp(Ops.DEFINE_GLOBAL, d.ptr(), (), i) for i, d in ((1, dt), (2, dt), (0, dtypes.float32)))
-    lane = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", 32))
-    def frag(buf: UOp, n: int, dt: DType = dt, lane: UOp = lane) -> UOp:
-      return UOp(Ops.VECTORIZE, dt.vec(n), tuple(UOp(Ops.LOAD, dt, (buf, lane * n + i)) for i in range(n)))
-    acc = UOp.const(dtypes.float32.vec(4), 0.0)
-    mma = UOp(Ops.WMMA, dtypes.float32.vec(4), (frag(a_buf, na), frag(b_buf, nb), acc), ("tc", dims))
-    store = UOp(Ops.STORE, dtypes.void, (out, lane * 4, mma))
-    srcs.append(R.render("mma", list(store.toposort)))
-  assert "#include <cuda_bf16.h>" in srcs[0] and ".bf16.bf16.f32" in srcs[0]
-  assert "cvt.rna.tf32.f32" in srcs[1] and "m16n8k8.row.col.f32.tf32.tf32.f32" in srcs[1]
-  compile_all(srcs)
+  a_buf, b_buf, out = (UOp(Ops.DEFINE_GLOBAL, d.ptr(), (), i) for i, d in ((1, bf16), (2, bf16), (0, dtypes.float32)))
+  lane = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", 32))
+  def frag(buf: UOp, n: int) -> UOp:
+    return UOp(Ops.VECTORIZE, bf16.vec(n), tuple(UOp(Ops.LOAD, bf16, (buf, lane * n + i)) for i in range(n)))
+  mma = UOp(Ops.WMMA, dtypes.float32.vec(4), (frag(a_buf, 8), frag(b_buf, 4), UOp.const(dtypes.float32.vec(4), 0.0)),
+            "m16n8k16_bf16_f32")
+  src = R.render("mma", list(UOp(Ops.STORE, dtypes.void, (out, lane * 4, mma)).toposort))
+  assert "#include <cuda_bf16.h>" in src and "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
+  compile_all([src])
 
 @needs_nvcc
 def test_conv_and_softmax() -> None:

@@ -7,18 +7,26 @@ the engine tests keep to a few small kernels each.
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
+import pathlib
 import shutil
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
-from lazytensor import Context
+from lazytensor import Context, GlobalCounters, Tensor
 from lazytensor.device import Device
+from lazytensor.engine.realize import get_runner
+from lazytensor.engine.schedule import create_schedule
 from lazytensor.runtime import ops_cudacpu
-from lazytensor.runtime.cuda_compiler import find_nvcc
+from lazytensor.runtime.cuda_compiler import cuda_compiler, find_nvcc
 from lazytensor.runtime.ops_cpu import CPUMemory
+from lazytensor.uop.ops import Ops
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="CUDACPU needs g++")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="NVCC_CHECK needs nvcc")
 
 KERNELS = r"""
@@ -191,3 +199,112 @@ def test_missing_compiler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
   try:
     with pytest.raises(RuntimeError, match="CUDACPU needs a C\\+\\+ compiler: no g\\+\\+ on PATH"): ops_cudacpu.gxx()
   finally: ops_cudacpu.gxx.cache_clear()
+
+# ---- the engine on DEV=CUDACPU ----
+
+@pytest.fixture
+def on_cudacpu() -> Iterator[None]:
+  with Context(DEV="CUDACPU"): yield
+
+def _kernels_run(fn: Callable[[], Tensor]) -> tuple[np.ndarray, int]:
+  GlobalCounters.reset()
+  out = fn().numpy()
+  return out, GlobalCounters.kernel_count
+
+@pytest.mark.usefixtures("on_cudacpu")
+def test_fused_elementwise_reduce_and_softmax() -> None:
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((33, 65), np.float32), rng.standard_normal((33, 65), np.float32)
+  out, n = _kernels_run(lambda: (Tensor(a) + Tensor(b)) * 2 - 1)
+  np.testing.assert_allclose(out, (a + b) * 2 - 1, rtol=1e-6)
+  assert n == 1
+  out, n = _kernels_run(lambda: (Tensor(a) * Tensor(b)).sum(1) + 1)
+  np.testing.assert_allclose(out, (a * b).sum(1) + 1, rtol=1e-5, atol=1e-5)
+  assert n == 1
+  out, n = _kernels_run(lambda: Tensor(a).softmax(-1))
+  e = np.exp(a - a.max(-1, keepdims=True))
+  np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+  assert n <= 3
+  np.testing.assert_allclose(Tensor(a).max(0).numpy(), a.max(0))
+  np.testing.assert_allclose(Tensor(a).mean().numpy(), a.mean(), rtol=1e-5)
+
+@needs_nvcc
+@pytest.mark.usefixtures("on_cudacpu")
+def test_matmul_conv_and_indexing_also_compile_with_nvcc() -> None:
+  rng = np.random.default_rng(4)
+  a, b = rng.standard_normal((64, 80), np.float32), rng.standard_normal((80, 48), np.float32)
+  x, w = rng.standard_normal((2, 3, 10, 10), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
+  idx = np.array([3, 0, 63, 7], np.int32)
+  with Context(NVCC_CHECK=1):
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).relu().numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    torch_ref = pytest.importorskip("torch")
+    conv = torch_ref.nn.functional.conv2d(torch_ref.tensor(x), torch_ref.tensor(w), padding=1).numpy()
+    np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), conv, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(Tensor(a)[Tensor(idx)].numpy(), a[idx])
+
+def test_fp16_matmul_runs_on_tensor_cores(on_cudacpu: None, capsys: pytest.CaptureFixture[str]) -> None:
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal((256, 256)).astype(np.float16), rng.standard_normal((256, 256)).astype(np.float16)
+  with Context(DEBUG=4): out = (Tensor(a) @ Tensor(b)).numpy()
+  source = capsys.readouterr().out
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in source and "lt_mma_m16n8k16_f16_f32(" in source
+  assert out.dtype == np.float16
+  np.testing.assert_allclose(out.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=5e-2)
+
+def test_million_element_sum_uses_shared_memory(on_cudacpu: None, capsys: pytest.CaptureFixture[str]) -> None:
+  x = np.random.default_rng(6).random(1 << 20, dtype=np.float32)
+  with Context(DEBUG=4): total = Tensor(x).sum().item()
+  source = capsys.readouterr().out
+  assert "__shared__" in source and "threadIdx.x" in source and "__syncthreads();" in source
+  assert total == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-5)
+
+@needs_nvcc
+def test_nvcc_check_rejects_what_only_g_plus_plus_accepts() -> None:
+  # lt::lane_id comes from the CUDACPU prelude, not from CUDA: g++ compiles it, nvcc must not let it through
+  src = 'extern "C" __global__ void __launch_bounds__(32) lanes(int* out) { out[threadIdx.x] = lt::lane_id(); }\n'
+  compiler = device().compiler
+  with Context(NVCC_CHECK=1):
+    for _ in range(2):  # nothing cached from the failure
+      with pytest.raises(ops_cudacpu.CudacpuCompileError, match="NVCC_CHECK.*lanes.*sm_80"):
+        compiler.compile_cached(src)
+  lanes = np.zeros(32, np.int32)
+  device().load("lanes", compiler.compile_cached(src))(mem(lanes), local_size=(32, 1, 1))
+  np.testing.assert_array_equal(lanes, np.arange(32))
+
+@needs_nvcc
+@pytest.mark.usefixtures("on_cudacpu")
+def test_beam_finds_kernels_that_nvcc_compiles_and_that_validate(tmp_path: pathlib.Path) -> None:
+  # searched with g++ alone (each candidate checked by nvcc would cost ~2 s more), then the winner's source through nvcc
+  x = np.random.default_rng(7).standard_normal((16, 64), np.float32)
+  out = (Tensor(x).exp() * 2).sum(1)
+  (item,) = [it for it in create_schedule([out.lazydata])[0] if it.ast.op is Ops.SINK]
+  with Context(BEAM=2, PARALLEL=0, IGNORE_BEAM_CACHE=1, CACHEDB=str(tmp_path / "beam.db")):
+    np.testing.assert_allclose(out.numpy(), (np.exp(x) * 2).sum(1), rtol=1e-4)
+    chosen = get_runner("CUDACPU", item.ast)
+  assert chosen.kernel.applied_opts, "the search chose some opts"
+  for arch in ops_cudacpu.NVCC_CHECK_ARCHS: cuda_compiler(arch).compile(chosen.spec.source)
+
+def test_training_example_runs(on_cudacpu: None) -> None:
+  pytest.importorskip("sklearn")
+  spec = importlib.util.spec_from_file_location("train_digits", ROOT / "extra" / "examples" / "train_digits.py")
+  assert spec is not None and spec.loader is not None
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  x_train, y_train, x_test, y_test = example.load_split()
+  model = example.train("mlp", 2, 64, 3e-3, 0, x_train, y_train)
+  assert example.accuracy(model, x_test, y_test) > 0.8
+
+# engine tests of other files, run again with CUDACPU as the default device: a subset, for the compile cost
+ENGINE_TESTS = [
+  ("test_ops", "test_big_elementwise_chain"), ("test_ops", "test_softmax_family_extremes"),
+  ("test_ops", "test_conv2d_of_computed_input"), ("test_ops", "test_getitem_dtypes_and_chains"),
+  ("test_ops", "test_arg_reduce_random_ties_and_nan"), ("test_ops", "test_float16_mean_var_accumulate_wide"),
+  ("test_ops_indexing", "test_gather_numeric_and_kernels"), ("test_ops_indexing", "test_one_hot"),
+  ("test_ops_nn", "test_pool_numeric_and_kernels"), ("test_ops_nn", "test_layernorm_batchnorm_vs_torch"),
+  ("test_nn", "test_linear"), ("test_nn", "test_embedding"), ("test_schedule", "test_conv2d_one_kernel"),
+]
+
+@pytest.mark.parametrize("module,name", ENGINE_TESTS, ids=[f"{m}.{n}" for m, n in ENGINE_TESTS])
+def test_engine_test_on_cudacpu(module: str, name: str) -> None:
+  fn = getattr(importlib.import_module(module), name)
+  with Context(DEV="CUDACPU"): fn()

@@ -14,7 +14,9 @@ from lazytensor import Tensor
 from lazytensor import distributed as dist
 
 ROOT = Path(__file__).resolve().parent.parent
-HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and shutil.which("mpiexec") is not None
+# mpiexec from the mpich wheel sits next to the Python of the environment it was installed in, which may not be on PATH
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and MPIEXEC is not None
 
 def test_single_process() -> None:
   dist.init()
@@ -42,9 +44,9 @@ def test_missing_mpi4py_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> 
   monkeypatch.setattr(dist, "launched_ranks", lambda: 2)
   with pytest.raises(ImportError, match="pip install mpi4py mpich"): dist.init()
 
-def _mpiexec(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
-  env = {**os.environ, "PYTHONPATH": str(ROOT)}
-  return subprocess.run(["mpiexec", "-n", "2", sys.executable, *args], capture_output=True, text=True, env=env,
+def _mpiexec(args: list[str], timeout: float = 240, **env_vars: str) -> subprocess.CompletedProcess:
+  env = {**os.environ, "PYTHONPATH": str(ROOT), **env_vars}
+  return subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, *args], capture_output=True, text=True, env=env,
                         timeout=timeout, cwd=ROOT)
 
 @pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and mpiexec: pip install -e '.[mpi]'")
@@ -52,3 +54,9 @@ def test_collectives_over_two_ranks() -> None:
   res = _mpiexec([str(ROOT / "test" / "dist_worker.py")])
   assert res.returncode == 0, res.stdout + res.stderr
   assert "rank 0 of 2: ok" in res.stdout and "rank 1 of 2: ok" in res.stdout
+
+@pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and mpiexec: pip install -e '.[mpi]'")
+def test_a_collective_some_ranks_skip_times_out() -> None:
+  res = _mpiexec([str(ROOT / "test" / "dist_worker.py"), "timeout"], DIST_TIMEOUT="2")
+  assert "rank 0: rank 0: all_reduce waited" in res.stdout and "every rank must call" in res.stdout, \
+    res.stdout + res.stderr

@@ -259,3 +259,19 @@ def test_collective_bad_input() -> None:
   with pytest.raises(ValueError, match="reduce op"): c.all_reduce(Tensor.ones(2, 2).shard(D2, 0), "mean")
   with pytest.raises(ValueError, match="device of its own"): c.stack([Tensor([1.0]), Tensor([2.0])])
   with pytest.raises(IndexError, match="src 5"): c.broadcast(Tensor.ones(2, 2).shard(D2, 0), 5)
+
+@pytest.mark.parametrize("weights_axis", [None, 0], ids=["zero1", "fsdp"])
+def test_sharded_optimizer_state_matches_one_device(weights_axis: int | None) -> None:
+  w0 = np.arange(8, dtype=np.float32).reshape(4, 2) / 8
+  def train(devices: tuple[str, ...] | None) -> np.ndarray:
+    w = Tensor(w0.copy(), requires_grad=True)
+    if devices: w.shard_(devices, weights_axis)
+    opt = SGD([w], lr=0.1, momentum=0.9)
+    if devices:
+      for b in opt.bufs: b.shard_(devices, 0)  # momentum slices: views into the replicated zeros
+    for _ in range(3):
+      opt.zero_grad()
+      (w * w * w).sum().backward()
+      opt.step()
+    return w.numpy()
+  np.testing.assert_allclose(train(D4), train(None), atol=1e-6)

@@ -169,3 +169,11 @@ def test_reused_buffer_is_not_remembered_as_its_first_value() -> None:
   x3 = (a * x2).sum(1, keepdim=True)
   (a + x3).sum(1).realize()
   np.testing.assert_allclose(a.sum(1, keepdim=True).numpy(), arr.sum(1, keepdims=True), atol=1e-4)
+
+def test_reading_an_assign_to_a_slice_in_the_same_schedule() -> None:
+  # the assign writes a[2:4]; a kernel of the same schedule that reads its result reads those positions
+  from lazytensor.uop.ops import Ops, UOp
+  a = Tensor([0.0, 1.0, 2.0, 3.0]).realize()
+  v = a[2:4]
+  out = Tensor(UOp(Ops.ASSIGN, v.dtype, (v.lazydata, (v + 10).lazydata))) * 2
+  assert out.tolist() == [24.0, 26.0] and a.tolist() == [0.0, 1.0, 12.0, 13.0]

@@ -232,7 +232,9 @@ class _KernelBuilder:
   def _visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool) -> UOp:
     if not is_root and node in self.outputs:
       self.root_reads.add(node)
-      return self.load(self.outputs[node], _compose(ShapeTracker.from_shape(node.shape), pending))
+      # an assign wrote its buffer through the target's view (a slice of a larger buffer): read it back through it
+      st = node.src[0].arg if node.op is Ops.ASSIGN else ShapeTracker.from_shape(node.shape)
+      return self.load(self.outputs[node], _compose(st, pending))
     if node.op is Ops.VIEW:
       base = node.src[0]
       if base.op is Ops.BUFFER:

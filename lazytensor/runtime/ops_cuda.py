@@ -88,12 +88,15 @@ class CUDAAllocator(Allocator):
         self.drv.memcpy_dtoh(staging[:n], int(handle) + start)
         out[start:start + n] = staging[:n]
 
-  def transfer(self, dest: Any, src: Any, nbytes: int, src_dev: CudaDevice) -> None:
-    """Device to device: within one GPU, or from another GPU's memory (peer copy, staged by the driver when the two
-    GPUs cannot access each other directly)."""
+  def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+    """Device to device: within one GPU, or from another GPU's memory (a peer copy, which the driver stages itself
+    when the two GPUs cannot reach each other directly). Copies from other kinds of device go through the host."""
+    if not isinstance(src_allocator, CUDAAllocator): return False
     with self.dev.current():
-      if src_dev is self.dev: self.drv.memcpy_dtod(dest, src, nbytes)
-      else: self.drv.memcpy_peer(dest, src, nbytes, dest_context=self.dev.context, src_context=src_dev.context)
+      if src_allocator.dev is self.dev: self.drv.memcpy_dtod(dest, src, nbytes)
+      else: self.drv.memcpy_peer(dest, src, nbytes, dest_context=self.dev.context,
+                                 src_context=src_allocator.dev.context)
+    return True
 
 class CUDAProgram:
   """A kernel loaded from its cubin. A call launches it on the default stream; with `wait`, it returns the kernel's

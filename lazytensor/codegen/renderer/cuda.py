@@ -34,6 +34,8 @@ loads read through a struct pointer cast from the element pointer (g++: -fno-str
 """
 from __future__ import annotations
 
+from lazytensor.codegen.program import launch_dims
+from lazytensor.codegen.renderer import TC_NV_F16, TC_NV_TF32, TensorCore
 from lazytensor.codegen.renderer.cstyle import CStyleRenderer
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import TF32, prod
@@ -61,29 +63,22 @@ def _mma(name: str, ptx: str, in_type: str, a_regs: int, b_regs: int, convert: s
           f"const {in_type}* b, const float* c) {{\n{regs_in}"
           f"  asm volatile(\"{ptx} {slots};\"\n    : {d}\n    : {regs}, {c});\n}}\n#endif")
 
-# (M, N, K) and input dtype name -> wrapper name, its definition
-_MMA: dict[tuple[tuple[int, int, int], str], tuple[str, str]] = {
-  ((16, 8, 16), "float16"): ("lt_mma_m16n8k16_f16_f32", _mma(
+# per input dtype and registers of A a lane holds: the wrapper's name and definition
+_MMA: dict[tuple[str, int], tuple[str, str]] = {
+  ("float16", 8): ("lt_mma_m16n8k16_f16_f32", _mma(
     "lt_mma_m16n8k16_f16_f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "__half", 4, 2)),
-  ((16, 8, 16), "bfloat16"): ("lt_mma_m16n8k16_bf16_f32", _mma(
+  ("bfloat16", 8): ("lt_mma_m16n8k16_bf16_f32", _mma(
     "lt_mma_m16n8k16_bf16_f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "__nv_bfloat16", 4, 2)),
-  ((16, 8, 8), "float32"): ("lt_mma_m16n8k8_tf32_f32", _mma(
+  ("float32", 4): ("lt_mma_m16n8k8_tf32_f32", _mma(
     "lt_mma_m16n8k8_tf32_f32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "float", 4, 2,
     convert="cvt.rna.tf32.f32")),
 }
 
 def _mma_of(u: UOp) -> tuple[str, str]:
-  dims, dt_in = u.arg[1], u.src[0].dtype.scalar()
-  if (hit := _MMA.get((tuple(dims), dt_in.name))) is None:
-    raise NotImplementedError(f"CUDA: no tensor core for {u.arg!r} on {dt_in.name}; have {sorted(_MMA)}")
+  a = u.src[0].dtype
+  if (hit := _MMA.get((a.scalar().name, a.count))) is None or u.dtype != dtypes.float32.vec(4):
+    raise NotImplementedError(f"CUDA: no tensor core {u.arg!r} taking {a} to {u.dtype}; have {sorted(_MMA)}")
   return hit
-
-def launch_dims(uops: list[UOp]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-  """(grid, block): the sizes of the gidx and lidx SPECIALs of a program, 1 where it has none."""
-  sizes = {u.arg[0]: u.arg[1] for u in uops if u.op is Ops.SPECIAL}
-  grid = tuple(sizes.get(f"gidx{i}", 1) for i in range(3))
-  block = tuple(sizes.get(f"lidx{i}", 1) for i in range(3))
-  return grid, block
 
 class CUDARenderer(CStyleRenderer):
   device = "CUDA"
@@ -105,10 +100,10 @@ class CUDARenderer(CStyleRenderer):
                     "bfloat16": ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16")}
 
   @property
-  def tensor_cores(self) -> tuple:  # type: ignore[override]
-    # (name, (M, N, K), input dtype, accumulator dtype); read per use, so `with Context(TF32=1)` takes effect
-    tcs: tuple = (("m16n8k16", (16, 8, 16), dtypes.float16, dtypes.float32),)
-    return tcs + ((("m16n8k8", (16, 8, 8), dtypes.float32, dtypes.float32),) if TF32 else ())
+  def tensor_cores(self) -> tuple[TensorCore, ...]:
+    """mma.sync f16 -> f32, and tf32 for float32 matmuls when the TF32 knob allows it (read per use, so that
+    `with Context(TF32=1)` takes effect on a device that exists)."""
+    return (TC_NV_F16, TC_NV_TF32) if TF32 else (TC_NV_F16,)
 
   def special(self, name: str) -> str:
     if name[:4] not in _IDS or name[4:] not in ("0", "1", "2"):
@@ -126,14 +121,15 @@ class CUDARenderer(CStyleRenderer):
     used = {dt.scalar().name for u in uops for dt in (u.dtype, *(s.dtype for s in u.src))}
     includes = [f"#include <{h}>" for dt, h in (("float16", "cuda_fp16.h"), ("bfloat16", "cuda_bf16.h")) if dt in used]
     mmas = list(dict.fromkeys(_mma_of(u)[1] for u in uops if u.op is Ops.WMMA))
-    threads = prod(launch_dims(uops)[1])
+    threads = prod(launch_dims(uops).local_size)
     head = f"{self.kernel_prefix} void __launch_bounds__({threads}) {name}({', '.join(params)}) {{"
     return "\n".join([*includes, *self.helpers(uops), *mmas, head, *body, "}", ""])
 
   def _check_limits(self, name: str, uops: list[UOp]) -> None:
-    grid, block = launch_dims(uops)
+    launch = launch_dims(uops)
+    grid, block = launch.global_size, launch.local_size
     for what, dims, most in (("grid", grid, self.global_max), ("block", block, self.local_max)):
-      if any(d > m for d, m in zip(dims, most)):
+      if any(d > m for d, m in zip(dims, most or ())):
         raise ValueError(f"CUDA kernel {name}: {what} {dims} is over the limits {most}")
     if prod(block) > self.threads_max:
       raise ValueError(f"CUDA kernel {name}: {prod(block)} threads per block; at most {self.threads_max}")
