@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -166,6 +167,24 @@ def test_non_finite_constants() -> None:
   assert any("-__builtin_inff()" in s for s in srcs) and any("__builtin_inf()" in s for s in srcs)
   assert any('__builtin_nanf("")' in s for s in srcs)
   compile_all(srcs)
+
+def _index_kernels() -> dict[str, str]:
+  """Kernels past 2**31 and 2**32 elements, and the same below (nothing is allocated: they are only rendered)."""
+  big, small = Tensor.empty(2**32 + 8, dtype=dtypes.uint8, device="EMU"), t(1000, dtype=dtypes.uint8)
+  return {"flip_big": kernels(big.flip(0) + 1)[-1][1], "flip_small": kernels(small.flip(0) + 1)[-1][1],
+          "max_big": kernels(Tensor.arange(2**31 + 10, device="EMU").max())[-1][1]}
+
+def test_index_math_is_64_bit_only_past_2_31() -> None:
+  srcs = _index_kernels()
+  int_index = re.compile(r"\bint (gidx|lidx|ridx|alu)\d")
+  assert "long long gidx0 = blockIdx.x;" in srcs["flip_big"] and "4294967303ll" in srcs["flip_big"]
+  assert "for (long long ridx" in srcs["max_big"]
+  assert not int_index.search(srcs["flip_big"]) and not int_index.search(srcs["max_big"])
+  assert "int gidx0 = blockIdx.x;" in srcs["flip_small"] and "long long" not in srcs["flip_small"]
+
+@needs_nvcc
+def test_64_bit_index_math_compiles() -> None:
+  compile_all(list(_index_kernels().values()))
 
 # ---- pieces of the renderer ----
 

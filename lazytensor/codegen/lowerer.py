@@ -272,8 +272,8 @@ class _ReduceLowerer:
     vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
     results: dict[tuple[int, ...], UOp] = {}
     for gkey, vs in groups.items():
-      acc = self._combine(vs)
-      if ranges: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + ranges, self.op)
+      acc, loops = self._fold_invariant(self._combine(vs), ranges)
+      if loops: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + loops, self.op)
       if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
       results[gkey] = acc
     if k.axes_of(AxisKind.GROUP): results = self._group(results)
@@ -298,6 +298,16 @@ class _ReduceLowerer:
     b = frag(use.load_b, tc.b, (use.axis_k, use.axis_n), (k0, tile_n))
     dtype = self.node.dtype.vec(tc.c.size)
     return UOp(Ops.REDUCE, dtype, (a, b, lw.axis_idx[use.axis_k]), (Ops.WMMA, (tc.name, tc.dims)))
+
+  def _fold_invariant(self, acc: UOp, ranges: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...]]:
+    """The reduce loops that acc does not depend on fold away: a sum over them is acc times their trip count, a max
+    is acc. Besides the loop saved, the sum is then rounded once: `Tensor.ones(2**31 + 10).sum()` in float32 is 2**31
+    (the nearest float32), where adding 1 in a loop stops growing at 2**24 per accumulator. Returns the loops left."""
+    if self.op is Ops.MUL: return acc, ranges  # a power: left to the loop
+    deps = acc.toposort
+    loops = tuple(r for r in ranges if r in deps)
+    trips = prod(r.src[1].arg - r.src[0].arg for r in ranges if r not in deps)
+    return (acc * UOp.const(acc.dtype, trips) if self.op is Ops.ADD and trips != 1 else acc), loops
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
