@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from lazytensor import Device, Tensor, dtypes
 from lazytensor.codegen.kernel import Kernel
 from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType
-from lazytensor.engine.realize import optimize_kernel
+from lazytensor.engine.realize import CompiledRunner, ExecItem, optimize_kernel
 from lazytensor.helpers import Context, prod
 from lazytensor.nn import Conv2d
 from lazytensor.uop.ops import Ops, UOp
@@ -77,6 +78,27 @@ LARGE: dict[str, Callable[[], Tensor]] = {
 def test_large_kernels_index_in_int64(name: str) -> None:
   found = kernel_index_dtypes(LARGE[name]())
   assert found and all(d == {dtypes.int64} for d in found), found
+
+def realize_with_int64_index(t: Tensor) -> np.ndarray:
+  """t computed with every kernel's index math forced to int64 (read from its buffer: t.numpy() would schedule it
+  again, and move the random counter again)."""
+  for si in (items := t.schedule()):
+    if si.ast.op is Ops.SINK:
+      dev = Device[si.bufs[0].device]
+      spec = get_program(optimize_kernel(si.ast, dev), "k", index64=True)
+      assert "i64" in spec.source and "i32 %r" not in spec.source  # int64 loop variables and addresses, no int32 ones
+      step = ExecItem(CompiledRunner("k", dev.load(spec.name, dev.compiler.compile_cached(spec.source)),
+                                     Kernel(si.ast, dev.renderer), 0, 0, spec), si.bufs)
+    else: step = ExecItem(None, si.bufs)
+    step.run()
+  return items[-1].bufs[0].numpy().reshape(t.shape)
+
+@pytest.mark.parametrize("name", ["conv2d", "pad_flip", "one_hot", "gather", "cumsum", "strided"])
+def test_int64_index_math_computes_the_same(name: str) -> None:
+  Tensor.manual_seed(1)
+  wide = realize_with_int64_index(ORDINARY[name]())
+  Tensor.manual_seed(1)
+  np.testing.assert_allclose(wide, ORDINARY[name]().numpy(), rtol=1e-6)
 
 _MOVES = st.sampled_from(["permute", "flip", "pad", "shrink", "expand"])
 

@@ -376,15 +376,18 @@ def _split_for_vectors(k: Kernel) -> Kernel:
   k.split_axis(axis, max(fits), k.kinds[axis])
   return k
 
-def lower_kernel(k: Kernel) -> UOp:
-  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops."""
+def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
+  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.
+
+  Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
+  (test/test_large.py, extra/bench/index_dtype.py)."""
   lw = _Lowerer(_split_for_vectors(k))
   sink = lw.lower(k.ast)[0]
   if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
     sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
   if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
   sink = graph_rewrite(sink, symbolic, name="symbolic")
-  return with_index_dtype(sink, index_dtype(sink))
+  return with_index_dtype(sink, dtypes.int64 if index64 else index_dtype(sink))
 
 # ---- the width of index math ----
 
@@ -394,9 +397,10 @@ def index_dtype(sink: UOp) -> DType:
 
   Per kernel, not per expression: one width throughout means no casts between widths inside address math, and the
   decision is one walk over bounds the symbolic rules already computed. Only kernels that index more than 2**31
-  elements (of a buffer, or of a loop) pay for int64. Measured (one AVX2 Zen 3 core, the kernel's thread CPU time, the
-  same opts lowered both ways): a 3x3 conv of 8x64x56x56 ran 1.13-1.49x as long with int64 index math; matmul 1024,
-  an elementwise chain, arange and gather within 2%. Re-measure when the renderer's address math changes."""
+  elements (of a buffer, or of a loop) pay for int64. Measured (extra/bench/index_dtype.py, one AVX2 Zen 3 core, the
+  same opts lowered both ways): a 3x3 conv of 8x64x56x56 ran 1.13-1.49x as long with int64 index math, a gather
+  ~1.4x; matmul 1024, an elementwise chain and arange within 3%. Re-measure when the renderer's address math
+  changes."""
   lo, hi = dtypes.int32.min(), dtypes.int32.max()
   fits = all(lo <= u.vmin and u.vmax <= hi for u in sink.toposort if u.dtype.scalar() == dtypes.index)
   return dtypes.int32 if fits else dtypes.int64
