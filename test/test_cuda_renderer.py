@@ -172,7 +172,8 @@ def _index_kernels() -> dict[str, str]:
   """Kernels past 2**31 and 2**32 elements, and the same below (nothing is allocated: they are only rendered)."""
   big, small = Tensor.empty(2**32 + 8, dtype=dtypes.uint8, device="EMU"), t(1000, dtype=dtypes.uint8)
   return {"flip_big": kernels(big.flip(0) + 1)[-1][1], "flip_small": kernels(small.flip(0) + 1)[-1][1],
-          "max_big": kernels(Tensor.arange(2**31 + 10, device="EMU").max())[-1][1]}
+          "max_big": kernels(Tensor.arange(2**31 + 10, device="EMU").max())[-1][1],
+          "flip_big_one_block_each": kernels(big.flip(0) + 1, [])[-1][1]}  # 2**32 + 8 blocks: over x's 2**31 - 1
 
 def test_index_math_is_64_bit_only_past_2_31() -> None:
   srcs = _index_kernels()
@@ -181,6 +182,8 @@ def test_index_math_is_64_bit_only_past_2_31() -> None:
   assert "for (long long ridx" in srcs["max_big"]
   assert not int_index.search(srcs["flip_big"]) and not int_index.search(srcs["max_big"])
   assert "int gidx0 = blockIdx.x;" in srcs["flip_small"] and "long long" not in srcs["flip_small"]
+  one_each = srcs["flip_big_one_block_each"]  # the grid's y dim holds the high part of the block number
+  assert "long long gidx0 = blockIdx.x; /* 1431655768 */" in one_each and "gidx1 = blockIdx.y; /* 3 */" in one_each
 
 @needs_nvcc
 def test_64_bit_index_math_compiles() -> None:

@@ -1,6 +1,7 @@
 """64-bit indexing: kernels over more than 2**31 and 2**32 elements compute the right elements, and every ordinary
 kernel keeps int32 index math (the cheaper one)."""
 import gc
+import itertools
 import shutil
 from collections.abc import Callable, Iterator
 
@@ -11,13 +12,14 @@ from hypothesis import strategies as st
 
 from lazytensor import Device, Tensor, dtypes
 from lazytensor.codegen.kernel import Kernel
-from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.lowerer import _specials, lower_kernel
 from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType
 from lazytensor.engine.realize import CompiledRunner, ExecItem, optimize_kernel
 from lazytensor.helpers import Context, prod
 from lazytensor.nn import Conv2d
 from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.symbolic import simplify
 
 # ---- which index dtype a kernel gets (nothing here runs or allocates: kernels are only lowered) ----
 
@@ -78,6 +80,25 @@ LARGE: dict[str, Callable[[], Tensor]] = {
 def test_large_kernels_index_in_int64(name: str) -> None:
   found = kernel_index_dtypes(LARGE[name]())
   assert found and all(d == {dtypes.int64} for d in found), found
+
+def _value(expr: UOp, at: dict[UOp, int]) -> int:
+  return simplify(expr.substitute({u: UOp.const(dtypes.index, v) for u, v in at.items()})).arg
+
+@pytest.mark.parametrize("sizes", [(7 * 5,), (4, 7 * 5), (2, 3 * 4)])
+def test_a_grid_dim_over_its_limit_takes_a_free_dim(sizes: tuple[int, ...]) -> None:
+  # the CUDA grid holds at most 2**31 - 1 blocks in x: here, small limits stand for it
+  most = (10, 5, 5)
+  idx = _specials("gidx", list(range(len(sizes))), sizes, most)
+  specials = sorted({u for i in idx.values() for u in i.toposort if u.op is Ops.SPECIAL}, key=lambda u: u.arg)
+  assert len(specials) == len(sizes) + 1 and all(u.arg[1] <= most[int(u.arg[0][-1])] for u in specials)
+  seen = {tuple(_value(idx[a], dict(zip(specials, ids))) for a in range(len(sizes)))
+          for ids in itertools.product(*[range(u.arg[1]) for u in specials])}
+  assert len(seen) == prod(sizes) and seen == set(itertools.product(*[range(s) for s in sizes]))  # each once
+
+@pytest.mark.parametrize("sizes", [(37,), (3, 2, 18)])  # no divisor fits; no free dim
+def test_a_grid_dim_that_cannot_split_stays_for_the_renderer_to_reject(sizes: tuple[int, ...]) -> None:
+  idx = _specials("gidx", list(range(len(sizes))), sizes, (10, 5, 5))
+  assert len({u for i in idx.values() for u in i.toposort if u.op is Ops.SPECIAL}) == len(sizes)
 
 def realize_with_int64_index(t: Tensor) -> np.ndarray:
   """t computed with every kernel's index math forced to int64 (read from its buffer: t.numpy() would schedule it

@@ -27,21 +27,32 @@ def _const(v: int) -> UOp: return UOp.const(dtypes.index, v)
 LOOP_KINDS = (AxisKind.GLOBAL, AxisKind.REDUCE)
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
 
-def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], limit: int = 3) -> dict[int, UOp]:
+def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], most: tuple[int, ...] | None = None,
+              limit: int = 3) -> dict[int, UOp]:
   """Grid or block indices for some axes; the fastest-varying (last) axis gets index 0. Past `limit` dims,
-  the leading axes share one index, split back with div/mod."""
+  the leading axes share one index, split back with div/mod. A dim over its size limit in `most` (a grid of more than
+  2**31 - 1 blocks) takes a free dim for its high part when a divisor allows it; else the renderer rejects the launch."""
   if not axes: return {}
   groups = [[a] for a in axes[-(limit - 1):]] if len(axes) >= limit else [[a] for a in axes]
   if len(axes) >= limit: groups = [axes[:len(axes) - (limit - 1)]] + groups
   out: dict[int, UOp] = {}
+  free = len(groups)
   for dim, group in enumerate(reversed(groups)):
-    sizes = [shape[a] for a in group]
-    special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", prod(sizes)))
+    sizes, total = [shape[a] for a in group], prod(shape[a] for a in group)
+    if most is not None and total > most[dim] and free < limit and (high := _divisor(total, most[dim], most[free])):
+      special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", total // high)) + \
+        UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{free}", high)) * (total // high)
+      free += 1
+    else: special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", total))
     for j, a in enumerate(group):
       inner = prod(sizes[j + 1:])
       idx = special // inner if inner > 1 else special
       out[a] = idx % sizes[j] if j > 0 else idx
   return out
+
+def _divisor(n: int, low_most: int, high_most: int) -> int | None:
+  """The smallest divisor d of n with n // d <= low_most and d <= high_most, if any."""
+  return next((d for d in range(-(-n // low_most), min(n, high_most) + 1) if n % d == 0), None)
 
 @dataclass
 class _Lanes:
@@ -97,13 +108,13 @@ class _Lowerer:
     if k.tensor_core is not None: return self._tc_indices(k.tensor_core)
     idx: dict[int, UOp] = {}
     globals_ = k.axes_of(AxisKind.GLOBAL)
-    if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape))
+    if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape, r.global_max))
     else:
       for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
     for a in k.axes_of(AxisKind.REDUCE):
       idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
-    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape))
+    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape, r.local_max))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
     return idx
 
@@ -115,7 +126,7 @@ class _Lowerer:
     others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (use.axis_m, use.axis_n)]
     tiles = {use.axis_m: k.full_shape[use.axis_m] // tm, use.axis_n: k.full_shape[use.axis_n] // tn}
     shape = tuple(tiles.get(a, s) for a, s in enumerate(k.full_shape))
-    idx = _specials("gidx", others + [use.axis_m, use.axis_n], shape)
+    idx = _specials("gidx", others + [use.axis_m, use.axis_n], shape, k.renderer.global_max)
     self.tc_lane = UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", tc.threads))
     self.tc_tile = {use.axis_m: idx[use.axis_m] * tm, use.axis_n: idx[use.axis_n] * tn}
     row, col = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
