@@ -30,8 +30,8 @@ LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
 def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], most: tuple[int, ...] | None = None,
               limit: int = 3) -> dict[int, UOp]:
   """Grid or block indices for some axes; the fastest-varying (last) axis gets index 0. Past `limit` dims,
-  the leading axes share one index, split back with div/mod. A dim over its size limit in `most` (a grid of more than
-  2**31 - 1 blocks) takes a free dim for its high part when a divisor allows it; else the renderer rejects the launch."""
+  the leading axes share one index, split back with div/mod. A dim over its size limit in `most` (a grid of more
+  than 2**31 - 1 blocks) takes a free dim for its high part when a divisor allows; else the renderer rejects it."""
   if not axes: return {}
   groups = [[a] for a in axes[-(limit - 1):]] if len(axes) >= limit else [[a] for a in axes]
   if len(axes) >= limit: groups = [axes[:len(axes) - (limit - 1)]] + groups
@@ -311,14 +311,14 @@ class _ReduceLowerer:
     return UOp(Ops.REDUCE, dtype, (a, b, lw.axis_idx[use.axis_k]), (Ops.WMMA, (tc.name, tc.dims)))
 
   def _fold_invariant(self, acc: UOp, ranges: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...]]:
-    """The reduce loops that acc does not depend on fold away: a sum over them is acc times their trip count, a max
-    is acc. Besides the loop saved, the sum is then rounded once: `Tensor.ones(2**31 + 10).sum()` in float32 is 2**31
-    (the nearest float32), where adding 1 in a loop stops growing at 2**24 per accumulator. Returns the loops left."""
-    if self.op is Ops.MUL: return acc, ranges  # a power: left to the loop
-    deps = acc.toposort
-    loops = tuple(r for r in ranges if r in deps)
-    trips = prod(r.src[1].arg - r.src[0].arg for r in ranges if r not in deps)
-    return (acc * UOp.const(acc.dtype, trips) if self.op is Ops.ADD and trips != 1 else acc), loops
+    """Reduce loops that acc depends on none of fold away: a sum over them is acc times their trip count, a max is
+    acc. Besides the loops saved, the sum is then rounded once: `Tensor.ones(2**31 + 10).sum()` in float32 is 2**31
+    (the nearest float32), where adding 1 in a loop stops growing at 2**24 per accumulator. All or none: a value
+    reduced over some of a kernel's reduce loops would need its own loop nest (two reduces share theirs).
+    Returns acc and the loops left."""
+    if self.op is Ops.MUL or not ranges or any(r in acc.toposort for r in ranges): return acc, ranges
+    trips = prod(r.src[1].arg - r.src[0].arg for r in ranges)
+    return (acc * UOp.const(acc.dtype, trips) if self.op is Ops.ADD and trips != 1 else acc), ()
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
