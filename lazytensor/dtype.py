@@ -87,7 +87,9 @@ class dtypes:
   char, short, int, long = int8, int16, int32, int64
   default_float: DType = float32
   default_int: DType = int64
-  index: Final[DType] = int32  # dtype of index arithmetic inside kernels
+  # index arithmetic inside kernels while they are lowered: as wide as int64, so that bounds and folding never wrap.
+  # Lowering ends by choosing int32 or int64 for it per kernel (codegen/lowerer.py: index_dtype); renderers never see it
+  index: Final[DType] = DType("index", 8, "i", "q")
   void: Final[DType] = DType("void", 0, "v", "V")
 
   @staticmethod

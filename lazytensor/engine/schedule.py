@@ -78,11 +78,20 @@ def substitute_realized(root: UOp) -> tuple[UOp, dict[UOp, UOp]]:
       done[node] = node if new_src == node.src else node.replace(src=new_src)
   return done[root], {new: old for old, new in done.items()}
 
+def _output_root(out: UOp) -> UOp:
+  """The node whose buffer holds an output: the output itself when it is a smaller view (a shrink, an index) of an
+  elementwise computation, which then computes only the elements the view keeps (`Tensor.arange(10**7)[-3:]`: 3, not
+  10**7); else its base, which the output keeps viewing. A base with a reduce keeps being realized whole: the reduce
+  cannot be computed through the view in one kernel (DESIGN.md's kernel counts)."""
+  base = out.base
+  if out.op is Ops.VIEW and base.op not in (Ops.BUFFER, Ops.CONST) and prod(out.shape) < prod(base.shape) and \
+     not any(n.op is Ops.REDUCE_AXIS for n in base.toposort): return out
+  return base
+
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
   for out in sink.src:
-    base = out.base
-    if base.op not in (Ops.BUFFER, Ops.CONST): roots[base] = None
+    if (root := _output_root(out)).op not in (Ops.BUFFER, Ops.CONST): roots[root] = None
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
@@ -293,8 +302,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(original_sink, sink, buffer_uops)
-  out_bases = {o.base for o in sink.src}
-  keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
+  out_roots = {_output_root(o) for o in sink.src}
+  keep = {id(outputs[r]) for r in roots if r in out_roots or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(origin.get(r, r), buffer_uops[r])

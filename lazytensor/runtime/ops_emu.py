@@ -81,7 +81,7 @@ class Grid:
   @functools.cached_property
   def ids(self) -> dict[str, np.ndarray]:
     per_kind = (("gidx", self.block, self.global_size), ("lidx", self.lanes % self.threads, self.local_size))
-    return {f"{p}{i}": (base // prod(dims[:i]) % dims[i]).astype(np.int32) for p, base, dims in per_kind for i in _AXES}
+    return {f"{p}{i}": base // prod(dims[:i]) % dims[i] for p, base, dims in per_kind for i in _AXES}
 
   def who(self, lane: int) -> str:
     """A lane as the GPU names it: block (gidx0, gidx1, gidx2) thread (lidx0, lidx1, lidx2)."""
@@ -397,7 +397,7 @@ class Executable:
       if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
       v[at] = bufs[k].view(mem_np)
     for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], grid.blocks)
-    for at, u in self.specials: v[at] = grid.ids[u.arg[0]]
+    for at, u in self.specials: v[at] = grid.ids[u.arg[0]].astype(u.dtype.np, copy=False)  # the kernel's index dtype
     L = Launch(self.name, grid, v)
     with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
       for step in self.steps: step(L)

@@ -180,15 +180,16 @@ class _Function:
     return self.emit(f"call{flags} {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
 
 def _address_math(uops: list[UOp]) -> set[UOp]:
-  """int32 ALU nodes whose every use is an address or a loop bound (directly or through other such nodes). In a valid
-  program they cannot overflow, so they are marked nsw: LLVM can then widen them to 64-bit addresses as affine
-  expressions and vectorize the accesses. Values that are also stored as data keep wrap-around semantics."""
+  """Index ALU nodes (int32 or int64, as the lowerer chose) whose every use is an address or a loop bound (directly or
+  through other such nodes). In a valid program they cannot overflow, so they are marked nsw: LLVM can then widen
+  int32 ones to 64-bit addresses as affine expressions and vectorize the accesses. Values that are also stored as
+  data keep wrap-around semantics."""
   users: dict[UOp, list[tuple[UOp, int]]] = {}
   for u in uops:
     for i, s in enumerate(u.src): users.setdefault(s, []).append((u, i))
   out: set[UOp] = set()
   for u in reversed(uops):
-    if u.dtype != dtypes.int32 or u.op not in GroupOp.ALU or u not in users: continue
+    if u.dtype not in (dtypes.int32, dtypes.int64) or u.op not in GroupOp.ALU or u not in users: continue
     if all(v in out or (v.op in (Ops.LOAD, Ops.STORE) and i == 1) or v.op is Ops.RANGE for v, i in users[u]): out.add(u)
   return out
 
@@ -198,7 +199,7 @@ def _define_global(f: _Function, u: UOp) -> str: return f"%data{u.arg}"
 
 def _special(f: _Function, u: UOp) -> str:
   if not u.arg[0].startswith("core"): raise NotImplementedError(f"LLVM renderer: no {u.arg[0]} on the CPU (only core*)")
-  return "%core_id"
+  return "%core_id" if u.dtype == dtypes.int32 else f.emit(f"sext i32 %core_id to {ltype(u.dtype)}")
 
 def _vectorize(f: _Function, u: UOp) -> str:
   t, vt = ltype(u.dtype.scalar()), ltype(u.dtype)
@@ -215,13 +216,13 @@ def _gep(f: _Function, u: UOp) -> str:
 
 def _range(f: _Function, u: UOp) -> str:
   # header: phi and exit test at the top (zero-trip loops work); latch: the increment, branching back
-  i, name = f.fresh(), f"%r{len(f.loop_ids)}"
+  i, name, t = f.fresh(), f"%r{len(f.loop_ids)}", ltype(u.dtype)
   f.loop_ids[u] = i
   pred = f.block
   f.code(f"br label %loop{i}")
   f.label(f"loop{i}")
-  f.code(f"{name} = phi i32 [{f.r[u.src[0]]}, %{pred}], [{name}.next, %latch{i}]")
-  f.code(f"br i1 {f.emit(f'icmp slt i32 {name}, {f.r[u.src[1]]}')}, label %body{i}, label %exit{i}")
+  f.code(f"{name} = phi {t} [{f.r[u.src[0]]}, %{pred}], [{name}.next, %latch{i}]")
+  f.code(f"br i1 {f.emit(f'icmp slt {t} {name}, {f.r[u.src[1]]}')}, label %body{i}, label %exit{i}")
   f.label(f"body{i}")
   return name
 
@@ -229,13 +230,13 @@ def _endrange(f: _Function, u: UOp) -> None:
   i, name = f.loop_ids[u.src[0]], f.r[u.src[0]]
   f.code(f"br label %latch{i}")
   f.label(f"latch{i}")
-  f.code(f"{name}.next = add nuw nsw i32 {name}, 1")
+  f.code(f"{name}.next = add nuw nsw {ltype(u.src[0].dtype)} {name}, 1")
   f.code(f"br label %loop{i}")
   f.label(f"exit{i}")
 
 def _address(f: _Function, buf: UOp, idx: UOp) -> str:
   assert isinstance(buf.dtype, PtrDType), f"LLVM renderer: memory access through {buf.op}, expected DEFINE_GLOBAL"
-  return f.emit(f"getelementptr inbounds {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, i32 {f.r[idx]}")
+  return f.emit(f"getelementptr inbounds {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, {ltype(idx.dtype)} {f.r[idx]}")
 
 def _load_global(f: _Function, u: UOp) -> str:
   mt = mtype(u.dtype)
@@ -246,7 +247,7 @@ def _masked_load(f: _Function, u: UOp) -> str:
   """A vector load whose lanes each have a gate (e.g. a padded row edge): masked-off lanes are never read. The
   address may lie outside the buffer for those lanes, so the GEP is not inbounds."""
   mt, buf = mtype(u.dtype), u.src[0]
-  addr = f.emit(f"getelementptr {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, i32 {f.r[u.src[1]]}")
+  addr = f.emit(f"getelementptr {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, {ltype(u.src[1].dtype)} {f.r[u.src[1]]}")
   alt = f.r[u.src[3]]
   if u.dtype.is_bool: alt = f.emit(f"zext {ltype(u.dtype)} {alt} to {mt}")
   mem_dt = dtypes.uint8.vec(u.dtype.count) if u.dtype.is_bool else u.dtype
