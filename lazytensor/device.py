@@ -21,6 +21,9 @@ class Allocator:
   def free(self, handle: Any, nbytes: int) -> None: pass
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, handle: Any) -> None: raise NotImplementedError
+  def host_array(self, handle: Any) -> np.ndarray | None:
+    """The memory itself as a uint8 numpy array (no copy) when it is host memory; None when it is not (a GPU's)."""
+    return None
   def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
     """Copy from another device's memory without a trip through the host, if this allocator can (GPU to GPU)."""
     return False
@@ -96,16 +99,21 @@ class _DeviceRegistry:
     return self._opened[name]
 
   def canonicalize_any(self, device: DeviceLike) -> DeviceLike:
-    """A device name, or a tuple of them (a value spread over several devices), in canonical form."""
+    """A device name, or a tuple of them (a value spread over several devices; nested on a mesh), in canonical form."""
     if not isinstance(device, (tuple, list)): return self.canonicalize(device)
-    names = tuple(self.canonicalize(d) for d in device)
+    names = tuple(self.canonicalize_any(d) for d in device)
     if not names: raise ValueError("an empty tuple of devices; expected one or more names such as 'CPU:1'")
-    if len(set(names)) != len(names): raise ValueError(f"devices {tuple(device)} name one device more than once")
+    flat = self.flat(names)
+    if len(set(flat)) != len(flat): raise ValueError(f"devices {tuple(device)} name one device more than once")
     return names
+
+  def flat(self, device: DeviceLike) -> tuple[str, ...]:
+    """Every device named, in order (a tuple of tuples of a mesh flattened)."""
+    return (device,) if isinstance(device, str) else tuple(d for sub in device for d in self.flat(sub))
 
   def first(self, device: DeviceLike) -> str:
     """The device itself, or the first of a tuple: where one-device decisions (the renderer to plan for) are made."""
-    return device if isinstance(device, str) else device[0]
+    return self.flat(device)[0]
 
   @property
   def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
@@ -137,6 +145,12 @@ class Buffer:
     assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
     self.allocator.copyin(self.handle, data)
     return self
+
+  def host_view(self) -> np.ndarray | None:
+    """The buffer's memory as a numpy array of its dtype, without a copy, when it is host memory (else None): writes
+    to it change the buffer."""
+    raw = self.allocator.host_array(self.handle)
+    return None if raw is None else raw.view(self.dtype.np)
 
   def numpy(self) -> np.ndarray:
     out = np.empty(self.size, dtype=self.dtype.np)

@@ -20,7 +20,7 @@ from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import buffer_view, const_uop, copy_to, shard_like
+from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_create import CreationMixin
@@ -82,9 +82,9 @@ def capturing_program() -> Iterator[None]:
   finally: _program_start.pop()
 
 def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
-  # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device
+  # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device (nested on a mesh)
   return {id(buffer_map[t.base]) for r in roots for n in r.toposort if n.op is Ops.ASSIGN
-          for t in (n.src[0].src if n.src[0].op is Ops.MULTI else (n.src[0],))}
+          for t in multi_leaves(n.src[0])}
 
 def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
@@ -165,7 +165,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
                requires_grad: bool | None = None) -> None:
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(device, (tuple, list)):  # made on the first device and replicated on the others
-      self.__init__(data, open_devices(device, "Tensor")[0], dtype, requires_grad)  # type: ignore[misc]
+      self.__init__(data, Device.first(open_devices(device, "Tensor")), dtype, requires_grad)  # type: ignore[misc]
       self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
       return
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
@@ -209,7 +209,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   @property
   def device(self) -> DeviceLike:
-    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them.
+    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them (on
+    a DeviceMesh, nested: a tuple per slice along the first mesh axis).
 
     >>> Tensor([1]).device == Device.DEFAULT, Tensor([1]).to(("CPU:0", "CPU:1")).device
     (True, ('CPU', 'CPU:1'))
@@ -341,7 +342,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     array([1, 2, 3])
     """
     if self.numel() == 0: return from_storage(np.zeros(self.shape, dtype=self.dtype.np), self.dtype)
-    if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()  # gathered on the first device
+    if isinstance(self.device, tuple): return self.to(Device.first(self.device)).numpy()  # gathered on the first one
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
@@ -417,6 +418,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     """
     device = open_devices(device, "to") if isinstance(device, (tuple, list)) else Device.canonicalize(device)
     if device == self.device: return self
+    if isinstance(device, tuple) and isinstance(self.device, tuple):  # gathered first: a copy between two tuples of
+      return self.to(Device.first(self.device)).to(device)           # devices keeps the layout (engine/multi.py)
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
   # ---- writing into realized tensors ----
@@ -432,7 +435,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
-    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in (ld.src if ld.op is Ops.MULTI else (ld,)))
+    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
 
   def assign(self, x: Any) -> Tensor:
     """Write x into this tensor's memory when it is next realized (in place; views of it see the new values).

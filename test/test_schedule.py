@@ -177,3 +177,13 @@ def test_reading_an_assign_to_a_slice_in_the_same_schedule() -> None:
   v = a[2:4]
   out = Tensor(UOp(Ops.ASSIGN, v.dtype, (v.lazydata, (v + 10).lazydata))) * 2
   assert out.tolist() == [24.0, 26.0] and a.tolist() == [0.0, 1.0, 12.0, 13.0]
+
+def test_output_slice_that_is_also_copied_keeps_its_buffer() -> None:
+  # t[0:3] is made dense for its copy and is an output too: its buffer must not be reused for t[3:6]'s copy
+  a = np.arange(42, dtype=np.float32).reshape(6, 7)
+  t = Tensor(a).realize()
+  u, c, v = t[0:3], t[0:3].to("CPU:1"), t[3:6].to("CPU:2")
+  Tensor.realize(u, c, v)
+  np.testing.assert_equal(u.numpy(), a[:3])
+  np.testing.assert_equal(c.numpy(), a[:3])
+  np.testing.assert_equal(v.numpy(), a[3:])

@@ -302,8 +302,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(original_sink, sink, buffer_uops)
-  out_roots = {_output_root(o) for o in sink.src}
-  keep = {id(outputs[r]) for r in roots if r in out_roots or r.op is Ops.ASSIGN}
+  out_bases = {o.base for o in sink.src} | set(sink.src)  # an output that is a view made dense is a root itself
+  keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(origin.get(r, r), buffer_uops[r])

@@ -20,8 +20,9 @@ from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
 
-# where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated)
-DeviceLike = str | tuple[str, ...]
+# where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated); on a
+# mesh of devices (tensor_multi.DeviceMesh), a tuple of such tuples, one per slice along the first mesh axis
+DeviceLike = str | tuple["DeviceLike", ...]
 
 class Ops(enum.Enum):
   # graph structure
@@ -258,7 +259,7 @@ class UOp:
   def device(self) -> DeviceLike:
     """Where the value lives: a device name, or a tuple of them for a value spread over several (Ops.MULTI)."""
     if self.op is Ops.BUFFER: return self.arg[0]
-    if self.op is Ops.MULTI: return tuple(str(s.device) for s in self.src)
+    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)
     if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
     assert self.src, f"{self.op} has no device"
     return self.src[0].device
