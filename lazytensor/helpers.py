@@ -81,6 +81,10 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even wh
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 512, "schedules remembered by graph structure, buffers as parameters "
+                            "(an eager step repeated with new buffers skips scheduling); 0 schedules every graph anew")
+BUFFER_CACHE = ContextVar("BUFFER_CACHE", 1 << 30, "bytes of freed memory a device keeps for the next allocation of "
+                          "the same size (no page faults on fresh memory at every eager step); 0 frees at once")
 
 def cache_db_path() -> str: return CACHEDB.value or os.path.join(CACHEDIR.value, "cache.db")
 

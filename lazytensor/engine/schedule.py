@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
-from lazytensor.helpers import DEBUG, prod
+from lazytensor.helpers import DEBUG, SCHEDULE_CACHE, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -67,15 +68,110 @@ class _Graph:
   realize: dict[UOp, None] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
 
-def substitute_realized(root: UOp) -> tuple[UOp, dict[UOp, UOp]]:
-  """Swap in buffers for nodes realized earlier; returns the new graph and a map new node -> original node."""
-  done: dict[UOp, UOp] = {}
-  for node in root.toposort:
-    if (hit := realized_map.get(node)) is not None: done[node] = hit
-    else:
-      new_src = tuple(done[s] for s in node.src)
-      done[node] = node if new_src == node.src else node.replace(src=new_src)
-  return done[root], {new: old for old, new in done.items()}
+# ---- schedules cached by graph structure ----
+
+@dataclass(frozen=True)
+class _Abstract:
+  """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
+  CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
+  sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
+  inputs)."""
+  sink: UOp
+  origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
+  params: list[UOp]       # parameter slot -> the caller's BUFFER node
+
+# placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
+# (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
+_param_buffers: weakref.WeakValueDictionary[tuple, Buffer] = weakref.WeakValueDictionary()
+
+def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
+  device, size = buf_uop.arg[0], buf_uop.arg[1]
+  uop = UOp(Ops.BUFFER, buf_uop.dtype, (), (device, size, ("param", slot, alias)))
+  if uop not in buffer_map:
+    key = (device, size, buf_uop.dtype, alias)
+    if (buf := _param_buffers.get(key)) is None: buf = _param_buffers[key] = Buffer(device, size, buf_uop.dtype)
+    buffer_map[uop] = buf
+  return uop
+
+class _Abstracter:
+  """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
+  the graph still to compute, not the history behind its inputs."""
+  def __init__(self) -> None:
+    self.done: dict[UOp, UOp] = {}     # caller's node -> abstract node
+    self.in_hits: dict[UOp, UOp] = {}  # the same for the nodes of realized values (not looked up in realized_map)
+    self.origin: dict[UOp, UOp] = {}
+    self.params: list[UOp] = []
+    self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
+    self.aliases: dict[int, int] = {}   # id(Buffer) -> alias number
+    self.contiguous = 0
+
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    if node.op is Ops.BUFFER:
+      if (p := self.slots.get(node)) is None:
+        alias = self.aliases.setdefault(id(buffer_map[node]), len(self.aliases))
+        p = self.slots[node] = _param_uop(node, len(self.params), alias)
+        self.params.append(node)
+      return p
+    if node.op is Ops.CONTIGUOUS and node.arg is not None:
+      self.contiguous += 1
+      return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
+    return node if src == node.src else node.replace(src=src)
+
+  def plain(self, root: UOp) -> UOp:
+    for node in root.toposort:
+      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
+    return self.in_hits[root]
+
+  def walk(self, root: UOp) -> UOp:
+    done, stack = self.done, [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in done: continue
+      if expanded:
+        new = done[node] = self.convert(node, tuple(done[s] for s in node.src))
+      elif (hit := realized_map.get(node)) is not None: new = done[node] = self.plain(hit)
+      else:
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src) if s not in done)
+        continue
+      self.origin[new] = node
+    return done[root]
+
+def _abstract(sink: UOp) -> _Abstract:
+  a = _Abstracter()
+  return _Abstract(a.walk(sink), a.origin, a.params)
+
+class _Template:
+  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
+  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> None:
+    self.sink, self.items, self.becomes = sink, items, list(becomes.items())
+    self.uses = 0
+    params = [n for n in sink.toposort if n.op is Ops.BUFFER]
+    self.param_slots = [(id(buffer_map[p]), p.arg[2][1]) for p in params]
+    param_ids = {i for i, _ in self.param_slots}
+    # the buffers the schedule makes: new ones for each instance
+    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
+    # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
+    # nodes (for new memory, or new names for assigned memory) made for each instance
+    self.value_buffers = list(dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER))
+
+  def instantiate(self, a: _Abstract) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    self.uses += 1
+    real: dict[int, Buffer] = {pid: buffer_map[a.params[slot]] for pid, slot in self.param_slots}
+    for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
+    items = [ScheduleItem(it.ast, tuple(real[id(b)] for b in it.bufs)) for it in self.items]
+    names: dict[UOp, UOp] = {}
+    for n in self.value_buffers:
+      if isinstance(n.arg[2], tuple): names[n] = a.params[n.arg[2][1]]
+      else:
+        buf = real[id(buffer_map[n])]
+        names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    becomes: dict[UOp, UOp] = {}
+    for node, value in self.becomes:
+      if (orig := a.origin.get(node)) is not None: becomes[orig] = value.substitute(names)
+    return items, becomes
+
+_templates: OrderedDict[UOp, _Template] = OrderedDict()
 
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
@@ -259,18 +355,14 @@ def _output_buffer(root: UOp) -> Buffer:
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
-def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
-
-  Nothing is recorded until the caller has run the items and calls `commit_realized(becomes)`."""
-  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
-  original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
-  substituted, origin = substitute_realized(original_sink)
-  sink = graph_rewrite(substituted, pm_resolve, name="resolve")
-  g = _find_realizes(sink)
-  roots = _toposort_roots(sink, g.realize)
+def _schedule_graph(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, and
+  what each computed node becomes once they have run."""
+  resolved = graph_rewrite(sink, pm_resolve, name="resolve")
+  g = _find_realizes(resolved)
+  roots = _toposort_roots(resolved, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
-  leaf_buffers = {n: _buffer_of(n) for n in sink.toposort if n.op is Ops.BUFFER}
+  leaf_buffers = {n: _buffer_of(n) for n in resolved.toposort if n.op is Ops.BUFFER}
   built: dict[UOp, _Built] = {}
   for root in roots:
     if root.op is Ops.COPY:
@@ -283,13 +375,34 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     built[root] = _Built(ScheduleItem(kb.build(), tuple(kb.bufs)), kb.leaf_reads, kb.root_reads)
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
-  becomes = _becomes(original_sink, sink, buffer_uops)
-  out_bases = {o.base for o in sink.src}
+  becomes = _becomes(sink, resolved, buffer_uops)
+  out_bases = {o.base for o in resolved.src}
   keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   for r in roots:
-    if id(outputs[r]) not in reused: becomes.setdefault(origin.get(r, r), buffer_uops[r])
-  if DEBUG >= 1 and items: print(f"scheduled {len(items)} items from {len(original_sink.toposort)} nodes")
+    if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
+  return items, becomes
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
+
+  A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
+  reuses that schedule with its own buffers. Nothing is recorded until the caller has run the items and calls
+  `commit_realized(becomes)`."""
+  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
+  abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
+  cap = int(SCHEDULE_CACHE.value)
+  template = _templates.get(abstract.sink) if cap > 0 else None
+  if template is None:
+    template = _Template(abstract.sink, *_schedule_graph(abstract.sink))
+    if cap > 0:
+      _templates[abstract.sink] = template
+      while len(_templates) > cap: _templates.popitem(last=False)
+  else: _templates.move_to_end(abstract.sink)
+  items, becomes = template.instantiate(abstract)
+  if DEBUG >= 1 and items:
+    print(f"scheduled {len(items)} items from {len(abstract.sink.toposort)} nodes"
+          f"{' (schedule cache hit)' if template.uses > 1 else ''}")
   return items, becomes
 
 @dataclass(frozen=True)

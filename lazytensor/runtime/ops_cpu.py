@@ -163,9 +163,12 @@ class CPUProgram:
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
     addrs = [b.addr for b in bufs]
+    # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
+    pool = cpu_threads.workers() if core_count > 1 else None
+    if pool is not None: pool.start(core_count)
     start = time.perf_counter()
-    if core_count == 1: fn(*addrs, 0)
-    else: cpu_threads.workers().run(fn, self.addr, addrs, core_count)
+    if pool is None: fn(*addrs, 0)
+    else: pool.run(fn, self.addr, addrs, core_count)
     return time.perf_counter() - start if wait else None
 
 class CpuDevice(Compiled):
