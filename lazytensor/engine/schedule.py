@@ -172,6 +172,8 @@ class _Template:
     return items, becomes
 
 _templates: OrderedDict[UOp, _Template] = OrderedDict()
+# graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
+schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
 
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
@@ -393,6 +395,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
   cap = int(SCHEDULE_CACHE.value)
   template = _templates.get(abstract.sink) if cap > 0 else None
+  schedule_stats["scheduled" if template is None else "reused"] += 1
   if template is None:
     template = _Template(abstract.sink, *_schedule_graph(abstract.sink))
     if cap > 0:
