@@ -13,12 +13,13 @@ from typing import Any, ClassVar, TypeVar
 T = TypeVar("T")
 
 class ContextVar:
-  """A knob: read once from the environment (its default otherwise), overridable with `Context`."""
+  """A knob: read once from the environment (its default otherwise), overridable with `Context`. A knob declared with
+  `code=True` changes the code rendered for a kernel with given opts: it is part of every program cache key."""
   registry: ClassVar[dict[str, ContextVar]] = {}
 
-  def __init__(self, key: str, default: Any, help: str) -> None:
+  def __init__(self, key: str, default: Any, help: str, code: bool = False) -> None:
     assert key not in ContextVar.registry, f"knob {key} declared twice"
-    self.key, self.default, self.help = key, default, help
+    self.key, self.default, self.help, self.code = key, default, help, code
     raw = os.environ.get(key)
     self.value = default if raw is None else self._parse(raw)
     ContextVar.registry[key] = self
@@ -80,7 +81,7 @@ BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
-FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
 SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 512, "schedules remembered by graph structure, buffers as parameters "
                             "(an eager step repeated with new buffers skips scheduling); 0 schedules every graph anew")
 BUFFER_CACHE = ContextVar("BUFFER_CACHE", 1 << 30, "bytes of freed memory a device keeps for the next allocation of "

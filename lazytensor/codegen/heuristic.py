@@ -166,7 +166,7 @@ def _cpu(k: Kernel) -> None:
 
 def _gpu(k: Kernel) -> None:
   r = k.renderer
-  if r.tensor_cores and _try(k, Opt(OptOps.TC, 0, 0)): return
+  if any(_try(k, Opt(OptOps.TC, i, 0)) for i in range(len(r.tensor_cores))): return
   if k.reduce_axes and prod(k.output_shape()) <= 2048 and r.has_shared:
     last = k.axes_of(AxisKind.REDUCE)[-1]
     amt = _largest_divisor(k.full_shape[last], (256, 128, 64, 32, 16))
