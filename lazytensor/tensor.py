@@ -11,7 +11,6 @@ import functools
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -81,40 +80,8 @@ def capturing_program() -> Iterator[None]:
   try: yield
   finally: _program_start.pop()
 
-@dataclass(frozen=True)
-class _GraphFacts:
-  """What a graph reads and writes, remembered per node so that a question about a new graph only walks its new
-  nodes: the BUFFER nodes it reads and its ASSIGN nodes."""
-  buffers: frozenset[UOp]
-  assigns: frozenset[UOp]
-
-_NO_FACTS = _GraphFacts(frozenset(), frozenset())
-_facts: weakref.WeakKeyDictionary[UOp, _GraphFacts] = weakref.WeakKeyDictionary()
-
-def _merge_facts(node: UOp, srcs: list[_GraphFacts]) -> _GraphFacts:
-  own_buffers = frozenset((node,)) if node.op is Ops.BUFFER else frozenset()
-  own_assigns = frozenset((node,)) if node.op is Ops.ASSIGN else frozenset()
-  # most nodes add nothing to a single source's facts: share that object instead of building new sets
-  distinct = list({id(f): f for f in srcs if f is not _NO_FACTS}.values())
-  if not own_buffers and not own_assigns and len(distinct) <= 1: return distinct[0] if distinct else _NO_FACTS
-  return _GraphFacts(own_buffers.union(*(f.buffers for f in distinct)),
-                     own_assigns.union(*(f.assigns for f in distinct)))
-
-def graph_facts(root: UOp) -> _GraphFacts:
-  """The facts of root's graph, walking only the nodes no earlier question has walked."""
-  if (hit := _facts.get(root)) is not None: return hit
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    node, expanded = stack.pop()
-    if node in _facts: continue
-    if expanded: _facts[node] = _merge_facts(node, [_facts[s] for s in node.src])
-    else:
-      stack.append((node, True))
-      stack.extend((s, False) for s in node.src if s not in _facts)
-  return _facts[root]
-
 def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
-  return {id(buffer_map[n.src[0].base]) for r in roots for n in graph_facts(r).assigns}
+  return {id(buffer_map[n.src[0].base]) for r in roots for n in r.facts.assigns}
 
 def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
@@ -129,7 +96,7 @@ def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   while targets:
     found = [(n, t) for n, t in list(_live.items()) if id(t) not in chosen and
              t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
-             any(id(buffer_map.get(u)) in targets for u in graph_facts(t.lazydata).buffers)]
+             any(id(buffer_map.get(u)) in targets for u in t.lazydata.facts.buffers)]
     chosen |= {id(t) for _, t in found}
     out += found
     targets = _buffers_assigned(t.lazydata for _, t in found) - seen

@@ -16,6 +16,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, truncate
@@ -218,6 +219,21 @@ class UOp:
         done[node] = node if new_src == node.src else node.replace(src=new_src)
     return done[self]
 
+  @property
+  def facts(self) -> GraphFacts:
+    """The BUFFER nodes this graph reads and its ASSIGN nodes, remembered on each node: asking about a new graph walks
+    only the nodes no earlier question reached (realizing an assign asks it of every live tensor's graph)."""
+    if (hit := self.__dict__.get("_facts")) is not None: return hit
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if "_facts" in node.__dict__: continue
+      if expanded: node.__dict__["_facts"] = GraphFacts.merge(node, [s.__dict__["_facts"] for s in node.src])
+      else:
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if "_facts" not in s.__dict__)
+    return self.__dict__["_facts"]
+
   @functools.cached_property
   def key(self) -> bytes:
     """A content hash that is stable across processes: the key of on-disk caches."""
@@ -317,6 +333,24 @@ class UOp:
   # ---- printing ----
 
   def __repr__(self) -> str: return pretty_print(self)
+
+@dataclass(frozen=True)
+class GraphFacts:
+  """What a tensor graph reads and writes: its BUFFER nodes and its ASSIGN nodes."""
+  buffers: frozenset[UOp]
+  assigns: frozenset[UOp]
+
+  @staticmethod
+  def merge(node: UOp, srcs: list[GraphFacts]) -> GraphFacts:
+    own_buffers = frozenset((node,)) if node.op is Ops.BUFFER else frozenset()
+    own_assigns = frozenset((node,)) if node.op is Ops.ASSIGN else frozenset()
+    # most nodes add nothing to a single source's facts: they share that object instead of building new sets
+    distinct = list({id(f): f for f in srcs if f is not NO_FACTS}.values())
+    if not own_buffers and not own_assigns and len(distinct) <= 1: return distinct[0] if distinct else NO_FACTS
+    return GraphFacts(own_buffers.union(*(f.buffers for f in distinct)),
+                      own_assigns.union(*(f.assigns for f in distinct)))
+
+NO_FACTS = GraphFacts(frozenset(), frozenset())
 
 def _shape_of_first_src(u: UOp) -> tuple[int, ...]:
   for s in u.src:
