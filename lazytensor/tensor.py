@@ -160,14 +160,17 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None) -> None:
-    dt = to_dtype(dtype) if dtype is not None else None
-    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
     _live[next(_serials)] = self
-    if isinstance(data, UOp): self.lazydata = data
-    elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    if isinstance(data, UOp):  # what every op makes: the fast path
+      self.lazydata = data
+      if requires_grad is not None: self.requires_grad = requires_grad
+      return
+    dt = to_dtype(dtype) if dtype is not None else None
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
       dt = dt or dtypes.from_py(data)
       self.lazydata = const_uop(data, dt, dev, ())

@@ -30,8 +30,14 @@ class ScheduleItem:
   ast: UOp
   bufs: tuple[Buffer, ...]
 
-# computed node -> VIEW(BUFFER) holding its value; weak, so an entry lives as long as some graph holds the node
-realized_map: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+class RealizedMap:
+  """Computed node -> VIEW(BUFFER) holding its value. Kept on the node itself, so an entry lives as long as some graph
+  holds the node, and a lookup (made for every node of every graph realized) is a dict read; a WeakKeyDictionary's
+  builds a weak reference each time."""
+  def get(self, node: UOp) -> UOp | None: return node.__dict__.get("_realized")
+  def __setitem__(self, node: UOp, value: UOp) -> None: node.__dict__["_realized"] = value
+
+realized_map = RealizedMap()
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 
@@ -168,7 +174,10 @@ class _Template:
         names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
     becomes: dict[UOp, UOp] = {}
     for node, value in self.becomes:
-      if (orig := a.origin.get(node)) is not None: becomes[orig] = value.substitute(names)
+      if (orig := a.origin.get(node)) is None: continue
+      # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
+      direct = value.op is Ops.VIEW and value.src[0].op is Ops.BUFFER
+      becomes[orig] = value.replace(src=(names[value.src[0]],)) if direct else value.substitute(names)
     return items, becomes
 
 _templates: OrderedDict[UOp, _Template] = OrderedDict()
