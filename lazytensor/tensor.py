@@ -611,7 +611,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)
-      y = Tensor.full((), y, dtype=dt, device=self.device)
+      # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
+      y = Tensor(const_uop(y, dt, self.device, self.shape))
     elif isinstance(y, (list, np.ndarray)):
       y = Tensor(y, device=self.device)
       dt = promote_types(self.dtype, y.dtype)
