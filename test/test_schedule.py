@@ -159,3 +159,21 @@ def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
   idx = Tensor([3, 1, 0]).realize()
   big = Tensor(rng.standard_normal((4, 4096), dtype=np.float32)).realize()
   assert kernels(big[idx]) == 1  # the one-hot mask of a gather is never stored
+
+def test_reused_buffer_is_not_remembered_as_its_first_value() -> None:
+  # x1's buffer is free after x2's kernel and holds x3 from then on: a later graph with x1 must not read it
+  arr = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+  a = Tensor(arr)
+  x1 = a.sum(1, keepdim=True)
+  x2 = (a - x1).max(1, keepdim=True)
+  x3 = (a * x2).sum(1, keepdim=True)
+  (a + x3).sum(1).realize()
+  np.testing.assert_allclose(a.sum(1, keepdim=True).numpy(), arr.sum(1, keepdims=True), atol=1e-4)
+
+def test_reading_an_assign_to_a_slice_in_the_same_schedule() -> None:
+  # the assign writes a[2:4]; a kernel of the same schedule that reads its result reads those positions
+  from lazytensor.uop.ops import Ops, UOp
+  a = Tensor([0.0, 1.0, 2.0, 3.0]).realize()
+  v = a[2:4]
+  out = Tensor(UOp(Ops.ASSIGN, v.dtype, (v.lazydata, (v + 10).lazydata))) * 2
+  assert out.tolist() == [24.0, 26.0] and a.tolist() == [0.0, 1.0, 12.0, 13.0]

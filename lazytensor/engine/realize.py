@@ -109,6 +109,7 @@ def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   return hit
 
 def _copy(dst: Buffer, src: Buffer) -> None:
+  if dst.allocator.transfer(dst.handle, src.handle, dst.nbytes, src.allocator): return
   arr = src.numpy()
   dst.copyin(arr.data.cast("B"))
 

@@ -19,6 +19,7 @@ from typing import Any
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
+from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.helpers import DEBUG, SCHEDULE_CACHE, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -142,6 +143,10 @@ class _Abstracter:
         continue
       self.origin[new] = node
     return done[root]
+
+class _Substituter(_Abstracter):
+  """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp: return node if src == node.src else node.replace(src=src)
 
 def _abstract(sink: UOp) -> _Abstract:
   a = _Abstracter()
@@ -329,7 +334,9 @@ class _KernelBuilder:
   def _visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool) -> UOp:
     if not is_root and node in self.outputs:
       self.root_reads.add(node)
-      return self.load(self.outputs[node], _compose(ShapeTracker.from_shape(node.shape), pending))
+      # an assign wrote its buffer through the target's view (a slice of a larger buffer): read it back through it
+      st = node.src[0].arg if node.op is Ops.ASSIGN else ShapeTracker.from_shape(node.shape)
+      return self.load(self.outputs[node], _compose(st, pending))
     if node.op is Ops.VIEW:
       base = node.src[0]
       if base.op is Ops.BUFFER:
@@ -362,7 +369,9 @@ def _root_shape(root: UOp) -> tuple[int, ...]:
 
 def _output_buffer(root: UOp) -> Buffer:
   if root.op is Ops.ASSIGN: return _buffer_of(root.src[0].src[0])
-  return Buffer(root.device, prod(_root_shape(root)), root.dtype)
+  device = root.device
+  assert isinstance(device, str), f"{root.op} on the devices {device} reached the scheduler"
+  return Buffer(device, prod(_root_shape(root)), root.dtype)
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
@@ -403,7 +412,13 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
   cap = int(SCHEDULE_CACHE.value)
+  # only single-device graphs have templates: a hit needs no look for MULTI nodes
   template = _templates.get(abstract.sink) if cap > 0 else None
+  if template is None and is_multi(abstract.sink):
+    # values on several devices: first one graph per device (engine/multi.py), each scheduled (and cached) on its own
+    flat, regroup = split_multi(outs, _Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
+    items, becomes = create_schedule(flat)
+    return items, regroup(becomes)
   schedule_stats["scheduled" if template is None else "reused"] += 1
   if template is None:
     template = _Template(abstract.sink, *_schedule_graph(abstract.sink))
