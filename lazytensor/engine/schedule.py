@@ -189,11 +189,18 @@ _templates: OrderedDict[UOp, _Template] = OrderedDict()
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
 
+def _computes_part(out: UOp) -> bool:
+  """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
+  the whole value: when it reads fewer elements (Tensor.arange(10**7)[-3:] computes 3) and no reduce lies under it (its
+  kernel would then copy out of the reduce's buffer, where the view of that buffer costs no kernel)."""
+  return out.op is Ops.VIEW and prod(out.shape) < prod(out.base.shape) and \
+    not any(n.op is Ops.REDUCE_AXIS for n in out.base.toposort)
+
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
   for out in sink.src:
     base = out.base
-    if base.op not in (Ops.BUFFER, Ops.CONST): roots[base] = None
+    if base.op not in (Ops.BUFFER, Ops.CONST): roots[out if _computes_part(out) else base] = None
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
@@ -396,8 +403,9 @@ def _schedule_graph(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(sink, resolved, buffer_uops)
-  out_bases = {o.base for o in resolved.src}
-  keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
+  # an output's buffer holds its base, or itself when it was computed through its view (_computes_part)
+  outs = {o.base for o in resolved.src} | set(resolved.src)
+  keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
