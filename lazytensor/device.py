@@ -5,14 +5,13 @@ import functools
 import hashlib
 import importlib
 import itertools
-import weakref
 from typing import Any, Protocol
 
 import numpy as np
 
 from lazytensor.dtype import DType
 from lazytensor.helpers import BUFFER_CACHE, DEBUG, DEV, diskcache_get, diskcache_put
-from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp
 
 
 class Allocator:
@@ -186,8 +185,8 @@ class Buffer:
 
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
 
-# the memory behind each BUFFER node of the tensor graph; weak, so a buffer is freed with the last graph using it
-buffer_map: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# the memory behind each BUFFER node of the tensor graph, kept on the node: freed with the last graph that uses it
+buffer_map: NodeMap[Buffer] = NodeMap("_buffer")
 _buffer_uid = itertools.count()
 
 def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:

@@ -69,6 +69,14 @@ _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictio
 # every tensor, by serial number: realizing an assign first computes the live tensors that still need the old contents
 _serials = itertools.count()
 _live: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# the ASSIGN nodes that some graph still holds: while there are none, no realize overwrites anything that a live tensor
+# reads, and the walk over the live tensors is skipped (an eager op costs the same with a thousand tensors alive)
+_live_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+def _assign_uop(target: UOp, value: UOp) -> UOp:
+  node = UOp(Ops.ASSIGN, target.dtype, (target, value))
+  _live_assigns.add(node)
+  return node
 # while a TinyJit captures: the serial number of the first tensor its function made
 _program_start: list[int] = []
 
@@ -92,6 +100,7 @@ def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   before the assigns, they keep the values they had when they were built, as in an eager framework. Views (movement
   ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see the new
   contents."""
+  if not _live_assigns: return []
   chosen: set[int] = {id(t) for t in tensors}
   out: list[tuple[int, Tensor]] = []
   targets = _buffers_assigned(t.lazydata for t in tensors)
@@ -451,7 +460,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       return self
     # a second assign before realizing writes the same buffer (its value may read the first one's result)
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
-    self.lazydata = UOp(Ops.ASSIGN, self.dtype, (target, value.lazydata))
+    self.lazydata = _assign_uop(target, value.lazydata)
     return self
 
   def __setitem__(self, indices: Any, value: Any) -> None:
@@ -471,7 +480,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
-    write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, new.lazydata))
+    write = _assign_uop(target.lazydata, new.lazydata)
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
@@ -620,7 +629,12 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""
-    if isinstance(y, Tensor): dt = promote_types(self.dtype, y.dtype)
+    if isinstance(y, Tensor):
+      mine, its = self.lazydata, y.lazydata
+      # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
+      if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
+        return (y, self) if reverse else (self, y)
+      dt = promote_types(self.dtype, y.dtype)
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)

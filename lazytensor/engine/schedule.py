@@ -22,7 +22,7 @@ from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.helpers import DEBUG, SCHEDULE_CACHE, prod
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,8 @@ class ScheduleItem:
   ast: UOp
   bufs: tuple[Buffer, ...]
 
-class RealizedMap:
-  """Computed node -> VIEW(BUFFER) holding its value. Kept on the node itself, so an entry lives as long as some graph
-  holds the node, and a lookup (made for every node of every graph realized) is a dict read; a WeakKeyDictionary's
-  builds a weak reference each time."""
-  def get(self, node: UOp) -> UOp | None: return node.__dict__.get("_realized")
-  def __setitem__(self, node: UOp, value: UOp) -> None: node.__dict__["_realized"] = value
-
-realized_map = RealizedMap()
+# computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
+realized_map: NodeMap[UOp] = NodeMap("_realized")
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 
@@ -122,7 +116,7 @@ class _Abstracter:
     if node.op is Ops.CONTIGUOUS and node.arg is not None:
       self.contiguous += 1
       return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
-    return node if src == node.src else node.replace(src=src)
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
   def plain(self, root: UOp) -> UOp:
     for node in root.toposort:
@@ -130,23 +124,28 @@ class _Abstracter:
     return self.in_hits[root]
 
   def walk(self, root: UOp) -> UOp:
-    done, stack = self.done, [(root, False)]
+    # the loop every eager realize runs over its new nodes: list comprehensions and the common case inlined
+    done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
     while stack:
       node, expanded = stack.pop()
       if node in done: continue
       if expanded:
-        new = done[node] = self.convert(node, tuple(done[s] for s in node.src))
-      elif (hit := realized_map.get(node)) is not None: new = done[node] = self.plain(hit)
+        src = tuple([done[s] for s in node.src])
+        if node.op is Ops.BUFFER or node.op is Ops.CONTIGUOUS: new = self.convert(node, src)
+        else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+      elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
       else:
         stack.append((node, True))
-        stack.extend((s, False) for s in reversed(node.src) if s not in done)
+        stack += [(s, False) for s in reversed(node.src) if s not in done]
         continue
-      self.origin[new] = node
+      done[node] = new
+      origin[new] = node
     return done[root]
 
 class _Substituter(_Abstracter):
   """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
-  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp: return node if src == node.src else node.replace(src=src)
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
 def _abstract(sink: UOp) -> _Abstract:
   a = _Abstracter()
