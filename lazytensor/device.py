@@ -122,6 +122,7 @@ class _DeviceRegistry:
     return base if num in ("", "0") else f"{base}:{int(num)}"
 
   def __getitem__(self, name: str) -> Compiled:
+    if (opened := self._opened.get(name)) is not None: return opened  # a canonical name: every Buffer asks this
     name = self.canonicalize(name)
     if name not in self._opened:
       base = name.partition(":")[0]

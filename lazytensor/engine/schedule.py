@@ -164,12 +164,13 @@ class _Template:
     # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
     # nodes (for new memory, or new names for assigned memory) made for each instance
     self.value_buffers = list(dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER))
+    self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
 
   def instantiate(self, a: _Abstract) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     self.uses += 1
     real: dict[int, Buffer] = {pid: buffer_map[a.params[slot]] for pid, slot in self.param_slots}
     for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
-    items = [ScheduleItem(it.ast, tuple(real[id(b)] for b in it.bufs)) for it in self.items]
+    items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
     names: dict[UOp, UOp] = {}
     for n in self.value_buffers:
       if isinstance(n.arg[2], tuple): names[n] = a.params[n.arg[2][1]]
