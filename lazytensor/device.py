@@ -41,7 +41,7 @@ class Allocator:
       return self.alloc(nbytes)
 
   def free_cached(self, handle: Any, nbytes: int) -> None:
-    if 0 < nbytes and self.cached_bytes + nbytes <= int(BUFFER_CACHE.value):
+    if self.reuse_freed and 0 < nbytes and self.cached_bytes + nbytes <= int(BUFFER_CACHE.value):
       self.freed.setdefault(nbytes, []).append(handle)
       self.cached_bytes += nbytes
     else: self.free(handle, nbytes)
@@ -54,6 +54,8 @@ class Allocator:
     self.cached_bytes = 0
 
   cached_bytes = 0  # the bytes `freed` holds
+  # False where fresh memory matters (EMU fills it with a poison pattern) or the backend keeps freed blocks itself
+  reuse_freed = True
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, handle: Any) -> None: raise NotImplementedError
   def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:

@@ -116,6 +116,13 @@ def test_the_buffer_cache_keeps_at_most_its_cap() -> None:
     alloc.free_cached(c, 64)
     assert 64 not in alloc.freed
 
+def test_emu_buffers_start_as_poison_not_as_freed_memory() -> None:
+  x = Tensor.full((333,), 1.0, device="EMU").contiguous().realize()
+  del x
+  alloc = Device["EMU"].allocator
+  assert not alloc.freed
+  assert (alloc.alloc_cached(4 * 333) == 0xFF).all()
+
 class _BoundedAllocator(CPUAllocator):
   """Host memory with a budget: an allocation beyond it fails as a full device's does."""
   def __init__(self, budget: int) -> None:
