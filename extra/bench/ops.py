@@ -1,6 +1,6 @@
 """lazytensor next to numpy (and torch when installed), measured in the same run, float32 on the CPU.
 
-Usage: python extra/bench/ops.py [--threads N] [--quick]
+Usage: python extra/bench/ops.py [--threads N] [--quick] [--clock wall|cpu]
 Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch: "kernels" runs the scheduled kernels
 alone; "eager" is what a user's call costs end to end (build the graph from realized inputs, schedule it, allocate
 the output, run, free it), with other input tensors at every call (two sets, alternating). The header names the
@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
+
+import bench_clock
 
 
 def _set_threads(n: int) -> None:
@@ -22,9 +23,9 @@ def best_time(fn: Callable[[], object], runs: int) -> float:
   fn()  # warm up: compile, allocate
   times = []
   for _ in range(runs):
-    st = time.perf_counter()
+    st = bench_clock.now()
     fn()
-    times.append(time.perf_counter() - st)
+    times.append(bench_clock.now() - st)
   return min(times)
 
 def host_isa() -> str:
@@ -63,7 +64,9 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+  bench_clock.add_argument(ap)
   args = ap.parse_args()
+  bench_clock.use(ap, args)
   _set_threads(args.threads)
   import numpy as np
 
