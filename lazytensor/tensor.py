@@ -329,7 +329,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     readers = _old_value_readers(tensors)
     if _program_start and (before := [t for n, t in readers if n < _program_start[-1]]):
       with paused_capture(): before[0].realize(*before[1:])
-    tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
+    if readers: tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)
@@ -444,7 +444,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
-    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in (ld.src if ld.op is Ops.MULTI else (ld,)))
+    if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
+    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in ld.src)
 
   def assign(self, x: Any) -> Tensor:
     """Write x into this tensor's memory when it is next realized (in place; views of it see the new values).
@@ -501,8 +502,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     ins = (self,) + others
     # a realized input that needs gradients is used through the graph that computed it, so that gradients still flow
     # through it (the scheduler reads its buffer: nothing is computed twice)
-    out = fn(*(t._graph_root() if t._graph is not None else t.lazydata for t in ins))
-    if not any(t._requires_grad for t in ins): return Tensor(out)
+    out = fn(*[t.lazydata if t._graph is None else t._graph_root() for t in ins])
+    if not any([t._requires_grad for t in ins]): return Tensor(out)
     if Tensor.no_grad: return Tensor(UOp(Ops.DETACH, out.dtype, (out,)))
     ret = Tensor(out)
     if out.dtype.is_float: ret._requires_grad = True

@@ -164,3 +164,14 @@ def test_debug_times_of_the_first_threaded_kernel_leave_out_starting_the_threads
   # starting the workers (and compiling their spin loop) added 10-100 ms to the first launch when it was timed with
   # it; the best of three processes leaves out a time slice lost to another process on a busy machine
   assert min(firsts) < 3 * float(np.median(others)) + 0.002, (firsts, others)
+
+# ---- knobs as a cache key ----
+
+def test_knob_values_follow_every_change_of_a_knob() -> None:
+  from lazytensor.helpers import BEAM, knob_values
+  before = knob_values()
+  assert knob_values() is before  # nothing changed: the same tuple, not rebuilt
+  with Context(BEAM=BEAM.value + 3):
+    inside = knob_values()
+    assert inside != before and BEAM.value in inside
+  assert knob_values() == before

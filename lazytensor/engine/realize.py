@@ -17,11 +17,11 @@ from lazytensor.helpers import (
   BEAM,
   DEBUG,
   NOOPT,
-  ContextVar,
   GlobalCounters,
   ansilen,
   diskcache_get,
   diskcache_put,
+  knob_values,
   to_function_name,
 )
 from lazytensor.uop.ops import Ops, UOp
@@ -99,7 +99,7 @@ _runner_memo: dict[tuple[Any, ...], CompiledRunner] = {}
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
   that choose its opts and every knob that changes its code)."""
-  memo_key = (device_name, ast, tuple(var.value for var in ContextVar.registry.values()))
+  memo_key = (device_name, ast, knob_values())
   if (hit := _runner_memo.get(memo_key)) is not None: return hit
   dev = Device[device_name]
   key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
