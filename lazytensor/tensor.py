@@ -68,7 +68,10 @@ _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictio
 
 # every tensor, by serial number: realizing an assign first computes the live tensors that still need the old contents
 _serials = itertools.count()
-_live: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# (a dict of weak references with a callback each: a WeakValueDictionary runs three Python frames per tensor made)
+_live: dict[int, weakref.ref[Tensor]] = {}
+
+def _forget_tensor(serial: int, _: weakref.ref[Tensor]) -> None: _live.pop(serial, None)
 # the ASSIGN nodes that some graph still holds: while there are none, no realize overwrites anything that a live tensor
 # reads, and the walk over the live tensors is skipped (an eager op costs the same with a thousand tensors alive)
 _live_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
@@ -105,9 +108,9 @@ def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   out: list[tuple[int, Tensor]] = []
   targets = _buffers_assigned(t.lazydata for t in tensors)
   seen = set(targets)
+  alive = [(n, t) for n, ref in list(_live.items()) if (t := ref()) is not None] if targets else []
   while targets:
-    found = [(n, t) for n, t in list(_live.items()) if id(t) not in chosen and
-             t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
+    found = [(n, t) for n, t in alive if id(t) not in chosen and t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
              any(id(buffer_map.get(u)) in targets for u in t.lazydata.facts.buffers)]
     chosen |= {id(t) for _, t in found}
     out += found
@@ -179,7 +182,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
-    _live[next(_serials)] = self
+    serial = next(_serials)
+    _live[serial] = weakref.ref(self, functools.partial(_forget_tensor, serial))
     if isinstance(data, UOp):  # what every op makes: the fast path
       self.lazydata = data
       if requires_grad is not None: self.requires_grad = requires_grad
