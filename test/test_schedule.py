@@ -202,3 +202,12 @@ def test_two_parts_of_one_computed_value_realized_together_keep_their_own_buffer
   left.realize(right)
   np.testing.assert_equal(left.numpy(), (np.arange(12).reshape(2, 6) * 3)[:, :3])
   np.testing.assert_equal(right.numpy(), (np.arange(12).reshape(2, 6) * 3)[:, 3:])
+
+def test_a_part_of_a_contiguous_or_of_an_output_is_a_view_of_its_buffer() -> None:
+  x = Tensor.arange(12).float() * 2
+  c = x.contiguous()
+  part = c[:3]
+  assert [it.bufs[0].size for it in create_schedule([part.lazydata])[0]] == [12]
+  both, _ = create_schedule([x.lazydata, x[:3].lazydata])  # the whole value is asked for: its part needs no kernel
+  assert [it.bufs[0].size for it in both] == [12]
+  np.testing.assert_equal(part.numpy(), np.arange(3) * 2.0)

@@ -189,18 +189,20 @@ _templates: OrderedDict[UOp, _Template] = OrderedDict()
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
 
-def _computes_part(out: UOp) -> bool:
+def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
-  the whole value: when it reads fewer elements (Tensor.arange(10**7)[-3:] computes 3) and no reduce lies under it (its
-  kernel would then copy out of the reduce's buffer, where the view of that buffer costs no kernel)."""
-  return out.op is Ops.VIEW and prod(out.shape) < prod(out.base.shape) and \
-    not any(n.op is Ops.REDUCE_AXIS for n in out.base.toposort)
+  the whole value: when it reads fewer elements (Tensor.arange(10**7)[-3:] computes 3) of an elementwise value that is
+  not itself an output, and no reduce lies under it (its kernel would then copy out of the reduce's buffer, where the
+  view of that buffer costs no kernel). A view of a contiguous, copy or assign stays a view of that buffer."""
+  base = out.base
+  return out.op is Ops.VIEW and (base.op in GroupOp.Elementwise or base.op is Ops.IOTA) and base not in outs and \
+    prod(out.shape) < prod(base.shape) and not any(n.op is Ops.REDUCE_AXIS for n in base.toposort)
 
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
   for out in sink.src:
     base = out.base
-    if base.op not in (Ops.BUFFER, Ops.CONST): roots[out if _computes_part(out) else base] = None
+    if base.op not in (Ops.BUFFER, Ops.CONST): roots[out if _computes_part(out, sink.src) else base] = None
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
