@@ -33,30 +33,12 @@ class CPUMemory:
   array: np.ndarray
   addr: int
 
-# Freed memory kept per device for the next allocation of the same size. Pages touched for the first time cost far
-# more than writing touched ones: filling 16 MB of fresh memory took 365-636 ms against 1.8 ms for the same memory
-# again (the 2-vCPU CI VM under load; the MPI all_reduce of 64 MB into a fresh output lost 26 ms of 191 ms to it),
-# and training, the collectives and the benchmarks free and allocate the same sizes over and over.
-FREED_CACHE_BYTES = 1 << 29
-
 class CPUAllocator(Allocator):
-  def __init__(self) -> None:
-    self._freed: dict[int, list[CPUMemory]] = {}
-    self._freed_bytes = 0
-
+  # freed memory is kept for reuse by Allocator.free_cached (BUFFER_CACHE): dropping a handle frees it
   def alloc(self, nbytes: int) -> CPUMemory:
-    if pool := self._freed.get(nbytes):
-      self._freed_bytes -= nbytes
-      return pool.pop()
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return CPUMemory(raw[start:start + nbytes], raw.ctypes.data + start)
-
-  def free(self, handle: CPUMemory, nbytes: int) -> None:
-    # called from Buffer.__del__ (any thread, at any allocation): list appends and pops are atomic under the GIL
-    if self._freed_bytes + nbytes <= FREED_CACHE_BYTES:
-      self._freed.setdefault(nbytes, []).append(handle)
-      self._freed_bytes += nbytes
 
   def host_array(self, handle: CPUMemory) -> np.ndarray: return handle.array
   def copyin(self, handle: CPUMemory, src: memoryview) -> None: handle.array[:] = np.frombuffer(src, dtype=np.uint8)
@@ -183,9 +165,12 @@ class CPUProgram:
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
     addrs = [b.addr for b in bufs]
+    # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
+    pool = cpu_threads.workers() if core_count > 1 else None
+    if pool is not None: pool.start(core_count)
     start = time.perf_counter()
-    if core_count == 1: fn(*addrs, 0)
-    else: cpu_threads.workers().run(fn, self.addr, addrs, core_count)
+    if pool is None: fn(*addrs, 0)
+    else: pool.run(fn, self.addr, addrs, core_count)
     return time.perf_counter() - start if wait else None
 
 class CpuDevice(Compiled):

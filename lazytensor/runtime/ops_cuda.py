@@ -44,6 +44,7 @@ STAGING_BYTES = 1 << 24  # the staging buffer: large copies go through it in chu
 class CUDAAllocator(Allocator):
   """Device memory, with freed blocks kept per size and handed out again (cuMemAlloc and cuMemFree synchronize the
   device and cost ~10-100 us each); the kept blocks are released when an allocation fails."""
+  reuse_freed = False  # its own cache, above, keeps every freed block until memory runs out
   def __init__(self, dev: CudaDevice) -> None:
     self.dev, self.drv = dev, dev.drv
     self.cache: defaultdict[int, list[Any]] = defaultdict(list)
