@@ -20,6 +20,7 @@ from lazytensor.engine.schedule import ScheduleItem
 from lazytensor.engine.search import beam_search, launch_args
 from lazytensor.helpers import (
   BEAM,
+  CPU_TARGET,
   DEBUG,
   FASTMATH,
   NOOPT,
@@ -122,7 +123,7 @@ _runners: dict[tuple[Any, ...], CompiledRunner] = {}
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each setting of the knobs that choose
   its optimizations (the AST is interned, so it is the key)."""
-  key = (device_name, ast, NOOPT.value, BEAM.value, THREADS.value)
+  key = (device_name, ast, NOOPT.value, BEAM.value, THREADS.value, CPU_TARGET.value)
   if (hit := _runners.get(key)) is None:
     hit = _runners[key] = compile_kernel(ast, Device[device_name])
   return hit

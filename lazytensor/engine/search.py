@@ -187,7 +187,8 @@ def _replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
 def _cache_key(device: Compiled, width: int, what: bytes) -> str:
   r = device.renderer
   threads = int(THREADS.value) if r.has_threads else 0  # THREAD opts are legal up to THREADS
-  parts = [device.name.partition(":")[0], type(r).__name__, width, __version__, threads]
+  target = r.target.key if r.target else ""  # a tile that wins on AVX-512 may spill on AVX2
+  parts = [device.name.partition(":")[0], type(r).__name__, target, width, __version__, threads]
   return hashlib.sha256(json.dumps(parts).encode() + what).hexdigest()
 
 def _shape_signature(k: Kernel) -> bytes:

@@ -1,7 +1,12 @@
 """What a renderer is: the capabilities it declares (checked by apply_opt) and render(name, linear program)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lazytensor.uop.ops import PatternMatcher, UOp
+
+if TYPE_CHECKING:
+  from lazytensor.codegen.renderer.cpu_target import CPUTarget
 
 
 class Renderer:
@@ -18,6 +23,7 @@ class Renderer:
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
   matmul_panel: int = 0                # large matmuls first copy B into column panels this wide (0: never)
+  target: CPUTarget | None = None      # the CPU a CPU renderer compiles for: vector width, registers, caches
   # rules run on the loop-level graph before linearizing: decompositions the target needs
   extra_matcher: PatternMatcher[UOp] | None = None
 
