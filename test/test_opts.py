@@ -182,7 +182,7 @@ def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
 
 @pytest.mark.parametrize("target, rows", [("x86-64-v4", 7), ("x86-64-v3", 4)])
 def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeypatch, target: str, rows: int) -> None:
-  from lazytensor import tensor_math
+  from lazytensor.codegen import heuristic
   from lazytensor.codegen.renderer.cpu_target import cpu_target
   from lazytensor.codegen.renderer.llvm import LLVMRenderer
   x, w = _t(4, 32, 28, 28), _t(32, 32, 3, 3)
@@ -192,7 +192,23 @@ def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeyp
   # 16 output channels per tile row; rows along the output width: 7 (not 8: see heuristic._row_amount) where 14
   # accumulators fit (AVX-512), else 4 of 2 <8 x float> (AVX2's 12)
   assert k.applied_opts[:2] == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, rows)], k.applied_opts
-  got = x.conv2d(w, padding=1).numpy()
-  monkeypatch.setattr(tensor_math, "MIN_PACKED_CONV_WORK", 1 << 62)
-  assert len(create_schedule([x.conv2d(w, padding=1).lazydata])[0]) == 1
-  np.testing.assert_allclose(got, x.conv2d(w, padding=1).numpy(), rtol=1e-4, atol=1e-4)
+  with monkeypatch.context() as m:
+    m.setattr(heuristic, "CHANNEL_MIN_WORK", 1 << 62)
+    assert len(create_schedule([x.conv2d(w, padding=1).lazydata])[0]) == 1
+  torch = pytest.importorskip("torch")
+  want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
+  np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), want, rtol=1e-4, atol=1e-4)
+
+def test_large_matmul_reads_b_in_panels_of_the_tile_width() -> None:
+  # the tensor graph has no copy; the CPU's schedule adds one (B as column panels two vectors wide), EMU's does not
+  a, b = _t(512, 256), _t(256, 1024)
+  assert not any(u.op.name == "CONTIGUOUS" for u in (a @ b).lazydata.toposort)
+  items = create_schedule([(a @ b).lazydata])[0]
+  panel = 2 * Device["CPU"].renderer.target.vector_floats
+  assert len(items) == 2 and items[0].bufs[0].size == 256 * 1024
+  k = hand_coded_optimizations(Kernel(items[-1].ast, Device["CPU"].renderer))
+  assert Opt(OptOps.UPCAST, 1, panel) in k.applied_opts, k.applied_opts
+  with Context(DEV="EMU"):
+    ea, eb = Tensor(a.numpy(), device="EMU"), Tensor(b.numpy(), device="EMU")
+    assert len(create_schedule([(ea @ eb).lazydata])[0]) == 1
+  np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)

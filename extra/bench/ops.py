@@ -42,7 +42,7 @@ def main() -> None:
   _set_threads(args.threads)
   import numpy as np
 
-  from lazytensor import Context, Tensor
+  from lazytensor import Context, Device, Tensor
   try:
     import torch
     torch.set_num_threads(args.threads)
@@ -83,7 +83,8 @@ def main() -> None:
   conv_torch = (lambda: torch.nn.functional.conv2d(tcx, tcw, padding=1)) if torch else None
   items.append((f"conv2d {bs}x64x{hw}x{hw}, 64 out, 3x3, pad 1", "GFLOP/s", 2 * bs * 64 * hw * hw * 64 * 9,
                 kernels_of(lambda: lcx.conv2d(lcw, padding=1)), None, conv_torch))
-  print(f"threads={args.threads}  (numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''})")
+  print(f"threads={args.threads}  (numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''})  "
+        f"CPU_TARGET {Device['CPU'].renderer.target.describe()}")
   print(f"{'item':40s} {'lazytensor':>12s} {'numpy':>12s} {'torch':>12s} {'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):
     for name, unit, work, lt_fn, np_fn, torch_fn in items:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazytensor.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.codegen.heuristic import Packing, PackOperand, pack_choice
+from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.helpers import DEBUG, prod
@@ -60,6 +61,38 @@ pm_resolve: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
   (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
 ])
+
+def _blocked(v: UOp, p: Packing) -> UOp:
+  """The view `v` of x, reading instead a copy of x laid out as p says, in a buffer of its own."""
+  x = v.src[0]
+  outer = prod(x.shape) // (p.size * p.stride)
+  split = (outer, p.size // p.block, p.block, p.stride)
+  packed_st = ShapeTracker.from_shape(x.shape).reshape(split).permute((1, 0, 3, 2))
+  packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st),))
+  back = ShapeTracker.from_shape(packed_st.shape).permute((1, 0, 3, 2)).reshape(x.shape)
+  return UOp(Ops.VIEW, v.dtype, (packed,), (back + v.arg).simplify())
+
+def _pack_operand(r: UOp) -> UOp:
+  """`r`, reading one operand of its products from a re-laid copy when the device's heuristics ask for one."""
+  mul = r.src[0]
+  if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
+  target = Device[r.device].renderer.target
+  choice = None if target is None else pack_choice(target, r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape))
+                                                                     for v in mul.src])
+  if choice is None: return r
+  return r.replace(src=(mul.replace(src=tuple(_blocked(v, choice) if j == choice.operand else v
+                                              for j, v in enumerate(mul.src))),))
+
+def pack_operands(sink: UOp) -> UOp:
+  """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
+  heuristics ask for it (heuristic.pack_choice): the tensor graph is the same on every device, its schedule is the
+  device's. One pass, so that a reduce is never packed twice."""
+  done: dict[UOp, UOp] = {}
+  for node in sink.toposort:
+    new_src = tuple(done[s] for s in node.src)
+    new = node if new_src == node.src else node.replace(src=new_src)
+    done[node] = _pack_operand(new) if new.op is Ops.REDUCE_AXIS else new
+  return done[sink]
 
 @dataclass
 class _Graph:
@@ -266,7 +299,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
   substituted, origin = substitute_realized(original_sink)
-  sink = graph_rewrite(substituted, pm_resolve, name="resolve")
+  sink = pack_operands(graph_rewrite(substituted, pm_resolve, name="resolve"))
   g = _find_realizes(sink)
   roots = _toposort_roots(sink, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}

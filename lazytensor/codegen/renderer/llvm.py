@@ -337,10 +337,6 @@ class LLVMRenderer(Renderer):
     return self._target or cpu_target(str(CPU_TARGET.value))
 
   @property
-  def matmul_panel(self) -> int:  # type: ignore[override]
-    return 2 * self.target.vector_floats  # the heuristics' register tile is two vectors wide
-
-  @property
   def vector_widths(self) -> tuple[int, ...]:  # type: ignore[override]
     # vectors of up to one register: a wider one is split by LLVM anyway, into registers the heuristics did not count
     return tuple(w for w in (4, 8, 16) if w <= max(4, self.target.vector_floats))
