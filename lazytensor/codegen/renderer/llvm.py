@@ -342,6 +342,9 @@ class LLVMRenderer(Renderer):
     return tuple(w for w in (4, 8, 16) if w <= max(4, self.target.vector_floats))
 
   @property
+  def cache_key(self) -> str: return f"LLVMRenderer {self.target.key}"
+
+  @property
   def extra_matcher(self) -> PatternMatcher[UOp] | None:  # type: ignore[override]
     # read per use, so that `with Context(FASTMATH=0)` takes effect on a device that already exists
     return pm_fast_math if FASTMATH else None
