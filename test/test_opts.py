@@ -212,16 +212,28 @@ def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeyp
   want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
   np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), want, rtol=1e-4, atol=1e-4)
 
-def test_large_matmul_reads_b_in_panels_of_the_tile_width() -> None:
-  # the tensor graph has no copy; the CPU's schedule adds one (B as column panels two vectors wide), EMU's does not
-  a, b = _t(512, 256), _t(256, 1024)
+@pytest.mark.parametrize("target, cols, rows", [("x86-64-v3", 16, 6), ("x86-64-v4", 32, 8), ("aarch64", 8, 8)])
+def test_large_matmul_reads_operands_in_panels_of_the_tile(target: str, cols: int, rows: int) -> None:
+  # the tensor graph has no copy; a CPU's schedule adds two (B as column panels two vectors wide, A as row panels as
+  # tall as the register tile (AVX2: 6 rows of 2 <8 x float>, as 768 rows allow), both chosen for the CPU_TARGET),
+  # and the heuristics' tile matches them; EMU's schedule adds none
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  a, b = _t(96 * 8, 256), _t(256, 1024)
   assert not any(u.op.name == "CONTIGUOUS" for u in (a @ b).lazydata.toposort)
-  items = create_schedule([(a @ b).lazydata])[0]
-  panel = 2 * Device["CPU"].renderer.target.vector_floats
-  assert len(items) == 2 and items[0].bufs[0].size == 256 * 1024
-  k = hand_coded_optimizations(Kernel(items[-1].ast, Device["CPU"].renderer))
-  assert Opt(OptOps.UPCAST, 1, panel) in k.applied_opts, k.applied_opts
+  with Context(CPU_TARGET=target): items = create_schedule([(a @ b).lazydata])[0]
+  assert len(items) == 3 and sorted(it.bufs[0].size for it in items[:2]) == [96 * 8 * 256, 256 * 1024]
+  k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(cpu_target(target))))
+  assert k.applied_opts[:2] == [Opt(OptOps.UPCAST, 1, cols), Opt(OptOps.UPCAST, 0, rows)], k.applied_opts
   with Context(DEV="EMU"):
     ea, eb = Tensor(a.numpy(), device="EMU"), Tensor(b.numpy(), device="EMU")
     assert len(create_schedule([(ea @ eb).lazydata])[0]) == 1
+  np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("sa, sb", [((2, 512, 256), (256, 1024)), ((2, 512, 256), (2, 256, 512)),
+                                    ((510, 258), (258, 1024))])
+def test_packed_matmuls_match_numpy(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+  # batches (B broadcast or not) and a row count that only 2, 3, 5 divide: the panels follow each view
+  a, b = _t(*sa), _t(*sb)
+  assert len(create_schedule([(a @ b).lazydata])[0]) == 3
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)

@@ -74,14 +74,15 @@ def _blocked(v: UOp, p: Packing) -> UOp:
   return UOp(Ops.VIEW, v.dtype, (packed,), (back + v.arg).simplify())
 
 def _pack_operand(r: UOp) -> UOp:
-  """`r`, reading one operand of its products from a re-laid copy when the device's heuristics ask for one."""
+  """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them."""
   mul = r.src[0]
   if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
   target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
-  choice = None if target is None else pack_choice(target, r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape))
-                                                                     for v in mul.src])
-  if choice is None: return r
-  return r.replace(src=(mul.replace(src=tuple(_blocked(v, choice) if j == choice.operand else v
+  if target is None: return r
+  packs = {p.operand: p for p in pack_choice(target, r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape))
+                                                                for v in mul.src])}
+  if not packs: return r
+  return r.replace(src=(mul.replace(src=tuple(_blocked(v, packs[j]) if j in packs else v
                                               for j, v in enumerate(mul.src))),))
 
 def pack_operands(sink: UOp) -> UOp:
