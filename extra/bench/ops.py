@@ -1,7 +1,9 @@
 """lazytensor next to numpy (and torch when installed), measured in the same run, float32 on the CPU.
 
-Usage: python extra/bench/ops.py [--threads N] [--quick]
-Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch.
+Usage: python extra/bench/ops.py [--threads N] [--quick] [--cpu-time]
+Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch. With --cpu-time (one thread only) each
+call is timed by the calling thread's CPU time instead of the wall clock: on a machine shared with other jobs the wall
+clock also counts the time they run, and ratios from it are noise.
 """
 from __future__ import annotations
 
@@ -15,13 +17,13 @@ from collections.abc import Callable
 def _set_threads(n: int) -> None:
   for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
 
-def best_time(fn: Callable[[], object], runs: int) -> float:
+def best_time(fn: Callable[[], object], runs: int, clock: Callable[[], float] = time.perf_counter) -> float:
   fn()  # warm up: compile, allocate
   times = []
   for _ in range(runs):
-    st = time.perf_counter()
+    st = clock()
     fn()
-    times.append(time.perf_counter() - st)
+    times.append(clock() - st)
   return min(times)
 
 def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
@@ -38,7 +40,10 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+  ap.add_argument("--cpu-time", action="store_true", help="time by the calling thread's CPU time (one thread only)")
   args = ap.parse_args()
+  if args.cpu_time and args.threads != 1: ap.error(f"--cpu-time measures one thread; got --threads {args.threads}")
+  clock = time.thread_time if args.cpu_time else time.perf_counter
   _set_threads(args.threads)
   import numpy as np
 
@@ -83,25 +88,26 @@ def main() -> None:
   conv_torch = (lambda: torch.nn.functional.conv2d(tcx, tcw, padding=1)) if torch else None
   items.append((f"conv2d {bs}x64x{hw}x{hw}, 64 out, 3x3, pad 1", "GFLOP/s", 2 * bs * 64 * hw * hw * 64 * 9,
                 kernels_of(lambda: lcx.conv2d(lcw, padding=1)), None, conv_torch))
-  print(f"threads={args.threads}  (numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''})  "
+  timing = "  (CPU time)" if args.cpu_time else ""
+  print(f"threads={args.threads}{timing}  (numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''})  "
         f"CPU_TARGET {Device['CPU'].renderer.target.describe()}")
   print(f"{'item':40s} {'lazytensor':>12s} {'numpy':>12s} {'torch':>12s} {'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):
     for name, unit, work, lt_fn, np_fn, torch_fn in items:
-      lt = best_time(lt_fn, runs)
-      npt = best_time(np_fn, runs) if np_fn else None
-      tt = best_time(torch_fn, runs) if torch_fn else None
+      lt = best_time(lt_fn, runs, clock)
+      npt = best_time(np_fn, runs, clock) if np_fn else None
+      tt = best_time(torch_fn, runs, clock) if torch_fn else None
       cols = [f"{work / x * 1e-9:12.2f}" if x else f"{'-':>12s}" for x in (npt, tt)]
       ratios = [f"{x / lt:8.2f}x" if x else f"{'-':>9s}" for x in (npt, tt)]
       print(f"{name:40s} {work / lt * 1e-9:12.2f} {cols[0]} {cols[1]} {ratios[0]} {ratios[1]}   {unit}")
     # the whole path of a new small op: build the graph, schedule it, look up the compiled kernel, run it
-    tiny = best_time(lambda: kernels_of(lambda: tiny_x + tiny_y)(), 200)
+    tiny = best_time(lambda: kernels_of(lambda: tiny_x + tiny_y)(), 200, clock)
     tx, ty = tiny_x.numpy(), tiny_y.numpy()
-    tiny_np = best_time(lambda: np.add(tx, ty), 200)
+    tiny_np = best_time(lambda: np.add(tx, ty), 200, clock)
     tiny_t = None
     if torch:
       ttx, tty = torch.from_numpy(tx), torch.from_numpy(ty)
-      tiny_t = best_time(lambda: ttx + tty, 200)
+      tiny_t = best_time(lambda: ttx + tty, 200, clock)
     print(f"{'tiny op, 16 elements (us)':40s} {tiny * 1e6:12.1f} {tiny_np * 1e6:12.2f} "
           f"{(f'{tiny_t * 1e6:12.2f}' if tiny_t else '-'):>12s}")
   sys.stdout.flush()
