@@ -97,6 +97,9 @@ BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
+CPU_TARGET = ContextVar("CPU_TARGET", "native", "the CPU that CPU kernels are compiled and optimized for: native, "
+                        "x86-64-v2 (SSE4.2), x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or aarch64 (NEON); a target "
+                        "this host cannot run is for compiling only")
 NVCC_CHECK = ContextVar("NVCC_CHECK", False,
                         "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)

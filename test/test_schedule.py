@@ -139,10 +139,10 @@ def test_unusable_cache_db_is_not_fatal(tmp_path, capsys) -> None:
     _compile_memo.clear(), realize._runners.clear()
     assert (Tensor([1.0, 2.0]) * 5 - 1).tolist() == [4.0, 9.0]
 
-def test_large_matmul_packs_b_into_panels() -> None:
+def test_large_matmul_packs_its_operands_into_panels() -> None:
   a, b = Tensor.rand(512, 512).realize(), Tensor.rand(512, 1024).realize()
   items, _ = create_schedule([(a @ b).lazydata])
-  assert len(items) == 2  # the panel copy of b, then the matmul reading it sequentially
+  assert len(items) == 3  # the panel copies of a and b, then the matmul reading them sequentially
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
 
 def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:

@@ -70,7 +70,7 @@ def main() -> None:
   _set_threads(args.threads)
   import numpy as np
 
-  from lazytensor import Context, Tensor
+  from lazytensor import Context, Device, Tensor
   try:
     import torch
     torch.set_num_threads(args.threads)
@@ -111,7 +111,7 @@ def main() -> None:
                 lambda s, i=len(arrays) - 2: s[i].conv2d(s[i + 1], padding=1), None, conv_torch))
   sets = [tuple(Tensor(x).realize() for x in arrays) for _ in range(2)]
   versions = f"numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''}"
-  print(f"threads={args.threads}  {host_isa()}  ({versions})")
+  print(f"threads={args.threads}  {host_isa()}  CPU_TARGET {Device['CPU'].renderer.target.describe()}  ({versions})")
   print(f"{'item':40s} {'kernels':>10s} {'eager':>10s} {'numpy':>10s} {'torch':>10s} {'eager/kern':>10s} "
         f"{'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):

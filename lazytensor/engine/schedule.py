@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazytensor.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.codegen.heuristic import Packing, PackOperand, pack_choice
+from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
-from lazytensor.helpers import DEBUG, SCHEDULE_CACHE, prod
+from lazytensor.helpers import CPU_TARGET, DEBUG, SCHEDULE_CACHE, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -62,6 +63,39 @@ pm_resolve: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
   (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
 ])
+
+def _blocked(v: UOp, p: Packing) -> UOp:
+  """The view `v` of x, reading instead a copy of x laid out as p says, in a buffer of its own."""
+  x = v.src[0]
+  outer = prod(x.shape) // (p.size * p.stride)
+  split = (outer, p.size // p.block, p.block, p.stride)
+  packed_st = ShapeTracker.from_shape(x.shape).reshape(split).permute((1, 0, 3, 2))
+  packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st),))
+  back = ShapeTracker.from_shape(packed_st.shape).permute((1, 0, 3, 2)).reshape(x.shape)
+  return UOp(Ops.VIEW, v.dtype, (packed,), (back + v.arg).simplify())
+
+def _pack_operand(r: UOp) -> UOp:
+  """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them."""
+  mul = r.src[0]
+  if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
+  target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
+  if target is None: return r
+  packs = {p.operand: p for p in pack_choice(target, r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape))
+                                                                for v in mul.src])}
+  if not packs: return r
+  return r.replace(src=(mul.replace(src=tuple(_blocked(v, packs[j]) if j in packs else v
+                                              for j, v in enumerate(mul.src))),))
+
+def pack_operands(sink: UOp) -> UOp:
+  """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
+  heuristics ask for it (heuristic.pack_choice): the tensor graph is the same on every device, its schedule is the
+  device's. One pass, so that a reduce is never packed twice."""
+  done: dict[UOp, UOp] = {}
+  for node in sink.toposort:
+    new_src = tuple(done[s] for s in node.src)
+    new = node if new_src == node.src else node.replace(src=new_src)
+    done[node] = _pack_operand(new) if new.op is Ops.REDUCE_AXIS else new
+  return done[sink]
 
 @dataclass
 class _Graph:
@@ -185,7 +219,8 @@ class _Template:
       becomes[orig] = value.replace(src=(names[value.src[0]],)) if direct else value.substitute(names)
     return items, becomes
 
-_templates: OrderedDict[UOp, _Template] = OrderedDict()
+# keyed by the abstract graph and the CPU target, whose heuristics choose the packing copies a schedule makes
+_templates: OrderedDict[tuple[UOp, str], _Template] = OrderedDict()
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
 
@@ -387,7 +422,8 @@ def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 def _schedule_graph(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, and
   what each computed node becomes once they have run."""
-  resolved = graph_rewrite(sink, pm_resolve, name="resolve")
+  # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
+  resolved = pack_operands(graph_rewrite(sink, pm_resolve, name="resolve"))
   g = _find_realizes(resolved)
   roots = _toposort_roots(resolved, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
@@ -423,7 +459,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
   cap = int(SCHEDULE_CACHE.value)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
-  template = _templates.get(abstract.sink) if cap > 0 else None
+  key = (abstract.sink, str(CPU_TARGET.value))
+  template = _templates.get(key) if cap > 0 else None
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (engine/multi.py), each scheduled (and cached) on its own
     flat, regroup = split_multi(outs, _Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
@@ -433,9 +470,9 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if template is None:
     template = _Template(abstract.sink, *_schedule_graph(abstract.sink))
     if cap > 0:
-      _templates[abstract.sink] = template
+      _templates[key] = template
       while len(_templates) > cap: _templates.popitem(last=False)
-  else: _templates.move_to_end(abstract.sink)
+  else: _templates.move_to_end(key)
   items, becomes = template.instantiate(abstract)
   if DEBUG >= 1 and items:
     print(f"scheduled {len(items)} items from {len(abstract.sink.toposort)} nodes"
