@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.dtype import dtypes
 from lazytensor.helpers import DIST_TIMEOUT, launched_ranks, prod
 from lazytensor.tensor import Tensor
 
@@ -88,7 +87,8 @@ def _host(t: Tensor) -> np.ndarray:
   """The values of t (made dense by the caller, who keeps it alive while MPI reads) for MPI to read. On a CPU device
   they are read where they lie, in the buffer: no copy (with the two copies this saves, a 64 MB all_reduce took
   ~0.8x the time of mpi4py's own Allreduce)."""
-  if t.dtype == dtypes.float16: return t.numpy().astype(np.float32)  # MPI has no float16 arithmetic: float32
+  # MPI has no float16 or bfloat16 arithmetic: reduce in float32 (a bfloat16 tensor's numpy() is float32 already)
+  if t.dtype.is_half: return np.ascontiguousarray(t.numpy().astype(np.float32))
   if t.numel() and (host := _memory(t)) is not None: return host
   return np.ascontiguousarray(t.numpy())
 
@@ -102,13 +102,13 @@ def _memory(t: Tensor) -> np.ndarray | None:
 def _result(shape: tuple[int, ...], like: Tensor) -> tuple[np.ndarray, Tensor | None]:
   """Memory for MPI to write a result of `shape` into, and the tensor that it is (the result, with nothing to copy),
   when the device's memory is host memory; else a numpy array to copy into a tensor afterwards, and None."""
-  if like.dtype != dtypes.float16 and prod(shape):
+  if not like.dtype.is_half and prod(shape):
     out = Tensor.empty(*shape, dtype=like.dtype, device=like.device)
     if (host := _memory(out)) is not None: return host, out
-  return np.empty(shape, np.float32 if like.dtype == dtypes.float16 else like.dtype.np), None
+  return np.empty(shape, np.float32 if like.dtype.is_half else like.dtype.np), None
 
 def _back(arr: np.ndarray, out: Tensor | None, like: Tensor) -> Tensor:
-  return out if out is not None else Tensor(arr.astype(like.dtype.np, copy=False), device=like.device)
+  return out if out is not None else Tensor(arr, device=like.device, dtype=like.dtype)
 
 def _check_op(op: str) -> None:
   if op not in REDUCE_OPS: raise ValueError(f"reduce op {op!r}: expected one of {REDUCE_OPS}")

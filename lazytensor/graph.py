@@ -1,6 +1,7 @@
 """Building blocks of the tensor graph: shaped constants and movement nodes (used by Tensor and by gradients)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from lazytensor.dtype import DType, dtypes, truncate
@@ -8,11 +9,16 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 
+@functools.lru_cache(maxsize=4096)
+def _broadcast_st(shape: tuple[int, ...]) -> ShapeTracker:
+  # every scalar in an op makes one of these: the view math runs once per shape, not per constant
+  return ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
+
 def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[int, ...]) -> UOp:
   """`value` broadcast to `shape`: one scalar CONST under a stride-0 VIEW, no memory (on a tuple of devices: the same
   constant on each)."""
   c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
-  return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+  return UOp(Ops.VIEW, dtype, (c,), _broadcast_st(tuple(shape)))
 
 def buffer_view(buf: UOp, shape: tuple[int, ...]) -> UOp:
   """A BUFFER read densely in `shape`: what a realized tensor holds."""

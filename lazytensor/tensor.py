@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, to_dtype
+from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_type_scalar, to_dtype, to_storage
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
@@ -34,9 +34,9 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 # ---- Python and numpy data to buffers ----
 
-def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
-  """data as a C-contiguous numpy array of `dtype`, by default numpy's own dtype for numpy data and torch's defaults
-  (float32, int64) for Python numbers."""
+def _np_from_data(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
+  """data as a C-contiguous numpy array as a buffer of `dtype` holds it, and that dtype: by default numpy's own dtype
+  for numpy data and torch's defaults (float32, int64) for Python numbers."""
   # a numpy array of boxed Python objects is read as the nested list it holds
   if isinstance(data, np.ndarray) and data.dtype == object: return _np_from_data(data.tolist(), dtype)
   try: arr = np.asarray(data)
@@ -49,7 +49,7 @@ def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
                     "expected bool, int or float")
   if dtype is None: dtype = _default_dtype(arr, from_numpy=isinstance(data, (np.ndarray, np.generic)))
   # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
-  return arr.astype(dtype.np, order="C", copy=False)
+  return to_storage(arr, dtype), dtype
 
 def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
   if arr.dtype.kind not in "biuf":
@@ -68,7 +68,18 @@ _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictio
 
 # every tensor, by serial number: realizing an assign first computes the live tensors that still need the old contents
 _serials = itertools.count()
-_live: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# (a dict of weak references with a callback each: a WeakValueDictionary runs three Python frames per tensor made)
+_live: dict[int, weakref.ref[Tensor]] = {}
+
+def _forget_tensor(serial: int, _: weakref.ref[Tensor]) -> None: _live.pop(serial, None)
+# the ASSIGN nodes that some graph still holds: while there are none, no realize overwrites anything that a live tensor
+# reads, and the walk over the live tensors is skipped (an eager op costs the same with a thousand tensors alive)
+_live_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+def _assign_uop(target: UOp, value: UOp) -> UOp:
+  node = UOp(Ops.ASSIGN, target.dtype, (target, value))
+  _live_assigns.add(node)
+  return node
 # while a TinyJit captures: the serial number of the first tensor its function made
 _program_start: list[int] = []
 
@@ -83,8 +94,7 @@ def capturing_program() -> Iterator[None]:
 
 def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
   # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device (nested on a mesh)
-  return {id(buffer_map[t.base]) for r in roots for n in r.toposort if n.op is Ops.ASSIGN
-          for t in multi_leaves(n.src[0])}
+  return {id(buffer_map[t.base]) for r in roots for n in r.facts.assigns for t in multi_leaves(n.src[0])}
 
 def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
@@ -92,14 +102,15 @@ def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   before the assigns, they keep the values they had when they were built, as in an eager framework. Views (movement
   ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see the new
   contents."""
+  if not _live_assigns: return []
   chosen: set[int] = {id(t) for t in tensors}
   out: list[tuple[int, Tensor]] = []
   targets = _buffers_assigned(t.lazydata for t in tensors)
   seen = set(targets)
+  alive = [(n, t) for n, ref in list(_live.items()) if (t := ref()) is not None] if targets else []
   while targets:
-    found = [(n, t) for n, t in list(_live.items()) if id(t) not in chosen and
-             t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
-             any(u.op is Ops.BUFFER and id(buffer_map.get(u)) in targets for u in t.lazydata.toposort)]
+    found = [(n, t) for n, t in alive if id(t) not in chosen and t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
+             any(id(buffer_map.get(u)) in targets for u in t.lazydata.facts.buffers)]
     chosen |= {id(t) for _, t in found}
     out += found
     targets = _buffers_assigned(t.lazydata for _, t in found) - seen
@@ -163,24 +174,28 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def __init__(self, data: Any, device: DeviceLike | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None) -> None:
-    dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(device, (tuple, list)):  # made on the first device and replicated on the others
       self.__init__(data, Device.first(open_devices(device, "Tensor")), dtype, requires_grad)  # type: ignore[misc]
       self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
       return
-    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
-    _live[next(_serials)] = self
-    if isinstance(data, UOp): self.lazydata = data
-    elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    serial = next(_serials)
+    _live[serial] = weakref.ref(self, functools.partial(_forget_tensor, serial))
+    if isinstance(data, UOp):  # what every op makes: the fast path
+      self.lazydata = data
+      if requires_grad is not None: self.requires_grad = requires_grad
+      return
+    dt = to_dtype(dtype) if dtype is not None else None
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
       dt = dt or dtypes.from_py(data)
       self.lazydata = const_uop(data, dt, dev, ())
     elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
-      arr = _np_from_data(data, dt)
-      buf = Buffer(dev, arr.size, dtypes.from_np(arr.dtype)).copyin(arr.reshape(-1).data.cast("B"))
+      arr, dt = _np_from_data(data, dt)
+      buf = Buffer(dev, arr.size, dt).copyin(arr.reshape(-1).data.cast("B"))
       buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
       self.lazydata = buffer_view(buf_uop, arr.shape)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
@@ -318,7 +333,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     readers = _old_value_readers(tensors)
     if _program_start and (before := [t for n, t in readers if n < _program_start[-1]]):
       with paused_capture(): before[0].realize(*before[1:])
-    tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
+    if readers: tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)
@@ -336,18 +351,18 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return buffer_map[ld.src[0]], ld.arg
 
   def numpy(self) -> np.ndarray:
-    """The tensor as a numpy array (a copy).
+    """The tensor as a numpy array (a copy). numpy has no bfloat16: a bfloat16 tensor gives its values as float32.
 
     >>> Tensor([1, 2, 3]).numpy()
     array([1, 2, 3])
     """
-    if self.numel() == 0: return np.zeros(self.shape, dtype=self.dtype.np)
+    if self.numel() == 0: return from_storage(np.zeros(self.shape, dtype=self.dtype.np), self.dtype)
     if isinstance(self.device, tuple): return self.to(Device.first(self.device)).numpy()  # gathered on the first one
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
     buf, _ = (self if dense else self.contiguous())._buffer()
-    return buf.numpy()[:self.numel()].reshape(self.shape)
+    return from_storage(buf.numpy()[:self.numel()].reshape(self.shape), self.dtype)
 
   def item(self) -> Any:
     """The value of a one-element tensor as a Python number.
@@ -435,6 +450,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
+    if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
     return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
 
   def assign(self, x: Any) -> Tensor:
@@ -451,7 +467,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       return self
     # a second assign before realizing writes the same buffer (its value may read the first one's result)
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
-    self.lazydata = UOp(Ops.ASSIGN, self.dtype, (target, value.lazydata))
+    self.lazydata = _assign_uop(target, value.lazydata)
     return self
 
   def __setitem__(self, indices: Any, value: Any) -> None:
@@ -471,7 +487,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
-    write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, new.lazydata))
+    write = _assign_uop(target.lazydata, new.lazydata)
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
@@ -492,8 +508,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     ins = (self,) + others
     # a realized input that needs gradients is used through the graph that computed it, so that gradients still flow
     # through it (the scheduler reads its buffer: nothing is computed twice)
-    out = fn(*(t._graph_root() if t._graph is not None else t.lazydata for t in ins))
-    if not any(t._requires_grad for t in ins): return Tensor(out)
+    out = fn(*[t.lazydata if t._graph is None else t._graph_root() for t in ins])
+    if not any([t._requires_grad for t in ins]): return Tensor(out)
     if Tensor.no_grad: return Tensor(UOp(Ops.DETACH, out.dtype, (out,)))
     ret = Tensor(out)
     if out.dtype.is_float: ret._requires_grad = True
@@ -518,8 +534,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       raise TypeError(f"only float tensors can require gradients, got a {self.dtype} tensor")
     # constants are interned: two zeros(3) are one node, and a leaf must be a node of its own
     if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
-      fill = np.full(self.shape, self.lazydata.src[0].arg, dtype=self.dtype.np)
-      self.lazydata = Tensor(fill, device=self.device).lazydata
+      self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
     self._requires_grad = value
     if value: _grad_leaves[id(self)] = self
     else: _grad_leaves.pop(id(self), None)
@@ -620,11 +635,17 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""
-    if isinstance(y, Tensor): dt = promote_types(self.dtype, y.dtype)
+    if isinstance(y, Tensor):
+      mine, its = self.lazydata, y.lazydata
+      # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
+      if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
+        return (y, self) if reverse else (self, y)
+      dt = promote_types(self.dtype, y.dtype)
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)
-      y = Tensor.full((), y, dtype=dt, device=self.device)
+      # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
+      y = Tensor(const_uop(y, dt, self.device, self.shape))
     elif isinstance(y, (list, np.ndarray)):
       y = Tensor(y, device=self.device)
       dt = promote_types(self.dtype, y.dtype)

@@ -115,7 +115,9 @@ class CreationMixin(TensorStub):
   @classmethod
   def _iota(cls, n: int, device: DeviceLike | None = None) -> Tensor:
     dev = Device.canonicalize_any(device) if device is not None else Device.DEFAULT
-    return cls(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
+    # int32 values while they fit: the cheaper index math, and the counters of random numbers are 32 bits anyway
+    dt = dtypes.int32 if n - 1 <= dtypes.int32.max() else dtypes.int64
+    return cls(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
 
   @classmethod
   def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,

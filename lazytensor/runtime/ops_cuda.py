@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,28 +41,20 @@ PINNED_MIN_BYTES = 1 << 20
 STAGING_BYTES = 1 << 24  # the staging buffer: large copies go through it in chunks of this size
 
 class CUDAAllocator(Allocator):
-  """Device memory, with freed blocks kept per size and handed out again (cuMemAlloc and cuMemFree synchronize the
-  device and cost ~10-100 us each); the kept blocks are released when an allocation fails."""
+  """Device memory. Freed blocks are kept per size and handed out again by Allocator.free_cached (cuMemAlloc and
+  cuMemFree synchronize the device and cost ~10-100 us each); an allocation that fails first releases them."""
   def __init__(self, dev: CudaDevice) -> None:
     self.dev, self.drv = dev, dev.drv
-    self.cache: defaultdict[int, list[Any]] = defaultdict(list)
     self.staging: np.ndarray | None = None
 
   def alloc(self, nbytes: int) -> Any:
-    if self.cache[nbytes]: return self.cache[nbytes].pop()
     with self.dev.current():
       try: return self.drv.mem_alloc(max(nbytes, 1))
-      except self.drv.MemoryError:
-        self.release_cached()
-        return self.drv.mem_alloc(max(nbytes, 1))
+      except self.drv.MemoryError as e:  # as Python's MemoryError, which makes alloc_cached release the kept blocks
+        raise MemoryError(f"{self.dev.name}: out of memory allocating {nbytes} bytes ({e})") from e
 
-  def free(self, handle: Any, nbytes: int) -> None: self.cache[nbytes].append(handle)
-
-  def release_cached(self) -> None:
-    with self.dev.current():
-      for blocks in self.cache.values():
-        for b in blocks: b.free()
-    self.cache.clear()
+  def free(self, handle: Any, nbytes: int) -> None:
+    with self.dev.current(): handle.free()
 
   def _staging(self) -> np.ndarray:
     if self.staging is None:
@@ -127,14 +118,18 @@ def _dims(size: tuple[int, ...]) -> tuple[int, int, int]:
   d = tuple(int(s) for s in size) + (1,) * (3 - len(size))
   return d[0], d[1], d[2]
 
+def gpu_index(name: str, count: int) -> int:
+  """The GPU that a device name (CUDA, CUDA:1, ...) opens, of the `count` the driver sees; IndexError past them."""
+  index = int(name.partition(":")[2] or 0)
+  if index >= count:
+    have = f"{count} GPUs (CUDA to CUDA:{count - 1})" if count > 1 else "1 GPU (CUDA)"
+    raise IndexError(f"device {name}: this machine has {have}")
+  return index
+
 class CudaDevice(Compiled):
   def __init__(self, name: str) -> None:
     self.drv = _driver()
-    index = int(name.partition(":")[2] or 0)
-    if index >= (count := self.drv.Device.count()):
-      raise IndexError(f"device {name}: this machine has {count} GPU{'s' if count > 1 else ''} (CUDA to "
-                       f"CUDA:{count - 1})")
-    self.gpu = self.drv.Device(index)
+    self.gpu = self.drv.Device(gpu_index(name, self.drv.Device.count()))
     self.context = self.gpu.retain_primary_context()
     major, minor = self.gpu.compute_capability()
     super().__init__(name, CUDAAllocator(self), CUDARenderer(), cuda_compiler(f"sm_{major}{minor}"), CUDAProgram)

@@ -4,9 +4,13 @@ and every renderer read one description of an instruction's shape and fragment l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.uop.ops import PatternMatcher, UOp
+
+if TYPE_CHECKING:
+  from lazytensor.codegen.renderer.cpu_target import CPUTarget
 
 Weights = tuple[tuple[int, int], ...]
 
@@ -68,10 +72,11 @@ _NV_K8 = (Fragment(((0, 1), (0, 2), *_G_ROWS), ((8, 0), (0, 4))),
           Fragment(((1, 0), (2, 0), *_G_COLS), ((4, 0),)))
 
 TC_NV_F16 = TensorCore("m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, *_NV_K16, _NV_C)
+# bf16 x bf16 -> f32 has the fragment layout of f16 (sm_80 and later)
+TC_NV_BF16 = TensorCore("m16n8k16_bf16_f32", (16, 8, 16), dtypes.bfloat16, dtypes.float32, *_NV_K16, _NV_C)
 # float32 inputs rounded to tf32 (10 mantissa bits) by the instruction: only where the TF32 knob allows it
 TC_NV_TF32 = TensorCore("m16n8k8_tf32_f32", (16, 8, 8), dtypes.float32, dtypes.float32, *_NV_K8, _NV_C)
-# m16n8k16 bf16 -> f32 has the layout of TC_NV_F16; it joins this tuple with a bfloat16 dtype
-NVIDIA_TENSOR_CORES: tuple[TensorCore, ...] = (TC_NV_F16, TC_NV_TF32)
+NVIDIA_TENSOR_CORES: tuple[TensorCore, ...] = (TC_NV_F16, TC_NV_BF16, TC_NV_TF32)
 
 class Renderer:
   device: str = ""
@@ -85,7 +90,7 @@ class Renderer:
   upcast_max: int = 256         # most elements one thread computes in registers
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
-  matmul_panel: int = 0                # large matmuls first copy B into column panels this wide (0: never)
+  target: CPUTarget | None = None      # the CPU a CPU renderer compiles for: vector width, registers, caches
   # rules run on the loop-level graph before linearizing: decompositions the target needs
   extra_matcher: PatternMatcher[UOp] | None = None
 
