@@ -67,7 +67,8 @@ def _jitted_all_reduce(names: list[str], n: int) -> Callable[[], object]:
   """A TinyJit of one all-reduce, replayed on one stack (a replay runs its kernels and copies again)."""
   from lazytensor import Tensor, TinyJit
   from lazytensor.collectives import all_reduce, stack
-  a, b = (stack([Tensor.full((n,), float(i + k), device=d) for i, d in enumerate(names)]).realize() for k in (0, 1))
+  a, b = (stack([Tensor.full((n,), float(i + k), device=d).contiguous() for i, d in enumerate(names)]).realize()
+          for k in (0, 1))
   step = TinyJit(lambda x: all_reduce(x).realize())
   step(a)
   step(b)  # captured on new inputs: on the same ones, everything would already be computed
