@@ -257,7 +257,8 @@ class _ReduceLowerer:
     vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
     results: dict[tuple[int, ...], UOp] = {}
     for gkey, vs in groups.items():
-      acc = self._combine(vs)
+      # a value the same in every lane (a constant) still counts once per lane of a vectorized unrolled axis
+      acc = self._combine([lw.splat(v, lw.lanes.width) for v in vs] if vec_unrolled else vs)
       if ranges: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + ranges, self.op)
       if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
       results[gkey] = acc
