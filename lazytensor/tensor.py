@@ -545,21 +545,20 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet). Any float tensor can
     be a target, whether it requires gradients or not; but once realized, only a tensor that requires gradients keeps
-    the graph it was computed from. A non-scalar tensor needs `gradient`, the gradient of its output.
+    the graph it was computed from. A target this tensor does not depend on (or only through comparisons, or one
+    with no elements) gets zeros, as in tinygrad and torch's materialize_grads. A non-scalar tensor needs
+    `gradient`, the gradient of its output.
 
-    >>> x = Tensor([1.0, 2.0, 3.0])
-    >>> (x * x).sum().gradient(x)[0].tolist()
-    [2.0, 4.0, 6.0]
+    >>> x, y = Tensor([1.0, 2.0, 3.0]), Tensor([5.0])
+    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
+    [[2.0, 4.0, 6.0], [0.0]]
     >>> (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))[0].tolist()
     [2.0, 0.0, 12.0]
     """
     for t in targets:
       if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
-    out = []
-    for t, g in zip(targets, self._grads(targets, gradient)):
-      if g is None: raise ValueError(f"gradient: a target of shape {t.shape} is not used to compute this tensor")
-      out.append(Tensor(g))
-    return out
+    grads = self._grads(targets, gradient)
+    return [t.zeros_like() if g is None else Tensor(g) for t, g in zip(targets, grads)]
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:
@@ -570,10 +569,11 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     >>> _ = (w * w).sum().backward()
     >>> w.grad.tolist()
     [5.0, 7.0]
+
+    A tensor that needs no gradient (computed from no such tensor, under no_grad, or through a comparison) leaves
+    every .grad as it is, as in tinygrad.
     """
-    if self.dtype.is_float and not self._requires_grad:
-      raise ValueError("backward: this tensor does not depend on any tensor with requires_grad=True (or was computed "
-                       "under no_grad); set requires_grad=True on the inputs to differentiate, or use gradient()")
+    if not self._requires_grad: return self
     leaves = list(_grad_leaves.values())
     for t, g in zip(leaves, self._grads(leaves, gradient)):
       if g is None: continue
