@@ -1,4 +1,5 @@
 """lazytensor: a small lazy tensor framework whose kernels are generated, optimized and compiled on the fly."""
+from lazytensor import nn
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
@@ -6,4 +7,5 @@ from lazytensor.helpers import Context, GlobalCounters
 from lazytensor.tensor import Tensor, no_grad
 from lazytensor.version import __version__
 
-__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit", "__version__"]
+__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit", "nn",
+           "__version__"]
