@@ -1,6 +1,7 @@
 """DType, the dtypes namespace, torch-style type promotion and numpy conversion."""
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from typing import Any, Final
@@ -76,6 +77,7 @@ class dtypes:
   # aliases, as torch names them
   half, float, double = float16, float32, float64
   char, short, int, long = int8, int16, int32, int64
+  uchar, ushort, uint, ulong = uint8, uint16, uint32, uint64
   default_float: DType = float32
   default_int: DType = int64
   index: Final[DType] = int32  # dtype of index arithmetic inside kernels
@@ -83,6 +85,17 @@ class dtypes:
 
   @staticmethod
   def all() -> list[DType]: return [v for v in ALL_DTYPES.values()]
+  # tinygrad's spellings of DType's own queries: dtypes.max(dt), dtypes.is_float(dt), ...
+  @staticmethod
+  def min(dt: DType) -> builtins.int | builtins.float: return dt.min()
+  @staticmethod
+  def max(dt: DType) -> builtins.int | builtins.float: return dt.max()
+  @staticmethod
+  def is_float(dt: DType) -> builtins.bool: return dt.is_float
+  @staticmethod
+  def is_int(dt: DType) -> builtins.bool: return dt.is_int
+  @staticmethod
+  def is_unsigned(dt: DType) -> builtins.bool: return dt.is_unsigned
 
   @staticmethod
   def from_np(npdt: Any) -> DType:

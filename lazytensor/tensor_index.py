@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.helpers import argsort, prod
+from lazytensor.helpers import ArgumentError, IndexTypeError, argsort, prod
 from lazytensor.tensor_elementwise import broadcast_shape
 from lazytensor.tensor_stub import TensorStub
 
@@ -130,7 +130,7 @@ def _add_array_index(p: _Parsed, i: Any, dim: int, in_dim: int, layout: list[int
     return i.ndim
   if isinstance(i, np.ndarray): p.advanced.append(_Advanced(len(layout), _static_index(i, in_dim, shape[dim])))
   elif i.dtype.is_int: p.advanced.append(_Advanced(len(layout), i))
-  else: raise TypeError(f"a tensor index must have an integer (or bool) dtype, got {i.dtype}")
+  else: raise IndexTypeError(f"a tensor index must have an integer (or bool) dtype, got {i.dtype}")
   layout.append(shape[dim])
   return 1
 
@@ -392,7 +392,7 @@ class IndexMixin(TensorStub):
     if not _is_tensor(index): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int: raise TypeError(f"{name}: index must have an integer dtype, got {index.dtype}")
     if index.ndim != self.ndim:
-      raise ValueError(f"{name}: index of shape {index.shape} must have as many dims as the tensor {self.shape}")
+      raise ArgumentError(f"{name}: index of shape {index.shape} must have as many dims as the tensor {self.shape}")
     return cast("Tensor", index)
 
   def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -406,7 +406,7 @@ class IndexMixin(TensorStub):
     index = self._index_tensor("gather", index)
     for i, (si, sx) in enumerate(zip(index.shape, self.shape)):
       if i != d and si > sx:
-        raise ValueError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
+        raise ArgumentError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
                          f"in dim {i}, which is not the gathered dim {d}")
     if self.ndim == 0: return _gather(cast("Tensor", self).reshape(1), 0, index.reshape(1)).reshape(())
     return _gather(cast("Tensor", self), d, index)
@@ -420,8 +420,8 @@ class IndexMixin(TensorStub):
     too_big = value.ndim != index.ndim or any(si > sv for si, sv in zip(index.shape, value.shape)) or \
       any(si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape)) if i != d)
     if too_big:
-      raise ValueError(f"{name}: index of shape {index.shape} must be no larger than src of shape {value.shape} "
-                       f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
+      raise ArgumentError(f"{name}: index of shape {index.shape} must be no larger than src of shape {value.shape} "
+                          f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
     return d, index, value.cast(self.dtype)
 
   def scatter(self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
@@ -448,7 +448,7 @@ class IndexMixin(TensorStub):
     [7.0, 2.0, 9.0]
     """
     if reduce not in SCATTER_REDUCES:
-      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
+      raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
     d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
     return _scatter(cast("Tensor", self), d, index, value, reduce, include_self)
 
@@ -468,9 +468,9 @@ class IndexMixin(TensorStub):
     return mask.where(fill, self)
 
   def one_hot(self, num_classes: int = -1) -> Tensor:
-    """Each integer becomes a row of num_classes int64 values with a 1 at that position (one kernel). With
-    num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside [0, num_classes)
-    give a row of zeros (torch raises; here the values are only known when the kernel runs).
+    """Each integer becomes a row of num_classes values (dtypes.default_int) with a 1 at that position (one
+    kernel). With num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside
+    [0, num_classes) give a row of zeros (torch raises; here the values are only known when the kernel runs).
 
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
@@ -480,7 +480,7 @@ class IndexMixin(TensorStub):
     if not _is_int(num_classes) or num_classes < 0:
       raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
     hit = cast("Tensor", self).unsqueeze(-1) == type(self)._iota(int(num_classes), self.device)
-    return hit.cast(dtypes.int64)
+    return hit.cast(dtypes.default_int)
 
   def _triangle(self, name: str, diagonal: int, keep_below: bool) -> Tensor:
     if self.ndim < 2: raise ValueError(f"{name}: needs a tensor of at least 2 dims, got shape {self.shape}")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from lazytensor.dtype import DType, dtypes, to_dtype
+from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import prod
 from lazytensor.tensor_math import cum_extreme, matmul, scan, sort_ranks, take_ranked
@@ -55,9 +55,9 @@ class ReduceMixin(TensorStub):
     return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in all_axes))
 
   def _sum_dtype(self) -> DType:
-    if self.dtype.is_bool or (self.dtype.is_int and not self.dtype.is_unsigned): return dtypes.int64
-    if self.dtype.is_unsigned: return dtypes.uint64 if self.dtype.itemsize == 8 else dtypes.int64
-    return self.dtype
+    # ints and bools widen to the default int (int64, as torch; int32 where a program sets it, as tinygrad)
+    if self.dtype == dtypes.uint64 or self.dtype.is_float: return self.dtype
+    return promote_types(self.dtype, dtypes.default_int)
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out == dtypes.float16 else out
 
@@ -69,7 +69,8 @@ class ReduceMixin(TensorStub):
 
   def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
           dtype: DType | str | None = None) -> Tensor:
-    """Sum over `axis` (all by default); ints and bools sum as int64, float16 accumulates in float32.
+    """Sum over `axis` (all by default); ints and bools sum as dtypes.default_int (int64) or wider, float16
+    accumulates in float32.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
     [4, 6]
@@ -78,7 +79,7 @@ class ReduceMixin(TensorStub):
 
   def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
            dtype: DType | str | None = None) -> Tensor:
-    """The product over `axis` (all by default); ints and bools multiply as int64.
+    """The product over `axis` (all by default); ints and bools multiply as sum adds them.
 
     >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
     [2, 12]
@@ -167,7 +168,7 @@ class ReduceMixin(TensorStub):
     return self.logical_not().any(axis, keepdim).logical_not()
 
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    """The index of the first largest value (int64); with axis None, into the flattened tensor.
+    """The index of the first largest value (dtypes.default_int); with axis None, into the flattened tensor.
 
     >>> Tensor([1, 3, 2]).argmax().item()
     1
@@ -177,16 +178,16 @@ class ReduceMixin(TensorStub):
       ret = flat.argmax(0)
       return ret.reshape((1,) * self.ndim) if keepdim else ret
     d = self._resolve_axis(axis)
-    if self.ndim == 0: return type(self).zeros((), dtype=dtypes.int64, device=self.device)
+    if self.ndim == 0: return type(self).zeros((), dtype=dtypes.default_int, device=self.device)
     self._check_nonempty("argmax", d)
     n = self.shape[d]
     is_max = (self == self.max(d, keepdim=True))
     if self.dtype.is_float: is_max = is_max | self.ne(self)  # NaN counts as the maximum, as in torch
     count_down = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
-    return (n - (is_max * count_down).max(d, keepdim)).cast(dtypes.int64)
+    return (n - (is_max * count_down).max(d, keepdim)).cast(dtypes.default_int)
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    """The index of the first smallest value (int64); with axis None, into the flattened tensor.
+    """The index of the first smallest value (dtypes.default_int); with axis None, into the flattened tensor.
 
     >>> Tensor([3, 1, 1]).argmin().item()
     1
@@ -271,7 +272,7 @@ class ReduceMixin(TensorStub):
     return self._along(axis, lambda x: scan(x, reduce, identity))
 
   def cumsum(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
-    """Cumulative sum along `axis` (ints and bools sum as int64, as sum). One reduce over each element's prefix up to
+    """Cumulative sum along `axis` (ints and bools sum as in sum). One reduce over each element's prefix up to
     512 elements; longer axes scan in blocks of up to 256 (see tensor_math.scan), so the work stays near linear.
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).cumsum(1).tolist()
@@ -281,7 +282,7 @@ class ReduceMixin(TensorStub):
     return self.cast(self._acc_dtype(out))._scan(axis, lambda t, ax: t.sum(ax), 0).cast(out)
 
   def cumprod(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
-    """Cumulative product along `axis` (ints and bools multiply as int64, as prod).
+    """Cumulative product along `axis` (ints and bools multiply as in prod).
 
     >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
     [1, 2, 6, 24]
@@ -299,7 +300,7 @@ class ReduceMixin(TensorStub):
 
   def _cum_extreme(self, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
     self._resolve_axis(axis)
-    if self.numel() == 0: return cast("Tensor", self), type(self).zeros(self.shape, dtype=dtypes.int64)
+    if self.numel() == 0: return cast("Tensor", self), type(self).zeros(self.shape, dtype=dtypes.default_int)
     return self._along(axis, lambda x: cum_extreme(x, largest))
 
   def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
@@ -320,15 +321,15 @@ class ReduceMixin(TensorStub):
     return self._cum_extreme(axis, largest=False)
 
   def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-    """The values along `dim` in order, and their indices (int64). The sort is stable and NaN sorts as the largest,
-    as torch's stable sort. It compares every pair of elements (O(n^2) per row, two or three kernels): meant for rows
-    of moderate length (up to a few thousand).
+    """The values along `dim` in order, and their indices (dtypes.default_int). The sort is stable and NaN
+    sorts as the largest, as torch's stable sort. It compares every pair of elements (O(n^2) per row, two or three
+    kernels): meant for rows of moderate length (up to a few thousand).
 
     >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).sort()]
     [[1, 1, 2, 3], [1, 3, 2, 0]]
     """
     self._resolve_axis(dim)
-    if self.numel() == 0: return cast("Tensor", self), type(self).zeros(self.shape, dtype=dtypes.int64)
+    if self.numel() == 0: return cast("Tensor", self), type(self).zeros(self.shape, dtype=dtypes.default_int)
     return self._along(dim, lambda x: take_ranked(x, sort_ranks(x, descending), x.shape[-1]))
 
   def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
@@ -340,8 +341,9 @@ class ReduceMixin(TensorStub):
     return self.sort(dim, descending)[1]
 
   def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
-    """The k largest (or smallest) values along `dim`, in order, and their indices (int64). Ties keep their original
-    order; the result is always sorted (`sorted_` is accepted for torch's signature). O(n^2) comparisons per row.
+    """The k largest (or smallest) values along `dim`, in order, and their indices (dtypes.default_int). Ties keep
+    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). O(n^2)
+    comparisons per row.
 
     >>> [t.tolist() for t in Tensor([1, 5, 3, 4]).topk(2)]
     [[5, 4], [1, 3]]
@@ -352,7 +354,7 @@ class ReduceMixin(TensorStub):
       raise ValueError(f"topk: k={k!r} must be an int in [0, {n}] for dimension {d} of {self.shape}")
     if k == 0 or self.numel() == 0:
       shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
-      return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.int64)
+      return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
     return self._along(dim, lambda x: take_ranked(x, sort_ranks(x, descending=largest), int(k)))
 
   # ---- matmul ----
