@@ -12,7 +12,7 @@ import numpy as np
 
 from lazytensor.dtype import DType
 from lazytensor.helpers import DEBUG, DEV, diskcache_get, diskcache_put
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 
 class Allocator:
@@ -21,6 +21,9 @@ class Allocator:
   def free(self, handle: Any, nbytes: int) -> None: pass
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
   def copyout(self, dest: memoryview, handle: Any) -> None: raise NotImplementedError
+  def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+    """Copy from another device's memory without a trip through the host, if this allocator can (GPU to GPU)."""
+    return False
 
 class Compiler:
   """Source -> binary. `cache_key` names everything besides the source that changes the binary."""
@@ -92,10 +95,22 @@ class _DeviceRegistry:
       if DEBUG >= 1: print(f"opened device {name}")
     return self._opened[name]
 
+  def canonicalize_any(self, device: DeviceLike) -> DeviceLike:
+    """A device name, or a tuple of them (a value spread over several devices), in canonical form."""
+    if not isinstance(device, (tuple, list)): return self.canonicalize(device)
+    names = tuple(self.canonicalize(d) for d in device)
+    if not names: raise ValueError("an empty tuple of devices; expected one or more names such as 'CPU:1'")
+    if len(set(names)) != len(names): raise ValueError(f"devices {tuple(device)} name one device more than once")
+    return names
+
+  def first(self, device: DeviceLike) -> str:
+    """The device itself, or the first of a tuple: where one-device decisions (the renderer to plan for) are made."""
+    return device if isinstance(device, str) else device[0]
+
   @property
   def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
 
-KNOWN_DEVICES = ("CPU", "CUDA", "EMU")
+KNOWN_DEVICES = ("CPU", "CUDA", "CUDACPU", "EMU")
 Device = _DeviceRegistry()
 
 class Buffer:

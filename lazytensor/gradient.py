@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from lazytensor.dtype import dtypes
-from lazytensor.graph import const_like, movement, reduce_uop
+from lazytensor.graph import const_like, copy_to, movement, reduce_uop, shard_piece
 from lazytensor.helpers import argsort
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat
 
@@ -67,6 +67,13 @@ def _sin_grad(ctx: UOp, x: UOp) -> Grads:
 def _copy_grad(ctx: UOp, c: UOp) -> Grads:
   return (UOp(Ops.COPY, ctx.dtype, (ctx,), c.src[0].device),)
 
+def _multi_grad(ctx: UOp, m: UOp) -> Grads:
+  """Each piece of a value spread over devices gets its slice of the gradient, on its device. A replicated value is its
+  first piece: the others are copies of it."""
+  axis, bounds = m.arg
+  if axis is None: return (copy_to(ctx, m.src[0].device),) + (None,) * (len(m.src) - 1)
+  return tuple(shard_piece(ctx, str(p.device), axis, b) for p, b in zip(m.src, bounds))
+
 LN2 = math.log(2)
 
 pm_gradient: PatternMatcher[Grads] = PatternMatcher([
@@ -96,7 +103,8 @@ pm_gradient: PatternMatcher[Grads] = PatternMatcher([
    lambda ctx, x, s: (movement(ctx, Ops.PAD, tuple((b, n - e) for (b, e), n in zip(s.arg, x.shape))),)),
   (UPat(Ops.FLIP, name="f"), lambda ctx, f: (movement(ctx, Ops.FLIP, f.arg),)),
   (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
-  (UPat(Ops.COPY, name="c"), _copy_grad),
+  (UPat(Ops.COPY, name="c"), _copy_grad),                                                  # d gather = scatter
+  (UPat(Ops.MULTI, name="m"), _multi_grad),
   (UPat((Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST,
          Ops.ASSIGN), name="x"), lambda ctx, x: (None,) * len(x.src)),                     # not differentiable
 ])

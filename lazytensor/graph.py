@@ -5,11 +5,12 @@ from typing import Any
 
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 
-def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
-  """`value` broadcast to `shape`: one scalar CONST under a stride-0 VIEW, no memory."""
+def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[int, ...]) -> UOp:
+  """`value` broadcast to `shape`: one scalar CONST under a stride-0 VIEW, no memory (on a tuple of devices: the same
+  constant on each)."""
   c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
   return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
 
@@ -34,3 +35,38 @@ def reduce_uop(x: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   """Reduce over `axes`, keeping them as size 1 (no node when there is nothing to reduce)."""
   axes = tuple(a for a in axes if x.shape[a] != 1)
   return x if not axes else UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes))
+
+# ---- values spread over several devices ----
+
+Bounds = tuple[tuple[int, int], ...]
+
+def even_bounds(size: int, n: int) -> Bounds:
+  """[lo, hi) of each of n devices' slices of `size` elements: ceil(size/n) each, the last ones smaller (15 over 4:
+  4, 4, 4, 3), as torch's DTensor splits."""
+  chunk = -(-size // n)
+  return tuple((min(i * chunk, size), min((i + 1) * chunk, size)) for i in range(n))
+
+def axis_shrink(x: UOp, axis: int, lo: int, hi: int) -> UOp:
+  return movement(x, Ops.SHRINK, tuple((lo, hi) if i == axis else (0, s) for i, s in enumerate(x.shape)))
+
+def axis_pad(x: UOp, axis: int, before: int, after: int) -> UOp:
+  return movement(x, Ops.PAD, tuple((before, after) if i == axis else (0, 0) for i in range(x.ndim)))
+
+def copy_to(x: UOp, device: DeviceLike) -> UOp:
+  return x if x.device == device else UOp(Ops.COPY, x.dtype, (x,), device)
+
+def shard_piece(x: UOp, device: str, axis: int | None, bounds: tuple[int, int]) -> UOp:
+  """The slice [lo, hi) of `axis` of x (all of x for axis None), on `device`."""
+  return copy_to(x if axis is None else axis_shrink(x, axis, *bounds), device)
+
+def shard_uop(x: UOp, devices: tuple[str, ...], axis: int | None, bounds: Bounds | None = None) -> UOp:
+  """x spread over `devices`: each holds the slice of `axis` that its bounds select (by default even_bounds), or all
+  of x when axis is None (replicated)."""
+  if axis is None: return UOp(Ops.COPY, x.dtype, (x,), devices)
+  bounds = bounds if bounds is not None else even_bounds(x.shape[axis], len(devices))
+  pieces = tuple(shard_piece(x, d, axis, b) for d, b in zip(devices, bounds))
+  return UOp(Ops.MULTI, x.dtype, pieces, (axis, bounds))
+
+def shard_like(x: UOp, m: UOp) -> UOp:
+  """x laid out over devices as the MULTI node m is: the same slices of the same axis, or replicated."""
+  return shard_uop(x, tuple(str(p.device) for p in m.src), *m.arg)

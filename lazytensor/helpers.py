@@ -13,12 +13,13 @@ from typing import Any, ClassVar, TypeVar
 T = TypeVar("T")
 
 class ContextVar:
-  """A knob: read once from the environment (its default otherwise), overridable with `Context`."""
+  """A knob: read once from the environment (its default otherwise), overridable with `Context`. A knob declared with
+  `code=True` changes the code rendered for a kernel with given opts: it is part of every program cache key."""
   registry: ClassVar[dict[str, ContextVar]] = {}
 
-  def __init__(self, key: str, default: Any, help: str) -> None:
+  def __init__(self, key: str, default: Any, help: str, code: bool = False) -> None:
     assert key not in ContextVar.registry, f"knob {key} declared twice"
-    self.key, self.default, self.help = key, default, help
+    self.key, self.default, self.help, self.code = key, default, help, code
     raw = os.environ.get(key)
     self.value = default if raw is None else self._parse(raw)
     ContextVar.registry[key] = self
@@ -64,8 +65,10 @@ DEBUG = ContextVar("DEBUG", 0,
                    "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
-DEV = ContextVar("DEV", "", "default device: CPU, CUDA or EMU (empty picks CPU)")
+DEV = ContextVar("DEV", "", "default device: CPU, CUDA, CUDACPU or EMU (empty picks CPU)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture")
+RING = ContextVar("RING", 1 << 18, "all-reduces over 3 or more devices of at least this many bytes use a ring "
+                  "(reduce-scatter + all-gather); smaller ones copy every partial result to every device")
 CACHEDIR = ContextVar("CACHEDIR", _default_cache_dir(), "directory of the on-disk caches")
 CACHEDB = ContextVar("CACHEDB", "", "path of the sqlite cache (empty: CACHEDIR/cache.db)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "0 no disk cache, 1 compiled programs only, 2 programs and searches")
@@ -80,7 +83,19 @@ BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
-FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls")
+NVCC_CHECK = ContextVar("NVCC_CHECK", False,
+                        "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
+FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
+TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
+                  "torch's allow_tf32); off by default", code=True)
+DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
+                          "ranks before it raises (a collective that some ranks never call would hang)")
+
+def launched_ranks() -> int:
+  """How many processes an MPI launcher (mpiexec of MPICH or Open MPI) started this one among; 1 when none did."""
+  for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+    if (raw := os.environ.get(var, "")).isdigit(): return int(raw)
+  return 1
 
 def cache_db_path() -> str: return CACHEDB.value or os.path.join(CACHEDIR.value, "cache.db")
 

@@ -20,16 +20,17 @@ from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, t
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import buffer_view, const_uop
+from lazytensor.graph import buffer_view, const_uop, copy_to, shard_like
 from lazytensor.helpers import prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_create import CreationMixin
 from lazytensor.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazytensor.tensor_movement import MovementMixin
+from lazytensor.tensor_multi import MultiMixin, open_devices
 from lazytensor.tensor_nn import NNMixin
 from lazytensor.tensor_reduce import ReduceMixin
 from lazytensor.tensor_unary import UnaryMixin
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 # ---- Python and numpy data to buffers ----
 
@@ -81,7 +82,9 @@ def capturing_program() -> Iterator[None]:
   finally: _program_start.pop()
 
 def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
-  return {id(buffer_map[n.src[0].base]) for r in roots for n in r.toposort if n.op is Ops.ASSIGN}
+  # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device
+  return {id(buffer_map[t.base]) for r in roots for n in r.toposort if n.op is Ops.ASSIGN
+          for t in (n.src[0].src if n.src[0].op is Ops.MULTI else (n.src[0],))}
 
 def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
@@ -146,7 +149,7 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin, NNMixin):
+class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin, NNMixin, MultiMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -158,9 +161,13 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
 
-  def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+  def __init__(self, data: Any, device: DeviceLike | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None) -> None:
     dt = to_dtype(dtype) if dtype is not None else None
+    if isinstance(device, (tuple, list)):  # made on the first device and replicated on the others
+      self.__init__(data, open_devices(device, "Tensor")[0], dtype, requires_grad)  # type: ignore[misc]
+      self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
+      return
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
@@ -201,11 +208,11 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return self.lazydata.dtype
 
   @property
-  def device(self) -> str:
-    """The device that holds (or will hold) the data.
+  def device(self) -> DeviceLike:
+    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them.
 
-    >>> Tensor([1]).device == Device.DEFAULT
-    True
+    >>> Tensor([1]).device == Device.DEFAULT, Tensor([1]).to(("CPU:0", "CPU:1")).device
+    (True, ('CPU', 'CPU:1'))
     """
     return self.lazydata.device
 
@@ -280,7 +287,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     (<Tensor (3,) float32 on ..., unrealized>, <Tensor (2,) int32 on ..., const>)
     """
     base = self.lazydata.src[0].op if self.lazydata.op is Ops.VIEW else self.lazydata.op
-    state = {Ops.BUFFER: "realized", Ops.CONST: "const"}.get(base, "unrealized")
+    state = "realized" if self._is_buffer_view() else {Ops.CONST: "const"}.get(base, "unrealized")
     grad = ", requires_grad=True" if self._requires_grad else ""
     return f"<Tensor {self.shape} {self.dtype.name} on {self.device}, {state}{grad}>"
 
@@ -334,6 +341,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     array([1, 2, 3])
     """
     if self.numel() == 0: return np.zeros(self.shape, dtype=self.dtype.np)
+    if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()  # gathered on the first device
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
@@ -400,13 +408,14 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     # each call gets a node of its own, so two tensors made this way never share (and mutate) one buffer
     return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,), next(_contiguous_ids)))
 
-  def to(self, device: str) -> Tensor:
-    """The tensor on another device (a copy; the same tensor if it is there already).
+  def to(self, device: DeviceLike) -> Tensor:
+    """The tensor on another device (a copy; the same tensor if it is there already). A tuple of devices replicates
+    it on each; a sharded tensor sent to one device is gathered there.
 
-    >>> Tensor([1, 2]).to('CPU:1').device
-    'CPU:1'
+    >>> Tensor([1, 2]).to('CPU:1').device, Tensor([1, 2]).to(('CPU:1', 'CPU:2')).device
+    ('CPU:1', ('CPU:1', 'CPU:2'))
     """
-    device = Device.canonicalize(device)
+    device = open_devices(device, "to") if isinstance(device, (tuple, list)) else Device.canonicalize(device)
     if device == self.device: return self
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
@@ -422,7 +431,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return t.cast(self.dtype)._broadcast_to(shape)
 
   def _is_buffer_view(self) -> bool:
-    return self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.BUFFER
+    ld = self.lazydata
+    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in (ld.src if ld.op is Ops.MULTI else (ld,)))
 
   def assign(self, x: Any) -> Tensor:
     """Write x into this tensor's memory when it is next realized (in place; views of it see the new values).
@@ -540,7 +550,10 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     root = self._graph_root()
     nodes = _nodes_standing_for(root, targets)
     grads = compute_gradient(root, seed, {n for ns in nodes for n in ns})
-    return [_sum_uops([grads[n] for n in ns if n in grads]) for ns in nodes]
+    out = [_sum_uops([grads[n] for n in ns if n in grads]) for ns in nodes]
+    # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
+    return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
+            for t, g in zip(targets, out)]
 
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet). Any float tensor can

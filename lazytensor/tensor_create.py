@@ -12,7 +12,7 @@ from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import DTypeError, prod
 from lazytensor.tensor_math import threefry_bits
 from lazytensor.tensor_stub import TensorStub
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -32,7 +32,7 @@ class CreationMixin(TensorStub):
 
   @classmethod
   def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
-           device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+           device: DeviceLike | None = None, requires_grad: bool | None = None) -> Tensor:
     """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant, no memory).
 
     >>> Tensor.full((2, 2), 7).tolist()
@@ -40,7 +40,7 @@ class CreationMixin(TensorStub):
     """
     shp = cls._parse_shape((shape,) if isinstance(shape, int) else tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    dev = Device.canonicalize_any(device) if device is not None else Device.DEFAULT
     return cls(const_uop(fill_value, dt, dev, shp), requires_grad=requires_grad)
 
   @classmethod
@@ -62,16 +62,19 @@ class CreationMixin(TensorStub):
     return cls.full(cls._parse_shape(shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)
 
   @classmethod
-  def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+  def empty(cls, *shape: Any, dtype: DType | str | None = None, device: DeviceLike | None = None,
+            **kwargs: Any) -> Tensor:
     """Uninitialized memory of `shape` (it is allocated on first use).
 
     >>> Tensor.empty(2, 3).shape
     (2, 3)
     """
     shp = cls._parse_shape(shape)
-    dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
-    buf = new_buffer_uop(dev, prod(shp), dt)
-    return cls(buffer_view(buf, shp), **kwargs)
+    dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize_any(device or Device.DEFAULT)
+    if isinstance(dev, tuple):  # memory on each device, replicated
+      views = tuple(buffer_view(new_buffer_uop(d, prod(shp), dt), shp) for d in dev)
+      return cls(UOp(Ops.MULTI, dt, views, (None, None)), **kwargs)
+    return cls(buffer_view(new_buffer_uop(dev, prod(shp), dt), shp), **kwargs)
 
   def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """A tensor of `fill_value` with this tensor's shape, dtype and device.
@@ -108,13 +111,14 @@ class CreationMixin(TensorStub):
     return type(self).empty(*self.shape, dtype=dt, device=dev, **kwargs)
 
   @classmethod
-  def _iota(cls, n: int, device: str | None = None) -> Tensor:
-    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+  def _iota(cls, n: int, device: DeviceLike | None = None) -> Tensor:
+    dev = Device.canonicalize_any(device) if device is not None else Device.DEFAULT
     return cls(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
 
   @classmethod
   def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
-             dtype: DType | str | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+             dtype: DType | str | None = None, device: DeviceLike | None = None,
+             requires_grad: bool | None = None) -> Tensor:
     """Evenly spaced values in [start, stop), computed on the device.
 
     >>> Tensor.arange(1, 7, 2).tolist()
@@ -134,7 +138,7 @@ class CreationMixin(TensorStub):
 
   @classmethod
   def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DType | str | None = None,
-               device: str | None = None) -> Tensor:
+               device: DeviceLike | None = None) -> Tensor:
     """`steps` values from start to stop inclusive.
 
     >>> Tensor.linspace(0, 1, 3).tolist()
@@ -149,7 +153,8 @@ class CreationMixin(TensorStub):
     return (cls._iota(steps, device).cast(dtypes.float64) * delta + start).cast(dt)
 
   @classmethod
-  def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+  def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None,
+          device: DeviceLike | None = None) -> Tensor:
     """The identity matrix.
 
     >>> Tensor.eye(2).tolist()
@@ -193,13 +198,16 @@ class CreationMixin(TensorStub):
     return cls._rng_keys[dev]
 
   @classmethod
-  def _random_bits(cls, n: int, device: str | None) -> Tensor:
+  def _random_bits(cls, n: int, device: DeviceLike | None) -> Tensor:
+    # on several devices: drawn on the first and replicated, so every device sees the numbers one device would
+    if isinstance(device, (tuple, list)): return cls._random_bits(n, Device.canonicalize_any(device)[0]).to(device)
     seed, count = cls._rng_key(device)
     count.assign(count + 1)
     return threefry_bits(cls._iota(n, device).cast(dtypes.uint32), seed, count)
 
   @classmethod
-  def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs: Any) -> Tensor:
+  def rand(cls, *shape: Any, dtype: DType | str | None = None, device: DeviceLike | None = None,
+           **kwargs: Any) -> Tensor:
     """Uniform random numbers in [0, 1).
 
     >>> Tensor.rand(2, 3).shape
@@ -276,7 +284,7 @@ class CreationMixin(TensorStub):
 
   @classmethod
   def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
-              device: str | None = None) -> Tensor:
+              device: DeviceLike | None = None) -> Tensor:
     """Uniform random integers in [low, high) (dtypes.default_int unless `dtype` says otherwise);
     high - low up to 2**32.
 
@@ -293,7 +301,7 @@ class CreationMixin(TensorStub):
     return (((bits * (high - low)) >> 32).cast(dtypes.int64) + low).cast(dt).reshape(shp).contiguous()
 
   @classmethod
-  def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+  def randperm(cls, n: int, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Tensor:
     """A random permutation of 0..n-1 (dtypes.default_int unless `dtype` says otherwise): the argsort
     of n random numbers, so O(n^2) comparisons.
 

@@ -18,6 +18,7 @@ from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import ArgumentError, IndexTypeError, argsort, prod
 from lazytensor.tensor_elementwise import broadcast_shape
 from lazytensor.tensor_stub import TensorStub
+from lazytensor.uop.ops import DeviceLike
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -368,7 +369,7 @@ class IndexMixin(TensorStub):
     def where(self, x: Any, y: Any) -> Tensor: ...
     def max(self, axis: Any = None, keepdim: bool = False) -> Tensor: ...
     @classmethod
-    def _iota(cls, n: int, device: str | None = None) -> Tensor: ...
+    def _iota(cls, n: int, device: DeviceLike | None = None) -> Tensor: ...
 
   def __getitem__(self, indices: Any) -> Tensor:
     """Indexing with torch's semantics. Ints, slices (any step), None and ... give a view. Integer Tensors, lists and

@@ -50,7 +50,7 @@ def _packed_panels(b: Tensor, n: int) -> Tensor:
   so large matmuls become TLB- and cache-bound (2048: 50 GFLOP/s). In panels the reads are sequential (96 GFLOP/s),
   for one extra copy kernel (about 1% of the matmul). Only devices that declare a panel width pack, and only when the
   matrices are large enough for it to pay."""
-  p = Device[b.device].renderer.matmul_panel
+  p = Device[Device.first(b.device)].renderer.matmul_panel
   k, m = b.shape[-2], b.shape[-1]
   if not p or m % p or m < 2 * p or k < 256 or n < 64 or n * k * m < (1 << 27): return b
   lead = tuple(range(b.ndim - 2))
@@ -69,7 +69,7 @@ def _packed_channels(weight: Tensor, groups: int, positions: int) -> Tensor:
   pack (as for matmul), and only convolutions large enough for the extra small copy to pay."""
   cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
   b = CHANNEL_BLOCK
-  if not Device[weight.device].renderer.matmul_panel or (cout // groups) % b or \
+  if not Device[Device.first(weight.device)].renderer.matmul_panel or (cout // groups) % b or \
       positions * cout * cin_g * prod(kernel) < MIN_PACKED_CONV_WORK:
     return weight
   nk = len(kernel)

@@ -12,7 +12,7 @@ from lazytensor.graph import const_uop
 from lazytensor.helpers import prod
 from lazytensor.tensor_math import cum_extreme, matmul, scan, sort_ranks, take_ranked
 from lazytensor.tensor_stub import TensorStub
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -32,7 +32,7 @@ class ReduceMixin(TensorStub):
     def zeros(cls, *shape: Any, **kwargs: Any) -> Tensor: ...
     @classmethod
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
-               dtype: DType | str | None = None, device: str | None = None,
+               dtype: DType | str | None = None, device: DeviceLike | None = None,
                requires_grad: bool | None = None) -> Tensor: ...
     def __neg__(self) -> Tensor: ...
     def __invert__(self) -> Tensor: ...

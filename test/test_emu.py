@@ -29,6 +29,8 @@ from test_llvm_renderer import (
 )
 from test_llvm_renderer import run as run_cpu
 
+from lazytensor.codegen.program import launch_dims
+from lazytensor.codegen.renderer import TC_NV_F16, TC_NV_TF32, TensorCore
 from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
@@ -53,11 +55,12 @@ def compile_emu(uops: list[UOp]) -> EmuProgram:
   return EmuProgram(EMU, "kernel", EMU.compiler.compile(EMU.renderer.render("kernel", uops)))
 
 def run_emu(uops: list[UOp], arrays: list[np.ndarray], **launch: Any) -> list[np.ndarray]:
-  """Render, compile and run on EMU; buffer i holds arrays[i]; returns every buffer's contents afterwards."""
+  """Render, compile and run on EMU (launched as the program's SPECIALs ask, unless told otherwise); buffer i holds
+  arrays[i]; returns every buffer's contents afterwards."""
   prog, alloc = compile_emu(uops), EMU.allocator
   handles = [alloc.alloc(a.nbytes) for a in arrays]
   for h, a in zip(handles, arrays): alloc.copyin(h, np.ascontiguousarray(a).data.cast("B"))
-  prog(*handles, **launch)
+  prog(*handles, **{**launch_dims(uops).kwargs(), **launch})
   outs = [np.empty_like(a) for a in arrays]
   for h, o in zip(handles, outs): alloc.copyout(o.data.cast("B"), h)
   return outs
@@ -90,7 +93,7 @@ def test_device() -> None:
   dev = Device["EMU"]
   r = dev.renderer
   assert isinstance(dev, EmuDevice) and r.has_local and r.has_shared and not r.has_threads
-  assert r.tensor_cores[0][:2] == ("m16n8k16", (16, 8, 16))
+  assert r.tensor_cores == (TC_NV_F16,)
   r = rng(4)
   prog = compile_emu(linear(store(glob(0, F32), r, r.cast(F32)), end(r)))
   buf = dev.allocator.alloc(16)
@@ -275,6 +278,22 @@ def c_frag(g: Any, t: Any) -> list[tuple[Any, Any]]:
 
 Layout = Callable[[Any, Any], list[tuple[Any, Any]]]
 
+# the same for mma.m16n8k8 with .tf32 inputs (C/D as above)
+def a_frag_k8(g: Any, t: Any) -> list[tuple[Any, Any]]: return [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]
+def b_frag_k8(g: Any, t: Any) -> list[tuple[Any, Any]]: return [(t, g), (t + 4, g)]
+
+@pytest.mark.parametrize("tc,frags", [(TC_NV_F16, (a_frag, b_frag, c_frag)),
+                                      (TC_NV_TF32, (a_frag_k8, b_frag_k8, c_frag))], ids=["f16", "tf32"])
+def test_tensor_core_layouts_are_the_isa_tables(tc: TensorCore, frags: tuple[Layout, ...]) -> None:
+  assert tc.threads == 32
+  for f, table in zip((tc.a, tc.b, tc.c), frags):
+    assert [[f.coords(lane, j) for j in range(f.size)] for lane in range(32)] == \
+      [table(lane >> 2, lane % 4) for lane in range(32)]
+
+def test_a_layout_must_cover_its_matrix() -> None:
+  with pytest.raises(AssertionError, match="exactly once"):
+    TensorCore("bad", (16, 8, 16), F16, F32, TC_NV_F16.a, TC_NV_F16.a, TC_NV_F16.c)
+
 def to_fragments(m: np.ndarray, frag: Layout) -> np.ndarray:
   return np.array([[m[rc] for rc in frag(lane >> 2, lane % 4)] for lane in range(32)], dtype=m.dtype)
 
@@ -284,7 +303,7 @@ def from_fragments(f: np.ndarray, frag: Layout, shape: tuple[int, int]) -> np.nd
     for rc, v in zip(frag(lane >> 2, lane % 4), f[lane]): out[rc] = v
   return out
 
-def wmma(a: UOp, b: UOp, cc: UOp) -> UOp: return UOp(Ops.WMMA, F32.vec(4), (a, b, cc), ("m16n8k16", (16, 8, 16)))
+def wmma(a: UOp, b: UOp, cc: UOp) -> UOp: return UOp(Ops.WMMA, F32.vec(4), (a, b, cc), (TC_NV_F16.name, (16, 8, 16)))
 
 def test_wmma_fragment_layout() -> None:
   # one warp: lane l loads its fragments, runs the WMMA, stores D's fragment; the test places values by the ISA's table
@@ -315,6 +334,23 @@ def tc_matmul(n: int) -> list[UOp]:
   return linear(d, k, step, ek, *[store(glob(0, F32), (m0 + r) * n + n0 + cc, res.gep(i)) for i, (r, cc) in
                                   enumerate(c_frag(g, t))])
 
+def test_wmma_tf32_rounds_its_inputs() -> None:
+  # m16n8k8 on tf32: inputs rounded to nearest (ties away) at 10 mantissa bits, products summed in float32
+  gen = np.random.default_rng(11)
+  A, B = gen.standard_normal((16, 8)).astype(np.float32), gen.standard_normal((8, 8)).astype(np.float32)
+  A[0, 0], B[0, 0] = 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -12  # a tie rounds away to 1 + 2^-10; just above half rounds up
+  lane = special("lidx0", 32)
+  d = UOp(Ops.WMMA, F32.vec(4), (load(glob(1, F32), lane * 4, F32.vec(4)), load(glob(2, F32), lane * 2, F32.vec(2)),
+                                 UOp.const(F32.vec(4), 0.0)), (TC_NV_TF32.name, TC_NV_TF32.dims))
+  ins = [to_fragments(A, a_frag_k8), to_fragments(B, b_frag_k8)]
+  out = from_fragments(run_emu(linear(store(glob(0, F32), lane * 4, d)), [np.zeros((32, 4), np.float32), *ins])[0],
+                       c_frag, (16, 8))
+  def tf32(x: np.ndarray) -> np.ndarray:
+    m, e = np.frexp(x.astype(np.float64))
+    return np.ldexp(np.sign(m) * np.floor(np.abs(m) * 2 ** 11 + 0.5) / 2 ** 11, e)
+  assert tf32(A)[0, 0] == 1 + 2.0 ** -10 and tf32(B)[0, 0] == 1 + 2.0 ** -10
+  np.testing.assert_allclose(out, tf32(A) @ tf32(B), rtol=1e-6, atol=1e-6)
+
 def test_tc_matmul_64() -> None:
   gen = np.random.default_rng(10)
   A, B = gen.standard_normal((64, 64)).astype(np.float16), gen.standard_normal((64, 64)).astype(np.float16)
@@ -324,7 +360,7 @@ def test_tc_matmul_64() -> None:
 def test_wmma_needs_whole_warps() -> None:
   lane = special("lidx0", 16)
   d = wmma(UOp.const(F16.vec(8), 1.0), UOp.const(F16.vec(4), 1.0), UOp.const(F32.vec(4), 0.0))
-  with pytest.raises(ValueError, match="multiple of 32"): compile_emu(linear(store(glob(0, F32), lane * 4, d)))
+  with pytest.raises(ValueError, match="multiple of 32"): run_emu(linear(store(glob(0, F32), lane * 4, d)), [])
   lane = special("lidx0", 64)
   inside = if_(lane.lt(48))
   prog = linear(inside, store(glob(0, F32), lane * 4, d), endif(inside))
@@ -395,9 +431,21 @@ def test_divergent_barrier() -> None:
   with pytest.raises(EmuError, match=r"thread \(4, 0, 0\) skips a BARRIER"): run_emu(prog, [])
 
 @pytest.mark.parametrize("prog,what", [
-  (lambda: linear(rng(4)), "never closed"),
   (lambda: linear(store(glob(0, I32), special("lidx0", 2048), c(1))), "over the limits"),
   (lambda: linear(store(glob(0, I32), special("lidx0", 32) + special("lidx1", 64), c(1))), "2048 threads in a block"),
+])
+def test_invalid_launches(prog: Callable[[], list[UOp]], what: str) -> None:
+  with pytest.raises(ValueError, match=what): run_emu(prog(), [np.zeros(4096, np.int32)])
+
+def test_launch_dims_must_match_the_ids() -> None:
+  prog = linear(store(glob(0, I32), special("gidx0", 4) * 2 + special("lidx0", 2), c(1)))
+  assert launch_dims(prog).kwargs() == {"global_size": (4, 1, 1), "local_size": (2, 1, 1), "core_count": 1}
+  np.testing.assert_array_equal(run_emu(prog, [np.zeros(8, np.int32)])[0], np.ones(8))
+  with pytest.raises(ValueError, match=r"gidx0 counts to 4, but the launch .* gives it 2"):
+    run_emu(prog, [np.zeros(8, np.int32)], global_size=(2, 1, 1))
+
+@pytest.mark.parametrize("prog,what", [
+  (lambda: linear(rng(4)), "never closed"),
   (lambda: linear(store(shared("big", 16 * 1024), c(0), c(1.0, F32))), "bytes of shared memory"),
   (lambda: linear(store(glob(0, I32), special("core0", 2), c(1))), "not a GPU id"),
   (lambda: linear(store(glob(0, F32), c(0), c(1))), "STORE of dtypes.int32 through a dtypes.float32.ptr"),

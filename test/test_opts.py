@@ -158,6 +158,19 @@ def test_tensor_core_on_emu_matches_and_excludes_other_opts() -> None:
   for later in (Opt(OptOps.GROUP, k.shape_len - 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 0, 2)):
     with pytest.raises(KernelOptError, match="follow TC"): k.apply_opt(later)
 
+def test_tf32_tensor_core_only_when_allowed(monkeypatch) -> None:
+  # a float32 matmul runs on the m16n8k8 tf32 tensor core only where the renderer allows tf32 (torch's allow_tf32)
+  item = _last_item("matmul", "EMU")
+  emu = Device["EMU"].renderer
+  with pytest.raises(KernelOptError, match="one of 1 tensor cores"): Kernel(item.ast, emu).apply_opt(Opt(OptOps.TC, 1))
+  monkeypatch.setattr(emu, "tf32", True)
+  assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
+  assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 1, 0)]
+  ref = _run(item, "EMU", [])
+  got = _run(item, "EMU", [Opt(OptOps.TC, 1, 0)])
+  np.testing.assert_allclose(got, ref, rtol=3e-3, atol=3e-3)  # inputs rounded to 10 mantissa bits
+  assert not np.array_equal(got, ref)
+
 @pytest.mark.parametrize("name", ["matmul", "elementwise", "row_sum"])
 def test_tensor_core_needs_a_half_matmul(name: str) -> None:
   k = Kernel(_last_item(name, "EMU").ast, Device["EMU"].renderer)

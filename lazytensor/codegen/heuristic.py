@@ -164,21 +164,46 @@ def _cpu(k: Kernel) -> None:
   else: _upcast(k, _output_contiguous_axis(k), (16, 8, 4))
   _thread(k, work)
 
+# threads a GPU block aims for: 8 warps hide memory latency, and a large grid still leaves several blocks per SM
+GPU_BLOCK = 256
+# a reduce this long is split across the threads of a block even when there are many outputs: one thread summing a
+# row alone reads it with a stride between neighbouring threads (uncoalesced), and takes long to finish
+GPU_GROUP_REDUCE = 1024
+GPU_VECTOR = 4  # elements a thread loads at once along a contiguous axis: 16 bytes of float32 (ld.global.v4)
+
+def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+
+def _gpu_group(k: Kernel) -> bool:
+  """Split the last reduce axis across a block's threads: a vector per thread when the axis is contiguous, then the
+  threads interleaved (GROUP takes the inner part), so that neighbouring threads read neighbouring vectors."""
+  last = k.axes_of(AxisKind.REDUCE)[-1]
+  if prod(k.output_shape()) > 2048 and k.full_shape[last] < GPU_GROUP_REDUCE: return False
+  contiguous = any(_stride(k, i, last) == 1 for i in _loads(k))
+  if contiguous and k.full_shape[last] % (GPU_VECTOR * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, GPU_VECTOR))
+  amt = _largest_divisor(k.full_shape[last], (GPU_BLOCK, 128, 64, 32, 16))
+  return amt is not None and _try(k, Opt(OptOps.GROUP if contiguous else OptOps.GROUPTOP, last, amt))
+
+def _gpu_vector(k: Kernel) -> None:
+  """Vectors along the axis the output is contiguous along, if every input is contiguous or broadcast there (else a
+  vector would be gathered lane by lane)."""
+  axis = _output_contiguous_axis(k)
+  if axis is None or k.full_shape[axis] % GPU_VECTOR: return
+  if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, GPU_VECTOR))
+
 def _gpu(k: Kernel) -> None:
   r = k.renderer
-  if r.tensor_cores and _try(k, Opt(OptOps.TC, 0, 0)): return
-  if k.reduce_axes and prod(k.output_shape()) <= 2048 and r.has_shared:
-    last = k.axes_of(AxisKind.REDUCE)[-1]
-    amt = _largest_divisor(k.full_shape[last], (256, 128, 64, 32, 16))
-    if amt is not None and _try(k, Opt(OptOps.GROUPTOP, last, amt)): return
+  if any(_try(k, Opt(OptOps.TC, i, 0)) for i in range(len(r.tensor_cores))): return
   if _is_matmul_like(k):
+    # a 4x4 register tile: each B vector serves 4 rows, each A value 4 columns
     vec_axis = _output_contiguous_axis(k)
     other = next((a for a in _reused_axes(k) if a != vec_axis), None)
     for axis in (vec_axis, other):
       if axis is not None and (amt := _largest_divisor(k.full_shape[axis], (4, 2))) is not None:
         _try(k, Opt(OptOps.UPCAST, axis, amt))
-  for a in reversed(k.axes_of(AxisKind.GLOBAL)):
-    budget = 256 // max(1, k.local_size())
+  elif k.reduce_axes and r.has_shared and _gpu_group(k): pass
+  else: _gpu_vector(k)
+  for a in reversed(k.axes_of(AxisKind.GLOBAL)):  # the innermost axis first: threadIdx.x walks it (coalesced)
+    budget = GPU_BLOCK // max(1, k.local_size())
     if budget < 2: break
     if (amt := _largest_divisor(k.full_shape[a], tuple(c for c in (256, 128, 64, 32, 16, 8, 4, 2) if c <= budget))):
       _try(k, Opt(OptOps.LOCAL, a, amt))

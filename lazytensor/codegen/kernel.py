@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from lazytensor.codegen.renderer import Renderer
+from lazytensor.codegen.renderer import Renderer, TensorCore
 from lazytensor.helpers import THREADS, colored, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
@@ -61,8 +61,7 @@ class Opt:
 @dataclass(frozen=True)
 class TensorCoreUse:
   """A kernel mapped onto a tensor core: which one, which axes are M, N and K, which loads feed A and B."""
-  name: str
-  dims: tuple[int, int, int]
+  tc: TensorCore
   axis_m: int
   axis_n: int
   axis_k: int
@@ -276,13 +275,15 @@ class Kernel:
     else: raise KernelOptError(f"unknown opt {opt}")
 
   def _tc(self, opt: Opt) -> None:
-    """Map the multiply-accumulate onto a tensor core: a warp per (16 x 8) output tile, K in steps of 16."""
+    """Map the multiply-accumulate onto the renderer's tensor core number `axis`: a warp per (M x N) output tile, K in
+    steps of the instruction's K."""
     r = self.renderer
     _check(bool(r.tensor_cores), f"{opt}: {r.device or 'this device'} has no tensor cores")
     _check(opt.axis is not None and 0 <= opt.axis < len(r.tensor_cores), f"{opt}: axis selects one of "
            f"{len(r.tensor_cores)} tensor cores")
     _check(not self.applied_opts and not self.padded, f"{opt}: TC must be the first optimization")
-    name, (tm, tn, tk), dtype_in, dtype_out = r.tensor_cores[opt.axis or 0]
+    tc = r.tensor_cores[opt.axis or 0]
+    (tm, tn, tk), dtype_in, dtype_out = tc.dims, tc.dtype_in, tc.dtype_acc
     match = _find_mma(self.ast, dtype_in, dtype_out)
     _check(match is not None, f"{opt}: the kernel is not a {dtype_in.name} multiply-accumulate into {dtype_out.name}")
     assert match is not None
@@ -299,7 +300,7 @@ class Kernel:
     for axis, size in ((axis_m, tm), (axis_n, tn), (axis_k, tk)):
       _check(self.full_shape[axis] % size == 0, f"{opt}: axis {axis} of size {self.full_shape[axis]} is not a multiple "
              f"of {size}")
-    self.tensor_core = TensorCoreUse(name, (tm, tn, tk), axis_m, axis_n, axis_k, load_a, load_b)
+    self.tensor_core = TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
 
   def _padto(self, opt: Opt) -> None:
     _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range")

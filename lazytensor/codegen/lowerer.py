@@ -15,6 +15,7 @@ import itertools
 from dataclasses import dataclass
 
 from lazytensor.codegen.kernel import AxisKind, Kernel, TensorCoreUse
+from lazytensor.codegen.renderer import Fragment
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
@@ -70,11 +71,10 @@ def _vector_axis(k: Kernel) -> int | None:
     return (loads if has_reduce else loads + stores, stores, not store_contiguous, -a)
   return min((a for a in axes if k.full_shape[a] > 1), key=cost, default=axes[-1])
 
-TC_LANES = 4  # a thread of an m16n8k16 tensor core holds 4 results: rows +0/+8, columns +0/+1
-
 def _lanes(k: Kernel) -> _Lanes:
-  if k.tensor_core is not None:  # no lane axes: the 4 result registers are the lanes
-    return _Lanes([], None, TC_LANES, [()], UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", TC_LANES)))
+  if k.tensor_core is not None:  # no lane axes: the registers of the C fragment are the lanes
+    regs = k.tensor_core.tc.c.size
+    return _Lanes([], None, regs, [()], UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", regs)))
   axes = k.axes_of(*LANE_KINDS)
   best = _vector_axis(k)
   vec_axis = best if best is not None and k.full_shape[best] in k.renderer.vector_widths else None
@@ -107,22 +107,21 @@ class _Lowerer:
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
     return idx
 
-  def _tc_indices(self, tc: TensorCoreUse) -> dict[int, UOp]:
-    """One warp per (16 x 8) output tile: blocks over M and N (and the other global axes), 32 threads, a loop over K
-    in steps of 16. A thread's 4 results sit at rows group/group+8 and columns 2*t/2*t+1 of the tile (the vlane)."""
-    k, (tm, tn, tk) = self.k, tc.dims
-    others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (tc.axis_m, tc.axis_n)]
-    tiles = {tc.axis_m: k.full_shape[tc.axis_m] // tm, tc.axis_n: k.full_shape[tc.axis_n] // tn}
+  def _tc_indices(self, use: TensorCoreUse) -> dict[int, UOp]:
+    """One warp per (M x N) output tile: blocks over M and N (and the other global axes), the instruction's threads,
+    a loop over K in its steps. A thread's results (the vlane) sit where the C fragment of the tensor core puts them."""
+    k, tc = self.k, use.tc
+    tm, tn, tk = tc.dims
+    others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (use.axis_m, use.axis_n)]
+    tiles = {use.axis_m: k.full_shape[use.axis_m] // tm, use.axis_n: k.full_shape[use.axis_n] // tn}
     shape = tuple(tiles.get(a, s) for a, s in enumerate(k.full_shape))
-    idx = _specials("gidx", others + [tc.axis_m, tc.axis_n], shape)
-    lane = UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", 32))
-    self.tc_group, self.tc_thread = lane // 4, lane % 4
-    self.tc_tile = {tc.axis_m: idx[tc.axis_m] * tm, tc.axis_n: idx[tc.axis_n] * tn}
-    vl = self.lanes.vlane
-    idx[tc.axis_m] = self.tc_tile[tc.axis_m] + self.tc_group + (vl // 2) * 8
-    idx[tc.axis_n] = self.tc_tile[tc.axis_n] + self.tc_thread * 2 + vl % 2
-    k_steps = _const(k.full_shape[tc.axis_k] // tk)
-    idx[tc.axis_k] = UOp(Ops.RANGE, dtypes.index, (_const(0), k_steps), (tc.axis_k, "reduce"))
+    idx = _specials("gidx", others + [use.axis_m, use.axis_n], shape)
+    self.tc_lane = UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", tc.threads))
+    self.tc_tile = {use.axis_m: idx[use.axis_m] * tm, use.axis_n: idx[use.axis_n] * tn}
+    row, col = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
+    idx[use.axis_m], idx[use.axis_n] = self.tc_tile[use.axis_m] + row, self.tc_tile[use.axis_n] + col
+    k_steps = _const(k.full_shape[use.axis_k] // tk)
+    idx[use.axis_k] = UOp(Ops.RANGE, dtypes.index, (_const(0), k_steps), (use.axis_k, "reduce"))
     return idx
 
   def idxs_for(self, key: tuple[int, ...], shape: tuple[int, ...]) -> list[UOp]:
@@ -222,6 +221,22 @@ class _Lowerer:
     return [_gated_store(buf, i, value.gep(n) if value.dtype.count > 1 else value, v)
             for n, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
 
+def _bits_sum(x: UOp, weights: list[int]) -> UOp:
+  """The sum of weights[b] over the bits b set in x: each run of bits whose weights double is one (x // 2^b) % 2^n."""
+  out, b = _const(0), 0
+  while b < len(weights):
+    n = 1
+    while b + n < len(weights) and weights[b + n] == weights[b] << n: n += 1
+    if weights[b]: out = out + (x // (1 << b)) % (1 << n) * weights[b]
+    b += n
+  return simplify(out)
+
+def _fragment_coords(f: Fragment, lane: UOp, elem: UOp) -> tuple[UOp, UOp]:
+  """(row, col) of register `elem` of lane `lane` in a tensor-core fragment, as index math."""
+  row = _bits_sum(lane, [r for r, _ in f.lane]) + _bits_sum(elem, [r for r, _ in f.elem])
+  col = _bits_sum(lane, [c for _, c in f.lane]) + _bits_sum(elem, [c for _, c in f.elem])
+  return simplify(row), simplify(col)
+
 def _add_terms(x: UOp) -> list[UOp]:
   return [t for s in x.src for t in _add_terms(s)] if x.op is Ops.ADD else [x]
 
@@ -265,29 +280,25 @@ class _ReduceLowerer:
     if k.axes_of(AxisKind.GROUP): results = self._group(results)
     return [results[tuple(0 if i in unroll_pos else c for i, c in enumerate(key))] for key in lw.lanes.keys]
 
-  def _tc(self, tc: TensorCoreUse) -> UOp:
-    """Per K step, each thread loads its fragments (A: 8 values, B: 4, as NVIDIA's m16n8k16 layout places them) and
-    the warp multiplies-accumulates them into its 4 results."""
-    lw, k = self.lw, self.k
-    group, thread, tk = lw.tc_group, lw.tc_thread, tc.dims[2]
-    k0 = lw.axis_idx[tc.axis_k] * tk
-    def frag(load: UOp, coords: list[dict[int, UOp]]) -> UOp:
-      st = k.st_of(load)
-      elems = []
-      for c in coords:
-        idxs = [_const(0) if st.shape[a] == 1 else c.get(a, lw.axis_idx.get(a, _const(0))) for a in range(k.shape_len)]
+  def _tc(self, use: TensorCoreUse) -> UOp:
+    """Per K step, each thread loads its A and B fragments (registers placed as the tensor core's layout says) and
+    the warp multiplies-accumulates them into its C registers."""
+    lw, k, tc = self.lw, self.k, use.tc
+    k0 = lw.axis_idx[use.axis_k] * tc.dims[2]
+    def frag(load: UOp, f: Fragment, axes: tuple[int, int], base: tuple[UOp, UOp]) -> UOp:
+      st, elems = k.st_of(load), []
+      for j in range(f.size):
+        row, col = _fragment_coords(f, lw.tc_lane, _const(j))
+        at = {axes[0]: base[0] + row, axes[1]: base[1] + col}
+        idxs = [_const(0) if st.shape[a] == 1 else at.get(a, lw.axis_idx.get(a, _const(0))) for a in range(k.shape_len)]
         idx, valid = st.to_indexed_uops(idxs)
         elems.append(_gated_load(load.src[0], load.dtype, simplify(idx), simplify(valid)))
       return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), tuple(elems))
-    tile_m, tile_n = lw.tc_tile[tc.axis_m], lw.tc_tile[tc.axis_n]
-    # a0..a7: rows group (+8 for a2,a3,a6,a7), columns 2*thread+{0,1} (+8 for a4..a7); b0..b3: column group,
-    # rows 2*thread+{0,1} (+8 for b2,b3)
-    a = frag(tc.load_a, [{tc.axis_m: tile_m + group + 8 * ((i >> 1) & 1),
-                          tc.axis_k: k0 + thread * 2 + (i & 1) + 8 * (i >> 2)} for i in range(8)])
-    b = frag(tc.load_b, [{tc.axis_n: tile_n + group, tc.axis_k: k0 + thread * 2 + (i & 1) + 8 * (i >> 1)}
-                         for i in range(4)])
-    dtype = self.node.dtype.vec(TC_LANES)
-    return UOp(Ops.REDUCE, dtype, (a, b, lw.axis_idx[tc.axis_k]), (Ops.WMMA, (tc.name, tc.dims)))
+    tile_m, tile_n = lw.tc_tile[use.axis_m], lw.tc_tile[use.axis_n]
+    a = frag(use.load_a, tc.a, (use.axis_m, use.axis_k), (tile_m, k0))
+    b = frag(use.load_b, tc.b, (use.axis_k, use.axis_n), (k0, tile_n))
+    dtype = self.node.dtype.vec(tc.c.size)
+    return UOp(Ops.REDUCE, dtype, (a, b, lw.axis_idx[use.axis_k]), (Ops.WMMA, (tc.name, tc.dims)))
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""

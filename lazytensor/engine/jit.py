@@ -17,7 +17,7 @@ from lazytensor.device import Buffer, buffer_map
 from lazytensor.engine import realize
 from lazytensor.helpers import DEBUG, JIT
 from lazytensor.tensor import Tensor, capturing_program
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import DeviceLike, Ops
 
 R = TypeVar("R")
 
@@ -26,7 +26,7 @@ class InputSignature:
   """What a captured program assumes about one input: replaying with anything else would be wrong."""
   shape: tuple[int, ...]
   dtype: Any
-  device: str
+  device: DeviceLike
   view: Any
 
 class JitError(ValueError):

@@ -16,7 +16,8 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> tuple[list[Schedul
   """Give each intermediate output a buffer freed earlier in the schedule when one of the same kind is free.
 
   `keep` holds ids of buffers that outlive the schedule (outputs, assign targets): they are never shared.
-  Returns the rewritten items and the ids of the buffers that were replaced by reused ones.
+  Returns the rewritten items and the ids of the buffers that do not hold their own kernel's result once the schedule
+  has run: those replaced by reused ones, and those reused (a later kernel overwrote them).
   """
   last_use: dict[int, int] = {}
   for i, item in enumerate(items):
@@ -33,4 +34,4 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> tuple[list[Schedul
     for b in item.bufs:
       if id(b) in intermediates and last_use[id(b)] == i:
         free.setdefault((b.device, b.size, b.dtype), []).append(replace.get(id(b), b))
-  return out, set(replace)
+  return out, set(replace) | {id(b) for b in replace.values()}

@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import json
-import pathlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,30 +9,22 @@ from typing import Any
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt
-from lazytensor.codegen.linearize import linearize
-from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
 from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
-from lazytensor.engine.search import beam_search, launch_args
+from lazytensor.engine.search import beam_search
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
-  FASTMATH,
   NOOPT,
-  THREADS,
   GlobalCounters,
   ansilen,
-  colored,
   diskcache_get,
   diskcache_put,
   to_function_name,
 )
 from lazytensor.uop.ops import Ops, UOp
 
-
-def _print_lines(title: str, body: str) -> None:
-  print(colored(title, "cyan"))
-  print(body)
 
 @dataclass
 class CompiledRunner:
@@ -46,7 +34,9 @@ class CompiledRunner:
   kernel: Kernel
   flops: int
   mem: int
-  launch: dict[str, Any]
+  spec: ProgramSpec
+
+  def __post_init__(self) -> None: self.launch: dict[str, Any] = self.spec.launch.kwargs()
 
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
     return self.program(*[b.handle for b in bufs], wait=wait, **self.launch)
@@ -60,74 +50,58 @@ def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
   return hand_coded_optimizations(k)
 
 def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) -> CompiledRunner:
-  """AST -> Kernel -> opts -> loop graph -> linear program -> source -> binary -> loaded program.
+  """AST -> Kernel -> opts -> ProgramSpec -> binary -> loaded program.
 
   With `opts` None the kernel is optimized as the knobs say; a list (even empty) is applied as given."""
   if opts is None: k = optimize_kernel(ast, device)
   else:
     k = Kernel(ast, device.renderer)
     for o in opts: k.apply_opt(o)
-  if DEBUG >= 5: _print_lines(f"AST of {k.name}", repr(ast))
+  if DEBUG >= 5: print_listing(f"AST of {k.name}", repr(ast))
   if DEBUG >= 3: print(f"{k.name}: {k.applied_opts}")
-  fn_name = to_function_name(k.name)
-  lib, launch = _program(k, device, fn_name)
+  spec, lib = _program(k, device, to_function_name(k.name))
   flops, mem = k.flops_and_mem()
-  return CompiledRunner(k.name, device.load(fn_name, lib), k, flops, mem, launch)
+  return CompiledRunner(k.name, device.load(spec.name, lib), k, flops, mem, spec)
 
-@functools.cache
-def _code_version() -> str:
-  """A hash of lazytensor's own source: programs cached by (AST, opts) are only valid for the code that lowered them."""
-  root = pathlib.Path(__file__).resolve().parent.parent
-  h = hashlib.sha256()
-  for f in sorted(root.rglob("*.py")): h.update(f.relative_to(root).as_posix().encode() + f.read_bytes())
-  return h.hexdigest()
-
-def _program_key(k: Kernel, device: Compiled, fn_name: str) -> str:
-  opts = [(o.op.name, o.axis, o.amt) for o in k.applied_opts]
-  # FASTMATH chooses the renderer's rules for transcendentals: the one knob besides the opts that changes the code
-  parts = (k.ast.key.hex(), opts, fn_name, type(device.renderer).__name__, device.compiler.cache_key, _code_version(),
-           bool(FASTMATH))
-  return hashlib.sha256(repr(parts).encode()).hexdigest()
-
-def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[bytes, dict[str, Any]]:
-  """The binary and launch arguments of an optimized kernel. A process that has built this kernel before (same AST,
-  opts, device and lazytensor code) finds them on disk without lowering it again, which for a large register tile is
-  most of the set-up (a 16x7 conv tile: ~140 ms to lower, ~2 ms to load). DEBUG>=4 always lowers, to show the code."""
-  key = _program_key(k, device, fn_name) if device.compiler.cache_key and DEBUG < 4 else None
+def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, bytes]:
+  """The spec and binary of an optimized kernel. A process that has built this kernel before (same program_key) finds
+  them on disk without lowering it again, which for a large register tile is most of the set-up (a 16x7 conv tile:
+  ~140 ms to lower, ~2 ms to load). DEBUG>=4 always lowers, to show the code."""
+  compiler = device.compiler
+  key = None
+  if compiler.cache_key and DEBUG < 4:
+    key = program_key(device.renderer, compiler.cache_key, k.ast.key, given_opts(k.applied_opts) + (fn_name,))
   if key is not None and (raw := diskcache_get("program", key)) is not None:
     try:
       size = int.from_bytes(raw[:4], "little")
-      launch, lib = json.loads(raw[4:4 + size]), raw[4 + size:]
-      if isinstance(launch, dict) and device.compiler.is_valid(lib):
+      spec, lib = ProgramSpec.from_json(raw[4:4 + size].decode()), raw[4 + size:]
+      if spec.name == fn_name and compiler.is_valid(lib):
         compile_stats["disk"] += 1
-        return lib, launch
-    except ValueError: pass
+        return spec, lib
+    except (ValueError, UnicodeDecodeError): pass
     if DEBUG >= 1: print("program cache: a corrupt entry was built again")
-  uops = linearize(lower_kernel(k))
-  if DEBUG >= 6:
-    listing = "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}" for i, u in enumerate(uops))
-    _print_lines(f"linear program of {k.name}", listing)
-  src = device.renderer.render(fn_name, uops)
-  if DEBUG >= 4: _print_lines(f"source of {k.name}", src)
-  lib = device.compiler.compile_cached(src)
-  if DEBUG >= 7: _print_lines(f"assembly of {k.name}", device.compiler.disassemble(lib))
-  launch = launch_args(uops)
+  spec = get_program(k, fn_name)
+  if DEBUG >= 4: print_listing(f"source of {k.name}", spec.source)
+  lib = compiler.compile_cached(spec.source)
+  if DEBUG >= 7: print_listing(f"assembly of {k.name}", compiler.disassemble(lib))
   if key is not None:
-    header = json.dumps(launch).encode()
+    header = spec.to_json().encode()
     diskcache_put("program", key, len(header).to_bytes(4, "little") + header + lib)
-  return lib, launch
+  return spec, lib
 
-_runners: dict[tuple[Any, ...], CompiledRunner] = {}
+_runners: dict[tuple[str, str], CompiledRunner] = {}
 
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
-  """The compiled kernel for an AST on a device; built once per process for each setting of the knobs that choose
-  its optimizations (the AST is interned, so it is the key)."""
-  key = (device_name, ast, NOOPT.value, BEAM.value, THREADS.value)
+  """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
+  that choose its opts and every knob that changes its code)."""
+  dev = Device[device_name]
+  key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
   if (hit := _runners.get(key)) is None:
-    hit = _runners[key] = compile_kernel(ast, Device[device_name])
+    hit = _runners[key] = compile_kernel(ast, dev)
   return hit
 
 def _copy(dst: Buffer, src: Buffer) -> None:
+  if dst.allocator.transfer(dst.handle, src.handle, dst.nbytes, src.allocator): return
   arr = src.numpy()
   dst.copyin(arr.data.cast("B"))
 

@@ -18,6 +18,7 @@ from typing import Any
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
+from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.helpers import DEBUG, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -222,7 +223,9 @@ class _KernelBuilder:
   def _visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool) -> UOp:
     if not is_root and node in self.outputs:
       self.root_reads.add(node)
-      return self.load(self.outputs[node], _compose(ShapeTracker.from_shape(node.shape), pending))
+      # an assign wrote its buffer through the target's view (a slice of a larger buffer): read it back through it
+      st = node.src[0].arg if node.op is Ops.ASSIGN else ShapeTracker.from_shape(node.shape)
+      return self.load(self.outputs[node], _compose(st, pending))
     if node.op is Ops.VIEW:
       base = node.src[0]
       if base.op is Ops.BUFFER:
@@ -255,7 +258,9 @@ def _root_shape(root: UOp) -> tuple[int, ...]:
 
 def _output_buffer(root: UOp) -> Buffer:
   if root.op is Ops.ASSIGN: return _buffer_of(root.src[0].src[0])
-  return Buffer(root.device, prod(_root_shape(root)), root.dtype)
+  device = root.device
+  assert isinstance(device, str), f"{root.op} on the devices {device} reached the scheduler"
+  return Buffer(device, prod(_root_shape(root)), root.dtype)
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
@@ -266,6 +271,10 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
   substituted, origin = substitute_realized(original_sink)
+  if is_multi(substituted):  # values on several devices: first one graph per device (engine/multi.py)
+    flat, regroup = split_multi(outs, substituted)
+    items, becomes = create_schedule(flat)
+    return items, regroup(becomes)
   sink = graph_rewrite(substituted, pm_resolve, name="resolve")
   g = _find_realizes(sink)
   roots = _toposort_roots(sink, g.realize)

@@ -2,8 +2,9 @@
 
 `beam_search(k, device, width)`, used when `BEAM=width`:
 
-  1. The cache (sqlite table "beam", keyed by the AST, the device kind, the renderer, the width, THREADS on CPUs and
-     the lazytensor version) answers with the chosen opts as JSON; replaying them is the whole cost of a warm run.
+  1. The cache (sqlite table "beam", keyed by `program_key` of the AST and the width: the renderer, the compiler,
+     lazytensor's code, the knobs that change code, THREADS on CPUs) answers with the chosen opts as JSON; replaying
+     them is the whole cost of a warm run.
   2. Otherwise the starting kernels (the unoptimized one, the heuristics' choice, and a sibling's cached opts) are
      compiled and timed. Each round takes every beam member's children: every action (`actions`) appended, and every
      edit of its opts (`edits`: one dropped, or one with another amount). It drops illegal children (KernelOptError),
@@ -65,8 +66,7 @@ from tqdm import tqdm
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
-from lazytensor.codegen.linearize import linearize
-from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.program import LaunchDims, get_program, program_key
 from lazytensor.device import Buffer, Compiled, Device
 from lazytensor.dtype import DType, to_dtype
 from lazytensor.helpers import (
@@ -88,7 +88,6 @@ from lazytensor.helpers import (
   prod,
 )
 from lazytensor.uop.ops import GroupOp, Ops, UOp
-from lazytensor.version import __version__
 
 CANDIDATE_NAME = "beam_candidate"  # every candidate renders under one name, so equal code is equal text
 ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
@@ -185,10 +184,7 @@ def _replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
 # ---- the cache: opts as JSON rows, under a key that names everything the choice depends on ----
 
 def _cache_key(device: Compiled, width: int, what: bytes) -> str:
-  r = device.renderer
-  threads = int(THREADS.value) if r.has_threads else 0  # THREAD opts are legal up to THREADS
-  parts = [device.name.partition(":")[0], type(r).__name__, width, __version__, threads]
-  return hashlib.sha256(json.dumps(parts).encode() + what).hexdigest()
+  return program_key(device.renderer, device.compiler.cache_key, what, ("BEAM", width))
 
 def _shape_signature(k: Kernel) -> bytes:
   """The loop structure of a kernel without its arithmetic: shape, axis kinds, how each buffer is walked."""
@@ -280,11 +276,11 @@ def _scratch_for(device: str, ast: UOp) -> _Scratch:
 
 @dataclass(frozen=True)
 class Binary:
-  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch arguments, and
-  how long lowering and compiling it took."""
+  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch dims, and how
+  long lowering and compiling it took."""
   digest: bytes
   lib: bytes
-  launch: dict[str, Any]
+  launch: LaunchDims
   compile_s: float
 
 @dataclass(frozen=True)
@@ -302,20 +298,15 @@ class RunJob:
   cutoff: float = math.inf  # seconds: a run slower than this ends the timing
   fill: int = 0             # output runs: the byte that output buffers hold before the run
 
-def launch_args(uops: list[UOp]) -> dict[str, Any]:
-  """How a program is launched: the CPU core ids its THREAD axis spreads over."""
-  return {"core_count": max([u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("core")], default=1)}
-
 def compile_job(job: CompileJob) -> Binary:
-  """Kernel -> opts -> (slice) -> loop graph -> linear program -> source -> binary, all in a worker."""
+  """Kernel -> opts -> (slice) -> ProgramSpec -> binary, all in a worker."""
   start, dev = time.perf_counter(), Device[job.device]
   k = Kernel(job.ast, dev.renderer)
   for o in job.opts: k.apply_opt(o)
   for axis, size in job.keep: k.keep_prefix(axis, size)
-  uops = linearize(lower_kernel(k))
-  src = dev.renderer.render(CANDIDATE_NAME, uops)
-  lib = dev.compiler.compile(src)
-  return Binary(hashlib.sha256(src.encode()).digest(), lib, launch_args(uops), time.perf_counter() - start)
+  spec = get_program(k, CANDIDATE_NAME)
+  lib = dev.compiler.compile(spec.source)
+  return Binary(hashlib.sha256(spec.source.encode()).digest(), lib, spec.launch, time.perf_counter() - start)
 
 def prepare_job(job: RunJob) -> None:
   """Allocate and fill the scratch buffers (outputs too: their pages get touched here, not in a timed run), so that
@@ -330,7 +321,8 @@ def _launch(job: RunJob) -> Callable[[], float]:
   scratch = _scratch_for(job.device, job.ast)
   program = Device[job.device].load(CANDIDATE_NAME, job.binary.lib)
   handles = [b.handle for b in scratch.bufs]
-  return lambda: float(program(*handles, wait=True, **job.binary.launch) or 0.0)
+  launch = job.binary.launch.kwargs()
+  return lambda: float(program(*handles, wait=True, **launch) or 0.0)
 
 def time_job(job: RunJob) -> list[float]:
   """Run times in seconds: at least MIN_RUNS (more for short kernels), fewer once a run is slower than the cutoff."""

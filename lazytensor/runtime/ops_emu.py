@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from lazytensor.codegen.renderer import NVIDIA_TENSOR_CORES, Fragment, TensorCore
 from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
 from lazytensor.device import Allocator, Compiled, Compiler
 from lazytensor.dtype import DType, PtrDType, dtypes
@@ -56,19 +57,22 @@ def _mem_np(dt: DType) -> np.dtype:
 _AXES = range(3)
 SPECIAL_NAMES = tuple(f"{p}{i}" for p in ("gidx", "lidx") for i in _AXES)
 
+def _dims(what: str, dims: tuple[int, ...]) -> tuple[int, ...]:
+  out = tuple(dims) + (1,) * (3 - len(dims))
+  if len(out) != 3 or not all(isinstance(d, int) and d >= 1 for d in out):
+    raise ValueError(f"EMU: {what} {dims!r}; expected up to 3 positive ints")
+  return out
+
 class Grid:
-  """The launch dims a program's SPECIALs imply, and each lane's ids."""
-  def __init__(self, uops: list[UOp]) -> None:
-    sizes: dict[str, int] = {}
-    for u in uops:
-      if u.op is not Ops.SPECIAL: continue
-      name, size = u.arg
-      if name not in SPECIAL_NAMES: raise ValueError(f"EMU: SPECIAL {name!r} is not a GPU id; expected {SPECIAL_NAMES}")
-      if sizes.setdefault(name, size) != size: raise ValueError(f"EMU: SPECIAL {name} sized {sizes[name]} and {size}")
-    self.global_size = tuple(sizes.get(f"gidx{i}", 1) for i in _AXES)
-    self.local_size = tuple(sizes.get(f"lidx{i}", 1) for i in _AXES)
+  """The blocks (global_size) and threads per block (local_size) of one launch, and each lane's ids."""
+  def __init__(self, global_size: tuple[int, ...], local_size: tuple[int, ...]) -> None:
+    self.global_size, self.local_size = _dims("global_size", global_size), _dims("local_size", local_size)
     self.threads, self.blocks = prod(self.local_size), prod(self.global_size)
     self.n = self.threads * self.blocks
+
+  def size_of(self, special: str) -> int:
+    """How many values the id `special` (gidx1, lidx0, ...) takes in this launch."""
+    return (self.global_size if special.startswith("g") else self.local_size)[int(special[-1])]
 
   @functools.cached_property
   def lanes(self) -> np.ndarray: return np.arange(self.n)
@@ -167,32 +171,37 @@ def _bitcast(x: Any, fr: DType, to: DType) -> Any:
 
 def _vectorize(*xs: Any) -> Any: return np.stack(np.broadcast_arrays(*xs), axis=-1)
 
-# ---- WMMA: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, a warp being 32 consecutive threads of a block ----
+# ---- WMMA: a tensor core of the renderer's declarations, a warp being tc.threads consecutive threads of a block ----
 
-def _fragment(rows: list[np.ndarray], cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-  """Where element j of lane l's fragment sits in its matrix: (row[l, j], col[l, j])."""
-  return np.stack(rows, axis=1), np.stack(cols, axis=1)
+_TENSOR_CORES = {tc.name: tc for tc in NVIDIA_TENSOR_CORES}
 
-def _layouts() -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-  lane = np.arange(32)
-  g, k = lane >> 2, (lane % 4) * 2  # groupID, and the first of the pair of columns (or rows of B) of threadID_in_group
-  a = _fragment([g, g, g + 8, g + 8, g, g, g + 8, g + 8], [k, k + 1, k, k + 1, k + 8, k + 9, k + 8, k + 9])
-  b = _fragment([k, k + 1, k + 8, k + 9], [g, g, g, g])
-  c = _fragment([g, g, g + 8, g + 8], [k, k + 1, k, k + 1])
-  return a, b, c
+@functools.cache
+def _layout(f: Fragment) -> tuple[np.ndarray, np.ndarray]:
+  """Where register j of lane l sits in its matrix: (row[l, j], col[l, j])."""
+  cells = np.array([[f.coords(lane, j) for j in range(f.size)] for lane in range(f.threads)])
+  return cells[..., 0], cells[..., 1]
 
-_A, _B, _C = _layouts()
-
-def _unfragment(x: Any, layout: tuple[np.ndarray, np.ndarray], shape: tuple[int, int], n: int) -> np.ndarray:
-  frag = np.broadcast_to(x, (n, layout[0].shape[1])).reshape(-1, 32, layout[0].shape[1])
+def _unfragment(x: Any, f: Fragment, shape: tuple[int, int], n: int) -> np.ndarray:
+  rows, cols = _layout(f)
+  frag = np.broadcast_to(x, (n, f.size)).reshape(-1, f.threads, f.size)
   out = np.zeros((frag.shape[0], *shape), np.float32)
-  out[:, layout[0], layout[1]] = frag
+  out[:, rows, cols] = frag
   return out
 
-def wmma_m16n8k16(a: Any, b: Any, c: Any, n: int) -> np.ndarray:
-  """D = A @ B + C for every warp of n lanes; fp16 products are exact in fp32, accumulated in fp32."""
-  d = np.matmul(_unfragment(a, _A, (16, 16), n), _unfragment(b, _B, (16, 8), n)) + _unfragment(c, _C, (16, 8), n)
-  return d[:, _C[0], _C[1]].reshape(n, 4)
+def _round_tf32(x: np.ndarray) -> np.ndarray:
+  """float32 rounded to tf32's 10 mantissa bits, to nearest with ties away from zero (cvt.rna.tf32.f32)."""
+  rounded = ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+  return np.where(np.isfinite(x), rounded, x)
+
+def wmma(tc: TensorCore, a: Any, b: Any, c: Any, n: int) -> np.ndarray:
+  """D = A @ B + C for every warp of n lanes: products of the inputs (f16, or f32 rounded to tf32) are exact in
+  float32, accumulated in float32."""
+  m, nn, k = tc.dims
+  fa, fb = _unfragment(a, tc.a, (m, k), n), _unfragment(b, tc.b, (k, nn), n)
+  if tc.dtype_in == dtypes.float32: fa, fb = _round_tf32(fa), _round_tf32(fb)
+  d = np.matmul(fa, fb) + _unfragment(c, tc.c, (m, nn), n)
+  rows, cols = _layout(tc.c)
+  return d[:, rows, cols].reshape(n, tc.c.size)
 
 # ---- shared memory and the race detector ----
 
@@ -312,16 +321,19 @@ def _memory(u: UOp) -> tuple[Any, Any, str]:
 
 class Executable:
   """A linear program compiled to closures, checked once, run many times. `init` holds what is known before a launch
-  (constants); a launch adds the buffers, shared memory and thread ids, then runs the steps."""
+  (constants); a launch, on the grid its launch dims give, adds the buffers, shared memory and thread ids, then runs
+  the steps."""
   def __init__(self, name: str, uops: list[UOp]) -> None:
-    self.name, self.grid = name, Grid(uops)
+    self.name = name
     self.pos = {u: i for i, u in enumerate(uops)}
     self.init: list[Any] = [None] * len(uops)
     self.globals: list[tuple[int, int, np.dtype]] = []
     self.locals: list[tuple[int, UOp]] = []
-    self.specials: list[tuple[int, str]] = []
+    self.specials: list[tuple[int, UOp]] = []
+    self.warp = 1  # a block must hold whole warps of the widest tensor core it uses
     self.steps = self._blocks(uops)
-    self._check_limits(uops)
+    if (shared := sum(u.arg[1] * u.dtype.itemsize for _, u in self.locals)) > EmuRenderer.shared_max:
+      raise ValueError(f"EMU: {shared} bytes of shared memory; at most {EmuRenderer.shared_max}")
 
   def _blocks(self, uops: list[UOp]) -> list[Step]:
     """Steps in order, each loop's body nested in the step of its RANGE."""
@@ -361,24 +373,28 @@ class Executable:
       v[i] = fn(*[v[a] for a in at])
     return step
 
-  def _check_limits(self, uops: list[UOp]) -> None:
-    r, g = EmuRenderer, self.grid
+  def check_launch(self, g: Grid) -> None:
+    """The launch within the device's limits, and the size of every id the program reads the one the launch gives."""
+    r = EmuRenderer
     for what, dims, most in (("global", g.global_size, r.global_max or ()), ("local", g.local_size, r.local_max or ())):
       if any(d > m for d, m in zip(dims, most)): raise ValueError(f"EMU: {what} size {dims} is over the limits {most}")
     if g.threads > r.threads_max: raise ValueError(f"EMU: {g.threads} threads in a block; at most {r.threads_max}")
-    if (shared := sum(u.arg[1] * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)) > r.shared_max:
-      raise ValueError(f"EMU: {shared} bytes of shared memory; at most {r.shared_max}")
-    if any(u.op is Ops.WMMA for u in uops) and g.threads % 32:
-      raise ValueError(f"EMU: a WMMA needs whole warps, but a block has {g.threads} threads, not a multiple of 32")
+    if g.threads % self.warp:
+      raise ValueError(f"EMU: a WMMA needs whole warps, but a block has {g.threads} threads, not a multiple of "
+                       f"{self.warp}")
+    for _, u in self.specials:
+      if (size := g.size_of(u.arg[0])) != u.arg[1]:
+        raise ValueError(f"EMU {self.name}: {u.arg[0]} counts to {u.arg[1]}, but the launch (global_size "
+                         f"{g.global_size}, local_size {g.local_size}) gives it {size}")
 
-  def run(self, bufs: tuple[np.ndarray, ...]) -> None:
+  def run(self, bufs: tuple[np.ndarray, ...], grid: Grid) -> None:
     v = list(self.init)
     for at, k, mem_np in self.globals:
       if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
       v[at] = bufs[k].view(mem_np)
-    for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], self.grid.blocks)
-    for at, name in self.specials: v[at] = self.grid.ids[name]
-    L = Launch(self.name, self.grid, v)
+    for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], grid.blocks)
+    for at, u in self.specials: v[at] = grid.ids[u.arg[0]]
+    L = Launch(self.name, grid, v)
     with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
       for step in self.steps: step(L)
 
@@ -390,7 +406,10 @@ def _const(ex: Executable, i: int, u: UOp) -> None:
 
 def _define_global(ex: Executable, i: int, u: UOp) -> None: ex.globals.append((i, u.arg, _mem_np(u.dtype)))
 def _define_local(ex: Executable, i: int, u: UOp) -> None: ex.locals.append((i, u))
-def _special(ex: Executable, i: int, u: UOp) -> None: ex.specials.append((i, u.arg[0]))
+def _special(ex: Executable, i: int, u: UOp) -> None:
+  if u.arg[0] not in SPECIAL_NAMES:
+    raise ValueError(f"EMU: SPECIAL {u.arg[0]!r} is not a GPU id; expected {SPECIAL_NAMES}")
+  ex.specials.append((i, u))
 
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
@@ -431,10 +450,10 @@ def _assign(ex: Executable, i: int, u: UOp) -> Step:
   return assign
 
 def _if(ex: Executable, i: int, u: UOp) -> Step:
-  cond, n = ex.pos[u.src[0]], ex.grid.n
+  cond = ex.pos[u.src[0]]
   def if_(L: Launch) -> None:
     L.masks.append(L.mask)
-    c = np.broadcast_to(L.v[cond], (n,))
+    c = np.broadcast_to(L.v[cond], (L.grid.n,))
     m = c if L.mask is None else L.mask & c
     L.mask = None if m.all() else m
   return if_
@@ -448,28 +467,30 @@ def _partial_group(mask: np.ndarray, size: int) -> int | None:
   return None if not partial.size else int(partial[0]) * size + int(np.flatnonzero(~running[partial[0]])[0])
 
 def _barrier(ex: Executable, i: int, u: UOp) -> Step:
-  threads = ex.grid.threads
   def barrier(L: Launch) -> None:
     if L.mask is None: L.epoch += 1
     else:
+      threads = L.grid.threads
       if (lane := _partial_group(L.mask, threads)) is not None:
         raise L.fail(EmuError, lane, "skips a BARRIER that other threads of its block wait at")
       L.epoch[L.mask.reshape(-1, threads).all(1)] += 1
   return barrier
 
-_WMMA_SRCS = (dtypes.float16.vec(8), dtypes.float16.vec(4), dtypes.float32.vec(4))
-
 def _wmma(ex: Executable, i: int, u: UOp) -> Step:
+  tc = _TENSOR_CORES.get(u.arg[0]) if isinstance(u.arg, tuple) and u.arg else None
+  want = None if tc is None else (tc.dtype_in.vec(tc.a.size), tc.dtype_in.vec(tc.b.size), tc.dtype_acc.vec(tc.c.size))
   srcs = tuple(s.dtype for s in u.src)
-  if not isinstance(u.arg, tuple) or u.arg[:1] != ("m16n8k16",) or srcs != _WMMA_SRCS or u.dtype != _WMMA_SRCS[2]:
-    raise ValueError(f"EMU: WMMA {u.arg!r} of {list(srcs)} -> {u.dtype}; only m16n8k16 of "
-                     f"{list(_WMMA_SRCS)} -> {_WMMA_SRCS[2]} is supported")
-  a, b, c, n = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], ex.grid.n
-  def wmma(L: Launch) -> None:
-    if L.mask is not None and (lane := _partial_group(L.mask, 32)) is not None:
+  if tc is None or want is None or srcs != want or u.dtype != want[2]:
+    raise ValueError(f"EMU: WMMA {u.arg!r} of {list(srcs)} -> {u.dtype}; expected one of "
+                     f"{[(t.name, t.dtype_in.name, t.dtype_acc.name) for t in _TENSOR_CORES.values()]} with "
+                     "fragments as wide as its layout")
+  a, b, c = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]]
+  ex.warp = max(ex.warp, tc.threads)
+  def step(L: Launch) -> None:
+    if L.mask is not None and (lane := _partial_group(L.mask, tc.threads)) is not None:
       raise L.fail(EmuError, lane, "skips a WMMA that other threads of its warp run")
-    L.v[i] = wmma_m16n8k16(L.v[a], L.v[b], L.v[c], n)
-  return wmma
+    L.v[i] = wmma(tc, L.v[a], L.v[b], L.v[c], L.grid.n)
+  return step
 
 def _alu(ex: Executable, i: int, u: UOp) -> Step:
   dt = u.src[-1].dtype  # the operand type: WHERE's condition comes first, comparisons return bools
@@ -493,7 +514,8 @@ _BUILD: dict[Ops, Callable[[Executable, int, UOp], Step | None]] = {
 # ---- the device ----
 
 class EmuCompiler(Compiler):
-  """The program text is its own binary: compiling checks that it reads back and can run."""
+  """The program text is its own binary: compiling checks that it reads back and builds (launch dims are checked at
+  each launch)."""
   def compile(self, src: str) -> bytes:
     Executable(*parse_program(src))
     return src.encode()
@@ -504,18 +526,19 @@ class EmuProgram:
     text_name, uops = parse_program(lib.decode())
     if text_name != name: raise ValueError(f"EMU: asked for kernel {name!r}, but the program is {text_name!r}")
     self.device, self.name, self.exe = device, name, Executable(name, uops)
+    self.grids: dict[tuple[tuple[int, ...], tuple[int, ...]], Grid] = {}
 
-  def __call__(self, *bufs: np.ndarray, global_size: tuple[int, ...] | None = None,
-               local_size: tuple[int, ...] | None = None, core_count: int = 1, wait: bool = False) -> float | None:
-    """Launch dims default to the ones the program's SPECIALs imply; given ones must agree with them."""
-    grid = self.exe.grid
-    launch = (("global_size", global_size, grid.global_size), ("local_size", local_size, grid.local_size))
-    for what, given, dims in launch:
-      if given is not None and tuple(given) + (1,) * (3 - len(given)) != dims:
-        raise ValueError(f"EMU {self.name}: launched with {what} {tuple(given)}, but its SPECIALs make it {dims}")
+  def __call__(self, *bufs: np.ndarray, global_size: tuple[int, ...] = (1, 1, 1),
+               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
+    """One launch of global_size blocks of local_size threads (a ProgramSpec's launch dims)."""
     if core_count != 1: raise ValueError(f"EMU {self.name}: core_count {core_count}; EMU has no CPU threads (THREAD)")
+    dims = (tuple(global_size), tuple(local_size))
+    if (grid := self.grids.get(dims)) is None:
+      grid = Grid(*dims)
+      self.exe.check_launch(grid)
+      self.grids[dims] = grid
     start = time.perf_counter()
-    self.exe.run(bufs)
+    self.exe.run(bufs, grid)
     return time.perf_counter() - start if wait else None
 
 class EmuDevice(Compiled):

@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, truncate
 
+# where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated)
+DeviceLike = str | tuple[str, ...]
 
 class Ops(enum.Enum):
   # graph structure
@@ -36,7 +38,8 @@ class Ops(enum.Enum):
   PAD = enum.auto()           # arg=((before, after), ...)
   SHRINK = enum.auto()        # arg=((start, end), ...)
   FLIP = enum.auto()          # arg=(bool per dim)
-  COPY = enum.auto()          # arg=device; src[0] moved to another device
+  COPY = enum.auto()          # arg=device, or a tuple of devices (replicate); src[0] moved to another device
+  MULTI = enum.auto()         # src=a piece per device, arg=(axis, bounds): a value sharded (or replicated) on devices
   CONTIGUOUS = enum.auto()    # materialize src[0] in a buffer of its own
   ASSIGN = enum.auto()        # src=(target, value): write value into target's buffer; in kernels: acc := value
   REDUCE_AXIS = enum.auto()   # arg=(op, axes)
@@ -237,8 +240,10 @@ class UOp:
   def size(self) -> int: return math.prod(self.shape)
 
   @functools.cached_property
-  def device(self) -> str:
+  def device(self) -> DeviceLike:
+    """Where the value lives: a device name, or a tuple of them for a value spread over several (Ops.MULTI)."""
     if self.op is Ops.BUFFER: return self.arg[0]
+    if self.op is Ops.MULTI: return tuple(str(s.device) for s in self.src)
     if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
     assert self.src, f"{self.op} has no device"
     return self.src[0].device
@@ -327,9 +332,14 @@ def _reduce_shape(u: UOp) -> tuple[int, ...]:
   axes = u.arg[1]
   return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
 
+def _multi_shape(u: UOp) -> tuple[int, ...]:
+  axis, bounds = u.arg
+  shape = u.src[0].shape
+  return shape if axis is None else shape[:axis] + (sum(hi - lo for lo, hi in bounds),) + shape[axis + 1:]
+
 _shape_rules: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.BUFFER: lambda u: (u.arg[1],), Ops.IOTA: lambda u: (u.arg,), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
-  Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape,
+  Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape, Ops.MULTI: _multi_shape,
   Ops.RESHAPE: lambda u: u.arg, Ops.EXPAND: lambda u: u.arg, Ops.FLIP: lambda u: u.src[0].shape,
   Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
   Ops.PAD: lambda u: tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg)),

@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from lazytensor.codegen.renderer import Renderer
+from lazytensor.codegen.renderer import TC_NV_F16, TC_NV_TF32, Renderer, TensorCore
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
 from lazytensor.uop.ops import Ops, UOp
 
@@ -105,12 +105,22 @@ class EmuRenderer(Renderer):
   has_local = True
   has_shared = True
   has_threads = False
-  # (name, (M, N, K), input dtype, accumulator dtype): NVIDIA's mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
-  tensor_cores = (("m16n8k16", (16, 8, 16), dtypes.float16, dtypes.float32),)
   global_max = (2**31 - 1, 65535, 65535)
   local_max = (1024, 1024, 64)
   shared_max = 48 * 1024
   vector_widths = (2, 4)
   threads_max = 1024  # threads in one block, whatever their shape
+
+  def __init__(self, tf32: bool = False) -> None:
+    # float32 matmuls on tf32 tensor cores round their inputs: only when asked for, as torch's allow_tf32
+    self.tf32 = tf32
+
+  @property
+  def cache_key(self) -> str: return f"EmuRenderer tf32={self.tf32}"
+
+  @property
+  def tensor_cores(self) -> tuple[TensorCore, ...]:
+    """NVIDIA's mma.sync tensor cores, run by EMU with their fragment layouts."""
+    return (TC_NV_F16, TC_NV_TF32) if self.tf32 else (TC_NV_F16,)
 
   def render(self, name: str, uops: list[UOp]) -> str: return render_program(name, uops)

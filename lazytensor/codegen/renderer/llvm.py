@@ -332,6 +332,10 @@ class LLVMRenderer(Renderer):
   def __init__(self, target_cpu: str = "", target_features: str = "") -> None:
     # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
     self.target_cpu, self.target_features = target_cpu, target_features
+    self._cache_key = f"LLVMRenderer {target_cpu} {target_features}"
+
+  @property
+  def cache_key(self) -> str: return self._cache_key
 
   @property
   def extra_matcher(self) -> PatternMatcher[UOp] | None:  # type: ignore[override]

@@ -1,0 +1,118 @@
+"""all_reduce bandwidth: lazytensor over CPU:0..N-1 in one process (ring and naive), and over 2 MPI ranks, each next
+to a reference measured in the same run on numpy arrays of the same size.
+
+Usage: python extra/bench/collectives.py [--devices 4] [--max-mb 64] [--no-mpi]
+
+Bandwidth is the size of the reduced tensor over the time of one all-reduce (nccl-tests' "algbw"), best of a few runs.
+* In one process: every device holds a float32 vector; `all_reduce(stack(...))` leaves the sum on every device.
+  Reference: numpy summing the same N arrays into N outputs (what the devices' memory must at least move).
+* Over MPI (2 ranks started with mpiexec by this script): `lazytensor.distributed.all_reduce` of a Tensor, next to
+  mpi4py's own `Allreduce` of a numpy array; the ratio is lazytensor / mpi4py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28]  # bytes
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+  fn()  # warm-up: compiles the kernels, allocates
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - start)
+  return best
+
+def repeats_for(nbytes: int) -> int: return 20 if nbytes <= 1 << 20 else 3
+
+def gbps(nbytes: int, seconds: float) -> float: return nbytes / seconds / 1e9
+
+def in_one_process(devices: int, sizes: list[int]) -> None:
+  names = [f"CPU:{i}" for i in range(devices)]
+  print(f"all_reduce over {devices} devices of one process (GB/s; ratio to numpy's sum of the same arrays)")
+  print(f"{'size':>8} {'ring':>8} {'naive':>8} {'numpy':>8} {'ring/np':>8} {'naive/np':>9}")
+  for nbytes in sizes:
+    times = {name: best_time(lambda ring=ring, n=nbytes // 4: _lazytensor_all_reduce(names, n, ring),
+                             repeats_for(nbytes)) for name, ring in (("ring", 0), ("naive", 1 << 62))}
+    ref = best_time(lambda n=nbytes // 4: _numpy_all_reduce(len(names), n), repeats_for(nbytes))
+    print(f"{_size(nbytes):>8} {gbps(nbytes, times['ring']):8.3f} {gbps(nbytes, times['naive']):8.3f} "
+          f"{gbps(nbytes, ref):8.3f} {ref / times['ring']:8.2f}x {ref / times['naive']:8.2f}x")
+
+def _lazytensor_all_reduce(names: list[str], n: int, ring: int) -> None:
+  """One all-reduce of new buffers (a graph realized before would be found already computed and not run again)."""
+  from lazytensor import Context, Tensor
+  from lazytensor.collectives import all_reduce, stack
+  s = stack([Tensor.empty(n, device=d) for d in names])
+  with Context(RING=ring): all_reduce(s).realize()
+
+_numpy_arrays: dict[tuple[int, int], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+
+def _numpy_all_reduce(devices: int, n: int) -> None:
+  """The same sums with numpy: each of `devices` outputs gets the sum of `devices` arrays."""
+  ins, outs = _numpy_arrays.setdefault((devices, n), ([np.ones(n, np.float32) for _ in range(devices)],
+                                                      [np.empty(n, np.float32) for _ in range(devices)]))
+  for o in outs:
+    np.add(ins[0], ins[1], out=o)
+    for a in ins[2:]: np.add(o, a, out=o)
+
+def over_mpi(sizes: list[int]) -> None:
+  from mpi4py import MPI
+
+  from lazytensor import Tensor
+  from lazytensor import distributed as dist
+  dist.init()
+  comm, rank = MPI.COMM_WORLD, dist.rank()
+  if rank == 0:
+    print(f"\nall_reduce over {dist.world_size()} MPI ranks (GB/s; ratio lazytensor / mpi4py's Allreduce)")
+    print(f"{'size':>8} {'lazytensor':>11} {'mpi4py':>8} {'ratio':>7}")
+  for nbytes in sizes:
+    n = nbytes // 4
+    t = Tensor(np.full(n, rank + 1, np.float32)).realize()
+    src, dst = np.full(n, rank + 1, np.float32), np.empty(n, np.float32)
+    def ours(t: Tensor = t) -> None:
+      dist.barrier()
+      dist.all_reduce(t)
+    def theirs(src: np.ndarray = src, dst: np.ndarray = dst) -> None:
+      comm.Barrier()
+      comm.Allreduce(src, dst)
+    lt, mp = best_time(ours, repeats_for(nbytes)), best_time(theirs, repeats_for(nbytes))
+    if rank == 0: print(f"{_size(nbytes):>8} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} {mp / lt:6.2f}x")
+
+def _size(nbytes: int) -> str:
+  for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
+    if nbytes >= div: return f"{nbytes // div}{unit}"
+  return f"{nbytes}B"
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--devices", type=int, default=4)
+  ap.add_argument("--max-mb", type=int, default=64, help="largest size in MB (256 needs ~3 GB with 4 devices)")
+  ap.add_argument("--no-mpi", action="store_true", help="skip the 2-rank MPI part")
+  ap.add_argument("--mpi", action="store_true", help=argparse.SUPPRESS)  # set when started by mpiexec below
+  args = ap.parse_args()
+  sizes = [s for s in SIZES if s <= args.max_mb << 20]
+  if args.mpi:
+    over_mpi(sizes)
+    return
+  in_one_process(args.devices, sizes)
+  if args.no_mpi: return
+  mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+  if mpiexec is None:
+    print("\nmpiexec not found: pip install mpi4py mpich for the MPI part")
+    return
+  root = Path(__file__).resolve().parents[2]
+  subprocess.run([mpiexec, "-n", "2", sys.executable, __file__, "--mpi", "--max-mb", str(args.max_mb)], check=True,
+                 env={**os.environ, "PYTHONPATH": str(root)})
+
+if __name__ == "__main__":
+  main()

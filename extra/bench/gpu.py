@@ -1,0 +1,137 @@
+"""lazytensor on a CUDA GPU next to torch (cuBLAS, cuDNN) measured in the same run: fp32 and fp16 (tensor core) matmul
+4096, softmax, layernorm, conv2d, and an elementwise chain against the GPU's memory bandwidth; each with the
+heuristics (BEAM=0) and with BEAM=2. Kernel times come from CUDA events around each launch (the sum over a
+schedule's kernels, best of several runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of bandwidth.
+
+Usage: python extra/bench/gpu.py [--quick] [--beam N]
+Needs a GPU, pycuda (pip install -e ".[cuda]") and, for the comparisons, a CUDA build of torch; exits with a message
+saying what is missing otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Item:
+  name: str
+  unit: str            # GFLOP/s or GB/s
+  work: float          # flops or bytes of one run
+  build: Callable[[Any], Any]  # (module: lazytensor or torch namespace) -> the expression, on the GPU
+
+def lazytensor_time(build: Callable[[], Any], beam: int, runs: int) -> float:
+  """The best over `runs` of the summed kernel times (CUDA events) of the expression's schedule."""
+  from lazytensor import Context, Device
+  from lazytensor.engine.realize import compile_kernel
+  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.uop.ops import Ops
+  items, _ = create_schedule([build().lazydata])
+  with Context(BEAM=beam):
+    steps = [(compile_kernel(it.ast, Device[it.bufs[0].device]), it.bufs) for it in items if it.ast.op is Ops.SINK]
+  for _, bufs in steps:
+    for b in bufs: b.ensure_allocated()
+  best = float("inf")
+  for _ in range(runs):
+    best = min(best, sum(runner(bufs, wait=True) or 0.0 for runner, bufs in steps))
+  return best
+
+def torch_time(fn: Callable[[], Any], runs: int) -> float:
+  import torch
+  fn()
+  best = float("inf")
+  for _ in range(runs):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    best = min(best, start.elapsed_time(end) * 1e-3)
+  return best
+
+def memory_bandwidth(dev: Any) -> float:
+  """Peak DRAM bandwidth in bytes/s from the device's memory clock (kHz) and bus width (bits), double data rate."""
+  attr = dev.drv.device_attribute
+  clock_khz = dev.gpu.get_attribute(attr.MEMORY_CLOCK_RATE)
+  bus_bits = dev.gpu.get_attribute(attr.GLOBAL_MEMORY_BUS_WIDTH)
+  return clock_khz * 1e3 * bus_bits / 8 * 2
+
+def items(quick: bool) -> list[Item]:
+  n = 1024 if quick else 4096
+  chain = 1 << (22 if quick else 26)
+  batch, ch, hw = (8, 32, 28) if quick else (32, 64, 56)
+  return [
+    Item(f"matmul fp32 {n}", "GFLOP/s", 2 * n**3, lambda m: m.rand(n, n) @ m.rand(n, n)),
+    Item(f"matmul fp16 {n} (tensor cores)", "GFLOP/s", 2 * n**3,
+         lambda m: m.rand(n, n).half() @ m.rand(n, n).half()),
+    Item(f"softmax {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: m.rand(n, n).softmax(1)),
+    Item(f"layernorm {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: m.rand(n, n).layernorm()),
+    Item(f"conv2d {batch}x{ch}x{hw}x{hw} 3x3", "GFLOP/s", 2 * batch * ch * ch * 9 * hw * hw,
+         lambda m: m.rand(batch, ch, hw, hw).conv2d(m.rand(ch, ch, 3, 3), padding=1)),
+    Item(f"elementwise chain {chain}", "GB/s", 4 * 4 * chain,
+         lambda m: ((m.rand(chain) * m.rand(chain) + m.rand(chain)).exp() * 0.5).sqrt()),
+  ]
+
+class _Torch:
+  """The few Tensor methods the items use, as torch on the GPU: one build function serves both frameworks."""
+  def __init__(self, torch: Any) -> None: self.torch = torch
+  def rand(self, *shape: int) -> Any: return _TorchT(self.torch.rand(*shape, device="cuda"))
+
+class _TorchT:
+  def __init__(self, t: Any) -> None: self.t = t
+  def __matmul__(self, o: _TorchT) -> _TorchT: return _TorchT(self.t @ o.t)
+  def __mul__(self, o: Any) -> _TorchT: return _TorchT(self.t * (o.t if isinstance(o, _TorchT) else o))
+  def __add__(self, o: _TorchT) -> _TorchT: return _TorchT(self.t + o.t)
+  def half(self) -> _TorchT: return _TorchT(self.t.half())
+  def exp(self) -> _TorchT: return _TorchT(self.t.exp())
+  def sqrt(self) -> _TorchT: return _TorchT(self.t.sqrt())
+  def softmax(self, axis: int) -> _TorchT: return _TorchT(self.t.softmax(axis))
+  def layernorm(self) -> _TorchT:
+    import torch.nn.functional as F
+    return _TorchT(F.layer_norm(self.t, self.t.shape[-1:]))
+  def conv2d(self, w: _TorchT, padding: int) -> _TorchT:
+    import torch.nn.functional as F
+    return _TorchT(F.conv2d(self.t, w.t, padding=padding))
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+  ap.add_argument("--beam", type=int, default=2, help="beam width compared with the heuristics (0 skips it)")
+  args = ap.parse_args()
+  from lazytensor import Device, Tensor
+  from lazytensor.runtime.ops_cuda import CUDAUnavailableError
+  try: dev = Device["CUDA"]
+  except (CUDAUnavailableError, IndexError) as e: sys.exit(f"extra/bench/gpu.py needs a CUDA GPU: {e}")
+  try:
+    import torch
+    tt = _Torch(torch) if torch.cuda.is_available() else None
+  except ImportError: tt = None
+  if tt is None: print("torch with CUDA is not installed: no cuBLAS/cuDNN comparison")
+  runs = 3 if args.quick else 10
+  peak = memory_bandwidth(dev)
+  print(f"{dev.gpu.name()}, peak memory bandwidth {peak * 1e-9:.0f} GB/s")
+  lt = _Lazy(Tensor)
+  for it in items(args.quick):
+    line = [f"{it.name:36s}"]
+    base = lazytensor_time(lambda it=it: it.build(lt), 0, runs)
+    line.append(f"BEAM=0 {it.work / base * 1e-9:9.1f} {it.unit}")
+    if args.beam:
+      searched = lazytensor_time(lambda it=it: it.build(lt), args.beam, runs)
+      line.append(f"BEAM={args.beam} {it.work / searched * 1e-9:9.1f} ({base / searched:4.2f}x BEAM=0)")
+      base = min(base, searched)
+    if tt is not None:
+      ref = torch_time(lambda it=it: it.build(tt), runs)
+      line.append(f"torch {it.work / ref * 1e-9:9.1f} (lazytensor {ref / base:4.2f}x torch)")
+    if it.unit == "GB/s": line.append(f"{it.work / base / peak * 100:5.1f}% of peak bandwidth")
+    print("  ".join(line))
+
+class _Lazy:
+  """lazytensor's Tensor with the same few methods, made on the CUDA device and realized before timing."""
+  def __init__(self, tensor: Any) -> None: self.Tensor = tensor
+  def rand(self, *shape: int) -> Any: return self.Tensor.rand(*shape, device="CUDA").realize()
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,134 @@
+"""Kernel + opts -> ProgramSpec: the one path from an optimized kernel to the source a compiler takes and what a
+runtime needs to launch it; and the one cache key for everything built from a kernel.
+
+`get_program` lowers the kernel, linearizes it and renders it.
+realize (the runner cache and the disk program cache) and BEAM (its candidates and its cache of chosen opts) all go
+through it and through `program_key`.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import pathlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lazytensor.codegen.kernel import Kernel, Opt
+from lazytensor.codegen.linearize import linearize
+from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.renderer import Renderer
+from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
+from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored
+from lazytensor.uop.ops import Ops, UOp
+
+GRID_AXES = 3
+
+@dataclass(frozen=True)
+class LaunchDims:
+  """How many blocks (global_size) of how many threads (local_size) a GPU launch runs, and how many CPU cores a THREAD
+  axis spreads over; every runtime's Program takes these as keyword arguments."""
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] = (1, 1, 1)
+  core_count: int = 1
+
+  def kwargs(self) -> dict[str, Any]: return {"global_size": self.global_size, "local_size": self.local_size,
+                                              "core_count": self.core_count}
+
+def launch_dims(uops: list[UOp]) -> LaunchDims:
+  """The launch a linear program's SPECIALs ask for: gidx<i> blocks, lidx<i> threads, core ids."""
+  sizes: dict[str, int] = {}
+  for u in uops:
+    if u.op is not Ops.SPECIAL: continue
+    name, size = u.arg
+    if sizes.setdefault(name, size) != size: raise ValueError(f"SPECIAL {name} is sized both {sizes[name]} and {size}")
+  dims = [tuple(sizes.get(f"{prefix}{i}", 1) for i in range(GRID_AXES)) for prefix in ("gidx", "lidx")]
+  cores = max([size for name, size in sizes.items() if name.startswith("core")], default=1)
+  return LaunchDims(dims[0], dims[1], cores)
+
+@dataclass(frozen=True)
+class ProgramSpec:
+  """A kernel ready to compile and launch: the function `name` in `source`, the element dtype of each buffer argument
+  (in order; void for a slot the program does not touch), its launch dims and the shared memory one block uses."""
+  name: str
+  source: str
+  buffers: tuple[DType, ...]
+  launch: LaunchDims
+  shared_bytes: int = 0
+
+  def to_json(self) -> str:
+    fields = asdict(self) | {"buffers": [dt.name for dt in self.buffers]}
+    return json.dumps(fields)
+
+  @staticmethod
+  def from_json(text: str) -> ProgramSpec:
+    """The spec `to_json` wrote; ValueError when the text is not one."""
+    try:
+      d = json.loads(text)
+      launch = LaunchDims(tuple(d["launch"]["global_size"]), tuple(d["launch"]["local_size"]),
+                          int(d["launch"]["core_count"]))
+      names = {**ALL_DTYPES, "void": dtypes.void}
+      return ProgramSpec(str(d["name"]), str(d["source"]), tuple(names[n] for n in d["buffers"]), launch,
+                         int(d["shared_bytes"]))
+    except (KeyError, TypeError, AttributeError) as e: raise ValueError(f"not a ProgramSpec: {e!r}") from e
+
+def _buffers(uops: list[UOp]) -> tuple[DType, ...]:
+  args = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}
+  return tuple(ALL_DTYPES[args[i].name] if i in args else dtypes.void for i in range(max(args, default=-1) + 1))
+
+def _shared_bytes(uops: list[UOp]) -> int:
+  return sum(u.arg[1] * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL and isinstance(u.dtype, PtrDType))
+
+def print_listing(title: str, body: str) -> None:
+  print(colored(title, "cyan"))
+  print(body)
+
+def get_program(k: Kernel, name: str) -> ProgramSpec:
+  """The program of an optimized kernel: lowered, linearized, rendered as `name`."""
+  uops = linearize(lower_kernel(k))
+  if DEBUG >= 6:
+    print_listing(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}"
+                                                          for i, u in enumerate(uops)))
+  return ProgramSpec(name, k.renderer.render(name, uops), _buffers(uops), launch_dims(uops), _shared_bytes(uops))
+
+# ---- the cache key ----
+
+@functools.cache
+def code_version() -> str:
+  """A hash of lazytensor's own source: what was built from a kernel (a program, searched opts) is only valid for the
+  code that built it."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  h = hashlib.sha256()
+  for f in sorted(root.rglob("*.py")): h.update(f.relative_to(root).as_posix().encode() + f.read_bytes())
+  return h.hexdigest()
+
+def opts_choice() -> tuple[Any, ...]:
+  """How the knobs choose a kernel's opts when none are given."""
+  if NOOPT: return ("NOOPT",)
+  return ("BEAM", int(BEAM.value)) if BEAM >= 1 else ("heuristics",)
+
+def given_opts(opts: list[Opt]) -> tuple[Any, ...]:
+  """Opts given explicitly, as `program_key` takes them."""
+  return ("opts", tuple((o.op.name, o.axis, o.amt) for o in opts))
+
+@functools.lru_cache(maxsize=64)
+def _target_digest(renderer_key: str, compiler_key: str) -> str:
+  # the renderer's and compiler's keys hold the host's whole feature list: hashed once, not per kernel launch
+  return hashlib.sha256(repr((renderer_key, compiler_key, code_version())).encode()).hexdigest()
+
+@functools.lru_cache(maxsize=4)
+def _code_knobs(declared: int) -> tuple[ContextVar, ...]:
+  """The knobs declared with code=True, once `declared` knobs exist (a module imported later may declare more)."""
+  return tuple(var for var in ContextVar.registry.values() if var.code)
+
+def program_key(renderer: Renderer, compiler_key: str, what: bytes, how: tuple[Any, ...]) -> str:
+  """The one key of everything built from a kernel: programs in this process and on disk, and the opts BEAM chose.
+
+  `what` names the kernel (its AST's key, or BEAM's loop-structure signature), `how` its opts (`given_opts`,
+  `opts_choice()`, or a search: ("BEAM", width)). The rest is everything else that changes the code: the renderer and
+  its target, the compiler (`Compiler.cache_key`), lazytensor's code, every knob declared with code=True (FASTMATH,
+  ...), and THREADS on renderers with CPU threads (it bounds THREAD opts, so it changes which opts are chosen)."""
+  knobs = [(var.key, var.value) for var in _code_knobs(len(ContextVar.registry))]
+  threads = THREADS.value if renderer.has_threads else 0
+  text = f"{what.hex()} {how!r} {_target_digest(renderer.cache_key, compiler_key)} {knobs!r} {threads}"
+  return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,42 @@
+"""Run by test_distributed.py under `mpiexec -n 2`: every collective of lazytensor.distributed against numpy."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from lazytensor import Tensor
+from lazytensor import distributed as dist
+
+
+def only_rank_0_calls() -> None:
+  """Rank 0 calls a collective that rank 1 never joins: rank 0 must raise, not hang."""
+  dist.init()
+  if dist.rank() == 0:
+    try: dist.all_reduce(Tensor([1.0]))
+    except TimeoutError as e: print(f"rank 0: {e}", flush=True)
+  else: print("rank 1: skipped the collective", flush=True)
+
+def main() -> None:
+  dist.init()
+  r, n = dist.rank(), dist.world_size()
+  assert n == 2, n
+  mine = np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * r
+  every = [np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * k for k in range(n)]
+  np.testing.assert_allclose(dist.all_reduce(Tensor(mine)).numpy(), sum(every))
+  np.testing.assert_allclose(dist.all_reduce(Tensor(mine), "max").numpy(), np.max(every, 0))
+  np.testing.assert_allclose(dist.all_reduce(Tensor(mine), "min").numpy(), np.min(every, 0))
+  np.testing.assert_equal(dist.all_gather(Tensor(mine)).numpy(), np.concatenate(every))
+  rs = dist.reduce_scatter(Tensor(np.stack(every).reshape(6, 2) * (r + 1)))
+  np.testing.assert_allclose(rs.numpy(), (np.stack(every).reshape(6, 2) * 3)[3 * r:3 * r + 3])
+  b = dist.broadcast(Tensor(mine), src=1)
+  np.testing.assert_equal(b.numpy(), every[1])
+  ints = dist.all_reduce(Tensor([r + 1, 5]))
+  assert ints.tolist() == [3, 10] and ints.dtype == Tensor([1]).dtype
+  half = dist.all_reduce(Tensor([1.5], dtype="float16"))
+  assert half.tolist() == [3.0] and half.dtype == Tensor([1.0], dtype="float16").dtype
+  dist.barrier()
+  print(f"rank {r} of {n}: ok", flush=True)
+
+if __name__ == "__main__":
+  only_rank_0_calls() if sys.argv[1:] == ["timeout"] else main()

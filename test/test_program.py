@@ -1,0 +1,89 @@
+"""The one compile path (kernel + opts -> ProgramSpec) and the one cache key that every cache of programs and searched
+opts uses: each knob that changes the code must change the key."""
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lazytensor import Context, Device, Tensor, dtypes
+from lazytensor.codegen.kernel import Kernel, Opt, OptOps
+from lazytensor.codegen.program import (
+  LaunchDims,
+  ProgramSpec,
+  get_program,
+  given_opts,
+  opts_choice,
+  program_key,
+)
+from lazytensor.codegen.renderer.emu import EmuRenderer
+from lazytensor.codegen.renderer.llvm import LLVMRenderer
+from lazytensor.engine import realize
+from lazytensor.engine.schedule import create_schedule
+from lazytensor.engine.search import _cache_key
+from lazytensor.helpers import ContextVar
+
+
+def exp_ast() -> Any:
+  x = Tensor([0.5, 1.5]).realize()
+  return create_schedule([x.exp().lazydata])[0][-1].ast
+
+def key_now(how: tuple = ("heuristics",)) -> str:
+  dev = Device["CPU"]
+  return program_key(dev.renderer, dev.compiler.cache_key, exp_ast().key, how)
+
+def test_every_code_knob_is_in_the_key() -> None:
+  code_knobs = [v for v in ContextVar.registry.values() if v.code]
+  assert "FASTMATH" in [v.key for v in code_knobs]
+  base = key_now()
+  for var in code_knobs:
+    other = (not var.value) if isinstance(var.value, bool) else var.value + 1
+    with Context(**{var.key: other}): assert key_now() != base, var.key
+  assert key_now() == base
+
+@pytest.mark.parametrize("knobs", [{"THREADS": 1}, {"THREADS": 3}, {"NOOPT": 1}, {"BEAM": 2}])
+def test_opt_choosing_knobs_are_in_the_key(knobs: dict[str, Any]) -> None:
+  base = key_now(opts_choice())
+  with Context(**knobs): assert key_now(opts_choice()) != base
+
+def test_the_key_names_the_renderer_compiler_opts_and_kernel() -> None:
+  ast, dev = exp_ast(), Device["CPU"]
+  base = program_key(dev.renderer, dev.compiler.cache_key, ast.key, given_opts([]))
+  others = [program_key(LLVMRenderer("other-cpu"), dev.compiler.cache_key, ast.key, given_opts([])),
+            program_key(EmuRenderer(), dev.compiler.cache_key, ast.key, given_opts([])),
+            program_key(EmuRenderer(tf32=True), dev.compiler.cache_key, ast.key, given_opts([])),
+            program_key(dev.renderer, dev.compiler.cache_key + " v2", ast.key, given_opts([])),
+            program_key(dev.renderer, dev.compiler.cache_key, ast.key, given_opts([Opt(OptOps.UPCAST, 0, 2)])),
+            program_key(dev.renderer, dev.compiler.cache_key, b"another kernel", given_opts([]))]
+  assert len({base, *others}) == 1 + len(others)
+
+def test_beam_cache_key_follows_fastmath() -> None:
+  dev, ast = Device["CPU"], exp_ast()
+  key = _cache_key(dev, 2, ast.key)
+  with Context(FASTMATH=0): assert _cache_key(dev, 2, ast.key) != key
+  assert _cache_key(dev, 3, ast.key) != key
+
+def test_fastmath_after_a_run_gives_a_new_program(tmp_path) -> None:
+  x = Tensor([0.5, 1.5]).realize()
+  with Context(CACHEDB=str(tmp_path / "cache.db")):
+    fast = realize.get_runner("CPU", exp_ast())
+    with Context(FASTMATH=0):
+      libm = realize.get_runner("CPU", exp_ast())
+      np.testing.assert_allclose(x.exp().numpy(), np.exp([0.5, 1.5]), rtol=1e-6)
+    assert libm is not fast and libm.spec.source != fast.spec.source
+    assert "llvm.exp2" in libm.spec.source and "llvm.exp2" not in fast.spec.source
+    assert realize.get_runner("CPU", exp_ast()) is fast
+
+def test_program_spec() -> None:
+  a = Tensor(np.ones((16, 64), np.float32)).realize()
+  ast = create_schedule([(a * 2).sum(1).lazydata])[0][-1].ast
+  k = Kernel(ast, Device["EMU"].renderer)
+  for o in (Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUPTOP, 2, 16)): k.apply_opt(o)
+  spec = get_program(k, "prog")
+  assert spec.name == "prog" and spec.buffers == (dtypes.float32, dtypes.float32)
+  assert spec.launch == LaunchDims((4, 1, 1), (16, 4, 1), 1) and spec.shared_bytes == 4 * 4 * 16
+  assert ProgramSpec.from_json(spec.to_json()) == spec
+  with pytest.raises(ValueError, match="not a ProgramSpec"): ProgramSpec.from_json('{"name": "x"}')
+  with Context(THREADS=2):
+    k = Kernel(ast, Device["CPU"].renderer)
+    k.apply_opt(Opt(OptOps.THREAD, 0, 2))
+    assert get_program(k, "f").launch == LaunchDims(core_count=2)
