@@ -129,6 +129,12 @@ class IndexTypeError(TypeError, IndexError):
 
 # ---- small utilities ----
 
+def dim_alias(name: str, axis: Any, dim: Any, default: Any) -> Any:
+  """The axis a method was given as numpy's axis= or torch's dim= (one of them, not both)."""
+  if dim is None: return axis
+  if axis != default: raise TypeError(f"{name}: got both axis={axis!r} and dim={dim!r}; give one of them")
+  return dim
+
 def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(lambda a, b: a * b, xs, start)
 def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs)
 def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))

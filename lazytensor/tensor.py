@@ -175,6 +175,10 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     _live[next(_serials)] = self
     if isinstance(data, UOp): self.lazydata = data
     elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(t, Tensor) for t in data):
+      stacked = Tensor.stack(*data)  # a list of tensors stacks (lazily), as in torch.tensor and tinygrad
+      stacked = stacked if dt is None else stacked.cast(dt)
+      self.lazydata = (stacked if device is None else stacked.to(dev)).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
       dt = dt or dtypes.from_py(data)
       self.lazydata = const_uop(data, dt, dev, ())
@@ -295,6 +299,25 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   def __bool__(self) -> bool:
     if self.numel() != 1: raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
     return bool(self.item())
+
+  def __float__(self) -> float:
+    """float(t) of a one-element tensor (it reads the tensor now).
+
+    >>> float(Tensor([[2.5]])), int(Tensor(3.9)), [10, 20, 30][Tensor(1)]
+    (2.5, 3, 20)
+    """
+    if self.numel() != 1: raise ValueError(f"float() needs a tensor of one element, got shape {self.shape}")
+    return float(self.item())
+
+  def __int__(self) -> int:
+    if self.numel() != 1: raise ValueError(f"int() needs a tensor of one element, got shape {self.shape}")
+    return int(self.item())
+
+  def __index__(self) -> int:
+    # as torch: only an integer (or bool) tensor of one element stands for a Python index
+    if self.dtype.is_float or self.numel() != 1:
+      raise TypeError(f"only an integer tensor of one element can be an index, got {self.dtype} of shape {self.shape}")
+    return int(self.item())
 
   # ---- realization ----
 
@@ -450,6 +473,48 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
     self.lazydata = UOp(Ops.ASSIGN, self.dtype, (target, value.lazydata))
     return self
+
+  # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
+
+  def add_(self, x: Any) -> Tensor:
+    """self += x in place (an assign); sub_, mul_ and div_ likewise.
+
+    >>> t = Tensor([1.0, 2.0]).realize()
+    >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
+    [2.5, 4.0]
+    """
+    return self.assign(self + x)
+
+  def sub_(self, x: Any) -> Tensor: return self.assign(self - x)
+  def mul_(self, x: Any) -> Tensor: return self.assign(self * x)
+  def div_(self, x: Any) -> Tensor: return self.assign(self / x)
+
+  def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
+    """clamp in place (an assign).
+
+    >>> Tensor([-1.0, 0.5, 2.0]).realize().clamp_(0, 1).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    return self.assign(self.clamp(min, max))
+
+  def fill_(self, value: Any) -> Tensor:
+    """Every element set to value, in place (an assign); zero_() sets them to 0.
+
+    >>> t = Tensor([1, 2, 3]).realize()
+    >>> t.fill_(7).tolist(), t.zero_().tolist()
+    ([7, 7, 7], [0, 0, 0])
+    """
+    return self.assign(self.full_like(value))
+
+  def zero_(self) -> Tensor: return self.fill_(0)
+
+  def copy_(self, src: Any) -> Tensor:
+    """src's values (broadcast to this shape, cast to this dtype) written into this tensor, in place (an assign).
+
+    >>> Tensor.zeros(2, 2).contiguous().realize().copy_(Tensor([1, 2])).tolist()
+    [[1.0, 2.0], [1.0, 2.0]]
+    """
+    return self.assign(src)
 
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and

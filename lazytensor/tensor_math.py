@@ -108,10 +108,10 @@ def pool_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilati
 Padding = int | Sequence[int] | str
 
 def conv_padding(padding: Padding, kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int],
-                 name: str = "conv") -> list[tuple[int, int]]:
+                 name: str = "conv", crop: bool = False) -> list[tuple[int, int]]:
   """(before, after) for each spatial dim, from torch's forms: an int, one int per dim, 2 ints per dim in torch's
   flat order (last dim first: left, right, top, bottom, ...), or "valid" / "same" (odd totals pad one more after,
-  as torch)."""
+  as torch). With crop, negative amounts are allowed and crop the input (as tinygrad's conv2d)."""
   nk = len(kernel)
   if isinstance(padding, str):
     if padding == "valid": return [(0, 0)] * nk
@@ -120,9 +120,9 @@ def conv_padding(padding: Padding, kernel: Sequence[int], dilation: Sequence[int
     totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
     return [(t // 2, t - t // 2) for t in totals]
   flat = (padding,) * nk if isinstance(padding, int) else tuple(padding)
-  if any(not isinstance(p, int) or p < 0 for p in flat) or len(flat) not in (nk, 2 * nk):
-    raise ValueError(f"{name}: padding {padding} must be a non-negative int, {nk} of them, or {2 * nk} (torch's flat "
-                     "order, last dim first)")
+  if any(not isinstance(p, int) or (p < 0 and not crop) for p in flat) or len(flat) not in (nk, 2 * nk):
+    raise ValueError(f"{name}: padding {padding} must be {'an' if crop else 'a non-negative'} int, {nk} of them, or "
+                     f"{2 * nk} (torch's flat order, last dim first)")
   if len(flat) == nk: return [(p, p) for p in flat]
   return [(flat[2 * j], flat[2 * j + 1]) for j in reversed(range(nk))]
 
@@ -153,7 +153,7 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: in
   if bias is not None and bias.shape != (cout,):
     raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
                      f"of weight {weight.shape}")
-  xp = x.pad([(0, 0), (0, 0)] + conv_padding(padding, kernel, dilations, strides, name))
+  xp = x.pad([(0, 0), (0, 0)] + conv_padding(padding, kernel, dilations, strides, name, crop=True))
   win = pool_windows(xp, kernel, strides, dilations)  # (bs, cin, *o, *k)
   outs = win.shape[2:2 + nk]
   rcout = cout // groups

@@ -170,30 +170,31 @@ class MovementMixin(IndexMixin):
     return mask.where(ret, ret.full_like(value))  # the fill takes the tensor's dtype, as torch
 
   def _pad_edge(self, d: int, before: int, after: int, mode: str) -> Tensor:
-    """One dim padded in a mode that repeats the tensor's own values. As torch, the positive amounts pad the whole
-    dim (reflecting, repeating or wrapping its own edges), then the negative ones crop the result."""
+    """One dim padded in a mode that repeats the tensor's own values, with negative amounts cropping as torch does:
+    reflect and replicate pad the whole dim with its own edges and then crop; circular crops first and wraps what
+    is left."""
     def along(start: int, end: int, t: Tensor) -> Tensor:
       return t.shrink([(start, end) if i == d else None for i in range(t.ndim)])
-    x, n, b, a = cast("Tensor", self), self.shape[d], max(before, 0), max(after, 0)
+    x, n = cast("Tensor", self), self.shape[d]
     if n == 0: raise ValueError(f"pad: mode {mode!r} cannot pad dim {d} of size 0 in {self.shape}")
+    if n + before + after < 0 or (mode == "circular" and n + min(before, 0) + min(after, 0) <= 0):
+      raise ArgumentError(f"pad: padding ({before}, {after}) crops more than the {n} elements of dim {d}")
+    b, a = max(before, 0), max(after, 0)
+    if mode == "circular":  # the cropped tensor three times over (a view), cut around the middle copy
+      x = along(max(0, -before), n - max(0, -after), x)
+      n = x.shape[d]
+      if max(b, a) > n:
+        raise ArgumentError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it "
+                            f"must be at most its size {n} after cropping (shape {self.shape})")
+      return along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
     if mode == "reflect" and max(b, a) >= n:
       raise ValueError(f"pad: reflect padding ({before}, {after}) of dim {d} must be less than its size {n} "
                        f"(shape {self.shape})")
-    if mode == "circular" and max(b, a) > n:
-      raise ValueError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it must be "
-                       f"at most its size {n} (shape {self.shape})")
-    if mode == "circular" and min(before, after) < 0:  # torch's own circular pad fails on these
-      raise NotSupportedError(f"pad: circular padding ({before}, {after}) of dim {d} cannot crop (negative amounts)")
-    if n + before + after < 0:
-      raise ValueError(f"pad: padding ({before}, {after}) crops more than the {n} elements of dim {d}")
     def edge(at: int, count: int) -> Tensor:
       return along(at, at + 1, x).expand([count if i == d else s for i, s in enumerate(x.shape)])
-    if mode == "circular":  # the tensor three times over (a view), cut around the middle copy
-      padded = along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
-    else:
-      left = along(1, b + 1, x).flip(d) if mode == "reflect" else edge(0, b)
-      right = along(n - 1 - a, n - 1, x).flip(d) if mode == "reflect" else edge(n - 1, a)
-      padded = type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
+    left = along(1, b + 1, x).flip(d) if mode == "reflect" else edge(0, b)
+    right = along(n - 1 - a, n - 1, x).flip(d) if mode == "reflect" else edge(n - 1, a)
+    padded = type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
     return along(max(0, -before), n + b + a - max(0, -after), padded)
 
   def pad_to(self, *shape: Any) -> Tensor:
@@ -328,23 +329,23 @@ class MovementMixin(IndexMixin):
     # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
     return self | other if self.dtype.is_bool else self + other
 
-  @classmethod
-  def stack(cls, *tensors: Tensor | Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Join tensors along a new dimension.
+  def stack(self: Any, *others: Tensor, dim: int = 0) -> Tensor:
+    """Join tensors along a new dimension. Called as `a.stack(b, c)`, `Tensor.stack(a, b, c)` or
+    `Tensor.stack([a, b, c])`.
 
-    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist()
-    [[1, 2], [3, 4]]
+    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist(), Tensor([1]).stack(Tensor([2]), dim=1).tolist()
+    ([[1, 2], [3, 4]], [[1, 2]])
     """
-    ts: list[Any] = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    ts: list[Any] = [*self, *others] if isinstance(self, (list, tuple)) else [self, *others]
     if not ts: raise ValueError("stack: needs at least one tensor")
     for t in ts:
       if isinstance(t, (list, tuple)):
         raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
-      if not isinstance(t, cls): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
+      if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
     d = ts[0]._resolve_axis(dim, ts[0].ndim + 1)
     for t in ts[1:]:
       if t.shape != ts[0].shape: raise ValueError(f"stack: shapes {ts[0].shape} and {t.shape} differ")
-    return cls.cat(*[t.unsqueeze(d) for t in ts], dim=d)
+    return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
 
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`.

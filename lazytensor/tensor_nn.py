@@ -57,13 +57,14 @@ def _class_loss(logp: Tensor, target: Tensor, axis: int, weight: Tensor | None, 
     return nll * (1 - label_smoothing) - weighted.sum(axis) * (label_smoothing / n_classes) if label_smoothing else nll
   if target.dtype.is_float:  # class probabilities
     if target.shape != logp.shape:
-      raise ValueError(f"{name}: a probability target of shape {target.shape} must have the input's shape {logp.shape}")
+      raise ArgumentError(f"{name}: a probability target of shape {target.shape} must have the input's shape "
+                          f"{logp.shape}")
     return _reduce_loss(smoothed(-(weighted * target).sum(axis)), reduction)
   expected = logp.shape[:axis] + logp.shape[axis + 1:]
   if target.dtype.is_bool: raise TypeError(f"{name}: the target must hold class indices (ints) or probabilities")
   if target.shape != expected:
-    raise ValueError(f"{name}: target of shape {target.shape} does not match input {logp.shape}: class indices need "
-                     f"shape {expected}, probabilities shape {logp.shape}")
+    raise ArgumentError(f"{name}: target of shape {target.shape} does not match input {logp.shape}: class indices need "
+                        f"shape {expected}, probabilities shape {logp.shape}")
   # a where, not a product: the log-probability of a class that is not the target may be -inf
   hit = target.unsqueeze(axis) == type(logp).arange(n_classes, device=logp.device).reshape(class_shape)
   loss = smoothed(-hit.where(weighted, 0).sum(axis))
@@ -211,9 +212,22 @@ class NNMixin(TensorStub):
                        f"{len(size)}")
     if align_corners and mode.startswith("nearest"):
       raise ValueError(f"interpolate: align_corners is only for the linear modes, not {mode!r}")
-    return interpolate(x._to_float(), size, mode, align_corners)
+    out = interpolate(x._to_float(), size, mode, align_corners)
+    if x.dtype.is_float: return out
+    # ints keep their dtype, as torch: nearest picks values exactly, linear rounds its blend to the nearest
+    return (out if mode.startswith("nearest") else out.round()).cast(x.dtype)
 
   # ---- normalization, dropout, attention ----
+
+  def normalize(self, p: float = 2.0, dim: int | Sequence[int] = 1, eps: float = 1e-12) -> Tensor:
+    """Each vector along `dim` divided by its p-norm (at least eps), as torch.nn.functional.normalize.
+
+    >>> Tensor([[3.0, 4.0], [0.0, 0.0]], dtype="float64").normalize().tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    """
+    x = cast("Tensor", self)._to_float()
+    norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p) if p != 2 else x.square().sum(dim, keepdim=True).sqrt()
+    return x / norm.maximum(eps)
 
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """Normalize over `axis` to mean 0 and variance 1 (the biased variance, plus eps), without scale or shift.
