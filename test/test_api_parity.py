@@ -236,8 +236,7 @@ def test_sdpa_grouped_query_attention() -> None:
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
 @pytest.mark.parametrize("pads", [(2, 1), (-1, 2), (2, -2), (-1, -1), (0, 3), (-2, 1), (4, -3)])
 def test_pad_modes_with_negative_amounts(mode: str, pads: tuple[int, int]) -> None:
-  if mode == "circular" and pads == (4, -3):  # 4 wraps more than the 2 left after cropping: both raise
-    with pytest.raises(RuntimeError): torch.nn.functional.pad(torch.ones(1, 2, 5), pads, mode=mode)
+  if mode == "circular" and pads == (4, -3):  # 4 wraps more than the 2 left after cropping (torch: garbage or error)
     with pytest.raises(RuntimeError, match="wraps around"): Tensor.ones(1, 2, 5).pad(pads, mode=mode)
     return
   check_op([(1, 2, 5)], lambda x: x.pad(pads, mode=mode),
