@@ -125,6 +125,9 @@ ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (
   dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64,
   dtypes.bfloat16)}
 
+class UnknownDTypeError(TypeError, AttributeError):
+  """A dtype name that names none: a TypeError, and the AttributeError that tinygrad's getattr(dtypes, name) raises."""
+
 def to_dtype(x: DType | str | Any) -> DType:
   """Accept a DType, its name ('float32'), or a numpy dtype/type; anything else is a TypeError."""
   if isinstance(x, DType): return x
@@ -132,7 +135,7 @@ def to_dtype(x: DType | str | Any) -> DType:
     if x in ALL_DTYPES: return ALL_DTYPES[x]
     alias = getattr(dtypes, x, None)
     if isinstance(alias, DType): return alias
-    raise TypeError(f"unknown dtype {x!r}; expected one of {', '.join(ALL_DTYPES)}")
+    raise UnknownDTypeError(f"unknown dtype {x!r}; expected one of {', '.join(ALL_DTYPES)}")
   try: return dtypes.from_np(x)
   except TypeError: raise
   except Exception:

@@ -177,8 +177,11 @@ class MovementMixin(IndexMixin):
       return t.shrink([(start, end) if i == d else None for i in range(t.ndim)])
     x, n = cast("Tensor", self), self.shape[d]
     if n == 0: raise ValueError(f"pad: mode {mode!r} cannot pad dim {d} of size 0 in {self.shape}")
-    if n + before + after < 0 or (mode == "circular" and n + min(before, 0) + min(after, 0) <= 0):
-      raise ArgumentError(f"pad: padding ({before}, {after}) crops more than the {n} elements of dim {d}")
+    if n + before + after < 0: raise ArgumentError(f"pad: padding ({before}, {after}) crops more than the {n} "
+                                                   f"elements of dim {d}")
+    if mode == "circular" and n + min(before, 0) + min(after, 0) <= 0:  # torch returns uninitialized memory here
+      raise NotSupportedError(f"pad: circular padding ({before}, {after}) crops all {n} elements of dim {d}, leaving "
+                              "nothing to wrap around")
     b, a = max(before, 0), max(after, 0)
     if mode == "circular":  # the cropped tensor three times over (a view), cut around the middle copy
       x = along(max(0, -before), n - max(0, -after), x)
@@ -336,6 +339,8 @@ class MovementMixin(IndexMixin):
     >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist(), Tensor([1]).stack(Tensor([2]), dim=1).tolist()
     ([[1, 2], [3, 4]], [[1, 2]])
     """
+    if isinstance(self, (list, tuple)) and others:
+      raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
     ts: list[Any] = [*self, *others] if isinstance(self, (list, tuple)) else [self, *others]
     if not ts: raise ValueError("stack: needs at least one tensor")
     for t in ts:

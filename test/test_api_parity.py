@@ -2,6 +2,7 @@
 conversions, static-size selections, tinygrad's settable default dtypes, and the error kinds torch raises."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -106,6 +107,7 @@ def test_stack_and_cat_call_forms() -> None:
   want_cat = np.concatenate([a.numpy(), b.numpy()], 1)
   for got in (Tensor.cat(a, b, dim=1), Tensor.cat([a, b], dim=1), a.cat(b, dim=1)):
     np.testing.assert_array_equal(got.numpy(), want_cat)
+  with pytest.raises(ValueError, match="not both"): Tensor.stack([a], b)
 
 def test_tensor_of_tensors_stacks() -> None:
   t = Tensor([Tensor(1.0), Tensor(2.5)])
@@ -311,3 +313,16 @@ def test_gradient_edge_cases_match_torch() -> None:
   # negative bases with integer exponent tensors: d/dx as torch (d/dy there is log|x| * x**y; torch gives NaN)
   grads(lambda x: x ** (torch.tensor([3.0, 0.0, 2.0]) if isinstance(x, torch.Tensor) else Tensor([3.0, 0.0, 2.0])),
         [-2.0, 2.0, 0.0])
+
+def test_tinygrad_shim_presents_lazytensor() -> None:
+  # extra/tinygrad_shim: `import tinygrad` gives lazytensor, with tinygrad's int32 default int
+  from pathlib import Path
+  root = Path(__file__).resolve().parent.parent
+  code = ("from tinygrad import Tensor, dtypes, nn; from tinygrad.helpers import getenv, Context; "
+          "from tinygrad.tensor import _to_np_dtype; from tinygrad.device import is_dtype_supported; "
+          "import lazytensor; assert Tensor is lazytensor.Tensor and nn.optim.Adam; "
+          "print(Tensor([1, 2]).dtype.name, Tensor.arange(3).sum().dtype.name, _to_np_dtype(dtypes.float16).__name__, "
+          "is_dtype_supported(dtypes.bfloat16), getenv('LT_SHIM_UNSET', 7))")
+  env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'extra' / 'tinygrad_shim'}"}
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+  assert out.split() == ["int32", "int32", "float16", "True", "7"]
