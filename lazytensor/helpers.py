@@ -132,7 +132,29 @@ class GlobalCounters:
     GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
     GlobalCounters.time_sum_s = 0.0
 
+# ---- errors: a bad argument is a ValueError (TypeError for a bad dtype), and also the RuntimeError that torch and
+# tinygrad raise for it, so that code written against either catches it (as numpy's AxisError is both a ValueError
+# and an IndexError) ----
+
+class ArgumentError(ValueError, RuntimeError):
+  """A bad argument value where torch raises RuntimeError (a repeated axis, an unknown mode, sizes that disagree)."""
+
+class DTypeError(TypeError, RuntimeError):
+  """An op given a dtype it does not take where torch raises RuntimeError (a bitwise op on floats)."""
+
+class NotSupportedError(ValueError, NotImplementedError):
+  """An argument this op does not implement where torch raises NotImplementedError (an unknown pad mode)."""
+
+class IndexTypeError(TypeError, IndexError):
+  """An index of a type that cannot index (a float tensor), which torch reports as an IndexError."""
+
 # ---- small utilities ----
+
+def dim_alias(name: str, axis: Any, dim: Any, default: Any) -> Any:
+  """The axis a method was given as numpy's axis= or torch's dim= (one of them, not both)."""
+  if dim is None: return axis
+  if axis != default: raise TypeError(f"{name}: got both axis={axis!r} and dim={dim!r}; give one of them")
+  return dim
 
 def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(lambda a, b: a * b, xs, start)
 def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs)

@@ -127,6 +127,12 @@ def test_heuristic_reduce_unrolls_contiguous_axis() -> None:
   assert [o.op for o in k.applied_opts][:1] == [OptOps.UNROLL]
   assert k.full_shape[k.axes_of(AxisKind.UNROLL)[0]] == Device["CPU"].renderer.target.vector_floats  # one vector
 
+def test_unrolled_reduce_of_a_constant_counts_every_lane() -> None:
+  # the constant's reduce shares the kernel with a vectorized unrolled one: each lane adds it, not each iteration
+  y = Tensor(np.arange(12, dtype=np.float32))
+  assert (y.sum() / Tensor.ones(12).sum()).item() == 5.5
+  assert (Tensor.ones(12).sum() + y.sum()).item() == 78.0
+
 def test_thread_really_runs_on_several_threads() -> None:
   import threading
   item = _last_item("elementwise")

@@ -285,7 +285,9 @@ class _ReduceLowerer:
     vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
     results: dict[tuple[int, ...], UOp] = {}
     for gkey, vs in groups.items():
-      acc, loops = self._fold_invariant(self._combine(vs), ranges)
+      # a value the same in every lane (a constant) still counts once per lane of a vectorized unrolled axis
+      lanes = [lw.splat(v, lw.lanes.width) for v in vs] if vec_unrolled else vs
+      acc, loops = self._fold_invariant(self._combine(lanes), ranges)
       if loops: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + loops, self.op)
       if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
       results[gkey] = acc
