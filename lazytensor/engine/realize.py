@@ -111,6 +111,12 @@ class ExecItem:
   runner: CompiledRunner | None
   bufs: tuple[Buffer, ...]
 
+  @property
+  def written(self) -> tuple[Buffer, ...]:
+    """The buffers this step writes: a copy's destination, a kernel's stored buffers."""
+    if self.runner is None: return self.bufs[:1]
+    return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
+
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
     bufs = self.bufs if bufs is None else bufs
     for b in bufs: b.ensure_allocated()
