@@ -547,8 +547,10 @@ class _Search:
     self.seen_code: set[bytes] = set()
     self.best, self.fraction, self.round = math.inf, 1.0, 0
     self.timed: dict[int, float] = {}  # id of a kernel object -> its latest time
-    show = sys.stderr.isatty() or DEBUG >= 1
-    self.bar = tqdm(total=0, desc=ansistrip(k.name), file=sys.stderr, leave=False, disable=not show, unit="cand")
+    self.n_compiled, self.n_timed = 0, 0
+    # one bar for the whole search, on terminals only: in a log or a pipe its redraws would be noise
+    self.bar = tqdm(total=0, desc=ansistrip(k.name), file=sys.stderr, leave=False, disable=not sys.stderr.isatty(),
+                    unit="cand")
 
   @property
   def timeout(self) -> float: return float(BEAM_TIMEOUT_SEC.value)
@@ -569,6 +571,7 @@ class _Search:
       elif res.digest in self.seen_code: beam_stats["duplicates"] += 1
       else:
         beam_stats["compiled"] += 1
+        self.n_compiled += 1
         self.seen_code.add(res.digest)
         c.binary = res
         out.append(c)
@@ -585,6 +588,7 @@ class _Search:
       deadline = min(deadline, KILL_GRACE_S + MIN_TIMED_S + (MIN_RUNS + 2) * slice_cutoff)
     res = self.pool.map(time_job, [self.run_job(c.binary, slice_cutoff)], deadline, workers=1)[0]
     beam_stats["timed"] += 1
+    self.n_timed += 1
     c.time = math.inf if isinstance(res, JobFailed) else min(res) * c.scale
     self.timed[id(c.kernel)] = c.time
     if BEAM_DEBUG >= 2: print(f"  {_fmt(c.time):>12s} {c.kernel.applied_opts}")
@@ -593,16 +597,20 @@ class _Search:
     """Compile and time kernels (best parents first, so that the cutoff bites early); the ones that ran, fastest
     first."""
     cands = [Candidate(k, *slice_plan(k, self.fraction)) for k in kernels]
-    self.bar.reset(total=len(cands))
-    self.bar.set_postfix_str(f"round {self.round}, best {_fmt(self.best)}, compiling")
+    self.bar.total += len(cands)
+    self._progress("compiling")
     compiled = self.compile(cands)
-    self.bar.update(len(cands) - len(compiled))
+    self.bar.update(len(cands) - len(compiled))  # failed and duplicate candidates are done
     for c in compiled:
       self.time(c, ABANDON_RATIO * self.best)
       self.best = min(self.best, c.time)
-      self.bar.set_postfix_str(f"round {self.round}, best {_fmt(self.best)}")
       self.bar.update(1)
+      self._progress("timing")
     return sorted([c for c in compiled if math.isfinite(c.time)], key=lambda c: c.time)
+
+  def _progress(self, doing: str) -> None:
+    self.bar.set_postfix_str(f"round {self.round}, {self.n_compiled} compiled, {self.n_timed} timed, best "
+                             f"{_fmt(self.best)}, {doing}")
 
   # -- the beam --
 
