@@ -116,20 +116,25 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
   shapes: one entry per input, a shape (random values) or a numpy array (used as given, its dtype wins).
   dtype: the input dtype, or one per input. Values come from `gen(shape, dtype, rng)`, else uniform in [low, high).
   References: torch (`torch_fn`, or `fn` itself) when torch is installed and `use_torch`; numpy when `np_fn` is given
-  (True: `fn` itself computes the same on numpy arrays). Without any, the test is skipped. Output dtypes are checked
-  against torch's, and against `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
-  Gradients are compared with `grad_atol`/`grad_rtol` (default: `atol`/`rtol`); see `check_grads`.
+  (True: `fn` itself computes the same on numpy arrays). Output dtypes are checked against torch's, and against
+  `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
+  Gradients are compared with `grad_atol`/`grad_rtol` (default: `atol`/`rtol`); see `check_grads`. Where torch would
+  be the reference but is not installed, the gradients of float32 and float64 inputs are checked against float64
+  finite differences instead (`check_grad_numeric`); with nothing left to compare, the test is skipped.
   """
   refs: list[tuple[str, Callable[..., Any]]] = []
   if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn))
   if np_fn: refs.append(("numpy", fn if np_fn is True else np_fn))
-  if not refs: pytest.skip("torch is not installed and this op has no numpy reference")
   arrays = _make_inputs(shapes, dtype, gen or _uniform(low, high), seed)
+  numeric = grad and use_torch and not HAVE_TORCH and _numeric_grad_fits(arrays)
+  if not refs and not numeric: pytest.skip("torch is not installed and this op has no numpy reference")
   # float inputs require gradients, so that every forward check also checks that requires_grad propagates harmlessly
   inputs = [Tensor(a, requires_grad=True if a.dtype.kind == "f" else None) for a in arrays]
   out = fn(*inputs)
   if out_dtype is not None:
     for o in _outputs(out): assert o.dtype == out_dtype, f"dtype {o.dtype} != expected {out_dtype}"
+  if numeric: check_grad_numeric(fn, arrays, atol=1e-5, rtol=1e-4, seed=seed)
+  if not refs: return OpRun(inputs, [], out, None)
   runs = [(name, *_run_reference(ref_fn, arrays, name == "torch")) for name, ref_fn in refs]
   for name, _, res in runs:
     got, want = _outputs(out), _outputs(res)
@@ -141,6 +146,12 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
   if grad and runs[0][0] == "torch" and all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f"):
     check_grads(run, atol if grad_atol is None else grad_atol, rtol if grad_rtol is None else grad_rtol, seed)
   return run
+
+def _numeric_grad_fits(arrays: list[np.ndarray]) -> bool:
+  """Whether finite differences can stand in for torch's gradients: float inputs of at least single precision (in
+  half precision a difference quotient is noise), all finite."""
+  floats = [a for a in arrays if a.dtype.kind == "f"]
+  return bool(floats) and all(a.dtype.itemsize >= 4 and np.isfinite(a).all() for a in floats)
 
 def _cotangents(outs: list[Any], seed: int) -> list[np.ndarray | None]:
   """A fixed random output gradient for each float output (None for the others)."""
@@ -192,24 +203,29 @@ def check_grad_numeric(fn: Callable[..., Any], inputs: Sequence[np.ndarray], dir
   The loss is the sum of fn's outputs times fixed random cotangents. Each check is along a random direction v of all
   the inputs together: (L(x + eps v) - L(x - eps v)) / 2 eps must equal the sum of <grad, v>. A random direction
   catches a wrong gradient in any element, and costs two forward passes however large the inputs are (one finite
-  difference per element would cost two per element, each a realize)."""
-  arrays = [np.asarray(a, dtype=np.float64) for a in inputs]
+  difference per element would cost two per element, each a realize). Float inputs are checked in float64; the others
+  (indices, masks) are passed as they are."""
+  arrays = [np.asarray(a, dtype=np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
+  is_float = [a.dtype.kind == "f" for a in arrays]
   xs = [Tensor(a) for a in arrays]
   outs = _outputs(fn(*xs))
   cots = _cotangents(outs, seed)
+  if all(c is None for c in cots): return  # no float output: nothing has a gradient
   def loss(*ts: Tensor) -> Tensor:
     res = _outputs(fn(*ts))
     return functools.reduce(lambda a, b: a + b, [(o * Tensor(c)).sum() for o, c in zip(res, cots) if c is not None])
-  grads = loss(*xs).gradient(*xs)
+  grads = loss(*xs).gradient(*[x for x, f in zip(xs, is_float) if f])
   _realize_all(grads)
   rng = np.random.default_rng(seed + 2)
-  vs = [[rng.standard_normal(a.shape) for a in arrays] for _ in range(directions)]
+  vs = [[rng.standard_normal(a.shape) if f else np.zeros(a.shape) for a, f in zip(arrays, is_float)]
+        for _ in range(directions)]
   # all the perturbed losses realize together: one schedule for the whole check
-  ends = [loss(*[Tensor(a + sign * eps * v) for a, v in zip(arrays, dirs)]) for dirs in vs for sign in (1, -1)]
+  ends = [loss(*[Tensor(a + sign * eps * v) if f else Tensor(a) for a, v, f in zip(arrays, dirs, is_float)])
+          for dirs in vs for sign in (1, -1)]
   _realize_all(ends)
   for k, dirs in enumerate(vs):
     numeric = (ends[2 * k].item() - ends[2 * k + 1].item()) / (2 * eps)
-    analytic = sum(float((g.numpy() * v).sum()) for g, v in zip(grads, dirs))
+    analytic = sum(float((g.numpy() * v).sum()) for g, v in zip(grads, [v for v, f in zip(dirs, is_float) if f]))
     assert abs(numeric - analytic) <= atol + rtol * abs(numeric), \
       f"direction {k}: finite differences give {numeric}, the gradient gives {analytic}"
 
