@@ -36,8 +36,9 @@ class CPUMemory:
 class CPUAllocator(Allocator):
   def alloc(self, nbytes: int) -> CPUMemory:
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return CPUMemory(raw[start:start + nbytes], raw.ctypes.data + start)
+    addr = raw.ctypes.data  # each .ctypes builds an object: a replay of TinyJit allocates its outputs, so read it once
+    start = -addr % _ALIGN
+    return CPUMemory(raw[start:start + nbytes], addr + start)
 
   def copyin(self, handle: CPUMemory, src: memoryview) -> None: handle.array[:] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, handle: CPUMemory) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = handle.array
