@@ -128,7 +128,9 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
   if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn))
   if np_fn: refs.append(("numpy", fn if np_fn is True else np_fn))
   arrays = _make_inputs(shapes, dtype, gen or _uniform(low, high), seed)
-  numeric = grad and use_torch and not HAVE_TORCH and _numeric_grad_fits(arrays)
+  # given arrays are chosen points (ties, kinks, saturation) where finite differences say nothing; random ones are not
+  numeric = grad and use_torch and not HAVE_TORCH and _numeric_grad_fits(arrays) and \
+    not any(isinstance(s, np.ndarray) and a.dtype.kind == "f" for s, a in zip(shapes, arrays))
   if not refs and not numeric: pytest.skip("torch is not installed and this op has no numpy reference")
   # float inputs require gradients, so that every forward check also checks that requires_grad propagates harmlessly
   inputs = [Tensor(a, requires_grad=True if a.dtype.kind == "f" else None) for a in arrays]
@@ -244,11 +246,18 @@ def check_grad_numeric(fn: Callable[..., Any], inputs: Sequence[np.ndarray], dir
       f"direction {k}: finite differences give {numeric}, the gradient gives {analytic}"
 
 def _gradients(loss: Tensor, targets: list[Tensor]) -> list[Tensor]:
-  """loss's gradient for each target; zeros for a target that loss does not use (gradient() calls that an error)."""
-  graph = loss.lazydata.toposort
-  used = [t for t in targets if t.lazydata in graph]
-  grads = dict(zip([id(t) for t in used], loss.gradient(*used))) if used else {}
-  return [grads.get(id(t), t.zeros_like()) for t in targets]
+  """loss's gradient for each target; zeros for a target that it does not reach through a differentiable path
+  (which gradient() calls an error)."""
+  try: return loss.gradient(*targets)
+  except ValueError as e:
+    if "is not used to compute" not in str(e): raise
+  out = []
+  for t in targets:
+    try: out.append(loss.gradient(t)[0])
+    except ValueError as e:
+      if "is not used to compute" not in str(e): raise
+      out.append(t.zeros_like())
+  return out
 
 def _make_inputs(shapes: Sequence[InputSpec], dtype: DType | str | Sequence[DType | str], gen: Generator,
                  seed: int) -> list[np.ndarray]:
