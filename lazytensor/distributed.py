@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.dtype import dtypes
 from lazytensor.helpers import DIST_TIMEOUT, launched_ranks
 from lazytensor.tensor import Tensor
 
@@ -85,11 +84,11 @@ def _wait(request: Any, what: str) -> None:
 
 def _host(t: Tensor) -> np.ndarray:
   arr = t.numpy()
-  # MPI has no float16 arithmetic: reduce in float32
-  return np.ascontiguousarray(arr.astype(np.float32) if t.dtype == dtypes.float16 else arr)
+  # MPI has no float16 or bfloat16 arithmetic: reduce in float32 (a bfloat16 tensor's numpy() is float32 already)
+  return np.ascontiguousarray(arr.astype(np.float32) if t.dtype.is_half else arr)
 
 def _back(arr: np.ndarray, like: Tensor) -> Tensor:
-  return Tensor(arr.astype(like.dtype.np, copy=False), device=like.device)
+  return Tensor(arr, device=like.device, dtype=like.dtype)
 
 def _check_op(op: str) -> None:
   if op not in REDUCE_OPS: raise ValueError(f"reduce op {op!r}: expected one of {REDUCE_OPS}")

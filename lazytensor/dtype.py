@@ -38,7 +38,14 @@ class DType:
   @property
   def is_bool(self) -> bool: return self.kind == "b"
   @property
+  def is_half(self) -> bool:
+    """float16 or bfloat16: the frontend computes these in float32 where intermediates would overflow or lose bits."""
+    return self.kind == "f" and self.itemsize == 2
+  @property
   def np(self) -> np.dtype:
+    """The numpy dtype of a buffer of this type. numpy has no bfloat16: a bfloat16 buffer holds its values' bits as
+    uint16 (`to_storage` and `from_storage` convert values)."""
+    if self.name == "bfloat16": return np.dtype(np.uint16)
     # by name, not by struct character: np.dtype("q") is a longlong that numpy prints as "dtype=int64"
     return np.dtype(self.name if self.name in ALL_DTYPES else self.fmt)
 
@@ -73,8 +80,10 @@ class dtypes:
   float16: Final[DType] = DType("float16", 2, "f", "e")
   float32: Final[DType] = DType("float32", 4, "f", "f")
   float64: Final[DType] = DType("float64", 8, "f", "d")
+  # float32's exponent with 7 mantissa bits; computed in float32 and rounded after every op, on every device
+  bfloat16: Final[DType] = DType("bfloat16", 2, "f", "H")
   # aliases, as torch names them
-  half, float, double = float16, float32, float64
+  half, float, double, bf16 = float16, float32, float64, bfloat16
   char, short, int, long = int8, int16, int32, int64
   default_float: DType = float32
   default_int: DType = int64
@@ -100,7 +109,8 @@ class dtypes:
 
 ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (
   dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
-  dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64)}
+  dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64,
+  dtypes.bfloat16)}
 
 def to_dtype(x: DType | str | Any) -> DType:
   """Accept a DType, its name ('float32'), or a numpy dtype/type; anything else is a TypeError."""
@@ -129,7 +139,9 @@ def promote_types(a: DType, b: DType) -> DType:
   if a == b: return a
   ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
   if ca != cb: return a if ca > cb else b
-  if a.is_float: return a if a.itemsize >= b.itemsize else b
+  if a.is_float:
+    if a.itemsize == b.itemsize: return dtypes.float32  # float16 and bfloat16: neither holds the other (torch's rule)
+    return a if a.itemsize > b.itemsize else b
   return _promote_ints(a, b)
 
 def result_type_scalar(t: DType, scalar: Any) -> DType:
@@ -140,6 +152,14 @@ def result_type_scalar(t: DType, scalar: Any) -> DType:
 
 def least_upper_float(dt: DType) -> DType: return dt if dt.is_float else dtypes.default_float
 
+def float_to_int_via(to: DType) -> DType:
+  """The int a float -> `to` cast saturates to before wrapping to `to`: int32 for narrower targets (300.0 -> uint8 is
+  44, -1.0 -> 255, as numpy's C casts give for values that fit int32), int64 for uint32, the target itself for int32
+  and the 64-bit ints."""
+  s = to.scalar()
+  if s.itemsize == 8 or s == dtypes.int32: return s
+  return dtypes.int64 if s.itemsize == 4 else dtypes.int32
+
 def truncate(dt: DType, x: Any) -> Any:
   """The Python value `x` as it would be stored in `dt` (wraps ints, rounds floats)."""
   if dt.is_bool: return bool(x)
@@ -149,4 +169,22 @@ def truncate(dt: DType, x: Any) -> Any:
     v = int(x) & ((1 << bits) - 1)
     return v - (1 << bits) if not dt.is_unsigned and v >= 1 << (bits - 1) else v
   if dt == dtypes.float64: return float(x)
+  if dt == dtypes.bfloat16: return float(from_storage(to_storage(np.array(x, np.float64), dt), dt))
   with np.errstate(over="ignore"): return float(np.array(x, dtype=dt.np))
+
+# ---- bfloat16 in numpy, as its bits ----
+
+def to_storage(values: np.ndarray, dt: DType) -> np.ndarray:
+  """Values as a buffer of `dt` holds them: numpy's cast, except that bfloat16 becomes its bits (uint16), rounded to
+  nearest even from float32 (a float64 goes through float32 first, as CUDA's conversions and every device here do)."""
+  if dt.scalar() != dtypes.bfloat16: return values.astype(dt.np, order="C", copy=False)
+  with np.errstate(over="ignore", invalid="ignore"):
+    bits = np.asarray(values).astype(np.float32, order="C").view(np.uint32).astype(np.uint64)
+  rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round half to even on the 16 bits dropped
+  nan = (bits & 0x7FFFFFFF) > 0x7F800000
+  return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)  # NaN stays a (quiet) NaN
+
+def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
+  """The values of a buffer of `dt`: bfloat16 bits widened to float32 (exact), anything else as it is."""
+  if dt.scalar() != dtypes.bfloat16: return stored
+  return (np.asarray(stored, np.uint16).astype(np.uint32) << 16).view(np.float32)

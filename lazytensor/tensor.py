@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, promote_types, result_type_scalar, to_dtype
+from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_type_scalar, to_dtype, to_storage
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
@@ -34,9 +34,9 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 # ---- Python and numpy data to buffers ----
 
-def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
-  """data as a C-contiguous numpy array of `dtype`, by default numpy's own dtype for numpy data and torch's defaults
-  (float32, int64) for Python numbers."""
+def _np_from_data(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
+  """data as a C-contiguous numpy array as a buffer of `dtype` holds it, and that dtype: by default numpy's own dtype
+  for numpy data and torch's defaults (float32, int64) for Python numbers."""
   # a numpy array of boxed Python objects is read as the nested list it holds
   if isinstance(data, np.ndarray) and data.dtype == object: return _np_from_data(data.tolist(), dtype)
   try: arr = np.asarray(data)
@@ -49,7 +49,7 @@ def _np_from_data(data: Any, dtype: DType | None) -> np.ndarray:
                     "expected bool, int or float")
   if dtype is None: dtype = _default_dtype(arr, from_numpy=isinstance(data, (np.ndarray, np.generic)))
   # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
-  return arr.astype(dtype.np, order="C", copy=False)
+  return to_storage(arr, dtype), dtype
 
 def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
   if arr.dtype.kind not in "biuf":
@@ -206,8 +206,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       dt = dt or dtypes.from_py(data)
       self.lazydata = const_uop(data, dt, dev, ())
     elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
-      arr = _np_from_data(data, dt)
-      buf = Buffer(dev, arr.size, dtypes.from_np(arr.dtype)).copyin(arr.reshape(-1).data.cast("B"))
+      arr, dt = _np_from_data(data, dt)
+      buf = Buffer(dev, arr.size, dt).copyin(arr.reshape(-1).data.cast("B"))
       buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
       self.lazydata = buffer_view(buf_uop, arr.shape)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
@@ -366,18 +366,18 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return buffer_map[ld.src[0]], ld.arg
 
   def numpy(self) -> np.ndarray:
-    """The tensor as a numpy array (a copy).
+    """The tensor as a numpy array (a copy). numpy has no bfloat16: a bfloat16 tensor gives its values as float32.
 
     >>> Tensor([1, 2, 3]).numpy()
     array([1, 2, 3])
     """
-    if self.numel() == 0: return np.zeros(self.shape, dtype=self.dtype.np)
+    if self.numel() == 0: return from_storage(np.zeros(self.shape, dtype=self.dtype.np), self.dtype)
     if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()  # gathered on the first device
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
     buf, _ = (self if dense else self.contiguous())._buffer()
-    return buf.numpy()[:self.numel()].reshape(self.shape)
+    return from_storage(buf.numpy()[:self.numel()].reshape(self.shape), self.dtype)
 
   def item(self) -> Any:
     """The value of a one-element tensor as a Python number.
@@ -546,8 +546,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       raise TypeError(f"only float tensors can require gradients, got a {self.dtype} tensor")
     # constants are interned: two zeros(3) are one node, and a leaf must be a node of its own
     if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
-      fill = np.full(self.shape, self.lazydata.src[0].arg, dtype=self.dtype.np)
-      self.lazydata = Tensor(fill, device=self.device).lazydata
+      self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
     self._requires_grad = value
     if value: _grad_leaves[id(self)] = self
     else: _grad_leaves.pop(id(self), None)

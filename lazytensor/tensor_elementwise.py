@@ -32,7 +32,7 @@ def _float_remainder(a: Tensor, b: Tensor, floor: bool) -> Tensor:
   no derivative rule, so its gradient, (1, -trunc(a / b)), rides on t - stop(t) for t = trunc(a / b) * b - a: that
   is exactly +0.0 in value (subtracting it keeps the sign of a zero remainder), and has the gradient of t."""
   dt = a.dtype
-  if dt == dtypes.float16: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+  if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
   r = a._apply_uop(lambda p, q: p.alu(Ops.MOD, q), b)
   q = (a / b).trunc().detach()
   t = q.isfinite().where(q, 0.0) * b - a
@@ -247,7 +247,7 @@ class ElementwiseMixin(TensorStub):
 
   def lerp(self, end: Tensor | Any, weight: Tensor | Any) -> Tensor:
     """self + weight * (end - self), as torch computes it: from end's side for |weight| >= 1/2, so that weight 1
-    gives exactly end. Ints become float; float16 is computed in float32.
+    gives exactly end. Ints become float; float16 and bfloat16 are computed in float32.
 
     >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
     [2.5, 12.5]
@@ -257,7 +257,7 @@ class ElementwiseMixin(TensorStub):
     x, e, w = (t._to_float() for t in self._broadcast_all(end, weight))
     dt = x.dtype
     # float16 from float32 operands, so that a Python weight is not rounded to float16 first
-    if dt == dtypes.float16: x, e, w = self.cast(dtypes.float32)._broadcast_all(end, weight)
+    if dt.is_half: x, e, w = self.cast(dtypes.float32)._broadcast_all(end, weight)
     d = e - x
     return ((w < 0.5) & (w > -0.5)).where(x + w * d, e - d * (1 - w)).cast(dt)
 
@@ -270,7 +270,7 @@ class ElementwiseMixin(TensorStub):
     _check_operand("logaddexp", "x", x)
     a, b = (t._to_float() for t in self._broadcasted(x))
     dt = a.dtype
-    if dt == dtypes.float16: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+    if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
     # equal values (infinities of one sign included, where a - b is NaN) differ by 0
     d = a.eq(b).where(0.0, a - b)
     return (a.maximum(b) + (d > 0).where(-d, d).exp().log1p()).cast(dt)

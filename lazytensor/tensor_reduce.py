@@ -59,17 +59,17 @@ class ReduceMixin(TensorStub):
     if self.dtype.is_unsigned: return dtypes.uint64 if self.dtype.itemsize == 8 else dtypes.int64
     return self.dtype
 
-  def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out == dtypes.float16 else out
+  def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out.is_half else out
 
   def _accumulate(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, dtype: DType | str | None) -> Tensor:
-    """sum and prod: torch's result dtype, a wider accumulator for float16, the identity for empty inputs."""
+    """sum and prod: torch's result dtype, a float32 accumulator for 16-bit floats, the identity for empty inputs."""
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
     if self.numel() == 0 and self.ndim: return self._empty_reduce(0 if op is Ops.ADD else 1, axis, keepdim, out)
     return self.cast(self._acc_dtype(out))._reduce(op, axis, keepdim).cast(out)
 
   def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
           dtype: DType | str | None = None) -> Tensor:
-    """Sum over `axis` (all by default); ints and bools sum as int64, float16 accumulates in float32.
+    """Sum over `axis` (all by default); ints and bools sum as int64, float16 and bfloat16 accumulate in float32.
 
     >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
     [4, 6]

@@ -204,9 +204,9 @@ class UnaryMixin(TensorStub):
   def _unary(self, op: Ops) -> Tensor: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
 
   def _float_op(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
-    """fn of self as a float (ints and bools become the default float); float16 is computed in float32."""
+    """fn of self as a float (ints and bools become the default float); float16 and bfloat16 are computed in float32."""
     x = self._to_float()
-    if x.dtype == dtypes.float16: return fn(x.cast(dtypes.float32)).cast(dtypes.float16)
+    if x.dtype.is_half: return fn(x.cast(dtypes.float32)).cast(x.dtype)
     return fn(x)
 
   # ---- arithmetic, roots, exponentials and logarithms ----
@@ -277,7 +277,8 @@ class UnaryMixin(TensorStub):
     >>> round(Tensor([1.0]).exp().item(), 5)
     2.71828
     """
-    return (self._to_float() * (1 / math.log(2))).exp2()
+    # 16-bit floats in float32: x / ln 2 rounded to bfloat16 would be off by up to 2 ulps of the result
+    return self._float_op(lambda x: (x * (1 / math.log(2))).exp2())
 
   def log(self) -> Tensor:
     """The natural logarithm.

@@ -1,8 +1,10 @@
 """CUDACPU: the CUDA source run on the CPU. First hand-written CUDA C kernels against the runtime and headers (barriers,
-shared memory, warp mma, half/bfloat16 rounding, errors), then the engine on DEV=CUDACPU, part of it with NVCC_CHECK.
+shared memory, warp mma, half/bfloat16 rounding, errors), then the engine on DEV=CUDACPU: the acceptance tests (fusion,
+reductions, softmax, matmul, conv, indexing, an fp16 matmul on tensor cores, a 1M-element sum) with NVCC_CHECK; BEAM,
+the training example and other files' engine tests again without it (for their number of kernels).
 
-g++ compiles cost ~0.1-0.3 s of CPU each (the prelude is precompiled): the hand-written kernels share one source, and
-the engine tests keep to a few small kernels each.
+g++ compiles cost ~0.1-0.3 s of CPU each (the prelude is precompiled), nvcc ~0.6 s an architecture: the hand-written
+kernels share one source, and the engine tests keep to a few small kernels each.
 """
 from __future__ import annotations
 
@@ -206,12 +208,17 @@ def test_missing_compiler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
 def on_cudacpu() -> Iterator[None]:
   with Context(DEV="CUDACPU"): yield
 
+@pytest.fixture
+def nvcc_checked() -> Iterator[None]:
+  """DEV=CUDACPU, and every kernel also compiled by nvcc for sm_80 and sm_90 where nvcc is installed."""
+  with Context(DEV="CUDACPU", NVCC_CHECK=find_nvcc() is not None): yield
+
 def _kernels_run(fn: Callable[[], Tensor]) -> tuple[np.ndarray, int]:
   GlobalCounters.reset()
   out = fn().numpy()
   return out, GlobalCounters.kernel_count
 
-@pytest.mark.usefixtures("on_cudacpu")
+@pytest.mark.usefixtures("nvcc_checked")
 def test_fused_elementwise_reduce_and_softmax() -> None:
   rng = np.random.default_rng(3)
   a, b = rng.standard_normal((33, 65), np.float32), rng.standard_normal((33, 65), np.float32)
@@ -228,21 +235,20 @@ def test_fused_elementwise_reduce_and_softmax() -> None:
   np.testing.assert_allclose(Tensor(a).max(0).numpy(), a.max(0))
   np.testing.assert_allclose(Tensor(a).mean().numpy(), a.mean(), rtol=1e-5)
 
-@needs_nvcc
-@pytest.mark.usefixtures("on_cudacpu")
-def test_matmul_conv_and_indexing_also_compile_with_nvcc() -> None:
+@pytest.mark.usefixtures("nvcc_checked")
+def test_matmul_conv_and_indexing() -> None:
   rng = np.random.default_rng(4)
   a, b = rng.standard_normal((64, 80), np.float32), rng.standard_normal((80, 48), np.float32)
   x, w = rng.standard_normal((2, 3, 10, 10), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
   idx = np.array([3, 0, 63, 7], np.int32)
-  with Context(NVCC_CHECK=1):
-    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).relu().numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
-    torch_ref = pytest.importorskip("torch")
-    conv = torch_ref.nn.functional.conv2d(torch_ref.tensor(x), torch_ref.tensor(w), padding=1).numpy()
-    np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), conv, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(Tensor(a)[Tensor(idx)].numpy(), a[idx])
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).relu().numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+  torch_ref = pytest.importorskip("torch")
+  conv = torch_ref.nn.functional.conv2d(torch_ref.tensor(x), torch_ref.tensor(w), padding=1).numpy()
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), conv, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(Tensor(a)[Tensor(idx)].numpy(), a[idx])
 
-def test_fp16_matmul_runs_on_tensor_cores(on_cudacpu: None, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.usefixtures("nvcc_checked")
+def test_fp16_matmul_runs_on_tensor_cores(capsys: pytest.CaptureFixture[str]) -> None:
   rng = np.random.default_rng(5)
   a, b = rng.standard_normal((256, 256)).astype(np.float16), rng.standard_normal((256, 256)).astype(np.float16)
   with Context(DEBUG=4): out = (Tensor(a) @ Tensor(b)).numpy()
@@ -251,7 +257,8 @@ def test_fp16_matmul_runs_on_tensor_cores(on_cudacpu: None, capsys: pytest.Captu
   assert out.dtype == np.float16
   np.testing.assert_allclose(out.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=5e-2)
 
-def test_million_element_sum_uses_shared_memory(on_cudacpu: None, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.usefixtures("nvcc_checked")
+def test_million_element_sum_uses_shared_memory(capsys: pytest.CaptureFixture[str]) -> None:
   x = np.random.default_rng(6).random(1 << 20, dtype=np.float32)
   with Context(DEBUG=4): total = Tensor(x).sum().item()
   source = capsys.readouterr().out

@@ -29,8 +29,9 @@ from test_llvm_renderer import (
 )
 from test_llvm_renderer import run as run_cpu
 
+from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.program import launch_dims
-from lazytensor.codegen.renderer import TC_NV_F16, TC_NV_TF32, TensorCore
+from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
 from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
@@ -52,7 +53,7 @@ def if_(cond: UOp) -> UOp: return UOp(Ops.IF, VOID, (cond,))
 def endif(i: UOp) -> UOp: return UOp(Ops.ENDIF, VOID, (i,))
 
 def compile_emu(uops: list[UOp]) -> EmuProgram:
-  return EmuProgram(EMU, "kernel", EMU.compiler.compile(EMU.renderer.render("kernel", uops)))
+  return EmuProgram(EMU, "kernel", EMU.compiler.compile(EMU.renderer.render("kernel", alu_semantics(uops))))
 
 def run_emu(uops: list[UOp], arrays: list[np.ndarray], **launch: Any) -> list[np.ndarray]:
   """Render, compile and run on EMU (launched as the program's SPECIALs ask, unless told otherwise); buffer i holds
@@ -93,7 +94,7 @@ def test_device() -> None:
   dev = Device["EMU"]
   r = dev.renderer
   assert isinstance(dev, EmuDevice) and r.has_local and r.has_shared and not r.has_threads
-  assert r.tensor_cores == (TC_NV_F16,)
+  assert r.tensor_cores == (TC_NV_F16, TC_NV_BF16)
   r = rng(4)
   prog = compile_emu(linear(store(glob(0, F32), r, r.cast(F32)), end(r)))
   buf = dev.allocator.alloc(16)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.codegen.transcendental import pm_fast_math, xexp2, xlog2
 from lazytensor.dtype import DType, dtypes, truncate
@@ -47,8 +48,8 @@ def linear(*roots: UOp) -> list[UOp]:
   return list(out)
 
 def run(uops: list[UOp], arrays: list[np.ndarray], core_count: int = 1) -> list[np.ndarray]:
-  """Render, compile and run; buffer i holds arrays[i]; returns every buffer's contents afterwards."""
-  prog = CPUProgram(DEV, "kernel", COMPILER.compile(DEV.renderer.render("kernel", uops)))
+  """ALU semantics, render, compile and run; buffer i holds arrays[i]; returns every buffer's contents afterwards."""
+  prog = CPUProgram(DEV, "kernel", COMPILER.compile(DEV.renderer.render("kernel", alu_semantics(uops))))
   handles = [DEV.allocator.alloc(a.nbytes) for a in arrays]
   for h, a in zip(handles, arrays): DEV.allocator.copyin(h, np.ascontiguousarray(a).data.cast("B"))
   prog(*handles, core_count=core_count)

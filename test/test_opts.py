@@ -146,16 +146,37 @@ def test_tensor_core_on_emu_matches_and_excludes_other_opts() -> None:
   for later in (Opt(OptOps.GROUP, k.shape_len - 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 0, 2)):
     with pytest.raises(KernelOptError, match="follow TC"): k.apply_opt(later)
 
+@pytest.mark.parametrize("x_shape,w_shape,padding", [((2, 16, 8, 16), (32, 16, 3, 3), 1),  # A: input, M: width
+                                                     ((1, 32, 10, 10), (16, 32, 3, 3), 0),  # A: weights, M: channels
+                                                     ((2, 16, 4, 8), (8, 16, 1, 1), 0)])
+def test_half_conv_on_tensor_cores(x_shape: tuple[int, ...], w_shape: tuple[int, ...], padding: int) -> None:
+  # K is the input channels, the window a loop around the mma; the heuristics choose TC for a half conv that fits
+  with Context(DEV="EMU"):
+    x, w = _h(*x_shape), _h(*w_shape)
+    items, _ = create_schedule([x.conv2d(w, padding=padding).lazydata])
+  (item,) = items
+  k = hand_coded_optimizations(Kernel(item.ast, Device["EMU"].renderer))
+  assert k.applied_opts == [Opt(OptOps.TC, 0, 0)]
+  assert k.tensor_core is not None and k.full_shape[k.tensor_core.axis_k] == w_shape[1]
+  ref = _run(item, "EMU", [])
+  np.testing.assert_allclose(_run(item, "EMU", [Opt(OptOps.TC, 0, 0)]), ref, rtol=2e-2, atol=3e-2)
+
+def test_tensor_core_needs_divisible_axes() -> None:
+  # 12x12 outputs: neither 16 nor 8 divides a spatial axis, so there is no N (nor M) for the input's side
+  with Context(DEV="EMU"): items, _ = create_schedule([_h(2, 16, 12, 12).conv2d(_h(32, 16, 3, 3), padding=1).lazydata])
+  with pytest.raises(KernelOptError, match=r"no output axes M, N .* divisible by \(16, 8, 16\)"):
+    Kernel(items[-1].ast, Device["EMU"].renderer).apply_opt(Opt(OptOps.TC, 0, 0))
+
 def test_tf32_tensor_core_only_when_allowed(monkeypatch) -> None:
   # a float32 matmul runs on the m16n8k8 tf32 tensor core only where the renderer allows tf32 (torch's allow_tf32)
   item = _last_item("matmul", "EMU")
   emu = Device["EMU"].renderer
-  with pytest.raises(KernelOptError, match="one of 1 tensor cores"): Kernel(item.ast, emu).apply_opt(Opt(OptOps.TC, 1))
+  with pytest.raises(KernelOptError, match="one of 2 tensor cores"): Kernel(item.ast, emu).apply_opt(Opt(OptOps.TC, 2))
   monkeypatch.setattr(emu, "tf32", True)
-  assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k8_tf32_f32"]
-  assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 1, 0)]
+  assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32", "m16n8k8_tf32_f32"]
+  assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 2, 0)]
   ref = _run(item, "EMU", [])
-  got = _run(item, "EMU", [Opt(OptOps.TC, 1, 0)])
+  got = _run(item, "EMU", [Opt(OptOps.TC, 2, 0)])
   np.testing.assert_allclose(got, ref, rtol=3e-3, atol=3e-3)  # inputs rounded to 10 mantissa bits
   assert not np.array_equal(got, ref)
 

@@ -3,9 +3,10 @@
 heuristics (BEAM=0) and with BEAM=2. Kernel times come from CUDA events around each launch (the sum over a
 schedule's kernels, best of several runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of bandwidth.
 
-Usage: python extra/bench/gpu.py [--quick] [--beam N]
+Usage: python extra/bench/gpu.py [--quick] [--beam N] [--device CUDA:1]
 Needs a GPU, pycuda (pip install -e ".[cuda]") and, for the comparisons, a CUDA build of torch; exits with a message
-saying what is missing otherwise.
+saying what is missing otherwise. `--device CUDACPU --quick` runs the script itself without a GPU (its numbers are the
+CPU's, not a GPU's, and nothing is compared).
 """
 from __future__ import annotations
 
@@ -60,9 +61,9 @@ def memory_bandwidth(dev: Any) -> float:
   return clock_khz * 1e3 * bus_bits / 8 * 2
 
 def items(quick: bool) -> list[Item]:
-  n = 1024 if quick else 4096
-  chain = 1 << (22 if quick else 26)
-  batch, ch, hw = (8, 32, 28) if quick else (32, 64, 56)
+  n = 256 if quick else 4096
+  chain = 1 << (18 if quick else 26)
+  batch, ch, hw = (2, 16, 16) if quick else (32, 64, 56)
   return [
     Item(f"matmul fp32 {n}", "GFLOP/s", 2 * n**3, lambda m: m.rand(n, n) @ m.rand(n, n)),
     Item(f"matmul fp16 {n} (tensor cores)", "GFLOP/s", 2 * n**3,
@@ -100,20 +101,25 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
   ap.add_argument("--beam", type=int, default=2, help="beam width compared with the heuristics (0 skips it)")
+  ap.add_argument("--device", default="CUDA", help="CUDA, CUDA:1, ...; CUDACPU to run the script without a GPU")
   args = ap.parse_args()
   from lazytensor import Device, Tensor
-  from lazytensor.runtime.ops_cuda import CUDAUnavailableError
-  try: dev = Device["CUDA"]
+  from lazytensor.runtime.ops_cuda import CudaDevice, CUDAUnavailableError
+  try: dev = Device[args.device]
   except (CUDAUnavailableError, IndexError) as e: sys.exit(f"extra/bench/gpu.py needs a CUDA GPU: {e}")
-  try:
-    import torch
-    tt = _Torch(torch) if torch.cuda.is_available() else None
-  except ImportError: tt = None
-  if tt is None: print("torch with CUDA is not installed: no cuBLAS/cuDNN comparison")
+  on_gpu = isinstance(dev, CudaDevice)
+  tt, peak = None, None
+  if on_gpu:
+    try:
+      import torch
+      tt = _Torch(torch) if torch.cuda.is_available() else None
+    except ImportError: pass
+    if tt is None: print("torch with CUDA is not installed: no cuBLAS/cuDNN comparison")
+    peak = memory_bandwidth(dev)
+    print(f"{dev.gpu.name()}, peak memory bandwidth {peak * 1e-9:.0f} GB/s")
+  else: print(f"{dev.name}: not a GPU; these numbers say nothing about CUDA speed")
   runs = 3 if args.quick else 10
-  peak = memory_bandwidth(dev)
-  print(f"{dev.gpu.name()}, peak memory bandwidth {peak * 1e-9:.0f} GB/s")
-  lt = _Lazy(Tensor)
+  lt = _Lazy(Tensor, dev.name)
   for it in items(args.quick):
     line = [f"{it.name:36s}"]
     base = lazytensor_time(lambda it=it: it.build(lt), 0, runs)
@@ -125,13 +131,13 @@ def main() -> None:
     if tt is not None:
       ref = torch_time(lambda it=it: it.build(tt), runs)
       line.append(f"torch {it.work / ref * 1e-9:9.1f} (lazytensor {ref / base:4.2f}x torch)")
-    if it.unit == "GB/s": line.append(f"{it.work / base / peak * 100:5.1f}% of peak bandwidth")
+    if it.unit == "GB/s" and peak is not None: line.append(f"{it.work / base / peak * 100:5.1f}% of peak bandwidth")
     print("  ".join(line))
 
 class _Lazy:
-  """lazytensor's Tensor with the same few methods, made on the CUDA device and realized before timing."""
-  def __init__(self, tensor: Any) -> None: self.Tensor = tensor
-  def rand(self, *shape: int) -> Any: return self.Tensor.rand(*shape, device="CUDA").realize()
+  """lazytensor's Tensor, made on the benchmarked device and realized before timing."""
+  def __init__(self, tensor: Any, device: str) -> None: self.Tensor, self.device = tensor, device
+  def rand(self, *shape: int) -> Any: return self.Tensor.rand(*shape, device=self.device).realize()
 
 if __name__ == "__main__":
   main()

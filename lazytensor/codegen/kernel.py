@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import enum
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,12 +210,22 @@ class Kernel:
     return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
   def local_size(self) -> int:
     return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+  def shared_bytes(self) -> int:
+    """Shared memory a block needs: with a GROUP axis, each reduce keeps a partial result per thread and upcast lane
+    (the lowerer's `_group`)."""
+    if not self.axes_of(AxisKind.GROUP): return 0
+    lanes = prod(s for s, k in zip(self.full_shape, self.kinds) if k is AxisKind.UPCAST)
+    reduces = [u for u in self.ast.toposort if u.op is Ops.REDUCE_AXIS]
+    return sum(self.local_size() * lanes * r.dtype.itemsize for r in reduces)
 
   def apply_opt(self, opt: Opt) -> None:
     """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
     saved = (self.full_shape, list(self.kinds), list(self.sts), dict(self.padded), self.tensor_core,
              self.dont_use_locals)
-    try: self._apply_opt(opt)
+    try:
+      self._apply_opt(opt)
+      _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
+             f"a block has at most {self.renderer.shared_max}")
     except KernelOptError:
       self.full_shape, self.kinds, self.sts, self.padded, self.tensor_core, self.dont_use_locals = saved
       raise
@@ -280,31 +291,36 @@ class Kernel:
 
   def _tc(self, opt: Opt) -> None:
     """Map the multiply-accumulate onto the renderer's tensor core number `axis`: a warp per (M x N) output tile, K in
-    steps of the instruction's K."""
+    steps of the instruction's K, any other reduce axes (a convolution's window) as loops around it. Either load may
+    be A: a convolution's output channels make M or N, whichever its other axes fit."""
     r = self.renderer
     _check(bool(r.tensor_cores), f"{opt}: {r.device or 'this device'} has no tensor cores")
     _check(opt.axis is not None and 0 <= opt.axis < len(r.tensor_cores), f"{opt}: axis selects one of "
            f"{len(r.tensor_cores)} tensor cores")
     _check(not self.applied_opts and not self.padded, f"{opt}: TC must be the first optimization")
     tc = r.tensor_cores[opt.axis or 0]
-    (tm, tn, tk), dtype_in, dtype_out = tc.dims, tc.dtype_in, tc.dtype_acc
-    match = _find_mma(self.ast, dtype_in, dtype_out)
-    _check(match is not None, f"{opt}: the kernel is not a {dtype_in.name} multiply-accumulate into {dtype_out.name}")
+    match = _find_mma(self.ast, tc.dtype_in, tc.dtype_acc)
+    _check(match is not None, f"{opt}: the kernel is not a {tc.dtype_in.name} multiply-accumulate into "
+           f"{tc.dtype_acc.name}")
     assert match is not None
-    load_a, load_b = match
-    reduce_axes = self.axes_of(AxisKind.REDUCE)
-    _check(len(reduce_axes) == 1, f"{opt}: needs exactly one reduce axis, got {len(reduce_axes)}")
+    use = self._tc_axes(tc, *match) or self._tc_axes(tc, match[1], match[0])
+    _check(use is not None, f"{opt}: no output axes M, N (one operand broadcast along each) and reduce axis K of "
+           f"sizes divisible by {tc.dims} in {self.full_shape}")
+    self.tensor_core = use
+
+  def _tc_axes(self, tc: TensorCore, load_a: UOp, load_b: UOp) -> TensorCoreUse | None:
+    """M, N and K with load_a as A: the innermost axes of sizes divisible by the instruction's (so that neighbouring
+    lanes read neighbouring elements where the layout allows); K one along which both operands move."""
+    (tm, tn, tk), full = tc.dims, self.full_shape
     sa, sb = self.st_of(load_a).real_strides(), self.st_of(load_b).real_strides()
+    def last(axes: list[int], size: int, fits: Callable[[int], bool]) -> int | None:
+      return next((a for a in reversed(axes) if full[a] % size == 0 and fits(a)), None)
     globals_ = self.axes_of(AxisKind.GLOBAL)
-    axis_m = next((a for a in globals_ if sb[a] == 0 and sa[a] != 0), None)
-    axis_n = next((a for a in globals_ if sa[a] == 0 and sb[a] != 0), None)
-    _check(axis_m is not None and axis_n is not None, f"{opt}: no (M, N) output axes with one operand broadcast each")
-    assert axis_m is not None and axis_n is not None
-    axis_k = reduce_axes[0]
-    for axis, size in ((axis_m, tm), (axis_n, tn), (axis_k, tk)):
-      _check(self.full_shape[axis] % size == 0, f"{opt}: axis {axis} of size {self.full_shape[axis]} is not a multiple "
-             f"of {size}")
-    self.tensor_core = TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
+    axis_m = last(globals_, tm, lambda a: sb[a] == 0 and sa[a] != 0)
+    axis_n = last(globals_, tn, lambda a: sa[a] == 0 and sb[a] != 0)
+    axis_k = last(self.axes_of(AxisKind.REDUCE), tk, lambda a: sa[a] != 0 and sb[a] != 0)
+    if axis_m is None or axis_n is None or axis_k is None: return None
+    return TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
 
   def _padto(self, opt: Opt) -> None:
     _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range")

@@ -109,7 +109,8 @@ class _Lowerer:
 
   def _tc_indices(self, use: TensorCoreUse) -> dict[int, UOp]:
     """One warp per (M x N) output tile: blocks over M and N (and the other global axes), the instruction's threads,
-    a loop over K in its steps. A thread's results (the vlane) sit where the C fragment of the tensor core puts them."""
+    a loop over K in its steps and loops over the other reduce axes. A thread's results (the vlane) sit where the C
+    fragment of the tensor core puts them."""
     k, tc = self.k, use.tc
     tm, tn, tk = tc.dims
     others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (use.axis_m, use.axis_n)]
@@ -120,8 +121,9 @@ class _Lowerer:
     self.tc_tile = {use.axis_m: idx[use.axis_m] * tm, use.axis_n: idx[use.axis_n] * tn}
     row, col = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
     idx[use.axis_m], idx[use.axis_n] = self.tc_tile[use.axis_m] + row, self.tc_tile[use.axis_n] + col
-    k_steps = _const(k.full_shape[use.axis_k] // tk)
-    idx[use.axis_k] = UOp(Ops.RANGE, dtypes.index, (_const(0), k_steps), (use.axis_k, "reduce"))
+    for a in k.axes_of(AxisKind.REDUCE):  # K in the instruction's steps; other reduce axes (a window) whole
+      steps = k.full_shape[a] // tk if a == use.axis_k else k.full_shape[a]
+      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(steps)), (a, "reduce"))
     return idx
 
   def idxs_for(self, key: tuple[int, ...], shape: tuple[int, ...]) -> list[UOp]:
@@ -297,7 +299,8 @@ class _ReduceLowerer:
     a = frag(use.load_a, tc.a, (use.axis_m, use.axis_k), (tile_m, k0))
     b = frag(use.load_b, tc.b, (use.axis_k, use.axis_n), (k0, tile_n))
     dtype = self.node.dtype.vec(tc.c.size)
-    return UOp(Ops.REDUCE, dtype, (a, b, lw.axis_idx[use.axis_k]), (Ops.WMMA, (tc.name, tc.dims)))
+    ranges = tuple(lw.axis_idx[r] for r in k.axes_of(AxisKind.REDUCE))
+    return UOp(Ops.REDUCE, dtype, (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims)))
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""

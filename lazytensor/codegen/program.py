@@ -1,7 +1,8 @@
 """Kernel + opts -> ProgramSpec: the one path from an optimized kernel to the source a compiler takes and what a
 runtime needs to launch it; and the one cache key for everything built from a kernel.
 
-`get_program` lowers the kernel, linearizes it and renders it.
+`get_program` lowers the kernel, linearizes it, gives ALU edge cases their meaning (`alu_semantics`, so that every
+renderer inherits it) and renders it.
 realize (the runner cache and the disk program cache) and BEAM (its candidates and its cache of chosen opts) all go
 through it and through `program_key`.
 """
@@ -14,6 +15,7 @@ import pathlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.kernel import Kernel, Opt
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
@@ -84,8 +86,8 @@ def print_listing(title: str, body: str) -> None:
   print(body)
 
 def get_program(k: Kernel, name: str) -> ProgramSpec:
-  """The program of an optimized kernel: lowered, linearized, rendered as `name`."""
-  uops = linearize(lower_kernel(k))
+  """The program of an optimized kernel: lowered, linearized, ALU edge cases made explicit, rendered as `name`."""
+  uops = alu_semantics(linearize(lower_kernel(k)))
   if DEBUG >= 6:
     print_listing(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}"
                                                           for i, u in enumerate(uops)))

@@ -1,9 +1,10 @@
 """exp2 and log2 as plain UOp arithmetic, so that they vectorize: libm's exp2f/log2f are scalar calls, and they make
 softmax exp-bound on the CPU.
 
-Both are computed in float32 (float16 inputs are widened, then rounded back) to within 1 ulp of the exact result over
-the whole float32 range (measured: 0.93 ulp exp2, 0.87 ulp log2), with IEEE behaviour at the edges. float64 is left to
-the llvm intrinsics (libm): its polynomials would need twice the terms, and no kernel we know of is float64-exp-bound.
+Both are computed in float32 (float16 and bfloat16 inputs are widened, then rounded back) to within 1 ulp of the exact
+result over the whole float32 range (measured: 0.93 ulp exp2, 0.87 ulp log2), with IEEE behaviour at the edges.
+float64 is left to the llvm intrinsics (libm): its polynomials would need twice the terms, and no kernel we know of is
+float64-exp-bound.
 
 The polynomial coefficients are minimax fits (Lawson's iteratively reweighted least squares on Chebyshev nodes, in
 float64): 2^f on f in [-1/2, 1/2] to 2e-9 relative error, and log2(1+y)/y - 1.5 on y in [sqrt(1/2)-1, sqrt(2)-1] to 6e-9
@@ -70,16 +71,17 @@ def _in_float32(fn: Callable[[UOp], UOp], x: UOp) -> UOp:
   return fn(x.cast(_like(dtypes.float32, x))).cast(x.dtype)
 
 def xexp2(x: UOp) -> UOp:
-  """2^x for float16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the EXP2 op."""
+  """2^x for float16/bfloat16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the EXP2 op."""
   if x.dtype.scalar() == dtypes.float64: return UOp(Ops.EXP2, x.dtype, (x,))
   return _in_float32(_exp2_f32, x)
 
 def xlog2(x: UOp) -> UOp:
-  """log2(x) for float16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the LOG2 op."""
+  """log2(x) for float16/bfloat16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the LOG2 op."""
   if x.dtype.scalar() == dtypes.float64: return UOp(Ops.LOG2, x.dtype, (x,))
   return _in_float32(_log2_f32, x)
 
+_FAST = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 pm_fast_math: PatternMatcher[UOp] = PatternMatcher([
-  (UPat(Ops.EXP2, dtype=(dtypes.float16, dtypes.float32), src=(UPat.var("x"),)), xexp2),  # exp2(x) -> polynomial
-  (UPat(Ops.LOG2, dtype=(dtypes.float16, dtypes.float32), src=(UPat.var("x"),)), xlog2),  # log2(x) -> polynomial
+  (UPat(Ops.EXP2, dtype=_FAST, src=(UPat.var("x"),)), xexp2),  # exp2(x) -> polynomial
+  (UPat(Ops.LOG2, dtype=_FAST, src=(UPat.var("x"),)), xlog2),  # log2(x) -> polynomial
 ])

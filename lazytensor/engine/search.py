@@ -68,7 +68,7 @@ from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
 from lazytensor.codegen.program import LaunchDims, get_program, program_key
 from lazytensor.device import Buffer, Compiled, Device
-from lazytensor.dtype import DType, to_dtype
+from lazytensor.dtype import DType, from_storage, to_dtype, to_storage
 from lazytensor.helpers import (
   BEAM_DEBUG,
   BEAM_LOCAL_MAX,
@@ -106,7 +106,8 @@ MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled 
 EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32}  # about this many ALU ops each once lowered
 TIE_RATIO = 0.02        # candidates this close to the fastest are a tie, won by the one cheaper to lower and compile
 KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load the program) before it is killed
-CHECK_TOLERANCE = {"float16": 2e-2, "float32": 1e-3, "float64": 1e-8}  # relative; exact for ints and bools
+# relative; exact for ints and bools
+CHECK_TOLERANCE = {"float16": 2e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-8}
 
 # what searching has done in this process: tests and benchmarks read it
 beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "duplicates": 0, "timed": 0, "failed": 0,
@@ -250,7 +251,7 @@ def input_values(spec: BufferSpec) -> np.ndarray:
   rng = np.random.default_rng(spec.index)
   if spec.dtype.is_bool: return rng.random(spec.size) < 0.5
   if spec.dtype.is_int: return rng.integers(0 if spec.dtype.is_unsigned else -8, 9, spec.size).astype(spec.dtype.np)
-  return (rng.random(spec.size, dtype=np.float32) * 4 - 2).astype(spec.dtype.np)
+  return to_storage(rng.random(spec.size, dtype=np.float32) * 4 - 2, spec.dtype)
 
 def _raw(x: np.ndarray) -> memoryview: return np.ascontiguousarray(x).view(np.uint8).data
 
@@ -522,7 +523,7 @@ def _agrees(ref: _Outputs, got: _Outputs, spec: BufferSpec) -> bool:
   if not mask.any(): return False  # nothing to compare is no evidence: do not trust the candidate
   r, g = ref.values[mask], got.values[mask]
   if not spec.dtype.is_float: return bool(np.array_equal(r, g))
-  r64, g64 = r.astype(np.float64), g.astype(np.float64)
+  r64, g64 = (from_storage(x, spec.dtype).astype(np.float64) for x in (r, g))
   finite = np.abs(r64[np.isfinite(r64)])
   tol = CHECK_TOLERANCE.get(spec.dtype.name, 1e-3)
   scale = max(1.0, float(finite.mean())) if finite.size else 1.0  # sums of many terms: absolute error grows with them

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.dtype import DType, dtypes
+from lazytensor.dtype import DType, dtypes, from_storage, to_storage
 from lazytensor.tensor import Tensor
 
 SAFETENSORS_DTYPES: dict[str, DType] = {
   "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "U16": dtypes.uint16,
   "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64,
-  "F16": dtypes.float16, "F32": dtypes.float32, "F64": dtypes.float64,
+  "F16": dtypes.float16, "F32": dtypes.float32, "F64": dtypes.float64, "BF16": dtypes.bfloat16,
 }
 _NAMES = {dt: name for name, dt in SAFETENSORS_DTYPES.items()}
 MAX_HEADER_BYTES = 100 << 20  # the reference implementation refuses headers past 100 MB too
@@ -84,7 +84,7 @@ def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dic
   offset = 0
   for name, t in tensors.items():
     if t.dtype not in _NAMES: raise TypeError(f"safe_save: {name} has dtype {t.dtype}, which safetensors cannot store")
-    arr = np.ascontiguousarray(t.numpy()).astype(t.dtype.np.newbyteorder("<"), copy=False)
+    arr = np.ascontiguousarray(to_storage(t.numpy(), t.dtype)).astype(t.dtype.np.newbyteorder("<"), copy=False)
     header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + arr.nbytes]}
     offset += arr.nbytes
     arrays.append(arr)
@@ -146,5 +146,5 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
     if name == "__metadata__": continue
     dt, shape, begin, end = _check_entry(name, entry, len(body), p)
     arr = np.frombuffer(body[begin:end], dtype=dt.np.newbyteorder("<")).reshape(shape)
-    out[name] = Tensor(arr.astype(dt.np, copy=True), device=device, dtype=dt)
+    out[name] = Tensor(from_storage(arr.astype(dt.np, copy=True), dt), device=device, dtype=dt)
   return out

@@ -127,14 +127,18 @@ def _dims(size: tuple[int, ...]) -> tuple[int, int, int]:
   d = tuple(int(s) for s in size) + (1,) * (3 - len(size))
   return d[0], d[1], d[2]
 
+def gpu_index(name: str, count: int) -> int:
+  """The GPU that a device name (CUDA, CUDA:1, ...) opens, of the `count` the driver sees; IndexError past them."""
+  index = int(name.partition(":")[2] or 0)
+  if index >= count:
+    have = f"{count} GPUs (CUDA to CUDA:{count - 1})" if count > 1 else "1 GPU (CUDA)"
+    raise IndexError(f"device {name}: this machine has {have}")
+  return index
+
 class CudaDevice(Compiled):
   def __init__(self, name: str) -> None:
     self.drv = _driver()
-    index = int(name.partition(":")[2] or 0)
-    if index >= (count := self.drv.Device.count()):
-      raise IndexError(f"device {name}: this machine has {count} GPU{'s' if count > 1 else ''} (CUDA to "
-                       f"CUDA:{count - 1})")
-    self.gpu = self.drv.Device(index)
+    self.gpu = self.drv.Device(gpu_index(name, self.drv.Device.count()))
     self.context = self.gpu.retain_primary_context()
     major, minor = self.gpu.compute_capability()
     super().__init__(name, CUDAAllocator(self), CUDARenderer(), cuda_compiler(f"sm_{major}{minor}"), CUDAProgram)

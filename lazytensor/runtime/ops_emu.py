@@ -28,7 +28,7 @@ import numpy as np
 from lazytensor.codegen.renderer import NVIDIA_TENSOR_CORES, Fragment, TensorCore
 from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
 from lazytensor.device import Allocator, Compiled, Compiler
-from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.dtype import DType, PtrDType, dtypes, from_storage, to_storage
 from lazytensor.helpers import prod
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
@@ -120,20 +120,25 @@ def _uniform(L: Launch, x: Any, what: str) -> int:
     raise L.fail(EmuError, int(bad[0]), f"has {what} {x[bad[0]]} where lane 0 has {x[0]}: loop bounds must be uniform")
   return int(x[0])
 
-# ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a numpy function with the
-# semantics of python_alu and the CPU renderer. Fixed-width ints wrap; float16 math rounds to float16 after every op.
+# ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a numpy function.
+# Fixed-width ints wrap; float16 math rounds to float16 after every op. Edge cases (x/0, shifts by the width, float ->
+# int out of range, NaN in MAX) were given their meaning by codegen/alu.py before rendering: reaching one is an error.
 
-def _divisor(b: Any, signed: bool) -> Any:
-  # x/0 and INT_MIN/-1 are undefined in C: divide by 1 instead and fix the result up after (x/0 -> 0, x/-1 -> -x wraps)
-  return np.where((b == 0) | (b == -1) if signed else b == 0, 1, b)
+def _undefined(what: str) -> EmuError:
+  return EmuError(f"EMU: {what}; the ALU semantics rewrite (codegen/alu.py) must run before a program reaches a device")
 
 def _idiv(a: Any, b: Any, signed: bool) -> Any:
-  d = _divisor(b, signed)
-  q = (a - np.fmod(a, d)) // d  # exact division of the part that divides: truncation toward zero
-  if signed: q = np.where(b == -1, -a, q)
-  return np.where(b == 0, 0, q)
+  if np.any(b == 0) or (signed and np.any(b == -1)): raise _undefined("an integer division by 0" + " or -1" * signed)
+  return (a - np.fmod(a, b)) // b  # exact division of the part that divides: truncation toward zero
 
-def _mod(a: Any, b: Any, signed: bool) -> Any: return np.fmod(a, _divisor(b, signed))  # x%0 and x%-1 are 0
+def _mod(a: Any, b: Any, signed: bool) -> Any:
+  if np.any(b == 0) or (signed and np.any(b == -1)): raise _undefined("an integer remainder by 0" + " or -1" * signed)
+  return np.fmod(a, b)
+
+def _shift(a: Any, b: Any, left: bool) -> Any:
+  width = 8 * np.asarray(a).itemsize
+  if np.any(b < 0) or np.any(b >= width): raise _undefined(f"a shift by an amount outside [0, {width})")
+  return np.left_shift(a, b) if left else np.right_shift(a, b)
 
 _ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
   Ops.NEG: {"fiu": np.negative, "b": np.logical_not},
@@ -143,26 +148,24 @@ _ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
   Ops.MUL: {"fiu": np.multiply, "b": np.logical_and}, Ops.FDIV: {"f": np.divide},
   Ops.IDIV: {"i": functools.partial(_idiv, signed=True), "u": functools.partial(_idiv, signed=False)},
   Ops.MOD: {"f": np.fmod, "i": functools.partial(_mod, signed=True), "u": functools.partial(_mod, signed=False)},
-  Ops.MAX: {"fiub": np.maximum}, Ops.CMPLT: {"fiub": np.less}, Ops.CMPNE: {"fiub": np.not_equal},
+  Ops.MAX: {"iub": np.maximum}, Ops.CMPLT: {"fiub": np.less}, Ops.CMPNE: {"fiub": np.not_equal},
   Ops.AND: {"iub": np.bitwise_and}, Ops.OR: {"iub": np.bitwise_or}, Ops.XOR: {"iub": np.bitwise_xor},
-  Ops.SHL: {"iu": np.left_shift}, Ops.SHR: {"iu": np.right_shift},
+  Ops.SHL: {"iu": functools.partial(_shift, left=True)}, Ops.SHR: {"iu": functools.partial(_shift, left=False)},
   Ops.WHERE: {"fiub": np.where}, Ops.MULACC: {"fiu": lambda a, b, c: a * b + c},
 }
 _ALU_BY_KIND = {(op, k): fn for op, per in _ALU.items() for kinds, fn in per.items() for k in kinds}
 
 def _float_to_int(x: Any, to: DType) -> Any:
-  # saturating, NaN -> 0; narrow targets saturate to a wider int first and wrap, as the CPU renderer does
-  wide = to if to.itemsize == 8 or to == dtypes.int32 else dtypes.int64 if to.itemsize == 4 else dtypes.int32
-  lo, hi = wide.min(), wide.max()
   f = np.trunc(np.asarray(x, np.float64))  # float16/32/64 values are exact in float64
-  over, under = f >= float(hi), f <= float(lo)
-  inside = np.where(over | under | np.isnan(f), 0, f).astype(wide.np)
-  return np.where(over, wide.np.type(hi), np.where(under, wide.np.type(lo), inside)).astype(to.np)
+  if np.any(~((f >= float(to.min())) & (f < float(to.max() + 1)))):  # NaN too; both limits are exact floats
+    raise _undefined(f"a float -> {to.name} cast of NaN or a value out of range")
+  return f.astype(to.np)
 
 def _cast(x: Any, fr: DType, to: DType) -> Any:
+  x = from_storage(x, fr)  # bfloat16 bits -> float32 values
   if to.is_bool: return np.not_equal(x, 0)
   if fr.is_float and to.is_int: return _float_to_int(x, to.scalar())
-  return np.asarray(x).astype(to.np)
+  return to_storage(np.asarray(x), to)
 
 def _bitcast(x: Any, fr: DType, to: DType) -> Any:
   lead = np.shape(x)[:-1] if fr.count > 1 else np.shape(x)
@@ -194,9 +197,10 @@ def _round_tf32(x: np.ndarray) -> np.ndarray:
   return np.where(np.isfinite(x), rounded, x)
 
 def wmma(tc: TensorCore, a: Any, b: Any, c: Any, n: int) -> np.ndarray:
-  """D = A @ B + C for every warp of n lanes: products of the inputs (f16, or f32 rounded to tf32) are exact in
+  """D = A @ B + C for every warp of n lanes: products of the inputs (f16, bf16, or f32 rounded to tf32) are exact in
   float32, accumulated in float32."""
   m, nn, k = tc.dims
+  a, b = from_storage(a, tc.dtype_in), from_storage(b, tc.dtype_in)
   fa, fb = _unfragment(a, tc.a, (m, k), n), _unfragment(b, tc.b, (k, nn), n)
   if tc.dtype_in == dtypes.float32: fa, fb = _round_tf32(fa), _round_tf32(fb)
   d = np.matmul(fa, fb) + _unfragment(c, tc.c, (m, nn), n)
@@ -401,7 +405,8 @@ class Executable:
 # ---- one builder an op: returns the op's step, or None for a value known before it runs ----
 
 def _const(ex: Executable, i: int, u: UOp) -> None:
-  value = u.dtype.scalar().np.type(u.arg)
+  dt = u.dtype.scalar()
+  value = to_storage(np.array(u.arg), dt)[()] if dt == dtypes.bfloat16 else dt.np.type(u.arg)
   ex.init[i] = np.full(u.dtype.count, value) if u.dtype.count > 1 else value
 
 def _define_global(ex: Executable, i: int, u: UOp) -> None: ex.globals.append((i, u.arg, _mem_np(u.dtype)))

@@ -85,7 +85,7 @@ def _or(u: UOp) -> Bounds | None:
 
 def _shift(u: UOp) -> Bounds | None:
   a, b = u.src
-  # why: a shift by a negative amount or by the width of the type or more is undefined in C
+  # why: amounts out of [0, width) take codegen/alu.py's meaning (0 or the sign), which the corners do not model
   if b.vmin < 0 or b.vmax >= 8 * u.dtype.itemsize or (u.op is Ops.SHL and a.vmin < 0): return None
   return _corners(u.op, a, b)
 

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from lazytensor.dtype import DType, PtrDType, dtypes, truncate
+from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
 
 # where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated)
 DeviceLike = str | tuple[str, ...]
@@ -116,10 +116,15 @@ def identity_element(op: Ops, dt: DType) -> Any:
   assert op is Ops.MAX, f"no identity for {op}"
   return dt.min()
 
-# ---- constant evaluation, shared by symbolic folding and the EMU device ----
+# ---- constant evaluation, shared by symbolic folding and bounds. The meaning of every edge case here (x/0, x%0,
+# INT_MIN/-1, shift amounts out of range, float -> int out of range, nan in max) is the one codegen/alu.py gives the
+# kernels: a constant folds to what the device computes. ----
 
 def _c_idiv(a: int, b: int) -> int: return 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
 def _c_mod(a: int, b: int) -> int: return 0 if b == 0 else a - _c_idiv(a, b) * b
+def _shl(a: int, b: int) -> int: return a << b if 0 <= b < 64 else 0  # exec_alu's truncation drops bits past the width
+def _shr(a: int, b: int) -> int: return a >> b if b >= 0 else -1 if a < 0 else 0  # a negative amount is a huge one
+def _max(a: Any, b: Any) -> Any: return a if a != a else b if b != b else max(a, b)  # nan wins
 def _safe_exp2(x: float) -> float:
   try: return 2.0 ** x
   except OverflowError: return math.inf
@@ -136,15 +141,25 @@ python_alu: dict[Ops, Callable[..., Any]] = {
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan, Ops.RECIP: lambda x: _safe_div(1.0, x),
   Ops.TRUNC: lambda x: x if not math.isfinite(x) else float(math.trunc(x)),
   Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _safe_div,
-  Ops.IDIV: _c_idiv, Ops.MOD: _c_mod, Ops.MAX: max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
-  Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
-  Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
+  Ops.IDIV: _c_idiv, Ops.MOD: _c_mod, Ops.MAX: _max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
+  Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b, Ops.SHL: _shl, Ops.SHR: _shr,
   Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
 }
 
 def exec_alu(op: Ops, dt: DType, srcs: Sequence[Any]) -> Any:
-  """Evaluate one ALU op on Python scalars with the wrap-around and rounding of `dt`."""
+  """Evaluate one ALU op on Python scalars with the wrap-around and rounding of `dt`. A shift amount of a signed type
+  counts as unsigned: a negative one is out of range."""
+  if op in (Ops.SHL, Ops.SHR) and dt.is_int and srcs[1] < 0: srcs = (srcs[0], srcs[1] + (1 << 8 * dt.itemsize))
   return truncate(dt, python_alu[op](*srcs))
+
+def exec_cast(fr: DType, to: DType, x: Any) -> Any:
+  """A constant cast from `fr` to `to`. Float -> int truncates toward zero, NaN gives 0, and values out of range
+  saturate to `float_to_int_via(to)` before wrapping to `to`."""
+  if fr.is_float and to.is_int:
+    if math.isnan(x): return 0
+    wide = float_to_int_via(to)
+    x = wide.max() if x >= wide.max() else wide.min() if x <= wide.min() else math.trunc(x)
+  return truncate(to, x)
 
 # ---- the node ----
 

@@ -21,7 +21,7 @@ import operator
 from typing import Any
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, graph_rewrite
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, exec_cast, graph_rewrite
 
 INTS: tuple[DType, ...] = tuple(dt for dt in dtypes.all() if dt.is_int)
 SINTS: tuple[DType, ...] = tuple(dt for dt in INTS if not dt.is_unsigned)
@@ -37,12 +37,10 @@ def _fits(dt: DType, *vals: int) -> bool: return all(dt.min() <= v <= dt.max() f
 
 def fold_consts(a: UOp) -> UOp | None:
   """c1 op c2 -> c3, with the dtype's wrap-around and rounding."""
-  args = [s.arg for s in a.src]
-  # why: division by zero has no value to fold to; it stays for the device to do what it does
-  if a.op in (Ops.IDIV, Ops.MOD) and args[1] == 0: return None
-  # why: a shift by a negative amount or by the width of the type or more is undefined in C
-  if a.op in (Ops.SHL, Ops.SHR) and not 0 <= args[1] < 8 * a.dtype.itemsize: return None
-  return a.const_like(exec_alu(a.op, a.dtype, args))
+  # x/0, shifts by the width and the like have the meaning codegen/alu.py gives them on every device
+  return a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
+
+def fold_cast(a: UOp, c: UOp) -> UOp: return a.const_like(exec_cast(c.dtype, a.dtype, c.arg))
 
 def _adds_nothing(c: UOp) -> bool:
   # why: for floats only -0.0 is neutral, since -0.0 + 0.0 is +0.0
@@ -55,7 +53,7 @@ def _subtracts_nothing(c: UOp) -> bool:
 symbolic_simple: PatternMatcher[UOp] = PatternMatcher([
   # constant folding
   (UPat(GroupOp.ALU, name="a", src=UPat(Ops.CONST)), fold_consts),                       # c1 op c2 -> c3
-  (UPat(Ops.CAST, name="a", src=(UPat.cvar("c"),)), lambda a, c: a.const_like(c.arg)),   # cast(c) -> c'
+  (UPat(Ops.CAST, name="a", src=(UPat.cvar("c"),)), fold_cast),                          # cast(c) -> c'
   # arithmetic identities
   (UPat.var("x") + UPat.cvar("c"), lambda x, c: x if _adds_nothing(c) else None),        # x+0 -> x (floats: x+(-0.0))
   (UPat.var("x") - UPat.cvar("c"), lambda x, c: x if _subtracts_nothing(c) else None),   # x-0 -> x (floats: x-0.0)

@@ -68,10 +68,11 @@ _NV_K8 = (Fragment(((0, 1), (0, 2), *_G_ROWS), ((8, 0), (0, 4))),
           Fragment(((1, 0), (2, 0), *_G_COLS), ((4, 0),)))
 
 TC_NV_F16 = TensorCore("m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, *_NV_K16, _NV_C)
+# bf16 x bf16 -> f32 has the fragment layout of f16 (sm_80 and later)
+TC_NV_BF16 = TensorCore("m16n8k16_bf16_f32", (16, 8, 16), dtypes.bfloat16, dtypes.float32, *_NV_K16, _NV_C)
 # float32 inputs rounded to tf32 (10 mantissa bits) by the instruction: only where the TF32 knob allows it
 TC_NV_TF32 = TensorCore("m16n8k8_tf32_f32", (16, 8, 8), dtypes.float32, dtypes.float32, *_NV_K8, _NV_C)
-# m16n8k16 bf16 -> f32 has the layout of TC_NV_F16; it joins this tuple with a bfloat16 dtype
-NVIDIA_TENSOR_CORES: tuple[TensorCore, ...] = (TC_NV_F16, TC_NV_TF32)
+NVIDIA_TENSOR_CORES: tuple[TensorCore, ...] = (TC_NV_F16, TC_NV_BF16, TC_NV_TF32)
 
 class Renderer:
   device: str = ""

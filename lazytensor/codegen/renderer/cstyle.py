@@ -44,8 +44,9 @@ _OPS: dict[Ops, dict[str, str]] = {
   Ops.ADD: {"fiu": "({0}+{1})", "b": "({0}||{1})"}, Ops.SUB: {"fiu": "({0}-{1})", "b": "({0}!={1})"},
   Ops.MUL: {"fiu": "({0}*{1})", "b": "({0}&&{1})"}, Ops.FDIV: {"f": "({0}/{1})"}, Ops.IDIV: {"iu": "({0}/{1})"},
   Ops.MOD: {"f": "fmod{f}({0},{1})", "iu": "({0}%{1})"},
-  # a NaN operand makes a NaN (as LLVM's maximum and numpy's maximum do); C's fmax would return the other operand
-  Ops.MAX: {"f": "(({0}!={0}||{0}>{1})?{0}:{1})", "iub": "(({0}>{1})?{0}:{1})"},
+  # divisors are never 0 (nor -1 when signed), shift amounts lie in [0, width), float -> int casts are in range and
+  # float MAX is gone: codegen/alu.py rewrote each before rendering
+  Ops.MAX: {"iub": "(({0}>{1})?{0}:{1})"},
   Ops.CMPLT: {"fiub": "({0}<{1})"}, Ops.CMPNE: {"fiub": "({0}!={1})"},
   Ops.AND: {"iu": "({0}&{1})", "b": "({0}&&{1})"}, Ops.OR: {"iu": "({0}|{1})", "b": "({0}||{1})"},
   Ops.XOR: {"iu": "({0}^{1})", "b": "({0}!={1})"}, Ops.SHL: {"iu": "({0}<<{1})"}, Ops.SHR: {"iu": "({0}>>{1})"},

@@ -35,7 +35,7 @@ loads read through a struct pointer cast from the element pointer (g++: -fno-str
 from __future__ import annotations
 
 from lazytensor.codegen.program import launch_dims
-from lazytensor.codegen.renderer import TC_NV_F16, TC_NV_TF32, TensorCore
+from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
 from lazytensor.codegen.renderer.cstyle import CStyleRenderer
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import TF32, prod
@@ -101,9 +101,9 @@ class CUDARenderer(CStyleRenderer):
 
   @property
   def tensor_cores(self) -> tuple[TensorCore, ...]:
-    """mma.sync f16 -> f32, and tf32 for float32 matmuls when the TF32 knob allows it (read per use, so that
-    `with Context(TF32=1)` takes effect on a device that exists)."""
-    return (TC_NV_F16, TC_NV_TF32) if TF32 else (TC_NV_F16,)
+    """mma.sync f16 -> f32 and bf16 -> f32, and tf32 for float32 matmuls when the TF32 knob allows it (read per use,
+    so that `with Context(TF32=1)` takes effect on a device that exists)."""
+    return (TC_NV_F16, TC_NV_BF16, TC_NV_TF32) if TF32 else (TC_NV_F16, TC_NV_BF16)
 
   def special(self, name: str) -> str:
     if name[:4] not in _IDS or name[4:] not in ("0", "1", "2"):

@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from lazytensor.codegen.renderer import TC_NV_F16, TC_NV_TF32, Renderer, TensorCore
+from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, Renderer, TensorCore
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
 from lazytensor.uop.ops import Ops, UOp
 
@@ -121,6 +121,6 @@ class EmuRenderer(Renderer):
   @property
   def tensor_cores(self) -> tuple[TensorCore, ...]:
     """NVIDIA's mma.sync tensor cores, run by EMU with their fragment layouts."""
-    return (TC_NV_F16, TC_NV_TF32) if self.tf32 else (TC_NV_F16,)
+    return (TC_NV_F16, TC_NV_BF16, TC_NV_TF32) if self.tf32 else (TC_NV_F16, TC_NV_BF16)
 
   def render(self, name: str, uops: list[UOp]) -> str: return render_program(name, uops)

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.codegen.transcendental import pm_fast_math
-from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
 from lazytensor.helpers import FASTMATH
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 _SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",
-           "int64": "i64", "uint64": "i64", "float16": "half", "float32": "float", "float64": "double"}
+           "int64": "i64", "uint64": "i64", "float16": "half", "float32": "float", "float64": "double",
+           "bfloat16": "i16"}  # bfloat16 as its bits: codegen/alu.py leaves only loads, stores, selects and f32 casts
 _SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}  # float types in intrinsic names (ints spell themselves)
 
 def ltype(dt: DType) -> str:
@@ -41,6 +41,9 @@ def lconst(dt: DType, v: Any) -> str:
   (decimal text would have to be exact in the type, and inf/nan have no decimal form)."""
   if dt.is_bool: return "true" if v else "false"
   if dt.is_int: return str(int(v))
+  if dt.scalar() == dtypes.bfloat16:
+    bits = int(to_storage(np.array(float(v)), dtypes.bfloat16))
+    return str(bits - (1 << 16) if bits >= 1 << 15 else bits)  # an i16 literal is signed
   with np.errstate(over="ignore"): exact = float(np.array(v, dtype=dt.scalar().np))
   return f"0x{struct.unpack('<Q', struct.pack('<d', exact))[0]:016X}"
 
@@ -52,7 +55,7 @@ def lconst_vec(dt: DType, v: Any) -> str:
 
 # ---- ALU ops: per op, per kind of operand ("f" float, "i" signed, "u" unsigned, "b" bool), a builder that emits code.
 # Format keys: {0}.. operands, {t} operand type, {s} its intrinsic suffix, {c} the bool type of the same width,
-# {one} and {m1} the constants 1 and -1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
+# {one} the constant 1 of the type, {fl} fast-math flags, {nw} no-wrap flags.
 
 Builder = Callable[["_Function", dict[str, str], list[str]], str]
 
@@ -63,32 +66,6 @@ def _bin(instr: str) -> Builder: return _ins(instr + " {t} {0}, {1}")
 
 def _intr(name: str) -> Builder:
   return lambda f, env, xs: f.call(f"llvm.{name}.{env['s']}", env["t"], [(env["t"], x) for x in xs], env["fl"])
-
-def _int_idiv(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
-  # x/0 and INT_MIN/-1 trap on x86: divide by 1 instead, then fix up (x/0 -> 0 as python_alu, x/-1 -> -x wrapping).
-  # With a constant divisor (all index math) every select folds away.
-  t, c, (a, b) = env["t"], env["c"], xs
-  is0 = f.emit(f"icmp eq {t} {b}, zeroinitializer")
-  bad, is_m1 = is0, ""
-  if signed:
-    is_m1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
-    bad = f.emit(f"or {c} {is0}, {is_m1}")
-  safe = f.emit(f"select {c} {bad}, {t} {env['one']}, {t} {b}")
-  q = f.emit(f"{'sdiv' if signed else 'udiv'} {t} {a}, {safe}")
-  if signed:
-    neg = f.emit(f"sub {t} zeroinitializer, {q}")
-    q = f.emit(f"select {c} {is_m1}, {t} {neg}, {t} {q}")
-  return f.emit(f"select {c} {is0}, {t} zeroinitializer, {t} {q}")
-
-def _int_mod(f: _Function, env: dict[str, str], xs: list[str], signed: bool) -> str:
-  # x%0 -> 0 (python_alu) and INT_MIN%-1 traps: take the remainder by 1 instead, which is 0, the right answer for both
-  t, c, (a, b) = env["t"], env["c"], xs
-  bad = f.emit(f"icmp eq {t} {b}, zeroinitializer")
-  if signed:
-    is_m1 = f.emit(f"icmp eq {t} {b}, {env['m1']}")
-    bad = f.emit(f"or {c} {bad}, {is_m1}")
-  safe = f.emit(f"select {c} {bad}, {t} {env['one']}, {t} {b}")
-  return f.emit(f"{'srem' if signed else 'urem'} {t} {a}, {safe}")
 
 def _int_mulacc(f: _Function, env: dict[str, str], xs: list[str]) -> str:
   return _bin("add")(f, env, [_bin("mul")(f, env, xs[:2]), xs[2]])
@@ -102,9 +79,10 @@ _ALU: dict[Ops, dict[str, Builder]] = {
   Ops.SUB: {"f": _bin("fsub"), "iu": _bin("sub{nw}"), "b": _bin("xor")},
   Ops.MUL: {"f": _bin("fmul{fl}"), "iu": _bin("mul{nw}"), "b": _bin("and")},
   Ops.FDIV: {"f": _bin("fdiv")},
-  Ops.IDIV: {"i": partial(_int_idiv, signed=True), "u": partial(_int_idiv, signed=False)},
-  Ops.MOD: {"f": _bin("frem"), "i": partial(_int_mod, signed=True), "u": partial(_int_mod, signed=False)},
-  Ops.MAX: {"f": _intr("maximum"), "i": _intr("smax"), "u": _intr("umax"), "b": _bin("or")},
+  # divisors are never 0 (nor -1 when signed) and shift amounts lie in [0, width): codegen/alu.py made sure
+  Ops.IDIV: {"i": _bin("sdiv"), "u": _bin("udiv")},
+  Ops.MOD: {"f": _bin("frem"), "i": _bin("srem"), "u": _bin("urem")},
+  Ops.MAX: {"i": _intr("smax"), "u": _intr("umax"), "b": _bin("or")},
   Ops.CMPLT: {"f": _bin("fcmp olt"), "i": _bin("icmp slt"), "ub": _bin("icmp ult")},
   Ops.CMPNE: {"f": _bin("fcmp une"), "iub": _bin("icmp ne")},
   Ops.AND: {"iub": _bin("and")}, Ops.OR: {"iub": _bin("or")}, Ops.XOR: {"iub": _bin("xor")},
@@ -115,16 +93,6 @@ _ALU: dict[Ops, dict[str, Builder]] = {
 _ALU_BY_KIND = {(op, k): fn for op, per in _ALU.items() for kinds, fn in per.items() for k in kinds}
 
 # ---- casts ----
-
-def _float_to_int(f: _Function, fr: DType, to: DType, x: str) -> str:
-  # saturating conversions give every input (NaN, inf, out of range) a defined result. Narrow targets convert to a wider
-  # signed int first and wrap, as numpy's C casts do for values that fit the wider int (300.0 -> uint8 44, -1.0 -> 255)
-  s = to.scalar()
-  wide = s if s.itemsize == 8 or s == dtypes.int32 else dtypes.int64 if s.itemsize == 4 else dtypes.int32
-  wide = wide.vec(to.count)
-  conv = "fptoui" if wide.is_unsigned else "fptosi"
-  v = f.call(f"llvm.{conv}.sat.{suffix(wide)}.{suffix(fr)}", ltype(wide), [(ltype(fr), x)])
-  return v if wide == to else f.emit(f"trunc {ltype(wide)} {v} to {ltype(to)}")
 
 def _double_to_half(f: _Function, fr: DType, to: DType, x: str) -> str:
   # x86 has no double->half instruction and LLVM calls __truncdfhf2, which the process may not have (it lives in newer
@@ -141,12 +109,35 @@ def _double_to_half(f: _Function, fr: DType, to: DType, x: str) -> str:
   odd = f.emit(f"bitcast {it} {f.emit(f'or {it} {toward_zero}, {inexact}')} to {fl}")
   return f.emit(f"fptrunc {fl} {odd} to {ltype(to)}")
 
+def _bf16_to_float(f: _Function, fr: DType, to: DType, x: str) -> str:
+  # exact: a bfloat16 is the top half of the float32 of the same value
+  assert to.scalar() == dtypes.float32, f"bfloat16 -> {to} must go through float32 (codegen/alu.py)"
+  it = ltype(dtypes.uint32.vec(fr.count))
+  wide = f.emit(f"shl {it} {f.emit(f'zext {ltype(fr)} {x} to {it}')}, {lconst_vec(dtypes.uint32.vec(fr.count), 16)}")
+  return f.emit(f"bitcast {it} {wide} to {ltype(to)}")
+
+def _float_to_bf16(f: _Function, fr: DType, to: DType, x: str) -> str:
+  # round to nearest even on the 16 bits dropped (as __float2bfloat16); a NaN keeps its top bits, made quiet
+  assert fr.scalar() == dtypes.float32, f"{fr} -> bfloat16 must go through float32 (codegen/alu.py)"
+  u32 = dtypes.uint32.vec(fr.count)
+  it, ct = ltype(u32), ltype(dtypes.bool.vec(fr.count))
+  def k(v: int) -> str: return lconst_vec(u32, v)
+  bits = f.emit(f"bitcast {ltype(fr)} {x} to {it}")
+  top = f.emit(f"lshr {it} {bits}, {k(16)}")
+  biased = f.emit(f"add {it} {f.emit(f'add {it} {bits}, {k(0x7FFF)}')}, {f.emit(f'and {it} {top}, {k(1)}')}")
+  rounded = f.emit(f"lshr {it} {biased}, {k(16)}")
+  quiet = f.emit(f"or {it} {top}, {k(0x40)}")
+  nan = f.emit(f"fcmp uno {ltype(fr)} {x}, {x}")
+  return f.emit(f"trunc {it} {f.emit(f'select {ct} {nan}, {it} {quiet}, {it} {rounded}')} to {ltype(to)}")
+
 def _cast(f: _Function, fr: DType, to: DType, x: str) -> str:
   ft, tt = ltype(fr), ltype(to)
+  if fr.scalar() == dtypes.bfloat16: return _bf16_to_float(f, fr, to, x)
+  if to.scalar() == dtypes.bfloat16: return _float_to_bf16(f, fr, to, x)
   if to.is_bool: return f.emit(f"{'fcmp une' if fr.is_float else 'icmp ne'} {ft} {x}, zeroinitializer")
   if fr.scalar() == dtypes.float64 and to.scalar() == dtypes.float16: return _double_to_half(f, fr, to, x)
   if fr.is_float and to.is_float: op = "fpext" if to.itemsize > fr.itemsize else "fptrunc"
-  elif fr.is_float: return _float_to_int(f, fr, to, x)
+  elif fr.is_float: op = "fptoui" if to.is_unsigned else "fptosi"  # in range: codegen/alu.py clamped it
   elif to.is_float: op = "sitofp" if fr.kind == "i" else "uitofp"
   elif to.itemsize == fr.itemsize and not fr.is_bool: return x  # int32 <-> uint32: the same bits
   else: op = "trunc" if to.itemsize < fr.itemsize else ("sext" if fr.kind == "i" else "zext")
@@ -305,8 +296,7 @@ def _alu(f: _Function, u: UOp) -> str:
   if (fn := _ALU_BY_KIND.get((u.op, dt.kind))) is None:
     raise NotImplementedError(f"LLVM renderer: {u.op} on {dt} is not supported")
   env = {"t": ltype(dt), "s": suffix(dt), "c": ltype(dtypes.bool.vec(dt.count)), "one": lconst_vec(dt, 1),
-         "m1": lconst_vec(dt, -1), "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "",
-         "nw": " nsw" if u in f.nsw else ""}
+         "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "", "nw": " nsw" if u in f.nsw else ""}
   return fn(f, env, [f.r[s] for s in u.src])
 
 def _unsupported(f: _Function, u: UOp) -> None: raise NotImplementedError(f"LLVM renderer: {u.op} has no CPU lowering")
