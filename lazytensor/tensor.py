@@ -132,7 +132,9 @@ def _host_values(ld: UOp) -> np.ndarray | None:
     flat, st = whole.reshape(-1), ShapeTracker.from_shape(whole.shape)
   elif ld.op is Ops.VIEW and ld.src[0].op in (Ops.BUFFER, Ops.CONST):
     base = ld.src[0]
-    flat = buffer_map[base].numpy() if base.op is Ops.BUFFER else np.array([base.arg], dtype=ld.dtype.np)
+    # from_storage: a bfloat16 buffer holds bits, shown as the float32 values they are
+    flat = from_storage(buffer_map[base].numpy(), ld.dtype) if base.op is Ops.BUFFER else \
+      np.array([base.arg], dtype=np.float32 if ld.dtype == dtypes.bfloat16 else ld.dtype.np)
     st = ld.arg
   else: return None
   for m in reversed(moves): st = MOVES[m.op](st, m.arg)
@@ -140,10 +142,11 @@ def _host_values(ld: UOp) -> np.ndarray | None:
 
 def _gathered(m: UOp) -> np.ndarray | None:
   """A sharded tensor's values: its pieces put together along the sharded axis (one piece when replicated)."""
-  pieces = [_host_values(p) for p in m.src]
+  pieces = [v for v in (_host_values(p) for p in m.src) if v is not None]
   axis, bounds = m.arg
-  if axis is None or any(p is None for p in pieces): return pieces[0]
-  out = np.empty(m.shape, dtype=m.dtype.np)
+  if len(pieces) < len(m.src): return None  # a piece is lazy
+  if axis is None: return pieces[0]
+  out = np.empty(m.shape, dtype=pieces[0].dtype)
   for p, (lo, hi) in zip(pieces, bounds): out[(slice(None),) * axis + (slice(lo, hi),)] = p
   return out
 

@@ -408,6 +408,8 @@ def test_repr_shows_values_without_computing() -> None:
   w = Tensor([1.0], requires_grad=True)
   assert repr(w) == f"Tensor([1.], dtype=float32, device='{w.device}', requires_grad=True)"
   assert repr(Tensor(np.array(3, np.uint8))) == f"Tensor(3, dtype=uint8, device='{w.device}')"
+  # bfloat16 buffers hold bits: the values print
+  assert repr(Tensor([1.5, -2.0], dtype="bfloat16")) == f"Tensor([ 1.5, -2. ], dtype=bfloat16, device='{w.device}')"
 
 def test_repr_of_views_and_large_tensors_reads_the_buffer() -> None:
   x = Tensor(np.arange(12).reshape(3, 4)).realize()
