@@ -18,7 +18,7 @@ import numpy as np
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_type_scalar, to_dtype, to_storage
 from lazytensor.engine.realize import paused_capture, run_schedule
-from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
+from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import prod
@@ -129,6 +129,36 @@ def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]
   for t in tensors:
     found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
     out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
+  return out
+
+def _host_values(ld: UOp) -> np.ndarray | None:
+  """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
+  None for a lazy one."""
+  moves = []
+  while ld.op in MOVES:
+    moves.append(ld)
+    ld = ld.src[0]
+  if ld.op is Ops.MULTI:
+    if (whole := _gathered(ld)) is None: return None
+    flat, st = whole.reshape(-1), ShapeTracker.from_shape(whole.shape)
+  elif ld.op is Ops.VIEW and ld.src[0].op in (Ops.BUFFER, Ops.CONST):
+    base = ld.src[0]
+    # from_storage: a bfloat16 buffer holds bits, shown as the float32 values they are
+    flat = from_storage(buffer_map[base].numpy(), ld.dtype) if base.op is Ops.BUFFER else \
+      np.array([base.arg], dtype=np.float32 if ld.dtype == dtypes.bfloat16 else ld.dtype.np)
+    st = ld.arg
+  else: return None
+  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
+  return st.gather(flat)
+
+def _gathered(m: UOp) -> np.ndarray | None:
+  """A sharded tensor's values: its pieces put together along the sharded axis (one piece when replicated)."""
+  pieces = [v for v in (_host_values(p) for p in m.src) if v is not None]
+  axis, bounds = m.arg
+  if len(pieces) < len(m.src): return None  # a piece is lazy
+  if axis is None: return pieces[0]
+  out = np.empty(m.shape, dtype=pieces[0].dtype)
+  for p, (lo, hi) in zip(pieces, bounds): out[(slice(None),) * axis + (slice(lo, hi),)] = p
   return out
 
 def _sum_uops(xs: list[UOp]) -> UOp | None:
@@ -298,18 +328,22 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return (self[i] for i in range(self.shape[0]))
 
   def __repr__(self) -> str:
-    """Shape, dtype, device and state, without computing anything: realized (in a buffer), const (a broadcast
-    constant, which needs no buffer) or unrealized (a graph not computed yet).
+    """The values with dtype and device, as numpy and torch print them (summarized when large), when they are known
+    without computing anything: a realized tensor (one in a buffer, or a view of one) or a constant. A lazy tensor (a
+    graph not computed yet) says so and stays lazy: `.realize()` computes it, `.numpy()` returns its values.
 
-    >>> Tensor([[1.0, 2.0]])
-    <Tensor (1, 2) float32 on ..., realized>
-    >>> Tensor.zeros(3) + 1, Tensor.ones(2, dtype='int32')
-    (<Tensor (3,) float32 on ..., unrealized>, <Tensor (2,) int32 on ..., const>)
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]])
+    Tensor([[1., 2.],
+            [3., 4.]], dtype=float32, device='...')
+    >>> Tensor([1, 2]) + 1
+    <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
-    base = self.lazydata.src[0].op if self.lazydata.op is Ops.VIEW else self.lazydata.op
-    state = "realized" if self._is_buffer_view() else {Ops.CONST: "const"}.get(base, "unrealized")
     grad = ", requires_grad=True" if self._requires_grad else ""
-    return f"<Tensor {self.shape} {self.dtype.name} on {self.device}, {state}{grad}>"
+    if (values := _host_values(self.lazydata)) is None:
+      return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
+              f"it, .numpy() returns its values{grad}>")
+    return f"Tensor({np.array2string(values, separator=', ', prefix='Tensor(')}, dtype={self.dtype.name}, " \
+           f"device={self.device!r}{grad})"
 
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:

@@ -143,12 +143,6 @@ def test_thread_really_runs_on_several_threads() -> None:
   np.testing.assert_allclose(item.bufs[0].numpy(), ref, rtol=1e-6)
   assert any(t.name.startswith("lazytensor-cpu") and t.is_alive() for t in threading.enumerate())
 
-def test_debug3_prints_colored_axes(capsys) -> None:
-  a = _t(32, 64)
-  with Context(DEBUG=3): (a.sum(1) * 2).realize()
-  out = capsys.readouterr().out
-  assert "\x1b[31m" in out and "UNROLL" in out  # reduce axes print red, the opts are listed
-
 def test_tensor_core_on_emu_matches_and_excludes_other_opts() -> None:
   item = _last_item("matmul_half", "EMU")
   ref = _run(item, "EMU", [])
