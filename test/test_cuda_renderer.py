@@ -140,6 +140,16 @@ def test_matmul_with_locals_and_upcasts_uses_vector_loads() -> None:
   assert "*((const float32x4*)(data2+" in src and "*((float32x4*)(data0+" in src  # B rows and C rows as float4
 
 @needs_nvcc
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, dtypes.float32], ids=str)
+def test_elementwise_vectors_are_16_bytes(dt: DType) -> None:
+  # the heuristics' vectors hold 16 bytes of the widest type: 8 halves, 4 floats (a float32 store after a half load: 4)
+  [(k, src)] = check(lambda m: m(64, 64, dtype=dt) * 2 + 1, tol=1e-2)
+  n = 16 // dt.itemsize
+  assert f"*((const {dt.name}x{n}*)(data1+" in src and f"*(({dt.name}x{n}*)(data0+" in src
+  [(k, src)] = check(lambda m: m(64, 64, dtype=dt).cast(dtypes.float32) * 2, tol=1e-2)
+  assert f"*((const {dt.name}x4*)(data1+" in src and "*((float32x4*)(data0+" in src
+
+@needs_nvcc
 def test_half_matmul_on_tensor_cores() -> None:
   # a tensor core multiplies exactly where the CPU rounds each product to half first
   [(k, src)] = check(lambda m: m(64, 32, dtype=dtypes.float16) @ m(32, 48, dtype=dtypes.float16), tol=5e-2)

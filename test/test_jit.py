@@ -112,3 +112,11 @@ def test_a_value_made_before_the_capture_is_computed_once_outside_it() -> None:
   losses = [step(Tensor([1.0, 1.0])).item() for _ in range(3)]
   assert before.tolist() == [5.0, 15.0]  # w after the first step, never recomputed by replays
   assert losses == [2.0, 1.0, 0.0]  # each loss is of the weights its step started from
+
+def test_values_built_on_an_output_after_a_replay_are_new() -> None:
+  # a replay writes new values into the output's memory: what was computed from the old ones must not be reused
+  step = TinyJit(lambda x: (x * 2).realize())
+  for i in range(4):
+    out = step(Tensor([float(i)]).realize())
+    assert out.tolist() == [2.0 * i] and (out + 1).tolist() == [2.0 * i + 1]
+    assert out.to("CPU:1").tolist() == [2.0 * i]

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from lazytensor.device import Buffer, buffer_map
+from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.engine import realize
+from lazytensor.graph import multi_leaves
 from lazytensor.helpers import DEBUG, JIT
 from lazytensor.tensor import Tensor, capturing_program
-from lazytensor.uop.ops import DeviceLike, Ops
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 R = TypeVar("R")
 
@@ -54,7 +55,7 @@ class TinyJit(Generic[R]):
     self.calls = 0
     self.items: list[realize.ExecItem] = []
     self.signature: list[InputSignature] = []
-    self.input_buffers: list[Buffer] = []
+    self.input_buffers: list[Buffer] = []  # every input's buffers in order (a buffer per device when spread)
     self.ret: R | None = None
 
   def reset(self) -> None:
@@ -84,7 +85,7 @@ class TinyJit(Generic[R]):
       return ret
     self.items, self.ret, self.calls = items, ret, 2
     self.signature = [_signature(t) for t in inputs]
-    self.input_buffers = [_buffer_of(t) for t in inputs]
+    self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
     if DEBUG >= 1: print(f"TinyJit: captured {len(items)} items")
     return ret
 
@@ -92,19 +93,30 @@ class TinyJit(Generic[R]):
     sig = [_signature(t) for t in inputs]
     if sig != self.signature:
       raise JitError(_mismatch(self.signature, sig))
-    swap = {id(old): _buffer_of(t) for old, t in zip(self.input_buffers, inputs)}
+    swap = {id(old): new for old, new in zip(self.input_buffers, (b for t in inputs for b in _buffers_of(t)))}
     for item in self.items: item.run(tuple(swap.get(id(b), b) for b in item.bufs))
     assert self.ret is not None
+    for t in _outputs(self.ret): t.lazydata = _renamed_buffers(t.lazydata)
     return self.ret
 
-def _signature(t: Tensor) -> InputSignature:
-  ld = t.lazydata
-  return InputSignature(t.shape, t.dtype, t.device, ld.arg if ld.op is Ops.VIEW else None)
+def _renamed_buffers(ld: UOp) -> UOp:
+  """The same views of the same memory through new BUFFER nodes (as after an assign): a graph built on an output
+  after a replay is new, so a result remembered from before (schedule.realized_map) is not taken for the new one."""
+  if ld.op is Ops.BUFFER: return new_buffer_uop(ld.arg[0], ld.arg[1], ld.dtype, buffer_map[ld])
+  return ld.replace(src=tuple(_renamed_buffers(s) for s in ld.src)) if ld.src else ld
 
-def _buffer_of(t: Tensor) -> Buffer:
-  ld = t.lazydata
-  assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, "a realized input is a view of a buffer"
-  return buffer_map[ld.src[0]]
+def _layout(ld: UOp) -> Any:
+  """How a realized tensor reads its buffers: the view, or for one spread over devices the slices and each view."""
+  if ld.op is Ops.MULTI: return (ld.arg, tuple(_layout(p) for p in ld.src))
+  return ld.arg if ld.op is Ops.VIEW else None
+
+def _signature(t: Tensor) -> InputSignature:
+  return InputSignature(t.shape, t.dtype, t.device, _layout(t.lazydata))
+
+def _buffers_of(t: Tensor) -> list[Buffer]:
+  leaves = multi_leaves(t.lazydata)
+  assert all(v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for v in leaves), "a realized input is a view of a buffer"
+  return [buffer_map[v.src[0]] for v in leaves]
 
 def _mismatch(expected: list[InputSignature], got: list[InputSignature]) -> str:
   if len(expected) != len(got):

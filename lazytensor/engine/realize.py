@@ -21,6 +21,7 @@ from lazytensor.helpers import (
   ansilen,
   diskcache_get,
   diskcache_put,
+  knob_values,
   to_function_name,
 )
 from lazytensor.uop.ops import Ops, UOp
@@ -91,19 +92,27 @@ def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, by
 
 _runners: dict[tuple[str, str], CompiledRunner] = {}
 
+# the runner of each (device, AST node, value of every knob): an eager step looks up each of its kernels at every call,
+# and this finds them without hashing the AST and the knobs into a program_key (a superset of that key's inputs)
+_runner_memo: dict[tuple[Any, ...], CompiledRunner] = {}
+
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
   that choose its opts and every knob that changes its code)."""
+  memo_key = (device_name, ast, knob_values())
+  if (hit := _runner_memo.get(memo_key)) is not None: return hit
   dev = Device[device_name]
   key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
   if (hit := _runners.get(key)) is None:
     hit = _runners[key] = compile_kernel(ast, dev)
+  _runner_memo[memo_key] = hit
   return hit
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   if dst.allocator.transfer(dst.handle, src.handle, dst.nbytes, src.allocator): return
-  arr = src.numpy()
-  dst.copyin(arr.data.cast("B"))
+  # host memory (CPU devices) is read where it lies: one copy instead of two, and no temporary array
+  arr = src.host_view()
+  dst.copyin((arr if arr is not None else src.numpy()).data.cast("B"))
 
 @dataclass(frozen=True)
 class ExecItem:

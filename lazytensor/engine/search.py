@@ -115,7 +115,8 @@ beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "du
 
 # ---- the action list ----
 
-UPCAST_AMTS = (0, 2, 3, 4, 7, 8, 16, 32)
+# 6: rows of an AVX2 register tile (6 x 2 <8 x float> fill 12 of 16 registers); 7: a conv's 56-wide rows
+UPCAST_AMTS = (0, 2, 3, 4, 6, 7, 8, 16, 32)
 UNROLL_AMTS = (0, 2, 3, 4, 8, 16)
 LOCAL_AMTS = (2, 4, 8, 16, 32)
 GROUP_AMTS = (0, 4, 8, 16)

@@ -44,7 +44,9 @@ class RaceError(EmuError):
 class EmuAllocator(Allocator):
   """Host memory as numpy uint8 arrays; kernels see typed views of them. Fresh memory is 0xff bytes (NaN in floats, -1
   in ints), so that a kernel reading what nobody wrote shows it."""
+  reuse_freed = False  # every buffer starts as poison, never as another buffer's old values
   def alloc(self, nbytes: int) -> np.ndarray: return np.full(nbytes, 0xFF, np.uint8)
+  def host_array(self, handle: np.ndarray) -> np.ndarray: return handle
   def copyin(self, handle: np.ndarray, src: memoryview) -> None: handle[:] = np.frombuffer(src, np.uint8)
   def copyout(self, dest: memoryview, handle: np.ndarray) -> None: np.frombuffer(dest, np.uint8)[:] = handle
 

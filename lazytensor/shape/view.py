@@ -279,7 +279,11 @@ class ShapeTracker:
   """A stack of views, applied outermost-last: views[-1] has the tensor's shape, views[0] indexes the buffer."""
   views: tuple[View, ...]
 
-  def __post_init__(self) -> None: assert self.views, "a ShapeTracker needs at least one view"
+  def __post_init__(self) -> None:
+    assert self.views, "a ShapeTracker needs at least one view"
+    # the arg of every VIEW node: hashed once, not at each lookup in the intern table
+    object.__setattr__(self, "_hash", hash(self.views))
+  def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   @staticmethod
   def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return _from_shape(tuple(shape))

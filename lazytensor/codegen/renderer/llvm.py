@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from lazytensor.codegen.renderer import Renderer
+from lazytensor.codegen.renderer.cpu_target import CPUTarget, cpu_target
 from lazytensor.codegen.transcendental import pm_fast_math
 from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
-from lazytensor.helpers import FASTMATH
+from lazytensor.helpers import CPU_TARGET, FASTMATH
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 _SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",
@@ -316,17 +317,23 @@ class LLVMRenderer(Renderer):
   has_threads = True
   has_local = False
   has_shared = False
-  vector_widths = (4, 8, 16)
   masked_vector_loads = True
-  matmul_panel = 32  # the heuristics' register tile is 32 columns wide
 
-  def __init__(self, target_cpu: str = "", target_features: str = "") -> None:
-    # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
-    self.target_cpu, self.target_features = target_cpu, target_features
-    self._cache_key = f"LLVMRenderer {target_cpu} {target_features}"
+  def __init__(self, target: CPUTarget | None = None) -> None:
+    # None follows CPU_TARGET at each use, so that `with Context(CPU_TARGET=...)` takes effect on an open device
+    self._target = target
 
   @property
-  def cache_key(self) -> str: return self._cache_key
+  def target(self) -> CPUTarget:  # type: ignore[override]
+    return self._target or cpu_target(str(CPU_TARGET.value))
+
+  @property
+  def vector_widths(self) -> tuple[int, ...]:  # type: ignore[override]
+    # vectors of up to one register: a wider one is split by LLVM anyway, into registers the heuristics did not count
+    return tuple(w for w in (4, 8, 16) if w <= max(4, self.target.vector_floats))
+
+  @property
+  def cache_key(self) -> str: return f"LLVMRenderer {self.target.key}"
 
   @property
   def extra_matcher(self) -> PatternMatcher[UOp] | None:  # type: ignore[override]
@@ -345,7 +352,10 @@ class LLVMRenderer(Renderer):
                       f"attributes #0 = {{ {self._attributes()} }}", ""])
 
   def _attributes(self) -> str:
-    attrs = ["nounwind", '"prefer-vector-width"="512"', '"min-legal-vector-width"="512"']
-    if self.target_cpu: attrs.append(f'"target-cpu"="{self.target_cpu}"')
-    if self.target_features: attrs.append(f'"target-features"="{self.target_features}"')
+    # the target's cpu, features and vector width go into the function attributes, so that they hold whoever
+    # compiles the text (LLVM's own default for x86 is 256-bit vectors even where 512 are legal)
+    t = self.target
+    attrs = ["nounwind", f'"prefer-vector-width"="{t.vector_bits}"', f'"min-legal-vector-width"="{t.vector_bits}"',
+             f'"target-cpu"="{t.cpu}"']
+    if t.features: attrs.append(f'"target-features"="{t.features}"')
     return " ".join(attrs)
