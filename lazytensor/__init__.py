@@ -1,4 +1,5 @@
 """lazytensor: a small lazy tensor framework whose kernels are generated, optimized and compiled on the fly."""
+from lazytensor import nn
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
@@ -8,4 +9,4 @@ from lazytensor.tensor_multi import DeviceMesh
 from lazytensor.version import __version__
 
 __all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit",
-           "__version__"]
+           "nn", "__version__"]

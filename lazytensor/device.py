@@ -160,10 +160,13 @@ KNOWN_DEVICES = ("CPU", "CUDA", "CUDACPU", "EMU")
 Device = _DeviceRegistry()
 
 class Buffer:
-  """`size` elements of `dtype` on `device`; memory is allocated on first use and freed with the object."""
+  """`size` elements of `dtype` on `device`; memory is allocated on first use and freed with the object. `serial`
+  numbers buffers in the order they were made (TinyJit tells the buffers a capture made from older ones by it)."""
+  serials = itertools.count()
   def __init__(self, device: str, size: int, dtype: DType) -> None:
     self.device, self.size, self.dtype = device, size, dtype
     self._handle: Any = None
+    self.serial = next(Buffer.serials)
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize

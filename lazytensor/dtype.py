@@ -1,6 +1,7 @@
 """DType, the dtypes namespace, torch-style type promotion and numpy conversion."""
 from __future__ import annotations
 
+import builtins
 import math
 import struct
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ class dtypes:
   # aliases, as torch names them
   half, float, double, bf16 = float16, float32, float64, bfloat16
   char, short, int, long = int8, int16, int32, int64
+  uchar, ushort, uint, ulong = uint8, uint16, uint32, uint64
   default_float: DType = float32
   default_int: DType = int64
   # index arithmetic inside kernels while they are lowered: as wide as int64, so that bounds and folding never wrap.
@@ -95,6 +97,17 @@ class dtypes:
 
   @staticmethod
   def all() -> list[DType]: return [v for v in ALL_DTYPES.values()]
+  # tinygrad's spellings of DType's own queries: dtypes.max(dt), dtypes.is_float(dt), ...
+  @staticmethod
+  def min(dt: DType) -> builtins.int | builtins.float: return dt.min()
+  @staticmethod
+  def max(dt: DType) -> builtins.int | builtins.float: return dt.max()
+  @staticmethod
+  def is_float(dt: DType) -> builtins.bool: return dt.is_float
+  @staticmethod
+  def is_int(dt: DType) -> builtins.bool: return dt.is_int
+  @staticmethod
+  def is_unsigned(dt: DType) -> builtins.bool: return dt.is_unsigned
 
   @staticmethod
   def from_np(npdt: Any) -> DType:
@@ -115,6 +128,9 @@ ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (
   dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64,
   dtypes.bfloat16)}
 
+class UnknownDTypeError(TypeError, AttributeError):
+  """A dtype name that names none: a TypeError, and the AttributeError that tinygrad's getattr(dtypes, name) raises."""
+
 def to_dtype(x: DType | str | Any) -> DType:
   """Accept a DType, its name ('float32'), or a numpy dtype/type; anything else is a TypeError."""
   if isinstance(x, DType): return x
@@ -122,7 +138,7 @@ def to_dtype(x: DType | str | Any) -> DType:
     if x in ALL_DTYPES: return ALL_DTYPES[x]
     alias = getattr(dtypes, x, None)
     if isinstance(alias, DType): return alias
-    raise TypeError(f"unknown dtype {x!r}; expected one of {', '.join(ALL_DTYPES)}")
+    raise UnknownDTypeError(f"unknown dtype {x!r}; expected one of {', '.join(ALL_DTYPES)}")
   try: return dtypes.from_np(x)
   except TypeError: raise
   except Exception:

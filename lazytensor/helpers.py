@@ -76,7 +76,8 @@ def _default_cache_dir() -> str:
   return os.path.join(base, "lazytensor")
 
 DEBUG = ContextVar("DEBUG", 0,
-                   "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
+                   "1 schedule summary; 2 one line per kernel; 3 opts and axis kinds; 4 source (lowered again, past "
+                   "the program cache); 5 AST; 6 linear program; 7 asm")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
 DEV = ContextVar("DEV", "", "default device: CPU, CUDA, CUDACPU or EMU (empty picks CPU)")
@@ -109,6 +110,8 @@ BUFFER_CACHE = ContextVar("BUFFER_CACHE", 1 << 30, "bytes of freed memory a devi
                           "the same size (no page faults on fresh memory at every eager step); 0 frees at once")
 TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
                   "torch's allow_tf32); off by default", code=True)
+NO_COLOR = ContextVar("NO_COLOR", "", "any value turns off ANSI colors (no-color.org); they are also off when standard "
+                     "output is not a terminal")
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 
@@ -132,7 +135,29 @@ class GlobalCounters:
     GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
     GlobalCounters.time_sum_s = 0.0
 
+# ---- errors: a bad argument is a ValueError (TypeError for a bad dtype), and also the RuntimeError that torch and
+# tinygrad raise for it, so that code written against either catches it (as numpy's AxisError is both a ValueError
+# and an IndexError) ----
+
+class ArgumentError(ValueError, RuntimeError):
+  """A bad argument value where torch raises RuntimeError (a repeated axis, an unknown mode, sizes that disagree)."""
+
+class DTypeError(TypeError, RuntimeError):
+  """An op given a dtype it does not take where torch raises RuntimeError (a bitwise op on floats)."""
+
+class NotSupportedError(ValueError, NotImplementedError):
+  """An argument this op does not implement where torch raises NotImplementedError (an unknown pad mode)."""
+
+class IndexTypeError(TypeError, IndexError):
+  """An index of a type that cannot index (a float tensor), which torch reports as an IndexError."""
+
 # ---- small utilities ----
+
+def dim_alias(name: str, axis: Any, dim: Any, default: Any) -> Any:
+  """The axis a method was given as numpy's axis= or torch's dim= (one of them, not both)."""
+  if dim is None: return axis
+  if axis != default: raise TypeError(f"{name}: got both axis={axis!r} and dim={dim!r}; give one of them")
+  return dim
 
 def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(lambda a, b: a * b, xs, start)
 def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs)
@@ -147,8 +172,12 @@ def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
 
 _COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
 
+def use_color() -> bool:
+  """Whether output may carry ANSI colors: on a terminal, unless NO_COLOR is set (logs and pipes get plain text)."""
+  return not NO_COLOR.value and sys.stdout.isatty()
+
 def colored(s: str, color: str | None, bright: bool = False) -> str:
-  if color is None: return s
+  if color is None or not use_color(): return s
   return f"\u001b[{_COLORS[color] + (60 if bright else 0)}m{s}\u001b[0m"
 
 def ansistrip(s: str) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_type_scalar, to_dtype, to_storage
 from lazytensor.engine.realize import paused_capture, run_schedule
-from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
+from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import prod
@@ -131,6 +131,36 @@ def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]
     out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
   return out
 
+def _host_values(ld: UOp) -> np.ndarray | None:
+  """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
+  None for a lazy one."""
+  moves = []
+  while ld.op in MOVES:
+    moves.append(ld)
+    ld = ld.src[0]
+  if ld.op is Ops.MULTI:
+    if (whole := _gathered(ld)) is None: return None
+    flat, st = whole.reshape(-1), ShapeTracker.from_shape(whole.shape)
+  elif ld.op is Ops.VIEW and ld.src[0].op in (Ops.BUFFER, Ops.CONST):
+    base = ld.src[0]
+    # from_storage: a bfloat16 buffer holds bits, shown as the float32 values they are
+    flat = from_storage(buffer_map[base].numpy(), ld.dtype) if base.op is Ops.BUFFER else \
+      np.array([base.arg], dtype=np.float32 if ld.dtype == dtypes.bfloat16 else ld.dtype.np)
+    st = ld.arg
+  else: return None
+  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
+  return st.gather(flat)
+
+def _gathered(m: UOp) -> np.ndarray | None:
+  """A sharded tensor's values: its pieces put together along the sharded axis (one piece when replicated)."""
+  pieces = [v for v in (_host_values(p) for p in m.src) if v is not None]
+  axis, bounds = m.arg
+  if len(pieces) < len(m.src): return None  # a piece is lazy
+  if axis is None: return pieces[0]
+  out = np.empty(m.shape, dtype=pieces[0].dtype)
+  for p, (lo, hi) in zip(pieces, bounds): out[(slice(None),) * axis + (slice(lo, hi),)] = p
+  return out
+
 def _sum_uops(xs: list[UOp]) -> UOp | None:
   return functools.reduce(lambda a, b: a + b, xs) if xs else None
 
@@ -190,6 +220,10 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     dt = to_dtype(dtype) if dtype is not None else None
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     if isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(t, Tensor) for t in data):
+      stacked = Tensor.stack(*data)  # a list of tensors stacks (lazily), as in torch.tensor and tinygrad
+      stacked = stacked if dt is None else stacked.cast(dt)
+      self.lazydata = (stacked if device is None else stacked.to(dev)).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
       dt = dt or dtypes.from_py(data)
       self.lazydata = const_uop(data, dt, dev, ())
@@ -294,23 +328,46 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return (self[i] for i in range(self.shape[0]))
 
   def __repr__(self) -> str:
-    """Shape, dtype, device and state, without computing anything: realized (in a buffer), const (a broadcast
-    constant, which needs no buffer) or unrealized (a graph not computed yet).
+    """The values with dtype and device, as numpy and torch print them (summarized when large), when they are known
+    without computing anything: a realized tensor (one in a buffer, or a view of one) or a constant. A lazy tensor (a
+    graph not computed yet) says so and stays lazy: `.realize()` computes it, `.numpy()` returns its values.
 
-    >>> Tensor([[1.0, 2.0]])
-    <Tensor (1, 2) float32 on ..., realized>
-    >>> Tensor.zeros(3) + 1, Tensor.ones(2, dtype='int32')
-    (<Tensor (3,) float32 on ..., unrealized>, <Tensor (2,) int32 on ..., const>)
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]])
+    Tensor([[1., 2.],
+            [3., 4.]], dtype=float32, device='...')
+    >>> Tensor([1, 2]) + 1
+    <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
-    base = self.lazydata.src[0].op if self.lazydata.op is Ops.VIEW else self.lazydata.op
-    state = "realized" if self._is_buffer_view() else {Ops.CONST: "const"}.get(base, "unrealized")
     grad = ", requires_grad=True" if self._requires_grad else ""
-    return f"<Tensor {self.shape} {self.dtype.name} on {self.device}, {state}{grad}>"
+    if (values := _host_values(self.lazydata)) is None:
+      return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
+              f"it, .numpy() returns its values{grad}>")
+    return f"Tensor({np.array2string(values, separator=', ', prefix='Tensor(')}, dtype={self.dtype.name}, " \
+           f"device={self.device!r}{grad})"
 
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1: raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
     return bool(self.item())
+
+  def __float__(self) -> float:
+    """float(t) of a one-element tensor (it reads the tensor now).
+
+    >>> float(Tensor([[2.5]])), int(Tensor(3.9)), [10, 20, 30][Tensor(1)]
+    (2.5, 3, 20)
+    """
+    if self.numel() != 1: raise ValueError(f"float() needs a tensor of one element, got shape {self.shape}")
+    return float(self.item())
+
+  def __int__(self) -> int:
+    if self.numel() != 1: raise ValueError(f"int() needs a tensor of one element, got shape {self.shape}")
+    return int(self.item())
+
+  def __index__(self) -> int:
+    # as torch: only an integer (or bool) tensor of one element stands for a Python index
+    if self.dtype.is_float or self.numel() != 1:
+      raise TypeError(f"only an integer tensor of one element can be an index, got {self.dtype} of shape {self.shape}")
+    return int(self.item())
 
   # ---- realization ----
 
@@ -470,6 +527,48 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     self.lazydata = _assign_uop(target, value.lazydata)
     return self
 
+  # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
+
+  def add_(self, x: Any) -> Tensor:
+    """self += x in place (an assign); sub_, mul_ and div_ likewise.
+
+    >>> t = Tensor([1.0, 2.0]).realize()
+    >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
+    [2.5, 4.0]
+    """
+    return self.assign(self + x)
+
+  def sub_(self, x: Any) -> Tensor: return self.assign(self - x)
+  def mul_(self, x: Any) -> Tensor: return self.assign(self * x)
+  def div_(self, x: Any) -> Tensor: return self.assign(self / x)
+
+  def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
+    """clamp in place (an assign).
+
+    >>> Tensor([-1.0, 0.5, 2.0]).realize().clamp_(0, 1).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    return self.assign(self.clamp(min, max))
+
+  def fill_(self, value: Any) -> Tensor:
+    """Every element set to value, in place (an assign); zero_() sets them to 0.
+
+    >>> t = Tensor([1, 2, 3]).realize()
+    >>> t.fill_(7).tolist(), t.zero_().tolist()
+    ([7, 7, 7], [0, 0, 0])
+    """
+    return self.assign(self.full_like(value))
+
+  def zero_(self) -> Tensor: return self.fill_(0)
+
+  def copy_(self, src: Any) -> Tensor:
+    """src's values (broadcast to this shape, cast to this dtype) written into this tensor, in place (an assign).
+
+    >>> Tensor.zeros(2, 2).contiguous().realize().copy_(Tensor([1, 2])).tolist()
+    [[1.0, 2.0], [1.0, 2.0]]
+    """
+    return self.assign(src)
+
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
     list indices scatter (where an index repeats, the last value wins; an out-of-range tensor index writes nothing);
@@ -576,21 +675,20 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet). Any float tensor can
     be a target, whether it requires gradients or not; but once realized, only a tensor that requires gradients keeps
-    the graph it was computed from. A non-scalar tensor needs `gradient`, the gradient of its output.
+    the graph it was computed from. A target this tensor does not depend on (or only through comparisons, or one
+    with no elements) gets zeros, as in tinygrad and torch's materialize_grads. A non-scalar tensor needs
+    `gradient`, the gradient of its output.
 
-    >>> x = Tensor([1.0, 2.0, 3.0])
-    >>> (x * x).sum().gradient(x)[0].tolist()
-    [2.0, 4.0, 6.0]
+    >>> x, y = Tensor([1.0, 2.0, 3.0]), Tensor([5.0])
+    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
+    [[2.0, 4.0, 6.0], [0.0]]
     >>> (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))[0].tolist()
     [2.0, 0.0, 12.0]
     """
     for t in targets:
       if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
-    out = []
-    for t, g in zip(targets, self._grads(targets, gradient)):
-      if g is None: raise ValueError(f"gradient: a target of shape {t.shape} is not used to compute this tensor")
-      out.append(Tensor(g))
-    return out
+    grads = self._grads(targets, gradient)
+    return [t.zeros_like() if g is None else Tensor(g) for t, g in zip(targets, grads)]
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:
@@ -601,10 +699,11 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     >>> _ = (w * w).sum().backward()
     >>> w.grad.tolist()
     [5.0, 7.0]
+
+    A tensor that needs no gradient (computed from no such tensor, under no_grad, or through a comparison) leaves
+    every .grad as it is, as in tinygrad.
     """
-    if self.dtype.is_float and not self._requires_grad:
-      raise ValueError("backward: this tensor does not depend on any tensor with requires_grad=True (or was computed "
-                       "under no_grad); set requires_grad=True on the inputs to differentiate, or use gradient()")
+    if not self._requires_grad: return self
     leaves = list(_grad_leaves.values())
     for t, g in zip(leaves, self._grads(leaves, gradient)):
       if g is None: continue

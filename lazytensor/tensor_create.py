@@ -9,7 +9,7 @@ import numpy as np
 from lazytensor.device import Device, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.graph import buffer_view, const_uop
-from lazytensor.helpers import prod
+from lazytensor.helpers import DTypeError, prod
 from lazytensor.tensor_math import threefry_bits
 from lazytensor.tensor_stub import TensorStub
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
@@ -151,6 +151,7 @@ class CreationMixin(TensorStub):
     if not isinstance(steps, int) or steps < 0:
       raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if dt.is_bool: raise DTypeError("linspace: a bool dtype cannot hold a range of values")
     if steps == 1: return cls.full((1,), start, dtype=dt, device=device)
     delta = (stop - start) / (steps - 1)
     return (cls._iota(steps, device).cast(dtypes.float64) * delta + start).cast(dt)
@@ -288,12 +289,13 @@ class CreationMixin(TensorStub):
   @classmethod
   def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
               device: DeviceLike | None = None) -> Tensor:
-    """Uniform random integers in [low, high) (int32 unless `dtype` says otherwise); high - low may be up to 2**32.
+    """Uniform random integers in [low, high) (dtypes.default_int unless `dtype` says otherwise);
+    high - low up to 2**32.
 
     >>> sorted(set(Tensor.randint(1000, low=-2, high=3).tolist()))
     [-2, -1, 0, 1, 2]
     """
-    dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
     if not dt.is_int: raise TypeError(f"randint: dtype must be an int dtype, got {dt}")
     if not all(isinstance(v, int) for v in (low, high)) or not 0 < high - low <= 2 ** 32:
       raise ValueError(f"randint: need ints with low < high and high - low <= 2**32, got low={low!r}, high={high!r}")
@@ -304,18 +306,18 @@ class CreationMixin(TensorStub):
 
   @classmethod
   def randperm(cls, n: int, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Tensor:
-    """A random permutation of 0..n-1 (int64 unless `dtype` says otherwise): the argsort of n random numbers, so
-    O(n^2) comparisons.
+    """A random permutation of 0..n-1 (dtypes.default_int unless `dtype` says otherwise): the argsort
+    of n random numbers, so O(n^2) comparisons.
 
     >>> sorted(Tensor.randperm(5).tolist())
     [0, 1, 2, 3, 4]
     """
     if not isinstance(n, int) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
     order = cls.rand(n, device=device).argsort()
-    return order.cast(to_dtype(dtype) if dtype is not None else dtypes.int64)
+    return order.cast(to_dtype(dtype) if dtype is not None else dtypes.default_int)
 
   def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
-    """Draw `num_samples` class indices (int64) from each row of non-negative weights (1-D or 2-D), as
+    """Draw `num_samples` class indices (dtypes.default_int) from each row of non-negative weights (1-D or 2-D), as
     torch.multinomial. With replacement, each draw inverts the cumulative distribution; without, the rows' top
     weights after Gumbel noise (the same distribution as drawing one at a time and removing it).
 
@@ -336,7 +338,7 @@ class CreationMixin(TensorStub):
       # the number of classes whose cumulative weight is <= u is the class u falls into
       out = (u.unsqueeze(-1) >= cdf.unsqueeze(1)).sum(-1).minimum(classes - 1)
     else: out = (w.log() - (-(1.0 - u).log()).log()).topk(num_samples, dim=-1)[1]
-    return (out.reshape(num_samples) if x.ndim == 1 else out).cast(dtypes.int64)
+    return (out.reshape(num_samples) if x.ndim == 1 else out).cast(dtypes.default_int)
 
   # ---- initializers, as tinygrad's: the fan-in is the product of all dims but the first ----
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, least_upper_float, to_dtype
+from lazytensor.helpers import ArgumentError, DTypeError
 from lazytensor.tensor_math import tensor_pow
 from lazytensor.tensor_stub import TensorStub
 from lazytensor.uop.ops import Ops, UOp
@@ -119,9 +120,17 @@ class ElementwiseMixin(TensorStub):
     a, b = self._broadcasted(x, reverse)
     if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
     if rounding_mode is not None:
-      raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+      raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = a._to_float(), b._to_float()
     return a._apply_uop(lambda p, q: p.alu(Ops.FDIV, q), b)
+
+  def idiv(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
+    """Division rounding toward zero, as C and tinygrad's idiv: the same as div(x, rounding_mode="trunc").
+
+    >>> Tensor([7, -7]).idiv(2).tolist()
+    [3, -3]
+    """
+    return self.div(x, reverse, rounding_mode="trunc")
 
   def _idiv_trunc(self, b: Tensor) -> Tensor:
     # C division traps on x/0 and INT_MIN/-1: divide by a safe divisor and patch those lanes as numpy does (0, -x)
@@ -216,7 +225,7 @@ class ElementwiseMixin(TensorStub):
     >>> Tensor([1, 5, 9]).clamp(max=Tensor([4, 4, 10])).tolist()
     [1, 4, 9]
     """
-    if min is None and max is None: raise ValueError("clamp: at least one of min and max must be given")
+    if min is None and max is None: raise ArgumentError("clamp: at least one of min and max must be given")
     x = cast("Tensor", self)
     for name, bound in (("min", min), ("max", max)):
       if bound is None: continue
@@ -383,7 +392,7 @@ class ElementwiseMixin(TensorStub):
 
   def _bitwise(self, op: Ops, x: Tensor | Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
-    if a.dtype.is_float: raise TypeError(f"bitwise {op.name.lower()} needs int or bool tensors, got {a.dtype}")
+    if a.dtype.is_float: raise DTypeError(f"bitwise {op.name.lower()} needs int or bool tensors, got {a.dtype}")
     return a._apply_uop(lambda p, q: p.alu(op, q), b)
 
   def bitwise_and(self, x: Tensor | Any) -> Tensor:
@@ -416,7 +425,7 @@ class ElementwiseMixin(TensorStub):
     >>> Tensor([0, 5]).bitwise_not().tolist()
     [-1, -6]
     """
-    if self.dtype.is_float: raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
+    if self.dtype.is_float: raise DTypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
     if self.dtype.is_bool: return self.logical_not()
     return self._bitwise(Ops.XOR, self.dtype.max() if self.dtype.is_unsigned else -1)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.helpers import argsort, prod
+from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
 from lazytensor.tensor_elementwise import broadcast_shape
 from lazytensor.tensor_stub import TensorStub
 from lazytensor.uop.ops import DeviceLike
@@ -55,7 +55,7 @@ def _as_item(i: Any) -> Any:
     if arr.size == 0 and arr.dtype.kind == "f": arr = arr.astype(np.int64)  # [] is an empty index, not a float one
     if arr.dtype.kind == "b" and arr.ndim == 0: return bool(arr)
     if arr.dtype.kind not in "biu":
-      raise TypeError(f"index {i!r} of numpy dtype {arr.dtype} is not supported; index arrays hold ints or bools")
+      raise IndexTypeError(f"index {i!r} of numpy dtype {arr.dtype} is not supported; index arrays hold ints or bools")
     return arr
   raise TypeError(f"index {i!r} of type {type(i).__name__} is not supported; expected an int, slice, None, ..., "
                   "bool, a list or numpy array of ints or bools, or an integer Tensor")
@@ -131,7 +131,7 @@ def _add_array_index(p: _Parsed, i: Any, dim: int, in_dim: int, layout: list[int
     return i.ndim
   if isinstance(i, np.ndarray): p.advanced.append(_Advanced(len(layout), _static_index(i, in_dim, shape[dim])))
   elif i.dtype.is_int: p.advanced.append(_Advanced(len(layout), i))
-  else: raise TypeError(f"a tensor index must have an integer (or bool) dtype, got {i.dtype}")
+  else: raise IndexTypeError(f"a tensor index must have an integer (or bool) dtype, got {i.dtype}")
   layout.append(shape[dim])
   return 1
 
@@ -352,6 +352,17 @@ def _reduce_along(terms: Tensor, axis: int, reduce: str) -> Tensor:
 
 # ---- the methods ----
 
+def _first_selected(name: str, m: Tensor, size: int) -> tuple[Tensor, Tensor]:
+  """Where the first `size` True values of the 1-d bool `m` are (flat indices, 0 past the last) and which slots found
+  one: slot j takes the element whose count of True values up to and including it is j + 1."""
+  if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    raise ValueError(f"{name}: size must be a non-negative int, got {size!r}")
+  rank = m.cast(dtypes.int32).cumsum(0) if m.numel() else m.cast(dtypes.int32)
+  slots = type(m).arange(size, device=m.device).unsqueeze(-1) + 1
+  hit = (rank == slots) & m  # (size, n): one True per slot at most
+  pos = type(m).arange(m.numel(), device=m.device)
+  return hit.where(pos, 0).sum(-1), hit.any(-1)
+
 class IndexMixin(TensorStub):
   """Tensor's indexing methods. Its only subclass is MovementMixin, whose only subclass is Tensor (tensor.py), so every
   IndexMixin is a Tensor."""
@@ -367,7 +378,7 @@ class IndexMixin(TensorStub):
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor: ...
     def cast(self, dtype: DType | str) -> Tensor: ...
     def where(self, x: Any, y: Any) -> Tensor: ...
-    def max(self, axis: Any = None, keepdim: bool = False) -> Tensor: ...
+    def max(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor: ...
     @classmethod
     def _iota(cls, n: int, device: DeviceLike | None = None) -> Tensor: ...
 
@@ -393,7 +404,7 @@ class IndexMixin(TensorStub):
     if not _is_tensor(index): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int: raise TypeError(f"{name}: index must have an integer dtype, got {index.dtype}")
     if index.ndim != self.ndim:
-      raise ValueError(f"{name}: index of shape {index.shape} must have as many dims as the tensor {self.shape}")
+      raise ArgumentError(f"{name}: index of shape {index.shape} must have as many dims as the tensor {self.shape}")
     return cast("Tensor", index)
 
   def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -407,7 +418,7 @@ class IndexMixin(TensorStub):
     index = self._index_tensor("gather", index)
     for i, (si, sx) in enumerate(zip(index.shape, self.shape)):
       if i != d and si > sx:
-        raise ValueError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
+        raise ArgumentError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
                          f"in dim {i}, which is not the gathered dim {d}")
     if self.ndim == 0: return _gather(cast("Tensor", self).reshape(1), 0, index.reshape(1)).reshape(())
     return _gather(cast("Tensor", self), d, index)
@@ -417,12 +428,14 @@ class IndexMixin(TensorStub):
     index = self._index_tensor(name, index)
     if not _is_tensor(src) and not isinstance(src, (bool, int, float, np.generic)):
       raise TypeError(f"{name}: src must be a Tensor or a number, got {type(src).__name__}")
+    if _is_tensor(src) and src.dtype != self.dtype:  # as torch: a number takes self's dtype, a tensor must have it
+      raise DTypeError(f"{name}: src of dtype {src.dtype.name} must have the tensor's dtype {self.dtype.name}")
     value = src if _is_tensor(src) else type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
     too_big = value.ndim != index.ndim or any(si > sv for si, sv in zip(index.shape, value.shape)) or \
       any(si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape)) if i != d)
     if too_big:
-      raise ValueError(f"{name}: index of shape {index.shape} must be no larger than src of shape {value.shape} "
-                       f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
+      raise ArgumentError(f"{name}: index of shape {index.shape} must be no larger than src of shape {value.shape} "
+                          f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
     return d, index, value.cast(self.dtype)
 
   def scatter(self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
@@ -449,7 +462,7 @@ class IndexMixin(TensorStub):
     [7.0, 2.0, 9.0]
     """
     if reduce not in SCATTER_REDUCES:
-      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
+      raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
     d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
     return _scatter(cast("Tensor", self), d, index, value, reduce, include_self)
 
@@ -469,9 +482,9 @@ class IndexMixin(TensorStub):
     return mask.where(fill, self)
 
   def one_hot(self, num_classes: int = -1) -> Tensor:
-    """Each integer becomes a row of num_classes int64 values with a 1 at that position (one kernel). With
-    num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside [0, num_classes)
-    give a row of zeros (torch raises; here the values are only known when the kernel runs).
+    """Each integer becomes a row of num_classes values (dtypes.default_int) with a 1 at that position (one
+    kernel). With num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside
+    [0, num_classes) give a row of zeros (torch raises; here the values are only known when the kernel runs).
 
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
@@ -481,7 +494,7 @@ class IndexMixin(TensorStub):
     if not _is_int(num_classes) or num_classes < 0:
       raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
     hit = cast("Tensor", self).unsqueeze(-1) == type(self)._iota(int(num_classes), self.device)
-    return hit.cast(dtypes.int64)
+    return hit.cast(dtypes.default_int)
 
   def _triangle(self, name: str, diagonal: int, keep_below: bool) -> Tensor:
     if self.ndim < 2: raise ValueError(f"{name}: needs a tensor of at least 2 dims, got shape {self.shape}")
@@ -545,29 +558,60 @@ class IndexMixin(TensorStub):
     k = abs(int(diagonal))
     return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
 
-  def nonzero(self) -> Tensor:
-    """Not supported: the number of nonzero elements, and so the result's shape, is only known once the tensor is
-    computed, and lazytensor needs every shape when the graph is built. Use np.nonzero(x.numpy()).
+  def nonzero(self, size: int | None = None, fill_value: int = 0) -> Tensor:
+    """The indices of the nonzero elements, one row of self.ndim indices each, in row-major order (torch.nonzero).
+    How many there are is only known once the tensor is computed, and lazytensor needs every shape when the graph
+    is built: so, as jax.numpy.nonzero, `size` fixes the number of rows; the first `size` nonzero elements fill them
+    and the rows left over hold fill_value. Without size it raises (np.nonzero(x.numpy()) reads the tensor now).
+    O(size * numel) comparisons, in a few kernels.
 
-    >>> Tensor([1, 0]).nonzero()
-    Traceback (most recent call last):
-    ...
-    ValueError: nonzero: the result's shape depends on the values ...
+    >>> Tensor([[0, 3], [5, 0]]).nonzero(size=3, fill_value=-1).tolist()
+    [[0, 1], [1, 0], [-1, -1]]
     """
-    raise ValueError(f"nonzero: the result's shape depends on the values of this tensor of shape {self.shape}, which "
-                     "are only known once it is computed; lazytensor needs shapes when the graph is built. Use "
-                     "np.nonzero(x.numpy()) to read it now, or keep the shape with a mask and where")
+    if size is None:
+      raise ValueError(f"nonzero: the result's shape depends on the values of this tensor of shape {self.shape}, "
+                       "which are only known once it is computed; lazytensor needs shapes when the graph is built. "
+                       "Give size= (the number of rows to return) or use np.nonzero(x.numpy()) to read it now")
+    x = cast("Tensor", self)
+    flat, found = _first_selected("nonzero", x.reshape(-1) != 0, size)
+    strides = [prod(x.shape[i + 1:]) for i in range(x.ndim)]
+    cols = [(flat // st % n).unsqueeze(-1) for st, n in zip(strides, x.shape)]
+    idx = cols[0].cat(*cols[1:], dim=-1) if cols else flat.unsqueeze(-1)[:, :0]  # a 0-d tensor: rows of no index
+    return found.unsqueeze(-1).where(idx, fill_value).cast(dtypes.default_int)
 
-  def masked_select(self, mask: Tensor) -> Tensor:
-    """Not supported: the result has as many elements as the mask has True values, known only once it is computed.
-    Use x.masked_fill(~mask, 0) or mask.where(x, 0) to keep the shape, or x[mask.numpy()] to read the mask now.
+  def unique(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The distinct values, sorted, as a 1-d tensor. How many there are is only known once the tensor is computed,
+    so `size` fixes it (as jax.numpy.unique): the `size` smallest distinct values, then fill_value. Without size it
+    raises (np.unique(x.numpy()) reads the tensor now). A sort: O(numel^2) comparisons.
 
-    >>> Tensor([1, 2]).masked_select(Tensor([True, False]))
-    Traceback (most recent call last):
-    ...
-    ValueError: masked_select: the result's shape depends on the values ...
+    >>> Tensor([3, 1, 3, 2, 1]).unique(size=4, fill_value=-1).tolist()
+    [1, 2, 3, -1]
     """
-    raise ValueError("masked_select: the result's shape depends on the values of the mask (its count of True values), "
-                     "which are only known once it is computed; lazytensor needs shapes when the graph is built. Use "
-                     "x.masked_fill(~mask, 0) or mask.where(x, 0) to keep the shape, or x[mask.numpy()] to read the "
-                     "mask now")
+    if size is None:
+      raise ValueError(f"unique: how many distinct values this tensor of shape {self.shape} holds is only known once "
+                       "it is computed; lazytensor needs shapes when the graph is built. Give size= (the number of "
+                       "values to return) or use np.unique(x.numpy()) to read it now")
+    v = cast("Tensor", self).reshape(-1).sort()[0]
+    first = type(v).ones(1, dtype=dtypes.bool, device=v.device).cat(v[1:] != v[:-1]) if v.numel() else v != v
+    return v.masked_select(first, size=size, fill_value=fill_value)
+
+  def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements where mask (broadcast with the tensor) is True, in row-major order, as a 1-d tensor. Their count
+    is only known once the mask is computed, so `size` fixes it (as jax): the first `size` selected elements, then
+    fill_value. Without size it raises; x[mask.numpy()] reads the mask now, or mask.where(x, 0) keeps the shape.
+
+    >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False]), size=3).tolist()
+    [1, 3, 0]
+    """
+    if size is None:
+      raise ValueError("masked_select: the result's shape depends on the values of the mask (its count of True "
+                       "values), which are only known once it is computed; lazytensor needs shapes when the graph is "
+                       "built. Give size= (the number of elements to return), use mask.where(x, 0) to keep the "
+                       "shape, or x[mask.numpy()] to read the mask now")
+    if not _is_tensor(mask) or not mask.dtype.is_bool:
+      raise TypeError(f"masked_select: mask must be a bool Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
+    shape = broadcast_shape(self.shape, mask.shape)
+    x = cast("Tensor", self).expand(shape).reshape(-1)
+    flat, found = _first_selected("masked_select", mask.expand(shape).reshape(-1), size)
+    picked = (flat.unsqueeze(-1) == type(x).arange(x.numel(), device=x.device)) & found.unsqueeze(-1)
+    return found.where(picked.where(x, x.zeros_like()).sum(-1).cast(x.dtype), fill_value).cast(x.dtype)

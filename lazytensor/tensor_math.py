@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lazytensor.dtype import dtypes, promote_types
-from lazytensor.helpers import flatten, make_tuple, prod
+from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -21,17 +21,17 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
   """numpy matmul: 1-D operands gain and then lose a dimension, batch dimensions broadcast."""
   if not isinstance(w, type(x)): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
   if x.ndim == 0 or w.ndim == 0:
-    raise ValueError(f"matmul: both operands need at least 1 dimension, got {x.shape} and {w.shape}")
+    raise ArgumentError(f"matmul: both operands need at least 1 dimension, got {x.shape} and {w.shape}")
   a = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
   b = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
   if a.shape[-1] != b.shape[-2]:
-    raise ValueError(f"matmul: shapes {x.shape} and {w.shape} do not align: {a.shape[-1]} != {b.shape[-2]}")
+    raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} do not align: {a.shape[-1]} != {b.shape[-2]}")
   batch_a, batch_b = a.shape[:-2], b.shape[:-2]
   nb = max(len(batch_a), len(batch_b))
   for da, db in zip((1,) * (nb - len(batch_a)) + batch_a, (1,) * (nb - len(batch_b)) + batch_b):
     if da != db and 1 not in (da, db):
-      raise ValueError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
-                       "that do not broadcast")
+      raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
+                          "that do not broadcast")
   dt = promote_types(a.dtype, b.dtype)
   k, m = a.shape[-1], b.shape[-1]
   b = b.cast(dt)
@@ -60,7 +60,7 @@ def pool_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilati
   nl = len(lead)
   outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
   if any(o <= 0 for o in outs):
-    raise ValueError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {spatial}")
+    raise ArgumentError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {spatial}")
   widths = [_window_width(i, k, s, d, o) for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs)]
   reps = [math.ceil(k * w / i) for i, k, w in zip(spatial, kernel, widths)]
   x = x.reshape(*lead, *flatten((1, i) for i in spatial)).expand(*lead, *flatten((r, i) for r, i in zip(reps, spatial)))
@@ -75,10 +75,10 @@ def pool_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilati
 Padding = int | Sequence[int] | str
 
 def conv_padding(padding: Padding, kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int],
-                 name: str = "conv") -> list[tuple[int, int]]:
+                 name: str = "conv", crop: bool = False) -> list[tuple[int, int]]:
   """(before, after) for each spatial dim, from torch's forms: an int, one int per dim, 2 ints per dim in torch's
   flat order (last dim first: left, right, top, bottom, ...), or "valid" / "same" (odd totals pad one more after,
-  as torch)."""
+  as torch). With crop, negative amounts are allowed and crop the input (as tinygrad's conv2d)."""
   nk = len(kernel)
   if isinstance(padding, str):
     if padding == "valid": return [(0, 0)] * nk
@@ -87,9 +87,9 @@ def conv_padding(padding: Padding, kernel: Sequence[int], dilation: Sequence[int
     totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
     return [(t // 2, t - t // 2) for t in totals]
   flat = (padding,) * nk if isinstance(padding, int) else tuple(padding)
-  if any(not isinstance(p, int) or p < 0 for p in flat) or len(flat) not in (nk, 2 * nk):
-    raise ValueError(f"{name}: padding {padding} must be a non-negative int, {nk} of them, or {2 * nk} (torch's flat "
-                     "order, last dim first)")
+  if any(not isinstance(p, int) or (p < 0 and not crop) for p in flat) or len(flat) not in (nk, 2 * nk):
+    raise ValueError(f"{name}: padding {padding} must be {'an' if crop else 'a non-negative'} int, {nk} of them, or "
+                     f"{2 * nk} (torch's flat order, last dim first)")
   if len(flat) == nk: return [(p, p) for p in flat]
   return [(flat[2 * j], flat[2 * j + 1]) for j in reversed(range(nk))]
 
@@ -120,7 +120,7 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: in
   if bias is not None and bias.shape != (cout,):
     raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
                      f"of weight {weight.shape}")
-  xp = x.pad([(0, 0), (0, 0)] + conv_padding(padding, kernel, dilations, strides, name))
+  xp = x.pad([(0, 0), (0, 0)] + conv_padding(padding, kernel, dilations, strides, name, crop=True))
   win = pool_windows(xp, kernel, strides, dilations)  # (bs, cin, *o, *k)
   outs = win.shape[2:2 + nk]
   rcout = cout // groups
@@ -170,7 +170,8 @@ def pool_setup(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
                name: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[tuple[int, int]], list[int]]:
   """kernel, strides, dilations, the (before, after) padding of each pooled dim, and the extra padding after each
   that ceil_mode adds so that a last partial window counts (as torch: only if it starts inside input or padding)."""
-  kernel = conv_params(kernel_size, 2, "kernel_size", name)
+  # an int pools the last 2 dims; a sequence pools as many trailing dims as it has entries (1-d, 2-d or 3-d pooling)
+  kernel = conv_params(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size", name)
   nk = len(kernel)
   if x.ndim < nk + 1:
     raise ValueError(f"{name}: input {x.shape} needs at least {nk + 1} dims (channels, *spatial) for a {nk}-d kernel")
@@ -184,8 +185,8 @@ def pool_setup(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
     if 2 * max(b, a) > eff:
       raise ValueError(f"{name}: padding {padding} is more than half the window {eff} (kernel {k}, dilation {d})")
     total = i + b + a
-    if total < eff: raise ValueError(f"{name}: window {kernel} (dilation {dilations}) is larger than input "
-                                     f"{x.shape[-nk:]} with padding {padding}")
+    if total < eff: raise ArgumentError(f"{name}: window {kernel} (dilation {dilations}) is larger than input "
+                                        f"{x.shape[-nk:]} with padding {padding}")
     outs = -(-(total - eff) // s) + 1 if ceil_mode else (total - eff) // s + 1
     if ceil_mode and (outs - 1) * s >= i + b: outs -= 1
     extras.append(max(0, (outs - 1) * s + eff - total))
@@ -213,7 +214,7 @@ def max_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence
                            kernel, strides, dilations)
   peak = out.reshape(*out.shape, *[1] * nk).detach()
   hit = (win == peak) | ((win != win) & (peak != peak)) if x.dtype.is_float else win == peak
-  return out, hit.where(positions, plane).min(kaxes).cast(dtypes.int64)
+  return out, hit.where(positions, plane).min(kaxes).cast(dtypes.default_int)
 
 def avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
              dilation: int | Sequence[int], padding: int | Sequence[int], ceil_mode: bool,
@@ -333,7 +334,7 @@ def cum_extreme(x: Tensor, largest: bool) -> tuple[Tensor, Tensor]:
     values = peak if largest else -peak if x.dtype.is_float else peak.logical_not() if x.dtype.is_bool else ~peak
   else:  # picked from each prefix at the index, so that the gradient goes there alone, as torch's
     values = _select(_prefix_windows(x, 0), _prefix_windows(positions, -1) == idx.unsqueeze(-1), -1)
-  return values, idx.cast(dtypes.int64)
+  return values, idx.cast(dtypes.default_int)
 
 def sort_ranks(x: Tensor, descending: bool) -> Tensor:
   """Where each element along the last axis lands in a stable sort (NaN sorts as the largest, as torch): the number
@@ -356,7 +357,7 @@ def take_ranked(x: Tensor, ranks: Tensor, k: int) -> tuple[Tensor, Tensor]:
   n = x.shape[-1]
   slot = ranks.unsqueeze(-2) == type(x).arange(k, device=x.device).unsqueeze(-1)  # (..., k, n)
   values = _select(x.unsqueeze(-2), slot, -1)
-  return values, _select(type(x).arange(n, device=x.device), slot, -1).cast(dtypes.int64)
+  return values, _select(type(x).arange(n, device=x.device), slot, -1).cast(dtypes.default_int)
 
 def _int_pow(x: Tensor, e: int) -> Tensor:
   # square-and-multiply, unrolled at trace time: exact for ints, a few fused multiplies for floats
@@ -370,7 +371,7 @@ def _int_pow(x: Tensor, e: int) -> Tensor:
 def tensor_pow(x: Tensor, y: Any, reverse: bool) -> Tensor:
   """x ** y with numpy/torch semantics for dtypes, signs and integer exponents."""
   if not reverse and isinstance(y, int) and not isinstance(y, bool) and y < 0 and not x.dtype.is_float:
-    raise ValueError(f"integer tensor ({x.dtype}) to the negative power {y}: the result is not an integer; "
+    raise ArgumentError(f"integer tensor ({x.dtype}) to the negative power {y}: the result is not an integer; "
                      "cast to float first")
   if not reverse and isinstance(y, int) and not isinstance(y, bool) and 0 <= y <= 64:
     if x.dtype.is_bool: return _int_pow(x.cast(dtypes.default_int), y)

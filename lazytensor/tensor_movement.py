@@ -15,7 +15,7 @@ import numpy as np
 
 from lazytensor.dtype import dtypes, promote_types
 from lazytensor.graph import movement
-from lazytensor.helpers import flatten, make_tuple, prod
+from lazytensor.helpers import ArgumentError, NotSupportedError, flatten, make_tuple, prod
 from lazytensor.tensor_index import IndexMixin, _take_strided
 from lazytensor.uop.ops import Ops
 
@@ -40,15 +40,19 @@ class MovementMixin(IndexMixin):
     return int(axis) % n
 
   def reshape(self, *shape: Any) -> Tensor:
-    """The same elements in a new shape; one dimension may be -1.
+    """The same elements in a new shape; one dimension may be -1 (whatever is left), and None keeps the size of
+    that dimension (as tinygrad).
 
-    >>> Tensor.arange(6).reshape(2, -1).shape
-    (2, 3)
+    >>> Tensor.arange(6).reshape(2, -1).shape, Tensor.zeros(2, 3).reshape(None, 3, 1).shape
+    ((2, 3), (2, 3, 1))
     """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    if any(s is None and i >= self.ndim for i, s in enumerate(shape)):
+      raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {shape} has None beyond them")
+    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if any(not isinstance(s, (int, np.integer)) or s < -1 for s in shape):
       raise ValueError(f"reshape: bad shape {shape}; dimensions must be ints >= 0, or one -1")
-    if list(shape).count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+    if list(shape).count(-1) > 1: raise ArgumentError(f"reshape: only one dimension can be -1, got {shape}")
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
@@ -76,7 +80,7 @@ class MovementMixin(IndexMixin):
     if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
     resolved = tuple(self._resolve_axis(o) for o in order)
     if sorted(resolved) != list(range(self.ndim)):
-      raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
+      raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
     if resolved == tuple(range(self.ndim)): return cast("Tensor", self)
     return self._apply_uop(lambda x: movement(x, Ops.PERMUTE, resolved))
 
@@ -147,7 +151,7 @@ class MovementMixin(IndexMixin):
     pairs = self._pad_pairs(padding)
     if mode == "constant": return self._pad_constant(pairs, 0.0 if value is None else value)
     if mode not in ("reflect", "replicate", "circular"):
-      raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+      raise NotSupportedError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
     if value is not None: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value}")
     x = cast("Tensor", self)
     for d, (b, a) in enumerate(pairs):
@@ -166,28 +170,35 @@ class MovementMixin(IndexMixin):
     return mask.where(ret, ret.full_like(value))  # the fill takes the tensor's dtype, as torch
 
   def _pad_edge(self, d: int, before: int, after: int, mode: str) -> Tensor:
-    """One dim padded in a mode that repeats the tensor's own values; negative amounts crop first, as torch."""
+    """One dim padded in a mode that repeats the tensor's own values, with negative amounts cropping as torch does:
+    reflect and replicate pad the whole dim with its own edges and then crop; circular crops first and wraps what
+    is left."""
     def along(start: int, end: int, t: Tensor) -> Tensor:
       return t.shrink([(start, end) if i == d else None for i in range(t.ndim)])
-    if self.shape[d] == 0: raise ValueError(f"pad: mode {mode!r} cannot pad dim {d} of size 0 in {self.shape}")
-    crop = (max(0, -before), self.shape[d] - max(0, -after))
-    if crop[0] >= crop[1]:
-      raise ValueError(f"pad: padding ({before}, {after}) leaves nothing of dim {d} of size {self.shape[d]}")
-    x = along(*crop, cast("Tensor", self))
-    n, b, a = x.shape[d], max(before, 0), max(after, 0)
+    x, n = cast("Tensor", self), self.shape[d]
+    if n == 0: raise ValueError(f"pad: mode {mode!r} cannot pad dim {d} of size 0 in {self.shape}")
+    if n + before + after < 0: raise ArgumentError(f"pad: padding ({before}, {after}) crops more than the {n} "
+                                                   f"elements of dim {d}")
+    if mode == "circular" and n + min(before, 0) + min(after, 0) <= 0:  # torch returns uninitialized memory here
+      raise NotSupportedError(f"pad: circular padding ({before}, {after}) crops all {n} elements of dim {d}, leaving "
+                              "nothing to wrap around")
+    b, a = max(before, 0), max(after, 0)
+    if mode == "circular":  # the cropped tensor three times over (a view), cut around the middle copy
+      x = along(max(0, -before), n - max(0, -after), x)
+      n = x.shape[d]
+      if max(b, a) > n:
+        raise ArgumentError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it "
+                            f"must be at most its size {n} after cropping (shape {self.shape})")
+      return along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
     if mode == "reflect" and max(b, a) >= n:
       raise ValueError(f"pad: reflect padding ({before}, {after}) of dim {d} must be less than its size {n} "
                        f"(shape {self.shape})")
-    if mode == "circular" and max(b, a) > n:
-      raise ValueError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it must be "
-                       f"at most its size {n} (shape {self.shape})")
     def edge(at: int, count: int) -> Tensor:
       return along(at, at + 1, x).expand([count if i == d else s for i, s in enumerate(x.shape)])
-    if mode == "circular":  # the tensor three times over (a view), cut around the middle copy
-      return along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
     left = along(1, b + 1, x).flip(d) if mode == "reflect" else edge(0, b)
     right = along(n - 1 - a, n - 1, x).flip(d) if mode == "reflect" else edge(n - 1, a)
-    return type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
+    padded = type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
+    return along(max(0, -before), n + b + a - max(0, -after), padded)
 
   def pad_to(self, *shape: Any) -> Tensor:
     """Pad the end of each dim with zeros up to `shape` (None keeps a dim).
@@ -231,25 +242,29 @@ class MovementMixin(IndexMixin):
     if all(r == (0, s) for r, s in zip(full, self.shape)): return cast("Tensor", self)
     return self._apply_uop(lambda x: movement(x, Ops.SHRINK, full))
 
-  def flip(self, axis: int | Sequence[int]) -> Tensor:
-    """Reverse the order of elements along the given axes.
+  def flip(self, axis: int | Sequence[int], *more: int) -> Tensor:
+    """Reverse the order of elements along the given axes (a sequence, or several ints); an axis named twice is an
+    error, as in torch.
 
-    >>> Tensor([1, 2, 3]).flip(0).tolist()
-    [3, 2, 1]
+    >>> Tensor([1, 2, 3]).flip(0).tolist(), Tensor([[1, 2], [3, 4]]).flip(0, 1).tolist()
+    ([3, 2, 1], [[4, 3], [2, 1]])
     """
-    axes = {self._resolve_axis(a) for a in make_tuple(axis, 1)}
+    named = make_tuple(axis, 1) + more
+    axes = {self._resolve_axis(a) for a in named}
+    if len(axes) != len(named): raise ArgumentError(f"flip: axes {named} name a dimension twice")
     arg = tuple(i in axes for i in range(self.ndim))
     return self._apply_uop(lambda x: movement(x, Ops.FLIP, arg))
 
-  def squeeze(self, dim: int | None = None) -> Tensor:
-    """Remove dimension `dim` if its size is 1, or every size-1 dimension when `dim` is None.
+  def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+    """Remove the dimensions `dim` (an int or a sequence; negative counts from the end) whose size is 1, leaving
+    the others; every size-1 dimension when `dim` is None. A 0-d tensor takes dim 0 or -1 and stays as it is.
 
-    >>> Tensor.zeros(1, 3, 1).squeeze().shape
-    (3,)
+    >>> x = Tensor.zeros(1, 3, 1)
+    >>> x.squeeze().shape, x.squeeze(-1).shape, x.squeeze((0, 1)).shape, Tensor.zeros(0, 3).squeeze(0).shape
+    ((3,), (1, 3), (3, 1), (0, 3))
     """
-    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    d = self._resolve_axis(dim)
-    return cast("Tensor", self) if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    dims = range(self.ndim) if dim is None else {self._resolve_axis(d) for d in make_tuple(dim, 1)}
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
   def unsqueeze(self, dim: int) -> Tensor:
     """Insert a dimension of size 1 at `dim`.
@@ -298,7 +313,7 @@ class MovementMixin(IndexMixin):
     for t in ts:
       if not isinstance(t, MovementMixin): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
     first = ts[0]
-    if first.ndim == 0: raise ValueError("cat: 0-d tensors have no dimension to join along; use stack")
+    if first.ndim == 0: raise IndexError("cat: 0-d tensors have no dimension to join along; use stack")
     d = first._resolve_axis(dim)
     for t in ts[1:]:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
@@ -317,21 +332,25 @@ class MovementMixin(IndexMixin):
     # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
     return self | other if self.dtype.is_bool else self + other
 
-  @classmethod
-  def stack(cls, *tensors: Tensor | Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Join tensors along a new dimension.
+  def stack(self: Any, *others: Tensor, dim: int = 0) -> Tensor:
+    """Join tensors along a new dimension. Called as `a.stack(b, c)`, `Tensor.stack(a, b, c)` or
+    `Tensor.stack([a, b, c])`.
 
-    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist()
-    [[1, 2], [3, 4]]
+    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist(), Tensor([1]).stack(Tensor([2]), dim=1).tolist()
+    ([[1, 2], [3, 4]], [[1, 2]])
     """
-    ts: list[Any] = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    if isinstance(self, (list, tuple)) and others:
+      raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
+    ts: list[Any] = [*self, *others] if isinstance(self, (list, tuple)) else [self, *others]
     if not ts: raise ValueError("stack: needs at least one tensor")
     for t in ts:
-      if not isinstance(t, cls): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
+      if isinstance(t, (list, tuple)):
+        raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
+      if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
     d = ts[0]._resolve_axis(dim, ts[0].ndim + 1)
     for t in ts[1:]:
       if t.shape != ts[0].shape: raise ValueError(f"stack: shapes {ts[0].shape} and {t.shape} differ")
-    return cls.cat(*[t.unsqueeze(d) for t in ts], dim=d)
+    return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
 
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`.
@@ -363,18 +382,19 @@ class MovementMixin(IndexMixin):
     return self.split(math.ceil(self.shape[d] / chunks) if self.shape[d] else 1, dim=d)
 
   def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
-    """Shift elements along dims, wrapping around (a view). With dims None the tensor rolls as if flattened.
+    """Shift elements along dims, wrapping around (a view). With dims None the tensor rolls as if flattened (shifts
+    is then one int, or a sequence of one).
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).roll(1, 1).tolist(), Tensor([[1, 2, 3], [4, 5, 6]]).roll(1).tolist()
     ([[3, 1, 2], [6, 4, 5]], [[6, 1, 2], [3, 4, 5]])
     """
+    shift_list = make_tuple(shifts, 1)
     if dims is None:
-      if not isinstance(shifts, (int, np.integer)):
-        raise ValueError(f"roll: without dims, shifts must be an int, got {shifts}")
-      return self.flatten().roll(shifts, 0).reshape(self.shape)
-    shift_list, dim_list = make_tuple(shifts, 1), make_tuple(dims, 1)
+      if len(shift_list) != 1: raise ArgumentError(f"roll: without dims, shifts must be one int, got {shifts}")
+      return self.flatten().roll(shift_list[0], 0).reshape(self.shape)
+    dim_list = make_tuple(dims, 1)
     if len(shift_list) != len(dim_list):
-      raise ValueError(f"roll: {len(shift_list)} shifts {shift_list} for {len(dim_list)} dims {dim_list}")
+      raise ArgumentError(f"roll: {len(shift_list)} shifts {shift_list} for {len(dim_list)} dims {dim_list}")
     x = cast("Tensor", self)
     for s, dim in zip(shift_list, dim_list):
       d = self._resolve_axis(dim)
@@ -422,9 +442,10 @@ class MovementMixin(IndexMixin):
     if self.ndim == 0: return self.reshape(1).unfold(0, size, step).reshape(size)
     d = self._resolve_axis(dimension)
     n = self.shape[d]
-    if not isinstance(step, (int, np.integer)) or step <= 0: raise ValueError(f"unfold: step must be > 0, got {step}")
+    if not isinstance(step, (int, np.integer)) or step <= 0:
+      raise ArgumentError(f"unfold: step must be > 0, got {step}")
     if not isinstance(size, (int, np.integer)) or not 0 <= size <= n:
-      raise ValueError(f"unfold: size {size} must be between 0 and {n}, the size of dim {d} of {self.shape}")
+      raise ArgumentError(f"unfold: size {size} must be between 0 and {n}, the size of dim {d} of {self.shape}")
     last = self.permute([i for i in range(self.ndim) if i != d] + [d])
     lead = last.shape[:-1]
     # size + 1 copies of the row read in rows of n + 1: row k starts at element k, so (k, j) holds x[k + j]
@@ -443,7 +464,7 @@ class MovementMixin(IndexMixin):
     [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
     """
     ts: tuple[Tensor, ...] = (*self, *others) if isinstance(self, (list, tuple)) else (self, *others)
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if indexing not in ("ij", "xy"): raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in ts:
       if not isinstance(t, MovementMixin): raise TypeError(f"meshgrid: expected Tensors, got {type(t).__name__}")
       if t.ndim > 1: raise ValueError(f"meshgrid: expected 0-d or 1-d tensors, got shape {t.shape}")
@@ -584,7 +605,7 @@ def _einsum_term(term: str, formula: str) -> list[str]:
   rest = term
   while rest:
     if rest.startswith("..."):
-      if "..." in out: raise ValueError(f"einsum: '...' appears twice in {term!r} of {formula!r}")
+      if "..." in out: raise ArgumentError(f"einsum: '...' appears twice in {term!r} of {formula!r}")
       out.append("...")
       rest = rest[3:]
     elif rest[0].isascii() and rest[0].isalpha():
@@ -635,13 +656,14 @@ def _einsum(formula: str, operands: list[Tensor]) -> Tensor:
   for t, labels in labeled:
     for lab, n in zip(labels, t.shape):
       if seen.get(lab, 1) != 1 and n not in (1, seen[lab]):
-        raise ValueError(f"einsum: subscript {lab if isinstance(lab, str) else '...'} has sizes {seen[lab]} and {n}, "
-                         f"which do not broadcast, in {formula!r}")
+        name = lab if isinstance(lab, str) else "..."
+        raise ArgumentError(f"einsum: subscript {name} has sizes {seen[lab]} and {n}, which do not broadcast, in "
+                            f"{formula!r}")
       if n != 1 or lab not in seen: seen[lab] = n
   n_ell = max(sum(isinstance(lab, int) for lab in labels) for _, labels in labeled)
   output = _einsum_output(rhs, terms, n_ell, formula)
   dt = functools.reduce(promote_types, [t.dtype for t in operands])
-  dt = dtypes.int64 if dt.is_bool else dt  # bools are counted, as torch sums them
+  dt = dtypes.default_int if dt.is_bool else dt  # bools are counted, as torch sums them
   acc, acc_labels = labeled[0][0].cast(dt), labeled[0][1]
   for k in range(len(labeled)):
     # what later steps need, the output's labels first: after the last step the result is in the output's order

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from lazytensor.dtype import dtypes
-from lazytensor.helpers import make_tuple
+from lazytensor.helpers import ArgumentError, make_tuple
 from lazytensor.tensor_math import (
   Padding,
   avg_pool,
@@ -57,13 +57,14 @@ def _class_loss(logp: Tensor, target: Tensor, axis: int, weight: Tensor | None, 
     return nll * (1 - label_smoothing) - weighted.sum(axis) * (label_smoothing / n_classes) if label_smoothing else nll
   if target.dtype.is_float:  # class probabilities
     if target.shape != logp.shape:
-      raise ValueError(f"{name}: a probability target of shape {target.shape} must have the input's shape {logp.shape}")
+      raise ArgumentError(f"{name}: a probability target of shape {target.shape} must have the input's shape "
+                          f"{logp.shape}")
     return _reduce_loss(smoothed(-(weighted * target).sum(axis)), reduction)
   expected = logp.shape[:axis] + logp.shape[axis + 1:]
   if target.dtype.is_bool: raise TypeError(f"{name}: the target must hold class indices (ints) or probabilities")
   if target.shape != expected:
-    raise ValueError(f"{name}: target of shape {target.shape} does not match input {logp.shape}: class indices need "
-                     f"shape {expected}, probabilities shape {logp.shape}")
+    raise ArgumentError(f"{name}: target of shape {target.shape} does not match input {logp.shape}: class indices need "
+                        f"shape {expected}, probabilities shape {logp.shape}")
   # a where, not a product: the log-probability of a class that is not the target may be -inf
   hit = target.unsqueeze(axis) == type(logp).arange(n_classes, device=logp.device).reshape(class_shape)
   loss = smoothed(-hit.where(weighted, 0).sum(axis))
@@ -143,9 +144,10 @@ class NNMixin(TensorStub):
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    """The maximum of each window (stride defaults to the kernel), as torch: padding (at most half the window) never
-    wins, ceil_mode keeps a last partial window, return_indices also gives each maximum's flat index in its input
-    plane (int64, for max_unpool2d). Views plus one reduce.
+    """The maximum of each window over the last 2 dims, or as many as kernel_size has entries (1-d, 3-d pooling
+    through the same function, as tinygrad); stride defaults to the kernel. As torch: padding (at most half the
+    window) never wins, ceil_mode keeps a last partial window, return_indices also gives each maximum's flat index in
+    its input plane (dtypes.default_int, for max_unpool2d). Views plus one reduce.
 
     >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(return_indices=True)[1].tolist()
     [[[[3]]]]
@@ -155,7 +157,8 @@ class NNMixin(TensorStub):
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  count_include_pad: bool = True) -> Tensor:
-    """The mean of each window (stride defaults to the kernel), as torch: count_include_pad counts the zero padding
+    """The mean of each window over the last 2 dims, or as many as kernel_size has entries; stride defaults to the
+    kernel. As torch: count_include_pad counts the zero padding
     in the divisor; the part of a ceil_mode window past the padding never counts. Views plus one reduce.
 
     >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d().tolist()
@@ -175,7 +178,8 @@ class NNMixin(TensorStub):
     [[[[0.0, 0.0], [0.0, 4.0]]]]
     """
     x = cast("Tensor", self)
-    kernel = conv_params(kernel_size, 2, "kernel_size", "max_unpool2d")
+    kernel = conv_params(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size",
+                         "max_unpool2d")
     nk = len(kernel)
     if indices.shape != x.shape or indices.dtype.is_float or x.ndim < nk + 1:
       raise ValueError(f"max_unpool2d: indices ({indices.shape}, {indices.dtype}) must be ints of the input's shape "
@@ -208,9 +212,22 @@ class NNMixin(TensorStub):
                        f"{len(size)}")
     if align_corners and mode.startswith("nearest"):
       raise ValueError(f"interpolate: align_corners is only for the linear modes, not {mode!r}")
-    return interpolate(x._to_float(), size, mode, align_corners)
+    out = interpolate(x._to_float(), size, mode, align_corners)
+    if x.dtype.is_float: return out
+    # ints keep their dtype, as torch: nearest picks values exactly, linear rounds its blend to the nearest
+    return (out if mode.startswith("nearest") else out.round()).cast(x.dtype)
 
   # ---- normalization, dropout, attention ----
+
+  def normalize(self, p: float = 2.0, dim: int | Sequence[int] = 1, eps: float = 1e-12) -> Tensor:
+    """Each vector along `dim` divided by its p-norm (at least eps), as torch.nn.functional.normalize.
+
+    >>> Tensor([[3.0, 4.0], [0.0, 0.0]], dtype="float64").normalize().tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    """
+    x = cast("Tensor", self)._to_float()
+    norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p) if p != 2 else x.square().sum(dim, keepdim=True).sqrt()
+    return x / norm.maximum(eps)
 
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """Normalize over `axis` to mean 0 and variance 1 (the biased variance, plus eps), without scale or shift.
@@ -261,10 +278,11 @@ class NNMixin(TensorStub):
 
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                    dropout_p: float = 0.0, is_causal: bool = False,
-                                   scale: float | None = None) -> Tensor:
+                                   scale: float | None = None, enable_gqa: bool = False) -> Tensor:
     """softmax(q @ k^T * scale + mask) @ v, as torch: scale defaults to 1/sqrt(head dim); a bool attn_mask keeps
     where True, a float one is added; is_causal lets position i attend to positions <= i. Dropout on the weights
-    applies in training only (as tinygrad).
+    applies in training only (as tinygrad). With enable_gqa, query heads (dim -3) share key/value heads in groups:
+    each of the Hk key heads serves Hq / Hk consecutive query heads.
 
     >>> q = Tensor.ones(1, 2, 4)
     >>> q.scaled_dot_product_attention(q, Tensor([[[1.0], [3.0]]]), is_causal=True).tolist()
@@ -276,7 +294,13 @@ class NNMixin(TensorStub):
       raise ValueError(f"scaled_dot_product_attention: query {q.shape}, key {key.shape} and value {value.shape} need "
                        "(..., L, E), (..., S, E) and (..., S, Ev)")
     if is_causal and attn_mask is not None:
-      raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+      raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+    if enable_gqa and q.ndim >= 3 and key.ndim >= 3 and q.shape[-3] != key.shape[-3]:
+      if q.shape[-3] % key.shape[-3] or key.shape[-3] != value.shape[-3]:
+        raise ArgumentError(f"scaled_dot_product_attention: {q.shape[-3]} query heads cannot share {key.shape[-3]} "
+                            f"key and {value.shape[-3] if value.ndim >= 3 else 0} value heads in equal groups")
+      group = q.shape[-3] // key.shape[-3]
+      key, value = key.repeat_interleave(group, dim=-3), value.repeat_interleave(group, dim=-3)
     scores = (q @ key.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if is_causal:
       rows, cols = q.shape[-2], key.shape[-2]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from lazytensor.dtype import DType, dtypes
+from lazytensor.helpers import dim_alias
 from lazytensor.tensor_stub import TensorStub
 from lazytensor.uop.ops import Ops, UOp
 
@@ -189,7 +190,7 @@ class UnaryMixin(TensorStub):
     def eq(self, x: Tensor | Any) -> Tensor: ...
     def where(self, x: Tensor | Any, y: Tensor | Any) -> Tensor: ...
     def bitcast(self, dtype: DType | str) -> Tensor: ...
-    def softmax(self, axis: int = -1) -> Tensor: ...
+    def softmax(self, axis: int = -1, *, dim: int | None = None) -> Tensor: ...
     def __mul__(self, x: Any) -> Tensor: ...
     def __rmul__(self, x: Any) -> Tensor: ...
     def __add__(self, x: Any) -> Tensor: ...
@@ -685,10 +686,11 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: -_softplus(-x))
 
-  def softmin(self, axis: int = -1) -> Tensor:
+  def softmin(self, axis: int = -1, *, dim: int | None = None) -> Tensor:
     """softmax(-x) along `axis`.
 
     >>> [round(v, 4) for v in Tensor([1.0, 2.0]).softmin().tolist()]
     [0.7311, 0.2689]
     """
+    axis = dim_alias("softmin", axis, dim, -1)
     return (-self._to_float()).softmax(axis)

@@ -413,7 +413,7 @@ def test_randint() -> None:
   a = Tensor.randint(20000, low=-3, high=4)
   Tensor.manual_seed(5)
   b = Tensor.randint(20000, low=-3, high=4)
-  assert a.dtype == I32 and a.tolist() == b.tolist()
+  assert a.dtype == dtypes.default_int and a.tolist() == b.tolist()
   counts = np.bincount(a.numpy() + 3, minlength=7)
   assert counts.sum() == 20000 and abs(counts / 20000 - 1 / 7).max() < 0.015
   big = Tensor.randint(2, 3, low=-2 ** 31, high=2 ** 31, dtype="int64")
@@ -465,7 +465,7 @@ def test_multinomial() -> None:
    ["stride"]),
   ("conv_padding_count", lambda: lazy(1, 1, 4, 4).conv2d(lazy(1, 1, 3, 3), padding=(1, 1, 1)), ValueError,
    ["(1, 1, 1)"]),
-  ("conv_negative_padding", lambda: lazy(1, 1, 4).conv1d(lazy(1, 1, 3), padding=-1), ValueError, ["-1"]),
+  ("conv_cropped_away", lambda: lazy(1, 1, 4).conv1d(lazy(1, 1, 3), padding=-1), ValueError, [(3,), (2,)]),
   ("conv_transpose_output_padding", lambda: lazy(1, 1, 4, 4).conv_transpose2d(lazy(1, 1, 3, 3), output_padding=1),
    ValueError, ["output_padding 1"]),
   ("pool_padding", lambda: lazy(1, 1, 6, 6).max_pool2d(2, padding=2), ValueError, ["padding 2"]),

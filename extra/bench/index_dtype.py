@@ -1,5 +1,7 @@
 """What int32 index math saves: each kernel with the heuristics' opts, lowered as usual (int32 where its bounds fit) and
-with int64 index math forced, timed on the same buffers in the same run, runs alternating. One thread on the CPU.
+with int64 index math forced, timed on the same buffers in the same run, runs alternating. One thread on the CPU,
+which runs the kernel in the calling thread: its thread CPU time is measured, so that other processes on a busy host
+do not count.
 
 Usage: python extra/bench/index_dtype.py [--runs N] [--quick]
 Prints each kernel's best time both ways and the ratio int64 / int32 (above 1: int32 is faster).
@@ -41,7 +43,7 @@ def cases(quick: bool) -> dict[str, Callable[[], Tensor]]:
   }
 
 def timer(si: ScheduleItem, index64: bool) -> Callable[[], float]:
-  """A function that runs the item's kernel once and returns its time."""
+  """A function that runs the item's kernel once and returns its thread CPU time."""
   dev = Device[si.bufs[0].device]
   k = optimize_kernel(si.ast, dev)
   spec = get_program(k, to_function_name(k.name), index64=index64)
@@ -49,9 +51,9 @@ def timer(si: ScheduleItem, index64: bool) -> Callable[[], float]:
   for buf in si.bufs: buf.ensure_allocated()
   handles, launch = [buf.handle for buf in si.bufs], spec.launch.kwargs()
   def run() -> float:
-    st = time.perf_counter()
+    st = time.thread_time()
     prg(*handles, wait=True, **launch)
-    return time.perf_counter() - st
+    return time.thread_time() - st
   return run
 
 def main() -> None:
@@ -60,7 +62,7 @@ def main() -> None:
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
   args = ap.parse_args()
   print(f"# {platform.processor() or platform.machine()}, THREADS={os.environ['THREADS']}, best of {args.runs}")
-  print(f"{'kernel':32s} {'int32 ms':>10s} {'int64 ms':>10s} {'int64/int32':>12s}")
+  print(f"{'kernel':32s} {'int32 ms':>10s} {'int64 ms':>10s} {'int64/int32':>12s}  (thread CPU time)")
   for name, build in cases(args.quick).items():
     items = [si for si in build().schedule() if si.ast.op is Ops.SINK]
     for si in items[:-1]: timer(si, False)()  # the inputs of the kernel timed

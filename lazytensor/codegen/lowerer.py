@@ -285,7 +285,9 @@ class _ReduceLowerer:
     vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
     results: dict[tuple[int, ...], UOp] = {}
     for gkey, vs in groups.items():
-      acc, loops = self._fold_invariant(self._combine(vs), ranges)
+      # a value the same in every lane (a constant) still counts once per lane of a vectorized unrolled axis
+      lanes = [lw.splat(v, lw.lanes.width) for v in vs] if vec_unrolled else vs
+      acc, loops = self._fold_invariant(self._combine(lanes), ranges)
       if loops: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + loops, self.op)
       if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
       results[gkey] = acc
@@ -411,10 +413,10 @@ def index_dtype(sink: UOp) -> DType:
 
   Per kernel, not per expression: one width throughout means no casts between widths inside address math, and the
   decision is one walk over bounds the symbolic rules already computed. Only kernels that index more than 2**31
-  elements (of a buffer, or of a loop) pay for int64. Measured (extra/bench/index_dtype.py, one AVX2 Zen 3 core, the
-  same opts lowered both ways): a 3x3 conv of 8x64x56x56 ran 1.13-1.49x as long with int64 index math, a gather
-  ~1.4x; matmul 1024, an elementwise chain and arange within 3%. Re-measure when the renderer's address math
-  changes."""
+  elements (of a buffer, or of a loop) use int64. The speed of the two is not settled: extra/bench/index_dtype.py
+  (one AVX2 EPYC core, thread CPU time, the same opts lowered both ways) measured matmul 1024, an elementwise chain,
+  a transpose, arange and a gather within 3%, and a 3x3 conv of 8x64x56x56 0.85x as long with int64 (an earlier
+  build of the conv: 1.13-1.49x as long). Re-measure when the renderer's address math changes."""
   lo, hi = dtypes.int32.min(), dtypes.int32.max()
   fits = all(lo <= u.vmin and u.vmax <= hi for u in sink.toposort if u.dtype.scalar() == dtypes.index)
   return dtypes.int32 if fits else dtypes.int64

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import Kernel, Opt
+from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
 from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
 from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
@@ -23,6 +23,7 @@ from lazytensor.helpers import (
   diskcache_put,
   knob_values,
   to_function_name,
+  use_color,
 )
 from lazytensor.uop.ops import Ops, UOp
 
@@ -59,10 +60,25 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
     k = Kernel(ast, device.renderer)
     for o in opts: k.apply_opt(o)
   if DEBUG >= 5: print_listing(f"AST of {k.name}", repr(ast))
-  if DEBUG >= 3: print(f"{k.name}: {k.applied_opts}")
+  if DEBUG >= 3: _print_opts(k)
   spec, lib = _program(k, device, to_function_name(k.name))
   flops, mem = k.flops_and_mem()
   return CompiledRunner(k.name, device.load(spec.name, lib), k, flops, mem, spec)
+
+_legend_shown = False
+
+def _print_opts(k: Kernel) -> None:
+  """DEBUG>=3: the kernel's name and opts. In color the name's shape shows each axis's kind, and a legend names the
+  colors the first time; without color (not a terminal, NO_COLOR) the kinds are written out."""
+  global _legend_shown
+  if not use_color():
+    axes = ", ".join(f"{s} {kind.name.lower()}" for s, kind in zip(k.full_shape, k.kinds))
+    print(f"{k.name}: {k.applied_opts}" + (f"  axes: {axes}" if axes else ""))
+    return
+  if not _legend_shown:
+    print(axis_legend())
+    _legend_shown = True
+  print(f"{k.name}: {k.applied_opts}")
 
 def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, bytes]:
   """The spec and binary of an optimized kernel. A process that has built this kernel before (same program_key) finds
@@ -119,6 +135,12 @@ class ExecItem:
   """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these."""
   runner: CompiledRunner | None
   bufs: tuple[Buffer, ...]
+
+  @property
+  def written(self) -> tuple[Buffer, ...]:
+    """The buffers this step writes: a copy's destination, a kernel's stored buffers."""
+    if self.runner is None: return self.bufs[:1]
+    return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
     bufs = self.bufs if bufs is None else bufs

@@ -43,8 +43,9 @@ class CPUAllocator(Allocator):
   def alloc(self, nbytes: int) -> CPUMemory:
     align = _alignment()
     raw = np.empty(nbytes + align, dtype=np.uint8)
-    start = -raw.ctypes.data % align
-    return CPUMemory(raw[start:start + nbytes], raw.ctypes.data + start)
+    addr = raw.ctypes.data  # each .ctypes builds an object: a replay of TinyJit allocates its outputs, so read it once
+    start = -addr % align
+    return CPUMemory(raw[start:start + nbytes], addr + start)
 
   def host_array(self, handle: CPUMemory) -> np.ndarray: return handle.array
   def copyin(self, handle: CPUMemory, src: memoryview) -> None: handle.array[:] = np.frombuffer(src, dtype=np.uint8)

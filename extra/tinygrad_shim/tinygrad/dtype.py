@@ -1,0 +1,4 @@
+"""tinygrad.dtype: DType and dtypes."""
+from lazytensor.dtype import DType, dtypes
+
+__all__ = ["DType", "dtypes"]
