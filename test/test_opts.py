@@ -228,7 +228,7 @@ def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeyp
   assert k.applied_opts[:2] == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, rows)], k.applied_opts
   with monkeypatch.context() as m:
     m.setattr(heuristic, "CHANNEL_MIN_WORK", 1 << 62)
-    assert len(create_schedule([x.conv2d(w, padding=1).lazydata])[0]) == 1
+    with Context(SCHEDULE_CACHE=0): assert len(create_schedule([x.conv2d(w, padding=1).lazydata])[0]) == 1
   torch = pytest.importorskip("torch")
   want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
   np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), want, rtol=1e-4, atol=1e-4)
