@@ -5,7 +5,8 @@ from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
 from lazytensor.helpers import Context, GlobalCounters
 from lazytensor.tensor import Tensor, no_grad
+from lazytensor.tensor_multi import DeviceMesh
 from lazytensor.version import __version__
 
-__all__ = ["Tensor", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit", "nn",
-           "__version__"]
+__all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit",
+           "nn", "__version__"]

@@ -17,6 +17,7 @@ broadcast, all_to_all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from lazytensor.graph import Bounds, even_bounds
 from lazytensor.tensor import Tensor
@@ -54,10 +55,12 @@ def stack(values: Sequence[Tensor]) -> Tensor:
   return from_pieces([v.reshape(1, *v.shape) for v in values], axis=0)
 
 def _devices(t: Tensor, what: str) -> tuple[str, ...]:
-  if not isinstance(t.device, tuple) or t.shard_axis != 0 or t.shape[0] != len(t.device):
+  devices = t.device
+  if not isinstance(devices, tuple) or not all(isinstance(d, str) for d in devices) or t.shard_axis != 0 or \
+     t.shape[0] != len(devices):
     raise ValueError(f"{what}: expected a stack (one row per device, sharded on axis 0), got a tensor of shape "
                      f"{t.shape} on {t.device}; make one with stack()")
-  return t.device
+  return cast(tuple[str, ...], devices)
 
 def unstack(t: Tensor) -> list[Tensor]:
   """The value of each device in a stack, each a tensor on its device.

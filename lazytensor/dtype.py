@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -89,7 +90,9 @@ class dtypes:
   uchar, ushort, uint, ulong = uint8, uint16, uint32, uint64
   default_float: DType = float32
   default_int: DType = int64
-  index: Final[DType] = int32  # dtype of index arithmetic inside kernels
+  # index arithmetic inside kernels while they are lowered: as wide as int64, so that bounds and folding never wrap.
+  # Lowering ends by choosing int32 or int64 for it per kernel (codegen/lowerer.py: index_dtype); renderers never see it
+  index: Final[DType] = DType("index", 8, "i", "q")
   void: Final[DType] = DType("void", 0, "v", "V")
 
   @staticmethod
@@ -176,8 +179,15 @@ def float_to_int_via(to: DType) -> DType:
   if s.itemsize == 8 or s == dtypes.int32: return s
   return dtypes.int64 if s.itemsize == 4 else dtypes.int32
 
+# struct's formats for the float types it packs: it rounds as numpy's cast does (to nearest, ties to even) at a tenth
+# of the cost of a numpy array and an errstate, and every scalar in a Tensor op is truncated
+_STRUCT_FLOATS = {"float32": "f", "float16": "e"}
+
 def truncate(dt: DType, x: Any) -> Any:
   """The Python value `x` as it would be stored in `dt` (wraps ints, rounds floats)."""
+  if dt.count == 1 and (fmt := _STRUCT_FLOATS.get(dt.name)) is not None:
+    try: return struct.unpack(fmt, struct.pack(fmt, x))[0]
+    except (OverflowError, struct.error): pass  # beyond the range (numpy gives the infinity) or not a number
   if dt.is_bool: return bool(x)
   if dt.is_int:
     if isinstance(x, float) and not math.isfinite(x): return 0

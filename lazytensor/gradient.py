@@ -72,7 +72,7 @@ def _multi_grad(ctx: UOp, m: UOp) -> Grads:
   first piece: the others are copies of it."""
   axis, bounds = m.arg
   if axis is None: return (copy_to(ctx, m.src[0].device),) + (None,) * (len(m.src) - 1)
-  return tuple(shard_piece(ctx, str(p.device), axis, b) for p, b in zip(m.src, bounds))
+  return tuple(shard_piece(ctx, p.device, axis, b) for p, b in zip(m.src, bounds))
 
 LN2 = math.log(2)
 

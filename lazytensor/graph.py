@@ -1,6 +1,7 @@
 """Building blocks of the tensor graph: shaped constants and movement nodes (used by Tensor and by gradients)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from lazytensor.dtype import DType, dtypes, truncate
@@ -8,11 +9,16 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 
+@functools.lru_cache(maxsize=4096)
+def _broadcast_st(shape: tuple[int, ...]) -> ShapeTracker:
+  # every scalar in an op makes one of these: the view math runs once per shape, not per constant
+  return ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
+
 def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[int, ...]) -> UOp:
   """`value` broadcast to `shape`: one scalar CONST under a stride-0 VIEW, no memory (on a tuple of devices: the same
   constant on each)."""
   c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
-  return UOp(Ops.VIEW, dtype, (c,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+  return UOp(Ops.VIEW, dtype, (c,), _broadcast_st(tuple(shape)))
 
 def buffer_view(buf: UOp, shape: tuple[int, ...]) -> UOp:
   """A BUFFER read densely in `shape`: what a realized tensor holds."""
@@ -55,18 +61,28 @@ def axis_pad(x: UOp, axis: int, before: int, after: int) -> UOp:
 def copy_to(x: UOp, device: DeviceLike) -> UOp:
   return x if x.device == device else UOp(Ops.COPY, x.dtype, (x,), device)
 
-def shard_piece(x: UOp, device: str, axis: int | None, bounds: tuple[int, int]) -> UOp:
+def shard_piece(x: UOp, device: DeviceLike, axis: int | None, bounds: tuple[int, int]) -> UOp:
   """The slice [lo, hi) of `axis` of x (all of x for axis None), on `device`."""
   return copy_to(x if axis is None else axis_shrink(x, axis, *bounds), device)
 
-def shard_uop(x: UOp, devices: tuple[str, ...], axis: int | None, bounds: Bounds | None = None) -> UOp:
-  """x spread over `devices`: each holds the slice of `axis` that its bounds select (by default even_bounds), or all
-  of x when axis is None (replicated)."""
-  if axis is None: return UOp(Ops.COPY, x.dtype, (x,), devices)
-  bounds = bounds if bounds is not None else even_bounds(x.shape[axis], len(devices))
-  pieces = tuple(shard_piece(x, d, axis, b) for d, b in zip(devices, bounds))
+def mesh_uop(x: UOp, devices: DeviceLike, axes: tuple[int | None, ...]) -> UOp:
+  """x on a mesh: `devices` nested one tuple level per mesh axis, axes[k] the dimension of x sliced along mesh axis k
+  (None: replicated along it). A MULTI over the first mesh axis whose pieces are values over the next ones."""
+  if isinstance(devices, str): return copy_to(x, devices)
+  if all(a is None for a in axes): return UOp(Ops.COPY, x.dtype, (x,), devices)
+  axis, rest = axes[0], axes[1:]
+  if axis is None: return UOp(Ops.MULTI, x.dtype, tuple(mesh_uop(x, d, rest) for d in devices), (None, None))
+  bounds = even_bounds(x.shape[axis], len(devices))
+  pieces = tuple(mesh_uop(axis_shrink(x, axis, *b), d, rest) for d, b in zip(devices, bounds))
   return UOp(Ops.MULTI, x.dtype, pieces, (axis, bounds))
 
 def shard_like(x: UOp, m: UOp) -> UOp:
-  """x laid out over devices as the MULTI node m is: the same slices of the same axis, or replicated."""
-  return shard_uop(x, tuple(str(p.device) for p in m.src), *m.arg)
+  """x laid out over devices as m is, at every level of a mesh: the same slices of the same axes, or replicated."""
+  if m.op is not Ops.MULTI: return copy_to(x, m.device)
+  axis, bounds = m.arg
+  if axis is None: return UOp(Ops.MULTI, x.dtype, tuple(shard_like(x, p) for p in m.src), m.arg)
+  return UOp(Ops.MULTI, x.dtype, tuple(shard_like(axis_shrink(x, axis, *b), p) for p, b in zip(m.src, bounds)), m.arg)
+
+def multi_leaves(u: UOp) -> tuple[UOp, ...]:
+  """The pieces of a value spread over devices that each live on one device (through every level of a mesh)."""
+  return tuple(leaf for p in u.src for leaf in multi_leaves(p)) if u.op is Ops.MULTI else (u,)

@@ -16,6 +16,7 @@ class ContextVar:
   """A knob: read once from the environment (its default otherwise), overridable with `Context`. A knob declared with
   `code=True` changes the code rendered for a kernel with given opts: it is part of every program cache key."""
   registry: ClassVar[dict[str, ContextVar]] = {}
+  version: ClassVar[int] = 0  # changes whenever a knob is declared or set: see knob_values()
 
   def __init__(self, key: str, default: Any, help: str, code: bool = False) -> None:
     assert key not in ContextVar.registry, f"knob {key} declared twice"
@@ -23,6 +24,7 @@ class ContextVar:
     raw = os.environ.get(key)
     self.value = default if raw is None else self._parse(raw)
     ContextVar.registry[key] = self
+    ContextVar.version += 1
 
   def _parse(self, raw: str) -> Any:
     if isinstance(self.default, bool): return raw.lower() not in ("", "0", "false", "no")
@@ -53,16 +55,29 @@ class Context(contextlib.ContextDecorator):
     for k, v in self.kwargs.items():
       self.old[k] = ContextVar.registry[k].value
       ContextVar.registry[k].value = v
+    ContextVar.version += 1
 
   def __exit__(self, *exc: object) -> None:
     for k, v in self.old.items(): ContextVar.registry[k].value = v
+    ContextVar.version += 1
+
+_knob_values: tuple[int, tuple[Any, ...]] = (-1, ())
+
+def knob_values() -> tuple[Any, ...]:
+  """The value of every knob, as a tuple rebuilt only after a knob changed: a key for caches that any knob may affect
+  (each eager kernel launch looks one up)."""
+  global _knob_values
+  if _knob_values[0] != ContextVar.version:
+    _knob_values = (ContextVar.version, tuple(var.value for var in ContextVar.registry.values()))
+  return _knob_values[1]
 
 def _default_cache_dir() -> str:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "lazytensor")
 
 DEBUG = ContextVar("DEBUG", 0,
-                   "1 schedule summary; 2 one line per kernel; 3 opts; 4 source; 5 AST; 6 linear program; 7 asm")
+                   "1 schedule summary; 2 one line per kernel; 3 opts and axis kinds; 4 source (lowered again, past "
+                   "the program cache); 5 AST; 6 linear program; 7 asm")
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics")
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
 DEV = ContextVar("DEV", "", "default device: CPU, CUDA, CUDACPU or EMU (empty picks CPU)")
@@ -83,11 +98,20 @@ BEAM_TIMEOUT_SEC = ContextVar("BEAM_TIMEOUT_SEC", 10.0,
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even when the BEAM cache has a result")
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's")
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use")
+CPU_TARGET = ContextVar("CPU_TARGET", "native", "the CPU that CPU kernels are compiled and optimized for: native, "
+                        "x86-64-v2 (SSE4.2), x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or aarch64 (NEON); a target "
+                        "this host cannot run is for compiling only")
 NVCC_CHECK = ContextVar("NVCC_CHECK", False,
                         "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
 FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
+SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 512, "schedules remembered by graph structure, buffers as parameters "
+                            "(an eager step repeated with new buffers skips scheduling); 0 schedules every graph anew")
+BUFFER_CACHE = ContextVar("BUFFER_CACHE", 1 << 30, "bytes of freed memory a device keeps for the next allocation of "
+                          "the same size (no page faults on fresh memory at every eager step); 0 frees at once")
 TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
                   "torch's allow_tf32); off by default", code=True)
+NO_COLOR = ContextVar("NO_COLOR", "", "any value turns off ANSI colors (no-color.org); they are also off when standard "
+                     "output is not a terminal")
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 
@@ -148,8 +172,12 @@ def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
 
 _COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
 
+def use_color() -> bool:
+  """Whether output may carry ANSI colors: on a terminal, unless NO_COLOR is set (logs and pipes get plain text)."""
+  return not NO_COLOR.value and sys.stdout.isatty()
+
 def colored(s: str, color: str | None, bright: bool = False) -> str:
-  if color is None: return s
+  if color is None or not use_color(): return s
   return f"\u001b[{_COLORS[color] + (60 if bright else 0)}m{s}\u001b[0m"
 
 def ansistrip(s: str) -> str:

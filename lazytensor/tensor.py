@@ -18,9 +18,9 @@ import numpy as np
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_type_scalar, to_dtype, to_storage
 from lazytensor.engine.realize import paused_capture, run_schedule
-from lazytensor.engine.schedule import commit_realized, create_schedule, realized_map
+from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import buffer_view, const_uop, copy_to, shard_like
+from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.tensor_create import CreationMixin
@@ -68,7 +68,18 @@ _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictio
 
 # every tensor, by serial number: realizing an assign first computes the live tensors that still need the old contents
 _serials = itertools.count()
-_live: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# (a dict of weak references with a callback each: a WeakValueDictionary runs three Python frames per tensor made)
+_live: dict[int, weakref.ref[Tensor]] = {}
+
+def _forget_tensor(serial: int, _: weakref.ref[Tensor]) -> None: _live.pop(serial, None)
+# the ASSIGN nodes that some graph still holds: while there are none, no realize overwrites anything that a live tensor
+# reads, and the walk over the live tensors is skipped (an eager op costs the same with a thousand tensors alive)
+_live_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+def _assign_uop(target: UOp, value: UOp) -> UOp:
+  node = UOp(Ops.ASSIGN, target.dtype, (target, value))
+  _live_assigns.add(node)
+  return node
 # while a TinyJit captures: the serial number of the first tensor its function made
 _program_start: list[int] = []
 
@@ -82,9 +93,8 @@ def capturing_program() -> Iterator[None]:
   finally: _program_start.pop()
 
 def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
-  # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device
-  return {id(buffer_map[t.base]) for r in roots for n in r.toposort if n.op is Ops.ASSIGN
-          for t in (n.src[0].src if n.src[0].op is Ops.MULTI else (n.src[0],))}
+  # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device (nested on a mesh)
+  return {id(buffer_map[t.base]) for r in roots for n in r.facts.assigns for t in multi_leaves(n.src[0])}
 
 def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
@@ -92,14 +102,15 @@ def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
   before the assigns, they keep the values they had when they were built, as in an eager framework. Views (movement
   ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see the new
   contents."""
+  if not _live_assigns: return []
   chosen: set[int] = {id(t) for t in tensors}
   out: list[tuple[int, Tensor]] = []
   targets = _buffers_assigned(t.lazydata for t in tensors)
   seen = set(targets)
+  alive = [(n, t) for n, ref in list(_live.items()) if (t := ref()) is not None] if targets else []
   while targets:
-    found = [(n, t) for n, t in list(_live.items()) if id(t) not in chosen and
-             t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
-             any(u.op is Ops.BUFFER and id(buffer_map.get(u)) in targets for u in t.lazydata.toposort)]
+    found = [(n, t) for n, t in alive if id(t) not in chosen and t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
+             any(id(buffer_map.get(u)) in targets for u in t.lazydata.facts.buffers)]
     chosen |= {id(t) for _, t in found}
     out += found
     targets = _buffers_assigned(t.lazydata for _, t in found) - seen
@@ -118,6 +129,36 @@ def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]
   for t in tensors:
     found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
     out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
+  return out
+
+def _host_values(ld: UOp) -> np.ndarray | None:
+  """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
+  None for a lazy one."""
+  moves = []
+  while ld.op in MOVES:
+    moves.append(ld)
+    ld = ld.src[0]
+  if ld.op is Ops.MULTI:
+    if (whole := _gathered(ld)) is None: return None
+    flat, st = whole.reshape(-1), ShapeTracker.from_shape(whole.shape)
+  elif ld.op is Ops.VIEW and ld.src[0].op in (Ops.BUFFER, Ops.CONST):
+    base = ld.src[0]
+    # from_storage: a bfloat16 buffer holds bits, shown as the float32 values they are
+    flat = from_storage(buffer_map[base].numpy(), ld.dtype) if base.op is Ops.BUFFER else \
+      np.array([base.arg], dtype=np.float32 if ld.dtype == dtypes.bfloat16 else ld.dtype.np)
+    st = ld.arg
+  else: return None
+  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
+  return st.gather(flat)
+
+def _gathered(m: UOp) -> np.ndarray | None:
+  """A sharded tensor's values: its pieces put together along the sharded axis (one piece when replicated)."""
+  pieces = [v for v in (_host_values(p) for p in m.src) if v is not None]
+  axis, bounds = m.arg
+  if len(pieces) < len(m.src): return None  # a piece is lazy
+  if axis is None: return pieces[0]
+  out = np.empty(m.shape, dtype=pieces[0].dtype)
+  for p, (lo, hi) in zip(pieces, bounds): out[(slice(None),) * axis + (slice(lo, hi),)] = p
   return out
 
 def _sum_uops(xs: list[UOp]) -> UOp | None:
@@ -163,18 +204,22 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def __init__(self, data: Any, device: DeviceLike | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None) -> None:
-    dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(device, (tuple, list)):  # made on the first device and replicated on the others
-      self.__init__(data, open_devices(device, "Tensor")[0], dtype, requires_grad)  # type: ignore[misc]
+      self.__init__(data, Device.first(open_devices(device, "Tensor")), dtype, requires_grad)  # type: ignore[misc]
       self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
       return
-    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
-    _live[next(_serials)] = self
-    if isinstance(data, UOp): self.lazydata = data
-    elif isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    serial = next(_serials)
+    _live[serial] = weakref.ref(self, functools.partial(_forget_tensor, serial))
+    if isinstance(data, UOp):  # what every op makes: the fast path
+      self.lazydata = data
+      if requires_grad is not None: self.requires_grad = requires_grad
+      return
+    dt = to_dtype(dtype) if dtype is not None else None
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
     elif isinstance(data, (list, tuple)) and data and all(isinstance(t, Tensor) for t in data):
       stacked = Tensor.stack(*data)  # a list of tensors stacks (lazily), as in torch.tensor and tinygrad
       stacked = stacked if dt is None else stacked.cast(dt)
@@ -213,7 +258,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   @property
   def device(self) -> DeviceLike:
-    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them.
+    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them (on
+    a DeviceMesh, nested: a tuple per slice along the first mesh axis).
 
     >>> Tensor([1]).device == Device.DEFAULT, Tensor([1]).to(("CPU:0", "CPU:1")).device
     (True, ('CPU', 'CPU:1'))
@@ -282,18 +328,22 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return (self[i] for i in range(self.shape[0]))
 
   def __repr__(self) -> str:
-    """Shape, dtype, device and state, without computing anything: realized (in a buffer), const (a broadcast
-    constant, which needs no buffer) or unrealized (a graph not computed yet).
+    """The values with dtype and device, as numpy and torch print them (summarized when large), when they are known
+    without computing anything: a realized tensor (one in a buffer, or a view of one) or a constant. A lazy tensor (a
+    graph not computed yet) says so and stays lazy: `.realize()` computes it, `.numpy()` returns its values.
 
-    >>> Tensor([[1.0, 2.0]])
-    <Tensor (1, 2) float32 on ..., realized>
-    >>> Tensor.zeros(3) + 1, Tensor.ones(2, dtype='int32')
-    (<Tensor (3,) float32 on ..., unrealized>, <Tensor (2,) int32 on ..., const>)
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]])
+    Tensor([[1., 2.],
+            [3., 4.]], dtype=float32, device='...')
+    >>> Tensor([1, 2]) + 1
+    <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
-    base = self.lazydata.src[0].op if self.lazydata.op is Ops.VIEW else self.lazydata.op
-    state = "realized" if self._is_buffer_view() else {Ops.CONST: "const"}.get(base, "unrealized")
     grad = ", requires_grad=True" if self._requires_grad else ""
-    return f"<Tensor {self.shape} {self.dtype.name} on {self.device}, {state}{grad}>"
+    if (values := _host_values(self.lazydata)) is None:
+      return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
+              f"it, .numpy() returns its values{grad}>")
+    return f"Tensor({np.array2string(values, separator=', ', prefix='Tensor(')}, dtype={self.dtype.name}, " \
+           f"device={self.device!r}{grad})"
 
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
@@ -340,7 +390,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     readers = _old_value_readers(tensors)
     if _program_start and (before := [t for n, t in readers if n < _program_start[-1]]):
       with paused_capture(): before[0].realize(*before[1:])
-    tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
+    if readers: tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)
@@ -364,7 +414,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     array([1, 2, 3])
     """
     if self.numel() == 0: return from_storage(np.zeros(self.shape, dtype=self.dtype.np), self.dtype)
-    if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()  # gathered on the first device
+    if isinstance(self.device, tuple): return self.to(Device.first(self.device)).numpy()  # gathered on the first one
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
@@ -440,6 +490,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     """
     device = open_devices(device, "to") if isinstance(device, (tuple, list)) else Device.canonicalize(device)
     if device == self.device: return self
+    if isinstance(device, tuple) and isinstance(self.device, tuple):  # gathered first: a copy between two tuples of
+      return self.to(Device.first(self.device)).to(device)           # devices keeps the layout (engine/multi.py)
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
   # ---- writing into realized tensors ----
@@ -455,7 +507,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
-    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in (ld.src if ld.op is Ops.MULTI else (ld,)))
+    if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
+    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
 
   def assign(self, x: Any) -> Tensor:
     """Write x into this tensor's memory when it is next realized (in place; views of it see the new values).
@@ -471,7 +524,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       return self
     # a second assign before realizing writes the same buffer (its value may read the first one's result)
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
-    self.lazydata = UOp(Ops.ASSIGN, self.dtype, (target, value.lazydata))
+    self.lazydata = _assign_uop(target, value.lazydata)
     return self
 
   # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
@@ -533,7 +586,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
-    write = UOp(Ops.ASSIGN, self.dtype, (target.lazydata, new.lazydata))
+    write = _assign_uop(target.lazydata, new.lazydata)
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
@@ -554,8 +607,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     ins = (self,) + others
     # a realized input that needs gradients is used through the graph that computed it, so that gradients still flow
     # through it (the scheduler reads its buffer: nothing is computed twice)
-    out = fn(*(t._graph_root() if t._graph is not None else t.lazydata for t in ins))
-    if not any(t._requires_grad for t in ins): return Tensor(out)
+    out = fn(*[t.lazydata if t._graph is None else t._graph_root() for t in ins])
+    if not any([t._requires_grad for t in ins]): return Tensor(out)
     if Tensor.no_grad: return Tensor(UOp(Ops.DETACH, out.dtype, (out,)))
     ret = Tensor(out)
     if out.dtype.is_float: ret._requires_grad = True
@@ -681,11 +734,17 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
 
   def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""
-    if isinstance(y, Tensor): dt = promote_types(self.dtype, y.dtype)
+    if isinstance(y, Tensor):
+      mine, its = self.lazydata, y.lazydata
+      # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
+      if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
+        return (y, self) if reverse else (self, y)
+      dt = promote_types(self.dtype, y.dtype)
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)
-      y = Tensor.full((), y, dtype=dt, device=self.device)
+      # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
+      y = Tensor(const_uop(y, dt, self.device, self.shape))
     elif isinstance(y, (list, np.ndarray)):
       y = Tensor(y, device=self.device)
       dt = promote_types(self.dtype, y.dtype)

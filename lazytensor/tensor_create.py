@@ -17,6 +17,11 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
 
+def _empty_uop(device: DeviceLike, shape: tuple[int, ...], dtype: DType) -> UOp:
+  """New memory of `shape` on a device, or on each of a tuple of them (replicated; nested on a mesh)."""
+  if isinstance(device, str): return buffer_view(new_buffer_uop(device, prod(shape), dtype), shape)
+  return UOp(Ops.MULTI, dtype, tuple(_empty_uop(d, shape, dtype) for d in device), (None, None))
+
 class CreationMixin(TensorStub):
   """Tensor's constructors (classmethods) and *_like methods. Its only subclass is Tensor
   (tensor.py), so every CreationMixin is a Tensor."""
@@ -71,10 +76,7 @@ class CreationMixin(TensorStub):
     """
     shp = cls._parse_shape(shape)
     dt, dev = to_dtype(dtype or dtypes.default_float), Device.canonicalize_any(device or Device.DEFAULT)
-    if isinstance(dev, tuple):  # memory on each device, replicated
-      views = tuple(buffer_view(new_buffer_uop(d, prod(shp), dt), shp) for d in dev)
-      return cls(UOp(Ops.MULTI, dt, views, (None, None)), **kwargs)
-    return cls(buffer_view(new_buffer_uop(dev, prod(shp), dt), shp), **kwargs)
+    return cls(_empty_uop(dev, shp, dt), **kwargs)
 
   def full_like(self, fill_value: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """A tensor of `fill_value` with this tensor's shape, dtype and device.
@@ -113,7 +115,9 @@ class CreationMixin(TensorStub):
   @classmethod
   def _iota(cls, n: int, device: DeviceLike | None = None) -> Tensor:
     dev = Device.canonicalize_any(device) if device is not None else Device.DEFAULT
-    return cls(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
+    # int32 values while they fit: the cheaper index math, and the counters of random numbers are 32 bits anyway
+    dt = dtypes.int32 if n - 1 <= dtypes.int32.max() else dtypes.int64
+    return cls(UOp(Ops.IOTA, dt, (UOp(Ops.DEVICE, dtypes.void, (), dev),), n))
 
   @classmethod
   def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,

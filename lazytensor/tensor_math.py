@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lazytensor.device import Device
 from lazytensor.dtype import dtypes, promote_types
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
 
@@ -34,47 +33,15 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
       raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
                           "that do not broadcast")
   dt = promote_types(a.dtype, b.dtype)
-  n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
-  b = _packed_panels(b.cast(dt), n)
-  # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel, no copies of either operand
+  k, m = a.shape[-1], b.shape[-1]
+  b = b.cast(dt)
+  # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel; the scheduler may read B from a re-laid copy
+  # where the device's heuristics ask for one (engine/schedule.pack_operands)
   prod_ = a.cast(dt).reshape(*a.shape[:-1], 1, k) * b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k)
   out = prod_.sum(-1, dtype=dt)
   if x.ndim == 1: out = out.reshape(*out.shape[:-2], m)
   if w.ndim == 1: out = out.reshape(*out.shape[:-1])
   return out
-
-def _packed_panels(b: Tensor, n: int) -> Tensor:
-  """B (..., k, m) re-laid as column panels (..., m/p, k, p) in a buffer of their own, viewed back as (..., k, m).
-
-  A register tile reads p columns of B for every k; in B's own layout each of those reads is a new row, a new page,
-  so large matmuls become TLB- and cache-bound (2048: 50 GFLOP/s). In panels the reads are sequential (96 GFLOP/s),
-  for one extra copy kernel (about 1% of the matmul). Only devices that declare a panel width pack, and only when the
-  matrices are large enough for it to pay."""
-  p = Device[Device.first(b.device)].renderer.matmul_panel
-  k, m = b.shape[-2], b.shape[-1]
-  if not p or m % p or m < 2 * p or k < 256 or n < 64 or n * k * m < (1 << 27): return b
-  lead = tuple(range(b.ndim - 2))
-  panels = b.reshape(*b.shape[:-1], m // p, p).permute(*lead, b.ndim - 1, b.ndim - 2, b.ndim).contiguous()
-  return panels.permute(*lead, b.ndim - 1, b.ndim - 2, b.ndim).reshape(*b.shape)
-
-CHANNEL_BLOCK = 16  # output channels per SIMD vector in a packed convolution weight
-MIN_PACKED_CONV_WORK = 1 << 24
-
-def _packed_channels(weight: Tensor, groups: int, positions: int) -> Tensor:
-  """A convolution weight (cout, cin, *k) re-laid as blocks of CHANNEL_BLOCK output channels, (cout/16, cin, *k, 16) in
-  a buffer of its own, viewed back as (cout, cin, *k). In its own layout the weights of neighbouring output channels
-  are cin*k apart, so the kernel vectorizes along the output width instead (8 lanes for a width of 56, every input
-  load masked by the padding); in blocks, one vector load gives 16 output channels and each input value is a
-  broadcast scalar: 32x64x56x56 by 64x3x3 on one thread, 44 -> ~100 GFLOP/s. Only devices that declare a panel width
-  pack (as for matmul), and only convolutions large enough for the extra small copy to pay."""
-  cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
-  b = CHANNEL_BLOCK
-  if not Device[Device.first(weight.device)].renderer.matmul_panel or (cout // groups) % b or \
-      positions * cout * cin_g * prod(kernel) < MIN_PACKED_CONV_WORK:
-    return weight
-  nk = len(kernel)
-  blocks = weight.reshape(cout // b, b, cin_g, *kernel).permute(0, *range(2, 3 + nk), 1).contiguous()
-  return blocks.permute(0, 2 + nk, *range(1, 2 + nk)).reshape(weight.shape)
 
 def _window_width(i: int, k: int, s: int, d: int, o: int) -> int:
   # the repeated row must hold every window start: w >= o*s and w = i + d (mod i) so that row a begins at a*d
@@ -160,7 +127,7 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: in
   # (bs, groups, rcout, *o, cin_g, *k) against weight (1, groups, rcout, *1, cin_g, *k), summed over cin_g and k
   win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
   win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
-  w = _packed_channels(weight, groups, bs * prod(outs)).reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
+  w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
   out = (win * w).sum([-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
   return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
 

@@ -35,6 +35,16 @@ def main() -> None:
   assert ints.tolist() == [3, 10] and ints.dtype == Tensor([1]).dtype
   half = dist.all_reduce(Tensor([1.5], dtype="float16"))
   assert half.tolist() == [3.0] and half.dtype == Tensor([1.0], dtype="float16").dtype
+  # MPI reads a CPU tensor's buffer where it lies and writes the result into a new one: the input stays as it was,
+  # views and unrealized values are made dense first, and the result lives on the input's device
+  t = Tensor(mine, device="CPU:1").realize()
+  s = dist.all_reduce(t)
+  np.testing.assert_equal(t.numpy(), mine)
+  assert s.device == "CPU:1" and (s + 1).tolist() == (sum(every) + 1).tolist()
+  np.testing.assert_allclose(dist.all_reduce(Tensor(mine).T * 2).numpy(), sum(every).T * 2)
+  assert dist.all_gather(Tensor(float(r))).tolist() == [0.0, 1.0]
+  spread = dist.all_reduce(Tensor(mine).shard(("CPU:0", "CPU:1"), 0))
+  assert spread.device == ("CPU", "CPU:1") and spread.tolist() == sum(every).tolist()
   dist.barrier()
   print(f"rank {r} of {n}: ok", flush=True)
 

@@ -33,6 +33,8 @@ SUPPORTED = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32,
 TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float16: (1e-2, 1e-2), dtypes.float32: (1e-5, 1e-4),
                                                 dtypes.float64: (1e-6, 1e-5)}
 
+NUMERIC_GRAD_MAX_SIZE = 1 << 14  # largest input whose gradient the torch-less fallback checks by finite differences
+
 Generator = Callable[[tuple[int, ...], DType, np.random.Generator], np.ndarray]
 InputSpec = tuple[int, ...] | np.ndarray
 
@@ -116,20 +118,27 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
   shapes: one entry per input, a shape (random values) or a numpy array (used as given, its dtype wins).
   dtype: the input dtype, or one per input. Values come from `gen(shape, dtype, rng)`, else uniform in [low, high).
   References: torch (`torch_fn`, or `fn` itself) when torch is installed and `use_torch`; numpy when `np_fn` is given
-  (True: `fn` itself computes the same on numpy arrays). Without any, the test is skipped. Output dtypes are checked
-  against torch's, and against `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
-  Gradients are compared with `grad_atol`/`grad_rtol` (default: `atol`/`rtol`); see `check_grads`.
+  (True: `fn` itself computes the same on numpy arrays). Output dtypes are checked against torch's, and against
+  `out_dtype` when given. `fn` may return a tuple of tensors (split, chunk).
+  Gradients are compared with `grad_atol`/`grad_rtol` (default: `atol`/`rtol`); see `check_grads`. Where torch would
+  be the reference but is not installed, the gradients of float32 and float64 inputs are checked against float64
+  finite differences instead (`check_grad_numeric`); with nothing left to compare, the test is skipped.
   """
   refs: list[tuple[str, Callable[..., Any]]] = []
   if HAVE_TORCH and use_torch: refs.append(("torch", torch_fn or fn))
   if np_fn: refs.append(("numpy", fn if np_fn is True else np_fn))
-  if not refs: pytest.skip("torch is not installed and this op has no numpy reference")
   arrays = _make_inputs(shapes, dtype, gen or _uniform(low, high), seed)
+  # given arrays are chosen points (ties, kinks, saturation) where finite differences say nothing; random ones are not
+  numeric = grad and use_torch and not HAVE_TORCH and _numeric_grad_fits(arrays) and \
+    not any(isinstance(s, np.ndarray) and a.dtype.kind == "f" for s, a in zip(shapes, arrays))
+  if not refs and not numeric: pytest.skip("torch is not installed and this op has no numpy reference")
   # float inputs require gradients, so that every forward check also checks that requires_grad propagates harmlessly
   inputs = [Tensor(a, requires_grad=True if a.dtype.kind == "f" else None) for a in arrays]
   out = fn(*inputs)
   if out_dtype is not None:
     for o in _outputs(out): assert o.dtype == out_dtype, f"dtype {o.dtype} != expected {out_dtype}"
+  if numeric: check_grad_numeric(fn, arrays, atol=1e-5, rtol=1e-4, seed=seed, fallback=True)
+  if not refs: return OpRun(inputs, [], out, None)
   runs = [(name, *_run_reference(ref_fn, arrays, name == "torch")) for name, ref_fn in refs]
   for name, _, res in runs:
     got, want = _outputs(out), _outputs(res)
@@ -141,6 +150,14 @@ def check_op(shapes: Sequence[InputSpec], fn: Callable[..., Any], np_fn: Callabl
   if grad and runs[0][0] == "torch" and all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f"):
     check_grads(run, atol if grad_atol is None else grad_atol, rtol if grad_rtol is None else grad_rtol, seed)
   return run
+
+def _numeric_grad_fits(arrays: list[np.ndarray]) -> bool:
+  """Whether finite differences can stand in for torch's gradients: float inputs of at least single precision (in
+  half precision a difference quotient is noise), all finite, not empty and not large (where a sum over a million
+  elements keeps a few within eps of a kink, its finite difference is off by more than a gradient may be)."""
+  floats = [a for a in arrays if a.dtype.kind == "f"]
+  return bool(floats) and all(a.dtype.itemsize >= 4 and 0 < a.size <= NUMERIC_GRAD_MAX_SIZE and np.isfinite(a).all()
+                              for a in floats)
 
 def _cotangents(outs: list[Any], seed: int) -> list[np.ndarray | None]:
   """A fixed random output gradient for each float output (None for the others)."""
@@ -186,32 +203,61 @@ def check_grads(run: OpRun, atol: float | None = None, rtol: float | None = None
     compare(g, want, atol, rtol, x.dtype, label=label)
 
 def check_grad_numeric(fn: Callable[..., Any], inputs: Sequence[np.ndarray], directions: int = 3, eps: float = 1e-6,
-                       atol: float = 1e-7, rtol: float = 1e-6, seed: int = 0) -> None:
+                       atol: float = 1e-7, rtol: float = 1e-6, seed: int = 0, fallback: bool = False) -> None:
   """Check lazytensor's gradients of `fn` against central finite differences in float64 (no torch needed).
 
   The loss is the sum of fn's outputs times fixed random cotangents. Each check is along a random direction v of all
   the inputs together: (L(x + eps v) - L(x - eps v)) / 2 eps must equal the sum of <grad, v>. A random direction
   catches a wrong gradient in any element, and costs two forward passes however large the inputs are (one finite
-  difference per element would cost two per element, each a realize)."""
-  arrays = [np.asarray(a, dtype=np.float64) for a in inputs]
+  difference per element would cost two per element, each a realize). Float inputs are checked in float64; the others
+  (indices, masks) are passed as they are; an input the loss does not use must get a zero gradient.
+
+  `fallback`: standing in for torch on a function not written for this check, so it checks only what finite
+  differences can tell: nothing when an output is not float64 (fn lowers the precision), and no direction along which
+  the loss is not finite or not differentiable (a kink: the one-sided differences disagree)."""
+  arrays = [np.asarray(a, dtype=np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
+  is_float = [a.dtype.kind == "f" for a in arrays]
   xs = [Tensor(a) for a in arrays]
   outs = _outputs(fn(*xs))
   cots = _cotangents(outs, seed)
+  if all(c is None for c in cots): return  # no float output: nothing has a gradient
+  if fallback and any(o.dtype != dtypes.float64 for o, c in zip(outs, cots) if c is not None): return
   def loss(*ts: Tensor) -> Tensor:
     res = _outputs(fn(*ts))
     return functools.reduce(lambda a, b: a + b, [(o * Tensor(c)).sum() for o, c in zip(res, cots) if c is not None])
-  grads = loss(*xs).gradient(*xs)
+  grads = _gradients(loss(*xs), [x for x, f in zip(xs, is_float) if f])
   _realize_all(grads)
   rng = np.random.default_rng(seed + 2)
-  vs = [[rng.standard_normal(a.shape) for a in arrays] for _ in range(directions)]
+  vs = [[rng.standard_normal(a.shape) if f else np.zeros(a.shape) for a, f in zip(arrays, is_float)]
+        for _ in range(directions)]
   # all the perturbed losses realize together: one schedule for the whole check
-  ends = [loss(*[Tensor(a + sign * eps * v) for a, v in zip(arrays, dirs)]) for dirs in vs for sign in (1, -1)]
+  ends = [loss(*[Tensor(a + sign * eps * v) if f else Tensor(a) for a, v, f in zip(arrays, dirs, is_float)])
+          for dirs in vs for sign in (1, -1)] + [loss(*xs)]
   _realize_all(ends)
+  mid = ends[-1].item()
   for k, dirs in enumerate(vs):
-    numeric = (ends[2 * k].item() - ends[2 * k + 1].item()) / (2 * eps)
-    analytic = sum(float((g.numpy() * v).sum()) for g, v in zip(grads, dirs))
+    plus, minus = ends[2 * k].item(), ends[2 * k + 1].item()
+    right, left = (plus - mid) / eps, (mid - minus) / eps
+    if fallback and not (np.isfinite([plus, minus, mid]).all() and abs(right - left) <= 1e-3 * (1 + abs(right))):
+      continue
+    numeric = (plus - minus) / (2 * eps)
+    analytic = sum(float((g.numpy() * v).sum()) for g, v in zip(grads, [v for v, f in zip(dirs, is_float) if f]))
     assert abs(numeric - analytic) <= atol + rtol * abs(numeric), \
       f"direction {k}: finite differences give {numeric}, the gradient gives {analytic}"
+
+def _gradients(loss: Tensor, targets: list[Tensor]) -> list[Tensor]:
+  """loss's gradient for each target; zeros for a target that it does not reach through a differentiable path
+  (which gradient() calls an error)."""
+  try: return loss.gradient(*targets)
+  except ValueError as e:
+    if "is not used to compute" not in str(e): raise
+  out = []
+  for t in targets:
+    try: out.append(loss.gradient(t)[0])
+    except ValueError as e:
+      if "is not used to compute" not in str(e): raise
+      out.append(t.zeros_like())
+  return out
 
 def _make_inputs(shapes: Sequence[InputSpec], dtype: DType | str | Sequence[DType | str], gen: Generator,
                  seed: int) -> list[np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import pathlib
+import re
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -139,6 +140,16 @@ def test_matmul_with_locals_and_upcasts_uses_vector_loads() -> None:
   assert "*((const float32x4*)(data2+" in src and "*((float32x4*)(data0+" in src  # B rows and C rows as float4
 
 @needs_nvcc
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, dtypes.float32], ids=str)
+def test_elementwise_vectors_are_16_bytes(dt: DType) -> None:
+  # the heuristics' vectors hold 16 bytes of the widest type: 8 halves, 4 floats (a float32 store after a half load: 4)
+  [(k, src)] = check(lambda m: m(64, 64, dtype=dt) * 2 + 1, tol=1e-2)
+  n = 16 // dt.itemsize
+  assert f"*((const {dt.name}x{n}*)(data1+" in src and f"*(({dt.name}x{n}*)(data0+" in src
+  [(k, src)] = check(lambda m: m(64, 64, dtype=dt).cast(dtypes.float32) * 2, tol=1e-2)
+  assert f"*((const {dt.name}x4*)(data1+" in src and "*((float32x4*)(data0+" in src
+
+@needs_nvcc
 def test_half_matmul_on_tensor_cores() -> None:
   # a tensor core multiplies exactly where the CPU rounds each product to half first
   [(k, src)] = check(lambda m: m(64, 32, dtype=dtypes.float16) @ m(32, 48, dtype=dtypes.float16), tol=5e-2)
@@ -195,6 +206,28 @@ def test_conv_softmax_indexing_casts_bitcasts_non_finite(name: str) -> None:
   expect = {"bitcast": "lt_bitcast<int32x4>", "bitcast_half": "lt_bitcast<int16x4>", "inf": "__builtin_inff()",
             "minus_inf": "-__builtin_inff()", "nan": '__builtin_nanf("")', "double_minus_inf": "__builtin_inf()"}
   if name in expect: assert any(expect[name] in s for s in srcs), srcs
+
+def _index_kernels() -> dict[str, str]:
+  """Kernels past 2**31 and 2**32 elements, and the same below (nothing is allocated: they are only rendered)."""
+  def big(m: Maker) -> Tensor: return Tensor.empty(2**32 + 8, dtype=dtypes.uint8, device="EMU").flip(0) + 1
+  return {"flip_big": kernels(big)[-1][1],
+          "flip_small": kernels(lambda m: m(1000, dtype=dtypes.uint8).flip(0) + 1)[-1][1],
+          "max_big": kernels(lambda m: Tensor.arange(2**31 + 10, device="EMU").max())[-1][1],
+          "flip_big_one_block_each": kernels(big, [])[-1][1]}  # 2**32 + 8 blocks: over x's 2**31 - 1
+
+def test_index_math_is_64_bit_only_past_2_31() -> None:
+  srcs = _index_kernels()
+  int_index = re.compile(r"\bint (gidx|lidx|ridx|alu)\d")
+  assert "long long gidx0 = blockIdx.x;" in srcs["flip_big"] and "4294967303ll" in srcs["flip_big"]
+  assert "for (long long ridx" in srcs["max_big"]
+  assert not int_index.search(srcs["flip_big"]) and not int_index.search(srcs["max_big"])
+  assert "int gidx0 = blockIdx.x;" in srcs["flip_small"] and "long long" not in srcs["flip_small"]
+  one_each = srcs["flip_big_one_block_each"]  # the grid's y dim holds the high part of the block number
+  assert "long long gidx0 = blockIdx.x; /* 1431655768 */" in one_each and "gidx1 = blockIdx.y; /* 3 */" in one_each
+
+@needs_nvcc
+def test_64_bit_index_math_compiles() -> None:
+  compile_all(list(_index_kernels().values()))
 
 # ---- pieces of the renderer ----
 

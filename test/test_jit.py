@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from lazytensor import Context, GlobalCounters, Tensor
-from lazytensor.engine.jit import JitError, TinyJit
+from lazytensor import Context, GlobalCounters, Tensor, dtypes
+from lazytensor.engine.jit import JitError, TinyJit, _Same
 from lazytensor.nn.optim import SGD
 
 
@@ -112,3 +112,97 @@ def test_a_value_made_before_the_capture_is_computed_once_outside_it() -> None:
   losses = [step(Tensor([1.0, 1.0])).item() for _ in range(3)]
   assert before.tolist() == [5.0, 15.0]  # w after the first step, never recomputed by replays
   assert losses == [2.0, 1.0, 0.0]  # each loss is of the weights its step started from
+
+def test_values_built_on_an_output_after_a_replay_are_new() -> None:
+  # a replay writes new values into the output's memory: what was computed from the old ones must not be reused
+  step = TinyJit(lambda x: (x * 2).realize())
+  for i in range(4):
+    out = step(Tensor([float(i)]).realize())
+    assert out.tolist() == [2.0 * i] and (out + 1).tolist() == [2.0 * i + 1]
+    assert out.to("CPU:1").tolist() == [2.0 * i]
+
+# ---- non-Tensor arguments are part of the capture's key ----
+
+@pytest.mark.parametrize("build", [lambda x, s: x * s, lambda x, s: x * Tensor([s])],
+                         ids=["scalar", "tensor_of_scalar"])
+def test_a_changed_scalar_argument_captures_again(build) -> None:
+  f = TinyJit(lambda x, s: build(x, s).realize())
+  scales = [2.0, 3.0, 4.0, 10.0, 10.0, 10.0, 3.0, 3.0]
+  assert [f(Tensor([1.0, 2.0]), s).tolist() for s in scales] == [[s, 2 * s] for s in scales]
+  assert f.calls == 2 and f.key == {(1,): (float, (3.0).hex())}
+
+def test_tuples_dicts_kwargs_and_objects_are_keyed() -> None:
+  def body(x: Tensor, shape: tuple[int, int], opts: dict, act=None) -> Tensor:
+    y = x.reshape(shape) * opts["scale"]
+    return (act(y) if act is not None else y).realize()
+  f = TinyJit(body)
+  calls = [((2, 3), {"scale": 1.0}, None), ((2, 3), {"scale": 1.0}, None), ((2, 3), {"scale": 1.0}, None),
+           ((3, 2), {"scale": 1.0}, None), ((3, 2), {"scale": 2.0}, None), ((3, 2), {"scale": 2.0}, Tensor.neg),
+           ((3, 2), {"scale": 2.0}, Tensor.neg), ((3, 2), {"scale": 2.0}, Tensor.exp)]
+  for shape, opts, act in calls:
+    want = np.arange(6, dtype=np.float32).reshape(shape) * opts["scale"]
+    if act is not None: want = -want if act is Tensor.neg else np.exp(want)
+    np.testing.assert_allclose(f(Tensor.arange(6).float(), shape, opts, act=act).numpy(), want, rtol=1e-6)
+  assert f.calls == 2 and f.key[("act",)] == _Same(Tensor.exp)
+
+def test_an_int_and_a_float_of_the_same_value_are_different_arguments() -> None:
+  f = TinyJit(lambda x, s: (x * s).realize())
+  x = Tensor([1, 2]).realize()
+  for _ in range(3): assert f(x, 2).dtype == dtypes.int64
+  out = f(x, 2.0)
+  assert out.dtype == dtypes.float32 and out.tolist() == [2.0, 4.0]
+
+def test_a_changed_argument_is_reported_at_debug_1(capsys) -> None:
+  f = TinyJit(lambda x, s: (x * s).realize())
+  with Context(DEBUG=1):
+    for s in (2.0, 2.0, 2.0, 5.0): f(Tensor([1.0]), s)
+  assert "TinyJit: non-Tensor argument 1 ((<class 'float'>, '0x1.0000000000000p+1') -> " in capsys.readouterr().out
+
+# ---- outputs stay valid from call to call ----
+
+def test_kept_outputs_are_not_overwritten_by_later_calls() -> None:
+  @TinyJit
+  def f(x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    y = (x * 2).realize()
+    return y, {"sum": y.sum(), "view": y[::-1]}
+  outs = [f(Tensor([float(i), 1.0])) for i in range(6)]
+  assert f.calls == 2
+  for i, (y, d) in enumerate(outs):
+    assert y.tolist() == [2.0 * i, 2.0] and d["sum"].item() == 2.0 * i + 2 and d["view"].tolist() == [2.0, 2.0 * i]
+  assert len({id(y) for y, _ in outs}) == 6
+
+def test_returned_state_and_inputs_are_the_tensors_themselves() -> None:
+  w = Tensor([1.0, 1.0]).realize()
+  @TinyJit
+  def step(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    w.assign(w + x).realize()
+    return w, x, (w * x).realize()
+  for i in range(5):
+    x = Tensor([float(i), 1.0]).realize()
+    ret_w, ret_x, prod = step(x)
+    assert ret_w is w and ret_x.tolist() == [float(i), 1.0]
+  assert w.tolist() == [11.0, 6.0] and prod.tolist() == [44.0, 6.0]
+
+# ---- inputs the capture cannot serve ----
+
+def test_a_changed_number_of_tensor_inputs_raises() -> None:
+  f = TinyJit(lambda *xs: sum(xs[1:], xs[0] * 2).realize())
+  for _ in range(3): f(Tensor([1.0]))
+  with pytest.raises(JitError, match=r"captured with 1 tensor inputs, called with 2; call reset\(\)"):
+    f(Tensor([1.0]), Tensor([2.0]))
+
+def test_a_different_view_of_the_input_buffer_raises() -> None:
+  f = TinyJit(lambda x: (x * 2).realize())
+  for _ in range(3): assert f(Tensor([1.0, 2.0, 3.0, 4.0])[0:2]).tolist() == [2.0, 4.0]
+  base = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  with pytest.raises(JitError, match=r"input 0 was captured as shape \(2,\) .* is now a different view of its buffer"):
+    f(base[2:4])
+  f.reset()
+  assert f(base[2:4]).tolist() == [6.0, 8.0]
+
+def test_docstring_example() -> None:
+  import doctest
+
+  import lazytensor.engine.jit
+  result = doctest.testmod(lazytensor.engine.jit, optionflags=doctest.ELLIPSIS)
+  assert result.failed == 0 and result.attempted >= 3

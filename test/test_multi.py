@@ -192,6 +192,8 @@ def test_data_parallel_sgd_matches_one_device(devices: tuple[str, ...]) -> None:
 def test_bad_input() -> None:
   x = Tensor.ones(4, 3)
   with pytest.raises(IndexError, match="axis 2 does not exist"): x.shard(D2, axis=2)
+  with pytest.raises(TypeError, match="axis must be an int or None, got True"): x.shard(D2, axis=True)
+  with pytest.raises(ValueError, match="empty tuple of devices"): x.shard((), axis=0)
   with pytest.raises(TypeError, match="tuple or list of device names"): x.shard("CPU:1")
   with pytest.raises(ValueError, match="more than once"): x.shard(("CPU:1", "CPU:1"))
   with pytest.raises(ValueError, match="unknown device"): x.shard(("CPU:0", "TPU:1"))
@@ -275,3 +277,15 @@ def test_sharded_optimizer_state_matches_one_device(weights_axis: int | None) ->
       opt.step()
     return w.numpy()
   np.testing.assert_allclose(train(D4), train(None), atol=1e-6)
+
+def test_jit_replays_with_new_sharded_inputs() -> None:
+  from lazytensor import TinyJit
+  from lazytensor.engine.jit import JitError
+  step = TinyJit(lambda x, w: (x @ w).relu().sum(0).realize())
+  rng = np.random.default_rng(5)
+  for _ in range(4):
+    xa, wa = rng.standard_normal((7, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    out = step(Tensor(xa).shard(D4, 0).realize(), Tensor(wa).to(D4).realize())
+    np.testing.assert_allclose(out.numpy(), np.maximum(xa @ wa, 0).sum(0), atol=1e-5, rtol=1e-5)
+  assert step.calls == 2 and step.items
+  with pytest.raises(JitError, match="input 0 was captured"): step(Tensor(xa).shard(D4, 1).realize(), Tensor(wa).to(D4))

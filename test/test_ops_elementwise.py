@@ -393,18 +393,44 @@ def test_clone() -> None:
   assert len((a + 1).clone().schedule()) == 1  # a computed tensor is cloned by the kernel that computes it
   check_op([(3, 4)], lambda x: x.clone() * x, torch_fn=lambda x: x.clone() * x)
 
-def test_repr_does_not_realize() -> None:
+def test_repr_shows_values_without_computing() -> None:
   x = Tensor.ones(2, 3)
   y = (x + 1).exp()
   GlobalCounters.reset()
-  assert repr(y) == f"<Tensor (2, 3) float32 on {y.device}, unrealized>"
-  assert repr(x) == f"<Tensor (2, 3) float32 on {x.device}, const>"
+  lazy = f"<Tensor (2, 3) float32 on {y.device}, lazy: not computed yet; .realize() computes it, .numpy() returns " \
+         "its values>"
+  assert repr(y) == lazy and str(y) == lazy
+  assert repr(x) == f"Tensor([[1., 1., 1.],\n        [1., 1., 1.]], dtype=float32, device='{x.device}')"
   assert GlobalCounters.kernel_count == 0
   y.realize()
-  assert repr(y).endswith("realized>") and "unrealized" not in repr(y)
+  assert repr(y) == f"Tensor({np.array2string(y.numpy(), separator=', ', prefix='Tensor(')}, dtype=float32, " \
+                    f"device='{y.device}')" and "7.389" in repr(y)
   w = Tensor([1.0], requires_grad=True)
-  assert repr(w) == f"<Tensor (1,) float32 on {w.device}, realized, requires_grad=True>"
-  assert repr(Tensor(np.array(3, np.uint8))) == f"<Tensor () uint8 on {w.device}, realized>"
+  assert repr(w) == f"Tensor([1.], dtype=float32, device='{w.device}', requires_grad=True)"
+  assert repr(Tensor(np.array(3, np.uint8))) == f"Tensor(3, dtype=uint8, device='{w.device}')"
+  # bfloat16 buffers hold bits: the values print
+  assert repr(Tensor([1.5, -2.0], dtype="bfloat16")) == f"Tensor([ 1.5, -2. ], dtype=bfloat16, device='{w.device}')"
+
+def test_repr_of_views_and_large_tensors_reads_the_buffer() -> None:
+  x = Tensor(np.arange(12).reshape(3, 4)).realize()
+  GlobalCounters.reset()
+  for view, ref in [(x.T, np.arange(12).reshape(3, 4).T), (x[:, ::-2], np.arange(12).reshape(3, 4)[:, ::-2]),
+                    (x.pad(((1, 0), (0, 1))), np.pad(np.arange(12).reshape(3, 4), ((1, 0), (0, 1)))),
+                    (x.reshape(2, 6)[None].expand(2, 2, 6), np.broadcast_to(np.arange(12).reshape(2, 6), (2, 2, 6)))]:
+    assert repr(view) == f"Tensor({np.array2string(ref, separator=', ', prefix='Tensor(')}, dtype=int64, " \
+                         f"device='{x.device}')"
+  big = Tensor(np.arange(10000, dtype=np.float32)).realize()
+  assert repr(big) == f"Tensor([0.000e+00, 1.000e+00, 2.000e+00, ..., 9.997e+03, 9.998e+03,\n        9.999e+03], " \
+                      f"dtype=float32, device='{big.device}')"
+  assert GlobalCounters.kernel_count == 0  # reading a realized view runs no kernel
+
+def test_repr_of_a_sharded_tensor_shows_the_devices() -> None:
+  devs = ("CPU:0", "CPU:1", "CPU:2")
+  s = Tensor(np.arange(10, dtype=np.float32)).shard(devs, axis=0).realize()
+  want = "Tensor([0., 1., 2., 3., 4., 5., 6., 7., 8., 9.], dtype=float32, device=('CPU', 'CPU:1', 'CPU:2'))"
+  assert repr(s) == want and repr(s.flip(0).realize()).startswith("Tensor([9., 8., 7.,")
+  assert repr(Tensor([1, 2]).to(devs).realize()) == "Tensor([1, 2], dtype=int64, device=('CPU', 'CPU:1', 'CPU:2'))"
+  assert "lazy" in repr(s * 2)
 
 def test_iteration_and_len() -> None:
   arr = np.arange(12).reshape(3, 4)

@@ -15,6 +15,7 @@ from lazytensor.codegen.program import (
   opts_choice,
   program_key,
 )
+from lazytensor.codegen.renderer.cpu_target import cpu_target
 from lazytensor.codegen.renderer.emu import EmuRenderer
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.engine import realize
@@ -48,7 +49,7 @@ def test_opt_choosing_knobs_are_in_the_key(knobs: dict[str, Any]) -> None:
 def test_the_key_names_the_renderer_compiler_opts_and_kernel() -> None:
   ast, dev = exp_ast(), Device["CPU"]
   base = program_key(dev.renderer, dev.compiler.cache_key, ast.key, given_opts([]))
-  others = [program_key(LLVMRenderer("other-cpu"), dev.compiler.cache_key, ast.key, given_opts([])),
+  others = [program_key(LLVMRenderer(cpu_target("aarch64")), dev.compiler.cache_key, ast.key, given_opts([])),
             program_key(EmuRenderer(), dev.compiler.cache_key, ast.key, given_opts([])),
             program_key(EmuRenderer(tf32=True), dev.compiler.cache_key, ast.key, given_opts([])),
             program_key(dev.renderer, dev.compiler.cache_key + " v2", ast.key, given_opts([])),
@@ -72,6 +73,24 @@ def test_fastmath_after_a_run_gives_a_new_program(tmp_path) -> None:
     assert libm is not fast and libm.spec.source != fast.spec.source
     assert "llvm.exp2" in libm.spec.source and "llvm.exp2" not in fast.spec.source
     assert realize.get_runner("CPU", exp_ast()) is fast
+
+def test_cpu_target_after_a_run_gives_a_new_program(tmp_path) -> None:
+  # a program compiled for one CPU target is never run for another, neither from this process's runners nor from disk
+  a, b = Tensor(np.ones((64, 48), np.float32)).realize(), Tensor(np.ones((48, 32), np.float32)).realize()
+  ast = create_schedule([(a @ b).lazydata])[0][-1].ast
+  with Context(CACHEDB=str(tmp_path / "cache.db")):
+    runners = {}
+    for name in ("x86-64-v2", "x86-64-v3"):
+      with Context(CPU_TARGET=name):
+        runners[name] = realize.get_runner("CPU", ast)
+        assert f'"target-cpu"="{name}"' in runners[name].spec.source
+        np.testing.assert_allclose((a @ b).numpy(), np.full((64, 32), 48.0))
+    assert runners["x86-64-v2"] is not runners["x86-64-v3"]
+    realize._runners.clear()
+    disk = realize.compile_stats["disk"]
+    with Context(CPU_TARGET="x86-64-v2"): from_disk = realize.get_runner("CPU", ast)
+    assert realize.compile_stats["disk"] == disk + 1 and from_disk.spec == runners["x86-64-v2"].spec
+    with Context(CPU_TARGET="x86-64-v3"): assert realize.get_runner("CPU", ast).spec == runners["x86-64-v3"].spec
 
 def test_program_spec() -> None:
   a = Tensor(np.ones((16, 64), np.float32)).realize()

@@ -139,10 +139,10 @@ def test_unusable_cache_db_is_not_fatal(tmp_path, capsys) -> None:
     _compile_memo.clear(), realize._runners.clear()
     assert (Tensor([1.0, 2.0]) * 5 - 1).tolist() == [4.0, 9.0]
 
-def test_large_matmul_packs_b_into_panels() -> None:
+def test_large_matmul_packs_its_operands_into_panels() -> None:
   a, b = Tensor.rand(512, 512).realize(), Tensor.rand(512, 1024).realize()
   items, _ = create_schedule([(a @ b).lazydata])
-  assert len(items) == 2  # the panel copy of b, then the matmul reading it sequentially
+  assert len(items) == 3  # the panel copies of a and b, then the matmul reading them sequentially
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
 
 def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
@@ -177,3 +177,47 @@ def test_reading_an_assign_to_a_slice_in_the_same_schedule() -> None:
   v = a[2:4]
   out = Tensor(UOp(Ops.ASSIGN, v.dtype, (v.lazydata, (v + 10).lazydata))) * 2
   assert out.tolist() == [24.0, 26.0] and a.tolist() == [0.0, 1.0, 12.0, 13.0]
+
+def test_output_slice_that_is_also_copied_keeps_its_buffer() -> None:
+  # t[0:3] is made dense for its copy and is an output too: its buffer must not be reused for t[3:6]'s copy
+  a = np.arange(42, dtype=np.float32).reshape(6, 7)
+  t = Tensor(a).realize()
+  u, c, v = t[0:3], t[0:3].to("CPU:1"), t[3:6].to("CPU:2")
+  Tensor.realize(u, c, v)
+  np.testing.assert_equal(u.numpy(), a[:3])
+  np.testing.assert_equal(c.numpy(), a[:3])
+  np.testing.assert_equal(v.numpy(), a[3:])
+
+@pytest.mark.parametrize("make, expect", [
+  (lambda: Tensor.arange(10**7)[-3:], np.arange(10**7)[-3:]),
+  (lambda: (Tensor.arange(40).reshape(5, 8).float() * 0.1).exp()[1:3, ::3],
+   np.exp(np.arange(40).reshape(5, 8).astype(np.float32) * np.float32(0.1))[1:3, ::3]),
+  (lambda: Tensor.arange(10).pad(((2, 2),))[1:5], np.pad(np.arange(10), 2)[1:5]),
+])
+def test_a_part_of_a_computed_value_computes_that_part_alone(make, expect) -> None:  # type: ignore[no-untyped-def]
+  t = make()
+  items, _ = create_schedule([t.lazydata])
+  assert [it.bufs[0].size for it in items] == [expect.size]
+  np.testing.assert_allclose(t.numpy(), expect, rtol=1e-6)
+
+def test_a_part_of_a_reduce_stays_a_view_of_its_buffer(ab: tuple[Tensor, Tensor]) -> None:
+  out = ab[0].sum(1)[2:5]  # the reduce's kernel computes every row: slicing its buffer needs no second kernel
+  items, _ = create_schedule([out.lazydata])
+  assert [it.bufs[0].size for it in items] == [16]
+  np.testing.assert_allclose(out.numpy(), ab[0].numpy().sum(1)[2:5], rtol=1e-5)
+
+def test_two_parts_of_one_computed_value_realized_together_keep_their_own_buffers() -> None:
+  x = Tensor.arange(12).reshape(2, 6) * 3
+  left, right = x[:, :3], x[:, 3:]
+  left.realize(right)
+  np.testing.assert_equal(left.numpy(), (np.arange(12).reshape(2, 6) * 3)[:, :3])
+  np.testing.assert_equal(right.numpy(), (np.arange(12).reshape(2, 6) * 3)[:, 3:])
+
+def test_a_part_of_a_contiguous_or_of_an_output_is_a_view_of_its_buffer() -> None:
+  x = Tensor.arange(12).float() * 2
+  c = x.contiguous()
+  part = c[:3]
+  assert [it.bufs[0].size for it in create_schedule([part.lazydata])[0]] == [12]
+  both, _ = create_schedule([x.lazydata, x[:3].lazydata])  # the whole value is asked for: its part needs no kernel
+  assert [it.bufs[0].size for it in both] == [12]
+  np.testing.assert_equal(part.numpy(), np.arange(3) * 2.0)

@@ -111,7 +111,7 @@ def main() -> None:
   _set_threads(args.threads)
   import numpy as np
 
-  from lazytensor import Context, Tensor
+  from lazytensor import Context, Device, Tensor
   from lazytensor.engine.schedule import create_schedule
   from lazytensor.engine.search import beam_stats
   try:
@@ -121,6 +121,7 @@ def main() -> None:
 
   runs = 3 if args.quick else 10
   cache = os.path.join(tempfile.mkdtemp(prefix="lazytensor-beam-bench-"), "cache.db")
+  print(f"CPU_TARGET {Device['CPU'].renderer.target.describe()}")
   print(f"threads={args.threads}  beam width {args.width}  (numpy {np.__version__}"
         f"{', torch ' + torch.__version__ if torch else ''}); cold cache {cache}")
   print(f"{'item':44s} {'BEAM=0':>9s} {'BEAM=' + str(args.width):>9s} {'numpy':>9s} {'torch':>9s} {'search s':>9s} "

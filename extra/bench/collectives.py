@@ -5,6 +5,8 @@ Usage: python extra/bench/collectives.py [--devices 4] [--max-mb 64] [--no-mpi]
 
 Bandwidth is the size of the reduced tensor over the time of one all-reduce (nccl-tests' "algbw"), best of a few runs.
 * In one process: every device holds a float32 vector; `all_reduce(stack(...))` leaves the sum on every device.
+  ring and naive build, schedule and run the graph on every call (what eager code pays); jit replays the kernels and
+  copies that TinyJit captured (what a jitted training step pays), with the RING knob's default choice.
   Reference: numpy summing the same N arrays into N outputs (what the devices' memory must at least move).
 * Over MPI (2 ranks started with mpiexec by this script): `lazytensor.distributed.all_reduce` of a Tensor, next to
   mpi4py's own `Allreduce` of a numpy array; the ratio is lazytensor / mpi4py.
@@ -12,6 +14,7 @@ Bandwidth is the size of the reduced tensor over the time of one all-reduce (ncc
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import subprocess
@@ -28,6 +31,7 @@ def best_time(fn: Callable[[], object], repeats: int) -> float:
   fn()  # warm-up: compiles the kernels, allocates
   best = float("inf")
   for _ in range(repeats):
+    gc.collect()  # the buffers of the last run go back to the allocator before this one allocates
     start = time.perf_counter()
     fn()
     best = min(best, time.perf_counter() - start)
@@ -40,13 +44,17 @@ def gbps(nbytes: int, seconds: float) -> float: return nbytes / seconds / 1e9
 def in_one_process(devices: int, sizes: list[int]) -> None:
   names = [f"CPU:{i}" for i in range(devices)]
   print(f"all_reduce over {devices} devices of one process (GB/s; ratio to numpy's sum of the same arrays)")
-  print(f"{'size':>8} {'ring':>8} {'naive':>8} {'numpy':>8} {'ring/np':>8} {'naive/np':>9}")
+  print(f"{'size':>8} {'ring':>8} {'naive':>8} {'jit':>8} {'numpy':>8} {'ring/np':>8} {'naive/np':>9} {'jit/np':>7}")
   for nbytes in sizes:
     times = {name: best_time(lambda ring=ring, n=nbytes // 4: _lazytensor_all_reduce(names, n, ring),
                              repeats_for(nbytes)) for name, ring in (("ring", 0), ("naive", 1 << 62))}
+    times["jit"] = best_time(_jitted_all_reduce(names, nbytes // 4), repeats_for(nbytes))
     ref = best_time(lambda n=nbytes // 4: _numpy_all_reduce(len(names), n), repeats_for(nbytes))
-    print(f"{_size(nbytes):>8} {gbps(nbytes, times['ring']):8.3f} {gbps(nbytes, times['naive']):8.3f} "
-          f"{gbps(nbytes, ref):8.3f} {ref / times['ring']:8.2f}x {ref / times['naive']:8.2f}x")
+    _numpy_arrays.clear()
+    cols = ("ring", "naive", "jit")
+    rates = " ".join(f"{gbps(nbytes, times[c]):8.3f}" for c in cols)
+    ratios = " ".join(f"{ref / times[c]:{w}.2f}x" for c, w in zip(cols, (8, 8, 6)))
+    print(f"{_size(nbytes):>8} {rates} {gbps(nbytes, ref):8.3f} {ratios}")
 
 def _lazytensor_all_reduce(names: list[str], n: int, ring: int) -> None:
   """One all-reduce of new buffers (a graph realized before would be found already computed and not run again)."""
@@ -54,6 +62,16 @@ def _lazytensor_all_reduce(names: list[str], n: int, ring: int) -> None:
   from lazytensor.collectives import all_reduce, stack
   s = stack([Tensor.empty(n, device=d) for d in names])
   with Context(RING=ring): all_reduce(s).realize()
+
+def _jitted_all_reduce(names: list[str], n: int) -> Callable[[], object]:
+  """A TinyJit of one all-reduce, called on the same stack (a replay runs its kernels and copies again)."""
+  from lazytensor import Tensor, TinyJit
+  from lazytensor.collectives import all_reduce, stack
+  s = stack([Tensor.full((n,), float(i), device=d) for i, d in enumerate(names)]).realize()
+  step = TinyJit(lambda x: all_reduce(x).realize())
+  def run() -> None: step(s)
+  for _ in range(2): run()  # the first call runs, the second captures
+  return run
 
 _numpy_arrays: dict[tuple[int, int], tuple[list[np.ndarray], list[np.ndarray]]] = {}
 

@@ -1,7 +1,8 @@
 """lazytensor on a CUDA GPU next to torch (cuBLAS, cuDNN) measured in the same run: fp32 and fp16 (tensor core) matmul
-4096, softmax, layernorm, conv2d, and an elementwise chain against the GPU's memory bandwidth; each with the
-heuristics (BEAM=0) and with BEAM=2. Kernel times come from CUDA events around each launch (the sum over a
-schedule's kernels, best of several runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of bandwidth.
+4096, softmax, layernorm, conv2d (fp32, and fp16 on tensor cores), and an elementwise chain against the GPU's memory
+bandwidth; each with the heuristics (BEAM=0) and with BEAM=2. Kernel times come from CUDA events around each launch
+(the sum over a schedule's kernels, best of several runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of
+bandwidth.
 
 Usage: python extra/bench/gpu.py [--quick] [--beam N] [--device CUDA:1]
 Needs a GPU, pycuda (pip install -e ".[cuda]") and, for the comparisons, a CUDA build of torch; exits with a message
@@ -67,11 +68,13 @@ def items(quick: bool) -> list[Item]:
   return [
     Item(f"matmul fp32 {n}", "GFLOP/s", 2 * n**3, lambda m: m.rand(n, n) @ m.rand(n, n)),
     Item(f"matmul fp16 {n} (tensor cores)", "GFLOP/s", 2 * n**3,
-         lambda m: m.rand(n, n).half() @ m.rand(n, n).half()),
+         lambda m: m.rand(n, n, half=True) @ m.rand(n, n, half=True)),
     Item(f"softmax {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: m.rand(n, n).softmax(1)),
     Item(f"layernorm {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: m.rand(n, n).layernorm()),
     Item(f"conv2d {batch}x{ch}x{hw}x{hw} 3x3", "GFLOP/s", 2 * batch * ch * ch * 9 * hw * hw,
          lambda m: m.rand(batch, ch, hw, hw).conv2d(m.rand(ch, ch, 3, 3), padding=1)),
+    Item(f"conv2d fp16 {batch}x{ch}x{hw}x{hw} 3x3 (tensor cores)", "GFLOP/s", 2 * batch * ch * ch * 9 * hw * hw,
+         lambda m: m.rand(batch, ch, hw, hw, half=True).conv2d(m.rand(ch, ch, 3, 3, half=True), padding=1)),
     Item(f"elementwise chain {chain}", "GB/s", 4 * 4 * chain,
          lambda m: ((m.rand(chain) * m.rand(chain) + m.rand(chain)).exp() * 0.5).sqrt()),
   ]
@@ -79,14 +82,14 @@ def items(quick: bool) -> list[Item]:
 class _Torch:
   """The few Tensor methods the items use, as torch on the GPU: one build function serves both frameworks."""
   def __init__(self, torch: Any) -> None: self.torch = torch
-  def rand(self, *shape: int) -> Any: return _TorchT(self.torch.rand(*shape, device="cuda"))
+  def rand(self, *shape: int, half: bool = False) -> Any:
+    return _TorchT(self.torch.rand(*shape, device="cuda", dtype=self.torch.float16 if half else self.torch.float32))
 
 class _TorchT:
   def __init__(self, t: Any) -> None: self.t = t
   def __matmul__(self, o: _TorchT) -> _TorchT: return _TorchT(self.t @ o.t)
   def __mul__(self, o: Any) -> _TorchT: return _TorchT(self.t * (o.t if isinstance(o, _TorchT) else o))
   def __add__(self, o: _TorchT) -> _TorchT: return _TorchT(self.t + o.t)
-  def half(self) -> _TorchT: return _TorchT(self.t.half())
   def exp(self) -> _TorchT: return _TorchT(self.t.exp())
   def sqrt(self) -> _TorchT: return _TorchT(self.t.sqrt())
   def softmax(self, axis: int) -> _TorchT: return _TorchT(self.t.softmax(axis))
@@ -121,7 +124,7 @@ def main() -> None:
   runs = 3 if args.quick else 10
   lt = _Lazy(Tensor, dev.name)
   for it in items(args.quick):
-    line = [f"{it.name:36s}"]
+    line = [f"{it.name:44s}"]
     base = lazytensor_time(lambda it=it: it.build(lt), 0, runs)
     line.append(f"BEAM=0 {it.work / base * 1e-9:9.1f} {it.unit}")
     if args.beam:
@@ -135,9 +138,11 @@ def main() -> None:
     print("  ".join(line))
 
 class _Lazy:
-  """lazytensor's Tensor, made on the benchmarked device and realized before timing."""
+  """lazytensor's Tensor, made on the benchmarked device and realized before timing (so that a half input is half in
+  memory, as tensor cores need, not a float32 one converted inside the kernel)."""
   def __init__(self, tensor: Any, device: str) -> None: self.Tensor, self.device = tensor, device
-  def rand(self, *shape: int) -> Any: return self.Tensor.rand(*shape, device=self.device).realize()
+  def rand(self, *shape: int, half: bool = False) -> Any:
+    return self.Tensor.rand(*shape, device=self.device, dtype="float16" if half else "float32").realize()
 
 if __name__ == "__main__":
   main()

@@ -1,15 +1,19 @@
 """lazytensor next to numpy (and torch when installed), measured in the same run, float32 on the CPU.
 
-Usage: python extra/bench/ops.py [--threads N] [--quick]
-Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch.
+Usage: python extra/bench/ops.py [--threads N] [--quick] [--clock wall|cpu]
+Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch: "kernels" runs the scheduled kernels
+alone; "eager" is what a user's call costs end to end (build the graph from realized inputs, schedule it, allocate
+the output, run, free it), with other input tensors at every call (two sets, alternating). The header names the
+host's CPU and its x86 ISA level (AVX-512 / AVX2 / ...) from /proc/cpuinfo.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
+
+import bench_clock
 
 
 def _set_threads(n: int) -> None:
@@ -19,10 +23,23 @@ def best_time(fn: Callable[[], object], runs: int) -> float:
   fn()  # warm up: compile, allocate
   times = []
   for _ in range(runs):
-    st = time.perf_counter()
+    st = bench_clock.now()
     fn()
-    times.append(time.perf_counter() - st)
+    times.append(bench_clock.now() - st)
   return min(times)
+
+def host_isa() -> str:
+  """The CPU's model name and its vector ISA level, from /proc/cpuinfo (Linux); the platform's name elsewhere."""
+  import platform
+  try: info = open("/proc/cpuinfo").read()
+  except OSError: return platform.machine()
+  model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
+  flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith(("flags", "Features"))),
+                   []))
+  levels = [("AVX-512", {"avx512f", "avx512bw", "avx512vl"}), ("AVX2", {"avx2", "fma"}), ("SSE4.2", {"sse4_2"}),
+            ("NEON", {"asimd"})]
+  isa = next((name for name, need in levels if need <= flags), "unknown")
+  return f"{model or platform.machine()}, {isa}"
 
 def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
   """Schedule the tensor once, return a function that runs its kernels.
@@ -34,15 +51,26 @@ def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
   items, _ = create_schedule([build().lazydata])  # type: ignore[attr-defined]
   return lambda: run_schedule(items)
 
+def eager_calls(build: Callable[[tuple], object], sets: list[tuple]) -> Callable[[], None]:
+  """One eager call per run, on the next set of inputs: the graph is new each time (the last result was freed with
+  its graph, so nothing is remembered), only its structure repeats."""
+  turn = [0]
+  def call() -> None:
+    turn[0] += 1
+    build(sets[turn[0] % len(sets)]).realize()  # type: ignore[attr-defined]
+  return call
+
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+  bench_clock.add_argument(ap)
   args = ap.parse_args()
+  bench_clock.use(ap, args)
   _set_threads(args.threads)
   import numpy as np
 
-  from lazytensor import Context, Tensor
+  from lazytensor import Context, Device, Tensor
   try:
     import torch
     torch.set_num_threads(args.threads)
@@ -54,55 +82,59 @@ def main() -> None:
   runs = 3 if args.quick else 5
   a, b, c = (rng.random(n_chain, dtype=np.float32) for _ in range(3))
   big = rng.standard_normal((side, side), dtype=np.float32)
-  ta, tb, tc, tbig = (Tensor(x).realize() for x in (a, b, c, big))
   t = {k: torch.from_numpy(v) for k, v in dict(a=a, b=b, c=c, big=big).items()} if torch else {}
-  tiny_x, tiny_y = (Tensor(rng.random(16, dtype=np.float32)).realize() for _ in range(2))
+  arrays = [a, b, c, big]  # the inputs of every item, by position; lazytensor gets two realized copies of each
 
+  # each item: name, unit, work, the lazytensor expression over a set of realized inputs, numpy, torch
   items = [
-    ("chain ((a*b+c).relu()*0.5).exp()", "GB/s", 16 * n_chain,
-     kernels_of(lambda: ((ta * tb + tc).relu() * 0.5).exp()),
+    ("chain ((a*b+c).relu()*0.5).exp()", "GB/s", 16 * n_chain, lambda s: ((s[0] * s[1] + s[2]).relu() * 0.5).exp(),
      lambda: np.exp(np.maximum(a * b + c, 0) * 0.5),
      (lambda: torch.exp(torch.relu(t["a"] * t["b"] + t["c"]) * 0.5)) if torch else None),
-    (f"row sum {side}x{side}", "GB/s", 4 * side * side,
-     kernels_of(lambda: tbig.sum(1)), lambda: big.sum(1), (lambda: t["big"].sum(1)) if torch else None),
-    (f"softmax {side}x{side}", "GB/s", 8 * side * side,
-     kernels_of(lambda: tbig.softmax(1)),
+    (f"row sum {side}x{side}", "GB/s", 4 * side * side, lambda s: s[3].sum(1),
+     lambda: big.sum(1), (lambda: t["big"].sum(1)) if torch else None),
+    (f"softmax {side}x{side}", "GB/s", 8 * side * side, lambda s: s[3].softmax(1),
      lambda: (lambda e: e / e.sum(1, keepdims=True))(np.exp(big - big.max(1, keepdims=True))),
      (lambda: torch.softmax(t["big"], 1)) if torch else None),
   ]
   for n in ((256,) if args.quick else (512, 1024, 2048)):
     xa, xb = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-    la, lb = Tensor(xa).realize(), Tensor(xb).realize()
     ta_, tb_ = (torch.from_numpy(xa), torch.from_numpy(xb)) if torch else (None, None)
-    items.append((f"matmul {n}", "GFLOP/s", 2 * n ** 3, kernels_of(lambda la=la, lb=lb: la @ lb),
+    arrays += [xa, xb]
+    items.append((f"matmul {n}", "GFLOP/s", 2 * n ** 3, lambda s, i=len(arrays) - 2: s[i] @ s[i + 1],
                   lambda xa=xa, xb=xb: xa @ xb, (lambda ta_=ta_, tb_=tb_: ta_ @ tb_) if torch else None))
   bs, hw = (4, 28) if args.quick else (32, 56)
   cx, cw = rng.random((bs, 64, hw, hw), dtype=np.float32), rng.random((64, 64, 3, 3), dtype=np.float32)
-  lcx, lcw = Tensor(cx).realize(), Tensor(cw).realize()
   tcx, tcw = (torch.from_numpy(cx), torch.from_numpy(cw)) if torch else (None, None)
   conv_torch = (lambda: torch.nn.functional.conv2d(tcx, tcw, padding=1)) if torch else None
+  arrays += [cx, cw]
   items.append((f"conv2d {bs}x64x{hw}x{hw}, 64 out, 3x3, pad 1", "GFLOP/s", 2 * bs * 64 * hw * hw * 64 * 9,
-                kernels_of(lambda: lcx.conv2d(lcw, padding=1)), None, conv_torch))
-  print(f"threads={args.threads}  (numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''})")
-  print(f"{'item':40s} {'lazytensor':>12s} {'numpy':>12s} {'torch':>12s} {'vs numpy':>9s} {'vs torch':>9s}")
+                lambda s, i=len(arrays) - 2: s[i].conv2d(s[i + 1], padding=1), None, conv_torch))
+  sets = [tuple(Tensor(x).realize() for x in arrays) for _ in range(2)]
+  versions = f"numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''}"
+  print(f"threads={args.threads}  {host_isa()}  CPU_TARGET {Device['CPU'].renderer.target.describe()}  ({versions})")
+  print(f"{'item':40s} {'kernels':>10s} {'eager':>10s} {'numpy':>10s} {'torch':>10s} {'eager/kern':>10s} "
+        f"{'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):
-    for name, unit, work, lt_fn, np_fn, torch_fn in items:
-      lt = best_time(lt_fn, runs)
+    for name, unit, work, build, np_fn, torch_fn in items:
+      lt = best_time(kernels_of(lambda build=build: build(sets[0])), runs)
+      eager = best_time(eager_calls(build, sets), runs)
       npt = best_time(np_fn, runs) if np_fn else None
       tt = best_time(torch_fn, runs) if torch_fn else None
-      cols = [f"{work / x * 1e-9:12.2f}" if x else f"{'-':>12s}" for x in (npt, tt)]
+      cols = [f"{work / x * 1e-9:10.2f}" if x else f"{'-':>10s}" for x in (npt, tt)]
       ratios = [f"{x / lt:8.2f}x" if x else f"{'-':>9s}" for x in (npt, tt)]
-      print(f"{name:40s} {work / lt * 1e-9:12.2f} {cols[0]} {cols[1]} {ratios[0]} {ratios[1]}   {unit}")
-    # the whole path of a new small op: build the graph, schedule it, look up the compiled kernel, run it
-    tiny = best_time(lambda: kernels_of(lambda: tiny_x + tiny_y)(), 200)
-    tx, ty = tiny_x.numpy(), tiny_y.numpy()
+      print(f"{name:40s} {work / lt * 1e-9:10.2f} {work / eager * 1e-9:10.2f} {cols[0]} {cols[1]} "
+            f"{lt / eager:9.2f}x {ratios[0]} {ratios[1]}   {unit}")
+    # the whole path of a small op on realized inputs: build the graph, schedule it, allocate, run
+    tiny_sets = [tuple(Tensor(rng.random(16, dtype=np.float32)).realize() for _ in range(2)) for _ in range(2)]
+    tiny = best_time(eager_calls(lambda s: s[0] + s[1], tiny_sets), 200)
+    tx, ty = tiny_sets[0][0].numpy(), tiny_sets[0][1].numpy()
     tiny_np = best_time(lambda: np.add(tx, ty), 200)
     tiny_t = None
     if torch:
       ttx, tty = torch.from_numpy(tx), torch.from_numpy(ty)
       tiny_t = best_time(lambda: ttx + tty, 200)
-    print(f"{'tiny op, 16 elements (us)':40s} {tiny * 1e6:12.1f} {tiny_np * 1e6:12.2f} "
-          f"{(f'{tiny_t * 1e6:12.2f}' if tiny_t else '-'):>12s}")
+    print(f"{'tiny op, 16 elements, eager (us)':40s} {'':>10s} {tiny * 1e6:10.1f} {tiny_np * 1e6:10.2f} "
+          f"{(f'{tiny_t * 1e6:10.2f}' if tiny_t else '-'):>10s}")
   sys.stdout.flush()
 
 if __name__ == "__main__":

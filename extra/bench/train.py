@@ -1,6 +1,6 @@
 """Training steps per second: an MLP 784-256-10, batch 128, SGD, cross-entropy, float32 on the CPU.
 
-Usage: python extra/bench/train.py [--threads N] [--steps N]
+Usage: python extra/bench/train.py [--threads N] [--steps N] [--clock wall|cpu]
 
 lazytensor with TinyJit (the step's kernels captured once, then replayed) and without (every step builds, schedules
 and runs its graph; compiled kernels come from the cache), next to torch (when installed) measured in the same run
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import bench_clock
 
 if TYPE_CHECKING:  # numpy is imported in main(), after the thread count is set in the environment
   import numpy as np
@@ -29,9 +30,9 @@ def steps_per_second(step: Callable[[int], object], steps: int, warmup: int, rep
   for i in range(warmup): step(i)
   best = float("inf")
   for _ in range(repeats):
-    start = time.perf_counter()
+    start = bench_clock.now()
     for i in range(steps): step(i)
-    best = min(best, time.perf_counter() - start)
+    best = min(best, bench_clock.now() - start)
   return steps / best
 
 def lazytensor_step(jit: bool, data: list[Batch]) -> Callable[[int], object]:
@@ -69,7 +70,9 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--steps", type=int, default=200, help="steps per timed run (the eager run does a tenth)")
+  bench_clock.add_argument(ap)
   args = ap.parse_args()
+  bench_clock.use(ap, args)
   _set_threads(args.threads)
   import numpy as np
 

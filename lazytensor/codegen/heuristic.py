@@ -9,8 +9,12 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.codegen.renderer.cpu_target import CPUTarget
 from lazytensor.helpers import THREADS, prod
+from lazytensor.shape.view import ShapeTracker, View
 from lazytensor.uop.ops import Ops
 
 # below this much work a second CPU thread costs more than it saves: a launch posts a share to a spinning thread in
@@ -29,6 +33,8 @@ def _stride(k: Kernel, node_index: int, axis: int) -> int | None:
   """How far one step along `axis` moves in the buffer; a padded (masked) axis still counts by its view's stride."""
   st = k.sts[node_index]
   return st.views[0].strides[axis] if len(st.views) == 1 else st.real_strides()[axis]
+
+def _masked(k: Kernel, node_index: int) -> bool: return any(v.mask is not None for v in k.sts[node_index].views)
 
 def _buffers(k: Kernel) -> list[int]:
   return [i for i, n in enumerate(k.view_nodes) if n.op in (Ops.LOAD, Ops.STORE)]
@@ -62,22 +68,37 @@ def _thread(k: Kernel, work: int) -> None:
     if (amt := _largest_divisor(k.full_shape[a], tuple(range(cores, 1, -1)))) is not None:
       if _try(k, Opt(OptOps.THREAD, a, amt)): return
 
-VECTOR_REGISTERS = 16  # accumulators a register tile may hold (of 32 AVX-512 registers, leaving room for operands)
-SIMD_WIDTH = 16        # floats in one vector register
+# accumulators a register tile may hold: the target's vector registers less a few for the operands (a B vector or
+# two and A's broadcast), and no more than 16, the best measured with 32 registers (AVX-512, Zen 4: 8 rows x 2
+# <16 x float>). With 16 (AVX2, Zen 3) that leaves 12: 4 rows x 2 <8 x float> at powers of two; 8 rows spill.
+OPERAND_REGISTERS = 4
+MAX_ACCUMULATORS = 16
+TILE_VECTORS = 2  # vectors across a register tile's row: two loads of B serve each broadcast of A
+
+def _target(k: Kernel) -> CPUTarget:
+  assert k.renderer.target is not None, f"{type(k.renderer).__name__}: the CPU heuristics need a CPU target"
+  return k.renderer.target
+
+def accumulators(t: CPUTarget) -> int: return min(t.vector_registers - OPERAND_REGISTERS, MAX_ACCUMULATORS)
+
+def vector_amounts(t: CPUTarget, vectors: int = 1) -> tuple[int, ...]:
+  """Upcast amounts from `vectors` of the target's vectors down to 4 floats, widest first."""
+  top = vectors * t.vector_floats
+  return tuple(top >> i for i in range(top.bit_length()) if top >> i >= 4)
 
 def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
   """(axis, amount) for the SIMD vectors of a register tile: an output axis along which, once the vector is split off,
   every operand is contiguous or broadcast (one at least contiguous). The widest vector wins (up to a register), then
   the axis the output is contiguous along. None when no axis qualifies (x @ W.T: see _dot_tile)."""
-  out_axis, options = _output_contiguous_axis(k), []
+  out_axis, options, floats = _output_contiguous_axis(k), [], _target(k).vector_floats
   for a in k.axes_of(AxisKind.GLOBAL):
-    for amt in (32, 16, 8, 4):
+    for amt in vector_amounts(_target(k), TILE_VECTORS):
       trial = k.copy()
       if k.full_shape[a] % amt or not _try(trial, Opt(OptOps.UPCAST, a, amt)): continue
       lane = trial.axes_of(AxisKind.UPCAST)[-1]
       strides = [_stride(trial, i, lane) for i in loads]
       if all(st in (0, 1) for st in strides) and 1 in strides:
-        options.append((min(amt, SIMD_WIDTH), a == out_axis, a, amt))
+        options.append((min(amt, floats), a == out_axis, a, amt))
         break
   if not options: return None
   _, _, axis, amt = max(options)
@@ -86,7 +107,7 @@ def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
 CONSECUTIVE_ROWS = 8
 
 def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | None:
-  """How many rows of vectors: the largest power of two within the budget. Rows read from consecutive addresses (a
+  """How many rows of vectors: the largest divisor within the budget. Rows read from consecutive addresses (a
   convolution's output width) avoid powers of two: LLVM's SLP vectorizer merges 8 such scalar loads into one vector load
   and 8 shuffles, which compete with the FMAs for a port (56-wide conv, 16 channels x 8 rows: 40 GFLOP/s; x 7: 120;
   x 14: 77), and stay within CONSECUTIVE_ROWS."""
@@ -95,7 +116,11 @@ def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | N
     budget = min(budget, CONSECUTIVE_ROWS)
     odd = next((c for c in range(budget, max(budget // 2, 2) - 1, -1) if size % c == 0 and c & (c - 1)), None)
     if odd is not None: return odd
-  return _largest_divisor(size, tuple(c for c in (16, 8, 4, 2) if c <= budget))
+  return _rows_within(size, budget)
+
+def _rows_within(size: int, budget: int) -> int | None:
+  # any divisor: 6 rows of 2 AVX2 vectors fill 12 accumulators where 1024 rows allow only 4
+  return _largest_divisor(size, tuple(range(min(budget, 16), 1, -1)))
 
 def _register_tile(k: Kernel) -> None:
   """Upcast an output axis into SIMD vectors and a second axis into rows of them. The second axis is one along which
@@ -107,21 +132,23 @@ def _register_tile(k: Kernel) -> None:
     # contiguous axis anyway
     out_axis = _output_contiguous_axis(k)
     if _dot_tile(k, loads) or out_axis is None: return
-    if (out_amt := _largest_divisor(k.full_shape[out_axis], (32, 16, 8, 4))) is None: return
+    if (out_amt := _largest_divisor(k.full_shape[out_axis], vector_amounts(_target(k), TILE_VECTORS))) is None:
+      return
     choice = (out_axis, out_amt)
   vec_axis, vec_amt = choice
   vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
   if not _try(k, Opt(OptOps.UPCAST, vec_axis, vec_amt)): return
-  rows_budget = VECTOR_REGISTERS // -(-vec_amt // SIMD_WIDTH)
+  rows_budget = accumulators(_target(k)) // -(-vec_amt // _target(k).vector_floats)
   candidates = [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1
                                                               for i in vec_loads)]
   other = candidates[-1] if candidates else next((a for a in _reused_axes(k) if k.kinds[a] is AxisKind.GLOBAL), None)
   if other is not None:
-    consecutive = any(_stride(k, i, other) in (1, None) for i in loads)  # None: a masked (padded) view
+    # None with a mask: a padded view (a conv's input); without one, rows packed in panels (schedule.pack_operands)
+    consecutive = any(_stride(k, i, other) == 1 or (_stride(k, i, other) is None and _masked(k, i)) for i in loads)
     if (rows := _row_amount(k, other, rows_budget, consecutive)) is not None: _try(k, Opt(OptOps.UPCAST, other, rows))
   _panel_loop_outside(k, vec_loads)
 
-DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators
+DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators where the target has them
 
 def _dot_tile(k: Kernel, loads: list[int]) -> bool:
   """A matmul whose operands are both contiguous along the reduce axis (x @ W.T, as Linear computes it): vectors along
@@ -130,12 +157,15 @@ def _dot_tile(k: Kernel, loads: list[int]) -> bool:
   1.2 ms (vectors along the output, B gathered) -> 0.49 ms."""
   red = k.axes_of(AxisKind.REDUCE)
   if not red or not all(_stride(k, i, red[-1]) in (0, 1) for i in loads): return False
-  amt = _largest_divisor(k.full_shape[red[-1]], (SIMD_WIDTH, 8))
+  amt = _largest_divisor(k.full_shape[red[-1]], vector_amounts(_target(k))[:2])
   if amt is None or not _try(k, Opt(OptOps.UNROLL, red[-1], amt)): return False
-  for a in _reused_axes(k)[-2:]: _upcast(k, a, (DOT_TILE, 2))
+  room = accumulators(_target(k))
+  for i, a in enumerate(_reused_axes(k)[-2:]):
+    # the first axis leaves room for at least 2 outputs along the second
+    _upcast(k, a, tuple(c for c in (DOT_TILE, 2) if c <= (room // 2 if i == 0 else room)))
+    room = accumulators(_target(k)) // (k.upcast_size() // amt)
   return True
 
-PANEL_REUSE_BYTES = 1 << 19  # vector operands larger than this no longer stay in L2 between uses
 
 def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
   """Loop over the vector operand's panels outermost (matmul: B's column panels outside A's row tiles), so that one
@@ -143,7 +173,8 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
   Measured at 1024: 96 -> 145 GFLOP/s on one thread."""
   if not vec_loads: return
   node = k.view_nodes[vec_loads[0]]
-  if k.sts[vec_loads[0]].real_size() * node.src[0].dtype.itemsize <= PANEL_REUSE_BYTES: return
+  # an operand up to half of L2 stays there between uses alongside the rest
+  if k.sts[vec_loads[0]].real_size() * node.src[0].dtype.itemsize <= _target(k).l2_bytes // 2: return
   globals_ = k.axes_of(AxisKind.GLOBAL)
   others = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD and i not in vec_loads]
   panel = next((a for a in globals_ if any(_stride(k, i, a) == 0 for i in others) and k.full_shape[a] > 1), None)
@@ -158,10 +189,10 @@ def _cpu(k: Kernel) -> None:
     last = k.axes_of(AxisKind.REDUCE)[-1]
     loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
     if any(_stride(k, i, last) == 1 for i in loads):
-      amt = _largest_divisor(k.full_shape[last], (16, 8, 4))
+      amt = _largest_divisor(k.full_shape[last], vector_amounts(_target(k)))
       if amt is not None: _try(k, Opt(OptOps.UNROLL, last, amt))
-    else: _upcast(k, _output_contiguous_axis(k), (64, 32, 16, 8, 4))  # x.sum(0): vectors across neighbouring sums
-  else: _upcast(k, _output_contiguous_axis(k), (16, 8, 4))
+    else: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k), 4))  # x.sum(0): neighbouring sums
+  else: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
   _thread(k, work)
 
 # threads a GPU block aims for: 8 warps hide memory latency, and a large grid still leaves several blocks per SM
@@ -169,26 +200,32 @@ GPU_BLOCK = 256
 # a reduce this long is split across the threads of a block even when there are many outputs: one thread summing a
 # row alone reads it with a stride between neighbouring threads (uncoalesced), and takes long to finish
 GPU_GROUP_REDUCE = 1024
-GPU_VECTOR = 4  # elements a thread loads at once along a contiguous axis: 16 bytes of float32 (ld.global.v4)
+GPU_VECTOR_BYTES = 16  # what a thread loads at once along a contiguous axis: ld.global.v4.b32 (4 floats, 8 halves)
 
 def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+
+def _gpu_vector_amt(k: Kernel) -> int:
+  """Elements a vector holds: GPU_VECTOR_BYTES of the kernel's widest element type (so that no access is wider), at
+  most the renderer's widest vector."""
+  widest = max(k.view_nodes[i].src[0].dtype.itemsize for i in _buffers(k))
+  return max((w for w in k.renderer.vector_widths if w * widest <= GPU_VECTOR_BYTES), default=1)
 
 def _gpu_group(k: Kernel) -> bool:
   """Split the last reduce axis across a block's threads: a vector per thread when the axis is contiguous, then the
   threads interleaved (GROUP takes the inner part), so that neighbouring threads read neighbouring vectors."""
   last = k.axes_of(AxisKind.REDUCE)[-1]
   if prod(k.output_shape()) > 2048 and k.full_shape[last] < GPU_GROUP_REDUCE: return False
-  contiguous = any(_stride(k, i, last) == 1 for i in _loads(k))
-  if contiguous and k.full_shape[last] % (GPU_VECTOR * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, GPU_VECTOR))
+  contiguous, vec = any(_stride(k, i, last) == 1 for i in _loads(k)), _gpu_vector_amt(k)
+  if contiguous and vec > 1 and k.full_shape[last] % (vec * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, vec))
   amt = _largest_divisor(k.full_shape[last], (GPU_BLOCK, 128, 64, 32, 16))
   return amt is not None and _try(k, Opt(OptOps.GROUP if contiguous else OptOps.GROUPTOP, last, amt))
 
 def _gpu_vector(k: Kernel) -> None:
   """Vectors along the axis the output is contiguous along, if every input is contiguous or broadcast there (else a
   vector would be gathered lane by lane)."""
-  axis = _output_contiguous_axis(k)
-  if axis is None or k.full_shape[axis] % GPU_VECTOR: return
-  if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, GPU_VECTOR))
+  axis, vec = _output_contiguous_axis(k), _gpu_vector_amt(k)
+  if axis is None or vec < 2 or k.full_shape[axis] % vec: return
+  if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, vec))
 
 def _gpu(k: Kernel) -> None:
   r = k.renderer
@@ -214,3 +251,94 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
   if k.renderer.has_local: _gpu(k)
   else: _cpu(k)
   return k
+
+# ---- packing: a copy kernel that re-lays an operand in blocks before a large reduce over products reads it ----
+
+# matmul: B (k, m) as column panels (m/p, k, p), p the register tile's width. A tile reads p columns of B for every k;
+# in B's own layout each read is a new row, often a new page, so large matmuls become TLB- and cache-bound (AVX-512
+# at 2048: 50 -> 96 GFLOP/s packed) for a copy of about 1% of the matmul. Worth it from this many multiply-adds, with
+# at least PANEL_MIN_REDUCE rows of B and PANEL_MIN_ROWS rows of A.
+PANEL_MIN_WORK = 1 << 27
+PANEL_MIN_REDUCE = 256
+PANEL_MIN_ROWS = 64
+# conv: weight (cout, cin, *k) as (cout/16, cin, *k, 16). In its own layout neighbouring output channels' weights are
+# cin*k apart, so the tile vectorizes along the output width instead, every input load masked by the padding; in
+# blocks, one vector load gives 16 output channels and each input is a broadcast scalar (32x64x56x56 by 64x3x3 on one
+# AVX-512 thread: 44 -> ~100 GFLOP/s). 16 channels are one AVX-512 vector or two AVX2 ones, both measured best.
+CHANNEL_BLOCK = 16
+CHANNEL_MIN_WORK = 1 << 24
+
+@dataclass(frozen=True)
+class PackOperand:
+  """How one operand of a reduce over products is read: its view over its source (of `source_size` elements)."""
+  st: ShapeTracker
+  source_size: int
+
+@dataclass(frozen=True)
+class Packing:
+  """Read operand `operand` from a copy of its source viewed as (-1, size, stride) whose middle dim is split in
+  blocks: (size/block, -1, stride, block)."""
+  operand: int
+  stride: int
+  size: int
+  block: int
+
+def _clean_view(op: PackOperand) -> View | None:
+  return op.st.views[0] if len(op.st.views) == 1 and op.st.views[0].mask is None else None
+
+def _walks_whole(op: PackOperand, stride: int, size: int) -> bool:
+  """Whether an axis with this stride and size walks a whole dim of the source seen as (-1, size, stride)."""
+  return op.source_size % (stride * size) == 0
+
+def _broadcast_size(v: View, out_axes: list[int]) -> int:
+  return max((v.shape[a] for a in out_axes if v.strides[a] == 0), default=1)
+
+def tile_rows(t: CPUTarget, size: int) -> int | None:
+  """Rows of a matmul register tile two vectors wide (_register_tile), for an axis of `size` rows."""
+  return _rows_within(size, accumulators(t) // TILE_VECTORS)
+
+def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[int], reduce_size: int,
+                     operands: list[PackOperand], views: list[View | None]) -> tuple[Packing, ...] | None:
+  """B as column panels as wide as the register tile, and A as row panels as tall as it (so that a tile's rows of A
+  are neighbours too: AVX2 at 2048, one thread, kernel alone: 0.65-0.69x -> 0.82-0.87x numpy); () for a matmul too
+  small to pay; None for no matmul."""
+  for i, (op, v) in enumerate(zip(operands, views)):
+    if v is None or _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: continue
+    if (col := next((a for a in reversed(out_axes) if v.strides[a] == 1), None)) is None: continue
+    panel = TILE_VECTORS * target.vector_floats
+    small = reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK
+    if small or shape[col] % panel or shape[col] < 2 * panel or not _walks_whole(op, 1, shape[col]): return ()
+    packs = [Packing(i, 1, shape[col], panel)]
+    # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
+    rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
+    rows = tile_rows(target, shape[rows_axis])
+    for j, (op_a, va) in enumerate(zip(operands, views)):
+      if j == i or va is None or rows is None or va.strides[rows_axis] in (0, 1): continue
+      if _walks_whole(op_a, va.strides[rows_axis], shape[rows_axis]):
+        packs.append(Packing(j, va.strides[rows_axis], shape[rows_axis], rows))
+    return tuple(packs)
+  return None
+
+def _channel_packing(shape: tuple[int, ...], out_axes: list[int], operands: list[PackOperand],
+                     views: list[View | None]) -> tuple[Packing, ...]:
+  """A convolution's weight in blocks of CHANNEL_BLOCK output channels, if large enough."""
+  for i, (op, v) in enumerate(zip(operands, views)):
+    if v is None or _broadcast_size(v, out_axes) == 1 or prod(shape) < CHANNEL_MIN_WORK: continue
+    if any(_clean_view(other) is not None for j, other in enumerate(operands) if j != i): continue
+    for a in reversed(out_axes):
+      if v.strides[a] in (0, 1) or shape[a] % CHANNEL_BLOCK or not _walks_whole(op, v.strides[a], shape[a]): continue
+      return (Packing(i, v.strides[a], shape[a], CHANNEL_BLOCK),)
+  return ()
+
+def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[PackOperand]) -> tuple[Packing, ...]:
+  """Which operands of a reduce over the products of `operands` (each viewed at the reduce's input shape) to read from
+  a copy that has the blocks of one of their output axes innermost; () to read them as they are. An operand with a
+  contiguous output axis along which the other is broadcast is a matmul's B (_matmul_packings). Without one (a
+  convolution, whose input windows are masked by the padding), the operand broadcast along the output positions gets
+  blocks of channels."""
+  views = [_clean_view(op) for op in operands]
+  if (v0 := next((v for v in views if v is not None), None)) is None: return ()
+  shape = v0.shape
+  out_axes = [a for a in range(len(shape)) if a not in reduce_axes]
+  matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), operands, views)
+  return _channel_packing(shape, out_axes, operands, views) if matmul is None else matmul

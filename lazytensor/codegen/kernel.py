@@ -31,6 +31,10 @@ class AxisKind(enum.Enum):
   @property
   def is_reduce(self) -> bool: return self in (AxisKind.GROUP, AxisKind.REDUCE, AxisKind.UNROLL)
 
+def axis_legend() -> str:
+  """The color of each axis kind, as DEBUG>=3 shows kernel shapes."""
+  return "axis colors: " + " ".join(colored(kind.name.lower(), *kind.value) for kind in AxisKind)
+
 AXIS_ORDER = list(AxisKind)
 VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
 
@@ -90,7 +94,7 @@ def view_of(node: UOp) -> ShapeTracker:
   return next(s.arg for s in node.src if s.op is Ops.VIEW)
 
 # every AST that got a name, per name: a second different kernel with the same shape is called ...n1
-_names_seen: defaultdict[str, list[bytes]] = defaultdict(list)
+_names_seen: defaultdict[tuple, list[bytes]] = defaultdict(list)
 
 class Kernel:
   def __init__(self, ast: UOp, renderer: Renderer) -> None:
@@ -349,7 +353,8 @@ class Kernel:
     """E_ for elementwise, r_ for reductions, then the shape; colored by axis kind, unique within the process."""
     prefix = "r" if self.reduce_axes else "E"
     base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
-    seen = _names_seen[base]
+    # numbered by shape and axis kinds, so a kernel's number is the same whether its name prints in color or not
+    seen = _names_seen[(prefix, tuple(self.full_shape), tuple(self.kinds))]
     if self.ast.key not in seen: seen.append(self.ast.key)
     n = seen.index(self.ast.key)
     return base if n == 0 else f"{base}n{n}"

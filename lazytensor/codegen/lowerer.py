@@ -27,21 +27,32 @@ def _const(v: int) -> UOp: return UOp.const(dtypes.index, v)
 LOOP_KINDS = (AxisKind.GLOBAL, AxisKind.REDUCE)
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
 
-def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], limit: int = 3) -> dict[int, UOp]:
+def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], most: tuple[int, ...] | None = None,
+              limit: int = 3) -> dict[int, UOp]:
   """Grid or block indices for some axes; the fastest-varying (last) axis gets index 0. Past `limit` dims,
-  the leading axes share one index, split back with div/mod."""
+  the leading axes share one index, split back with div/mod. A dim over its size limit in `most` (a grid of more
+  than 2**31 - 1 blocks) takes a free dim for its high part when a divisor allows; else the renderer rejects it."""
   if not axes: return {}
   groups = [[a] for a in axes[-(limit - 1):]] if len(axes) >= limit else [[a] for a in axes]
   if len(axes) >= limit: groups = [axes[:len(axes) - (limit - 1)]] + groups
   out: dict[int, UOp] = {}
+  free = len(groups)
   for dim, group in enumerate(reversed(groups)):
-    sizes = [shape[a] for a in group]
-    special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", prod(sizes)))
+    sizes, total = [shape[a] for a in group], prod(shape[a] for a in group)
+    if most is not None and total > most[dim] and free < limit and (high := _divisor(total, most[dim], most[free])):
+      special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", total // high)) + \
+        UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{free}", high)) * (total // high)
+      free += 1
+    else: special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", total))
     for j, a in enumerate(group):
       inner = prod(sizes[j + 1:])
       idx = special // inner if inner > 1 else special
       out[a] = idx % sizes[j] if j > 0 else idx
   return out
+
+def _divisor(n: int, low_most: int, high_most: int) -> int | None:
+  """The smallest divisor d of n with n // d <= low_most and d <= high_most, if any."""
+  return next((d for d in range(-(-n // low_most), min(n, high_most) + 1) if n % d == 0), None)
 
 @dataclass
 class _Lanes:
@@ -97,13 +108,13 @@ class _Lowerer:
     if k.tensor_core is not None: return self._tc_indices(k.tensor_core)
     idx: dict[int, UOp] = {}
     globals_ = k.axes_of(AxisKind.GLOBAL)
-    if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape))
+    if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape, r.global_max))
     else:
       for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
     for a in k.axes_of(AxisKind.REDUCE):
       idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
-    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape))
+    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape, r.local_max))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
     return idx
 
@@ -116,7 +127,7 @@ class _Lowerer:
     others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (use.axis_m, use.axis_n)]
     tiles = {use.axis_m: k.full_shape[use.axis_m] // tm, use.axis_n: k.full_shape[use.axis_n] // tn}
     shape = tuple(tiles.get(a, s) for a, s in enumerate(k.full_shape))
-    idx = _specials("gidx", others + [use.axis_m, use.axis_n], shape)
+    idx = _specials("gidx", others + [use.axis_m, use.axis_n], shape, k.renderer.global_max)
     self.tc_lane = UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", tc.threads))
     self.tc_tile = {use.axis_m: idx[use.axis_m] * tm, use.axis_n: idx[use.axis_n] * tn}
     row, col = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
@@ -245,7 +256,7 @@ def _add_terms(x: UOp) -> list[UOp]:
 def _scalar_view_value(node: UOp, idx: UOp, valid: UOp) -> UOp:
   always = valid.op is Ops.CONST and valid.arg is True
   if node.op is Ops.VALID: return valid
-  value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else idx
+  value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else idx.cast(node.dtype)
   return value if always else valid.where(value, UOp.const(node.dtype, 0))
 
 def _gated_load(buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
@@ -275,8 +286,9 @@ class _ReduceLowerer:
     results: dict[tuple[int, ...], UOp] = {}
     for gkey, vs in groups.items():
       # a value the same in every lane (a constant) still counts once per lane of a vectorized unrolled axis
-      acc = self._combine([lw.splat(v, lw.lanes.width) for v in vs] if vec_unrolled else vs)
-      if ranges: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + ranges, self.op)
+      lanes = [lw.splat(v, lw.lanes.width) for v in vs] if vec_unrolled else vs
+      acc, loops = self._fold_invariant(self._combine(lanes), ranges)
+      if loops: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + loops, self.op)
       if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
       results[gkey] = acc
     if k.axes_of(AxisKind.GROUP): results = self._group(results)
@@ -302,6 +314,16 @@ class _ReduceLowerer:
     dtype = self.node.dtype.vec(tc.c.size)
     ranges = tuple(lw.axis_idx[r] for r in k.axes_of(AxisKind.REDUCE))
     return UOp(Ops.REDUCE, dtype, (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims)))
+
+  def _fold_invariant(self, acc: UOp, ranges: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...]]:
+    """Reduce loops that acc depends on none of fold away: a sum over them is acc times their trip count, a max is
+    acc. Besides the loops saved, the sum is then rounded once: `Tensor.ones(2**31 + 10).sum()` in float32 is 2**31
+    (the nearest float32), where adding 1 in a loop stops growing at 2**24 per accumulator. All or none: a value
+    reduced over some of a kernel's reduce loops would need its own loop nest (two reduces share theirs).
+    Returns acc and the loops left."""
+    if self.op is Ops.MUL or not ranges or any(r in acc.toposort for r in ranges): return acc, ranges
+    trips = prod(r.src[1].arg - r.src[0].arg for r in ranges)
+    return (acc * UOp.const(acc.dtype, trips) if self.op is Ops.ADD and trips != 1 else acc), ()
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
@@ -370,14 +392,47 @@ def _split_for_vectors(k: Kernel) -> Kernel:
   k.split_axis(axis, max(fits), k.kinds[axis])
   return k
 
-def lower_kernel(k: Kernel) -> UOp:
-  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops."""
+def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
+  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.
+
+  Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
+  (test/test_large.py, extra/bench/index_dtype.py)."""
   lw = _Lowerer(_split_for_vectors(k))
   sink = lw.lower(k.ast)[0]
   if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
     sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
   if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
-  return graph_rewrite(sink, symbolic, name="symbolic")
+  sink = graph_rewrite(sink, symbolic, name="symbolic")
+  return with_index_dtype(sink, dtypes.int64 if index64 else index_dtype(sink))
+
+# ---- the width of index math ----
+
+def index_dtype(sink: UOp) -> DType:
+  """int32 when the bounds of every index value in the kernel (loop variables and their ends, launch ids, addresses,
+  validity terms and every step computing them) fit it, else int64.
+
+  Per kernel, not per expression: one width throughout means no casts between widths inside address math, and the
+  decision is one walk over bounds the symbolic rules already computed. Only kernels that index more than 2**31
+  elements (of a buffer, or of a loop) use int64. The speed of the two is not settled: extra/bench/index_dtype.py
+  (one AVX2 EPYC core, thread CPU time, the same opts lowered both ways) measured matmul 1024, an elementwise chain,
+  a transpose, arange and a gather within 3%, and a 3x3 conv of 8x64x56x56 0.85x as long with int64 (an earlier
+  build of the conv: 1.13-1.49x as long). Re-measure when the renderer's address math changes."""
+  lo, hi = dtypes.int32.min(), dtypes.int32.max()
+  fits = all(lo <= u.vmin and u.vmax <= hi for u in sink.toposort if u.dtype.scalar() == dtypes.index)
+  return dtypes.int32 if fits else dtypes.int64
+
+def with_index_dtype(sink: UOp, dt: DType) -> UOp:
+  """Every index node retyped to `dt`, and the casts that then cast to their own type (iota values) dropped.
+
+  A walk rather than a rule table: every node is visited once and nothing needs matching (a conv tile's 568 nodes:
+  14 ms through graph_rewrite, 3.4 ms so, of ~90 ms to lower it; BEAM lowers every candidate)."""
+  done: dict[UOp, UOp] = {}
+  for n in sink.toposort:
+    src = tuple(done[s] for s in n.src)
+    if n.op is Ops.CAST and src[0].dtype == n.dtype: done[n] = src[0]                    # cast(x:T, T) -> x
+    elif n.dtype.scalar() == dtypes.index: done[n] = UOp(n.op, dt.vec(n.dtype.count), src, n.arg)  # index -> dt
+    else: done[n] = n if src == n.src else n.replace(src=src)
+  return done[sink]
 
 def _add_gate(store: UOp, gate: UOp) -> UOp:
   if store.op is not Ops.STORE or store.src[0].op is Ops.DEFINE_LOCAL: return store

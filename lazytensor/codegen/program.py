@@ -85,9 +85,10 @@ def print_listing(title: str, body: str) -> None:
   print(colored(title, "cyan"))
   print(body)
 
-def get_program(k: Kernel, name: str) -> ProgramSpec:
-  """The program of an optimized kernel: lowered, linearized, ALU edge cases made explicit, rendered as `name`."""
-  uops = alu_semantics(linearize(lower_kernel(k)))
+def get_program(k: Kernel, name: str, index64: bool = False) -> ProgramSpec:
+  """The program of an optimized kernel: lowered (index64: see lower_kernel), linearized, ALU edge cases made
+  explicit, rendered as `name`."""
+  uops = alu_semantics(linearize(lower_kernel(k, index64)))
   if DEBUG >= 6:
     print_listing(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}"
                                                           for i, u in enumerate(uops)))

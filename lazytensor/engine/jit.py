@@ -2,24 +2,39 @@
 
 The first call runs (and compiles) everything; the second runs again while recording every kernel and copy with the
 buffers it touched; from the third on, the recorded items run directly — no graph building, scheduling or lowering —
-with the input tensors' buffers swapped in. Intermediate and output buffers are the ones recorded, so a replay
-overwrites the previous call's outputs, as in tinygrad. Random numbers drawn inside the function are new at every
-replay (the stream's counter is a buffer that the program advances). A lazy tensor made before the capture that has to
-be computed during it (it reads weights the step overwrites) is computed once, outside the program.
+with the input tensors' buffers swapped in.
+
+What a capture is keyed on: the Tensor arguments' shapes, dtypes, devices and views (anything else raises JitError),
+and the value of every other argument (Python numbers, strings, tuples, lists and dicts by value, numpy arrays by
+contents, any other object by identity). A changed non-Tensor argument captures again, on that call: what the
+function computed from it (`x * s`, `x * Tensor([s])`) is part of the captured kernels and buffers.
+
+Outputs stay valid: every replay writes the tensors it returns into buffers of their own (allocated at each call; the
+cost of an allocation, no copy), so a result kept from one call is not overwritten by the next. Intermediate buffers
+are the ones recorded. Returned tensors that the function did not compute (a weight it updated, one of its inputs)
+are returned as they are; non-Tensor return values are those of the capture.
+
+Random numbers drawn inside the function are new at every replay (the stream's counter is a buffer that the program
+advances). A lazy tensor made before the capture that has to be computed during it (it reads weights the step
+overwrites) is computed once, outside the program.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from lazytensor.device import Buffer, buffer_map
+import numpy as np
+
+from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.engine import realize
+from lazytensor.graph import multi_leaves
 from lazytensor.helpers import DEBUG, JIT
 from lazytensor.tensor import Tensor, capturing_program
-from lazytensor.uop.ops import DeviceLike, Ops
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 R = TypeVar("R")
+Path = tuple[int | str, ...]
 
 @dataclass(frozen=True)
 class InputSignature:
@@ -32,44 +47,95 @@ class InputSignature:
 class JitError(ValueError):
   """A jitted function was called with inputs its captured kernels cannot serve."""
 
-def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
-  return [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+class _Same:
+  """An argument compared by identity (a model, an optimizer, a function): the capture holds it, so its id stays."""
+  def __init__(self, obj: object) -> None: self.obj = obj
+  def __eq__(self, other: object) -> bool: return isinstance(other, _Same) and other.obj is self.obj
+  def __hash__(self) -> int: return id(self.obj)
+  def __repr__(self) -> str: return f"<{type(self.obj).__name__} object>"
+
+def _value_key(x: Any) -> Hashable:
+  """A non-Tensor argument as the capture compares it: by type and value (2 and 2.0 make different dtypes; the hex
+  of a float tells -0.0 from 0.0 and makes nan equal to itself), numpy data by contents, anything else by identity."""
+  if isinstance(x, float): return (float, x.hex())
+  if x is None or isinstance(x, (bool, int, complex, str, bytes)): return (type(x), x)
+  if isinstance(x, (np.ndarray, np.generic)): return (np.ndarray, x.dtype.str, np.shape(x), np.asarray(x).tobytes())
+  return _Same(x)
+
+def _flatten(x: Any, path: Path, tensors: list[Tensor], key: dict[Path, Hashable]) -> None:
+  """The Tensors in an argument (in tuples, lists and dicts too), and the key of every other value, by position."""
+  if isinstance(x, Tensor): tensors.append(x)
+  elif isinstance(x, (tuple, list)):
+    for i, v in enumerate(x): _flatten(v, path + (i,), tensors, key)
+  elif isinstance(x, dict):
+    for k, v in x.items(): _flatten(v, path + (k,), tensors, key)
+  else: key[path] = _value_key(x)
+
+def _where(path: Path) -> str:
+  return f"argument {path[0]}" + "".join(f"[{p!r}]" for p in path[1:])
+
+def _map_tensors(x: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+  """x with every Tensor in it (in tuples, lists and dicts too) replaced by fn(tensor)."""
+  if isinstance(x, Tensor): return fn(x)
+  if isinstance(x, tuple) and hasattr(x, "_fields"): return type(x)(*(_map_tensors(v, fn) for v in x))  # namedtuple
+  if isinstance(x, (tuple, list)): return type(x)(_map_tensors(v, fn) for v in x)
+  if isinstance(x, dict): return {k: _map_tensors(v, fn) for k, v in x.items()}
+  return x
 
 def _outputs(ret: Any) -> list[Tensor]:
-  if isinstance(ret, Tensor): return [ret]
-  if isinstance(ret, (tuple, list)): return [r for r in ret if isinstance(r, Tensor)]
-  if isinstance(ret, dict): return [r for r in ret.values() if isinstance(r, Tensor)]
-  return []
+  found: list[Tensor] = []
+  def collect(t: Tensor) -> Tensor:
+    found.append(t)
+    return t
+  _map_tensors(ret, collect)
+  return found
 
 class TinyJit(Generic[R]):
   """Wrap a function of Tensors whose kernels are the same on every call (a training step, a model's forward).
 
+  The capture is keyed on the values of the non-Tensor arguments: calling with another one captures again. Each call
+  returns tensors of its own, which later calls leave alone.
+
   >>> from lazytensor import Tensor
-  >>> step = TinyJit(lambda x: (x * 2 + 1).realize())
-  >>> [step(Tensor([float(i), 1.0])).tolist() for i in range(3)][-1]
-  [5.0, 3.0]
+  >>> step = TinyJit(lambda x, s: (x * s + 1).realize())
+  >>> outs = [step(Tensor([float(i), 1.0]), 2.0) for i in range(4)]
+  >>> outs[2].tolist(), outs[3].tolist(), step(Tensor([1.0, 1.0]), 10.0).tolist()
+  ([5.0, 3.0], [7.0, 3.0], [11.0, 11.0])
   """
   def __init__(self, fn: Callable[..., R]) -> None:
     self.fn = fn
-    self.calls = 0
-    self.items: list[realize.ExecItem] = []
-    self.signature: list[InputSignature] = []
-    self.input_buffers: list[Buffer] = []
-    self.ret: R | None = None
+    self.reset()
 
   def reset(self) -> None:
     """Forget the captured kernels: the next call runs normally again."""
-    self.calls, self.items, self.signature, self.input_buffers, self.ret = 0, [], [], [], None
+    self.calls = 0
+    self.items: list[realize.ExecItem] = []
+    self.key: dict[Path, Hashable] = {}
+    self.signature: list[InputSignature] = []
+    self.input_buffers: list[Buffer] = []  # every input's buffers in order (a buffer per device when spread)
+    self.fresh: list[Buffer] = []  # the outputs' buffers that the program made: new ones at every replay
+    self.ret: Any = None
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
-    inputs = _tensors_in(args, kwargs)
+    inputs: list[Tensor] = []
+    key: dict[Path, Hashable] = {}
+    for i, a in enumerate(args): _flatten(a, (i,), inputs, key)
+    for name, a in kwargs.items(): _flatten(a, (name,), inputs, key)
     for t in inputs: t.realize()
     if not JIT.value: return self.fn(*args, **kwargs)
+    if self.calls == 2 and key != self.key:
+      if DEBUG >= 1: print(f"TinyJit: {self._changed(key)} changed: capturing again")
+      self.reset()
+      self.calls = 1
     if self.calls == 0:
       self.calls = 1
       return self._run_and_realize(args, kwargs)
-    if self.calls == 1: return self._capture(args, kwargs, inputs)
+    if self.calls == 1: return self._capture(args, kwargs, inputs, key)
     return self._replay(inputs)
+
+  def _changed(self, key: dict[Path, Hashable]) -> str:
+    path = next(p for p in sorted({*key, *self.key}, key=str) if key.get(p) != self.key.get(p))
+    return f"non-Tensor {_where(path)} ({self.key.get(path)!r} -> {key.get(path)!r})"
 
   def _run_and_realize(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
     ret = self.fn(*args, **kwargs)
@@ -77,14 +143,19 @@ class TinyJit(Generic[R]):
     if outs: outs[0].realize(*outs[1:])
     return ret
 
-  def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> R:
+  def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor],
+               key: dict[Path, Hashable]) -> R:
+    first_new = next(Buffer.serials)  # buffers numbered from here on are made by the capture
     with realize.capture() as items, capturing_program():
       ret = self._run_and_realize(args, kwargs)
     if not items:  # everything was already computed (e.g. the same inputs twice): capture on the next call instead
       return ret
-    self.items, self.ret, self.calls = items, ret, 2
+    self.items, self.ret, self.key, self.calls = items, ret, key, 2
     self.signature = [_signature(t) for t in inputs]
-    self.input_buffers = [_buffer_of(t) for t in inputs]
+    self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
+    written = {id(b) for item in items for b in item.written}
+    returned = {id(b): b for t in _outputs(ret) for b in _buffers(t)}
+    self.fresh = [b for i, b in returned.items() if i in written and b.serial > first_new]
     if DEBUG >= 1: print(f"TinyJit: captured {len(items)} items")
     return ret
 
@@ -92,19 +163,42 @@ class TinyJit(Generic[R]):
     sig = [_signature(t) for t in inputs]
     if sig != self.signature:
       raise JitError(_mismatch(self.signature, sig))
-    swap = {id(old): _buffer_of(t) for old, t in zip(self.input_buffers, inputs)}
+    swap = {id(old): new for old, new in zip(self.input_buffers, (b for t in inputs for b in _buffers_of(t)))}
+    swap |= {id(b): Buffer(b.device, b.size, b.dtype) for b in self.fresh}
     for item in self.items: item.run(tuple(swap.get(id(b), b) for b in item.bufs))
-    assert self.ret is not None
-    return self.ret
+    return _map_tensors(self.ret, lambda t: _renewed(t, swap))
+
+def _layout(ld: UOp) -> Any:
+  """How a realized tensor reads its buffers: the view, or for one spread over devices the slices and each view."""
+  if ld.op is Ops.MULTI: return (ld.arg, tuple(_layout(p) for p in ld.src))
+  return ld.arg if ld.op is Ops.VIEW else None
 
 def _signature(t: Tensor) -> InputSignature:
-  ld = t.lazydata
-  return InputSignature(t.shape, t.dtype, t.device, ld.arg if ld.op is Ops.VIEW else None)
+  return InputSignature(t.shape, t.dtype, t.device, _layout(t.lazydata))
 
-def _buffer_of(t: Tensor) -> Buffer:
-  ld = t.lazydata
-  assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, "a realized input is a view of a buffer"
-  return buffer_map[ld.src[0]]
+def _buffers_of(t: Tensor) -> list[Buffer]:
+  leaves = multi_leaves(t.lazydata)
+  assert all(v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for v in leaves), "a realized input is a view of a buffer"
+  return [buffer_map[v.src[0]] for v in leaves]
+
+def _buffers(t: Tensor) -> list[Buffer]:
+  return [buffer_map[u] for u in t.lazydata.toposort if u.op is Ops.BUFFER]
+
+def _renewed(t: Tensor, swap: dict[int, Buffer]) -> Tensor:
+  """A returned tensor of the capture as this replay's. Every BUFFER node is renamed (as after an assign: a graph built
+  on the result after a replay is new, so a value remembered from before (schedule.realized_map) is not taken for the
+  new one). A tensor whose buffers the replay replaced (an output it made, an input) is a new tensor on the new
+  buffers; one it did not make (a weight it updated) keeps its identity."""
+  new_uops: dict[UOp, UOp] = {}
+  replaced = False
+  for u in t.lazydata.toposort:
+    if u.op is Ops.BUFFER:
+      buf = swap.get(id(old := buffer_map[u]), old)
+      replaced |= buf is not old
+      new_uops[u] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+  if replaced: return Tensor(t.lazydata.substitute(new_uops))
+  t.lazydata = t.lazydata.substitute(new_uops)
+  return t
 
 def _mismatch(expected: list[InputSignature], got: list[InputSignature]) -> str:
   if len(expected) != len(got):

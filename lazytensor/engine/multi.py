@@ -13,6 +13,12 @@ device, so the scheduler, optimizer, JIT and renderers never see more than one:
   first; a shrink, pad or flip of the sharded axis changes the bounds (slices may become empty or uneven);
 * a copy to one device gathers; a copy of a one-device value to a tuple of devices replicates it.
 
+On a DeviceMesh a value is a MULTI over the first mesh axis whose pieces are MULTIs over the next one: each piece
+lives on a tuple of devices (a row of the mesh). The rules are the same at every level, since what a rule makes of
+the outer level is rewritten again until every node lives on one device; a copy of a MULTI to another tuple of
+devices of the same structure moves piece i to device i, keeping its layout, which is what makes an all-reduce over
+the first mesh axis run between devices at the same place of each row only.
+
 Collectives are built from COPY nodes and elementwise ops, so the scheduler sees them as copies and kernels and fuses
 the combining ops with what surrounds them. Bounds may be uneven (15 rows over 4 devices: 4, 4, 4, 3) or empty.
 """
@@ -22,9 +28,19 @@ import functools
 from collections.abc import Callable, Sequence
 
 from lazytensor.dtype import dtypes
-from lazytensor.graph import Bounds, axis_pad, axis_shrink, const_uop, copy_to, even_bounds, movement, reduce_uop
+from lazytensor.graph import (
+  Bounds,
+  axis_pad,
+  axis_shrink,
+  const_uop,
+  copy_to,
+  even_bounds,
+  movement,
+  multi_leaves,
+  reduce_uop,
+)
 from lazytensor.helpers import RING, prod
-from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from lazytensor.uop.ops import DeviceLike, GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 Layout = tuple[int | None, Bounds | None]
 
@@ -33,7 +49,7 @@ def multi_uop(pieces: Sequence[UOp], axis: int | None, bounds: Bounds | None) ->
   pieces = tuple(const_uop(0, p.dtype, p.device, p.shape) if p.size == 0 else p for p in pieces)
   return UOp(Ops.MULTI, pieces[0].dtype, pieces, (axis, bounds))
 
-def _devices(m: UOp) -> tuple[str, ...]: return tuple(str(p.device) for p in m.src)
+def _devices(m: UOp) -> tuple[DeviceLike, ...]: return tuple(p.device for p in m.src)
 
 def _per_piece(m: UOp, fn: Callable[[UOp], UOp], layout: Layout | None = None) -> UOp:
   return multi_uop([fn(p) for p in m.src], *(m.arg if layout is None else layout))
@@ -43,7 +59,7 @@ def _with_axis(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
 
 # ---- moving slices between devices ----
 
-def _concat(parts: list[tuple[int, UOp]], axis: int, like: UOp, shape: tuple[int, ...], device: str) -> UOp:
+def _concat(parts: list[tuple[int, UOp]], axis: int, like: UOp, shape: tuple[int, ...], device: DeviceLike) -> UOp:
   """Parts (offset along `axis`, value on `device`) placed side by side into `shape` (with the dtype of `like`):
   padded and added, which the scheduler fuses into one kernel that reads each part once."""
   if not parts or prod(shape) == 0: return const_uop(0, like.dtype, device, shape)
@@ -52,14 +68,14 @@ def _concat(parts: list[tuple[int, UOp]], axis: int, like: UOp, shape: tuple[int
   join = Ops.OR if padded[0].dtype == dtypes.bool else Ops.ADD
   return functools.reduce(lambda a, b: a.alu(join, b), padded)
 
-def _local(m: UOp, device: str) -> UOp:
+def _local(m: UOp, device: DeviceLike) -> UOp:
   """A replicated value's piece for `device`: its own, or a copy of the first. A piece that is a copy of one value is
   that value, so that whatever is cut from it is cut before it is copied (a scatter, not a broadcast)."""
   devs = _devices(m)
   piece = m.src[devs.index(device)] if device in devs else m.src[0]
   return piece.src[0] if piece.op is Ops.COPY else piece
 
-def _region(m: UOp, axis: int, lo: int, hi: int, device: str) -> UOp:
+def _region(m: UOp, axis: int, lo: int, hi: int, device: DeviceLike) -> UOp:
   """The slice [lo, hi) of `axis` of the multi value m (all of its other axes), on `device`."""
   src_axis, src_bounds = m.arg
   if src_axis is None: return copy_to(axis_shrink(_local(m, device), axis, lo, hi), device)
@@ -72,7 +88,7 @@ def _region(m: UOp, axis: int, lo: int, hi: int, device: str) -> UOp:
       parts.append((a - lo, copy_to(axis_shrink(p, axis, a - plo, b - plo), device)))
   return _concat(parts, src_axis, m, shape, device)
 
-def gather(m: UOp, device: str) -> UOp:
+def gather(m: UOp, device: DeviceLike) -> UOp:
   """All of the multi value m on one device (a gather: each slice is copied once)."""
   axis, bounds = m.arg
   if axis is None: return copy_to(_local(m, device), device)
@@ -92,13 +108,17 @@ def combine(op: Ops, xs: Sequence[UOp]) -> UOp:
   """xs (on one device) combined elementwise by a reduce op: ADD sums, MUL multiplies, MAX takes the largest."""
   return functools.reduce(lambda a, b: a.alu(op, b), xs)
 
-def all_reduce(op: Ops, partials: Sequence[UOp], devices: Sequence[str], ring_bytes: int) -> tuple[UOp, ...]:
+def all_reduce(op: Ops, partials: Sequence[UOp], devices: Sequence[DeviceLike], ring_bytes: int) -> tuple[UOp, ...]:
   """The partial values combined by `op` (ADD, MUL or MAX), on every device of `devices`. Small values: each device
   receives every other partial (naive; (n-1) copies of the whole value per device, the fewest steps). Large ones, on
   3 or more devices (`ring_bytes` or more): a ring, reduce-scatter then all-gather, in which each device sends
-  2(n-1)/n of the value."""
+  2(n-1)/n of the value. Along one axis of a mesh, the participants are rows of devices, and copies between them go
+  device by device (the naive way, which keeps each row's own layout)."""
   nbytes = partials[0].size * partials[0].dtype.itemsize
-  if len(partials) > 2 and nbytes >= ring_bytes: return ring_all_reduce(op, partials, devices)
+  flat_devices = [d for d in devices if isinstance(d, str)]
+  if len(partials) > 2 and nbytes >= ring_bytes and len(flat_devices) == len(devices) and \
+     all(isinstance(p.device, str) for p in partials):
+    return ring_all_reduce(op, partials, flat_devices)
   return tuple(combine(op, [copy_to(p, d) for p in partials]) for d in devices)
 
 def ring_all_reduce(op: Ops, partials: Sequence[UOp], devices: Sequence[str]) -> tuple[UOp, ...]:
@@ -149,14 +169,16 @@ def _reduce(ctx: int, r: UOp, m: UOp) -> UOp:
 
 def _reshape(r: UOp, m: UOp) -> UOp:
   """A reshape keeps the slices when the sharded axis, with the axes after it, maps onto one new axis whose slice
-  boundaries fall on whole rows of it; otherwise the value is gathered first."""
+  boundaries fall on whole rows of it (never an inserted axis of size 1: one device's slice of everything would land
+  there and be gathered by the next expand); otherwise the value is gathered first."""
   axis, bounds = m.arg
   new = tuple(r.arg)
   if axis is None: return _per_piece(m, lambda p: movement(p, Ops.RESHAPE, new))
   outer, inner = prod(m.shape[:axis]), prod(m.shape[axis + 1:])
   for b in range(len(new)):
     new_inner = prod(new[b + 1:])
-    if prod(new[:b]) != outer or new_inner == 0 or any(x * inner % new_inner for lh in bounds for x in lh): continue
+    if prod(new[:b]) != outer or new_inner == 0 or (new[b] == 1 != m.shape[axis]) or \
+       any(x * inner % new_inner for lh in bounds for x in lh): continue
     nb = tuple((lo * inner // new_inner, hi * inner // new_inner) for lo, hi in bounds)
     pieces = [movement(p, Ops.RESHAPE, _with_axis(new, b, hi - lo)) for p, (lo, hi) in zip(m.src, nb)]
     return multi_uop(pieces, b, nb)
@@ -209,10 +231,20 @@ def _flip(f: UOp, m: UOp) -> UOp:
   n = m.shape[axis]
   return _per_piece(m, lambda p: movement(p, Ops.FLIP, f.arg), (axis, tuple((n - hi, n - lo) for lo, hi in bounds)))
 
+def _same_shape(a: DeviceLike, b: DeviceLike) -> bool:
+  """Whether two places have the same structure: one device each, or tuples whose entries pair up alike."""
+  if isinstance(a, str) or isinstance(b, str): return isinstance(a, str) and isinstance(b, str)
+  return len(a) == len(b) and all(_same_shape(x, y) for x, y in zip(a, b))
+
 def _copy(c: UOp, m: UOp) -> UOp:
-  """To one device: a gather. To a tuple of devices: replicated on each of them (an all-gather on the same ones)."""
-  if isinstance(c.arg, str): return gather(m, c.arg)
-  if c.arg == _devices(m): return multi_uop(relayout(m, None, None), None, None)
+  """To one device, or to the devices of one of m's pieces (a row of a mesh): gathered there. To m's own devices:
+  replicated on them (an all-gather). To other devices of the same structure: each piece moves to the device at its
+  place, keeping the layout (how a row of a mesh sends its value to another row). Otherwise replicated on each."""
+  if isinstance(c.arg, str) or c.arg in _devices(m): return gather(m, c.arg)
+  if c.arg == _devices(m):  # replicated at every level of a mesh: each row's gathered value replicated on its devices
+    return multi_uop([p if isinstance(d, str) else UOp(Ops.COPY, p.dtype, (p,), d)
+                      for p, d in zip(relayout(m, None, None), c.arg)], None, None)
+  if _same_shape(c.arg, m.device): return multi_uop([copy_to(p, d) for p, d in zip(m.src, c.arg)], *m.arg)
   return multi_uop([gather(m, d) for d in c.arg], None, None)
 
 def _replicate(c: UOp, x: UOp) -> UOp | None:
@@ -256,12 +288,9 @@ def split_multi(outs: Sequence[UOp], sink: UOp) -> tuple[list[UOp], Callable[[di
   back to `outs`."""
   # the ctx (the RING knob, which chooses how to all-reduce) also keeps results from being remembered across calls
   lowered = graph_rewrite(sink, pm_multi, ctx=int(RING.value), name="multi")
-  flat: list[UOp] = []
-  for out in lowered.src: flat.extend(out.src if out.op is Ops.MULTI else (out,))
+  flat = [leaf for out in lowered.src for leaf in multi_leaves(out)]
   def regroup(becomes: dict[UOp, UOp]) -> dict[UOp, UOp]:
-    out = dict(becomes)
-    for orig, new in zip(outs, lowered.src):
-      if new.op is Ops.MULTI: out[orig] = new.replace(src=tuple(becomes.get(p, p) for p in new.src))
-      else: out[orig] = becomes.get(new, new)
-    return out
+    def rebuild(new: UOp) -> UOp:
+      return new.replace(src=tuple(rebuild(p) for p in new.src)) if new.op is Ops.MULTI else becomes.get(new, new)
+    return {**becomes, **{orig: rebuild(new) for orig, new in zip(outs, lowered.src)}}
   return flat, regroup

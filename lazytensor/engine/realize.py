@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import Kernel, Opt
+from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
 from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
 from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
@@ -21,7 +21,9 @@ from lazytensor.helpers import (
   ansilen,
   diskcache_get,
   diskcache_put,
+  knob_values,
   to_function_name,
+  use_color,
 )
 from lazytensor.uop.ops import Ops, UOp
 
@@ -58,10 +60,25 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
     k = Kernel(ast, device.renderer)
     for o in opts: k.apply_opt(o)
   if DEBUG >= 5: print_listing(f"AST of {k.name}", repr(ast))
-  if DEBUG >= 3: print(f"{k.name}: {k.applied_opts}")
+  if DEBUG >= 3: _print_opts(k)
   spec, lib = _program(k, device, to_function_name(k.name))
   flops, mem = k.flops_and_mem()
   return CompiledRunner(k.name, device.load(spec.name, lib), k, flops, mem, spec)
+
+_legend_shown = False
+
+def _print_opts(k: Kernel) -> None:
+  """DEBUG>=3: the kernel's name and opts. In color the name's shape shows each axis's kind, and a legend names the
+  colors the first time; without color (not a terminal, NO_COLOR) the kinds are written out."""
+  global _legend_shown
+  if not use_color():
+    axes = ", ".join(f"{s} {kind.name.lower()}" for s, kind in zip(k.full_shape, k.kinds))
+    print(f"{k.name}: {k.applied_opts}" + (f"  axes: {axes}" if axes else ""))
+    return
+  if not _legend_shown:
+    print(axis_legend())
+    _legend_shown = True
+  print(f"{k.name}: {k.applied_opts}")
 
 def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, bytes]:
   """The spec and binary of an optimized kernel. A process that has built this kernel before (same program_key) finds
@@ -91,25 +108,39 @@ def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, by
 
 _runners: dict[tuple[str, str], CompiledRunner] = {}
 
+# the runner of each (device, AST node, value of every knob): an eager step looks up each of its kernels at every call,
+# and this finds them without hashing the AST and the knobs into a program_key (a superset of that key's inputs)
+_runner_memo: dict[tuple[Any, ...], CompiledRunner] = {}
+
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
   that choose its opts and every knob that changes its code)."""
+  memo_key = (device_name, ast, knob_values())
+  if (hit := _runner_memo.get(memo_key)) is not None: return hit
   dev = Device[device_name]
   key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
   if (hit := _runners.get(key)) is None:
     hit = _runners[key] = compile_kernel(ast, dev)
+  _runner_memo[memo_key] = hit
   return hit
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   if dst.allocator.transfer(dst.handle, src.handle, dst.nbytes, src.allocator): return
-  arr = src.numpy()
-  dst.copyin(arr.data.cast("B"))
+  # host memory (CPU devices) is read where it lies: one copy instead of two, and no temporary array
+  arr = src.host_view()
+  dst.copyin((arr if arr is not None else src.numpy()).data.cast("B"))
 
 @dataclass(frozen=True)
 class ExecItem:
   """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these."""
   runner: CompiledRunner | None
   bufs: tuple[Buffer, ...]
+
+  @property
+  def written(self) -> tuple[Buffer, ...]:
+    """The buffers this step writes: a copy's destination, a kernel's stored buffers."""
+    if self.runner is None: return self.bufs[:1]
+    return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
     bufs = self.bufs if bufs is None else bufs

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazytensor.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.codegen.heuristic import Packing, PackOperand, pack_choice
+from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
-from lazytensor.helpers import DEBUG, prod
+from lazytensor.helpers import CPU_TARGET, DEBUG, SCHEDULE_CACHE, prod
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,8 @@ class ScheduleItem:
   ast: UOp
   bufs: tuple[Buffer, ...]
 
-# computed node -> VIEW(BUFFER) holding its value; weak, so an entry lives as long as some graph holds the node
-realized_map: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
+realized_map: NodeMap[UOp] = NodeMap("_realized")
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 
@@ -62,27 +64,180 @@ pm_resolve: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
 ])
 
+def _blocked(v: UOp, p: Packing) -> UOp:
+  """The view `v` of x, reading instead a copy of x laid out as p says, in a buffer of its own."""
+  x = v.src[0]
+  outer = prod(x.shape) // (p.size * p.stride)
+  split = (outer, p.size // p.block, p.block, p.stride)
+  packed_st = ShapeTracker.from_shape(x.shape).reshape(split).permute((1, 0, 3, 2))
+  packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st),))
+  back = ShapeTracker.from_shape(packed_st.shape).permute((1, 0, 3, 2)).reshape(x.shape)
+  return UOp(Ops.VIEW, v.dtype, (packed,), (back + v.arg).simplify())
+
+def _pack_operand(r: UOp) -> UOp:
+  """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them."""
+  mul = r.src[0]
+  if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
+  target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
+  if target is None: return r
+  packs = {p.operand: p for p in pack_choice(target, r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape))
+                                                                for v in mul.src])}
+  if not packs: return r
+  return r.replace(src=(mul.replace(src=tuple(_blocked(v, packs[j]) if j in packs else v
+                                              for j, v in enumerate(mul.src))),))
+
+def pack_operands(sink: UOp) -> UOp:
+  """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
+  heuristics ask for it (heuristic.pack_choice): the tensor graph is the same on every device, its schedule is the
+  device's. One pass, so that a reduce is never packed twice."""
+  done: dict[UOp, UOp] = {}
+  for node in sink.toposort:
+    new_src = tuple(done[s] for s in node.src)
+    new = node if new_src == node.src else node.replace(src=new_src)
+    done[node] = _pack_operand(new) if new.op is Ops.REDUCE_AXIS else new
+  return done[sink]
+
 @dataclass
 class _Graph:
   """What the scheduler learns about one graph: which nodes are materialized, and each kernel's reduce."""
   realize: dict[UOp, None] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
 
-def substitute_realized(root: UOp) -> tuple[UOp, dict[UOp, UOp]]:
-  """Swap in buffers for nodes realized earlier; returns the new graph and a map new node -> original node."""
-  done: dict[UOp, UOp] = {}
-  for node in root.toposort:
-    if (hit := realized_map.get(node)) is not None: done[node] = hit
-    else:
-      new_src = tuple(done[s] for s in node.src)
-      done[node] = node if new_src == node.src else node.replace(src=new_src)
-  return done[root], {new: old for old, new in done.items()}
+# ---- schedules cached by graph structure ----
+
+@dataclass(frozen=True)
+class _Abstract:
+  """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
+  CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
+  sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
+  inputs)."""
+  sink: UOp
+  origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
+  params: list[UOp]       # parameter slot -> the caller's BUFFER node
+
+# placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
+# (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
+_param_buffers: weakref.WeakValueDictionary[tuple, Buffer] = weakref.WeakValueDictionary()
+
+def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
+  device, size = buf_uop.arg[0], buf_uop.arg[1]
+  uop = UOp(Ops.BUFFER, buf_uop.dtype, (), (device, size, ("param", slot, alias)))
+  if uop not in buffer_map:
+    key = (device, size, buf_uop.dtype, alias)
+    if (buf := _param_buffers.get(key)) is None: buf = _param_buffers[key] = Buffer(device, size, buf_uop.dtype)
+    buffer_map[uop] = buf
+  return uop
+
+class _Abstracter:
+  """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
+  the graph still to compute, not the history behind its inputs."""
+  def __init__(self) -> None:
+    self.done: dict[UOp, UOp] = {}     # caller's node -> abstract node
+    self.in_hits: dict[UOp, UOp] = {}  # the same for the nodes of realized values (not looked up in realized_map)
+    self.origin: dict[UOp, UOp] = {}
+    self.params: list[UOp] = []
+    self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
+    self.aliases: dict[int, int] = {}   # id(Buffer) -> alias number
+    self.contiguous = 0
+
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    if node.op is Ops.BUFFER:
+      if (p := self.slots.get(node)) is None:
+        alias = self.aliases.setdefault(id(buffer_map[node]), len(self.aliases))
+        p = self.slots[node] = _param_uop(node, len(self.params), alias)
+        self.params.append(node)
+      return p
+    if node.op is Ops.CONTIGUOUS and node.arg is not None:
+      self.contiguous += 1
+      return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+
+  def plain(self, root: UOp) -> UOp:
+    for node in root.toposort:
+      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
+    return self.in_hits[root]
+
+  def walk(self, root: UOp) -> UOp:
+    # the loop every eager realize runs over its new nodes: list comprehensions and the common case inlined
+    done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
+    while stack:
+      node, expanded = stack.pop()
+      if node in done: continue
+      if expanded:
+        src = tuple([done[s] for s in node.src])
+        if node.op is Ops.BUFFER or node.op is Ops.CONTIGUOUS: new = self.convert(node, src)
+        else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+      elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
+      else:
+        stack.append((node, True))
+        stack += [(s, False) for s in reversed(node.src) if s not in done]
+        continue
+      done[node] = new
+      origin[new] = node
+    return done[root]
+
+class _Substituter(_Abstracter):
+  """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+
+def _abstract(sink: UOp) -> _Abstract:
+  a = _Abstracter()
+  return _Abstract(a.walk(sink), a.origin, a.params)
+
+class _Template:
+  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
+  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> None:
+    self.sink, self.items, self.becomes = sink, items, list(becomes.items())
+    self.uses = 0
+    params = [n for n in sink.toposort if n.op is Ops.BUFFER]
+    self.param_slots = [(id(buffer_map[p]), p.arg[2][1]) for p in params]
+    param_ids = {i for i, _ in self.param_slots}
+    # the buffers the schedule makes: new ones for each instance
+    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
+    # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
+    # nodes (for new memory, or new names for assigned memory) made for each instance
+    self.value_buffers = list(dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER))
+    self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
+
+  def instantiate(self, a: _Abstract) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    self.uses += 1
+    real: dict[int, Buffer] = {pid: buffer_map[a.params[slot]] for pid, slot in self.param_slots}
+    for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
+    items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
+    names: dict[UOp, UOp] = {}
+    for n in self.value_buffers:
+      if isinstance(n.arg[2], tuple): names[n] = a.params[n.arg[2][1]]
+      else:
+        buf = real[id(buffer_map[n])]
+        names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    becomes: dict[UOp, UOp] = {}
+    for node, value in self.becomes:
+      if (orig := a.origin.get(node)) is None: continue
+      # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
+      direct = value.op is Ops.VIEW and value.src[0].op is Ops.BUFFER
+      becomes[orig] = value.replace(src=(names[value.src[0]],)) if direct else value.substitute(names)
+    return items, becomes
+
+# keyed by the abstract graph and the CPU target, whose heuristics choose the packing copies a schedule makes
+_templates: OrderedDict[tuple[UOp, str], _Template] = OrderedDict()
+# graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
+schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
+
+def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
+  """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
+  the whole value: when it reads fewer elements (Tensor.arange(10**7)[-3:] computes 3) of an elementwise value that is
+  not itself an output, and no reduce lies under it (its kernel would then copy out of the reduce's buffer, where the
+  view of that buffer costs no kernel). A view of a contiguous, copy or assign stays a view of that buffer."""
+  base = out.base
+  return out.op is Ops.VIEW and (base.op in GroupOp.Elementwise or base.op is Ops.IOTA) and base not in outs and \
+    prod(out.shape) < prod(base.shape) and not any(n.op is Ops.REDUCE_AXIS for n in base.toposort)
 
 def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   roots: dict[UOp, None] = {}
   for out in sink.src:
     base = out.base
-    if base.op not in (Ops.BUFFER, Ops.CONST): roots[base] = None
+    if base.op not in (Ops.BUFFER, Ops.CONST): roots[out if _computes_part(out, sink.src) else base] = None
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
@@ -264,22 +419,15 @@ def _output_buffer(root: UOp) -> Buffer:
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
-def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
-
-  Nothing is recorded until the caller has run the items and calls `commit_realized(becomes)`."""
-  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
-  original_sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
-  substituted, origin = substitute_realized(original_sink)
-  if is_multi(substituted):  # values on several devices: first one graph per device (engine/multi.py)
-    flat, regroup = split_multi(outs, substituted)
-    items, becomes = create_schedule(flat)
-    return items, regroup(becomes)
-  sink = graph_rewrite(substituted, pm_resolve, name="resolve")
-  g = _find_realizes(sink)
-  roots = _toposort_roots(sink, g.realize)
+def _schedule_graph(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, and
+  what each computed node becomes once they have run."""
+  # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
+  resolved = pack_operands(graph_rewrite(sink, pm_resolve, name="resolve"))
+  g = _find_realizes(resolved)
+  roots = _toposort_roots(resolved, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
-  leaf_buffers = {n: _buffer_of(n) for n in sink.toposort if n.op is Ops.BUFFER}
+  leaf_buffers = {n: _buffer_of(n) for n in resolved.toposort if n.op is Ops.BUFFER}
   built: dict[UOp, _Built] = {}
   for root in roots:
     if root.op is Ops.COPY:
@@ -292,13 +440,43 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     built[root] = _Built(ScheduleItem(kb.build(), tuple(kb.bufs)), kb.leaf_reads, kb.root_reads)
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
-  becomes = _becomes(original_sink, sink, buffer_uops)
-  out_bases = {o.base for o in sink.src}
-  keep = {id(outputs[r]) for r in roots if r in out_bases or r.op is Ops.ASSIGN}
+  becomes = _becomes(sink, resolved, buffer_uops)
+  # an output's buffer holds its base, or itself when it was computed through its view (_computes_part)
+  outs = {o.base for o in resolved.src} | set(resolved.src)
+  keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   for r in roots:
-    if id(outputs[r]) not in reused: becomes.setdefault(origin.get(r, r), buffer_uops[r])
-  if DEBUG >= 1 and items: print(f"scheduled {len(items)} items from {len(original_sink.toposort)} nodes")
+    if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
+  return items, becomes
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
+
+  A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
+  reuses that schedule with its own buffers. Nothing is recorded until the caller has run the items and calls
+  `commit_realized(becomes)`."""
+  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
+  abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
+  cap = int(SCHEDULE_CACHE.value)
+  # only single-device graphs have templates: a hit needs no look for MULTI nodes
+  key = (abstract.sink, str(CPU_TARGET.value))
+  template = _templates.get(key) if cap > 0 else None
+  if template is None and is_multi(abstract.sink):
+    # values on several devices: first one graph per device (engine/multi.py), each scheduled (and cached) on its own
+    flat, regroup = split_multi(outs, _Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
+    items, becomes = create_schedule(flat)
+    return items, regroup(becomes)
+  schedule_stats["scheduled" if template is None else "reused"] += 1
+  if template is None:
+    template = _Template(abstract.sink, *_schedule_graph(abstract.sink))
+    if cap > 0:
+      _templates[key] = template
+      while len(_templates) > cap: _templates.popitem(last=False)
+  else: _templates.move_to_end(key)
+  items, becomes = template.instantiate(abstract)
+  if DEBUG >= 1 and items:
+    print(f"scheduled {len(items)} items from {len(abstract.sink.toposort)} nodes"
+          f"{' (schedule cache hit)' if template.uses > 1 else ''}")
   return items, becomes
 
 @dataclass(frozen=True)

@@ -115,7 +115,8 @@ beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "du
 
 # ---- the action list ----
 
-UPCAST_AMTS = (0, 2, 3, 4, 7, 8, 16, 32)
+# 6: rows of an AVX2 register tile (6 x 2 <8 x float> fill 12 of 16 registers); 7: a conv's 56-wide rows
+UPCAST_AMTS = (0, 2, 3, 4, 6, 7, 8, 16, 32)
 UNROLL_AMTS = (0, 2, 3, 4, 8, 16)
 LOCAL_AMTS = (2, 4, 8, 16, 32)
 GROUP_AMTS = (0, 4, 8, 16)
@@ -548,8 +549,10 @@ class _Search:
     self.seen_code: set[bytes] = set()
     self.best, self.fraction, self.round = math.inf, 1.0, 0
     self.timed: dict[int, float] = {}  # id of a kernel object -> its latest time
-    show = sys.stderr.isatty() or DEBUG >= 1
-    self.bar = tqdm(total=0, desc=ansistrip(k.name), file=sys.stderr, leave=False, disable=not show, unit="cand")
+    self.n_compiled, self.n_timed = 0, 0
+    # one bar for the whole search, on terminals only: in a log or a pipe its redraws would be noise
+    self.bar = tqdm(total=0, desc=ansistrip(k.name), file=sys.stderr, leave=False, disable=not sys.stderr.isatty(),
+                    unit="cand")
 
   @property
   def timeout(self) -> float: return float(BEAM_TIMEOUT_SEC.value)
@@ -566,10 +569,11 @@ class _Search:
     for c, res in zip(cands, self.pool.map(compile_job, jobs, self.timeout)):
       if isinstance(res, JobFailed):
         beam_stats["failed"] += 1
-        if BEAM_DEBUG >= 2: print(f"  failed {c.kernel.applied_opts}: {res.why}")
+        if BEAM_DEBUG >= 2: self.say(f"  failed {c.kernel.applied_opts}: {res.why}")
       elif res.digest in self.seen_code: beam_stats["duplicates"] += 1
       else:
         beam_stats["compiled"] += 1
+        self.n_compiled += 1
         self.seen_code.add(res.digest)
         c.binary = res
         out.append(c)
@@ -586,24 +590,33 @@ class _Search:
       deadline = min(deadline, KILL_GRACE_S + MIN_TIMED_S + (MIN_RUNS + 2) * slice_cutoff)
     res = self.pool.map(time_job, [self.run_job(c.binary, slice_cutoff)], deadline, workers=1)[0]
     beam_stats["timed"] += 1
+    self.n_timed += 1
     c.time = math.inf if isinstance(res, JobFailed) else min(res) * c.scale
     self.timed[id(c.kernel)] = c.time
-    if BEAM_DEBUG >= 2: print(f"  {_fmt(c.time):>12s} {c.kernel.applied_opts}")
+    if BEAM_DEBUG >= 2: self.say(f"  {_fmt(c.time):>12s} {c.kernel.applied_opts}")
 
   def evaluate(self, kernels: list[Kernel]) -> list[Candidate]:
     """Compile and time kernels (best parents first, so that the cutoff bites early); the ones that ran, fastest
     first."""
     cands = [Candidate(k, *slice_plan(k, self.fraction)) for k in kernels]
-    self.bar.reset(total=len(cands))
-    self.bar.set_postfix_str(f"round {self.round}, best {_fmt(self.best)}, compiling")
+    self.bar.total += len(cands)
+    self._progress("compiling")
     compiled = self.compile(cands)
-    self.bar.update(len(cands) - len(compiled))
+    self.bar.update(len(cands) - len(compiled))  # failed and duplicate candidates are done
     for c in compiled:
       self.time(c, ABANDON_RATIO * self.best)
       self.best = min(self.best, c.time)
-      self.bar.set_postfix_str(f"round {self.round}, best {_fmt(self.best)}")
       self.bar.update(1)
+      self._progress("timing")
     return sorted([c for c in compiled if math.isfinite(c.time)], key=lambda c: c.time)
+
+  def say(self, line: str) -> None:
+    """Print a line above the progress bar, which is drawn again below it."""
+    self.bar.write(line, file=sys.stdout)
+
+  def _progress(self, doing: str) -> None:
+    self.bar.set_postfix_str(f"round {self.round}, {self.n_compiled} compiled, {self.n_timed} timed, best "
+                             f"{_fmt(self.best)}, {doing}")
 
   # -- the beam --
 
@@ -633,8 +646,8 @@ class _Search:
       before = beam[0].time
       beam = self.select(beam + self.evaluate(children))
       if BEAM_DEBUG >= 1:
-        print(f"beam round {self.round}: {len(children)} candidates, best {_fmt(beam[0].time)} "
-              f"{beam[0].kernel.applied_opts}")
+        self.say(f"beam round {self.round}: {len(children)} candidates, best {_fmt(beam[0].time)} "
+                 f"{beam[0].kernel.applied_opts}")
       stale = stale + 1 if beam[0].time > before * (1 - float(BEAM_MIN_PROGRESS.value)) else 0
     return beam
 
@@ -696,15 +709,15 @@ class _Search:
   def pick(self, ranked: list[Candidate]) -> Candidate | None:
     """The fastest candidate whose outputs agree with the unoptimized kernel's."""
     if (ref := self.reference()) is None:
-      if DEBUG >= 1: print(f"beam: {self.root.name}: the unoptimized kernel did not run, so nothing can be checked")
+      if DEBUG >= 1: self.say(f"beam: {self.root.name}: the unoptimized kernel did not run, so nothing can be checked")
       return None
     for c in ranked:
       assert c.binary is not None and not c.keep, "the check runs the whole kernel"
       got = self.outputs(c.binary)
       if got is not None and all(_agrees(r, g, s) for r, g, s in zip(ref, got, self.stored)): return c
       beam_stats["rejected"] += 1
-      if DEBUG >= 1: print(f"beam: {self.root.name}: discarded {c.kernel.applied_opts}: its output is not the "
-                           "unoptimized kernel's")
+      if DEBUG >= 1: self.say(f"beam: {self.root.name}: discarded {c.kernel.applied_opts}: its output is not the "
+                              "unoptimized kernel's")
     return None
 
   def close(self) -> None:
@@ -716,20 +729,20 @@ class _Search:
     passes the output check, or when the winner is not faster side by side."""
     name, base = self.root.name, self.full_size(heuristic)
     if base is not None and base.time < MIN_SEARCH_S:
-      if DEBUG >= 1: print(f"beam: {name}: {_fmt(base.time)} with the heuristics' opts, too short to search")
+      if DEBUG >= 1: self.say(f"beam: {name}: {_fmt(base.time)} with the heuristics' opts, too short to search")
       return heuristic
     self.fraction = min(1.0, TARGET_RUN_S / base.time) if base is not None and base.time > 0 else 1.0
     starts = list({_state(x): x for x in (heuristic, sibling, self.root) if x is not None}.values())
     winner = self.pick(cheapest_among_ties(self.confirm(self.run(starts), heuristic)))
     if winner is None:
-      if DEBUG >= 1: print(f"beam: {name}: no candidate passed the output check; using the heuristics' opts")
+      if DEBUG >= 1: self.say(f"beam: {name}: no candidate passed the output check; using the heuristics' opts")
       return heuristic
     if winner.kernel is not heuristic and base is not None and not self.beats(winner, base):
-      if DEBUG >= 1: print(f"beam: {name}: {winner.kernel.applied_opts} is not faster than the heuristics' opts side "
-                           "by side; keeping those")
+      if DEBUG >= 1: self.say(f"beam: {name}: {winner.kernel.applied_opts} is not faster than the heuristics' "
+                              "opts side by side; keeping those")
       return heuristic
-    if DEBUG >= 1: print(f"beam: {name}: {_fmt(winner.time)} with {winner.kernel.applied_opts} (heuristics "
-                         f"{_fmt(self.timed.get(id(heuristic), math.inf))})")
+    if DEBUG >= 1: self.say(f"beam: {name}: {_fmt(winner.time)} with {winner.kernel.applied_opts} (heuristics "
+                            f"{_fmt(self.timed.get(id(heuristic), math.inf))})")
     return winner.kernel
 
 def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> Kernel:

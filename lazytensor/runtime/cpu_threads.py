@@ -141,13 +141,14 @@ class _Worker:
   def __init__(self, spinner: _Spinner, cpu: int) -> None:
     self.ctl = np.zeros(16, dtype=np.int64)  # a control block of its own: nothing else shares its cache line's writes
     self.addr = self.ctl.ctypes.data
-    self.seq, self.sleeping, self.wake = 0, False, threading.Event()
+    self.seq, self.sleeping, self.wake, self.serving = 0, False, threading.Event(), threading.Event()
     threading.Thread(target=self._serve, args=(spinner, cpu), name=f"lazytensor-cpu{cpu}", daemon=True).start()
 
   def _serve(self, spinner: _Spinner, cpu: int) -> None:
     if hasattr(os, "sched_setaffinity"):
       try: os.sched_setaffinity(0, {cpu})  # 0 is the calling thread
       except OSError: pass  # pinning is only for speed; a container may forbid it
+    self.serving.set()
     last = 0
     while True:
       last = spinner.worker(self.addr, last, SPIN_CYCLES)
@@ -166,17 +167,28 @@ class SpinningWorkers:
     self.spinner = _Spinner()
     self.workers: dict[int, _Worker] = {}
     self.lock = threading.Lock()  # launches from several Python threads take turns
+    self.serving = 1  # core ids below this have a worker that is serving (core id 0 is the launching thread)
+
+  def start(self, core_count: int) -> None:
+    """Start (once) the workers of core ids 1..core_count-1 and wait until each is pinned and serving, so that the
+    cost of starting threads is not part of the first launch (nor of its DEBUG=2 time)."""
+    if core_count <= self.serving: return
+    with self.lock:
+      for core in range(1, core_count):
+        if core not in self.workers: self.workers[core] = _Worker(self.spinner, self.cpus[core % len(self.cpus)])
+    for core in range(1, core_count): self.workers[core].serving.wait()
+    self.serving = max(self.serving, core_count)
 
   def run(self, fn: Callable[..., None], fn_addr: int, addrs: list[int], core_count: int) -> None:
     """fn (a ctypes function at fn_addr) with addrs and each core id, all at once; returns when all are done."""
     if len(addrs) > MAX_ARGS:
       for core in range(core_count): fn(*addrs, core)
       return
+    self.start(core_count)
     args = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
     with self.lock:
       posted = []
       for core in range(1, core_count):
-        if core not in self.workers: self.workers[core] = _Worker(self.spinner, self.cpus[core % len(self.cpus)])
         w = self.workers[core]
         w.seq += 1
         self.spinner.post(w.addr, fn_addr, ctypes.addressof(args), len(addrs), core, w.seq)

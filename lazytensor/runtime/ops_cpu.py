@@ -1,6 +1,6 @@
-"""The CPU device: 64-byte aligned host memory; LLVM IR optimized and compiled to object code by llvmlite (cached on
-disk), loaded into an MCJIT engine and called through ctypes. The core ids of one launch run on threads pinned to
-separate CPUs."""
+"""The CPU device: host memory aligned to a cache line and the widest vector; LLVM IR optimized and compiled to object
+code for the CPU_TARGET by llvmlite (cached on disk), loaded into an MCJIT engine and called through ctypes. The core
+ids of one launch run on threads pinned to separate CPUs."""
 from __future__ import annotations
 
 import ctypes
@@ -19,13 +19,18 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
+from lazytensor.codegen.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.device import Allocator, Compiled, Compiler
+from lazytensor.helpers import CPU_TARGET
 from lazytensor.runtime import cpu_threads
 
 # ---- memory ----
 
-_ALIGN = 64  # a cache line, and the size of an AVX-512 vector
+@functools.cache
+def _alignment() -> int:
+  """Buffers start on a cache line and on the widest vector this host runs (what any target it runs needs)."""
+  return max(64, cpu_target("native").vector_bits // 8)
 
 @dataclass(frozen=True)
 class CPUMemory:
@@ -34,11 +39,15 @@ class CPUMemory:
   addr: int
 
 class CPUAllocator(Allocator):
+  # freed memory is kept for reuse by Allocator.free_cached (BUFFER_CACHE): dropping a handle frees it
   def alloc(self, nbytes: int) -> CPUMemory:
-    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return CPUMemory(raw[start:start + nbytes], raw.ctypes.data + start)
+    align = _alignment()
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    addr = raw.ctypes.data  # each .ctypes builds an object: a replay of TinyJit allocates its outputs, so read it once
+    start = -addr % align
+    return CPUMemory(raw[start:start + nbytes], addr + start)
 
+  def host_array(self, handle: CPUMemory) -> np.ndarray: return handle.array
   def copyin(self, handle: CPUMemory, src: memoryview) -> None: handle.array[:] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, handle: CPUMemory) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = handle.array
 
@@ -46,18 +55,6 @@ class CPUAllocator(Allocator):
 
 # llvmlite works in one global LLVM context, which is not thread-safe: every use of it goes through this lock
 _llvm_lock = threading.Lock()
-
-@functools.cache
-def _host() -> tuple[str, str]:
-  """The host's cpu name and feature string; initializes LLVM's native target on first use."""
-  llvm.initialize_native_target()
-  llvm.initialize_native_asmprinter()
-  return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-
-def _host_target_machine(jit: bool) -> llvm.TargetMachine:
-  cpu, features = _host()
-  target = llvm.Target.from_triple(llvm.get_process_triple())
-  return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=jit)
 
 class CorruptProgramError(RuntimeError):
   """Bytes that LLVMCompiler.compile did not produce, such as a damaged disk-cache entry: compile the source again."""
@@ -95,26 +92,36 @@ def _check_linkable(obj: bytes) -> None:
   if missing := [name for name in undefined_symbols(obj) if not hasattr(process, name)]:
     raise RuntimeError(f"CPU: the kernel calls {', '.join(missing)}, which this process cannot resolve")
 
+@functools.cache
+def _emitter(target: CPUTarget) -> llvm.TargetMachine:
+  # only emits object code and is never given to an engine (engines take ownership of theirs), so it can be reused
+  return target_machine(target)
+
 class LLVMCompiler(Compiler):
-  """LLVM IR -> O3 (new pass manager, loop and SLP vectorizers on) -> object code for this host."""
-  def __init__(self) -> None:
-    cpu, features = _host()
-    self.cache_key = f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {cpu} {features} {_MAGIC!r}"
-    # only emits object code and is never given to an engine (engines take ownership of theirs), so it can be reused
-    self.tm = _host_target_machine(jit=False)
+  """LLVM IR -> O3 (new pass manager, loop and SLP vectorizers on) -> object code for the target: `target`, or the one
+  CPU_TARGET names at each use when None."""
+  def __init__(self, target: CPUTarget | None = None) -> None: self._target = target
+
+  @property
+  def target(self) -> CPUTarget: return self._target or cpu_target(str(CPU_TARGET.value))
+
+  @property
+  def cache_key(self) -> str:  # type: ignore[override]
+    return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {self.target.key} {_MAGIC!r}"
 
   def optimize(self, src: str) -> llvm.ModuleRef:
+    tm = _emitter(self.target)
     mod = llvm.parse_assembly(src)
-    mod.triple, mod.data_layout = self.tm.triple, str(self.tm.target_data)
+    mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization, pto.slp_vectorization, pto.loop_unrolling = True, True, True
-    pb = llvm.create_pass_builder(self.tm, pto)
+    pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return mod
 
   def compile(self, src: str) -> bytes:
-    with _llvm_lock: obj = self.tm.emit_object(self.optimize(src))
+    with _llvm_lock: obj = _emitter(self.target).emit_object(self.optimize(src))
     _check_linkable(obj)
     return _MAGIC + _checksum(obj) + obj
 
@@ -125,7 +132,7 @@ class LLVMCompiler(Compiler):
 
   def assembly(self, src: str) -> str:
     """The host assembly of LLVM IR source, after the same optimization as compile."""
-    with _llvm_lock: return self.tm.emit_assembly(self.optimize(src))
+    with _llvm_lock: return _emitter(self.target).emit_assembly(self.optimize(src))
 
   def disassemble(self, lib: bytes) -> str:
     tool = shutil.which("llvm-objdump") or shutil.which("objdump")
@@ -146,9 +153,14 @@ class CPUProgram:
   """A compiled kernel loaded into its own MCJIT engine, kept alive as long as the program is."""
   def __init__(self, device: CpuDevice, name: str, lib: bytes) -> None:
     self.device, self.name = device, name
+    if not (target := device.compiler.target).runs_on_host:
+      raise RuntimeError(f"CPU: kernels compiled for CPU_TARGET={target.name} ({target.describe()}) cannot run on "
+                         f"this host; they can be compiled (DEBUG=4 shows them), or choose a target it runs: native, "
+                         f"{x86_level(cpu_target('native'))} or below")
     obj = unpack_object(lib)
     with _llvm_lock:
-      tm = _host_target_machine(jit=True)  # the engine takes ownership of its target machine: a fresh one each
+      # the engine takes ownership of its target machine: a fresh one each (it only links the finished object)
+      tm = target_machine(cpu_target("native"), jit=True)
       empty = llvm.parse_assembly("")
       empty.triple = tm.triple
       self.engine = llvm.create_mcjit_compiler(empty, tm)
@@ -163,12 +175,16 @@ class CPUProgram:
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
     addrs = [b.addr for b in bufs]
+    # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
+    pool = cpu_threads.workers() if core_count > 1 else None
+    if pool is not None: pool.start(core_count)
     start = time.perf_counter()
-    if core_count == 1: fn(*addrs, 0)
-    else: cpu_threads.workers().run(fn, self.addr, addrs, core_count)
+    if pool is None: fn(*addrs, 0)
+    else: pool.run(fn, self.addr, addrs, core_count)
     return time.perf_counter() - start if wait else None
 
 class CpuDevice(Compiled):
+  compiler: LLVMCompiler
+
   def __init__(self, name: str) -> None:
-    cpu, features = _host()
-    super().__init__(name, CPUAllocator(), LLVMRenderer(cpu, features), LLVMCompiler(), CPUProgram)
+    super().__init__(name, CPUAllocator(), LLVMRenderer(), LLVMCompiler(), CPUProgram)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,28 +41,20 @@ PINNED_MIN_BYTES = 1 << 20
 STAGING_BYTES = 1 << 24  # the staging buffer: large copies go through it in chunks of this size
 
 class CUDAAllocator(Allocator):
-  """Device memory, with freed blocks kept per size and handed out again (cuMemAlloc and cuMemFree synchronize the
-  device and cost ~10-100 us each); the kept blocks are released when an allocation fails."""
+  """Device memory. Freed blocks are kept per size and handed out again by Allocator.free_cached (cuMemAlloc and
+  cuMemFree synchronize the device and cost ~10-100 us each); an allocation that fails first releases them."""
   def __init__(self, dev: CudaDevice) -> None:
     self.dev, self.drv = dev, dev.drv
-    self.cache: defaultdict[int, list[Any]] = defaultdict(list)
     self.staging: np.ndarray | None = None
 
   def alloc(self, nbytes: int) -> Any:
-    if self.cache[nbytes]: return self.cache[nbytes].pop()
     with self.dev.current():
       try: return self.drv.mem_alloc(max(nbytes, 1))
-      except self.drv.MemoryError:
-        self.release_cached()
-        return self.drv.mem_alloc(max(nbytes, 1))
+      except self.drv.MemoryError as e:  # as Python's MemoryError, which makes alloc_cached release the kept blocks
+        raise MemoryError(f"{self.dev.name}: out of memory allocating {nbytes} bytes ({e})") from e
 
-  def free(self, handle: Any, nbytes: int) -> None: self.cache[nbytes].append(handle)
-
-  def release_cached(self) -> None:
-    with self.dev.current():
-      for blocks in self.cache.values():
-        for b in blocks: b.free()
-    self.cache.clear()
+  def free(self, handle: Any, nbytes: int) -> None:
+    with self.dev.current(): handle.free()
 
   def _staging(self) -> np.ndarray:
     if self.staging is None:

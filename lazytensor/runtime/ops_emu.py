@@ -44,7 +44,9 @@ class RaceError(EmuError):
 class EmuAllocator(Allocator):
   """Host memory as numpy uint8 arrays; kernels see typed views of them. Fresh memory is 0xff bytes (NaN in floats, -1
   in ints), so that a kernel reading what nobody wrote shows it."""
+  reuse_freed = False  # every buffer starts as poison, never as another buffer's old values
   def alloc(self, nbytes: int) -> np.ndarray: return np.full(nbytes, 0xFF, np.uint8)
+  def host_array(self, handle: np.ndarray) -> np.ndarray: return handle
   def copyin(self, handle: np.ndarray, src: memoryview) -> None: handle[:] = np.frombuffer(src, np.uint8)
   def copyout(self, dest: memoryview, handle: np.ndarray) -> None: np.frombuffer(dest, np.uint8)[:] = handle
 
@@ -81,7 +83,7 @@ class Grid:
   @functools.cached_property
   def ids(self) -> dict[str, np.ndarray]:
     per_kind = (("gidx", self.block, self.global_size), ("lidx", self.lanes % self.threads, self.local_size))
-    return {f"{p}{i}": (base // prod(dims[:i]) % dims[i]).astype(np.int32) for p, base, dims in per_kind for i in _AXES}
+    return {f"{p}{i}": base // prod(dims[:i]) % dims[i] for p, base, dims in per_kind for i in _AXES}
 
   def who(self, lane: int) -> str:
     """A lane as the GPU names it: block (gidx0, gidx1, gidx2) thread (lidx0, lidx1, lidx2)."""
@@ -397,7 +399,7 @@ class Executable:
       if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
       v[at] = bufs[k].view(mem_np)
     for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], grid.blocks)
-    for at, u in self.specials: v[at] = grid.ids[u.arg[0]]
+    for at, u in self.specials: v[at] = grid.ids[u.arg[0]].astype(u.dtype.np, copy=False)  # the kernel's index dtype
     L = Launch(self.name, grid, v)
     with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
       for step in self.steps: step(L)

@@ -12,6 +12,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from lazytensor.dtype import dtypes
 from lazytensor.uop.ops import UOp
 
@@ -279,7 +281,11 @@ class ShapeTracker:
   """A stack of views, applied outermost-last: views[-1] has the tensor's shape, views[0] indexes the buffer."""
   views: tuple[View, ...]
 
-  def __post_init__(self) -> None: assert self.views, "a ShapeTracker needs at least one view"
+  def __post_init__(self) -> None:
+    assert self.views, "a ShapeTracker needs at least one view"
+    # the arg of every VIEW node: hashed once, not at each lookup in the intern table
+    object.__setattr__(self, "_hash", hash(self.views))
+  def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   @staticmethod
   def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return _from_shape(tuple(shape))
@@ -332,6 +338,19 @@ class ShapeTracker:
       idx, view_valid = view.to_indexed_uops(_unflatten(idx, view.shape))
       valid = _and(valid, view_valid)
     return idx, valid
+
+  def gather(self, flat: np.ndarray) -> np.ndarray:
+    """The values this tracker reads from the 1-d array `flat` (0 where it reads padding), computed on the host with
+    numpy: what printing a realized view shows without running a kernel."""
+    pos = np.arange(self.size).reshape(self.shape)  # each element's row-major position in the outermost view
+    valid = np.ones(self.shape, dtype=bool)
+    for view in reversed(self.views):
+      # a padded position's index may lie outside the view below: it reads nothing, so any valid index stands in
+      coords = np.unravel_index(np.where(valid, pos, 0), view.shape) if view.shape else ()
+      if view.mask is not None:
+        for c, (lo, hi) in zip(coords, view.mask): valid &= (c >= lo) & (c < hi)
+      pos = view.offset + sum((c * st for c, st in zip(coords, view.strides)), np.zeros(self.shape, dtype=np.int64))
+    return np.where(valid, flat[np.where(valid, pos, 0)] if flat.size else 0, 0).astype(flat.dtype)
 
   # ---- queries for the optimizer ----
 

@@ -9,19 +9,20 @@ The same node type describes three levels of the compiler:
 from __future__ import annotations
 
 import enum
-import functools
 import hashlib
 import inspect
 import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
 
-# where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated)
-DeviceLike = str | tuple[str, ...]
+# where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated); on a
+# mesh of devices (tensor_multi.DeviceMesh), a tuple of such tuples, one per slice along the first mesh axis
+DeviceLike = str | tuple["DeviceLike", ...]
 
 class Ops(enum.Enum):
   # graph structure
@@ -163,13 +164,20 @@ def exec_cast(fr: DType, to: DType, x: Any) -> Any:
 
 # ---- the node ----
 
-def _arg_key(arg: Any) -> Any:
-  # 0.0 == -0.0 and nan != nan: key floats by their text so that each constant interns to one node
-  if isinstance(arg, float): return ("float", repr(arg))
-  return arg
+T = TypeVar("T")
+
+class node_cached(Generic[T]):
+  """functools.cached_property without its lock: Python 3.11 takes one at each first read, and an eager op reads the
+  shape, device and toposort of each new node once. Nodes are immutable: two threads that compute a value agree."""
+  def __init__(self, fn: Callable[[Any], T]) -> None: self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+  def __get__(self, obj: Any, cls: Any = None) -> T:
+    if obj is None: return self  # type: ignore[return-value]  # the descriptor itself, for help() and docs tools
+    value = obj.__dict__[self.name] = self.fn(obj)
+    return value
 
 # the intern table: structure -> weak reference; a node lives as long as something holds it
 _uop_cache: dict[tuple, weakref.ref] = {}
+_set_field = object.__setattr__
 
 def _forget(key: tuple) -> None:
   ref = _uop_cache.get(key)
@@ -184,15 +192,16 @@ class UOp:
   arg: Any
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-    key = (op, dtype, src, type(arg), _arg_key(arg))
+    # 0.0 == -0.0 and nan != nan: floats are keyed by their text so that each constant interns to one node
+    key = (op, dtype, src, type(arg), repr(arg) if isinstance(arg, float) else arg)
     try: ref = _uop_cache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {arg!r}") from e
     if ref is not None and (hit := ref()) is not None: return hit
-    self = super().__new__(cls)
-    object.__setattr__(self, "op", op)
-    object.__setattr__(self, "dtype", dtype)
-    object.__setattr__(self, "src", src)
-    object.__setattr__(self, "arg", arg)
+    self = object.__new__(cls)
+    _set_field(self, "op", op)
+    _set_field(self, "dtype", dtype)
+    _set_field(self, "src", src)
+    _set_field(self, "arg", arg)
     _uop_cache[key] = weakref.ref(self, lambda _: _forget(key))
     return self
 
@@ -211,7 +220,7 @@ class UOp:
 
   # ---- graph walking ----
 
-  @functools.cached_property
+  @node_cached
   def toposort(self) -> dict[UOp, None]:
     """Every node this one depends on, itself last, each after its sources (iterative: graphs get deep)."""
     out: dict[UOp, None] = {}
@@ -236,7 +245,22 @@ class UOp:
         done[node] = node if new_src == node.src else node.replace(src=new_src)
     return done[self]
 
-  @functools.cached_property
+  @property
+  def facts(self) -> GraphFacts:
+    """The BUFFER nodes this graph reads and its ASSIGN nodes, remembered on each node: asking about a new graph walks
+    only the nodes no earlier question reached (realizing an assign asks it of every live tensor's graph)."""
+    if (hit := self.__dict__.get("_facts")) is not None: return hit
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if "_facts" in node.__dict__: continue
+      if expanded: node.__dict__["_facts"] = GraphFacts.merge(node, [s.__dict__["_facts"] for s in node.src])
+      else:
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if "_facts" not in s.__dict__)
+    return self.__dict__["_facts"]
+
+  @node_cached
   def key(self) -> bytes:
     """A content hash that is stable across processes: the key of on-disk caches."""
     h = hashlib.sha256()
@@ -245,7 +269,7 @@ class UOp:
 
   # ---- tensor-graph properties ----
 
-  @functools.cached_property
+  @node_cached
   def shape(self) -> tuple[int, ...]:
     return _shape_rules.get(self.op, _shape_of_first_src)(self)
 
@@ -254,11 +278,11 @@ class UOp:
   @property
   def size(self) -> int: return math.prod(self.shape)
 
-  @functools.cached_property
+  @node_cached
   def device(self) -> DeviceLike:
     """Where the value lives: a device name, or a tuple of them for a value spread over several (Ops.MULTI)."""
     if self.op is Ops.BUFFER: return self.arg[0]
-    if self.op is Ops.MULTI: return tuple(str(s.device) for s in self.src)
+    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)
     if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
     assert self.src, f"{self.op} has no device"
     return self.src[0].device
@@ -325,7 +349,7 @@ class UOp:
 
   # ---- symbolic bounds ----
 
-  @functools.cached_property
+  @node_cached
   def vmin_vmax(self) -> tuple[Any, Any]:
     from lazytensor.uop.bounds import bounds
     return bounds(self)
@@ -337,6 +361,36 @@ class UOp:
   # ---- printing ----
 
   def __repr__(self) -> str: return pretty_print(self)
+
+@dataclass(frozen=True)
+class GraphFacts:
+  """What a tensor graph reads and writes: its BUFFER nodes and its ASSIGN nodes."""
+  buffers: frozenset[UOp]
+  assigns: frozenset[UOp]
+
+  @staticmethod
+  def merge(node: UOp, srcs: list[GraphFacts]) -> GraphFacts:
+    own_buffers = frozenset((node,)) if node.op is Ops.BUFFER else frozenset()
+    own_assigns = frozenset((node,)) if node.op is Ops.ASSIGN else frozenset()
+    # most nodes add nothing to a single source's facts: they share that object instead of building new sets
+    distinct = list({id(f): f for f in srcs if f is not NO_FACTS}.values())
+    if not own_buffers and not own_assigns and len(distinct) <= 1: return distinct[0] if distinct else NO_FACTS
+    return GraphFacts(own_buffers.union(*(f.buffers for f in distinct)),
+                      own_assigns.union(*(f.assigns for f in distinct)))
+
+NO_FACTS = GraphFacts(frozenset(), frozenset())
+
+V = TypeVar("V")
+
+class NodeMap(Generic[V]):
+  """A map from nodes to values, kept on each node under `attr`: an entry lives as long as its node, as in a
+  WeakKeyDictionary, but a lookup is a dict read where the WeakKeyDictionary builds a weak reference (an eager op looks
+  up each node of its graph a few times)."""
+  def __init__(self, attr: str) -> None: self.attr = attr
+  def get(self, node: UOp) -> V | None: return node.__dict__.get(self.attr)
+  def __getitem__(self, node: UOp) -> V: return node.__dict__[self.attr]
+  def __setitem__(self, node: UOp, value: V) -> None: node.__dict__[self.attr] = value
+  def __contains__(self, node: UOp) -> bool: return self.attr in node.__dict__
 
 def _shape_of_first_src(u: UOp) -> tuple[int, ...]:
   for s in u.src:

@@ -23,7 +23,7 @@ from typing import Any
 from lazytensor.dtype import DType, dtypes
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, exec_cast, graph_rewrite
 
-INTS: tuple[DType, ...] = tuple(dt for dt in dtypes.all() if dt.is_int)
+INTS: tuple[DType, ...] = (*(dt for dt in dtypes.all() if dt.is_int), dtypes.index)
 SINTS: tuple[DType, ...] = tuple(dt for dt in INTS if not dt.is_unsigned)
 INTS_BOOL: tuple[DType, ...] = (*INTS, dtypes.bool)
 

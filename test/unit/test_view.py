@@ -57,6 +57,9 @@ def check_tracker(tracker: ShapeTracker, ref: np.ndarray) -> None:
   idx, valid = evaluate_tracker(tracker)
   np.testing.assert_array_equal(valid, ref >= 0)
   np.testing.assert_array_equal(idx[valid], ref[valid])
+  # the host-side reading (printing a realized view) agrees: buffer values at the indices, 0 for padding
+  values = np.arange(1, int(ref.max(initial=0)) + 2)
+  np.testing.assert_array_equal(tracker.gather(values), np.where(ref >= 0, values[np.maximum(ref, 0)], 0))
   touched = int(ref.max()) + 1 if valid.any() else 0
   assert tracker.real_size() >= touched
   if len(tracker.views) == 1: assert tracker.real_size() == touched

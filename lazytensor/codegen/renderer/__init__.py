@@ -4,9 +4,13 @@ and every renderer read one description of an instruction's shape and fragment l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.uop.ops import PatternMatcher, UOp
+
+if TYPE_CHECKING:
+  from lazytensor.codegen.renderer.cpu_target import CPUTarget
 
 Weights = tuple[tuple[int, int], ...]
 
@@ -86,7 +90,7 @@ class Renderer:
   upcast_max: int = 256         # most elements one thread computes in registers
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
-  matmul_panel: int = 0                # large matmuls first copy B into column panels this wide (0: never)
+  target: CPUTarget | None = None      # the CPU a CPU renderer compiles for: vector width, registers, caches
   # rules run on the loop-level graph before linearizing: decompositions the target needs
   extra_matcher: PatternMatcher[UOp] | None = None
 

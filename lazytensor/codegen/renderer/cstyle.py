@@ -278,13 +278,13 @@ def _define_local(w: _Writer, u: UOp) -> str:
 
 def _special(w: _Writer, u: UOp) -> str:
   name, size = u.arg
-  w.emit(f"int {name} = {w.lang.special(name)}; /* {size} */")
+  w.emit(f"{w.lang.ctype(u.dtype)} {name} = {w.lang.special(name)}; /* {size} */")
   return str(name)
 
 def _range(w: _Writer, u: UOp) -> str:
   name = f"ridx{w.count}"
   w.count += 1
-  w.begin(f"for (int {name} = {w.r[u.src[0]]}; {name} < {w.r[u.src[1]]}; {name}++) {{")
+  w.begin(f"for ({w.lang.ctype(u.dtype)} {name} = {w.r[u.src[0]]}; {name} < {w.r[u.src[1]]}; {name}++) {{")
   return name
 
 def _define_acc(w: _Writer, u: UOp) -> str:

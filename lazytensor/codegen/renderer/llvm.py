@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from lazytensor.codegen.renderer import Renderer
+from lazytensor.codegen.renderer.cpu_target import CPUTarget, cpu_target
 from lazytensor.codegen.transcendental import pm_fast_math
 from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
-from lazytensor.helpers import FASTMATH
+from lazytensor.helpers import CPU_TARGET, FASTMATH
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 _SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",
@@ -180,15 +181,16 @@ class _Function:
     return self.emit(f"call{flags} {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
 
 def _address_math(uops: list[UOp]) -> set[UOp]:
-  """int32 ALU nodes whose every use is an address or a loop bound (directly or through other such nodes). In a valid
-  program they cannot overflow, so they are marked nsw: LLVM can then widen them to 64-bit addresses as affine
-  expressions and vectorize the accesses. Values that are also stored as data keep wrap-around semantics."""
+  """Index ALU nodes (int32 or int64, as the lowerer chose) whose every use is an address or a loop bound (directly or
+  through other such nodes). In a valid program they cannot overflow, so they are marked nsw: LLVM can then widen
+  int32 ones to 64-bit addresses as affine expressions and vectorize the accesses. Values that are also stored as
+  data keep wrap-around semantics."""
   users: dict[UOp, list[tuple[UOp, int]]] = {}
   for u in uops:
     for i, s in enumerate(u.src): users.setdefault(s, []).append((u, i))
   out: set[UOp] = set()
   for u in reversed(uops):
-    if u.dtype != dtypes.int32 or u.op not in GroupOp.ALU or u not in users: continue
+    if u.dtype not in (dtypes.int32, dtypes.int64) or u.op not in GroupOp.ALU or u not in users: continue
     if all(v in out or (v.op in (Ops.LOAD, Ops.STORE) and i == 1) or v.op is Ops.RANGE for v, i in users[u]): out.add(u)
   return out
 
@@ -198,7 +200,7 @@ def _define_global(f: _Function, u: UOp) -> str: return f"%data{u.arg}"
 
 def _special(f: _Function, u: UOp) -> str:
   if not u.arg[0].startswith("core"): raise NotImplementedError(f"LLVM renderer: no {u.arg[0]} on the CPU (only core*)")
-  return "%core_id"
+  return "%core_id" if u.dtype == dtypes.int32 else f.emit(f"sext i32 %core_id to {ltype(u.dtype)}")
 
 def _vectorize(f: _Function, u: UOp) -> str:
   t, vt = ltype(u.dtype.scalar()), ltype(u.dtype)
@@ -215,13 +217,13 @@ def _gep(f: _Function, u: UOp) -> str:
 
 def _range(f: _Function, u: UOp) -> str:
   # header: phi and exit test at the top (zero-trip loops work); latch: the increment, branching back
-  i, name = f.fresh(), f"%r{len(f.loop_ids)}"
+  i, name, t = f.fresh(), f"%r{len(f.loop_ids)}", ltype(u.dtype)
   f.loop_ids[u] = i
   pred = f.block
   f.code(f"br label %loop{i}")
   f.label(f"loop{i}")
-  f.code(f"{name} = phi i32 [{f.r[u.src[0]]}, %{pred}], [{name}.next, %latch{i}]")
-  f.code(f"br i1 {f.emit(f'icmp slt i32 {name}, {f.r[u.src[1]]}')}, label %body{i}, label %exit{i}")
+  f.code(f"{name} = phi {t} [{f.r[u.src[0]]}, %{pred}], [{name}.next, %latch{i}]")
+  f.code(f"br i1 {f.emit(f'icmp slt {t} {name}, {f.r[u.src[1]]}')}, label %body{i}, label %exit{i}")
   f.label(f"body{i}")
   return name
 
@@ -229,13 +231,13 @@ def _endrange(f: _Function, u: UOp) -> None:
   i, name = f.loop_ids[u.src[0]], f.r[u.src[0]]
   f.code(f"br label %latch{i}")
   f.label(f"latch{i}")
-  f.code(f"{name}.next = add nuw nsw i32 {name}, 1")
+  f.code(f"{name}.next = add nuw nsw {ltype(u.src[0].dtype)} {name}, 1")
   f.code(f"br label %loop{i}")
   f.label(f"exit{i}")
 
 def _address(f: _Function, buf: UOp, idx: UOp) -> str:
   assert isinstance(buf.dtype, PtrDType), f"LLVM renderer: memory access through {buf.op}, expected DEFINE_GLOBAL"
-  return f.emit(f"getelementptr inbounds {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, i32 {f.r[idx]}")
+  return f.emit(f"getelementptr inbounds {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, {ltype(idx.dtype)} {f.r[idx]}")
 
 def _load_global(f: _Function, u: UOp) -> str:
   mt = mtype(u.dtype)
@@ -246,7 +248,7 @@ def _masked_load(f: _Function, u: UOp) -> str:
   """A vector load whose lanes each have a gate (e.g. a padded row edge): masked-off lanes are never read. The
   address may lie outside the buffer for those lanes, so the GEP is not inbounds."""
   mt, buf = mtype(u.dtype), u.src[0]
-  addr = f.emit(f"getelementptr {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, i32 {f.r[u.src[1]]}")
+  addr = f.emit(f"getelementptr {mtype(buf.dtype.scalar())}, ptr {f.r[buf]}, {ltype(u.src[1].dtype)} {f.r[u.src[1]]}")
   alt = f.r[u.src[3]]
   if u.dtype.is_bool: alt = f.emit(f"zext {ltype(u.dtype)} {alt} to {mt}")
   mem_dt = dtypes.uint8.vec(u.dtype.count) if u.dtype.is_bool else u.dtype
@@ -315,17 +317,23 @@ class LLVMRenderer(Renderer):
   has_threads = True
   has_local = False
   has_shared = False
-  vector_widths = (4, 8, 16)
   masked_vector_loads = True
-  matmul_panel = 32  # the heuristics' register tile is 32 columns wide
 
-  def __init__(self, target_cpu: str = "", target_features: str = "") -> None:
-    # the host's cpu and features go into the function attributes, so that they hold whoever compiles the text
-    self.target_cpu, self.target_features = target_cpu, target_features
-    self._cache_key = f"LLVMRenderer {target_cpu} {target_features}"
+  def __init__(self, target: CPUTarget | None = None) -> None:
+    # None follows CPU_TARGET at each use, so that `with Context(CPU_TARGET=...)` takes effect on an open device
+    self._target = target
 
   @property
-  def cache_key(self) -> str: return self._cache_key
+  def target(self) -> CPUTarget:  # type: ignore[override]
+    return self._target or cpu_target(str(CPU_TARGET.value))
+
+  @property
+  def vector_widths(self) -> tuple[int, ...]:  # type: ignore[override]
+    # vectors of up to one register: a wider one is split by LLVM anyway, into registers the heuristics did not count
+    return tuple(w for w in (4, 8, 16) if w <= max(4, self.target.vector_floats))
+
+  @property
+  def cache_key(self) -> str: return f"LLVMRenderer {self.target.key}"
 
   @property
   def extra_matcher(self) -> PatternMatcher[UOp] | None:  # type: ignore[override]
@@ -344,7 +352,10 @@ class LLVMRenderer(Renderer):
                       f"attributes #0 = {{ {self._attributes()} }}", ""])
 
   def _attributes(self) -> str:
-    attrs = ["nounwind", '"prefer-vector-width"="512"', '"min-legal-vector-width"="512"']
-    if self.target_cpu: attrs.append(f'"target-cpu"="{self.target_cpu}"')
-    if self.target_features: attrs.append(f'"target-features"="{self.target_features}"')
+    # the target's cpu, features and vector width go into the function attributes, so that they hold whoever
+    # compiles the text (LLVM's own default for x86 is 256-bit vectors even where 512 are legal)
+    t = self.target
+    attrs = ["nounwind", f'"prefer-vector-width"="{t.vector_bits}"', f'"min-legal-vector-width"="{t.vector_bits}"',
+             f'"target-cpu"="{t.cpu}"']
+    if t.features: attrs.append(f'"target-features"="{t.features}"')
     return " ".join(attrs)

@@ -1,0 +1,21 @@
+"""The clock the benchmarks read: wall time, or with `--clock cpu` this thread's CPU time. On a machine shared with
+other jobs, wall time also counts the waits for a core; CPU time does not, but it sees one thread only, so it is offered
+with --threads 1 alone (work on other threads would not count)."""
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+now: Callable[[], float] = time.perf_counter
+
+def add_argument(ap: argparse.ArgumentParser) -> None:
+  ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                  help="cpu: this thread's CPU time instead of wall time (a machine shared with other jobs)")
+
+def use(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+  """Read the clock that --clock names from now on."""
+  global now
+  if args.clock == "cpu":
+    if args.threads != 1: ap.error("--clock cpu measures one thread: use it with --threads 1")
+    now = time.thread_time

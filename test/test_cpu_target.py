@@ -1,0 +1,101 @@
+"""CPU targets: what each CPU_TARGET describes, the register tile the heuristics choose for it, code that compiles for
+every target (x86 levels and aarch64) and runs where the host can run it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lazytensor import Context, Device, Tensor
+from lazytensor.codegen.heuristic import accumulators, hand_coded_optimizations
+from lazytensor.codegen.kernel import AxisKind, Kernel
+from lazytensor.codegen.linearize import linearize
+from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.renderer.cpu_target import TARGETS, CPUTarget, cpu_target, x86_level
+from lazytensor.codegen.renderer.llvm import LLVMRenderer
+from lazytensor.engine.schedule import create_schedule
+from lazytensor.runtime.ops_cpu import LLVMCompiler, unpack_object
+
+X86 = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
+rng = np.random.default_rng(0)
+
+def _t(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape, dtype=np.float32)).realize()
+
+@pytest.mark.parametrize("name, bits, registers, fma", [("x86-64-v2", 128, 16, False), ("x86-64-v3", 256, 16, True),
+                                                       ("x86-64-v4", 512, 32, True), ("aarch64", 128, 32, True)])
+def test_named_targets(name: str, bits: int, registers: int, fma: bool) -> None:
+  t = cpu_target(name)
+  assert (t.vector_bits, t.vector_floats, t.vector_registers, t.fma) == (bits, bits // 32, registers, fma)
+  assert t.triple.startswith("aarch64" if name == "aarch64" else "x86_64")
+  assert t.l1d_bytes > 0 and t.l2_bytes > t.l1d_bytes and t.l3_bytes >= t.l2_bytes
+
+def test_native_is_the_host() -> None:
+  t = cpu_target("native")
+  assert t.runs_on_host and t.cpu and t.features
+  if t.triple.startswith("x86_64"):
+    level = x86_level(t)
+    assert cpu_target(level).vector_bits == t.vector_bits and cpu_target(level).runs_on_host
+    assert all(cpu_target(lv).runs_on_host for lv in X86[:X86.index(level) + 1])  # every level below the host's
+  assert t.name in t.describe()
+
+def test_unknown_target_names_the_choices() -> None:
+  with pytest.raises(ValueError, match=r"CPU_TARGET='x86-64-v9'.*x86-64-v3"): cpu_target("x86-64-v9")
+  with pytest.raises(ValueError, match="CPU_TARGET"), Context(CPU_TARGET="pentium"): _ = Device["CPU"].renderer.target
+
+def _matmul_kernel(target: CPUTarget, n: int = 1024) -> Kernel:
+  with Context(CPU_TARGET=target.name): item = create_schedule([(_t(n, n) @ _t(n, n)).lazydata])[0][-1]
+  return hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(target)))
+
+def _tile(k: Kernel) -> tuple[int, int]:
+  """(columns, rows) of a matmul's register tile: the SIMD axis first, then the rows of vectors."""
+  ups = [k.full_shape[a] for a in k.axes_of(AxisKind.UPCAST)]
+  assert len(ups) == 2, k.applied_opts
+  return ups[0], ups[1]
+
+@pytest.mark.parametrize("name, tile", [("x86-64-v2", (8, 4)), ("x86-64-v3", (16, 4)), ("x86-64-v4", (32, 8)),
+                                        ("aarch64", (8, 8))])
+def test_matmul_register_tile_fits_the_target(name: str, tile: tuple[int, int]) -> None:
+  # two vectors across, as many rows as the accumulator registers allow: AVX2 12 of 16 (4 rows where 1024 rows do
+  # not split in 6), AVX-512 16 of 32 (8 rows of 2 <16 x float>)
+  t = cpu_target(name)
+  k = _matmul_kernel(t, 256)
+  cols, rows = _tile(k)
+  assert (cols, rows) == tile and cols == 2 * t.vector_floats and 2 * rows <= accumulators(t)
+
+def test_avx2_tile_takes_six_rows_where_they_divide() -> None:
+  cols, rows = _tile(_matmul_kernel(cpu_target("x86-64-v3"), 96))
+  assert (cols, rows) == (16, 6)  # 12 accumulators of AVX2's 16 registers
+
+def _compile(k: Kernel, target: CPUTarget) -> tuple[str, bytes]:
+  src = LLVMRenderer(target).render("k", linearize(lower_kernel(k)))
+  compiler = LLVMCompiler(target)
+  return compiler.assembly(src), unpack_object(compiler.compile(src))
+
+@pytest.mark.parametrize("name, register, wider", [("x86-64-v2", "xmm", "ymm"), ("x86-64-v3", "ymm", "zmm"),
+                                                   ("x86-64-v4", "zmm", None)])
+def test_x86_levels_compile_to_their_vectors(name: str, register: str, wider: str | None) -> None:
+  t = cpu_target(name)
+  asm, obj = _compile(_matmul_kernel(t, 64), t)
+  assert obj[:4] == b"\x7fELF" and register in asm and (wider is None or wider not in asm)
+  assert ("vfmadd" in asm) == t.fma
+
+def test_aarch64_neon_kernel_compiles_to_an_object() -> None:
+  t = cpu_target("aarch64")
+  asm, obj = _compile(_matmul_kernel(t, 64), t)
+  assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # e_machine EM_AARCH64
+  assert "fmla" in asm and ".4s" in asm  # NEON fused multiply-adds on 4 floats
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_runs_where_the_host_can(name: str) -> None:
+  a, b = _t(96, 64), _t(64, 48)
+  with Context(CPU_TARGET=name):
+    if not cpu_target(name).runs_on_host:
+      with pytest.raises(RuntimeError, match=f"CPU_TARGET={name}.*cannot run on this host"): (a @ b + 1).numpy()
+      return
+    got = (a @ b + 1).numpy()
+  np.testing.assert_allclose(got, a.numpy() @ b.numpy() + 1, rtol=1e-4, atol=1e-4)
+
+def test_function_attributes_name_the_target() -> None:
+  for name in X86:
+    t = cpu_target(name)
+    attrs = LLVMRenderer(t)._attributes()
+    assert f'"prefer-vector-width"="{t.vector_bits}"' in attrs and f'"target-cpu"="{name}"' in attrs

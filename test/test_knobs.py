@@ -1,0 +1,171 @@
+"""The knobs of README's table do what it says: DEBUG levels, colors, BEAM's progress bar, caches, NOOPT, PARALLEL."""
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lazytensor import Context, Tensor
+from lazytensor.device import compile_stats
+from lazytensor.engine import realize, search
+
+_consts = itertools.count(1)
+
+def fresh(n: int = 64, reduce: bool = False) -> tuple[Tensor, np.ndarray]:
+  """An expression whose kernel this process has never built (its constant is new), and its value."""
+  c = 1.0 + next(_consts) / 1024
+  x = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
+  t = Tensor(x) * c
+  return (t.sum(1), (x * np.float32(c)).sum(1)) if reduce else (t, x * np.float32(c))
+
+def run_with(capsys: pytest.CaptureFixture[str], reduce: bool = False, **knobs: object) -> str:
+  """Realize a fresh kernel with these knobs, check its value, return what it printed."""
+  t, want = fresh(reduce=reduce)
+  capsys.readouterr()
+  with Context(**knobs): np.testing.assert_allclose(t.numpy(), want, rtol=1e-6)
+  return capsys.readouterr().out
+
+class Terminal(io.StringIO):
+  """Output that says it is a terminal, as sys.stdout is in an interactive shell."""
+  def isatty(self) -> bool: return True
+
+def tables(db: Path) -> dict[str, int]:
+  """The rows in each table of a cache database."""
+  with contextlib.closing(sqlite3.connect(db)) as conn:
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return {n: conn.execute(f"SELECT COUNT(*) FROM {n}").fetchone()[0] for n in names}
+
+# ---- DEBUG ----
+
+def test_debug_1_summarizes_schedules(capsys: pytest.CaptureFixture[str]) -> None:
+  out = run_with(capsys, DEBUG=1)
+  assert re.search(r"scheduled 1 items from \d+ nodes", out) and "ran 1 items; programs: " in out
+  assert "***" not in out
+
+def test_debug_2_prints_one_line_per_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+  out = run_with(capsys, reduce=True, DEBUG=2)
+  lines = [line for line in out.splitlines() if line.startswith("*** ")]
+  assert len(lines) == 1 and re.search(r"\*\*\* CPU\s+\d+ r_\S+\s+arg  2 mem .* GB tm .*us/ .*ms", lines[0]), out
+  assert "source of" not in out
+
+def test_debug_3_writes_axis_kinds_out_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+  out = run_with(capsys, reduce=True, DEBUG=3)
+  assert "\x1b[" not in out and "axis colors" not in out
+  assert re.search(r"r_\S+: \[Opt\(op=OptOps\.\w+.*\]  axes: \d+ global, .*\d+ (reduce|unroll)", out), out
+
+def test_debug_3_colors_axes_with_one_legend_on_a_terminal(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(realize, "_legend_shown", False)
+  term = Terminal()
+  with contextlib.redirect_stdout(term):
+    for _ in range(2): run_with(capsys, reduce=True, DEBUG=3)
+  out = term.getvalue()
+  legend = ("axis colors: \x1b[34mglobal\x1b[0m \x1b[94mthread\x1b[0m \x1b[36mlocal\x1b[0m \x1b[32mgroup\x1b[0m "
+            "\x1b[31mreduce\x1b[0m \x1b[35munroll\x1b[0m \x1b[33mupcast\x1b[0m")
+  assert out.count("axis colors") == 1 and f"\n{legend}\n" in out, out
+  assert out.count("r_\x1b[34m") == 4  # each kernel's name, in the DEBUG=3 line and the DEBUG=2 line
+  with contextlib.redirect_stdout(term := Terminal()): run_with(capsys, reduce=True, DEBUG=3, NO_COLOR="1")
+  assert "\x1b[" not in term.getvalue() and "axes: " in term.getvalue()
+
+def test_debug_4_prints_the_source_and_bypasses_the_program_cache(capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+  db = str(tmp_path / "c.db")
+  arr = np.arange(256, dtype=np.float32)
+  c = 2.0 + next(_consts) / 1024
+  with Context(CACHEDB=db): (Tensor(arr) * c).realize()  # the program goes to the disk cache
+  monkeypatch.setattr(realize, "_runners", {})  # as in a new process: only the disk cache knows the program
+  disk = compile_stats["disk"]
+  capsys.readouterr()
+  with Context(CACHEDB=db, DEBUG=4): np.testing.assert_allclose((Tensor(arr) * c).numpy(), arr * np.float32(c))
+  out = capsys.readouterr().out
+  assert "source of E_" in out and "define void @\"E_" in out and "fmul" in out
+  assert compile_stats["disk"] == disk  # lowered again to show the code, not read from the program cache
+  monkeypatch.setattr(realize, "_runners", {})
+  with Context(CACHEDB=db): (Tensor(arr) * c).realize()
+  assert compile_stats["disk"] == disk + 1 and "source of" not in capsys.readouterr().out
+
+def test_debug_5_prints_the_kernel_ast(capsys: pytest.CaptureFixture[str]) -> None:
+  out = run_with(capsys, reduce=True, DEBUG=5)
+  assert "AST of r_" in out and "REDUCE_AXIS" in out and "SINK" in out and "STORE" in out
+  assert "linear program of" not in out
+
+def test_debug_6_prints_the_linear_program(capsys: pytest.CaptureFixture[str]) -> None:
+  out = run_with(capsys, reduce=True, DEBUG=6)
+  assert "linear program of r_" in out and re.search(r"\s+\d+ RANGE", out) and re.search(r"\s+\d+ ENDRANGE", out)
+  assert "assembly of" not in out
+
+def test_debug_7_prints_the_assembly(capsys: pytest.CaptureFixture[str]) -> None:
+  out = run_with(capsys, DEBUG=7)
+  assembly = out.split("assembly of E_", 1)[1]
+  if shutil.which("llvm-objdump") or shutil.which("objdump"): assert re.search(r"\bret", assembly), assembly
+  else: assert "no objdump on PATH" in assembly
+
+# ---- caches ----
+
+def test_cachelevel_0_writes_nothing(tmp_path: Path) -> None:
+  with Context(CACHELEVEL=0, CACHEDB=str(tmp_path / "c.db")):
+    t, want = fresh()
+    np.testing.assert_allclose(t.numpy(), want)
+  assert not (tmp_path / "c.db").exists()
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_cachelevel_1_keeps_programs_and_2_searches_too(tmp_path: Path, level: int) -> None:
+  db = tmp_path / "c.db"
+  # a kernel too short to search still caches its BEAM result (the heuristics' opts)
+  with Context(CACHELEVEL=level, CACHEDB=str(db), BEAM=1, PARALLEL=0):
+    t, want = fresh(n=2)
+    np.testing.assert_allclose(t.numpy(), want)
+  rows = tables(db)
+  assert rows.get("program_v1", 0) >= 1 and rows.get("compile_v1", 0) >= 1
+  assert (rows.get("beam_v1", 0) >= 1) == (level == 2), rows
+
+def test_cachedir_holds_the_cache_database(tmp_path: Path) -> None:
+  with Context(CACHEDIR=str(tmp_path / "dir"), CACHEDB=""):
+    t, want = fresh()
+    np.testing.assert_allclose(t.numpy(), want)
+  assert tables(tmp_path / "dir" / "cache.db").get("program_v1", 0) >= 1
+
+# ---- NOOPT ----
+
+def test_noopt_applies_no_optimizations(capsys: pytest.CaptureFixture[str]) -> None:
+  assert re.search(r"r_\S+: \[Opt", run_with(capsys, reduce=True, DEBUG=3))  # the heuristics' opts otherwise
+  out = run_with(capsys, reduce=True, DEBUG=3, NOOPT=1)
+  assert re.search(r"r_64_4: \[\]  axes: 64 global, 4 reduce", out), out
+
+# ---- BEAM: PARALLEL=0 and the progress bar ----
+
+def _search_big_kernel(**knobs: object) -> None:
+  a = np.random.default_rng(0).standard_normal((256, 256), dtype=np.float32)
+  c = 1.0 + next(_consts) / 1024
+  with Context(BEAM=1, IGNORE_BEAM_CACHE=1, **knobs):
+    np.testing.assert_allclose((Tensor(a) * c + 1).exp2().numpy(), np.exp2(a * np.float32(c) + 1), rtol=1e-5)
+
+def test_parallel_0_searches_in_this_process_with_a_progress_bar(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+  for key in search.beam_stats: search.beam_stats[key] = 0
+  search.close_pool()
+  monkeypatch.setattr(search, "_Worker", None)  # starting a worker process would raise
+  term = Terminal()
+  with contextlib.redirect_stderr(term): _search_big_kernel(PARALLEL=0, CACHEDB=str(tmp_path / "c.db"))
+  assert search.beam_stats["searches"] == 1 and search.beam_stats["timed"] >= 2
+  out = term.getvalue()
+  states = re.findall(r"E_\S*: .*?(\d+)/(\d+) \[.*?round (\d+), (\d+) compiled, (\d+) timed, best ([\d.]+ us|inf)", out)
+  assert len(states) >= 3, out
+  done, total, rounds, compiled, timed = (np.array([int(s[i]) for s in states]) for i in range(5))
+  # one bar for the whole search: its counts only grow, up to every candidate the search compiled and timed
+  for counts in (done, total, rounds, compiled, timed): assert (np.diff(counts) >= 0).all(), counts
+  assert done[-1] == total[-1] and rounds[-1] >= 1 and 2 <= compiled[-1] <= search.beam_stats["compiled"]
+  assert timed[-1] <= search.beam_stats["timed"]
+  assert re.search(r"best \d+\.\d us", out)
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+  _search_big_kernel(PARALLEL=0, CACHEDB=str(tmp_path / "c.db"))
+  assert capsys.readouterr().err == ""
