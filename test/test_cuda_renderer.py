@@ -133,6 +133,13 @@ def test_reductions_through_shared_memory(name: str) -> None:
   assert "__shared__" in src and "__syncthreads();" in src and "threadIdx.x" in src
 
 @needs_nvcc
+def test_shared_memory_is_aligned_for_its_widest_vector() -> None:
+  # 8 partial sums a thread go to shared memory as one float32x8 (32 bytes): in an array aligned to 16 that access
+  # faults on a GPU, and in AVX's aligned loads on CUDACPU
+  src = check(lambda m: m(16, 64).exp().sum(1), [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.GROUP, 1, 16)], tol=1e-4)[-1][1]
+  assert "__shared__ alignas(32) float temp" in src and "(*((float32x8*)(temp" in src
+
+@needs_nvcc
 def test_matmul_with_locals_and_upcasts_uses_vector_loads() -> None:
   opts = [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.LOCAL, 0, 8)]
   [(k, src)] = check(lambda m: m(128, 64) @ m(64, 128), opts, tol=1e-4)

@@ -64,14 +64,16 @@ def _lazytensor_all_reduce(names: list[str], n: int, ring: int) -> None:
   with Context(RING=ring): all_reduce(s).realize()
 
 def _jitted_all_reduce(names: list[str], n: int) -> Callable[[], object]:
-  """A TinyJit of one all-reduce, called on the same stack (a replay runs its kernels and copies again)."""
+  """A TinyJit of one all-reduce, replayed on one stack (a replay runs its kernels and copies again)."""
   from lazytensor import Tensor, TinyJit
   from lazytensor.collectives import all_reduce, stack
-  s = stack([Tensor.full((n,), float(i), device=d) for i, d in enumerate(names)]).realize()
+  a, b = (stack([Tensor.full((n,), float(i + k), device=d).contiguous() for i, d in enumerate(names)]).realize()
+          for k in (0, 1))
   step = TinyJit(lambda x: all_reduce(x).realize())
-  def run() -> None: step(s)
-  for _ in range(2): run()  # the first call runs, the second captures
-  return run
+  step(a)
+  step(b)  # captured on new inputs: on the same ones, everything would already be computed
+  assert step.items, "nothing was captured"
+  return lambda: step(a)
 
 _numpy_arrays: dict[tuple[int, int], tuple[list[np.ndarray], list[np.ndarray]]] = {}
 

@@ -189,6 +189,7 @@ class _Writer:
     self.params: dict[int, str] = {}
     self.count = 0
     self.stored = {u.src[0] for u in uops if u.op is Ops.STORE}
+    self.vector_bytes = {u.dtype.count * u.dtype.itemsize for u in uops if u.dtype.count > 1}
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
@@ -272,8 +273,11 @@ def _define_global(w: _Writer, u: UOp) -> str:
 def _define_local(w: _Writer, u: UOp) -> str:
   name, size = u.arg
   dt = u.dtype.scalar()
-  # aligned as the widest vector access, so that vector loads and stores of it are single accesses
-  w.emit(f"{w.lang.shared_prefix}alignas(16) {w.lang.scalar_type(dt)} {name}[{size}];")
+  # aligned as the widest vector struct of the program (at least 16 bytes), since a vector access through a pointer
+  # to the struct assumes the struct's alignment: a float32x8 in a 16-byte aligned array faults on a GPU and in g++'s
+  # aligned AVX loads
+  align = max([16] + [n for n in w.vector_bytes if _is_pow2(n)])
+  w.emit(f"{w.lang.shared_prefix}alignas({align}) {w.lang.scalar_type(dt)} {name}[{size}];")
   return str(name)
 
 def _special(w: _Writer, u: UOp) -> str:
