@@ -104,6 +104,12 @@ def test_illegal_opts_raise_and_leave_kernel_unchanged(name: str, opt: Opt, why:
   with Context(THREADS=2), pytest.raises(KernelOptError, match=why): k.apply_opt(opt)
   assert (k.full_shape, list(k.kinds), list(k.sts), list(k.applied_opts)) == before
 
+def test_swap_after_tc_is_illegal() -> None:
+  # found by test_random_opt_chains: a SWAP after TC reordered the axes the tensor core's fragments are laid out on
+  k = Kernel(_last_item("matmul_half", "EMU").ast, Device["EMU"].renderer)
+  k.apply_opt(Opt(OptOps.TC, 0, 0))
+  with pytest.raises(KernelOptError, match="SWAP cannot follow TC"): k.apply_opt(Opt(OptOps.SWAP, 0, 1))
+
 def test_padto_lets_an_odd_axis_upcast() -> None:
   item = _last_item("elementwise_odd")
   ref = _run(item, "CPU", [])
