@@ -387,14 +387,13 @@ def tensor_pow(x: Tensor, y: Any, reverse: bool) -> Tensor:
 def _float_pow(a: Tensor, b: Tensor) -> Tensor:
   """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
   reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
-  zero = a == 0
-  mag = (b * zero.where(1.0, a.abs()).log2()).exp2()
-  mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
+  zero, neg = a == 0, a < 0
   b_int = b.trunc() == b
+  # a negative base to a fractional power is NaN; its log2 makes it so, and its gradients NaN too, as torch's
+  mag = (b * zero.where(1.0, (neg & b_int.logical_not()).where(a, a.abs())).log2()).exp2()
+  mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
   b_odd = b_int & ((b.abs() % 2) == 1)
-  neg = a < 0
-  signed = (neg & b_odd).where(-mag, mag)
-  ret = (neg & b_int.logical_not()).where(float("nan"), signed)
+  ret = (neg & b_odd).where(-mag, mag)
   # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself, and d/db = log|a| flows through it
   return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
 

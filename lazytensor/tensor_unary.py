@@ -160,13 +160,18 @@ def _asinh(x: Tensor) -> Tensor:
     return big.where(big.where(a, 1.0).log() + math.log(2), small)
   return _odd(x, on_positive)
 
-def _acosh(x: Tensor) -> Tensor:
+def _acosh_from_1(x: Tensor) -> Tensor:
   big = x >= LOG_2X_FROM
   xs = big.where(2.0, x)
   # log(x + sqrt(x^2 - 1)) as log1p of (x - 1) + sqrt(x - 1) sqrt(x + 1): x - 1 is exact near 1, x^2 - 1 is not; and
   # the root of x - 1 alone is NaN for every x < 1 (that of (x - 1)(x + 1) is not, below -1)
   small = _log1p((xs - 1) + (xs - 1).sqrt() * (xs + 1).sqrt())
   return big.where(big.where(x, 2.0).log() + math.log(2), small)
+
+def _acosh(x: Tensor) -> Tensor:
+  # from -1 down the value is NaN, but torch's gradient there is 1 / sqrt(x^2 - 1), the derivative of -acosh(-x)
+  below = x <= -1
+  return below.where(math.nan - _acosh_from_1(below.where(-x, 2.0)), _acosh_from_1(below.where(2.0, x)))
 
 def _gelu_tanh(x: Tensor) -> Tensor:
   # (1 + tanh(z)) / 2 = sigmoid(2z); the sigmoid saturates long before |x| = 1e10, and x^3 would overflow past it

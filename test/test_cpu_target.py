@@ -14,6 +14,7 @@ from lazytensor.codegen.renderer.cpu_target import TARGETS, CPUTarget, cpu_targe
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.runtime.ops_cpu import LLVMCompiler, unpack_object
+from lazytensor.uop.ops import UOp
 
 X86 = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
 rng = np.random.default_rng(0)
@@ -99,3 +100,11 @@ def test_function_attributes_name_the_target() -> None:
     t = cpu_target(name)
     attrs = LLVMRenderer(t)._attributes()
     assert f'"prefer-vector-width"="{t.vector_bits}"' in attrs and f'"target-cpu"="{name}"' in attrs
+
+def test_schedule_follows_the_target() -> None:
+  # the packing copies are chosen for the target, so a schedule cached for one target is never reused for another
+  a, b = _t(512, 256), _t(256, 1024)
+  def asts(name: str) -> list[UOp]:
+    with Context(CPU_TARGET=name): return [it.ast for it in create_schedule([(a @ b).lazydata])[0]]
+  avx2 = asts("x86-64-v3")
+  assert asts("x86-64-v4") != avx2 and asts("x86-64-v3") == avx2

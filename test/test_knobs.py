@@ -74,6 +74,10 @@ def test_debug_3_colors_axes_with_one_legend_on_a_terminal(capsys: pytest.Captur
   with contextlib.redirect_stdout(term := Terminal()): run_with(capsys, reduce=True, DEBUG=3, NO_COLOR="1")
   assert "\x1b[" not in term.getvalue() and "axes: " in term.getvalue()
 
+def forget_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+  """Empty this process's memory of compiled kernels (every table of it in engine/realize.py)."""
+  for name in ("_runners", "_runner_memo"): monkeypatch.setattr(realize, name, {})
+
 def test_debug_4_prints_the_source_and_bypasses_the_program_cache(capsys: pytest.CaptureFixture[str],
                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
@@ -81,14 +85,14 @@ def test_debug_4_prints_the_source_and_bypasses_the_program_cache(capsys: pytest
   arr = np.arange(256, dtype=np.float32)
   c = 2.0 + next(_consts) / 1024
   with Context(CACHEDB=db): (Tensor(arr) * c).realize()  # the program goes to the disk cache
-  monkeypatch.setattr(realize, "_runners", {})  # as in a new process: only the disk cache knows the program
+  forget_runners(monkeypatch)  # as in a new process: only the disk cache knows the program
   disk = compile_stats["disk"]
   capsys.readouterr()
   with Context(CACHEDB=db, DEBUG=4): np.testing.assert_allclose((Tensor(arr) * c).numpy(), arr * np.float32(c))
   out = capsys.readouterr().out
   assert "source of E_" in out and "define void @\"E_" in out and "fmul" in out
   assert compile_stats["disk"] == disk  # lowered again to show the code, not read from the program cache
-  monkeypatch.setattr(realize, "_runners", {})
+  forget_runners(monkeypatch)
   with Context(CACHEDB=db): (Tensor(arr) * c).realize()
   assert compile_stats["disk"] == disk + 1 and "source of" not in capsys.readouterr().out
 

@@ -250,6 +250,8 @@ class Kernel:
       self.dont_use_locals = True
       return
     if opt.op is OptOps.SWAP:
+      # the tensor core's use names its axes by position: a swap after it would feed the mma the wrong fragments
+      _check(self.tensor_core is None, f"{opt}: SWAP cannot follow TC (the tensor core fixes the layout)")
       a, _ = self._resolve(Opt(opt.op, opt.axis), (AxisKind.GLOBAL,))
       _check(0 <= opt.amt < self.shape_len and opt.amt != a and self.kinds[opt.amt] is AxisKind.GLOBAL,
              f"{opt}: amt must name another GLOBAL axis")
