@@ -108,20 +108,20 @@ def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, by
 
 _runners: dict[tuple[str, str], CompiledRunner] = {}
 
-# the runner of each (device, AST node, value of every knob): an eager step looks up each of its kernels at every call,
-# and this finds them without hashing the AST and the knobs into a program_key (a superset of that key's inputs)
-_runner_memo: dict[tuple[Any, ...], CompiledRunner] = {}
+# the program key of each (device, AST node, value of every knob): an eager step looks up each of its kernels at every
+# call, and this finds their keys without hashing the AST and the knobs again (a superset of the key's inputs); the
+# runners themselves live in _runners alone, so clearing it forgets them
+_program_keys: dict[tuple[Any, ...], tuple[str, str]] = {}
 
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
   that choose its opts and every knob that changes its code)."""
   memo_key = (device_name, ast, knob_values())
-  if (hit := _runner_memo.get(memo_key)) is not None: return hit
-  dev = Device[device_name]
-  key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
-  if (hit := _runners.get(key)) is None:
-    hit = _runners[key] = compile_kernel(ast, dev)
-  _runner_memo[memo_key] = hit
+  if (key := _program_keys.get(memo_key)) is None:
+    dev = Device[device_name]
+    key = _program_keys[memo_key] = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key,
+                                                              opts_choice()))
+  if (hit := _runners.get(key)) is None: hit = _runners[key] = compile_kernel(ast, Device[device_name])
   return hit
 
 def _copy(dst: Buffer, src: Buffer) -> None:
