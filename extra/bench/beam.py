@@ -90,7 +90,6 @@ def _fresh_process_caches() -> None:
   from lazytensor.uop import symbolic
   device._compile_memo.clear()
   realize._runners.clear()
-  realize._runner_memo.clear()
   symbolic.simplify.cache_clear()
 
 def setup_ms(kernels: list[Any], repeats: int = 3) -> float:
