@@ -1,4 +1,4 @@
-"""Kernel counts that users can rely on (DESIGN.md), and scheduling behaviour."""
+"""Kernel counts that users can rely on (docs/architecture.md), and scheduling behaviour."""
 import numpy as np
 import pytest
 
