@@ -56,28 +56,27 @@ class CUDAAllocator(Allocator):
   def free(self, handle: Any, nbytes: int) -> None:
     with self.dev.current(): handle.free()
 
-  def _staging(self) -> np.ndarray:
+  def _staged(self, nbytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """The chunks of a large copy: (offset, the page-locked staging memory for it), one after another."""
     if self.staging is None:
       with self.dev.current(): self.staging = self.drv.pagelocked_empty(STAGING_BYTES, np.uint8)
-    return self.staging
+    for start in range(0, nbytes, STAGING_BYTES): yield start, self.staging[:min(STAGING_BYTES, nbytes - start)]
 
   def copyin(self, handle: Any, src: memoryview) -> None:
     with self.dev.current():
       if src.nbytes < PINNED_MIN_BYTES: return self.drv.memcpy_htod(handle, src)
-      data, staging = np.frombuffer(src, np.uint8), self._staging()
-      for start in range(0, data.size, STAGING_BYTES):
-        n = min(STAGING_BYTES, data.size - start)
-        staging[:n] = data[start:start + n]
-        self.drv.memcpy_htod(int(handle) + start, staging[:n])
+      data = np.frombuffer(src, np.uint8)
+      for start, chunk in self._staged(data.size):
+        chunk[:] = data[start:start + chunk.size]
+        self.drv.memcpy_htod(int(handle) + start, chunk)
 
   def copyout(self, dest: memoryview, handle: Any) -> None:
     with self.dev.current():
       if dest.nbytes < PINNED_MIN_BYTES: return self.drv.memcpy_dtoh(dest, handle)
-      out, staging = np.frombuffer(dest, np.uint8), self._staging()
-      for start in range(0, out.size, STAGING_BYTES):
-        n = min(STAGING_BYTES, out.size - start)
-        self.drv.memcpy_dtoh(staging[:n], int(handle) + start)
-        out[start:start + n] = staging[:n]
+      out = np.frombuffer(dest, np.uint8)
+      for start, chunk in self._staged(out.size):
+        self.drv.memcpy_dtoh(chunk, int(handle) + start)
+        out[start:start + chunk.size] = chunk
 
   def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
     """Device to device: within one GPU, or from another GPU's memory (a peer copy, which the driver stages itself
