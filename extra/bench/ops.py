@@ -4,7 +4,8 @@ Usage: python extra/bench/ops.py [--threads N] [--quick] [--clock wall|cpu]
 Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch: "kernels" runs the scheduled kernels
 alone; "eager" is what a user's call costs end to end (build the graph from realized inputs, schedule it, allocate
 the output, run, free it), with other input tensors at every call (two sets, alternating). The header names the
-host's CPU and its x86 ISA level (AVX-512 / AVX2 / ...) from /proc/cpuinfo.
+host's CPU as lazytensor's native CPU target sees it (its x86-64 level: v3 is AVX2, v4 AVX-512; vector width, FMA,
+caches), and the CPU_TARGET kernels are compiled for when it is another.
 """
 from __future__ import annotations
 
@@ -27,19 +28,6 @@ def best_time(fn: Callable[[], object], runs: int) -> float:
     fn()
     times.append(bench_clock.now() - st)
   return min(times)
-
-def host_isa() -> str:
-  """The CPU's model name and its vector ISA level, from /proc/cpuinfo (Linux); the platform's name elsewhere."""
-  import platform
-  try: info = open("/proc/cpuinfo").read()
-  except OSError: return platform.machine()
-  model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
-  flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith(("flags", "Features"))),
-                   []))
-  levels = [("AVX-512", {"avx512f", "avx512bw", "avx512vl"}), ("AVX2", {"avx2", "fma"}), ("SSE4.2", {"sse4_2"}),
-            ("NEON", {"asimd"})]
-  isa = next((name for name, need in levels if need <= flags), "unknown")
-  return f"{model or platform.machine()}, {isa}"
 
 def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
   """Schedule the tensor once, return a function that runs its kernels.
@@ -71,6 +59,7 @@ def main() -> None:
   import numpy as np
 
   from lazytensor import Context, Device, Tensor
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
   try:
     import torch
     torch.set_num_threads(args.threads)
@@ -111,7 +100,8 @@ def main() -> None:
                 lambda s, i=len(arrays) - 2: s[i].conv2d(s[i + 1], padding=1), None, conv_torch))
   sets = [tuple(Tensor(x).realize() for x in arrays) for _ in range(2)]
   versions = f"numpy {np.__version__}{', torch ' + torch.__version__ if torch else ''}"
-  print(f"threads={args.threads}  {host_isa()}  CPU_TARGET {Device['CPU'].renderer.target.describe()}  ({versions})")
+  host, target = cpu_target("native").describe(), Device["CPU"].renderer.target.describe()
+  print(f"threads={args.threads}  host {host}{'' if target == host else f'  CPU_TARGET {target}'}  ({versions})")
   print(f"{'item':40s} {'kernels':>10s} {'eager':>10s} {'numpy':>10s} {'torch':>10s} {'eager/kern':>10s} "
         f"{'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):
