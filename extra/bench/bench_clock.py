@@ -4,6 +4,7 @@ with --threads 1 alone (work on other threads would not count)."""
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections.abc import Callable
 
@@ -19,3 +20,15 @@ def use(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
   if args.clock == "cpu":
     if args.threads != 1: ap.error("--clock cpu measures one thread: use it with --threads 1")
     now = time.thread_time
+
+def best_time(fn: Callable[[], object], runs: int, collect: bool = False) -> float:
+  """The best of `runs` timed calls of fn after one untimed one (compiling, allocating); with `collect`, garbage is
+  collected before each call, so the buffers of the last one are back in the allocator before this one allocates."""
+  fn()
+  best = float("inf")
+  for _ in range(runs):
+    if collect: gc.collect()
+    start = now()
+    fn()
+    best = min(best, now() - start)
+  return best

@@ -14,28 +14,17 @@ Bandwidth is the size of the reduced tensor over the time of one all-reduce (ncc
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import bench_clock
 import numpy as np
 
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28]  # bytes
-
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-  fn()  # warm-up: compiles the kernels, allocates
-  best = float("inf")
-  for _ in range(repeats):
-    gc.collect()  # the buffers of the last run go back to the allocator before this one allocates
-    start = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - start)
-  return best
 
 def repeats_for(nbytes: int) -> int: return 20 if nbytes <= 1 << 20 else 3
 
@@ -46,10 +35,12 @@ def in_one_process(devices: int, sizes: list[int]) -> None:
   print(f"all_reduce over {devices} devices of one process (GB/s; ratio to numpy's sum of the same arrays)")
   print(f"{'size':>8} {'ring':>8} {'naive':>8} {'jit':>8} {'numpy':>8} {'ring/np':>8} {'naive/np':>9} {'jit/np':>7}")
   for nbytes in sizes:
-    times = {name: best_time(lambda ring=ring, n=nbytes // 4: _lazytensor_all_reduce(names, n, ring),
-                             repeats_for(nbytes)) for name, ring in (("ring", 0), ("naive", 1 << 62))}
-    times["jit"] = best_time(_jitted_all_reduce(names, nbytes // 4), repeats_for(nbytes))
-    ref = best_time(lambda n=nbytes // 4: _numpy_all_reduce(len(names), n), repeats_for(nbytes))
+    def best(fn: Callable[[], object], n: int = nbytes) -> float:
+      return bench_clock.best_time(fn, repeats_for(n), collect=True)
+    times = {name: best(lambda ring=ring, n=nbytes // 4: _lazytensor_all_reduce(names, n, ring))
+             for name, ring in (("ring", 0), ("naive", 1 << 62))}
+    times["jit"] = best(_jitted_all_reduce(names, nbytes // 4))
+    ref = best(lambda n=nbytes // 4: _numpy_all_reduce(len(names), n))
     _numpy_arrays.clear()
     cols = ("ring", "naive", "jit")
     rates = " ".join(f"{gbps(nbytes, times[c]):8.3f}" for c in cols)
@@ -105,7 +96,7 @@ def over_mpi(sizes: list[int]) -> None:
     def theirs(src: np.ndarray = src, dst: np.ndarray = dst) -> None:
       comm.Barrier()
       comm.Allreduce(src, dst)
-    lt, mp = best_time(ours, repeats_for(nbytes)), best_time(theirs, repeats_for(nbytes))
+    lt, mp = (bench_clock.best_time(fn, repeats_for(nbytes), collect=True) for fn in (ours, theirs))
     if rank == 0: print(f"{_size(nbytes):>8} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} {mp / lt:6.2f}x")
 
 def _size(nbytes: int) -> str:

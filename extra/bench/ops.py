@@ -20,15 +20,6 @@ import bench_clock
 def _set_threads(n: int) -> None:
   for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
 
-def best_time(fn: Callable[[], object], runs: int) -> float:
-  fn()  # warm up: compile, allocate
-  times = []
-  for _ in range(runs):
-    st = bench_clock.now()
-    fn()
-    times.append(bench_clock.now() - st)
-  return min(times)
-
 def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
   """Schedule the tensor once, return a function that runs its kernels.
 
@@ -106,23 +97,23 @@ def main() -> None:
         f"{'vs numpy':>9s} {'vs torch':>9s}")
   with Context(THREADS=args.threads):
     for name, unit, work, build, np_fn, torch_fn in items:
-      lt = best_time(kernels_of(lambda build=build: build(sets[0])), runs)
-      eager = best_time(eager_calls(build, sets), runs)
-      npt = best_time(np_fn, runs) if np_fn else None
-      tt = best_time(torch_fn, runs) if torch_fn else None
+      lt = bench_clock.best_time(kernels_of(lambda build=build: build(sets[0])), runs)
+      eager = bench_clock.best_time(eager_calls(build, sets), runs)
+      npt = bench_clock.best_time(np_fn, runs) if np_fn else None
+      tt = bench_clock.best_time(torch_fn, runs) if torch_fn else None
       cols = [f"{work / x * 1e-9:10.2f}" if x else f"{'-':>10s}" for x in (npt, tt)]
       ratios = [f"{x / lt:8.2f}x" if x else f"{'-':>9s}" for x in (npt, tt)]
       print(f"{name:40s} {work / lt * 1e-9:10.2f} {work / eager * 1e-9:10.2f} {cols[0]} {cols[1]} "
             f"{lt / eager:9.2f}x {ratios[0]} {ratios[1]}   {unit}")
     # the whole path of a small op on realized inputs: build the graph, schedule it, allocate, run
     tiny_sets = [tuple(Tensor(rng.random(16, dtype=np.float32)).realize() for _ in range(2)) for _ in range(2)]
-    tiny = best_time(eager_calls(lambda s: s[0] + s[1], tiny_sets), 200)
+    tiny = bench_clock.best_time(eager_calls(lambda s: s[0] + s[1], tiny_sets), 200)
     tx, ty = tiny_sets[0][0].numpy(), tiny_sets[0][1].numpy()
-    tiny_np = best_time(lambda: np.add(tx, ty), 200)
+    tiny_np = bench_clock.best_time(lambda: np.add(tx, ty), 200)
     tiny_t = None
     if torch:
       ttx, tty = torch.from_numpy(tx), torch.from_numpy(ty)
-      tiny_t = best_time(lambda: ttx + tty, 200)
+      tiny_t = bench_clock.best_time(lambda: ttx + tty, 200)
     print(f"{'tiny op, 16 elements, eager (us)':40s} {'':>10s} {tiny * 1e6:10.1f} {tiny_np * 1e6:10.2f} "
           f"{(f'{tiny_t * 1e6:10.2f}' if tiny_t else '-'):>10s}")
   sys.stdout.flush()
