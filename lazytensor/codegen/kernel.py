@@ -249,9 +249,10 @@ class Kernel:
       _check(not self.axes_of(AxisKind.LOCAL, AxisKind.GROUP), f"{opt}: the kernel already has local axes")
       self.dont_use_locals = True
       return
+    # the tensor core's use names its axes by position: any reshaping or reordering after it (a SWAP too) would feed the
+    # mma the wrong fragments
+    _check(self.tensor_core is None, f"{opt}: {opt.op.name} cannot follow TC (the tensor core fixes the layout)")
     if opt.op is OptOps.SWAP:
-      # the tensor core's use names its axes by position: a swap after it would feed the mma the wrong fragments
-      _check(self.tensor_core is None, f"{opt}: SWAP cannot follow TC (the tensor core fixes the layout)")
       a, _ = self._resolve(Opt(opt.op, opt.axis), (AxisKind.GLOBAL,))
       _check(0 <= opt.amt < self.shape_len and opt.amt != a and self.kinds[opt.amt] is AxisKind.GLOBAL,
              f"{opt}: amt must name another GLOBAL axis")
@@ -260,7 +261,6 @@ class Kernel:
       self.permute(order)
       return
     if opt.op is OptOps.PADTO: return self._padto(opt)
-    _check(self.tensor_core is None, f"{opt}: no optimization can follow TC (the tensor core fixes the layout)")
     if opt.op is OptOps.TC: return self._tc(opt)
     if opt.op is OptOps.UPCAST:
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL, AxisKind.LOCAL))
