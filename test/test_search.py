@@ -18,12 +18,16 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor
-from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen import heuristic
+from lazytensor.codegen.heuristic import Packing, PackOperand, hand_coded_optimizations, pack_candidates, pack_choice
 from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
-from lazytensor.engine import search
+from lazytensor.codegen.renderer.cpu_target import cpu_target
+from lazytensor.dtype import dtypes
+from lazytensor.engine import schedule, search
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
-from lazytensor.engine.schedule import ScheduleItem, create_schedule
-from lazytensor.uop.ops import Ops
+from lazytensor.engine.schedule import ScheduleItem, create_schedule, pm_resolve
+from lazytensor.helpers import prod
+from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 
 rng = np.random.default_rng(0)
 real_compile_job = search.compile_job
@@ -174,3 +178,88 @@ def test_two_processes_search_at_once(tmp_path: Path) -> None:
   for p in procs:
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0 and out.strip() == "ok", err
+
+# ---- packing: BEAM times the copies the heuristics offer for a reduce over products ----
+
+def _reduce_of(t: Tensor) -> UOp:
+  """The reduce over products in a tensor's graph, its movement ops folded into views as the scheduler sees them."""
+  sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, (t.lazydata,)), pm_resolve)
+  return next(u for u in sink.toposort if u.op is Ops.REDUCE_AXIS)
+
+def _candidates(r: UOp, target: str = "native") -> list[tuple[Packing, ...]]:
+  return pack_candidates(cpu_target(target), r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src])
+
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("n", [256, 1024, 2048])
+def test_packing_candidates_start_with_the_heuristics_choice(target: str, n: int) -> None:
+  r = _reduce_of(Tensor.empty(n, n) @ Tensor.empty(n, n))
+  candidates = _candidates(r, target)
+  ops = [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src]
+  assert candidates[0] == pack_choice(cpu_target(target), r.arg[1], ops)
+  assert len(set(candidates)) == len(candidates) == 3  # none, B alone, A and B: one of them the heuristics' choice
+  assert () in candidates and {len(c) for c in candidates} == {0, 1, 2}
+  assert _candidates(_reduce_of(Tensor.empty(64, 64) @ Tensor.empty(64, 64)), target) == [()]  # too small to search
+
+def _conv() -> tuple[Tensor, Tensor]: return _t(4, 32, 28, 28), _t(32, 32, 3, 3)
+
+@pytest.mark.parametrize("case", ["matmul", "batched", "conv"])
+def test_every_packing_variant_matches_numpy(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+  # whichever variant BEAM picks, the schedule computes the same values: each one forced in turn (its kernels run with
+  # the heuristics' opts: only the packing is BEAM's here)
+  if case == "conv":
+    x, w = _conv()
+    build, want = lambda: x.conv2d(w, padding=1), _torch_conv(x, w)
+  else:
+    a, b = (_t(512, 256), _t(256, 384)) if case == "matmul" else (_t(2, 256, 256), _t(2, 256, 384))
+    build, want = lambda: a @ b, a.numpy() @ b.numpy()
+  candidates = _candidates(_reduce_of(build()))
+  assert len(candidates) >= 2
+  for i, packs in enumerate(candidates):
+    monkeypatch.setattr(schedule, "beam_packing", lambda *args, i=i: i)
+    with Context(BEAM=1, SCHEDULE_CACHE=0): items, becomes = create_schedule([build().lazydata])
+    assert len(items) == 1 + len(packs)
+    run_schedule(items)
+    out = items[-1].bufs[0].numpy().reshape(want.shape)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3, err_msg=f"packing {packs}")
+
+def _torch_conv(x: Tensor, w: Tensor) -> np.ndarray:
+  torch = pytest.importorskip("torch")
+  return torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
+
+def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
+  # kernels this small keep the heuristics' opts without a search (MIN_SEARCH_S): only the variants are timed
+  r = _reduce_of(_t(64, 64) @ _t(64, 64))
+  ops = [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src]
+  full = heuristic._packings(cpu_target("native"), r.arg[1], ops, force=True)
+  variants = [(), full[:1], full]
+  built: list[int] = []
+  def build(i: int) -> list[tuple[UOp, tuple]]:
+    built.append(i)
+    return schedule._probe(r, variants[i])
+  dev = Device["CPU"]
+  first = search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)])
+  assert sorted(built) == [0, 1, 2] and 0 <= first < 3
+  def fail() -> list[tuple[UOp, tuple]]: raise AssertionError("a cached choice builds no variant")
+  assert search.beam_packing(dev, 2, b"test", [fail] * 3) == first
+  with sqlite3.connect(beam) as db: db.execute("UPDATE beam_pack_v1 SET val = ?", (b"\x00garbage",))
+  built.clear()
+  assert 0 <= search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)]) < 3
+  assert sorted(built) == [0, 1, 2] and "corrupt" in capsys.readouterr().err
+
+def test_probe_kernels_compute_the_reduce_alone() -> None:
+  # what BEAM times for a packing: the copies and the reduce, reading fresh buffers in place of whatever computed the
+  # operands (here a + 1 and b * 2)
+  r = _reduce_of((_t(128, 64) + 1) @ (_t(64, 96) * 2))
+  full = heuristic._packings(cpu_target("native"), r.arg[1],
+                             [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src], force=True)
+  assert len(full) == 2
+  x, y = rng.standard_normal((128, 64), dtype=np.float32), rng.standard_normal((64, 96), dtype=np.float32)
+  for packs in [(), full[:1], full]:
+    items = schedule._probe(r, packs)
+    assert len(items) == 1 + len(packs)
+    written = {id(bufs[0]) for _, bufs in items}
+    inputs = {id(b): b for _, bufs in items for b in bufs if id(b) not in written}
+    assert sorted(b.size for b in inputs.values()) == [64 * 96, 128 * 64]
+    for b in inputs.values(): b.copyin((x if b.size == x.size else y).data.cast("B"))
+    for ast, bufs in items: compile_kernel(ast, Device["CPU"])(bufs)
+    np.testing.assert_allclose(items[-1][1][0].numpy().reshape(128, 96), x @ y, rtol=1e-4, atol=1e-4)

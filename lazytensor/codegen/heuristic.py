@@ -61,12 +61,23 @@ def _upcast(k: Kernel, axis: int | None, choices: tuple[int, ...]) -> None:
   if axis is None: return
   if (amt := _largest_divisor(k.full_shape[axis], choices)) is not None: _try(k, Opt(OptOps.UPCAST, axis, amt))
 
+# shares per thread of a THREAD axis: the threads claim them one at a time, so a thread that starts late or is held up
+# by the OS leaves its shares to the others (1024 matmul, 2 threads on a shared 2-vCPU VM: the median launch 1.76-1.87x
+# one thread in 8 shares, 1.40-1.72x in 2)
+SHARES_PER_THREAD = 4
+
+def thread_shares(cores: int, size: int) -> int | None:
+  """How many shares to split an axis of `size` into for `cores` threads: up to SHARES_PER_THREAD each, a multiple of
+  the thread count where one divides the axis (equal work for every thread), else any divisor (7 rows: 4 + 3)."""
+  most = cores * SHARES_PER_THREAD
+  even = tuple(c for c in range(most, 1, -1) if c % cores == 0)
+  return _largest_divisor(size, even) or _largest_divisor(size, tuple(range(most, 1, -1)))
+
 def _thread(k: Kernel, work: int) -> None:
   cores = int(THREADS.value)
   if cores < 2 or work < MIN_THREADED_WORK: return
   for a in k.axes_of(AxisKind.GLOBAL):
-    if (amt := _largest_divisor(k.full_shape[a], tuple(range(cores, 1, -1)))) is not None:
-      if _try(k, Opt(OptOps.THREAD, a, amt)): return
+    if (amt := thread_shares(cores, k.full_shape[a])) is not None and _try(k, Opt(OptOps.THREAD, a, amt)): return
 
 # accumulators a register tile may hold: the target's vector registers less a few for the operands (a B vector or
 # two and A's broadcast), and no more than 16, the best measured with 32 registers (AVX-512, Zen 4: 8 rows x 2
@@ -298,15 +309,15 @@ def tile_rows(t: CPUTarget, size: int) -> int | None:
   return _rows_within(size, accumulators(t) // TILE_VECTORS)
 
 def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[int], reduce_size: int,
-                     operands: list[PackOperand], views: list[View | None]) -> tuple[Packing, ...] | None:
+                     operands: list[PackOperand], views: list[View | None], force: bool) -> tuple[Packing, ...] | None:
   """B as column panels as wide as the register tile, and A as row panels as tall as it (so that a tile's rows of A
   are neighbours too: AVX2 at 2048, one thread, kernel alone: 0.65-0.69x -> 0.82-0.87x numpy); () for a matmul too
-  small to pay; None for no matmul."""
+  small to pay (unless `force`: what BEAM may time); None for no matmul."""
   for i, (op, v) in enumerate(zip(operands, views)):
     if v is None or _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: continue
     if (col := next((a for a in reversed(out_axes) if v.strides[a] == 1), None)) is None: continue
     panel = TILE_VECTORS * target.vector_floats
-    small = reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK
+    small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
     if small or shape[col] % panel or shape[col] < 2 * panel or not _walks_whole(op, 1, shape[col]): return ()
     packs = [Packing(i, 1, shape[col], panel)]
     # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
@@ -320,15 +331,24 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   return None
 
 def _channel_packing(shape: tuple[int, ...], out_axes: list[int], operands: list[PackOperand],
-                     views: list[View | None]) -> tuple[Packing, ...]:
-  """A convolution's weight in blocks of CHANNEL_BLOCK output channels, if large enough."""
+                     views: list[View | None], force: bool) -> tuple[Packing, ...]:
+  """A convolution's weight in blocks of CHANNEL_BLOCK output channels, if large enough (or `force`)."""
   for i, (op, v) in enumerate(zip(operands, views)):
-    if v is None or _broadcast_size(v, out_axes) == 1 or prod(shape) < CHANNEL_MIN_WORK: continue
+    if v is None or _broadcast_size(v, out_axes) == 1 or (not force and prod(shape) < CHANNEL_MIN_WORK): continue
     if any(_clean_view(other) is not None for j, other in enumerate(operands) if j != i): continue
     for a in reversed(out_axes):
       if v.strides[a] in (0, 1) or shape[a] % CHANNEL_BLOCK or not _walks_whole(op, v.strides[a], shape[a]): continue
       return (Packing(i, v.strides[a], shape[a], CHANNEL_BLOCK),)
   return ()
+
+def _packings(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[PackOperand],
+              force: bool) -> tuple[Packing, ...]:
+  views = [_clean_view(op) for op in operands]
+  if (v0 := next((v for v in views if v is not None), None)) is None: return ()
+  shape = v0.shape
+  out_axes = [a for a in range(len(shape)) if a not in reduce_axes]
+  matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), operands, views, force)
+  return _channel_packing(shape, out_axes, operands, views, force) if matmul is None else matmul
 
 def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[PackOperand]) -> tuple[Packing, ...]:
   """Which operands of a reduce over the products of `operands` (each viewed at the reduce's input shape) to read from
@@ -336,9 +356,18 @@ def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[
   contiguous output axis along which the other is broadcast is a matmul's B (_matmul_packings). Without one (a
   convolution, whose input windows are masked by the padding), the operand broadcast along the output positions gets
   blocks of channels."""
-  views = [_clean_view(op) for op in operands]
-  if (v0 := next((v for v in views if v is not None), None)) is None: return ()
-  shape = v0.shape
-  out_axes = [a for a in range(len(shape)) if a not in reduce_axes]
-  matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), operands, views)
-  return _channel_packing(shape, out_axes, operands, views) if matmul is None else matmul
+  return _packings(target, reduce_axes, operands, force=False)
+
+# BEAM times the packings of a reduce over products from this many multiply-adds (~0.5 ms on one thread); below, a
+# copy kernel costs about what it could save
+PACK_SEARCH_MIN_WORK = 1 << 24
+
+def pack_candidates(target: CPUTarget, reduce_axes: tuple[int, ...],
+                    operands: list[PackOperand]) -> list[tuple[Packing, ...]]:
+  """The packings BEAM times for a reduce over products, the heuristics' choice (pack_choice) first: then none, every
+  operand packed that the shape allows whatever its size, and a matmul's B alone. Only the heuristics' choice for a
+  reduce too small to search."""
+  choice = pack_choice(target, reduce_axes, operands)
+  if max((op.st.size for op in operands), default=0) < PACK_SEARCH_MIN_WORK: return [choice]
+  full = _packings(target, reduce_axes, operands, force=True)
+  return list(dict.fromkeys([choice, (), full, full[:1]]))

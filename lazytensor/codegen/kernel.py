@@ -37,6 +37,9 @@ def axis_legend() -> str:
 
 AXIS_ORDER = list(AxisKind)
 VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
+# a THREAD axis may have more shares (core ids) than there are threads: the threads claim them one at a time
+# (runtime/cpu_threads.py), so one that starts late or is held up does fewer of them
+MAX_SHARES_PER_THREAD = 8
 
 class KernelOptError(Exception):
   """An optimization that this kernel or its renderer cannot take; search treats it as a failed candidate."""
@@ -287,7 +290,9 @@ class Kernel:
       _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
       _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      _check(amt <= max(1, int(THREADS.value)), f"{opt}: {amt} threads is more than THREADS={THREADS.value}")
+      most = max(1, int(THREADS.value)) * MAX_SHARES_PER_THREAD
+      _check(amt <= most, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per thread of THREADS="
+             f"{THREADS.value}")
       self.split_axis(axis, amt, AxisKind.THREAD, top=True)
     else: raise KernelOptError(f"unknown opt {opt}")
 

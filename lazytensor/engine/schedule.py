@@ -9,6 +9,7 @@ otherwise both compute the same reduce.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections import OrderedDict
@@ -16,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazytensor.codegen.heuristic import Packing, PackOperand, pack_choice
+from lazytensor.codegen.heuristic import Packing, PackOperand, pack_candidates, pack_choice
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
-from lazytensor.helpers import CPU_TARGET, DEBUG, SCHEDULE_CACHE, prod
+from lazytensor.engine.search import beam_packing
+from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -74,17 +76,40 @@ def _blocked(v: UOp, p: Packing) -> UOp:
   back = ShapeTracker.from_shape(packed_st.shape).permute((1, 0, 3, 2)).reshape(x.shape)
   return UOp(Ops.VIEW, v.dtype, (packed,), (back + v.arg).simplify())
 
+def _packed(r: UOp, packs: tuple[Packing, ...]) -> UOp:
+  """`r`, reading the operands of its products that `packs` names from re-laid copies."""
+  mul, by_operand = r.src[0], {p.operand: p for p in packs}
+  if not by_operand: return r
+  return r.replace(src=(mul.replace(src=tuple(_blocked(v, by_operand[j]) if j in by_operand else v
+                                              for j, v in enumerate(mul.src))),))
+
+def _probe(r: UOp, packs: tuple[Packing, ...]) -> list[tuple[UOp, tuple[Buffer, ...]]]:
+  """The kernels (AST, buffers) that compute the reduce `r` alone, its operands' sources replaced by fresh buffers and
+  read through `packs`: what BEAM times for each packing."""
+  device, fresh = Device.first(r.device), {}
+  for v in r.src[0].src:
+    if (x := v.src[0]) not in fresh: fresh[x] = new_buffer_uop(device, prod(x.shape), x.dtype)
+  leaves = tuple(UOp(Ops.VIEW, v.dtype, (fresh[v.src[0]],),
+                     (ShapeTracker.from_shape(v.src[0].shape) + v.arg).simplify()) for v in r.src[0].src)
+  alone = _packed(r.replace(src=(r.src[0].replace(src=leaves),)), packs)
+  items, _ = _schedule_graph(UOp(Ops.SINK, dtypes.void, (alone,)), pack=False)
+  return [(it.ast, it.bufs) for it in items]
+
 def _pack_operand(r: UOp) -> UOp:
-  """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them."""
+  """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them, or with
+  BEAM, the copies of the fastest of the packings the heuristics offer (heuristic.pack_candidates)."""
   mul = r.src[0]
   if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
-  target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
-  if target is None: return r
-  packs = {p.operand: p for p in pack_choice(target, r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape))
-                                                                for v in mul.src])}
-  if not packs: return r
-  return r.replace(src=(mul.replace(src=tuple(_blocked(v, packs[j]) if j in packs else v
-                                              for j, v in enumerate(mul.src))),))
+  device = Device[Device.first(r.device)]  # one device each, after the multi pass
+  if (target := device.renderer.target) is None: return r
+  operands = [PackOperand(v.arg, prod(v.src[0].shape)) for v in mul.src]
+  if BEAM.value < 1: return _packed(r, pack_choice(target, r.arg[1], operands))
+  candidates = pack_candidates(target, r.arg[1], operands)
+  if len(candidates) == 1: return _packed(r, candidates[0])
+  # the search's key: the reduce and how it reads its operands, not what computes them
+  what = repr((r.arg, r.dtype, [(v.arg, v.src[0].shape, v.src[0].dtype) for v in mul.src], candidates)).encode()
+  best = beam_packing(device, int(BEAM.value), what, [functools.partial(_probe, r, p) for p in candidates])
+  return _packed(r, candidates[best])
 
 def pack_operands(sink: UOp) -> UOp:
   """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
@@ -219,8 +244,9 @@ class _Template:
       becomes[orig] = value.replace(src=(names[value.src[0]],)) if direct else value.substitute(names)
     return items, becomes
 
-# keyed by the abstract graph and the CPU target, whose heuristics choose the packing copies a schedule makes
-_templates: OrderedDict[tuple[UOp, str], _Template] = OrderedDict()
+# keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
+# with BEAM a search of that width (whose choice may differ with the thread count)
+_templates: OrderedDict[tuple[UOp, str, int, int], _Template] = OrderedDict()
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
 
@@ -419,11 +445,13 @@ def _output_buffer(root: UOp) -> Buffer:
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
-def _schedule_graph(sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, and
-  what each computed node becomes once they have run."""
+  what each computed node becomes once they have run; without `pack`, no packing copies are added (a graph that has
+  them already)."""
   # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
-  resolved = pack_operands(graph_rewrite(sink, pm_resolve, name="resolve"))
+  resolved = graph_rewrite(sink, pm_resolve, name="resolve")
+  if pack: resolved = pack_operands(resolved)
   g = _find_realizes(resolved)
   roots = _toposort_roots(resolved, g.realize)
   outputs = {r: _output_buffer(r) for r in roots}
@@ -459,7 +487,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
   cap = int(SCHEDULE_CACHE.value)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
-  key = (abstract.sink, str(CPU_TARGET.value))
+  key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
   template = _templates.get(key) if cap > 0 else None
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (engine/multi.py), each scheduled (and cached) on its own

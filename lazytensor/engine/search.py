@@ -49,6 +49,7 @@ What keeps the search cheap:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -65,7 +66,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
+from lazytensor.codegen.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
 from lazytensor.codegen.program import LaunchDims, get_program, program_key
 from lazytensor.device import Buffer, Compiled, Device
 from lazytensor.dtype import DType, from_storage, to_dtype, to_storage
@@ -124,8 +125,11 @@ GROUPTOP_AMTS = (16, 32, 64, 128, 256)
 PADTO_AMTS = (4, 8, 16, 32)
 
 def _thread_amts() -> tuple[int, ...]:
+  """THREAD shares to try: powers of two and the thread count's multiples, up to MAX_SHARES_PER_THREAD per thread."""
   cores = int(THREADS.value)
-  return tuple(n for n in (2, 4, 8, 16, 32, 64) if n < cores) + ((cores,) if cores > 1 else ())
+  if cores < 2: return ()
+  return tuple(sorted({n for n in (2, 4, 8, 16, 32, 64, 128) if n <= cores * MAX_SHARES_PER_THREAD} |
+                      {cores * m for m in (1, 2, 4)}))
 
 def actions(k: Kernel) -> list[Opt]:
   """Every opt worth trying next on `k`: by the kind of each axis and by what its renderer can do."""
@@ -764,3 +768,44 @@ def beam_search(k: Kernel, device: Compiled, width: int) -> Kernel:
   _cache_put("beam", key, best)
   _cache_put("beam_shape", sibling_key, best)
   return best
+
+# ---- packing: which copies a schedule makes before a reduce over products, chosen by timing each variant ----
+
+PACKING_RUNS = 5  # turns each variant gets, the variants in turn so that drift in the machine hits all of them
+
+def _loaded_variant(device: Compiled, width: int, items: Sequence[tuple[UOp, Sequence[Buffer]]]) -> Callable[[], float]:
+  """Each kernel of one variant searched (or from the cache) and loaded, its inputs filled with fixed random values; a
+  function that runs them all and returns their time."""
+  runs: list[Callable[[], float]] = []
+  for ast, bufs in items:
+    k = beam_search(Kernel(ast, device.renderer), device, width)
+    spec = get_program(k, CANDIDATE_NAME)
+    program = device.load(CANDIDATE_NAME, device.compiler.compile_cached(spec.source))
+    for s, b in zip(buffer_specs(ast), bufs):
+      if s.loaded: b.copyin(_raw(input_values(s)))
+    runs.append(functools.partial(_run_program, program, [b.handle for b in bufs], spec.launch.kwargs()))
+  return lambda: sum(run() for run in runs)
+
+def _run_program(program: Any, handles: list[Any], launch: dict[str, Any]) -> float:
+  return float(program(*handles, wait=True, **launch) or 0.0)
+
+def beam_packing(device: Compiled, width: int, what: bytes,
+                 variants: Sequence[Callable[[], Sequence[tuple[UOp, Sequence[Buffer]]]]]) -> int:
+  """The index of the fastest of `variants` (schedules of one reduce, each with other packing copies: functions that
+  build its kernels as (AST, buffers)), each kernel optimized by a beam search of `width`; from the cache ("beam_pack",
+  keyed by `what` and everything that changes the code) when it can. Variant 0 is the heuristics' choice: another
+  wins only when faster by more than a tie."""
+  key = _cache_key(device, width, b"packing " + what)
+  if not IGNORE_BEAM_CACHE and CACHELEVEL.value >= 2 and (raw := diskcache_get("beam_pack", key)) is not None:
+    if raw.isdigit() and int(raw) < len(variants): return int(raw)
+    _report_once("BEAM cache: ignoring corrupt entries in table 'beam_pack'; they are searched again")
+  runs = [_loaded_variant(device, width, build()) for build in variants]
+  times: list[list[float]] = [[run()] for run in runs]  # a first run each, which pays for cold caches
+  for _ in range(PACKING_RUNS):
+    for t, run in zip(times, runs): t.append(run())
+  best = [min(t[1:]) for t in times]
+  winner = min(range(len(best)), key=lambda i: best[i])
+  if best[winner] >= best[0] * (1 - TIE_RATIO): winner = 0
+  if DEBUG >= 1: print(f"beam: packing {winner} of {len(best)}: " + ", ".join(_fmt(t) for t in best))
+  if CACHELEVEL.value >= 2: diskcache_put("beam_pack", key, str(winner).encode())
+  return winner

@@ -1,15 +1,25 @@
 """The threads that run the shares of a kernel's THREAD axis: compiled spin loops, so that a share starts in about a
 microsecond instead of the ~100 us it took to wake a Python thread blocked on a queue (on a 2-vCPU VM).
 
-Core id 0 runs on the calling thread; core id k > 0 on a daemon thread pinned to the k-th CPU this process may use
-(unpinned, the OS often put the threads of short kernels on one CPU). Each worker thread calls `lt_worker`, an LLVM
-function that spins on its control block until the launching thread publishes a job (`lt_post`: the kernel's
-address, its arguments, the core id, then a release store of the job's sequence number), runs it, and stores the
-sequence number into `done`; the launching thread runs its own share and then spins in `lt_wait` until every worker is
+A launch of `shares` core ids runs on up to `threads` threads: the calling thread and daemon workers. The shares are
+claimed one at a time from a shared counter (an atomic add), so a thread that starts late (a worker waking from sleep)
+or is held up by the OS (a busy machine, a VM's host) does fewer of them while the others do more, instead of every
+thread waiting for the slowest one's fixed half (2 threads on a shared 2-vCPU VM, 1024 matmul in 8 shares: the median
+launch 1.76-1.87x one thread, in 2 fixed shares 1.40-1.72x).
+
+Each worker thread calls `lt_worker`, an LLVM function that spins on its control block until the launching thread
+publishes a job (`lt_post`: the kernel's address, its arguments, the share counter and count, then a release store of
+the job's sequence number), claims shares until none is left (`lt_shares`), and stores the sequence number into
+`done`; the launching thread claims shares the same way and then spins in `lt_wait` until every worker that joined is
 done. Both release the GIL (they are ctypes calls), so shares run truly in parallel. A worker that has had no job for
-SPIN_CYCLES goes back to Python and sleeps on an Event until the next post, so idle processes burn no CPU; a share
-is claimed (an atomic exchange) by whichever of its worker and the launching thread gets to it first, so a launch
-never waits for a sleeping worker to wake up: the launching thread runs that share itself.
+SPIN_CYCLES goes back to Python and sleeps on an Event until the next post, so idle processes burn no CPU; a worker
+joins a job by an atomic exchange on its control block, and the launching thread, done with the shares, makes the same
+exchange for each worker that has not joined yet, so a launch never waits for a sleeping worker to wake up.
+
+Workers are not pinned to CPUs: pinned, a worker shares its CPU with the launching thread whenever the OS put that
+one there (another process on the other CPU, say), and a launch then ran no faster than one thread (1024 matmul on a
+shared 2-vCPU VM: 0.84-0.99x one thread in 2 of 3 rounds pinned, 1.55-1.85x unpinned); unpinned, the OS moves a
+spinning worker off the CPU the launching thread runs on.
 """
 from __future__ import annotations
 
@@ -24,7 +34,7 @@ import numpy as np
 
 MAX_ARGS = 64             # buffers a kernel may take here; more run their shares one after another on the caller
 SPIN_CYCLES = 3_000_000   # about a millisecond of timestamp-counter ticks without a job before a worker sleeps
-SEQ, DONE, FN, ARGS, NARGS, CORE, CLAIM = range(7)  # the fields of a control block (int64 each)
+SEQ, DONE, FN, ARGS, NARGS, NEXT, SHARES, CLAIM = range(8)  # the fields of a control block (int64 each)
 
 def _call_switch() -> str:
   """lt_call(fn, args, nargs, core): fn(args[0], ..., args[nargs-1], core), for any nargs up to MAX_ARGS."""
@@ -40,7 +50,8 @@ def _call_switch() -> str:
           f"  switch i64 %nargs, label %none [ {cases} ]\nnone:\n  ret void\n" + "\n".join(blocks) + "\n}\n")
 
 # the fields that describe a job: lt_post stores them, lt_worker loads them
-JOB_FIELDS = (("fn", "ptr", FN), ("args", "ptr", ARGS), ("nargs", "i64", NARGS), ("core", "i64", CORE))
+JOB_FIELDS = (("fn", "ptr", FN), ("args", "ptr", ARGS), ("nargs", "i64", NARGS), ("next", "ptr", NEXT),
+              ("shares", "i64", SHARES))
 
 def _field(name: str, index: int) -> str: return f"  %{name}p = getelementptr i64, ptr %ctl, i64 {index}"
 
@@ -59,6 +70,21 @@ entry:
   %mine = icmp ne i64 %was, %seq
   %r = zext i1 %mine to i64
   ret i64 %r
+}}
+
+define void @lt_shares(ptr %fn, ptr %args, i64 %nargs, ptr %next, i64 %shares) {{
+entry:
+  br label %claim
+claim:
+  %share = atomicrmw add ptr %next, i64 1 monotonic
+  %left = icmp slt i64 %share, %shares
+  br i1 %left, label %run, label %out
+run:
+  %core = trunc i64 %share to i32
+  call void @lt_call(ptr %fn, ptr %args, i64 %nargs, i32 %core)
+  br label %claim
+out:
+  ret void
 }}
 
 define i64 @lt_worker(ptr %ctl, i64 %last, i64 %spin) {{
@@ -88,13 +114,12 @@ run:
   br i1 %mine, label %call, label %idle
 call:
 {load_job}
-  %core32 = trunc i64 %core to i32
-  call void @lt_call(ptr %fn, ptr %args, i64 %nargs, i32 %core32)
+  call void @lt_shares(ptr %fn, ptr %args, i64 %nargs, ptr %next, i64 %shares)
   store atomic i64 %s, ptr %donep release, align 8
   br label %idle
 }}
 
-define void @lt_post(ptr %ctl, ptr %fn, ptr %args, i64 %nargs, i64 %core, i64 %seq) {{
+define void @lt_post(ptr %ctl, ptr %fn, ptr %args, i64 %nargs, ptr %next, i64 %shares, i64 %seq) {{
 entry:
 {store_job}
 {_field("seq", SEQ)}
@@ -133,21 +158,20 @@ class _Spinner:
     self.engine.finalize_object()
     vp, i64 = ctypes.c_void_p, ctypes.c_int64
     self.worker = ctypes.CFUNCTYPE(i64, vp, i64, i64)(self.engine.get_function_address("lt_worker"))
-    self.post = ctypes.CFUNCTYPE(None, vp, vp, vp, i64, i64, i64)(self.engine.get_function_address("lt_post"))
+    self.post = ctypes.CFUNCTYPE(None, vp, vp, vp, i64, vp, i64, i64)(self.engine.get_function_address("lt_post"))
+    self.shares = ctypes.CFUNCTYPE(None, vp, vp, i64, vp, i64)(self.engine.get_function_address("lt_shares"))
     self.wait = ctypes.CFUNCTYPE(None, vp, i64)(self.engine.get_function_address("lt_wait"))
     self.claim = ctypes.CFUNCTYPE(i64, vp, i64)(self.engine.get_function_address("lt_claim"))
 
 class _Worker:
-  def __init__(self, spinner: _Spinner, cpu: int) -> None:
+  def __init__(self, spinner: _Spinner, index: int) -> None:
     self.ctl = np.zeros(16, dtype=np.int64)  # a control block of its own: nothing else shares its cache line's writes
     self.addr = self.ctl.ctypes.data
     self.seq, self.sleeping, self.wake, self.serving = 0, False, threading.Event(), threading.Event()
-    threading.Thread(target=self._serve, args=(spinner, cpu), name=f"lazytensor-cpu{cpu}", daemon=True).start()
+    self.thread = threading.Thread(target=self._serve, args=(spinner,), name=f"lazytensor-cpu{index}", daemon=True)
+    self.thread.start()
 
-  def _serve(self, spinner: _Spinner, cpu: int) -> None:
-    if hasattr(os, "sched_setaffinity"):
-      try: os.sched_setaffinity(0, {cpu})  # 0 is the calling thread
-      except OSError: pass  # pinning is only for speed; a container may forbid it
+  def _serve(self, spinner: _Spinner) -> None:
     self.serving.set()
     last = 0
     while True:
@@ -160,46 +184,45 @@ class _Worker:
       self.sleeping = False
 
 class SpinningWorkers:
-  """Runs the shares of one kernel launch: share k of `core_count` as core id k."""
+  """Runs the shares of one kernel launch: core ids 0..shares-1, on the calling thread and up to threads-1 workers."""
   def __init__(self) -> None:
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    self.cpus = sorted(allowed)
     self.spinner = _Spinner()
-    self.workers: dict[int, _Worker] = {}
+    self.workers: list[_Worker] = []
     self.lock = threading.Lock()  # launches from several Python threads take turns
-    self.serving = 1  # core ids below this have a worker that is serving (core id 0 is the launching thread)
+    # the share counter of the launch under way, on a cache line of its own
+    self.counter = np.zeros(16, dtype=np.int64)
+    self.counter_addr = self.counter.ctypes.data
 
-  def start(self, core_count: int) -> None:
-    """Start (once) the workers of core ids 1..core_count-1 and wait until each is pinned and serving, so that the
-    cost of starting threads is not part of the first launch (nor of its DEBUG=2 time)."""
-    if core_count <= self.serving: return
+  def start(self, threads: int) -> None:
+    """Start (once) the workers a launch on `threads` threads needs and wait until each is serving, so that the cost
+    of starting threads is not part of the first launch (nor of its DEBUG=2 time)."""
+    if threads - 1 <= len(self.workers): return
     with self.lock:
-      for core in range(1, core_count):
-        if core not in self.workers: self.workers[core] = _Worker(self.spinner, self.cpus[core % len(self.cpus)])
-    for core in range(1, core_count): self.workers[core].serving.wait()
-    self.serving = max(self.serving, core_count)
+      while len(self.workers) < threads - 1: self.workers.append(_Worker(self.spinner, len(self.workers) + 1))
+    for w in self.workers: w.serving.wait()
 
-  def run(self, fn: Callable[..., None], fn_addr: int, addrs: list[int], core_count: int) -> None:
-    """fn (a ctypes function at fn_addr) with addrs and each core id, all at once; returns when all are done."""
-    if len(addrs) > MAX_ARGS:
-      for core in range(core_count): fn(*addrs, core)
+  def run(self, fn: Callable[..., None], fn_addr: int, addrs: list[int], shares: int, threads: int) -> None:
+    """fn (a ctypes function at fn_addr) with addrs and each core id 0..shares-1, each exactly once, on up to
+    `threads` threads at once; returns when all are done."""
+    threads = min(threads, shares)
+    if len(addrs) > MAX_ARGS or threads < 2:
+      for core in range(shares): fn(*addrs, core)
       return
-    self.start(core_count)
+    self.start(threads)
     args = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
     with self.lock:
-      posted = []
-      for core in range(1, core_count):
-        w = self.workers[core]
+      self.counter[0] = 0  # published to the workers by the release store of each post
+      posted = self.workers[:threads - 1]
+      for w in posted:
         w.seq += 1
-        self.spinner.post(w.addr, fn_addr, ctypes.addressof(args), len(addrs), core, w.seq)
+        self.spinner.post(w.addr, fn_addr, ctypes.addressof(args), len(addrs), self.counter_addr, shares, w.seq)
         if w.sleeping: w.wake.set()
-        posted.append(w)
-      try: fn(*addrs, 0)
+      try: self.spinner.shares(fn_addr, ctypes.addressof(args), len(addrs), self.counter_addr, shares)
       finally:
-        for core, w in enumerate(posted, start=1):
-          # a share its worker has not started yet (it was asleep) runs here; else wait until it is done
-          if self.spinner.claim(w.addr, w.seq): fn(*addrs, core)
-          else: self.spinner.wait(w.addr, w.seq)  # every share finishes before the buffers are touched again
+        for w in posted:
+          # a worker that has not joined yet (asleep, or not scheduled) is kept out: every share is claimed; one that
+          # joined may still run its last share, and every share finishes before the buffers are touched again
+          if not self.spinner.claim(w.addr, w.seq): self.spinner.wait(w.addr, w.seq)
 
 @functools.cache
 def workers() -> SpinningWorkers: return SpinningWorkers()

@@ -1,6 +1,6 @@
 """The CPU device: host memory aligned to a cache line and the widest vector; LLVM IR optimized and compiled to object
 code for the CPU_TARGET by llvmlite (cached on disk), loaded into an MCJIT engine and called through ctypes. The core
-ids of one launch run on threads pinned to separate CPUs."""
+ids of one launch (its THREAD shares) run on up to THREADS threads (runtime/cpu_threads.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -22,7 +22,7 @@ import numpy as np
 from lazytensor.codegen.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.device import Allocator, Compiled, Compiler
-from lazytensor.helpers import CPU_TARGET
+from lazytensor.helpers import CPU_TARGET, THREADS
 from lazytensor.runtime import cpu_threads
 
 # ---- memory ----
@@ -176,11 +176,12 @@ class CPUProgram:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
     addrs = [b.addr for b in bufs]
     # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
+    threads = min(core_count, int(THREADS.value))
     pool = cpu_threads.workers() if core_count > 1 else None
-    if pool is not None: pool.start(core_count)
+    if pool is not None: pool.start(threads)
     start = time.perf_counter()
     if pool is None: fn(*addrs, 0)
-    else: pool.run(fn, self.addr, addrs, core_count)
+    else: pool.run(fn, self.addr, addrs, core_count, threads)
     return time.perf_counter() - start if wait else None
 
 class CpuDevice(Compiled):
