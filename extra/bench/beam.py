@@ -15,22 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import bench_clock
+
 
 def _set_threads(n: int) -> None:
   for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
-
-def best_times(fns: list[Callable[[], object] | None], runs: int) -> list[float | None]:
-  """The best time of each function; runs alternate between them, so that a noisy moment hits all of them. (Only for
-  lazytensor's kernels: BLAS and OpenMP threads keep spinning after a call and would slow whatever runs next.)"""
-  live = [fn for fn in fns if fn is not None]
-  for fn in live: fn()  # warm up
-  times: dict[int, list[float]] = {id(fn): [] for fn in live}
-  for _ in range(runs):
-    for fn in live:
-      st = time.perf_counter()
-      fn()
-      times[id(fn)].append(time.perf_counter() - st)
-  return [min(times[id(fn)]) if fn is not None else None for fn in fns]
 
 @dataclass
 class Item:
@@ -128,21 +117,24 @@ def main() -> None:
         f"{'warm ms':>8s} {'BEAM=0 ms':>9s}")
   with Context(THREADS=args.threads):
     for item in _items(args.quick, np, torch, Tensor):
-      kernels, _ = create_schedule([item.build().lazydata])
-      with Context(BEAM=0): run_heuristic = _runners(kernels)
+      with Context(BEAM=0):
+        kernels, _ = create_schedule([item.build().lazydata])
+        run_heuristic = _runners(kernels)
       with Context(BEAM=args.width, CACHEDB=cache):
         before, st = dict(beam_stats), time.perf_counter()
-        run_beam = _runners(kernels)
+        # the schedule too: BEAM times the packing copies the heuristics offer (engine/search.beam_packing)
+        beam_kernels, _ = create_schedule([item.build().lazydata])
+        run_beam = _runners(beam_kernels)
         search_s = time.perf_counter() - st
         searched, compiled = (beam_stats[k] - before[k] for k in ("searches", "compiled"))
-        warm_ms = setup_ms(kernels)
+        warm_ms = setup_ms(beam_kernels)
         assert beam_stats["searches"] == before["searches"] + searched, "a warm cache searches nothing"
       with Context(BEAM=0): setup0_ms = setup_ms(kernels)
-      times = best_times([run_heuristic, run_beam], runs)
-      times += [best_times([fn], runs)[0] for fn in (item.numpy, item.torch)]
+      times = bench_clock.best_times([run_heuristic, run_beam], runs)
+      times += [bench_clock.best_times([fn], runs)[0] for fn in (item.numpy, item.torch)]
       rate = [f"{item.work / t * 1e-9:9.2f}" if t else f"{'-':>9s}" for t in times]
       print(f"{item.name:44s} {' '.join(rate)} {search_s:9.1f} {warm_ms:8.1f} {setup0_ms:9.1f}   {item.unit}, "
-            f"{len(kernels)} kernels, {searched} searched, {compiled} candidates compiled")
+            f"{len(kernels)}/{len(beam_kernels)} kernels, {searched} searched, {compiled} candidates compiled")
       sys.stdout.flush()
 
 if __name__ == "__main__":

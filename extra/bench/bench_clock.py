@@ -32,3 +32,16 @@ def best_time(fn: Callable[[], object], runs: int, collect: bool = False) -> flo
     fn()
     best = min(best, now() - start)
   return best
+
+def best_times(fns: list[Callable[[], object] | None], runs: int) -> list[float | None]:
+  """The best time of each function; runs alternate between them, so that a noisy moment hits all of them. (Only for
+  lazytensor's kernels: BLAS and OpenMP threads keep spinning after a call and would slow whatever runs next.)"""
+  live = [fn for fn in fns if fn is not None]
+  for fn in live: fn()  # warm up
+  times: dict[int, list[float]] = {id(fn): [] for fn in live}
+  for _ in range(runs):
+    for fn in live:
+      start = now()
+      fn()
+      times[id(fn)].append(now() - start)
+  return [min(times[id(fn)]) if fn is not None else None for fn in fns]

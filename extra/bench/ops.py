@@ -2,8 +2,9 @@
 
 Usage: python extra/bench/ops.py [--threads N] [--quick] [--clock wall|cpu]
 Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch: "kernels" runs the scheduled kernels
-alone; "eager" is what a user's call costs end to end (build the graph from realized inputs, schedule it, allocate
-the output, run, free it), with other input tensors at every call (two sets, alternating). The header names the
+alone (with --threads N > 1, "vs 1T" is their speed-up over the same kernels on one thread, timed in turns);
+"eager" is what a user's call costs end to end (build the graph from realized inputs, schedule it, allocate the
+output, run, free it), with other input tensors at every call (two sets, alternating). The header names the
 host's CPU as lazytensor's native CPU target sees it (its x86-64 level: v3 is AVX2, v4 AVX-512; vector width, FMA,
 caches), and the CPU_TARGET kernels are compiled for when it is another.
 """
@@ -94,17 +95,25 @@ def main() -> None:
   host, target = cpu_target("native").describe(), Device["CPU"].renderer.target.describe()
   print(f"threads={args.threads}  host {host}{'' if target == host else f'  CPU_TARGET {target}'}  ({versions})")
   print(f"{'item':40s} {'kernels':>10s} {'eager':>10s} {'numpy':>10s} {'torch':>10s} {'eager/kern':>10s} "
-        f"{'vs numpy':>9s} {'vs torch':>9s}")
+        f"{'vs numpy':>9s} {'vs torch':>9s}" + (f" {'vs 1T':>8s}" if args.threads > 1 else ""))
   with Context(THREADS=args.threads):
     for name, unit, work, build, np_fn, torch_fn in items:
-      lt = bench_clock.best_time(kernels_of(lambda build=build: build(sets[0])), runs)
+      kernels = kernels_of(lambda build=build: build(sets[0]))
+      if args.threads > 1:
+        # the same kernels on one thread, in turns with these: the scaling, with the same noise on both
+        def one_thread(kernels: Callable[[], None] = kernels) -> None:
+          with Context(THREADS=1): kernels()
+        lt, lt1 = bench_clock.best_times([kernels, one_thread], runs)
+        assert lt is not None and lt1 is not None
+        scaling = f" {lt1 / lt:7.2f}x"
+      else: lt, scaling = bench_clock.best_time(kernels, runs), ""
       eager = bench_clock.best_time(eager_calls(build, sets), runs)
       npt = bench_clock.best_time(np_fn, runs) if np_fn else None
       tt = bench_clock.best_time(torch_fn, runs) if torch_fn else None
       cols = [f"{work / x * 1e-9:10.2f}" if x else f"{'-':>10s}" for x in (npt, tt)]
       ratios = [f"{x / lt:8.2f}x" if x else f"{'-':>9s}" for x in (npt, tt)]
       print(f"{name:40s} {work / lt * 1e-9:10.2f} {work / eager * 1e-9:10.2f} {cols[0]} {cols[1]} "
-            f"{lt / eager:9.2f}x {ratios[0]} {ratios[1]}   {unit}")
+            f"{lt / eager:9.2f}x {ratios[0]} {ratios[1]}{scaling}   {unit}")
     # the whole path of a small op on realized inputs: build the graph, schedule it, allocate, run
     tiny_sets = [tuple(Tensor(rng.random(16, dtype=np.float32)).realize() for _ in range(2)) for _ in range(2)]
     tiny = bench_clock.best_time(eager_calls(lambda s: s[0] + s[1], tiny_sets), 200)
