@@ -168,8 +168,7 @@ class _Worker:
     self.ctl = np.zeros(16, dtype=np.int64)  # a control block of its own: nothing else shares its cache line's writes
     self.addr = self.ctl.ctypes.data
     self.seq, self.sleeping, self.wake, self.serving = 0, False, threading.Event(), threading.Event()
-    self.thread = threading.Thread(target=self._serve, args=(spinner,), name=f"lazytensor-cpu{index}", daemon=True)
-    self.thread.start()
+    threading.Thread(target=self._serve, args=(spinner,), name=f"lazytensor-cpu{index}", daemon=True).start()
 
   def _serve(self, spinner: _Spinner) -> None:
     self.serving.set()
