@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazytensor import Context, Device, Tensor
+from lazytensor.codegen import heuristic
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.engine.realize import compile_kernel
@@ -95,7 +96,7 @@ def test_random_opt_chains(name: str, picks: list[int], device: str) -> None:
   ("matmul_half", Opt(OptOps.TC, 0, 0), "tensor cores"),      # TC on the CPU
   ("row_sum", Opt(OptOps.GROUP, 1, 4), "group"),              # GROUP needs shared memory
   ("elementwise", Opt(OptOps.UPCAST, 9, 2), "out of range"),  # no such axis
-  ("elementwise", Opt(OptOps.THREAD, 0, 64), "THREADS"),      # more threads than allowed
+  ("elementwise", Opt(OptOps.THREAD, 0, 64), "THREADS"),      # more than 8 shares per thread allowed
 ])
 def test_illegal_opts_raise_and_leave_kernel_unchanged(name: str, opt: Opt, why: str) -> None:
   item = _last_item(name)
@@ -265,3 +266,19 @@ def test_packed_matmuls_match_numpy(sa: tuple[int, ...], sb: tuple[int, ...]) ->
   a, b = _t(*sa), _t(*sb)
   assert len(create_schedule([(a @ b).lazydata])[0]) == 3
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
+
+def test_thread_shares_bounded_by_threads() -> None:
+  # up to MAX_SHARES_PER_THREAD shares per thread (claimed one at a time at run time); none on one thread
+  k = Kernel(_last_item("elementwise").ast, Device["CPU"].renderer)
+  with Context(THREADS=2):
+    threaded = k.copy()
+    threaded.apply_opt(Opt(OptOps.THREAD, 0, 16))
+    assert [threaded.full_shape[a] for a in threaded.axes_of(AxisKind.THREAD)] == [16]
+    with pytest.raises(KernelOptError, match="shares"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 32))
+  with Context(THREADS=1), pytest.raises(KernelOptError, match="one thread"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 2))
+
+@pytest.mark.parametrize("cores, size, shares", [(2, 1024, 8), (2, 64, 8), (2, 6, 6), (2, 7, 7), (2, 3, 3), (4, 12, 12),
+                                                 (2, 5 * 11, 5), (2, 1, None)])
+def test_heuristic_thread_shares(cores: int, size: int, shares: int | None) -> None:
+  # 4 shares per thread, a multiple of the thread count where one divides the axis, else any divisor
+  assert heuristic.thread_shares(cores, size) == shares

@@ -290,9 +290,10 @@ class Kernel:
       _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
       _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      most = max(1, int(THREADS.value)) * MAX_SHARES_PER_THREAD
-      _check(amt <= most, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per thread of THREADS="
-             f"{THREADS.value}")
+      threads = int(THREADS.value)
+      _check(threads >= 2, f"{opt}: THREADS={THREADS.value} runs every kernel on one thread")
+      _check(amt <= threads * MAX_SHARES_PER_THREAD, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per "
+             f"thread of THREADS={THREADS.value}")
       self.split_axis(axis, amt, AxisKind.THREAD, top=True)
     else: raise KernelOptError(f"unknown opt {opt}")
 
