@@ -278,7 +278,8 @@ def test_float_constants(dt: DType) -> None:
 # ---- threads ----
 
 def test_core_count() -> None:
-  # each core id writes its half; the workers for core ids 1.. run pinned to separate CPUs
+  # each core id writes its half; the workers are not pinned (runtime/cpu_threads.py: the OS keeps a spinning worker
+  # off the launching thread's CPU, which it could not do for a pinned one)
   n, cores = 4096, 2
   half = n // cores
   core = UOp(Ops.SPECIAL, I32, (), ("core0", cores))
@@ -290,10 +291,10 @@ def test_core_count() -> None:
   assert_same(out, a * 2 + np.repeat(np.arange(cores), half).astype(np.float32), F32)
   if hasattr(os, "sched_getaffinity"):
     workers = [t for t in threading.enumerate() if t.name.startswith("lazytensor-cpu")]
-    assert len(workers) >= cores - 1  # core 0 runs on the calling thread
+    assert len(workers) >= cores - 1  # the calling thread runs shares too
     for t in workers:
       assert t.native_id is not None
-      assert os.sched_getaffinity(t.native_id) == {int(t.name.removeprefix("lazytensor-cpu"))}
+      assert os.sched_getaffinity(t.native_id) == os.sched_getaffinity(0)
 
 # ---- runtime robustness ----
 

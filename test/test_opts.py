@@ -275,7 +275,8 @@ def test_thread_shares_bounded_by_threads() -> None:
     threaded.apply_opt(Opt(OptOps.THREAD, 0, 16))
     assert [threaded.full_shape[a] for a in threaded.axes_of(AxisKind.THREAD)] == [16]
     with pytest.raises(KernelOptError, match="shares"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 32))
-  with Context(THREADS=1), pytest.raises(KernelOptError, match="one thread"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 2))
+  with Context(THREADS=1), pytest.raises(KernelOptError, match="one thread"):
+    k.copy().apply_opt(Opt(OptOps.THREAD, 0, 2))
 
 @pytest.mark.parametrize("cores, size, shares", [(2, 1024, 8), (2, 64, 8), (2, 6, 6), (2, 7, 7), (2, 3, 3), (4, 12, 12),
                                                  (2, 5 * 11, 5), (2, 1, None)])

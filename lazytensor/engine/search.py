@@ -16,6 +16,10 @@
      that agrees wins, unless timed side by side with the heuristics' kernel it is not faster by more than a tie, and
      is cached. If none agrees, the heuristics' kernel is used (said at DEBUG>=1).
 
+The scheduler asks one more question under BEAM: which packing copies a large reduce over products reads from
+(`beam_packing`). It times the variants `heuristic.pack_candidates` offers, each kernel of each variant searched as
+above, and keeps the fastest, the heuristics' choice on a tie; the answer is cached in table "beam_pack".
+
 Failures are ordinary outcomes: a candidate whose compile raises, crashes its worker or takes longer than
 BEAM_TIMEOUT_SEC, or whose run crashes or overruns, counts as infinitely slow. Workers run one job at a time, so the
 job that hung or crashed is known; only its worker is killed and replaced. Runs also happen in a worker (always the
@@ -794,7 +798,8 @@ def beam_packing(device: Compiled, width: int, what: bytes,
   """The index of the fastest of `variants` (schedules of one reduce, each with other packing copies: functions that
   build its kernels as (AST, buffers)), each kernel optimized by a beam search of `width`; from the cache ("beam_pack",
   keyed by `what` and everything that changes the code) when it can. Variant 0 is the heuristics' choice: another
-  wins only when faster by more than a tie."""
+  wins only when faster by more than a tie. The variants run in this process: each kernel is the heuristics' or one
+  whose output the search checked."""
   key = _cache_key(device, width, b"packing " + what)
   if not IGNORE_BEAM_CACHE and CACHELEVEL.value >= 2 and (raw := diskcache_get("beam_pack", key)) is not None:
     if raw.isdigit() and int(raw) < len(variants): return int(raw)
