@@ -62,8 +62,7 @@ def _upcast(k: Kernel, axis: int | None, choices: tuple[int, ...]) -> None:
   if (amt := _largest_divisor(k.full_shape[axis], choices)) is not None: _try(k, Opt(OptOps.UPCAST, axis, amt))
 
 # shares per thread of a THREAD axis: the threads claim them one at a time, so a thread that starts late or is held up
-# by the OS leaves its shares to the others (1024 matmul, 2 threads on a shared 2-vCPU VM: the median launch 1.76-1.87x
-# one thread in 8 shares, 1.40-1.72x in 2)
+# by the OS leaves its shares to the others (runtime/cpu_threads.py has the figures)
 SHARES_PER_THREAD = 4
 
 def thread_shares(cores: int, size: int) -> int | None:

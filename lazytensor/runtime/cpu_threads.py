@@ -4,8 +4,9 @@ microsecond instead of the ~100 us it took to wake a Python thread blocked on a 
 A launch of `shares` core ids runs on up to `threads` threads: the calling thread and daemon workers. The shares are
 claimed one at a time from a shared counter (an atomic add), so a thread that starts late (a worker waking from sleep)
 or is held up by the OS (a busy machine, a VM's host) does fewer of them while the others do more, instead of every
-thread waiting for the slowest one's fixed half (2 threads on a shared 2-vCPU VM, 1024 matmul in 8 shares: the median
-launch 1.76-1.87x one thread, in 2 fixed shares 1.40-1.72x).
+thread waiting for the slowest one's fixed half. With the workers unpinned too (below), extra/bench/ops.py --threads 2
+on a shared 2-vCPU Zen 3 VM, in quiet moments, the speed-up over one thread in the same run went from 1.05x to 1.50x
+(matmul 512), 1.68-1.89x to 1.87-1.97x (1024), 1.61-1.85x to 1.92-2.02x (2048), 1.52x to 1.61-1.88x (conv2d).
 
 Each worker thread calls `lt_worker`, an LLVM function that spins on its control block until the launching thread
 publishes a job (`lt_post`: the kernel's address, its arguments, the share counter and count, then a release store of
