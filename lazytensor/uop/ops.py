@@ -15,7 +15,6 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
@@ -184,12 +183,19 @@ def _forget(key: tuple) -> None:
   if ref is not None and ref() is None: del _uop_cache[key]
 
 class UOp:
-  """An immutable, interned node: constructing an equal node returns the existing object."""
-  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  """An immutable, interned node: constructing an equal node returns the existing object.
+
+  `reads` and `writes` are bit masks of the memory a tensor graph reads (its BUFFER nodes) and assigns to (the targets
+  of its ASSIGN nodes), one bit per device Buffer (Buffer.memory_bit, set on a BUFFER node when it is given its
+  memory). They are ORed together as nodes are built, so whether a graph reads what an assign overwrites is one AND,
+  not a walk of the graph."""
+  __slots__ = ("op", "dtype", "src", "arg", "reads", "writes", "__weakref__", "__dict__")
   op: Ops
   dtype: DType
   src: tuple[UOp, ...]
   arg: Any
+  reads: int
+  writes: int
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     # 0.0 == -0.0 and nan != nan: floats are keyed by their text so that each constant interns to one node
@@ -202,6 +208,13 @@ class UOp:
     _set_field(self, "dtype", dtype)
     _set_field(self, "src", src)
     _set_field(self, "arg", arg)
+    reads = writes = 0
+    for s in src:
+      reads |= s.reads
+      writes |= s.writes
+    # an assign writes the memory its target reads
+    _set_field(self, "reads", reads)
+    _set_field(self, "writes", writes | src[0].reads if op is Ops.ASSIGN else writes)
     _uop_cache[key] = weakref.ref(self, lambda _: _forget(key))
     return self
 
@@ -244,21 +257,6 @@ class UOp:
         new_src = tuple(done[s] for s in node.src)
         done[node] = node if new_src == node.src else node.replace(src=new_src)
     return done[self]
-
-  @property
-  def facts(self) -> GraphFacts:
-    """The BUFFER nodes this graph reads and its ASSIGN nodes, remembered on each node: asking about a new graph walks
-    only the nodes no earlier question reached (realizing an assign asks it of every live tensor's graph)."""
-    if (hit := self.__dict__.get("_facts")) is not None: return hit
-    stack: list[tuple[UOp, bool]] = [(self, False)]
-    while stack:
-      node, expanded = stack.pop()
-      if "_facts" in node.__dict__: continue
-      if expanded: node.__dict__["_facts"] = GraphFacts.merge(node, [s.__dict__["_facts"] for s in node.src])
-      else:
-        stack.append((node, True))
-        stack.extend((s, False) for s in node.src if "_facts" not in s.__dict__)
-    return self.__dict__["_facts"]
 
   @node_cached
   def key(self) -> bytes:
@@ -361,24 +359,6 @@ class UOp:
   # ---- printing ----
 
   def __repr__(self) -> str: return pretty_print(self)
-
-@dataclass(frozen=True)
-class GraphFacts:
-  """What a tensor graph reads and writes: its BUFFER nodes and its ASSIGN nodes."""
-  buffers: frozenset[UOp]
-  assigns: frozenset[UOp]
-
-  @staticmethod
-  def merge(node: UOp, srcs: list[GraphFacts]) -> GraphFacts:
-    own_buffers = frozenset((node,)) if node.op is Ops.BUFFER else frozenset()
-    own_assigns = frozenset((node,)) if node.op is Ops.ASSIGN else frozenset()
-    # most nodes add nothing to a single source's facts: they share that object instead of building new sets
-    distinct = list({id(f): f for f in srcs if f is not NO_FACTS}.values())
-    if not own_buffers and not own_assigns and len(distinct) <= 1: return distinct[0] if distinct else NO_FACTS
-    return GraphFacts(own_buffers.union(*(f.buffers for f in distinct)),
-                      own_assigns.union(*(f.assigns for f in distinct)))
-
-NO_FACTS = GraphFacts(frozenset(), frozenset())
 
 V = TypeVar("V")
 
