@@ -22,18 +22,14 @@ class Holder(Protocol):
   lazydata: UOp
 
 _serials = itertools.count()
-# every holder, by serial number, weakly: pruned of dead ones when the list doubles, so it stays in proportion to the
-# live tensors without a weakref callback (three Python calls) for each tensor made and freed
-_live: list[tuple[int, weakref.ref[Holder]]] = []
-_prune_at = 1024
+# every holder, weakly, with its serial number. Each entry goes when its holder dies, by a callback that is dict.pop
+# itself (no Python frame), so the entries live exactly as long as the tensors: none pile up for the garbage collector.
+# Keyed by the reference, which hashes as its holder did (a Tensor by id) and compares by identity once dead.
+_live: dict[weakref.ref[Holder], int] = {}
 
 def track(holder: Holder) -> None:
   """Record a new holder (every Tensor made)."""
-  global _prune_at
-  _live.append((next(_serials), weakref.ref(holder)))
-  if len(_live) >= _prune_at:
-    _live[:] = [(n, r) for n, r in _live if r() is not None]
-    _prune_at = max(1024, 2 * len(_live))
+  _live[weakref.ref(holder, _live.pop)] = next(_serials)
 
 def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
@@ -45,8 +41,7 @@ def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
   for holder in holders: targets |= holder.lazydata.writes
   if not targets: return []
   chosen = {id(h) for h in holders}
-  _live[:] = [(n, ref) for n, ref in _live if ref() is not None]  # the dead go while the list is read anyway
-  alive = [(n, h) for n, ref in _live if (h := ref()) is not None and id(h) not in chosen]
+  alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen]
   out: list[tuple[int, Holder]] = []
   seen = targets
   while targets:

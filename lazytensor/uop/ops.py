@@ -174,13 +174,19 @@ class node_cached(Generic[T]):
     value = obj.__dict__[self.name] = self.fn(obj)
     return value
 
-# the intern table: structure -> weak reference; a node lives as long as something holds it
-_uop_cache: dict[tuple, weakref.ref] = {}
-_set_field = object.__setattr__
+class _InternRef(weakref.ref):
+  """The intern table's reference to a node, which knows its own key: one object per node, where a callback closing
+  over the key would add a function and a cell for the garbage collector to track."""
+  __slots__ = ("key",)
+  key: tuple
 
-def _forget(key: tuple) -> None:
-  ref = _uop_cache.get(key)
-  if ref is not None and ref() is None: del _uop_cache[key]
+def _forget(ref: _InternRef) -> None:
+  # a node of this structure made after this one died may hold the entry now
+  if _uop_cache.get(ref.key) is ref: del _uop_cache[ref.key]
+
+# the intern table: structure -> weak reference; a node lives as long as something holds it
+_uop_cache: dict[tuple, _InternRef] = {}
+_set_field = object.__setattr__
 
 class UOp:
   """An immutable, interned node: constructing an equal node returns the existing object.
@@ -215,7 +221,8 @@ class UOp:
     # an assign writes the memory its target reads
     _set_field(self, "reads", reads)
     _set_field(self, "writes", writes | src[0].reads if op is Ops.ASSIGN else writes)
-    _uop_cache[key] = weakref.ref(self, lambda _: _forget(key))
+    ref = _uop_cache[key] = _InternRef(self, _forget)
+    ref.key = key
     return self
 
   def __setattr__(self, name: str, value: Any) -> None:
