@@ -193,7 +193,9 @@ class Buffer:
     return self
 
   @property
-  def handle(self) -> Any: return self.ensure_allocated()._handle
+  def handle(self) -> Any:
+    # read at every kernel launch, for every buffer: allocated ones answer without a call
+    return self._handle if self._handle is not None else self.ensure_allocated()._handle
 
   def copyin(self, data: memoryview) -> Buffer:
     assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
@@ -224,7 +226,7 @@ class _BufferMap(NodeMap[Buffer]):
   Mapping a node gives it its buffer's bit in UOp.reads, before any graph is built on it."""
   def __setitem__(self, node: UOp, buf: Buffer) -> None:
     assert node.op is Ops.BUFFER and not node.reads, f"{node.op} node mapped to memory twice; a BUFFER node gets one"
-    super().__setitem__(node, buf)
+    node.__dict__[self.attr] = buf
     object.__setattr__(node, "reads", buf.memory_bit)
 
 buffer_map = _BufferMap("_buffer")

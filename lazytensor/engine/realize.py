@@ -5,7 +5,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
@@ -130,9 +130,9 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   arr = src.host_view()
   dst.copyin((arr if arr is not None else src.numpy()).data.cast("B"))
 
-@dataclass(frozen=True)
-class ExecItem:
-  """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these."""
+class ExecItem(NamedTuple):
+  """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these. (A
+  NamedTuple: every eager kernel launch makes one.)"""
   runner: CompiledRunner | None
   bufs: tuple[Buffer, ...]
 
@@ -143,8 +143,7 @@ class ExecItem:
     return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
-    bufs = self.bufs if bufs is None else bufs
-    for b in bufs: b.ensure_allocated()
+    bufs = self.bufs if bufs is None else bufs  # allocated as the copy or the launch reads their handles
     if self.runner is None:
       st = time.perf_counter()
       _copy(bufs[0], bufs[1])
@@ -174,7 +173,7 @@ def paused_capture() -> Iterator[None]:
   finally: _capturing[:] = saved
 
 def run_schedule(items: list[ScheduleItem]) -> None:
-  before = dict(compile_stats)
+  before = dict(compile_stats) if DEBUG >= 1 else {}
   for item in items:
     runner = None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast)
     step = ExecItem(runner, item.bufs)

@@ -14,7 +14,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from lazytensor.codegen.heuristic import Packing, PackOperand, pack_choice
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
@@ -26,9 +26,9 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 
-@dataclass(frozen=True)
-class ScheduleItem:
-  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first."""
+class ScheduleItem(NamedTuple):
+  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first. (A NamedTuple: an
+  eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
   ast: UOp
   bufs: tuple[Buffer, ...]
 
@@ -105,8 +105,7 @@ class _Graph:
 
 # ---- schedules cached by graph structure ----
 
-@dataclass(frozen=True)
-class _Abstract:
+class _Abstract(NamedTuple):
   """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
   CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
   sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
@@ -207,9 +206,10 @@ class _Substituter(_Abstracter):
   def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
     return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
-def _abstract(sink: UOp) -> _Abstract:
+def _abstract(outs: list[UOp]) -> _Abstract:
+  # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
   a = _Abstracter()
-  return _Abstract(a.walk(sink), a.origin, a.params)
+  return _Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params)
 
 class _Template:
   """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
@@ -242,7 +242,8 @@ class _Template:
       if (orig := a.origin.get(node)) is None: continue
       # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
       direct = value.op is Ops.VIEW and value.src[0].op is Ops.BUFFER
-      becomes[orig] = value.replace(src=(names[value.src[0]],)) if direct else value.substitute(names)
+      becomes[orig] = UOp(Ops.VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
+        value.substitute(names)
     return items, becomes
 
 # keyed by the abstract graph and the CPU target, whose heuristics choose the packing copies a schedule makes
@@ -482,7 +483,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   reuses that schedule with its own buffers. Nothing is recorded until the caller has run the items and calls
   `commit_realized(becomes)`."""
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
-  abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
+  abstract = _abstract(outs)
   cap = int(SCHEDULE_CACHE.value)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   key = (abstract.sink, str(CPU_TARGET.value))
