@@ -12,7 +12,7 @@ import numpy as np
 
 from lazytensor.dtype import DType
 from lazytensor.helpers import BUFFER_CACHE, DEBUG, DEV, diskcache_get, diskcache_put
-from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp
+from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp, node_cached
 
 
 class Allocator:
@@ -185,7 +185,7 @@ class Buffer:
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
   def is_allocated(self) -> bool: return self._handle is not None
-  @functools.cached_property
+  @node_cached  # lockless: every buffer an eager step makes reads it once (functools.cached_property takes a lock)
   def allocator(self) -> Allocator: return Device[self.device].allocator
 
   def ensure_allocated(self) -> Buffer:

@@ -335,7 +335,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     [2, 3]
     """
     tensors = (self,) + others
-    if all(t._is_buffer_view() for t in tensors): return self  # nothing to compute
+    if all([t._is_buffer_view() for t in tensors]): return self  # nothing to compute
     if readers := live.old_value_readers(tensors):
       # the holders are Tensors
       before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))

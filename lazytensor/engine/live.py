@@ -21,15 +21,21 @@ class Holder(Protocol):
   """What the engine needs of a tensor: the graph of its value, which realizing replaces with a view of a buffer."""
   lazydata: UOp
 
+class _Ref(weakref.ref):
+  """A weak reference that hashes and compares as itself, never through its holder (a Tensor's == builds a Tensor, and
+  its __hash__ is a Python call)."""
+  __slots__ = ()
+  __hash__ = object.__hash__
+  __eq__ = object.__eq__
+
 _serials = itertools.count()
 # every holder, weakly, with its serial number. Each entry goes when its holder dies, by a callback that is dict.pop
-# itself (no Python frame), so the entries live exactly as long as the tensors: none pile up for the garbage collector.
-# Keyed by the reference, which hashes as its holder did (a Tensor by id) and compares by identity once dead.
-_live: dict[weakref.ref[Holder], int] = {}
+# itself (no Python frame), so the entries live exactly as long as the tensors: none pile up for the garbage collector
+_live: dict[_Ref, int] = {}
 
 def track(holder: Holder) -> None:
   """Record a new holder (every Tensor made)."""
-  _live[weakref.ref(holder, _live.pop)] = next(_serials)
+  _live[_Ref(holder, _live.pop)] = next(_serials)
 
 def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will

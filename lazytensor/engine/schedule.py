@@ -223,7 +223,12 @@ class _Template:
     self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
     # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
     # nodes (for new memory, or new names for assigned memory) made for each instance
-    self.value_buffers = list(dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER))
+    value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
+    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, its id)
+    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
+    self.fresh_names = [(n, id(buffer_map[n])) for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
+    self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
     self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
 
   def instantiate(self, a: _Abstract) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
@@ -231,17 +236,13 @@ class _Template:
     real: dict[int, Buffer] = {pid: buffer_map[a.params[slot]] for pid, slot in self.param_slots}
     for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
     items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
-    names: dict[UOp, UOp] = {}
-    for n in self.value_buffers:
-      if isinstance(n.arg[2], tuple): names[n] = a.params[n.arg[2][1]]
-      else:
-        buf = real[id(buffer_map[n])]
-        names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    names = {n: a.params[slot] for n, slot in self.param_names}
+    for n, placeholder in self.fresh_names:
+      buf = real[placeholder]
+      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
     becomes: dict[UOp, UOp] = {}
-    for node, value in self.becomes:
+    for (node, value), direct in zip(self.becomes, self.direct):
       if (orig := a.origin.get(node)) is None: continue
-      # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
-      direct = value.op is Ops.VIEW and value.src[0].op is Ops.BUFFER
       becomes[orig] = UOp(Ops.VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
         value.substitute(names)
     return items, becomes
@@ -564,5 +565,6 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
 
 def commit_realized(becomes: dict[UOp, UOp]) -> None:
   """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing."""
+  attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
   for node, buf_view in becomes.items():
-    if node is not buf_view: realized_map[node] = buf_view
+    if node is not buf_view: node.__dict__[attr] = buf_view

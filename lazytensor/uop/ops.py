@@ -307,7 +307,7 @@ class UOp:
   def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype, value)
 
   def alu(self, op: Ops, *srcs: UOp | int | float | bool) -> UOp:
-    usrcs = (self,) + tuple(s if isinstance(s, UOp) else self.const_like(s) for s in srcs)
+    usrcs = (self, *[s if isinstance(s, UOp) else self.const_like(s) for s in srcs])
     out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else usrcs[-1].dtype
     return UOp(op, out_dtype, usrcs)
 
