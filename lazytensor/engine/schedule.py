@@ -175,7 +175,7 @@ class _Abstracter:
     if (hit := node.__dict__.get(realized_map.attr)) is not None: new = self.plain(hit)
     else:
       if depth > _MAX_RECURSION: raise _TooDeep
-      src = tuple([self._visit(s, depth + 1) for s in node.src])
+      src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
       op = node.op
       if op is Ops.BUFFER or op is Ops.CONTIGUOUS: new = self.convert(node, src)
       else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
