@@ -27,7 +27,8 @@ def int32_default() -> Iterator[None]:
 def test_default_int_is_settable(int32_default: None) -> None:
   x = Tensor([[3.0, 1.0], [2.0, 5.0]])
   made = [Tensor([1, 2]), Tensor.arange(3), x.argmax(), x.argmax(1), (x > 1).sum(), Tensor([1, 2], dtype="int8").sum(),
-          x.sort()[1], x.topk(1)[1], x.argsort(), x.cummax(0)[1], Tensor([0, 1]).one_hot(2), x.nonzero(size=2),
+          x.sort()[1], x.topk(1)[1], x.argsort(), x.cummax(0, return_indices=True)[1],
+          Tensor([0, 1]).one_hot(2), x.nonzero(size=2),
           x.reshape(1, 2, 2).max_pool2d((1, 1), return_indices=True)[1]]
   assert [t.dtype for t in made] == [dtypes.int32] * len(made)
   assert Tensor([1, 2], dtype="int64").sum().dtype == dtypes.int64  # wider ints keep their width
@@ -61,7 +62,8 @@ def test_max_min_cummax_take_dim() -> None:
   # torch gives (values, indices) for max(dim=); here max is values only, as in tinygrad
   check_op([(3, 4)], lambda x: x.max(dim=1, keepdim=True), torch_fn=lambda x: x.max(dim=1, keepdim=True).values)
   check_op([(3, 4)], lambda x: x.min(dim=0), torch_fn=lambda x: x.min(dim=0).values)
-  check_op([(3, 4)], lambda x: x.cummax(dim=1), torch_fn=lambda x: tuple(x.cummax(dim=1)))
+  check_op([(3, 4)], lambda x: x.cummax(dim=1), torch_fn=lambda x: x.cummax(dim=1).values)
+  check_op([(3, 4)], lambda x: x.cummin(dim=1, return_indices=True), torch_fn=lambda x: tuple(x.cummin(dim=1)))
   check_op([(3, 4)], lambda x: x.softmin(dim=0), torch_fn=lambda x: torch.nn.functional.softmin(x, dim=0))
   check_op([np.array([[True, False], [True, True]])], lambda x: x.all(dim=1), np_fn=lambda x: x.all(axis=1))
 
@@ -281,7 +283,7 @@ def test_meshgrid_indexing(indexing: str) -> None:
 
 @pytest.mark.parametrize("fn,want", [
   (lambda x: x.sort()[1], dtypes.int64), (lambda x: x.argsort(), dtypes.int64), (lambda x: x.topk(2)[1], dtypes.int64),
-  (lambda x: x.cummax(0)[1], dtypes.int64), (lambda x: x.cummin(0)[0], dtypes.float16),
+  (lambda x: x.cummax(0, return_indices=True)[1], dtypes.int64), (lambda x: x.cummin(0), dtypes.float16),
   (lambda x: x.sort()[0], dtypes.float16)])
 def test_index_results_are_default_ints(fn: Callable[[Tensor], Tensor], want: DType) -> None:
   assert fn(Tensor([3.0, 1.0, 2.0], dtype="float16")).dtype == want
