@@ -102,6 +102,10 @@ def _parse(x: Tensor, indices: Any) -> _Parsed:
       p.advanced.append(_Advanced(len(layout), np.zeros(1 if i else 0, dtype=np.int32)))
       layout.append(1)
     elif isinstance(i, slice):
+      if any(_is_tensor(b) for b in (i.start, i.stop, i.step)):
+        # as tinygrad: a bound's value would fix the view's shape, which the graph needs now (torch reads it)
+        raise TypeError(f"slice bounds must be ints or None, got a Tensor in {i}: the view's shape would depend on "
+                        "its value; read it first with int(t)")
       p.view = _take_strided(p.view, dim, *i.indices(p.view.shape[dim]))
       layout.append(p.view.shape[dim])
       dim += 1

@@ -454,6 +454,7 @@ X = Tensor.ones(3, 4) * 2  # lazy
   ("index7", lambda: X[X > 1], ValueError, ["boolean Tensor", "x[mask.numpy()]"]),
   ("index8", lambda: X[[[0, 1], [2]]], TypeError, ["ragged"]),
   ("index9", lambda: X["a"], TypeError, ["str"]),
+  ("index10", lambda: X[:Tensor([1]), 1], TypeError, ["slice bounds", "int(t)"]),  # as tinygrad
 ]))
 def test_index_errors(name: str, fn: Callable[[], Any], exc: type[Exception], names: list[str]) -> None:
   raises(exc, fn, *names)
