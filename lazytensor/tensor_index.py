@@ -449,11 +449,15 @@ class IndexMixin(TensorStub):
   def scatter(self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
     """Write src (a tensor or a number) into a copy of self at the given indices along `dim`, as torch.scatter:
     out[index[i][j]][j] = src[i][j] for dim 0. Where an index repeats, the last entry wins. `reduce` "add" or
-    "multiply" combines instead (as scatter_reduce "sum" and "prod"). An index out of range writes nothing.
+    "multiply" combines a number src instead, as tinygrad (scatter_reduce "sum" and "prod" take a tensor src).
+    An index out of range writes nothing.
 
     >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), Tensor([[5.0], [6.0]])).tolist()
     [[0.0, 0.0, 5.0], [6.0, 0.0, 0.0]]
     """
+    if reduce is not None and _is_tensor(src):
+      # as tinygrad; torch deprecates reduce with a tensor src for scatter_reduce too
+      raise TypeError(f"scatter: reduce={reduce!r} takes a number src, got a Tensor; use scatter_reduce with a tensor")
     d, index, value = self._scatter_args("scatter", dim, index, src)
     if reduce is not None:
       modes = {"add": "sum", "multiply": "prod"}
