@@ -209,8 +209,20 @@ def test_interpolate_keeps_int_dtypes(mode: str) -> None:
   got = Tensor(x).interpolate((9, 4), mode=mode)
   want = torch.nn.functional.interpolate(torch.tensor(x), size=(9, 4), mode="bilinear" if mode == "linear" else mode)
   assert got.dtype == dtypes.uint8
-  # nearest copies values exactly; torch blends uint8 in fixed point, which may round 1 away from the float blend
-  np.testing.assert_allclose(got.numpy(), want.numpy(), atol=0 if mode != "linear" else 1)
+  # nearest copies values exactly; linear blends in torch's fixed point, bit for bit
+  np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+@needs_torch
+@pytest.mark.parametrize("shape,size,align", [((2, 3, 64, 64), (10, 10), False), ((1, 2, 7, 5), (13, 3), True),
+                                              ((1, 1, 9, 9), (4, 17), False), ((1, 1, 1, 6), (5, 2), True),
+                                              ((1, 1, 3, 8), (7, 8), False)])
+def test_interpolate_uint8_bilinear_is_torchs(shape: tuple[int, ...], size: tuple[int, int], align: bool) -> None:
+  # downscales, upscales, one dim unchanged, a single row: torch's fixed-point uint8 blend exactly
+  x = np.random.default_rng(3).integers(0, 256, shape).astype(np.uint8)
+  got = Tensor(x).interpolate(size, mode="bilinear", align_corners=align)
+  want = torch.nn.functional.interpolate(torch.tensor(x), size=size, mode="bilinear", align_corners=align)
+  assert got.dtype == dtypes.uint8
+  np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 @needs_torch
 @pytest.mark.parametrize("padding,crop", [(-1, (slice(1, -1), slice(1, -1))), ((-1, 0, -1, 0), (slice(1, None),) * 2),
