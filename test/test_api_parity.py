@@ -2,6 +2,8 @@
 conversions, static-size selections, tinygrad's settable default dtypes, and the error kinds torch raises."""
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import subprocess
 import sys
@@ -333,9 +335,37 @@ def test_gradient_edge_cases_match_torch() -> None:
   grads(lambda x: (-5.5) ** x, [0.5, -1.5])
   # below -1 the value is NaN, the gradient is not (1 + x / sqrt(x^2 - 1) cancels there: 1% at -300)
   grads(lambda x: x.acosh(), [-300.0, -2.0, 1.5, 300.0, 0.5], rtol=1e-2)
-  # negative bases with integer exponent tensors: d/dx as torch (d/dy there is log|x| * x**y; torch gives NaN)
+  # negative bases with integer exponent tensors
   grads(lambda x: x ** (torch.tensor([3.0, 0.0, 2.0]) if isinstance(x, torch.Tensor) else Tensor([3.0, 0.0, 2.0])),
         [-2.0, 2.0, 0.0])
+
+POW_BASES = [-math.inf, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, math.inf]
+POW_EXPONENTS = [-2.0, -1.0, -0.3, 0.0, 0.3, 1.0, 1.1, 2.0, 2.5, 3.0]
+
+@needs_torch
+@pytest.mark.parametrize("form", ["tensor ** tensor", "tensor ** number", "number ** tensor"])
+def test_pow_values_and_gradients_match_torch(form: str) -> None:
+  # every pair of special bases (0, +-inf, negative) and exponents (0, negative, fractional, integer): torch's
+  # value and derivatives (+-inf at a zero base, NaN d/dy for a negative base), not the chain rule's limits
+  a, b = (np.array(v, dtype=np.float32) for v in zip(*itertools.product(POW_BASES, POW_EXPONENTS)))
+  for i in range(len(a)) if form != "tensor ** tensor" else [slice(None)]:
+    ta, tb = torch.tensor(a[i], requires_grad=True), torch.tensor(b[i], requires_grad=True)
+    la, lb = Tensor(a[i]), Tensor(b[i])
+    if form == "tensor ** tensor": pairs = [(ta ** tb, la ** lb, (ta, tb), (la, lb))]
+    elif form == "tensor ** number": pairs = [(ta ** float(b[i]), la ** float(b[i]), (ta,), (la,))]
+    else: pairs = [(float(a[i]) ** tb, float(a[i]) ** lb, (tb,), (lb,))]
+    for t_out, l_out, t_in, l_in in pairs:
+      want = [t_out.detach(), *torch.autograd.grad(t_out.sum(), t_in)]
+      got = [l_out, *l_out.sum().gradient(*l_in)]
+      for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-30, err_msg=f"{form} at {a[i]}, {b[i]}")
+
+def test_pow_second_derivative() -> None:
+  # the stated first derivative is itself differentiable: d2/dx2 x**2.5 = 3.75 x**0.5
+  x = Tensor([1.0, 4.0])
+  g, = (x ** 2.5).sum().gradient(x)
+  gg, = g.sum().gradient(x)
+  np.testing.assert_allclose(gg.numpy(), [3.75, 7.5], rtol=1e-6)
 
 def test_tinygrad_shim_presents_lazytensor() -> None:
   # extra/tinygrad_shim: `import tinygrad` gives lazytensor, with tinygrad's int32 default int
