@@ -379,3 +379,19 @@ def test_tinygrad_shim_presents_lazytensor() -> None:
   env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'extra' / 'tinygrad_shim'}"}
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
   assert out.split() == ["int32", "int32", "float16", "True", "7"]
+
+def test_readme_tour_runs_and_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+  # the README's tour, run as written: the lazy tensor and the realized one print as its comments show
+  from pathlib import Path
+
+  from lazytensor import Device
+  if Device.DEFAULT != "CPU": pytest.skip(f"the tour's comments name the CPU device, this run's is {Device.DEFAULT}")
+  readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+  tour = readme.split("## A short tour", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+  exec(compile(tour, "README.md", "exec"), {})
+  out = capsys.readouterr().out
+  assert "<Tensor (256,) float32 on CPU, lazy: not computed yet; .realize() " in out
+  lines = tour.splitlines()
+  at = next(i for i, line in enumerate(lines) if line.startswith("print(x.T)"))
+  printed = "\n".join(line.split("# ", 1)[1] for line in lines[at + 1:at + 4])  # the comment under print(x.T)
+  assert printed in out and printed.startswith("Tensor([[1, 4],"), (printed, out)
