@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes
+from lazytensor.engine.realize import capturing
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
 from lazytensor.tensor_elementwise import broadcast_shape
 from lazytensor.tensor_stub import TensorStub
@@ -367,8 +368,12 @@ def _first_selected(name: str, m: Tensor, size: int) -> tuple[Tensor, Tensor]:
   pos = type(m).arange(m.numel(), device=m.device)
   return hit.where(pos, 0).sum(-1), hit.any(-1)
 
-def _count_now(m: Tensor) -> int:
-  """How many True values the bool tensor m holds, read now: the size of a result whose shape depends on values."""
+def _count_now(name: str, m: Tensor) -> int:
+  """How many True values the bool tensor m holds, read now: the size of a result whose shape depends on values. A
+  TinyJit's replays would keep the count of its capture, whatever the new values: there it is an error."""
+  if capturing():
+    raise ValueError(f"{name} without size inside a TinyJit function: the result's shape would be the count read "
+                     "while capturing, kept by every replay whatever the values; give size=")
   return int(m.sum().item())
 
 class IndexMixin(TensorStub):
@@ -575,7 +580,7 @@ class IndexMixin(TensorStub):
     How many there are is only known once the tensor is computed, while lazytensor needs every shape when the graph
     is built. So, as jax.numpy.nonzero, `size` fixes the number of rows: the first `size` nonzero elements fill them
     and the rows left over hold fill_value. Without size, the count is read now, as torch does: the tensor is
-    computed (a sync) to learn it. O(size * numel) comparisons, in a few kernels.
+    computed (a sync) to learn it, which a TinyJit function cannot do. O(size * numel) comparisons, in a few kernels.
 
     >>> Tensor([[0, 3], [5, 0]]).nonzero(size=3, fill_value=-1).tolist()
     [[0, 1], [1, 0], [-1, -1]]
@@ -583,7 +588,7 @@ class IndexMixin(TensorStub):
     [[1], [2]]
     """
     x = cast("Tensor", self)
-    if size is None: size = _count_now(x != 0)
+    if size is None: size = _count_now("nonzero", x != 0)
     flat, found = _first_selected("nonzero", x.reshape(-1) != 0, size)
     strides = [prod(x.shape[i + 1:]) for i in range(x.ndim)]
     cols = [(flat // st % n).unsqueeze(-1) for st, n in zip(strides, x.shape)]
@@ -593,7 +598,8 @@ class IndexMixin(TensorStub):
   def unique(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
     """The distinct values, sorted, as a 1-d tensor. How many there are is only known once the tensor is computed,
     so `size` fixes it (as jax.numpy.unique): the `size` smallest distinct values, then fill_value. Without size, the
-    count is read now, as torch does: the tensor is computed (a sync) to learn it. A sort: O(numel^2) comparisons.
+    count is read now, as torch does: the tensor is computed (a sync) to learn it, which a TinyJit function cannot
+    do. A sort: O(numel^2) comparisons.
 
     >>> Tensor([3, 1, 3, 2, 1]).unique(size=4, fill_value=-1).tolist()
     [1, 2, 3, -1]
@@ -602,13 +608,13 @@ class IndexMixin(TensorStub):
     """
     v = cast("Tensor", self).reshape(-1).sort()[0]
     first = type(v).ones(1, dtype=dtypes.bool, device=v.device).cat(v[1:] != v[:-1]) if v.numel() else v != v
-    return v.masked_select(first, size=_count_now(first) if size is None else size, fill_value=fill_value)
+    return v.masked_select(first, size=_count_now("unique", first) if size is None else size, fill_value=fill_value)
 
   def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
     """The elements where mask (broadcast with the tensor) is True, in row-major order, as a 1-d tensor. Their count
     is only known once the mask is computed, so `size` fixes it (as jax): the first `size` selected elements, then
     fill_value. Without size, the count is read now, as tinygrad and torch do: the mask is computed (a sync) to
-    learn it; mask.where(x, 0) keeps the shape instead.
+    learn it, which a TinyJit function cannot do; mask.where(x, 0) keeps the shape instead.
 
     >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False]), size=3).tolist()
     [1, 3, 0]
@@ -618,7 +624,7 @@ class IndexMixin(TensorStub):
     if not _is_tensor(mask) or not mask.dtype.is_bool:
       raise TypeError(f"masked_select: mask must be a bool Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
     shape = broadcast_shape(self.shape, mask.shape)
-    if size is None: size = _count_now(mask.expand(shape))
+    if size is None: size = _count_now("masked_select", mask.expand(shape))
     x = cast("Tensor", self).expand(shape).reshape(-1)
     flat, found = _first_selected("masked_select", mask.expand(shape).reshape(-1), size)
     picked = (flat.unsqueeze(-1) == type(x).arange(x.numel(), device=x.device)) & found.unsqueeze(-1)
