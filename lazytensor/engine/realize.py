@@ -150,7 +150,7 @@ class ExecItem(NamedTuple):
       _account(f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}", bufs, 0, bufs[0].nbytes * 2,
                time.perf_counter() - st)
       return
-    et = self.runner(bufs, wait=DEBUG >= 2)
+    et = self.runner(bufs, wait=DEBUG.value >= 2)
     _account(self.runner.display_name, bufs, self.runner.flops, self.runner.mem, et)
 
 # while a TinyJit captures, every step that runs is also recorded here
@@ -177,13 +177,14 @@ def paused_capture() -> Iterator[None]:
   finally: _capturing[:] = saved
 
 def run_schedule(items: list[ScheduleItem]) -> None:
-  before = dict(compile_stats) if DEBUG >= 1 else {}
+  debug = DEBUG.value  # read once: the loop is the launch path of every eager kernel
+  before = dict(compile_stats) if debug >= 1 else {}
+  recording = _capturing[-1] if _capturing else None
   for item in items:
-    runner = None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast)
-    step = ExecItem(runner, item.bufs)
+    step = ExecItem(None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast), item.bufs)
     step.run()
-    if _capturing: _capturing[-1].append(step)
-  if DEBUG >= 1 and items:
+    if recording is not None: recording.append(step)
+  if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")
 
