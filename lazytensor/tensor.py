@@ -696,6 +696,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
       dt = result_type_scalar(self.dtype, y)
       # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
       y = Tensor(const_uop(y, dt, self.device, self.shape))
+      if dt is self.dtype: return (y, self) if reverse else (self, y)  # nothing to cast either
     elif isinstance(y, (list, np.ndarray)):
       y = Tensor(y, device=self.device)
       dt = promote_types(self.dtype, y.dtype)
