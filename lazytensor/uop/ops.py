@@ -209,7 +209,7 @@ class UOp:
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     # 0.0 == -0.0 and nan != nan: floats are keyed by their text so that each constant interns to one node
-    key = (op, dtype, src, type(arg), repr(arg) if isinstance(arg, float) else arg)
+    key = (op, dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg)
     try: ref = _uop_cache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {arg!r}") from e
     if ref is not None and (hit := ref()) is not None: return hit
