@@ -143,13 +143,14 @@ class _Abstracter:
     self.origin: dict[UOp, UOp] = {}
     self.params: list[UOp] = []
     self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
-    self.aliases: dict[int, int] = {}   # id(Buffer) -> alias number
+    self.aliases: dict[int, int] = {}   # memory bit -> alias number
     self.contiguous = 0
 
   def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
     if node.op is Ops.BUFFER:
       if (p := self.slots.get(node)) is None:
-        alias = self.aliases.setdefault(id(buffer_map[node]), len(self.aliases))
+        # a BUFFER node's `reads` is its memory's bit: nodes of one buffer share it, no two live buffers do
+        alias = self.aliases.setdefault(node.reads, len(self.aliases))
         p = self.slots[node] = _param_uop(node, len(self.params), alias)
         self.params.append(node)
       return p
