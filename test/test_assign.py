@@ -129,3 +129,12 @@ def test_an_assign_in_the_graph_of_a_reader_is_counted_as_its_write() -> None:
   a.assign(Tensor([7.0, 7.0]))
   Tensor.realize(a, b)
   assert reader.tolist() == [22.0, 42.0] and a.tolist() == [7.0, 7.0] and b.tolist() == [0.0, 0.0]
+
+def test_the_live_registry_forgets_tensors_as_they_die() -> None:
+  from lazytensor.engine import live
+  t = Tensor([1.0, 2.0]).realize()
+  before = len(live._live)
+  kept = [t * i for i in range(100)]
+  assert len(live._live) == before + 100
+  del kept
+  assert len(live._live) == before
