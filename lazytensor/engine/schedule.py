@@ -128,8 +128,9 @@ def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
     buffer_map[uop] = buf
   return uop
 
-# deeper graphs are walked with an explicit stack: Python frames are cheap, but not unbounded
-_MAX_RECURSION = 500
+# deeper graphs are walked with an explicit stack: two frames a level (the visit and its comprehension) stay well
+# inside Python's default limit of 1000 frames, whoever calls
+_MAX_RECURSION = 200
 
 class _TooDeep(Exception):
   """A graph deeper than _MAX_RECURSION: the walk goes on with an explicit stack."""
