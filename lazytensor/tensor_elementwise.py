@@ -186,6 +186,7 @@ class ElementwiseMixin(TensorStub):
   def pow(self, x: Tensor | Any, reverse: bool = False) -> Tensor:
     """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
     An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+    Float gradients are torch's, also at the edges: +-inf at a zero base, NaN d/dy for a negative base.
 
     >>> (Tensor([-2, 3]) ** 3).tolist()
     [-8, 27]

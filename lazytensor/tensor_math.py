@@ -13,6 +13,7 @@ import numpy as np
 
 from lazytensor.dtype import dtypes, promote_types
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
+from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
@@ -269,6 +270,28 @@ def interp_weights(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.
   np.add.at(w, (rows, np.minimum(lo + 1, n_in - 1)), frac)
   return w
 
+def _fixed_point_weights(n_in: int, n_out: int, align_corners: bool) -> tuple[np.ndarray, int]:
+  """torch's uint8 linear weights: the (n_out, n_in) blend computed in float64 around each output's center, scaled
+  by 2**precision (the most that keeps the largest weight within int16) and rounded to ints."""
+  o = np.arange(n_out, dtype=np.float64)
+  if align_corners: center = o * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0) + 0.5
+  else: center = (o + 0.5) * (n_in / n_out)
+  w = np.maximum(0.0, 1 - np.abs(np.arange(n_in) + 0.5 - center[:, None]))
+  w = w / np.maximum(w.sum(1, keepdims=True), np.finfo(np.float64).tiny)
+  precision = next((p for p in range(22) if int(0.5 + w.max() * (1 << (p + 1))) >= 1 << 15), 22)
+  return np.trunc(w * (1 << precision) + 0.5).astype(np.int32), precision
+
+def interpolate_uint8(x: Tensor, size: Sequence[int], align_corners: bool) -> Tensor:
+  """Linear resampling of uint8 as torch does it, bit for bit: one dim at a time from the last, each a blend in
+  integers with fixed-point weights, rounded back to uint8 before the next dim."""
+  for d, n_out in reversed(list(zip(range(x.ndim - len(size), x.ndim), size))):
+    if x.shape[d] == n_out: continue
+    w, precision = _fixed_point_weights(x.shape[d], n_out, align_corners)
+    moved = x.transpose(d, -1).cast(dtypes.int32)
+    acc = (moved.unsqueeze(-2) * type(x)(w, device=x.device)).sum(-1, dtype=dtypes.int32)
+    x = ((acc + (1 << (precision - 1))) >> precision).clip(0, 255).cast(dtypes.uint8).transpose(d, -1)
+  return x
+
 def interpolate(x: Tensor, size: Sequence[int], mode: str, align_corners: bool) -> Tensor:
   """Resample the trailing len(size) dims, one dim at a time: a repeat of each element (a view) when that is what
   nearest asks for, else a reduce against the dim's interpolation weights."""
@@ -382,19 +405,25 @@ def tensor_pow(x: Tensor, y: Any, reverse: bool) -> Tensor:
     # int ** int: compute in float64 (exact below 2**53) and round back
     out = _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).round()
     return out.cast(a.dtype)
-  return _float_pow(a, b)
+  # torch's derivatives, stated: the chain rule through the formula gives 0 or a finite limit where torch (and the
+  # calculus) has +-inf at a zero base, and log|a| instead of NaN for a negative base
+  out = _float_pow(a, b)
+  d_a = (b == 0).where(0.0, b * _float_pow(a, b - 1))
+  d_b = ((a == 0) & (b >= 0)).where(0.0, out * a.log())
+  return out._apply_uop(lambda v, *xd: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xd)), a, d_a, b, d_b)
 
 def _float_pow(a: Tensor, b: Tensor) -> Tensor:
   """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
   reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
   zero, neg = a == 0, a < 0
   b_int = b.trunc() == b
-  # a negative base to a fractional power is NaN; its log2 makes it so, and its gradients NaN too, as torch's
-  mag = (b * zero.where(1.0, (neg & b_int.logical_not()).where(a, a.abs())).log2()).exp2()
+  # a finite negative base to a fractional power is NaN (-inf's is |a| ** b, as C's pow); its log2 makes it so
+  nan_base = neg & b_int.logical_not() & (a != -math.inf)
+  mag = (b * zero.where(1.0, nan_base.where(a, a.abs())).log2()).exp2()
   mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
   b_odd = b_int & ((b.abs() % 2) == 1)
   ret = (neg & b_odd).where(-mag, mag)
-  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself, and d/db = log|a| flows through it
+  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself
   return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
 
 def threefry_bits(counter: Tensor, seed: Tensor, stream: Tensor) -> Tensor:

@@ -19,6 +19,7 @@ from lazytensor.tensor_math import (
   conv_params,
   conv_transpose,
   interpolate,
+  interpolate_uint8,
   max_pool,
   max_unpool,
 )
@@ -212,9 +213,11 @@ class NNMixin(TensorStub):
                        f"{len(size)}")
     if align_corners and mode.startswith("nearest"):
       raise ValueError(f"interpolate: align_corners is only for the linear modes, not {mode!r}")
+    # uint8 (images) blends in fixed point, as torch's does
+    if x.dtype == dtypes.uint8 and not mode.startswith("nearest"): return interpolate_uint8(x, size, align_corners)
     out = interpolate(x._to_float(), size, mode, align_corners)
     if x.dtype.is_float: return out
-    # ints keep their dtype, as torch: nearest picks values exactly, linear rounds its blend to the nearest
+    # other ints keep their dtype: nearest picks values exactly, linear rounds its blend to the nearest
     return (out if mode.startswith("nearest") else out.round()).cast(x.dtype)
 
   # ---- normalization, dropout, attention ----
