@@ -22,14 +22,14 @@ from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, 
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import prod
+from lazytensor.mixin.create import CreationMixin
+from lazytensor.mixin.elementwise import ElementwiseMixin, broadcast_shape
+from lazytensor.mixin.movement import MovementMixin
+from lazytensor.mixin.multi import MultiMixin, open_devices
+from lazytensor.mixin.nn import NNMixin
+from lazytensor.mixin.reduce import ReduceMixin
+from lazytensor.mixin.unary import UnaryMixin
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.tensor_create import CreationMixin
-from lazytensor.tensor_elementwise import ElementwiseMixin, broadcast_shape
-from lazytensor.tensor_movement import MovementMixin
-from lazytensor.tensor_multi import MultiMixin, open_devices
-from lazytensor.tensor_nn import NNMixin
-from lazytensor.tensor_reduce import ReduceMixin
-from lazytensor.tensor_unary import UnaryMixin
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 # ---- Python and numpy data to buffers ----

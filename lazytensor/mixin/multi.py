@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 from lazytensor.device import Device
 from lazytensor.graph import Bounds, mesh_uop
 from lazytensor.helpers import prod
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.stub import TensorStub
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:

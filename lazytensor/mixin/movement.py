@@ -16,7 +16,7 @@ import numpy as np
 from lazytensor.dtype import dtypes, promote_types
 from lazytensor.graph import movement
 from lazytensor.helpers import ArgumentError, NotSupportedError, flatten, make_tuple, prod
-from lazytensor.tensor_index import IndexMixin, _take_strided
+from lazytensor.mixin.index import IndexMixin, _take_strided
 from lazytensor.uop.ops import Ops
 
 if TYPE_CHECKING:

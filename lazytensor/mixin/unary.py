@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import dim_alias
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.stub import TensorStub
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import dim_alias, prod
-from lazytensor.tensor_math import cum_extreme, matmul, scan, sort_ranks, take_ranked
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.math_ops import cum_extreme, matmul, scan, sort_ranks, take_ranked
+from lazytensor.mixin.stub import TensorStub
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:

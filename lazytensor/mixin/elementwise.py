@@ -11,8 +11,8 @@ import numpy as np
 
 from lazytensor.dtype import DType, dtypes, least_upper_float, to_dtype
 from lazytensor.helpers import ArgumentError, DTypeError
-from lazytensor.tensor_math import tensor_pow
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.math_ops import tensor_pow
+from lazytensor.mixin.stub import TensorStub
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError, make_tuple
-from lazytensor.tensor_math import (
+from lazytensor.mixin.math_ops import (
   Padding,
   avg_pool,
   conv,
@@ -22,7 +22,7 @@ from lazytensor.tensor_math import (
   max_pool,
   max_unpool,
 )
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.stub import TensorStub
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor

@@ -10,8 +10,8 @@ from lazytensor.device import Device, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import DTypeError, prod
-from lazytensor.tensor_math import threefry_bits
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.math_ops import threefry_bits
+from lazytensor.mixin.stub import TensorStub
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ import numpy as np
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
-from lazytensor.tensor_elementwise import broadcast_shape
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.elementwise import broadcast_shape
+from lazytensor.mixin.stub import TensorStub
 from lazytensor.uop.ops import DeviceLike
 
 if TYPE_CHECKING:
