@@ -750,11 +750,12 @@ def test_docstring_examples() -> None:
   import lazytensor.mixin.index
   import lazytensor.mixin.movement
   import lazytensor.mixin.nn
+  import lazytensor.mixin.random
   import lazytensor.mixin.reduce
   import lazytensor.mixin.unary
   import lazytensor.tensor
   modules = [lazytensor.tensor, lazytensor.mixin.create, lazytensor.mixin.elementwise, lazytensor.mixin.index,
-             lazytensor.mixin.movement, lazytensor.mixin.nn, lazytensor.mixin.reduce,
+             lazytensor.mixin.movement, lazytensor.mixin.nn, lazytensor.mixin.random, lazytensor.mixin.reduce,
              lazytensor.mixin.unary]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
