@@ -359,6 +359,14 @@ class ReduceMixin(UnaryMixin):
     if self.numel() == 0: return self._empty_reduce(True, axis, keepdim, dtypes.bool)
     return self.logical_not().any(axis, keepdim).logical_not()
 
+  def allclose(self, x: Self | Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """Whether every element is close to x (see isclose); runs now.
+
+    >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
+    True
+    """
+    return bool(self.isclose(x, rtol, atol, equal_nan).all().item())
+
   def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
     """The index of the first largest value (dtypes.default_int); with axis None, into the flattened tensor.
 
@@ -415,6 +423,15 @@ class ReduceMixin(UnaryMixin):
     # the shift cancels out (see softmax): no gradient through it
     shifted = x - x.max(axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+  def softmin(self, axis: int = -1, *, dim: int | None = None) -> Self:
+    """softmax(-x) along `axis`.
+
+    >>> [round(v, 4) for v in Tensor([1.0, 2.0]).softmin().tolist()]
+    [0.7311, 0.2689]
+    """
+    axis = dim_alias("softmin", axis, dim, -1)
+    return (-self._to_float()).softmax(axis)
 
   def logsumexp(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
     """log(sum(exp(x))) over `axis`, stable for large values; a row of -inf (or an empty one) gives -inf.
@@ -561,7 +578,7 @@ class ReduceMixin(UnaryMixin):
       return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
     return self._along(dim, lambda x: _take_ranked(x, _sort_ranks(x, descending=largest), int(k)))
 
-  # ---- matmul ----
+  # ---- matmul and einsum ----
 
   def dot(self, w: Self) -> Self:
     """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
@@ -598,20 +615,3 @@ class ReduceMixin(UnaryMixin):
     for t in ops:
       if not isinstance(t, cls): raise TypeError(f"einsum: expected Tensors, got {type(t).__name__}")
     return _einsum(formula, ops)
-
-  def softmin(self, axis: int = -1, *, dim: int | None = None) -> Self:
-    """softmax(-x) along `axis`.
-
-    >>> [round(v, 4) for v in Tensor([1.0, 2.0]).softmin().tolist()]
-    [0.7311, 0.2689]
-    """
-    axis = dim_alias("softmin", axis, dim, -1)
-    return (-self._to_float()).softmax(axis)
-
-  def allclose(self, x: Self | Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
-    """Whether every element is close to x (see isclose); runs now.
-
-    >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
-    True
-    """
-    return bool(self.isclose(x, rtol, atol, equal_nan).all().item())

@@ -237,7 +237,7 @@ class UnaryMixin(CreationMixin):
     if x.dtype.is_half: return fn(x.cast(dtypes.float32)).cast(x.dtype)
     return fn(x)
 
-  # ---- arithmetic, roots, exponentials and logarithms ----
+  # ---- roots, exponentials, logarithms and powers ----
 
   def reciprocal(self) -> Self:
     """1 / x (ints become float).
@@ -328,6 +328,33 @@ class UnaryMixin(CreationMixin):
     [2.0, -3.0]
     """
     return self._float_op(lambda x: x.log2() * math.log10(2))
+
+  def pow(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
+    An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+
+    >>> (Tensor([-2, 3]) ** 3).tolist()
+    [-8, 27]
+    """
+    return _pow(self, x, reverse)
+
+  def __pow__(self, x: Any) -> Self: return self.pow(x)
+
+  def __rpow__(self, x: Any) -> Self: return self.pow(x, True)
+
+  def logaddexp(self, x: Self | Any) -> Self:
+    """log(exp(self) + exp(x)), without overflow: max + log1p(exp(-|difference|)). Ints become float.
+
+    >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
+    1000.693
+    """
+    _check_operand("logaddexp", "x", x)
+    a, b = (t._to_float() for t in self._broadcasted(x))
+    dt = a.dtype
+    if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+    # equal values (infinities of one sign included, where a - b is NaN) differ by 0
+    d = a.eq(b).where(0.0, a - b)
+    return (a.maximum(b) + (d > 0).where(-d, d).exp().log1p()).cast(dt)
 
   # ---- trigonometry ----
 
@@ -437,12 +464,6 @@ class UnaryMixin(CreationMixin):
     0.5205
     """
     return self._float_op(_erf)
-
-  # ---- rounding ----
-
-  # ---- sign and magnitude ----
-
-  # ---- tests of values ----
 
   # ---- activations ----
 
@@ -604,30 +625,3 @@ class UnaryMixin(CreationMixin):
     -0.693147
     """
     return self._float_op(lambda x: -_softplus(-x))
-
-  def pow(self, x: Self | Any, reverse: bool = False) -> Self:
-    """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
-    An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
-
-    >>> (Tensor([-2, 3]) ** 3).tolist()
-    [-8, 27]
-    """
-    return _pow(self, x, reverse)
-
-  def __pow__(self, x: Any) -> Self: return self.pow(x)
-
-  def __rpow__(self, x: Any) -> Self: return self.pow(x, True)
-
-  def logaddexp(self, x: Self | Any) -> Self:
-    """log(exp(self) + exp(x)), without overflow: max + log1p(exp(-|difference|)). Ints become float.
-
-    >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
-    1000.693
-    """
-    _check_operand("logaddexp", "x", x)
-    a, b = (t._to_float() for t in self._broadcasted(x))
-    dt = a.dtype
-    if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
-    # equal values (infinities of one sign included, where a - b is NaN) differ by 0
-    d = a.eq(b).where(0.0, a - b)
-    return (a.maximum(b) + (d > 0).where(-d, d).exp().log1p()).cast(dt)
