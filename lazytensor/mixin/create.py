@@ -16,7 +16,6 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 if TYPE_CHECKING:
   from typing import Self
 
-
 def _empty_uop(device: DeviceLike, shape: tuple[int, ...], dtype: DType) -> UOp:
   """New memory of `shape` on a device, or on each of a tuple of them (replicated; nested on a mesh)."""
   if isinstance(device, str): return buffer_view(new_buffer_uop(device, prod(shape), dtype), shape)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 TensorT = TypeVar("TensorT", bound="ElementwiseMixin")
 
-
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   nd = max(len(s) for s in shapes)
   padded = [(1,) * (nd - len(s)) + s for s in shapes]

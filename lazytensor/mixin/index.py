@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 TensorT = TypeVar("TensorT", bound="IndexMixin")
 
-
 # the reductions of scatter_reduce
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 

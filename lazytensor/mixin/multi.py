@@ -17,8 +17,6 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 if TYPE_CHECKING:
   from typing import Self
 
-
-
 Spec = Sequence[str | None]  # per tensor dimension: the name of the mesh axis it is sliced along, or None
 
 def open_devices(devices: Sequence[DeviceLike] | str, what: str) -> tuple[DeviceLike, ...]:

@@ -281,8 +281,6 @@ def _interpolate(x: TensorT, size: Sequence[int], mode: str, align_corners: bool
     x = out.transpose(d, -1)
   return x
 
-
-
 class NNMixin(RandomMixin):
   """Tensor's neural-network functions: on the random mixin and those below it."""
   __slots__ = ()

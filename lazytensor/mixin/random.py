@@ -40,7 +40,6 @@ class RandomMixin(IndexMixin):
   # drawn on the device since it was set. Each draw advances the count with an assign that its kernel reads, so a
   # TinyJit replay draws new numbers too.
   _seed: ClassVar[int] = 0
-
   _rng_keys: ClassVar[dict[str, tuple[Self, Self]]] = {}
 
   @classmethod

@@ -216,7 +216,6 @@ def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
   values = _select(x.unsqueeze(-2), slot, -1)
   return values, _select(type(x).arange(n, device=x.device), slot, -1).cast(dtypes.default_int)
 
-
 class ReduceMixin(UnaryMixin):
   """Tensor's reductions, scans, sorting, matmul and einsum: on the unary mixin and those below it."""
   __slots__ = ()

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 TensorT = TypeVar("TensorT", bound="UnaryMixin")
 
-
 # ---- polynomial approximations ----
 # Minimax fits made for this file: Lawson's iteratively reweighted least squares on Chebyshev nodes, in 50-digit
 # arithmetic (mpmath), weighted for relative error (absolute for the erf tail, where 1 - erfc is what is returned).
