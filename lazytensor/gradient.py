@@ -64,6 +64,10 @@ def _sin_grad(ctx: UOp, x: UOp) -> Grads:
   s = (x * _c(x, 0.5)).alu(Ops.SIN)
   return (ctx * (_c(x, 1) - _c(x, 2) * s * s),)
 
+def _custom_grad(ctx: UOp, c: UOp) -> Grads:
+  # src = (value, x1, d1, x2, d2, ...): each xi gets ctx * di; value and the derivatives get none
+  return (None,) + tuple(ctx * c.src[p + 1] if p % 2 else None for p in range(1, len(c.src)))
+
 def _copy_grad(ctx: UOp, c: UOp) -> Grads:
   return (UOp(Ops.COPY, ctx.dtype, (ctx,), c.src[0].device),)
 
@@ -103,6 +107,7 @@ pm_gradient: PatternMatcher[Grads] = PatternMatcher([
    lambda ctx, x, s: (movement(ctx, Ops.PAD, tuple((b, n - e) for (b, e), n in zip(s.arg, x.shape))),)),
   (UPat(Ops.FLIP, name="f"), lambda ctx, f: (movement(ctx, Ops.FLIP, f.arg),)),
   (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+  (UPat(Ops.CUSTOM_GRAD, name="c"), _custom_grad),                                         # a stated derivative
   (UPat(Ops.COPY, name="c"), _copy_grad),                                                  # d gather = scatter
   (UPat(Ops.MULTI, name="m"), _multi_grad),
   (UPat((Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST,

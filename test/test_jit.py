@@ -206,3 +206,13 @@ def test_docstring_example() -> None:
   import lazytensor.engine.jit
   result = doctest.testmod(lazytensor.engine.jit, optionflags=doctest.ELLIPSIS)
   assert result.failed == 0 and result.attempted >= 3
+
+def test_a_shape_read_from_values_is_an_error_in_a_capture() -> None:
+  # masked_select without size reads its count: a replay would keep the captured one, so the capture refuses it
+  f = TinyJit(lambda x: x.masked_select(x > 0).realize())
+  assert f(Tensor([1.0, -1.0, 2.0])).tolist() == [1.0, 2.0]  # the first call runs the function as it is
+  with pytest.raises(ValueError, match="masked_select without size inside a TinyJit function.*give size="):
+    f(Tensor([1.0, 2.0, 3.0]))
+  g = TinyJit(lambda x: x.nonzero(size=2, fill_value=-1).realize())
+  outs = [g(Tensor(v)).tolist() for v in ([0.0, 3.0, 4.0], [5.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])]
+  assert outs == [[[1], [2]], [[0], [-1]], [[-1], [-1]], [[0], [1]]] and g.calls == 2

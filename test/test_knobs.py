@@ -1,12 +1,16 @@
-"""The knobs of README's table do what it says: DEBUG levels, colors, BEAM's progress bar, caches, NOOPT, PARALLEL."""
+"""The knobs of README's table do what it says: DEBUG levels, colors, BEAM's progress bar, caches, NOOPT, PARALLEL; and
+what a test run without torch says."""
 from __future__ import annotations
 
 import contextlib
 import io
 import itertools
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +177,17 @@ def test_parallel_0_searches_in_this_process_with_a_progress_bar(tmp_path: Path,
 def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
   _search_big_kernel(PARALLEL=0, CACHEDB=str(tmp_path / "c.db"))
   assert capsys.readouterr().err == ""
+
+def test_a_run_without_torch_says_what_it_skips(tmp_path: Path) -> None:
+  # a `torch` that fails to import, ahead of the real one: the run counts the tests marked to skip, and at the end
+  # every test skipped for want of torch
+  (tmp_path / "torch").mkdir()
+  (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('torch is hidden from this run')\n")
+  root = Path(__file__).resolve().parent.parent
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+  tests = str(root / "test" / "test_api_parity.py")
+  res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", tests, "-k",
+                        "squeeze_matches_torch or stack_and_cat or pow_second"], capture_output=True, text=True,
+                       env=env, cwd=root)
+  assert "torch is not installed: 9 of the 11 tests collected are marked to skip" in res.stdout, res.stdout
+  assert "9 tests skipped for want of torch (`pip install torch==2.13.0` runs them)" in res.stdout, res.stdout

@@ -48,15 +48,15 @@ SCANS: list[tuple[str, list[Any], Callable[..., Any], Any, Any]] = [
   ("cumsum_f16", [(2, 9)], lambda x: x.cumsum(1), None, F16),
   ("cumprod", [(3, 6)], lambda x: x.cumprod(1), None, None),
   ("cumprod_int", [INTS], lambda x: x.cumprod(0), None, None),
-  ("cummax", [(3, 8)], lambda x: x.cummax(1), lambda x: torch.cummax(x, 1), None),
-  ("cummin", [(4, 5)], lambda x: x.cummin(0), lambda x: torch.cummin(x, 0), None),
-  ("cummax_special", [ANY], lambda x: x.cummax(1), lambda x: torch.cummax(x, 1), None),
-  ("cummin_special", [ANY], lambda x: x.cummin(1), lambda x: torch.cummin(x, 1), None),
-  ("cummax_int_ties", [INTS], lambda x: x.cummax(1), lambda x: torch.cummax(x, 1), None),
-  ("cummin_int_ties", [INTS], lambda x: x.cummin(1), lambda x: torch.cummin(x, 1), None),
-  ("cummax_long", [(2, 600)], lambda x: x.cummax(1), lambda x: torch.cummax(x, 1), None),
-  ("cummin_long_int", [np.random.default_rng(0).integers(-9, 9, (2, 700))], lambda x: x.cummin(1),
-   lambda x: torch.cummin(x, 1), None),
+  ("cummax", [(3, 8)], lambda x: x.cummax(1, return_indices=True), lambda x: torch.cummax(x, 1), None),
+  ("cummin", [(4, 5)], lambda x: x.cummin(0, return_indices=True), lambda x: torch.cummin(x, 0), None),
+  ("cummax_special", [ANY], lambda x: x.cummax(1, return_indices=True), lambda x: torch.cummax(x, 1), None),
+  ("cummin_special", [ANY], lambda x: x.cummin(1, return_indices=True), lambda x: torch.cummin(x, 1), None),
+  ("cummax_int_ties", [INTS], lambda x: x.cummax(1, return_indices=True), lambda x: torch.cummax(x, 1), None),
+  ("cummin_int_ties", [INTS], lambda x: x.cummin(1, return_indices=True), lambda x: torch.cummin(x, 1), None),
+  ("cummax_long", [(2, 600)], lambda x: x.cummax(1, return_indices=True), lambda x: torch.cummax(x, 1), None),
+  ("cummin_long_int", [np.random.default_rng(0).integers(-9, 9, (2, 700))],
+   lambda x: x.cummin(1, return_indices=True), lambda x: torch.cummin(x, 1), None),
   ("logcumsumexp", [(3, 8)], lambda x: (x * 300).logcumsumexp(1), lambda x: torch.logcumsumexp(x * 300, 1), None),
   ("logcumsumexp_long", [(1, 700)], lambda x: (x * 30).logcumsumexp(1), lambda x: torch.logcumsumexp(x * 30, 1),
    None),
@@ -70,7 +70,7 @@ def test_scans_vs_torch(name: str, shapes: list[Any], fn: Callable[..., Any], to
 
 @pytest.mark.parametrize("name,fn", named([
   ("cumsum", lambda x: x.cumsum(1)), ("cumsum_long", lambda x: x.repeat(1, 50).reshape(2, 600).cumsum(1)),
-  ("cumprod", lambda x: x.cumprod(0)), ("cummax", lambda x: x.cummax(1)[0]), ("cummin", lambda x: x.cummin(0)[0]),
+  ("cumprod", lambda x: x.cumprod(0)), ("cummax", lambda x: x.cummax(1)), ("cummin", lambda x: x.cummin(0)),
   ("logcumsumexp", lambda x: x.logcumsumexp(1)), ("var_mean", lambda x: x.var_mean(1)),
   ("logcumsumexp_long", lambda x: x.repeat(1, 50).reshape(2, 600).logcumsumexp(1))]))
 def test_scans_numeric(name: str, fn: Callable[..., Any]) -> None:

@@ -275,6 +275,7 @@ pm_multi: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.COPY, src=(MULTI,), name="c"), _copy),
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), _replicate),
   (UPat((Ops.CONTIGUOUS, Ops.DETACH), src=(MULTI,), name="x"), _unary),
+  (UPat(Ops.CUSTOM_GRAD, name="c"), lambda c: c.src[0]),  # only gradients look past the value
   (UPat(Ops.ASSIGN, src=(UPat(Ops.MULTI, name="t"), UPat(Ops.MULTI, name="v")), name="a"), _assign),
 ])
 

@@ -157,6 +157,10 @@ class ExecItem:
 # while a TinyJit captures, every step that runs is also recorded here
 _capturing: list[list[ExecItem]] = []
 
+def capturing() -> bool:
+  """Whether a TinyJit is capturing the steps that run (its replays will not run the Python around them)."""
+  return bool(_capturing)
+
 @contextlib.contextmanager
 def capture() -> Iterator[list[ExecItem]]:
   """Record every kernel and copy that runs inside the block."""

@@ -58,6 +58,7 @@ def fold_movement(m: UOp, x: UOp) -> UOp:
 pm_resolve: PatternMatcher[UOp] = PatternMatcher([
   (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="m"), fold_movement),                # movement -> VIEW
   (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
+  (UPat(Ops.CUSTOM_GRAD, name="c"), lambda c: c.src[0]),                                  # the value alone
   (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer
    lambda v: v if _is_plain_buffer_view(v) else None),
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x

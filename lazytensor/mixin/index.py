@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes
+from lazytensor.engine.realize import capturing
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
 from lazytensor.mixin.elementwise import broadcast_shape
 from lazytensor.mixin.movement import _is_int
@@ -103,6 +104,10 @@ def _parse(x: TensorT, indices: Any) -> _Parsed[TensorT]:
       p.advanced.append(_Advanced(len(layout), np.zeros(1 if i else 0, dtype=np.int32)))
       layout.append(1)
     elif isinstance(i, slice):
+      if any(_is_tensor(b) for b in (i.start, i.stop, i.step)):
+        # as tinygrad: a bound's value would fix the view's shape, which the graph needs now (torch reads it)
+        raise TypeError(f"slice bounds must be ints or None, got a Tensor in {i}: the view's shape would depend on "
+                        "its value; read it first with int(t)")
       p.view = p.view._take_strided(dim, *i.indices(p.view.shape[dim]))
       layout.append(p.view.shape[dim])
       dim += 1
@@ -348,6 +353,14 @@ def _first_selected(name: str, m: TensorT, size: int) -> tuple[TensorT, TensorT]
   pos = type(m).arange(m.numel(), device=m.device)
   return hit.where(pos, 0).sum(-1), hit.any(-1)
 
+def _count_now(name: str, m: TensorT) -> int:
+  """How many True values the bool tensor m holds, read now: the size of a result whose shape depends on values. A
+  TinyJit's replays would keep the count of its capture, whatever the new values: there it is an error."""
+  if capturing():
+    raise ValueError(f"{name} without size inside a TinyJit function: the result's shape would be the count read "
+                     "while capturing, kept by every replay whatever the values; give size=")
+  return int(m.sum().item())
+
 class IndexMixin(ReduceMixin):
   """Tensor's indexing methods: on the reduce mixin and those below it."""
   __slots__ = ()
@@ -411,11 +424,15 @@ class IndexMixin(ReduceMixin):
   def scatter(self, dim: int, index: Self, src: Self | float, reduce: str | None = None) -> Self:
     """Write src (a tensor or a number) into a copy of self at the given indices along `dim`, as torch.scatter:
     out[index[i][j]][j] = src[i][j] for dim 0. Where an index repeats, the last entry wins. `reduce` "add" or
-    "multiply" combines instead (as scatter_reduce "sum" and "prod"). An index out of range writes nothing.
+    "multiply" combines a number src instead, as tinygrad (scatter_reduce "sum" and "prod" take a tensor src).
+    An index out of range writes nothing.
 
     >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), Tensor([[5.0], [6.0]])).tolist()
     [[0.0, 0.0, 5.0], [6.0, 0.0, 0.0]]
     """
+    if reduce is not None and _is_tensor(src):
+      # as tinygrad; torch deprecates reduce with a tensor src for scatter_reduce too
+      raise TypeError(f"scatter: reduce={reduce!r} takes a number src, got a Tensor; use scatter_reduce with a tensor")
     d, index, value = self._scatter_args("scatter", dim, index, src)
     if reduce is not None:
       modes = {"add": "sum", "multiply": "prod"}
@@ -493,19 +510,18 @@ class IndexMixin(ReduceMixin):
 
   def nonzero(self, size: int | None = None, fill_value: int = 0) -> Self:
     """The indices of the nonzero elements, one row of self.ndim indices each, in row-major order (torch.nonzero).
-    How many there are is only known once the tensor is computed, and lazytensor needs every shape when the graph
-    is built: so, as jax.numpy.nonzero, `size` fixes the number of rows; the first `size` nonzero elements fill them
-    and the rows left over hold fill_value. Without size it raises (np.nonzero(x.numpy()) reads the tensor now).
-    O(size * numel) comparisons, in a few kernels.
+    How many there are is only known once the tensor is computed, while lazytensor needs every shape when the graph
+    is built. So, as jax.numpy.nonzero, `size` fixes the number of rows: the first `size` nonzero elements fill them
+    and the rows left over hold fill_value. Without size, the count is read now, as torch does: the tensor is
+    computed (a sync) to learn it, which a TinyJit function cannot do. O(size * numel) comparisons, in a few kernels.
 
     >>> Tensor([[0, 3], [5, 0]]).nonzero(size=3, fill_value=-1).tolist()
     [[0, 1], [1, 0], [-1, -1]]
+    >>> Tensor([0, 3, 5]).nonzero().tolist()
+    [[1], [2]]
     """
-    if size is None:
-      raise ValueError(f"nonzero: the result's shape depends on the values of this tensor of shape {self.shape}, "
-                       "which are only known once it is computed; lazytensor needs shapes when the graph is built. "
-                       "Give size= (the number of rows to return) or use np.nonzero(x.numpy()) to read it now")
     x = self
+    if size is None: size = _count_now("nonzero", x != 0)
     flat, found = _first_selected("nonzero", x.reshape(-1) != 0, size)
     strides = [prod(x.shape[i + 1:]) for i in range(x.ndim)]
     cols = [(flat // st % n).unsqueeze(-1) for st, n in zip(strides, x.shape)]
@@ -514,36 +530,34 @@ class IndexMixin(ReduceMixin):
 
   def unique(self, size: int | None = None, fill_value: Any = 0) -> Self:
     """The distinct values, sorted, as a 1-d tensor. How many there are is only known once the tensor is computed,
-    so `size` fixes it (as jax.numpy.unique): the `size` smallest distinct values, then fill_value. Without size it
-    raises (np.unique(x.numpy()) reads the tensor now). A sort: O(numel^2) comparisons.
+    so `size` fixes it (as jax.numpy.unique): the `size` smallest distinct values, then fill_value. Without size, the
+    count is read now, as torch does: the tensor is computed (a sync) to learn it, which a TinyJit function cannot
+    do. A sort: O(numel^2) comparisons.
 
     >>> Tensor([3, 1, 3, 2, 1]).unique(size=4, fill_value=-1).tolist()
     [1, 2, 3, -1]
+    >>> Tensor([3, 1, 3]).unique().tolist()
+    [1, 3]
     """
-    if size is None:
-      raise ValueError(f"unique: how many distinct values this tensor of shape {self.shape} holds is only known once "
-                       "it is computed; lazytensor needs shapes when the graph is built. Give size= (the number of "
-                       "values to return) or use np.unique(x.numpy()) to read it now")
     v = self.reshape(-1).sort()[0]
     first = type(v).ones(1, dtype=dtypes.bool, device=v.device).cat(v[1:] != v[:-1]) if v.numel() else v != v
-    return v.masked_select(first, size=size, fill_value=fill_value)
+    return v.masked_select(first, size=_count_now("unique", first) if size is None else size, fill_value=fill_value)
 
   def masked_select(self, mask: Self, size: int | None = None, fill_value: Any = 0) -> Self:
     """The elements where mask (broadcast with the tensor) is True, in row-major order, as a 1-d tensor. Their count
     is only known once the mask is computed, so `size` fixes it (as jax): the first `size` selected elements, then
-    fill_value. Without size it raises; x[mask.numpy()] reads the mask now, or mask.where(x, 0) keeps the shape.
+    fill_value. Without size, the count is read now, as tinygrad and torch do: the mask is computed (a sync) to
+    learn it, which a TinyJit function cannot do; mask.where(x, 0) keeps the shape instead.
 
     >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False]), size=3).tolist()
     [1, 3, 0]
+    >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False])).tolist()
+    [1, 3]
     """
-    if size is None:
-      raise ValueError("masked_select: the result's shape depends on the values of the mask (its count of True "
-                       "values), which are only known once it is computed; lazytensor needs shapes when the graph is "
-                       "built. Give size= (the number of elements to return), use mask.where(x, 0) to keep the "
-                       "shape, or x[mask.numpy()] to read the mask now")
     if not _is_tensor(mask) or not mask.dtype.is_bool:
       raise TypeError(f"masked_select: mask must be a bool Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
     shape = broadcast_shape(self.shape, mask.shape)
+    if size is None: size = _count_now("masked_select", mask.expand(shape))
     x = self.expand(shape).reshape(-1)
     flat, found = _first_selected("masked_select", mask.expand(shape).reshape(-1), size)
     picked = (flat.unsqueeze(-1) == type(x).arange(x.numel(), device=x.device)) & found.unsqueeze(-1)

@@ -266,6 +266,28 @@ def _interp_weights(n_in: int, n_out: int, mode: str, align_corners: bool) -> np
   np.add.at(w, (rows, np.minimum(lo + 1, n_in - 1)), frac)
   return w
 
+def _fixed_point_weights(n_in: int, n_out: int, align_corners: bool) -> tuple[np.ndarray, int]:
+  """torch's uint8 linear weights: the (n_out, n_in) blend computed in float64 around each output's center, scaled
+  by 2**precision (the most that keeps the largest weight within int16) and rounded to ints."""
+  o = np.arange(n_out, dtype=np.float64)
+  if align_corners: center = o * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0) + 0.5
+  else: center = (o + 0.5) * (n_in / n_out)
+  w = np.maximum(0.0, 1 - np.abs(np.arange(n_in) + 0.5 - center[:, None]))
+  w = w / np.maximum(w.sum(1, keepdims=True), np.finfo(np.float64).tiny)
+  precision = next((p for p in range(22) if int(0.5 + w.max() * (1 << (p + 1))) >= 1 << 15), 22)
+  return np.trunc(w * (1 << precision) + 0.5).astype(np.int32), precision
+
+def _interpolate_uint8(x: TensorT, size: Sequence[int], align_corners: bool) -> TensorT:
+  """Linear resampling of uint8 as torch does it, bit for bit: one dim at a time from the last, each a blend in
+  integers with fixed-point weights, rounded back to uint8 before the next dim."""
+  for d, n_out in reversed(list(zip(range(x.ndim - len(size), x.ndim), size))):
+    if x.shape[d] == n_out: continue
+    w, precision = _fixed_point_weights(x.shape[d], n_out, align_corners)
+    moved = x.transpose(d, -1).cast(dtypes.int32)
+    acc = (moved.unsqueeze(-2) * type(x)(w, device=x.device)).sum(-1, dtype=dtypes.int32)
+    x = ((acc + (1 << (precision - 1))) >> precision).clip(0, 255).cast(dtypes.uint8).transpose(d, -1)
+  return x
+
 def _interpolate(x: TensorT, size: Sequence[int], mode: str, align_corners: bool) -> TensorT:
   """Resample the trailing len(size) dims, one dim at a time: a repeat of each element (a view) when that is what
   nearest asks for, else a reduce against the dim's interpolation weights."""
@@ -417,9 +439,11 @@ class NNMixin(RandomMixin):
                        f"{len(size)}")
     if align_corners and mode.startswith("nearest"):
       raise ValueError(f"interpolate: align_corners is only for the linear modes, not {mode!r}")
+    # uint8 (images) blends in fixed point, as torch's does
+    if x.dtype == dtypes.uint8 and not mode.startswith("nearest"): return _interpolate_uint8(x, size, align_corners)
     out = _interpolate(x._to_float(), size, mode, align_corners)
     if x.dtype.is_float: return out
-    # ints keep their dtype, as torch: nearest picks values exactly, linear rounds its blend to the nearest
+    # other ints keep their dtype: nearest picks values exactly, linear rounds its blend to the nearest
     return (out if mode.startswith("nearest") else out.round()).cast(x.dtype)
 
   # ---- normalization, dropout, attention ----

@@ -521,24 +521,34 @@ class ReduceMixin(UnaryMixin):
     if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
     return self._along(axis, lambda x: _cum_extreme_last(x, largest))
 
-  def cummax(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
-    """The running maximum along `axis` and, as torch, the index of the last element equal to it (NaN propagates).
-    Scans as cumsum; the gradient goes to that index, except on axes longer than 512, where equal elements share it.
+  def cummax(self, axis: int = 0, *, dim: int | None = None,
+             return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """The running maximum along `axis` (NaN propagates), as tinygrad; with return_indices=True also, as torch's
+    (values, indices), the index of the last element equal to it. Scans as cumsum; the gradient goes to that index,
+    except on axes longer than 512, where equal elements share it.
 
-    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
+    >>> Tensor([1, 3, 2, 3]).cummax().tolist()
+    [1, 3, 3, 3]
+    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax(return_indices=True)]
     [[1, 3, 3, 3], [0, 1, 1, 3]]
     """
     axis = dim_alias("cummax", axis, dim, 0)
-    return self._cum_extreme(axis, largest=True)
+    values, indices = self._cum_extreme(axis, largest=True)
+    return (values, indices) if return_indices else values
 
-  def cummin(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
-    """The running minimum along `axis` and the index of the last element equal to it, as torch.
+  def cummin(self, axis: int = 0, *, dim: int | None = None,
+             return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """The running minimum along `axis`, as tinygrad; with return_indices=True also the index of the last element
+    equal to it, as torch's (values, indices).
 
-    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin()]
+    >>> Tensor([3, 1, 2, 1]).cummin().tolist()
+    [3, 1, 1, 1]
+    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin(return_indices=True)]
     [[3, 1, 1, 1], [0, 1, 1, 3]]
     """
     axis = dim_alias("cummin", axis, dim, 0)
-    return self._cum_extreme(axis, largest=False)
+    values, indices = self._cum_extreme(axis, largest=False)
+    return (values, indices) if return_indices else values
 
   def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
     """The values along `dim` in order, and their indices (dtypes.default_int). The sort is stable and NaN

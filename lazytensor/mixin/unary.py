@@ -18,7 +18,7 @@ from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError
 from lazytensor.mixin.create import CreationMixin
 from lazytensor.mixin.elementwise import _check_operand
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from typing import Self
@@ -211,19 +211,25 @@ def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
     # int ** int: compute in float64 (exact below 2**53) and round back
     out = _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).round()
     return out.cast(a.dtype)
-  return _float_pow(a, b)
+  # torch's derivatives, stated: the chain rule through the formula gives 0 or a finite limit where torch (and the
+  # calculus) has +-inf at a zero base, and log|a| instead of NaN for a negative base
+  out = _float_pow(a, b)
+  d_a = (b == 0).where(0.0, b * _float_pow(a, b - 1))
+  d_b = ((a == 0) & (b >= 0)).where(0.0, out * a.log())
+  return out._apply_uop(lambda v, *xd: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xd)), a, d_a, b, d_b)
 
 def _float_pow(a: TensorT, b: TensorT) -> TensorT:
   """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
   reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
   zero, neg = a == 0, a < 0
   b_int = b.trunc() == b
-  # a negative base to a fractional power is NaN; its log2 makes it so, and its gradients NaN too, as torch's
-  mag = (b * zero.where(1.0, (neg & b_int.logical_not()).where(a, a.abs())).log2()).exp2()
+  # a finite negative base to a fractional power is NaN (-inf's is |a| ** b, as C's pow); its log2 makes it so
+  nan_base = neg & b_int.logical_not() & (a != -math.inf)
+  mag = (b * zero.where(1.0, nan_base.where(a, a.abs())).log2()).exp2()
   mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
   b_odd = b_int & ((b.abs() % 2) == 1)
   ret = (neg & b_odd).where(-mag, mag)
-  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself, and d/db = log|a| flows through it
+  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself
   return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
 
 class UnaryMixin(CreationMixin):
@@ -331,6 +337,7 @@ class UnaryMixin(CreationMixin):
   def pow(self, x: Self | Any, reverse: bool = False) -> Self:
     """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
     An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+    Float gradients are torch's, also at the edges: +-inf at a zero base, NaN d/dy for a negative base.
 
     >>> (Tensor([-2, 3]) ** 3).tolist()
     [-8, 27]

@@ -45,6 +45,10 @@ class Ops(enum.Enum):
   ASSIGN = enum.auto()        # src=(target, value): write value into target's buffer; in kernels: acc := value
   REDUCE_AXIS = enum.auto()   # arg=(op, axes)
   DETACH = enum.auto()        # stops gradients
+  # src=(value, x1, d1, x2, d2, ...): value, whose gradient reaches each xi times di, a stated derivative (of the same
+  # shape), instead of through value's own graph (pow: torch's rule where the formula's chain rule gives NaN or 0);
+  # the scheduler keeps value alone
+  CUSTOM_GRAD = enum.auto()
   IOTA = enum.auto()          # a virtual buffer whose element i is i: arange and random counters, made on the device
   VALID = enum.auto()         # src=(VIEW,): whether a position is inside a view's mask (pushed-down pads)
   # kernel AST and loop level
