@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import importlib
 import itertools
 from typing import Any, Protocol
@@ -11,7 +12,7 @@ import numpy as np
 
 from lazytensor.dtype import DType
 from lazytensor.helpers import BUFFER_CACHE, DEBUG, DEV, diskcache_get, diskcache_put
-from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp
+from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp, node_cached
 
 
 class Allocator:
@@ -159,6 +160,10 @@ class _DeviceRegistry:
 KNOWN_DEVICES = ("CPU", "CUDA", "CUDACPU", "EMU")
 Device = _DeviceRegistry()
 
+# bits of UOp.reads/writes that no live Buffer holds, lowest first: masks stay as short as the number of live buffers
+_free_bits: list[int] = []
+_bit_count = itertools.count()
+
 class Buffer:
   """`size` elements of `dtype` on `device`; memory is allocated on first use and freed with the object. `serial`
   numbers buffers in the order they were made (TinyJit tells the buffers a capture made from older ones by it)."""
@@ -166,13 +171,21 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType) -> None:
     self.device, self.size, self.dtype = device, size, dtype
     self._handle: Any = None
+    self._bit = 0
     self.serial = next(Buffer.serials)
+
+  @property
+  def memory_bit(self) -> int:
+    """This buffer's bit in the UOp.reads/writes masks, given out on first use. It goes back with the buffer: then no
+    BUFFER node maps to it any more, so no live graph's mask holds it."""
+    if not self._bit: self._bit = 1 << (heapq.heappop(_free_bits) if _free_bits else next(_bit_count))
+    return self._bit
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
   def is_allocated(self) -> bool: return self._handle is not None
-  @functools.cached_property
+  @node_cached  # lockless: every buffer an eager step makes reads it once (functools.cached_property takes a lock)
   def allocator(self) -> Allocator: return Device[self.device].allocator
 
   def ensure_allocated(self) -> Buffer:
@@ -180,7 +193,9 @@ class Buffer:
     return self
 
   @property
-  def handle(self) -> Any: return self.ensure_allocated()._handle
+  def handle(self) -> Any:
+    # read at every kernel launch, for every buffer: allocated ones answer without a call
+    return self._handle if self._handle is not None else self.ensure_allocated()._handle
 
   def copyin(self, data: memoryview) -> Buffer:
     assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
@@ -199,14 +214,22 @@ class Buffer:
     return out
 
   def __del__(self) -> None:
-    if getattr(self, "_handle", None) is not None:
-      try: self.allocator.free_cached(self._handle, self.nbytes)
-      except Exception: pass  # interpreter shutdown
+    try:
+      if getattr(self, "_bit", 0): heapq.heappush(_free_bits, self._bit.bit_length() - 1)
+      if getattr(self, "_handle", None) is not None: self.allocator.free_cached(self._handle, self.nbytes)
+    except Exception: pass  # interpreter shutdown
 
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
 
-# the memory behind each BUFFER node of the tensor graph, kept on the node: freed with the last graph that uses it
-buffer_map: NodeMap[Buffer] = NodeMap("_buffer")
+class _BufferMap(NodeMap[Buffer]):
+  """The memory behind each BUFFER node of the tensor graph, kept on the node: freed with the last graph that uses it.
+  Mapping a node gives it its buffer's bit in UOp.reads, before any graph is built on it."""
+  def __setitem__(self, node: UOp, buf: Buffer) -> None:
+    assert node.op is Ops.BUFFER and not node.reads, f"{node.op} node mapped to memory twice; a BUFFER node gets one"
+    node.__dict__[self.attr] = buf
+    object.__setattr__(node, "reads", buf.memory_bit)
+
+buffer_map = _BufferMap("_buffer")
 _buffer_uid = itertools.count()
 
 def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:

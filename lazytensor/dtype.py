@@ -4,7 +4,7 @@ from __future__ import annotations
 import builtins
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -19,8 +19,14 @@ class DType:
   fmt: str          # numpy type character
   count: int = 1
 
+  # what equality compares, as one string: the intern key of every UOp holds it instead of the DType, since a str
+  # hashes in C and a DType's __hash__ is a Python call (a sixth of the cost of building a node)
+  ident: str = field(init=False, repr=False, compare=False)
+
   def __post_init__(self) -> None:  # dtypes key every interned UOp: hash once, not per lookup
-    object.__setattr__(self, "_hash", hash((type(self).__name__, self.name, self.count, getattr(self, "local", False))))
+    ident = (type(self).__name__, self.name, self.count, getattr(self, "local", False))
+    object.__setattr__(self, "_hash", hash(ident))
+    object.__setattr__(self, "ident", " ".join(map(str, ident)))
   def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   def vec(self, n: int) -> DType:

@@ -11,13 +11,14 @@ import contextlib
 import functools
 import itertools
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, to_dtype, to_storage
+from lazytensor.engine import live
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
@@ -59,57 +60,6 @@ _contiguous_ids = itertools.count()
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
 # keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
-
-# every tensor, by serial number: realizing an assign first computes the live tensors that still need the old contents
-_serials = itertools.count()
-# (a dict of weak references with a callback each: a WeakValueDictionary runs three Python frames per tensor made)
-_live: dict[int, weakref.ref[Tensor]] = {}
-
-def _forget_tensor(serial: int, _: weakref.ref[Tensor]) -> None: _live.pop(serial, None)
-# the ASSIGN nodes that some graph still holds: while there are none, no realize overwrites anything that a live tensor
-# reads, and the walk over the live tensors is skipped (an eager op costs the same with a thousand tensors alive)
-_live_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
-
-def _assign_uop(target: UOp, value: UOp) -> UOp:
-  node = UOp(Ops.ASSIGN, target.dtype, (target, value))
-  _live_assigns.add(node)
-  return node
-# while a TinyJit captures: the serial number of the first tensor its function made
-_program_start: list[int] = []
-
-@contextlib.contextmanager
-def capturing_program() -> Iterator[None]:
-  """The block of a TinyJit capture: the tensors made before it are not the program's. When one of them must be
-  computed before an assign in the program, it is computed outside the program (once, not at every replay, which
-  would overwrite its buffer)."""
-  _program_start.append(next(_serials))
-  try: yield
-  finally: _program_start.pop()
-
-def _buffers_assigned(roots: Iterable[UOp]) -> set[int]:
-  # the target of an assign to a tensor spread over devices is a MULTI of one buffer view per device (nested on a mesh)
-  return {id(buffer_map[t.base]) for r in roots for n in r.facts.assigns for t in multi_leaves(n.src[0])}
-
-def _old_value_readers(tensors: Sequence[Tensor]) -> list[tuple[int, Tensor]]:
-  """The live tensors, other than `tensors`, whose values are computed from contents that realizing `tensors` will
-  overwrite (a loss built before opt.step(), the gradients), with their serial numbers. Realized in the same schedule,
-  before the assigns, they keep the values they had when they were built, as in an eager framework. Views (movement
-  ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see the new
-  contents."""
-  if not _live_assigns: return []
-  chosen: set[int] = {id(t) for t in tensors}
-  out: list[tuple[int, Tensor]] = []
-  targets = _buffers_assigned(t.lazydata for t in tensors)
-  seen = set(targets)
-  alive = [(n, t) for n, ref in list(_live.items()) if (t := ref()) is not None] if targets else []
-  while targets:
-    found = [(n, t) for n, t in alive if id(t) not in chosen and t.lazydata.base.op not in (Ops.BUFFER, Ops.CONST) and
-             any(id(buffer_map.get(u)) in targets for u in t.lazydata.facts.buffers)]
-    chosen |= {id(t) for _, t in found}
-    out += found
-    targets = _buffers_assigned(t.lazydata for _, t in found) - seen
-    seen |= targets
-  return out
 
 def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
   """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
@@ -205,8 +155,7 @@ class Tensor(MultiMixin):
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
-    serial = next(_serials)
-    _live[serial] = weakref.ref(self, functools.partial(_forget_tensor, serial))
+    live.track(self)
     if isinstance(data, UOp):  # what every op makes: the fast path
       self.lazydata = data
       if requires_grad is not None: self.requires_grad = requires_grad
@@ -353,11 +302,13 @@ class Tensor(MultiMixin):
     [2, 3]
     """
     tensors = (self,) + others
-    if all(t._is_buffer_view() for t in tensors): return self  # nothing to compute
-    readers = _old_value_readers(tensors)
-    if _program_start and (before := [t for n, t in readers if n < _program_start[-1]]):
-      with paused_capture(): before[0].realize(*before[1:])
-    if readers: tensors += tuple(t for n, t in readers if not _program_start or n >= _program_start[-1])
+    if all([t._is_buffer_view() for t in tensors]): return self  # nothing to compute
+    if readers := live.old_value_readers(tensors):
+      # the holders are Tensors
+      before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))
+      if before:
+        with paused_capture(): before[0].realize(*before[1:])
+      tensors += tuple(inside)
     items, becomes = create_schedule([t.lazydata for t in tensors])
     run_schedule(items)
     commit_realized(becomes)
@@ -482,7 +433,7 @@ class Tensor(MultiMixin):
       return self
     # a second assign before realizing writes the same buffer (its value may read the first one's result)
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
-    self.lazydata = _assign_uop(target, value.lazydata)
+    self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
     return self
 
   # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
@@ -544,7 +495,7 @@ class Tensor(MultiMixin):
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
-    write = _assign_uop(target.lazydata, new.lazydata)
+    write = UOp(Ops.ASSIGN, target.dtype, (target.lazydata, new.lazydata))
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)

@@ -103,3 +103,38 @@ def test_readers_of_an_earlier_assign_run_before_a_later_one() -> None:
   t.assign(t * 100)  # reads `first`: both assigns run in this schedule
   Tensor.realize(t, reader)
   assert reader.tolist() == [20.0, 30.0] and t.tolist() == [200.0, 300.0]
+
+def test_readers_are_found_among_many_tensors_made_and_freed() -> None:
+  # the registry of live tensors is pruned as tensors die: a reader made long before the assign is still found
+  t = Tensor([1.0, 2.0]).realize()
+  old = t * 3
+  for _ in range(3000): (t + 1).realize()  # many tensors made and freed (more than a pruning round holds)
+  t.assign(t * 0).realize()
+  assert old.tolist() == [3.0, 6.0] and t.tolist() == [0.0, 0.0]
+
+def test_memory_bits_go_back_with_their_buffers() -> None:
+  # each buffer's bit in the read/write masks is given back when it is freed: masks stay as short as the live buffers
+  bits = []
+  for i in range(500):
+    x = Tensor([float(i)]).realize()
+    bits.append(x.lazydata.src[0].reads.bit_length())
+    del x
+  assert max(bits[100:]) <= max(bits[:100]) + 4
+
+def test_an_assign_in_the_graph_of_a_reader_is_counted_as_its_write() -> None:
+  # the value read by `reader` is an assign's result: realizing a second assign to that buffer computes it first
+  a, b = Tensor([1.0, 2.0]).realize(), Tensor([10.0, 20.0]).realize()
+  reader = Tensor(a.assign(b + 1).lazydata) * 2  # reads a's first new contents
+  b.assign(b * 0)
+  a.assign(Tensor([7.0, 7.0]))
+  Tensor.realize(a, b)
+  assert reader.tolist() == [22.0, 42.0] and a.tolist() == [7.0, 7.0] and b.tolist() == [0.0, 0.0]
+
+def test_the_live_registry_forgets_tensors_as_they_die() -> None:
+  from lazytensor.engine import live
+  t = Tensor([1.0, 2.0]).realize()
+  before = len(live._live)
+  kept = [t * i for i in range(100)]
+  assert len(live._live) == before + 100
+  del kept
+  assert len(live._live) == before

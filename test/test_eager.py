@@ -79,6 +79,25 @@ def test_a_reused_schedule_remembers_the_new_results() -> None:
     assert GlobalCounters.kernel_count == before
     np.testing.assert_allclose(z.numpy(), y.numpy() * 2)
 
+def test_deep_graphs_abstract_alike_past_the_recursion_depth() -> None:
+  # the walk that abstracts a graph recurses to a depth and continues with a stack: the parameters must come out in
+  # the same order either way, or two graphs of one structure would not share (or would misuse) a schedule
+  from lazytensor.engine.schedule import _MAX_RECURSION, _Abstracter
+  outs = []
+  for seed in (60, 61):
+    (a, an), (b, bn) = _realized(4, seed=seed), _realized(4, seed=seed + 10)
+    x = a
+    for _ in range(_MAX_RECURSION + 50): x = b + x * 0.5  # b's parameter is numbered before the recursion gives up
+    outs.append((x, an, bn))
+  # recursion then stack give the same abstract graph as the stack alone
+  assert _Abstracter().walk(outs[0][0].lazydata) is _Abstracter()._walk_stack(outs[0][0].lazydata)
+  counts = [_counts(lambda x=x: x.realize()) for x, _, _ in outs]
+  assert counts == [(1, 0), (0, 1)]
+  for x, an, bn in outs:
+    ref = an.astype(np.float64)
+    for _ in range(_MAX_RECURSION + 50): ref = bn + ref * 0.5
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-4)
+
 def test_the_cache_is_bounded_and_can_be_turned_off() -> None:
   a, an = _realized(3, seed=50)
   with Context(SCHEDULE_CACHE=0):

@@ -28,9 +28,10 @@ import numpy as np
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.engine import realize
+from lazytensor.engine.live import capturing_program
 from lazytensor.graph import multi_leaves
 from lazytensor.helpers import DEBUG, JIT
-from lazytensor.tensor import Tensor, capturing_program
+from lazytensor.tensor import Tensor
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 R = TypeVar("R")

@@ -5,7 +5,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
@@ -130,9 +130,9 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   arr = src.host_view()
   dst.copyin((arr if arr is not None else src.numpy()).data.cast("B"))
 
-@dataclass(frozen=True)
-class ExecItem:
-  """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these."""
+class ExecItem(NamedTuple):
+  """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these. (A
+  NamedTuple: every eager kernel launch makes one.)"""
   runner: CompiledRunner | None
   bufs: tuple[Buffer, ...]
 
@@ -143,15 +143,14 @@ class ExecItem:
     return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
-    bufs = self.bufs if bufs is None else bufs
-    for b in bufs: b.ensure_allocated()
+    bufs = self.bufs if bufs is None else bufs  # allocated as the copy or the launch reads their handles
     if self.runner is None:
       st = time.perf_counter()
       _copy(bufs[0], bufs[1])
       _account(f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}", bufs, 0, bufs[0].nbytes * 2,
                time.perf_counter() - st)
       return
-    et = self.runner(bufs, wait=DEBUG >= 2)
+    et = self.runner(bufs, wait=DEBUG.value >= 2)
     _account(self.runner.display_name, bufs, self.runner.flops, self.runner.mem, et)
 
 # while a TinyJit captures, every step that runs is also recorded here
@@ -178,13 +177,14 @@ def paused_capture() -> Iterator[None]:
   finally: _capturing[:] = saved
 
 def run_schedule(items: list[ScheduleItem]) -> None:
-  before = dict(compile_stats)
+  debug = DEBUG.value  # read once: the loop is the launch path of every eager kernel
+  before = dict(compile_stats) if debug >= 1 else {}
+  recording = _capturing[-1] if _capturing else None
   for item in items:
-    runner = None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast)
-    step = ExecItem(runner, item.bufs)
+    step = ExecItem(None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast), item.bufs)
     step.run()
-    if _capturing: _capturing[-1].append(step)
-  if DEBUG >= 1 and items:
+    if recording is not None: recording.append(step)
+  if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")
 

@@ -14,7 +14,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from lazytensor.codegen.heuristic import Packing, PackOperand, pack_choice
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
@@ -26,9 +26,9 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 
-@dataclass(frozen=True)
-class ScheduleItem:
-  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first."""
+class ScheduleItem(NamedTuple):
+  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first. (A NamedTuple: an
+  eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
   ast: UOp
   bufs: tuple[Buffer, ...]
 
@@ -106,8 +106,7 @@ class _Graph:
 
 # ---- schedules cached by graph structure ----
 
-@dataclass(frozen=True)
-class _Abstract:
+class _Abstract(NamedTuple):
   """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
   CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
   sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
@@ -129,6 +128,13 @@ def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
     buffer_map[uop] = buf
   return uop
 
+# deeper graphs are walked with an explicit stack: two frames a level (the visit and its comprehension) stay well
+# inside Python's default limit of 1000 frames, whoever calls
+_MAX_RECURSION = 200
+
+class _TooDeep(Exception):
+  """A graph deeper than _MAX_RECURSION: the walk goes on with an explicit stack."""
+
 class _Abstracter:
   """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
   the graph still to compute, not the history behind its inputs."""
@@ -138,13 +144,14 @@ class _Abstracter:
     self.origin: dict[UOp, UOp] = {}
     self.params: list[UOp] = []
     self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
-    self.aliases: dict[int, int] = {}   # id(Buffer) -> alias number
+    self.aliases: dict[int, int] = {}   # memory bit -> alias number
     self.contiguous = 0
 
   def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
     if node.op is Ops.BUFFER:
       if (p := self.slots.get(node)) is None:
-        alias = self.aliases.setdefault(id(buffer_map[node]), len(self.aliases))
+        # a BUFFER node's `reads` is its memory's bit: nodes of one buffer share it, no two live buffers do
+        alias = self.aliases.setdefault(node.reads, len(self.aliases))
         p = self.slots[node] = _param_uop(node, len(self.params), alias)
         self.params.append(node)
       return p
@@ -159,7 +166,27 @@ class _Abstracter:
     return self.in_hits[root]
 
   def walk(self, root: UOp) -> UOp:
-    # the loop every eager realize runs over its new nodes: list comprehensions and the common case inlined
+    """The abstract node of root. The loop every eager realize runs over its new nodes: recursive (a third less time
+    than a stack of (node, expanded) pairs on the graph of a training step), continued by the stack past
+    _MAX_RECURSION levels (a chain of 10**5 adds). Both visit sources left to right, after their own sources, so
+    parameters are numbered in the same order whichever finishes the walk."""
+    try: return self._visit(root, 0)
+    except _TooDeep: return self._walk_stack(root)
+
+  def _visit(self, node: UOp, depth: int) -> UOp:
+    if (new := self.done.get(node)) is not None: return new
+    if (hit := node.__dict__.get(realized_map.attr)) is not None: new = self.plain(hit)
+    else:
+      if depth > _MAX_RECURSION: raise _TooDeep
+      src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
+      op = node.op
+      if op is Ops.BUFFER or op is Ops.CONTIGUOUS: new = self.convert(node, src)
+      else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
+    self.done[node] = new
+    self.origin[new] = node
+    return new
+
+  def _walk_stack(self, root: UOp) -> UOp:
     done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
     while stack:
       node, expanded = stack.pop()
@@ -182,9 +209,10 @@ class _Substituter(_Abstracter):
   def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
     return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
-def _abstract(sink: UOp) -> _Abstract:
+def _abstract(outs: list[UOp]) -> _Abstract:
+  # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
   a = _Abstracter()
-  return _Abstract(a.walk(sink), a.origin, a.params)
+  return _Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params)
 
 class _Template:
   """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
@@ -198,7 +226,12 @@ class _Template:
     self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
     # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
     # nodes (for new memory, or new names for assigned memory) made for each instance
-    self.value_buffers = list(dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER))
+    value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
+    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, its id)
+    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
+    self.fresh_names = [(n, id(buffer_map[n])) for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
+    self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
     self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
 
   def instantiate(self, a: _Abstract) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
@@ -206,18 +239,15 @@ class _Template:
     real: dict[int, Buffer] = {pid: buffer_map[a.params[slot]] for pid, slot in self.param_slots}
     for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
     items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
-    names: dict[UOp, UOp] = {}
-    for n in self.value_buffers:
-      if isinstance(n.arg[2], tuple): names[n] = a.params[n.arg[2][1]]
-      else:
-        buf = real[id(buffer_map[n])]
-        names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    names = {n: a.params[slot] for n, slot in self.param_names}
+    for n, placeholder in self.fresh_names:
+      buf = real[placeholder]
+      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
     becomes: dict[UOp, UOp] = {}
-    for node, value in self.becomes:
+    for (node, value), direct in zip(self.becomes, self.direct):
       if (orig := a.origin.get(node)) is None: continue
-      # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
-      direct = value.op is Ops.VIEW and value.src[0].op is Ops.BUFFER
-      becomes[orig] = value.replace(src=(names[value.src[0]],)) if direct else value.substitute(names)
+      becomes[orig] = UOp(Ops.VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
+        value.substitute(names)
     return items, becomes
 
 # keyed by the abstract graph and the CPU target, whose heuristics choose the packing copies a schedule makes
@@ -457,7 +487,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   reuses that schedule with its own buffers. Nothing is recorded until the caller has run the items and calls
   `commit_realized(becomes)`."""
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
-  abstract = _abstract(UOp(Ops.SINK, dtypes.void, tuple(outs)))
+  abstract = _abstract(outs)
   cap = int(SCHEDULE_CACHE.value)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   key = (abstract.sink, str(CPU_TARGET.value))
@@ -538,5 +568,6 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
 
 def commit_realized(becomes: dict[UOp, UOp]) -> None:
   """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing."""
+  attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
   for node, buf_view in becomes.items():
-    if node is not buf_view: realized_map[node] = buf_view
+    if node is not buf_view: node.__dict__[attr] = buf_view

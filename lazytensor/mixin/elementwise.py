@@ -71,6 +71,7 @@ class ElementwiseMixin(MovementMixin):
       dt = result_type_scalar(self.dtype, y)
       # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
       y = type(self)(const_uop(y, dt, self.device, self.shape))
+      if dt is self.dtype: return (y, self) if reverse else (self, y)  # nothing to cast either
     elif isinstance(y, (list, np.ndarray)):
       y = type(self)(y, device=self.device)
       dt = promote_types(self.dtype, y.dtype)

@@ -15,7 +15,6 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
@@ -179,25 +178,38 @@ class node_cached(Generic[T]):
     value = obj.__dict__[self.name] = self.fn(obj)
     return value
 
+class _InternRef(weakref.ref):
+  """The intern table's reference to a node, which knows its own key: one object per node, where a callback closing
+  over the key would add a function and a cell for the garbage collector to track."""
+  __slots__ = ("key",)
+  key: tuple
+
+def _forget(ref: _InternRef) -> None:
+  # a node of this structure made after this one died may hold the entry now
+  if _uop_cache.get(ref.key) is ref: del _uop_cache[ref.key]
+
 # the intern table: structure -> weak reference; a node lives as long as something holds it
-_uop_cache: dict[tuple, weakref.ref] = {}
+_uop_cache: dict[tuple, _InternRef] = {}
 _set_field = object.__setattr__
 
-def _forget(key: tuple) -> None:
-  ref = _uop_cache.get(key)
-  if ref is not None and ref() is None: del _uop_cache[key]
-
 class UOp:
-  """An immutable, interned node: constructing an equal node returns the existing object."""
-  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  """An immutable, interned node: constructing an equal node returns the existing object.
+
+  `reads` and `writes` are bit masks of the memory a tensor graph reads (its BUFFER nodes) and assigns to (the targets
+  of its ASSIGN nodes), one bit per device Buffer (Buffer.memory_bit, set on a BUFFER node when it is given its
+  memory). They are ORed together as nodes are built, so whether a graph reads what an assign overwrites is one AND,
+  not a walk of the graph."""
+  __slots__ = ("op", "dtype", "src", "arg", "reads", "writes", "__weakref__", "__dict__")
   op: Ops
   dtype: DType
   src: tuple[UOp, ...]
   arg: Any
+  reads: int
+  writes: int
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     # 0.0 == -0.0 and nan != nan: floats are keyed by their text so that each constant interns to one node
-    key = (op, dtype, src, type(arg), repr(arg) if isinstance(arg, float) else arg)
+    key = (op, dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg)
     try: ref = _uop_cache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {arg!r}") from e
     if ref is not None and (hit := ref()) is not None: return hit
@@ -206,7 +218,15 @@ class UOp:
     _set_field(self, "dtype", dtype)
     _set_field(self, "src", src)
     _set_field(self, "arg", arg)
-    _uop_cache[key] = weakref.ref(self, lambda _: _forget(key))
+    reads = writes = 0
+    for s in src:
+      reads |= s.reads
+      writes |= s.writes
+    # an assign writes the memory its target reads
+    _set_field(self, "reads", reads)
+    _set_field(self, "writes", writes | src[0].reads if op is Ops.ASSIGN else writes)
+    ref = _uop_cache[key] = _InternRef(self, _forget)
+    ref.key = key
     return self
 
   def __setattr__(self, name: str, value: Any) -> None:
@@ -248,21 +268,6 @@ class UOp:
         new_src = tuple(done[s] for s in node.src)
         done[node] = node if new_src == node.src else node.replace(src=new_src)
     return done[self]
-
-  @property
-  def facts(self) -> GraphFacts:
-    """The BUFFER nodes this graph reads and its ASSIGN nodes, remembered on each node: asking about a new graph walks
-    only the nodes no earlier question reached (realizing an assign asks it of every live tensor's graph)."""
-    if (hit := self.__dict__.get("_facts")) is not None: return hit
-    stack: list[tuple[UOp, bool]] = [(self, False)]
-    while stack:
-      node, expanded = stack.pop()
-      if "_facts" in node.__dict__: continue
-      if expanded: node.__dict__["_facts"] = GraphFacts.merge(node, [s.__dict__["_facts"] for s in node.src])
-      else:
-        stack.append((node, True))
-        stack.extend((s, False) for s in node.src if "_facts" not in s.__dict__)
-    return self.__dict__["_facts"]
 
   @node_cached
   def key(self) -> bytes:
@@ -306,7 +311,7 @@ class UOp:
   def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype, value)
 
   def alu(self, op: Ops, *srcs: UOp | int | float | bool) -> UOp:
-    usrcs = (self,) + tuple(s if isinstance(s, UOp) else self.const_like(s) for s in srcs)
+    usrcs = (self, *[s if isinstance(s, UOp) else self.const_like(s) for s in srcs])
     out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else usrcs[-1].dtype
     return UOp(op, out_dtype, usrcs)
 
@@ -365,24 +370,6 @@ class UOp:
   # ---- printing ----
 
   def __repr__(self) -> str: return pretty_print(self)
-
-@dataclass(frozen=True)
-class GraphFacts:
-  """What a tensor graph reads and writes: its BUFFER nodes and its ASSIGN nodes."""
-  buffers: frozenset[UOp]
-  assigns: frozenset[UOp]
-
-  @staticmethod
-  def merge(node: UOp, srcs: list[GraphFacts]) -> GraphFacts:
-    own_buffers = frozenset((node,)) if node.op is Ops.BUFFER else frozenset()
-    own_assigns = frozenset((node,)) if node.op is Ops.ASSIGN else frozenset()
-    # most nodes add nothing to a single source's facts: they share that object instead of building new sets
-    distinct = list({id(f): f for f in srcs if f is not NO_FACTS}.values())
-    if not own_buffers and not own_assigns and len(distinct) <= 1: return distinct[0] if distinct else NO_FACTS
-    return GraphFacts(own_buffers.union(*(f.buffers for f in distinct)),
-                      own_assigns.union(*(f.assigns for f in distinct)))
-
-NO_FACTS = GraphFacts(frozenset(), frozenset())
 
 V = TypeVar("V")
 

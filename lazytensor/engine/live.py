@@ -1,0 +1,79 @@
+"""The live tensors, as the engine sees them: objects that hold a graph (`lazydata`), made in order. Realizing an assign
+first computes the live values that read the memory it overwrites, so they keep the values they had when they were
+built (as in an eager framework); while TinyJit captures a program, the ones made before the capture are computed
+outside it.
+
+What a graph reads and writes is in its root's UOp.reads/writes masks (a bit per buffer, ORed together as the graph is
+built): finding the readers is one AND per live tensor, never a walk of its graph.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from lazytensor.uop.ops import Ops, UOp
+
+
+class Holder(Protocol):
+  """What the engine needs of a tensor: the graph of its value, which realizing replaces with a view of a buffer."""
+  lazydata: UOp
+
+class _Ref(weakref.ref):
+  """A weak reference that hashes and compares as itself, never through its holder (a Tensor's == builds a Tensor, and
+  its __hash__ is a Python call)."""
+  __slots__ = ()
+  __hash__ = object.__hash__
+  __eq__ = object.__eq__
+
+_serials = itertools.count()
+# every holder, weakly, with its serial number. Each entry goes when its holder dies, by a callback that is dict.pop
+# itself (no Python frame), so the entries live exactly as long as the tensors: none pile up for the garbage collector
+_live: dict[_Ref, int] = {}
+
+def track(holder: Holder) -> None:
+  """Record a new holder (every Tensor made)."""
+  _live[_Ref(holder, _live.pop)] = next(_serials)
+
+def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
+  """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
+  overwrite (a loss built before opt.step(), the gradients), with their serial numbers, and in turn the readers of what
+  those write. Realized in the same schedule, before the assigns, they keep the values they had when they were built.
+  Views (movement ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see
+  the new contents."""
+  targets = 0
+  for holder in holders: targets |= holder.lazydata.writes
+  if not targets: return []
+  chosen = {id(h) for h in holders}
+  alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen]
+  out: list[tuple[int, Holder]] = []
+  seen = targets
+  while targets:
+    found = [(n, h) for n, h in alive if h.lazydata.reads & targets and id(h) not in chosen and
+             h.lazydata.base.op not in (Ops.BUFFER, Ops.CONST)]
+    chosen |= {id(h) for _, h in found}
+    out += found
+    written = 0
+    for _, reader in found: written |= reader.lazydata.writes
+    targets = written & ~seen
+    seen |= targets
+  return out
+
+# while a TinyJit captures: the serial number of the first holder its function made
+_program_start: list[int] = []
+
+@contextlib.contextmanager
+def capturing_program() -> Iterator[None]:
+  """The block of a TinyJit capture: the tensors made before it are not the program's. When one of them must be
+  computed before an assign in the program, it is computed outside the program (once, not at every replay, which
+  would overwrite its buffer)."""
+  _program_start.append(next(_serials))
+  try: yield
+  finally: _program_start.pop()
+
+def split_by_program(readers: list[tuple[int, Holder]]) -> tuple[list[Holder], list[Holder]]:
+  """Readers made before the program that is being captured (to compute outside it), and the others."""
+  start = _program_start[-1] if _program_start else -1
+  return [h for n, h in readers if n < start], [h for n, h in readers if n >= start]
