@@ -50,9 +50,12 @@ def entry(cls: type, name: str, attr: Any) -> str:
 
 def section(cls: type) -> list[str]:
   module = sys.modules[cls.__module__]
-  public = [(n, a) for n, a in cls.__dict__.items() if not n.startswith("_") and (callable(a) or isinstance(
+  # a name is listed under the class whose definition Tensor uses: the primitives that the mixins' base declares are
+  # listed where they are implemented
+  own = {n: a for n, a in cls.__dict__.items() if inspect.getattr_static(Tensor, n, None) is a}
+  public = [(n, a) for n, a in own.items() if not n.startswith("_") and (callable(a) or isinstance(
     a, (property, classmethod, staticmethod)))]
-  operators = sorted(n for n in cls.__dict__ if n.startswith("__") and n.endswith("__") and n not in (
+  operators = sorted(n for n in own if n.startswith("__") and n.endswith("__") and n not in (
     "__init__", "__slots__", "__module__", "__doc__", "__qualname__", "__weakref__", "__annotations__", "__dict__",
     "__firstlineno__", "__static_attributes__", "__array_priority__", "__orig_bases__", "__parameters__"))
   if not public and not operators: return []

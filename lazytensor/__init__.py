@@ -4,8 +4,8 @@ from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
 from lazytensor.helpers import Context, GlobalCounters
+from lazytensor.mixin.multi import DeviceMesh
 from lazytensor.tensor import Tensor, no_grad
-from lazytensor.tensor_multi import DeviceMesh
 from lazytensor.version import __version__
 
 __all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit",

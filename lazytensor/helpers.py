@@ -6,8 +6,7 @@ import functools
 import os
 import pathlib
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
@@ -164,8 +163,6 @@ def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs)
 def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
 def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
-def ceildiv(a: int, b: int) -> int: return -(-a // b)
-def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 
 def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
   return (x,) * n if isinstance(x, int) else tuple(x)
@@ -193,18 +190,6 @@ def ensure_cache_dir() -> pathlib.Path:
   path = pathlib.Path(CACHEDIR.value)
   path.mkdir(parents=True, exist_ok=True, mode=0o700)
   return path
-
-@contextlib.contextmanager
-def timed(label: str, enabled: bool = True) -> Iterator[None]:
-  start = time.perf_counter()
-  yield
-  if enabled: print(f"{label}: {(time.perf_counter() - start) * 1e3:.2f} ms", file=sys.stderr)
-
-def unwrap(x: T | None) -> T:
-  assert x is not None
-  return x
-
-def fn_cache(fn: Callable[..., T]) -> Callable[..., T]: return functools.lru_cache(maxsize=None)(fn)
 
 # ---- the on-disk cache: one sqlite file, a table per kind of entry, never fatal ----
 

@@ -1,8 +1,9 @@
 """Tensor: a lazy, numpy-like array. Every operation builds UOps; realize() schedules, compiles and runs them.
 
-This module holds the class itself: construction from data, properties, realization and the two funnels every op
-goes through (_apply_uop, _broadcasted). The ops come from mixins, one module per area: tensor_create,
-tensor_movement, tensor_elementwise, tensor_unary and tensor_reduce.
+This module holds the class itself: construction from data, properties, realization, writes, autograd and the funnel
+every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (lazytensor/mixin/:
+movement, elementwise, create, unary, reduce, index, random, nn, multi), each building only on those below it and on
+the primitives that the chain's base declares and this class implements.
 """
 from __future__ import annotations
 
@@ -16,21 +17,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, from_storage, promote_types, result_type_scalar, to_dtype, to_storage
+from lazytensor.dtype import DType, dtypes, from_storage, to_dtype, to_storage
 from lazytensor.engine import live
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
-from lazytensor.helpers import prod
+from lazytensor.mixin.multi import MultiMixin, open_devices
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.tensor_create import CreationMixin
-from lazytensor.tensor_elementwise import ElementwiseMixin, broadcast_shape
-from lazytensor.tensor_movement import MovementMixin
-from lazytensor.tensor_multi import MultiMixin, open_devices
-from lazytensor.tensor_nn import NNMixin
-from lazytensor.tensor_reduce import ReduceMixin
-from lazytensor.tensor_unary import UnaryMixin
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 # ---- Python and numpy data to buffers ----
@@ -140,7 +134,7 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceMixin, NNMixin, MultiMixin):
+class Tensor(MultiMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -214,33 +208,6 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     (True, ('CPU', 'CPU:1'))
     """
     return self.lazydata.device
-
-  @property
-  def ndim(self) -> int:
-    """The number of dimensions.
-
-    >>> Tensor.zeros(2, 3).ndim
-    2
-    """
-    return len(self.shape)
-
-  def numel(self) -> int:
-    """The number of elements.
-
-    >>> Tensor.zeros(2, 3).numel()
-    6
-    """
-    return prod(self.shape)
-
-  def size(self, dim: int | None = None) -> int | tuple[int, ...]:
-    """The shape, or the size of dimension `dim` (negative counts from the end), as torch's size().
-
-    >>> Tensor.zeros(2, 3).size(), Tensor.zeros(2, 3).size(-1)
-    ((2, 3), 3)
-    """
-    if dim is None: return self.shape
-    if not self.shape: raise IndexError(f"size: a 0-d tensor has no dimension {dim}")
-    return self.shape[self._resolve_axis(dim)]
 
   def element_size(self) -> int:
     """The size of one element in bytes.
@@ -446,15 +413,6 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
   # ---- writing into realized tensors ----
-
-  def _as_value_for(self, x: Any, shape: tuple[int, ...]) -> Tensor:
-    """x as a tensor of this dtype and device, broadcast to `shape` (what assign and setitem write)."""
-    t = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
-    if t.device != self.device: raise ValueError(f"cannot write a tensor on {t.device} into one on {self.device}")
-    try: full = broadcast_shape(t.shape, shape)
-    except ValueError: full = None
-    if full != shape: raise ValueError(f"cannot write a value of shape {t.shape} into a target of shape {shape}")
-    return t.cast(self.dtype)._broadcast_to(shape)
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
@@ -682,27 +640,3 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, UnaryMixin, ReduceM
     False
     """
     return TensorFlag("training", mode)
-
-  def _broadcasted(self, y: Tensor | Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
-    """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""
-    if isinstance(y, Tensor):
-      mine, its = self.lazydata, y.lazydata
-      # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
-      if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
-        return (y, self) if reverse else (self, y)
-      dt = promote_types(self.dtype, y.dtype)
-    elif isinstance(y, (bool, int, float, np.generic)):
-      y = y.item() if isinstance(y, np.generic) else y
-      dt = result_type_scalar(self.dtype, y)
-      # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
-      y = Tensor(const_uop(y, dt, self.device, self.shape))
-      if dt is self.dtype: return (y, self) if reverse else (self, y)  # nothing to cast either
-    elif isinstance(y, (list, np.ndarray)):
-      y = Tensor(y, device=self.device)
-      dt = promote_types(self.dtype, y.dtype)
-    else: raise TypeError(f"unsupported operand type {type(y).__name__} for a Tensor op")
-    if y.device != self.device: raise ValueError(f"tensors are on different devices: {self.device} and {y.device}")
-    x = self
-    if reverse: x, y = y, x
-    out_shape = broadcast_shape(x.shape, y.shape)
-    return x.cast(dt)._broadcast_to(out_shape), y.cast(dt)._broadcast_to(out_shape)

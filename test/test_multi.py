@@ -205,9 +205,9 @@ def test_docstring_examples() -> None:
   import doctest
 
   import lazytensor.collectives
-  import lazytensor.tensor_multi
+  import lazytensor.mixin.multi
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
-             for m in (lazytensor.tensor_multi, lazytensor.collectives)]
+             for m in (lazytensor.mixin.multi, lazytensor.collectives)]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 15, results
 
 # ---- collectives between the devices of one process ----

@@ -745,16 +745,18 @@ def test_docstring_examples() -> None:
   # every example in a Tensor docstring runs and prints what it says
   import doctest
 
+  import lazytensor.mixin.create
+  import lazytensor.mixin.elementwise
+  import lazytensor.mixin.index
+  import lazytensor.mixin.movement
+  import lazytensor.mixin.nn
+  import lazytensor.mixin.random
+  import lazytensor.mixin.reduce
+  import lazytensor.mixin.unary
   import lazytensor.tensor
-  import lazytensor.tensor_create
-  import lazytensor.tensor_elementwise
-  import lazytensor.tensor_index
-  import lazytensor.tensor_movement
-  import lazytensor.tensor_nn
-  import lazytensor.tensor_reduce
-  import lazytensor.tensor_unary
-  modules = [lazytensor.tensor, lazytensor.tensor_create, lazytensor.tensor_elementwise, lazytensor.tensor_index,
-             lazytensor.tensor_movement, lazytensor.tensor_nn, lazytensor.tensor_reduce, lazytensor.tensor_unary]
+  modules = [lazytensor.tensor, lazytensor.mixin.create, lazytensor.mixin.elementwise, lazytensor.mixin.index,
+             lazytensor.mixin.movement, lazytensor.mixin.nn, lazytensor.mixin.random, lazytensor.mixin.reduce,
+             lazytensor.mixin.unary]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 

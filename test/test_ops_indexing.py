@@ -538,6 +538,6 @@ def test_rearrange_errors(formula: str, sizes: dict[str, int], names: list[str])
 def test_docstring_examples() -> None:
   import doctest
 
-  import lazytensor.tensor_index
-  result = doctest.testmod(lazytensor.tensor_index, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+  import lazytensor.mixin.index
+  result = doctest.testmod(lazytensor.mixin.index, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
   assert result.failed == 0 and result.attempted > 10, result

@@ -13,7 +13,7 @@ import pytest
 from helpers import HAVE_TORCH, check_grad_numeric, check_op, named, torch
 from test_errors import lazy, raises_at_build
 
-import lazytensor.tensor_nn
+import lazytensor.mixin.nn
 from lazytensor import Tensor, dtypes
 from lazytensor.engine.schedule import create_schedule
 
@@ -503,5 +503,5 @@ def test_bad_inputs(name: str, fn: Callable[[], Any], exc: type[Exception], name
   raises_at_build(exc, fn, *names)
 
 def test_docstring_examples() -> None:
-  result = doctest.testmod(lazytensor.tensor_nn, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+  result = doctest.testmod(lazytensor.mixin.nn, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
   assert result.failed == 0 and result.attempted >= 20, result

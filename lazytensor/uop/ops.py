@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
 
 # where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated); on a
-# mesh of devices (tensor_multi.DeviceMesh), a tuple of such tuples, one per slice along the first mesh axis
+# mesh of devices (mixin/multi.DeviceMesh), a tuple of such tuples, one per slice along the first mesh axis
 DeviceLike = str | tuple["DeviceLike", ...]
 
 class Ops(enum.Enum):

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, cast
 from lazytensor.device import Device
 from lazytensor.graph import Bounds, mesh_uop
 from lazytensor.helpers import prod
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.mixin.nn import NNMixin
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:
-  from lazytensor.tensor import Tensor
+  from typing import Self
 
 Spec = Sequence[str | None]  # per tensor dimension: the name of the mesh axis it is sliced along, or None
 
@@ -94,7 +94,7 @@ class DeviceMesh:
       dims[k] = dim
     return tuple(dims)
 
-  def spec(self, t: Tensor) -> tuple[str | None, ...]:
+  def spec(self, t: MultiMixin) -> tuple[str | None, ...]:
     """The spec a tensor laid out on this mesh has now: per dimension, the mesh axis it is sliced along, or None.
 
     >>> mesh = DeviceMesh(("CPU:0", "CPU:1", "CPU:2", "CPU:3"), shape=(2, 2), names=("dp", "tp"))
@@ -122,10 +122,11 @@ def _first_live_piece(m: UOp) -> UOp:
   axis, bounds = m.arg
   return next((p for p, (lo, hi) in zip(m.src, bounds) if hi > lo), m.src[0]) if axis is not None else m.src[0]
 
-class MultiMixin(TensorStub):
+class MultiMixin(NNMixin):
+  """Tensor's sharding methods, the top of the chain of mixins (they need only the primitives and movement)."""
   __slots__ = ()
 
-  def shard(self, devices: Sequence[str] | DeviceMesh, axis: int | Spec | None = None) -> Tensor:
+  def shard(self, devices: Sequence[str] | DeviceMesh, axis: int | Spec | None = None) -> Self:
     """This tensor spread over `devices`: device i holds the i-th slice of `axis` (slices of ceil(n/len(devices)),
     the last ones smaller: 15 rows over 4 devices are 4, 4, 4, 3), or all of it when axis is None (replicated). Ops on
     the result run on every device, with data moved between them where slices must meet; `.device` is the tuple.
@@ -157,7 +158,7 @@ class MultiMixin(TensorStub):
       raise IndexError(f"shard: axis {axis} does not exist for a tensor of shape {self.shape}")
     return axis % self.ndim
 
-  def shard_(self, devices: Sequence[str] | DeviceMesh, axis: int | Spec | None = None) -> Tensor:
+  def shard_(self, devices: Sequence[str] | DeviceMesh, axis: int | Spec | None = None) -> Self:
     """shard() in place: the tensor's values move to `devices` now (realized there); returns self.
 
     >>> w = Tensor.ones(4, 2).shard_(("CPU:0", "CPU:1"), axis=0)
@@ -165,7 +166,7 @@ class MultiMixin(TensorStub):
     (('CPU', 'CPU:1'), 0)
     """
     sharded = self.shard(devices, axis).realize()
-    me = cast("Tensor", self)
+    me = self
     me.lazydata = sharded.lazydata
     return me
 

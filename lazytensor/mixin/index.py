@@ -1,4 +1,4 @@
-"""Indexing: `x[...]`, the writes `x[...] = v` makes, the gather/scatter family, masks and diagonals.
+"""Indexing: `x[...]`, the writes `x[...] = v` makes, the gather/scatter family, masks, triangles and selections.
 
 Basic indices (ints, slices, None, ...) are views. The graph has no load from a computed address, so an integer
 tensor index is a gather written with existing ops: each output element compares its index against an arange of the
@@ -9,27 +9,28 @@ A scatter is the transposed pattern: each output element reduces the sources who
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.realize import capturing
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
-from lazytensor.tensor_elementwise import broadcast_shape
-from lazytensor.tensor_stub import TensorStub
-from lazytensor.uop.ops import DeviceLike
+from lazytensor.mixin.elementwise import broadcast_shape
+from lazytensor.mixin.movement import _is_int
+from lazytensor.mixin.reduce import ReduceMixin
 
 if TYPE_CHECKING:
-  from lazytensor.tensor import Tensor
+  from typing import Self
+
+TensorT = TypeVar("TensorT", bound="IndexMixin")
 
 # the reductions of scatter_reduce
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
 def _is_tensor(x: Any) -> bool: return isinstance(x, IndexMixin)
-
-def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 # ---- parsing an index ----
 
@@ -41,10 +42,10 @@ class _Advanced:
   index: Any
 
 @dataclass
-class _Parsed:
-  view: Tensor                      # x after the basic indices, the dims that advanced indices index kept whole
+class _Parsed(Generic[TensorT]):
+  view: TensorT                      # x after the basic indices, the dims that advanced indices index kept whole
   advanced: list[_Advanced]
-  masks: list[tuple[int, Tensor]]   # bool Tensor masks: (first dim of the view they cover, mask)
+  masks: list[tuple[int, TensorT]]   # bool Tensor masks: (first dim of the view they cover, mask)
 
 def _as_item(i: Any) -> Any:
   """One entry of an index, with lists and numpy arrays as numpy arrays and numpy bools as Python bools."""
@@ -88,13 +89,13 @@ def _check_mask_shape(mask_shape: tuple[int, ...], view_shape: tuple[int, ...], 
     raise IndexError(f"the boolean mask of shape {tuple(mask_shape)} does not match the shape {covered} of the "
                      f"dimensions it indexes (from dimension {in_dim})")
 
-def _parse(x: Tensor, indices: Any) -> _Parsed:
+def _parse(x: TensorT, indices: Any) -> _Parsed[TensorT]:
   """Split an index into basic indices, applied to x as a view, and the advanced ones that index the view's dims.
 
   Ints are basic (they remove their dim before anything else), as in torch; None and each bool add a dim of size 1,
   a bool adding an advanced index into it too ([0] for True, [] for False), as in numpy and torch."""
   items = _expand_ellipsis([_as_item(i) for i in (indices if isinstance(indices, tuple) else (indices,))], x.ndim)
-  p = _Parsed(x, [], [])
+  p: _Parsed[TensorT] = _Parsed(x, [], [])
   layout: list[int] = []  # the view's final shape: a kept dim's size, or 1 for a new dim
   dim, in_dim = 0, 0      # the next dim of the view, and of x (for messages)
   for i in items:
@@ -107,7 +108,7 @@ def _parse(x: Tensor, indices: Any) -> _Parsed:
         # as tinygrad: a bound's value would fix the view's shape, which the graph needs now (torch reads it)
         raise TypeError(f"slice bounds must be ints or None, got a Tensor in {i}: the view's shape would depend on "
                         "its value; read it first with int(t)")
-      p.view = _take_strided(p.view, dim, *i.indices(p.view.shape[dim]))
+      p.view = p.view._take_strided(dim, *i.indices(p.view.shape[dim]))
       layout.append(p.view.shape[dim])
       dim += 1
     elif _is_int(i):
@@ -120,7 +121,7 @@ def _parse(x: Tensor, indices: Any) -> _Parsed:
   p.view = p.view.reshape(tuple(layout))
   return p
 
-def _add_array_index(p: _Parsed, i: Any, dim: int, in_dim: int, layout: list[int]) -> int:
+def _add_array_index(p: _Parsed[TensorT], i: Any, dim: int, in_dim: int, layout: list[int]) -> int:
   """Record an index array or tensor that starts at the view's dim `dim`; returns how many dims it indexes."""
   shape = p.view.shape
   if isinstance(i, np.ndarray) and i.dtype.kind == "b":  # a mask known now: its True positions, one array per dim
@@ -140,41 +141,25 @@ def _add_array_index(p: _Parsed, i: Any, dim: int, in_dim: int, layout: list[int
   layout.append(shape[dim])
   return 1
 
-def _take_strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
-  """Elements start, start+step, ... (< stop) of one dimension, as a view."""
-  n = x.shape[dim]
-  count = max(0, -(-(stop - start) // step)) if step > 0 else max(0, -(-(start - stop) // -step))
-  if count == 0: return x.shrink([(0, 0) if j == dim else None for j in range(x.ndim)])
-  if step < 0:
-    x = x.flip(dim)
-    start, step = n - 1 - start, -step
-  x = x.shrink([(start, start + (count - 1) * step + 1) if j == dim else None for j in range(x.ndim)])
-  if step == 1: return x
-  # pad to count*step, split the dim into (count, step) and keep column 0
-  x = x.pad([(0, count * step - x.shape[dim]) if j == dim else (0, 0) for j in range(x.ndim)])
-  x = x.reshape(*x.shape[:dim], count, step, *x.shape[dim + 1:])
-  x = x.shrink([(0, 1) if j == dim + 1 else None for j in range(x.ndim)])
-  return x.reshape(*x.shape[:dim], count, *x.shape[dim + 2:])
-
 # ---- advanced indices as rows of a flattened view ----
 
 @dataclass(frozen=True)
-class _Rows:
+class _Rows(Generic[TensorT]):
   """The view's indexed dims merged into one leading dim of rows: `flat` is (rows, *rest), `row` the row each result
   element reads (int32, the broadcast shape of the indices; -1 for an out-of-range tensor index)."""
-  flat: Tensor
-  row: Tensor
+  flat: TensorT
+  row: TensorT
   order: list[int]          # the permutation of the view that puts the indexed dims first
   moves_to: int | None      # where the index dims go in the result: at the first indexed dim when they are adjacent
 
-def _wrapped(t: Tensor, n: int) -> tuple[Tensor, Tensor]:
+def _wrapped(t: TensorT, n: int) -> tuple[TensorT, TensorT]:
   """A tensor index with negatives wrapped, as int32, and whether each entry is in range."""
   small = t.dtype.itemsize < 4 or t.dtype == dtypes.int32
   wide = t.cast(dtypes.int32 if small else dtypes.int64)
   wide = (wide < 0).where(wide + n, wide)
   return wide.cast(dtypes.int32), (wide >= 0) & (wide < n)
 
-def _rows(p: _Parsed) -> _Rows:
+def _rows(p: _Parsed[TensorT]) -> _Rows[TensorT]:
   x, adv = p.view, p.advanced
   dims = [a.dim for a in adv]
   try: shape = broadcast_shape(*[tuple(a.index.shape) for a in adv])
@@ -187,7 +172,7 @@ def _rows(p: _Parsed) -> _Rows:
   static = [(a.index, s) for a, s in zip(adv, strides) if isinstance(a.index, np.ndarray)]
   row_np = sum((np.broadcast_to(i, shape).astype(np.int64) * s for i, s in static), np.zeros(shape, dtype=np.int64))
   row = type(x)(row_np.astype(np.int32), device=x.device) if static else None
-  valid: Tensor | None = None
+  valid: TensorT | None = None
   for a, n, s in zip(adv, sizes, strides):
     if isinstance(a.index, np.ndarray): continue
     wrapped, ok = _wrapped(a.index, n)
@@ -202,18 +187,18 @@ def _rows(p: _Parsed) -> _Rows:
   adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
   return _Rows(flat, row, order, dims[0] if adjacent else None)
 
-def _rows_index(r: _Rows) -> Tensor:
+def _rows_index(r: _Rows[TensorT]) -> TensorT:
   """The row numbers as a gather index into `flat` along dim 0: (entries, *rest)."""
   rest = r.flat.shape[1:]
   return r.row.reshape(r.row.numel(), *(1,) * len(rest)).expand(r.row.numel(), *rest)
 
-def _move_index_dims(t: Tensor, nb: int, to: int | None, back: bool = False) -> Tensor:
+def _move_index_dims(t: TensorT, nb: int, to: int | None, back: bool = False) -> TensorT:
   """The result of advanced indexing has the index dims (nb of them) first; adjacent indices put them at `to`."""
   if to is None or to == 0: return t
   front = list(range(nb, nb + to)) + list(range(nb)) + list(range(nb + to, t.ndim))
   return t.permute(argsort(front) if back else front)
 
-def _progression(p: _Parsed) -> _Parsed:
+def _progression(p: _Parsed[TensorT]) -> _Parsed[TensorT]:
   """A lone 1-D index known now whose values step evenly ([2, 3, 4], [5, 3], [0] from True, [] from False) is a
   strided view of its dim, as a slice would be: no gather."""
   if len(p.advanced) != 1 or p.masks: return p
@@ -224,9 +209,9 @@ def _progression(p: _Parsed) -> _Parsed:
   if step == 0 or (idx.size > 2 and (np.diff(idx) != step).any()): return p
   start = int(idx[0]) if idx.size else 0
   stop = start + step * idx.size
-  return _Parsed(_take_strided(p.view, a.dim, start, stop, step), [], [])
+  return _Parsed(p.view._take_strided(a.dim, start, stop, step), [], [])
 
-def getitem(x: Tensor, indices: Any) -> Tensor:
+def getitem(x: TensorT, indices: Any) -> TensorT:
   p = _progression(_parse(x, indices))
   if p.masks:
     raise ValueError(f"indexing with a boolean Tensor of shape {p.masks[0][1].shape}: the result has as many elements "
@@ -241,7 +226,7 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   spread = r.flat.reshape(rows, *rest[:to], *(1,) * index.ndim, *rest[to:])
   return _pick(spread, index.reshape(1, *(1,) * to, *index.shape, *(1,) * (len(rest) - to)), 0)
 
-def setitem_parts(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor]:
+def setitem_parts(x: TensorT, indices: Any, value: Any) -> tuple[TensorT, TensorT]:
   """What `x[indices] = value` writes: (the view of x it writes into, the new values of that view).
 
   Basic indices write `value` into their view. Integer indices write into the whole dims they index: a scatter of
@@ -260,13 +245,13 @@ def setitem_parts(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor]:
   # materialized: the scheduler cannot yet build an assign whose value reaches a reduce through a reshape
   return p.view, unflat.permute(argsort(r.order)).contiguous()
 
-def _result_shape(r: _Rows) -> tuple[int, ...]:
+def _result_shape(r: _Rows[TensorT]) -> tuple[int, ...]:
   out = r.row.shape + r.flat.shape[1:]
   if r.moves_to is None: return out
   nb = r.row.ndim
   return out[nb:nb + r.moves_to] + out[:nb] + out[nb + r.moves_to:]
 
-def _masked_write(x: Tensor, p: _Parsed, value: Any) -> Tensor:
+def _masked_write(x: TensorT, p: _Parsed[TensorT], value: Any) -> TensorT:
   (first, mask), = p.masks
   view = p.view
   k = mask.ndim
@@ -284,32 +269,32 @@ def _masked_write(x: Tensor, p: _Parsed, value: Any) -> Tensor:
 
 # ---- the gather and scatter patterns ----
 
-def _zero(x: Tensor, value: Any = 0) -> Tensor:
+def _zero(x: TensorT, value: Any = 0) -> TensorT:
   return type(x).full((), value, dtype=x.dtype, device=x.device)
 
-def _arange_at(n: int, axis: int, ndim: int, like: Tensor) -> Tensor:
+def _arange_at(n: int, axis: int, ndim: int, like: TensorT) -> TensorT:
   """0..n-1 along `axis` of an ndim-dim shape of 1s: what indices are compared with."""
   return type(like)._iota(n, like.device).reshape([n if i == axis else 1 for i in range(ndim)])
 
-def _sum_selected(mask: Tensor, values: Tensor, axis: int) -> Tensor:
+def _sum_selected(mask: TensorT, values: TensorT, axis: int) -> TensorT:
   """The sum over `axis` of the values where mask is set (the two broadcast), in the values' dtype (an OR for bools)."""
   picked = mask.where(values, _zero(values))
   return picked.any(axis) if values.dtype.is_bool else picked.sum(axis, dtype=values.dtype)
 
-def _pick(spread: Tensor, index: Tensor, axis: int) -> Tensor:
+def _pick(spread: TensorT, index: TensorT, axis: int) -> TensorT:
   """The gather pattern: `spread` holds each result element's candidates along `axis`, and `index` (size 1 along
   axis, broadcasting with spread elsewhere) names one of them; an index outside the candidates picks nothing: 0.
   The candidates keep their place in x's layout, so the gradient (a sum over the index's dims) needs no permute."""
   return _sum_selected(index == _arange_at(spread.shape[axis], axis, spread.ndim, spread), spread, axis)
 
-def _gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+def _gather(x: TensorT, dim: int, index: TensorT) -> TensorT:
   """out[..., i, ...] = x[..., index[..., i, ...], ...] along dim; x is read only where index has entries."""
   shape = index.shape
   region = x.shrink([None if d == dim else (0, shape[d]) for d in range(x.ndim)])
   # (..., k candidates, 1, ...) against (..., 1, index entries, ...)
   return _pick(region.unsqueeze(dim + 1), index.unsqueeze(dim), dim)
 
-def _scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str | None, include_self: bool) -> Tensor:
+def _scatter(x: TensorT, dim: int, index: TensorT, src: TensorT, reduce: str | None, include_self: bool) -> TensorT:
   """x with the entries of src written (reduce None) or reduced into x[..., index[..., i, ...], ...] along dim."""
   if x.ndim == 0: return _scatter(x.reshape(1), 0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
   n = index.shape[dim]
@@ -323,7 +308,7 @@ def _scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str | None
   if reduce is None: return _scatter_last(hit, vals, x, dim + 1, n)
   return _scatter_reduce(hit, vals, x, dim + 1, reduce, include_self)
 
-def _scatter_last(hit: Tensor, vals: Tensor, old: Tensor, axis: int, n: int) -> Tensor:
+def _scatter_last(hit: TensorT, vals: TensorT, old: TensorT, axis: int, n: int) -> TensorT:
   # each target takes the value of the last entry that names it: its position is a max, then a sum picks its value
   pos = _arange_at(n, axis, hit.ndim, old)
   last = hit.where(pos, -1).max(axis, keepdim=True)
@@ -337,7 +322,7 @@ def _reduce_start(dt: DType, reduce: str) -> Any:
   if dt.is_float: return -float("inf") if reduce == "amax" else float("inf")
   return dt.min() if reduce == "amax" else dt.max()
 
-def _scatter_reduce(hit: Tensor, vals: Tensor, old: Tensor, axis: int, reduce: str, include_self: bool) -> Tensor:
+def _scatter_reduce(hit: TensorT, vals: TensorT, old: TensorT, axis: int, reduce: str, include_self: bool) -> TensorT:
   terms = hit.where(vals, _zero(old, _reduce_start(old.dtype, reduce)))
   # the old value is one more term of the reduce: ties between it and the sources share the gradient, as in torch
   if include_self: terms = terms.cat(old.unsqueeze(axis), dim=axis)
@@ -348,7 +333,7 @@ def _scatter_reduce(hit: Tensor, vals: Tensor, old: Tensor, axis: int, reduce: s
     out = out // total.cast(out.dtype) if old.dtype.is_int else out / total.cast(out.dtype)
   return out if include_self else (count > 0).where(out, old)
 
-def _reduce_along(terms: Tensor, axis: int, reduce: str) -> Tensor:
+def _reduce_along(terms: TensorT, axis: int, reduce: str) -> TensorT:
   dt = terms.dtype
   if dt.is_bool: return terms.all(axis) if reduce in ("prod", "amin") else terms.any(axis)
   if reduce in ("sum", "mean"): return terms.sum(axis, dtype=dt)
@@ -357,7 +342,7 @@ def _reduce_along(terms: Tensor, axis: int, reduce: str) -> Tensor:
 
 # ---- the methods ----
 
-def _first_selected(name: str, m: Tensor, size: int) -> tuple[Tensor, Tensor]:
+def _first_selected(name: str, m: TensorT, size: int) -> tuple[TensorT, TensorT]:
   """Where the first `size` True values of the 1-d bool `m` are (flat indices, 0 past the last) and which slots found
   one: slot j takes the element whose count of True values up to and including it is j + 1."""
   if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -368,7 +353,7 @@ def _first_selected(name: str, m: Tensor, size: int) -> tuple[Tensor, Tensor]:
   pos = type(m).arange(m.numel(), device=m.device)
   return hit.where(pos, 0).sum(-1), hit.any(-1)
 
-def _count_now(name: str, m: Tensor) -> int:
+def _count_now(name: str, m: TensorT) -> int:
   """How many True values the bool tensor m holds, read now: the size of a result whose shape depends on values. A
   TinyJit's replays would keep the count of its capture, whatever the new values: there it is an error."""
   if capturing():
@@ -376,26 +361,11 @@ def _count_now(name: str, m: Tensor) -> int:
                      "while capturing, kept by every replay whatever the values; give size=")
   return int(m.sum().item())
 
-class IndexMixin(TensorStub):
-  """Tensor's indexing methods. Its only subclass is MovementMixin, whose only subclass is Tensor (tensor.py), so every
-  IndexMixin is a Tensor."""
+class IndexMixin(ReduceMixin):
+  """Tensor's indexing methods: on the reduce mixin and those below it."""
   __slots__ = ()
-  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, beyond TensorStub, for mypy
-    def item(self) -> Any: ...
-    def _resolve_axis(self, axis: int, ndim: int | None = None) -> int: ...
-    def _as_value_for(self, x: Any, shape: tuple[int, ...]) -> Tensor: ...
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor: ...
-    def reshape(self, *shape: Any) -> Tensor: ...
-    def permute(self, *order: Any) -> Tensor: ...
-    def shrink(self, arg: Any) -> Tensor: ...
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor: ...
-    def cast(self, dtype: DType | str) -> Tensor: ...
-    def where(self, x: Any, y: Any) -> Tensor: ...
-    def max(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor: ...
-    @classmethod
-    def _iota(cls, n: int, device: DeviceLike | None = None) -> Tensor: ...
 
-  def __getitem__(self, indices: Any) -> Tensor:
+  def __getitem__(self, indices: Any) -> Self:
     """Indexing with torch's semantics. Ints, slices (any step), None and ... give a view. Integer Tensors, lists and
     numpy arrays of ints index a dim each (negative values count from the end) and broadcast together; their dims
     replace the indexed ones where those are adjacent, and go first otherwise (ints count as basic, as in torch).
@@ -407,20 +377,20 @@ class IndexMixin(TensorStub):
     >>> x[:, ::-2].tolist(), x[1, [0, 0, 2]].tolist(), x[Tensor([1, 0])].tolist(), x[[True, False]].tolist()
     ([[3, 1], [6, 4]], [4, 4, 6], [[4, 5, 6], [1, 2, 3]], [[1, 2, 3]])
     """
-    return getitem(cast("Tensor", self), indices)
+    return getitem(self, indices)
 
-  def _setitem_parts(self, indices: Any, value: Any) -> tuple[Tensor, Tensor]:
+  def _setitem_parts(self, indices: Any, value: Any) -> tuple[Self, Self]:
     """For __setitem__: the view of self that `self[indices] = value` writes into, and its new values."""
-    return setitem_parts(cast("Tensor", self), indices, value)
+    return setitem_parts(self, indices, value)
 
-  def _index_tensor(self, name: str, index: Any) -> Tensor:
+  def _index_tensor(self, name: str, index: Any) -> Self:
     if not _is_tensor(index): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int: raise TypeError(f"{name}: index must have an integer dtype, got {index.dtype}")
     if index.ndim != self.ndim:
       raise ArgumentError(f"{name}: index of shape {index.shape} must have as many dims as the tensor {self.shape}")
-    return cast("Tensor", index)
+    return index
 
-  def gather(self, dim: int, index: Tensor) -> Tensor:
+  def gather(self, dim: int, index: Self) -> Self:
     """Pick values along `dim` by index, as torch.gather: out[i][j] = self[index[i][j]][j] for dim 0. The index has as
     many dims as self, and no larger sizes outside `dim`. One kernel; an index out of range reads 0.
 
@@ -433,10 +403,10 @@ class IndexMixin(TensorStub):
       if i != d and si > sx:
         raise ArgumentError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
                          f"in dim {i}, which is not the gathered dim {d}")
-    if self.ndim == 0: return _gather(cast("Tensor", self).reshape(1), 0, index.reshape(1)).reshape(())
-    return _gather(cast("Tensor", self), d, index)
+    if self.ndim == 0: return _gather(self.reshape(1), 0, index.reshape(1)).reshape(())
+    return _gather(self, d, index)
 
-  def _scatter_args(self, name: str, dim: int, index: Any, src: Any) -> tuple[int, Tensor, Tensor]:
+  def _scatter_args(self, name: str, dim: int, index: Any, src: Any) -> tuple[int, Self, Self]:
     d = self._resolve_axis(dim)
     index = self._index_tensor(name, index)
     if not _is_tensor(src) and not isinstance(src, (bool, int, float, np.generic)):
@@ -451,7 +421,7 @@ class IndexMixin(TensorStub):
                           f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
     return d, index, value.cast(self.dtype)
 
-  def scatter(self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
+  def scatter(self, dim: int, index: Self, src: Self | float, reduce: str | None = None) -> Self:
     """Write src (a tensor or a number) into a copy of self at the given indices along `dim`, as torch.scatter:
     out[index[i][j]][j] = src[i][j] for dim 0. Where an index repeats, the last entry wins. `reduce` "add" or
     "multiply" combines a number src instead, as tinygrad (scatter_reduce "sum" and "prod" take a tensor src).
@@ -467,10 +437,10 @@ class IndexMixin(TensorStub):
     if reduce is not None:
       modes = {"add": "sum", "multiply": "prod"}
       if reduce not in modes: raise ValueError(f"scatter: reduce must be 'add', 'multiply' or None, got {reduce!r}")
-      return _scatter(cast("Tensor", self), d, index, value, modes[reduce], True)
-    return _scatter(cast("Tensor", self), d, index, value, None, False)
+      return _scatter(self, d, index, value, modes[reduce], True)
+    return _scatter(self, d, index, value, None, False)
 
-  def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+  def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str, include_self: bool = True) -> Self:
     """Reduce src into a copy of self at the given indices along `dim`, as torch.scatter_reduce: reduce is "sum",
     "prod", "mean", "amax" or "amin"; include_self counts self's old value as one of the reduced values (targets
     that no index names keep theirs). An int mean rounds down, as torch. An index out of range writes nothing.
@@ -481,9 +451,9 @@ class IndexMixin(TensorStub):
     if reduce not in SCATTER_REDUCES:
       raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
     d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
-    return _scatter(cast("Tensor", self), d, index, value, reduce, include_self)
+    return _scatter(self, d, index, value, reduce, include_self)
 
-  def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+  def masked_fill(self, mask: Self, value: Any) -> Self:
     """`value` (a number or a 0-d tensor, cast to self's dtype) where the bool mask is True, self elsewhere; mask and
     self broadcast together.
 
@@ -498,7 +468,7 @@ class IndexMixin(TensorStub):
     else: fill = type(self).full((), value, dtype=self.dtype, device=self.device)
     return mask.where(fill, self)
 
-  def one_hot(self, num_classes: int = -1) -> Tensor:
+  def one_hot(self, num_classes: int = -1) -> Self:
     """Each integer becomes a row of num_classes values (dtypes.default_int) with a 1 at that position (one
     kernel). With num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside
     [0, num_classes) give a row of zeros (torch raises; here the values are only known when the kernel runs).
@@ -510,19 +480,19 @@ class IndexMixin(TensorStub):
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     if not _is_int(num_classes) or num_classes < 0:
       raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
-    hit = cast("Tensor", self).unsqueeze(-1) == type(self)._iota(int(num_classes), self.device)
+    hit = self.unsqueeze(-1) == type(self)._iota(int(num_classes), self.device)
     return hit.cast(dtypes.default_int)
 
-  def _triangle(self, name: str, diagonal: int, keep_below: bool) -> Tensor:
+  def _triangle(self, name: str, diagonal: int, keep_below: bool) -> Self:
     if self.ndim < 2: raise ValueError(f"{name}: needs a tensor of at least 2 dims, got shape {self.shape}")
     if not _is_int(diagonal): raise TypeError(f"{name}: diagonal must be an int, got {diagonal!r}")
     n, m = self.shape[-2:]
     rows, cols = type(self)._iota(n, self.device).reshape(n, 1), type(self)._iota(m, self.device).reshape(1, m)
     offset = cols - rows
     keep = (offset <= diagonal) if keep_below else (offset >= diagonal)
-    return keep.where(self, _zero(cast("Tensor", self)))
+    return keep.where(self, _zero(self))
 
-  def tril(self, diagonal: int = 0) -> Tensor:
+  def tril(self, diagonal: int = 0) -> Self:
     """The lower triangle of the last two dims: elements on and below the `diagonal`-th diagonal, zeros above.
 
     >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
@@ -530,7 +500,7 @@ class IndexMixin(TensorStub):
     """
     return self._triangle("tril", diagonal, True)
 
-  def triu(self, diagonal: int = 0) -> Tensor:
+  def triu(self, diagonal: int = 0) -> Self:
     """The upper triangle of the last two dims: elements on and above the `diagonal`-th diagonal, zeros below.
 
     >>> Tensor([[1, 2], [3, 4]]).triu(1).tolist()
@@ -538,44 +508,7 @@ class IndexMixin(TensorStub):
     """
     return self._triangle("triu", diagonal, False)
 
-  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-    """The `offset`-th diagonal of the dims dim1 and dim2, as a view; it becomes the last dim, as in torch.
-
-    >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
-    [2, 6]
-    """
-    a, b = self._resolve_axis(dim1), self._resolve_axis(dim2)
-    if a == b: raise ValueError(f"diagonal: dim1 and dim2 must differ, both are dim {a}")
-    if not _is_int(offset): raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
-    x = cast("Tensor", self).permute([d for d in range(self.ndim) if d not in (a, b)] + [a, b])
-    n, m = x.shape[-2:]
-    size = max(0, min(n + min(offset, 0), m - max(offset, 0)))
-    r0, c0 = max(0, -offset), max(0, offset)
-    sq = x.shrink([None] * (x.ndim - 2) + [(min(r0, n), min(r0, n) + size), (min(c0, m), min(c0, m) + size)])
-    # in the flattened square, element (i, i) is at i * (size + 1): rows of size + 1 have it in column 0
-    lead = sq.shape[:-2]
-    flat = sq.reshape(*lead, size * size).pad([(0, 0)] * len(lead) + [(0, size)])
-    return flat.reshape(*lead, size, size + 1).shrink([None] * len(lead) + [None, (0, min(1, size + 1))]) \
-      .reshape(*lead, size)
-
-  def diag(self, diagonal: int = 0) -> Tensor:
-    """As torch.diag: a 1-D tensor becomes a square matrix with it on the `diagonal`-th diagonal (zeros elsewhere); a
-    2-D tensor gives its `diagonal`-th diagonal. Both are views.
-
-    >>> Tensor([1, 2]).diag().tolist(), Tensor([[1, 2], [3, 4]]).diag(-1).tolist()
-    ([[1, 0], [0, 2]], [3])
-    """
-    if self.ndim == 2: return self.diagonal(diagonal)
-    if self.ndim != 1: raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {self.shape}")
-    if not _is_int(diagonal): raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
-    n = self.shape[0]
-    # each value followed by n zeros, read in rows of n: value i lands at (i, i)
-    spaced = cast("Tensor", self).reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1))
-    square = spaced.shrink(((0, n * n),)).reshape(n, n)
-    k = abs(int(diagonal))
-    return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
-
-  def nonzero(self, size: int | None = None, fill_value: int = 0) -> Tensor:
+  def nonzero(self, size: int | None = None, fill_value: int = 0) -> Self:
     """The indices of the nonzero elements, one row of self.ndim indices each, in row-major order (torch.nonzero).
     How many there are is only known once the tensor is computed, while lazytensor needs every shape when the graph
     is built. So, as jax.numpy.nonzero, `size` fixes the number of rows: the first `size` nonzero elements fill them
@@ -587,7 +520,7 @@ class IndexMixin(TensorStub):
     >>> Tensor([0, 3, 5]).nonzero().tolist()
     [[1], [2]]
     """
-    x = cast("Tensor", self)
+    x = self
     if size is None: size = _count_now("nonzero", x != 0)
     flat, found = _first_selected("nonzero", x.reshape(-1) != 0, size)
     strides = [prod(x.shape[i + 1:]) for i in range(x.ndim)]
@@ -595,7 +528,7 @@ class IndexMixin(TensorStub):
     idx = cols[0].cat(*cols[1:], dim=-1) if cols else flat.unsqueeze(-1)[:, :0]  # a 0-d tensor: rows of no index
     return found.unsqueeze(-1).where(idx, fill_value).cast(dtypes.default_int)
 
-  def unique(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
+  def unique(self, size: int | None = None, fill_value: Any = 0) -> Self:
     """The distinct values, sorted, as a 1-d tensor. How many there are is only known once the tensor is computed,
     so `size` fixes it (as jax.numpy.unique): the `size` smallest distinct values, then fill_value. Without size, the
     count is read now, as torch does: the tensor is computed (a sync) to learn it, which a TinyJit function cannot
@@ -606,11 +539,11 @@ class IndexMixin(TensorStub):
     >>> Tensor([3, 1, 3]).unique().tolist()
     [1, 3]
     """
-    v = cast("Tensor", self).reshape(-1).sort()[0]
+    v = self.reshape(-1).sort()[0]
     first = type(v).ones(1, dtype=dtypes.bool, device=v.device).cat(v[1:] != v[:-1]) if v.numel() else v != v
     return v.masked_select(first, size=_count_now("unique", first) if size is None else size, fill_value=fill_value)
 
-  def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+  def masked_select(self, mask: Self, size: int | None = None, fill_value: Any = 0) -> Self:
     """The elements where mask (broadcast with the tensor) is True, in row-major order, as a 1-d tensor. Their count
     is only known once the mask is computed, so `size` fixes it (as jax): the first `size` selected elements, then
     fill_value. Without size, the count is read now, as tinygrad and torch do: the mask is computed (a sync) to
@@ -625,7 +558,34 @@ class IndexMixin(TensorStub):
       raise TypeError(f"masked_select: mask must be a bool Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
     shape = broadcast_shape(self.shape, mask.shape)
     if size is None: size = _count_now("masked_select", mask.expand(shape))
-    x = cast("Tensor", self).expand(shape).reshape(-1)
+    x = self.expand(shape).reshape(-1)
     flat, found = _first_selected("masked_select", mask.expand(shape).reshape(-1), size)
     picked = (flat.unsqueeze(-1) == type(x).arange(x.numel(), device=x.device)) & found.unsqueeze(-1)
     return found.where(picked.where(x, x.zeros_like()).sum(-1).cast(x.dtype), fill_value).cast(x.dtype)
+
+  def repeat_interleave(self, repeats: int | Sequence[int], dim: int | None = None) -> Self:
+    """Repeat each element `repeats` times along dim (flattened when dim is None): an int repeats all alike (a view),
+    a list gives each element its count (a gather). A Tensor of counts is not supported: the result's shape would
+    depend on its values; pass repeats.tolist().
+
+    >>> Tensor([1, 2]).repeat_interleave(2).tolist(), Tensor([1, 2]).repeat_interleave([1, 3]).tolist()
+    ([1, 1, 2, 2], [1, 2, 2, 2])
+    """
+    x = self.flatten() if dim is None else self
+    d = 0 if dim is None else self._resolve_axis(dim)
+    if self._is_tensor(repeats):
+      raise ValueError("repeat_interleave: a Tensor of repeats gives a shape that depends on its values, known only "
+                       "once it is computed; pass repeats.tolist() (or an int)")
+    if isinstance(repeats, (int, np.integer)):
+      if repeats < 0: raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+      wide = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], int(repeats), *x.shape[d + 1:])
+      return wide.flatten(d, d + 1)
+    counts = np.asarray(repeats)
+    if counts.ndim != 1 or counts.dtype.kind not in "iu" and counts.size:
+      raise TypeError(f"repeat_interleave: repeats must be an int or a list of ints, got {repeats!r}")
+    n = x.shape[d] if x.ndim else 1
+    if counts.size == 1: return self.repeat_interleave(int(counts[0]), dim)
+    if counts.size != n or (counts < 0).any():
+      raise ValueError(f"repeat_interleave: repeats {list(repeats)} must be {n} non-negative ints, one per element "
+                       f"of dim {d}")
+    return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]

@@ -1,5 +1,4 @@
-"""Elementwise functions of one tensor: roots, exponentials, trigonometry, rounding, sign, tests of values and
-activations.
+"""Elementwise math functions: roots, exponentials and logarithms, powers, trigonometry and activations.
 
 Everything is composed from the primitive ops (EXP2, LOG2, SIN, SQRT, RECIP, TRUNC, arithmetic, comparisons, WHERE),
 so it fuses into one kernel and gets its gradient from the rules of those ops. Three habits run through the file:
@@ -13,15 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from lazytensor.dtype import DType, dtypes
-from lazytensor.helpers import dim_alias
-from lazytensor.tensor_stub import TensorStub
+from lazytensor.dtype import dtypes
+from lazytensor.helpers import ArgumentError
+from lazytensor.mixin.create import CreationMixin
+from lazytensor.mixin.elementwise import _check_operand
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
-  from lazytensor.tensor import Tensor
+  from typing import Self
+
+TensorT = TypeVar("TensorT", bound="UnaryMixin")
 
 # ---- polynomial approximations ----
 # Minimax fits made for this file: Lawson's iteratively reweighted least squares on Chebyshev nodes, in 50-digit
@@ -68,21 +70,21 @@ SELU_SCALE = 1.0507009873554804934193349852946
 # past this, 2^28, asinh(x) = log(2x) and acosh(x) = log(2x) to within float64 rounding (the next term is 1/(4x^2))
 LOG_2X_FROM = 2.0 ** 28
 
-def _f64(x: Tensor) -> bool: return x.dtype == dtypes.float64
+def _f64(x: TensorT) -> bool: return x.dtype == dtypes.float64
 
-def _poly(x: Tensor, coeffs: tuple[float, ...]) -> Tensor:
+def _poly(x: TensorT, coeffs: tuple[float, ...]) -> TensorT:
   """coeffs[0] + coeffs[1]*x + ... by Horner's rule."""
   acc = x * coeffs[-1] + coeffs[-2]
   for c in reversed(coeffs[:-2]): acc = acc * x + c
   return acc
 
-def _odd(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+def _odd(x: TensorT, fn: Callable[[TensorT], TensorT]) -> TensorT:
   """f(x) for an odd function f, from fn(a) = f(a) for a = |x| >= 0: the sign bit of x goes onto the result."""
   neg = x.signbit()
   r = fn(neg.where(-x, x))
   return neg.where(-r, r)
 
-def _log1p(z: Tensor) -> Tensor:
+def _log1p(z: TensorT) -> TensorT:
   """log(1 + z), accurate for small z: log(u) * z / (u - 1) for u = fl(1 + z) cancels the rounding of 1 + z (Goldberg,
   "What every computer scientist should know about floating-point arithmetic", theorem 4). The correction z / (u - 1)
   is 1 to within rounding, so it is detached: its own derivative would be noise divided by (u - 1)^2."""
@@ -91,15 +93,15 @@ def _log1p(z: Tensor) -> Tensor:
   ratio = (exact | u.eq(math.inf)).where(1.0, z / (u - 1))
   return exact.where(z, u.log() * ratio.detach())
 
-def _expm1(x: Tensor) -> Tensor:
+def _expm1(x: TensorT) -> TensorT:
   """exp(x) - 1, accurate for small x: a Taylor series for |x| < 1/2, where exp(x) - 1 would cancel."""
   small = (x < 0.5) & (x > -0.5)
   xs = small.where(x, 0.0)
   series = xs * (xs * _poly(xs, EXPM1_F64 if _f64(x) else EXPM1_F32) + 1)
   return small.where(series, x.exp() - 1)
 
-def _atan(x: Tensor) -> Tensor:
-  def on_positive(a: Tensor) -> Tensor:
+def _atan(x: TensorT) -> TensorT:
+  def on_positive(a: TensorT) -> TensorT:
     # atan(a) = pi/2 - atan(1/a) takes a > 1 into [0, 1], where the polynomial holds
     big = a > 1
     r = big.where(big.where(a, 1.0).reciprocal(), a)
@@ -108,9 +110,9 @@ def _atan(x: Tensor) -> Tensor:
     return big.where(math.pi / 2 - p, p)
   return _odd(x, on_positive)
 
-def _erf(x: Tensor) -> Tensor:
+def _erf(x: TensorT) -> TensorT:
   hi, small_c, tail_c = (6.0, ERF_SMALL_F64, ERF_TAIL_F64) if _f64(x) else (4.0, ERF_SMALL_F32, ERF_TAIL_F32)
-  def on_positive(a: Tensor) -> Tensor:
+  def on_positive(a: TensorT) -> TensorT:
     small = a <= 1
     xs = small.where(a, 0.0)
     # a clamped to [1, hi]: past hi the tail is 1 in this float type, and its gradient (exp(-a^2)) is 0
@@ -119,7 +121,7 @@ def _erf(x: Tensor) -> Tensor:
     return small.where(xs * _poly(xs * xs, small_c), tail)
   return _odd(x, on_positive)
 
-def _cos(x: Tensor) -> Tensor:
+def _cos(x: TensorT) -> TensorT:
   """cos x = 1 - 2 sin(x/2)^2 (x/2 is exact; pi/2 - x would lose every digit for large x). That cancels near the zeros
   of cos, where it is replaced by sin(2x) / (2 sin x): 2x is exact, and sin reduces its argument exactly, so the
   result keeps its relative accuracy (and its sign) there. The sines come from SIN, whose libm calls reduce exactly."""
@@ -129,8 +131,8 @@ def _cos(x: Tensor) -> Tensor:
   xs = near_zero.where(x, 1.0)
   return near_zero.where((xs * 2).sin() / (xs.sin() * 2), c)
 
-def _sinh(x: Tensor) -> Tensor:
-  def on_positive(a: Tensor) -> Tensor:
+def _sinh(x: TensorT) -> TensorT:
+  def on_positive(a: TensorT) -> TensorT:
     small = a < 1
     xs = small.where(a, 0.0)
     series = xs + xs * xs * xs * _poly(xs * xs, SINH_F64 if _f64(x) else SINH_F32)
@@ -139,20 +141,20 @@ def _sinh(x: Tensor) -> Tensor:
     return small.where(series, h - 0.25 / h)
   return _odd(x, on_positive)
 
-def _cosh(x: Tensor) -> Tensor:
+def _cosh(x: TensorT) -> TensorT:
   a = x.signbit().where(-x, x)
   h = (a - math.log(2)).exp()  # cosh = h + 1/(4h), h = e^a / 2: e^a alone overflows for a few a where cosh does not
   return h + 0.25 / h
 
-def _tanh(x: Tensor) -> Tensor:
-  def on_positive(a: Tensor) -> Tensor:
+def _tanh(x: TensorT) -> TensorT:
+  def on_positive(a: TensorT) -> TensorT:
     # tanh(a) = e / (e + 2) for e = expm1(2a), accurate near 0; past a = 20 tanh is 1 in float64, and e would overflow
     e = _expm1((a > 20).where(20.0, a) * 2)
     return e / (e + 2)
   return _odd(x, on_positive)
 
-def _asinh(x: Tensor) -> Tensor:
-  def on_positive(a: Tensor) -> Tensor:
+def _asinh(x: TensorT) -> TensorT:
+  def on_positive(a: TensorT) -> TensorT:
     big = a >= LOG_2X_FROM
     xs = big.where(1.0, a)
     # log(a + sqrt(a^2 + 1)) = log1p(a + a^2 / (1 + sqrt(a^2 + 1))), written as a * (...) so that -0.0 stays -0.0
@@ -160,7 +162,7 @@ def _asinh(x: Tensor) -> Tensor:
     return big.where(big.where(a, 1.0).log() + math.log(2), small)
   return _odd(x, on_positive)
 
-def _acosh_from_1(x: Tensor) -> Tensor:
+def _acosh_from_1(x: TensorT) -> TensorT:
   big = x >= LOG_2X_FROM
   xs = big.where(2.0, x)
   # log(x + sqrt(x^2 - 1)) as log1p of (x - 1) + sqrt(x - 1) sqrt(x + 1): x - 1 is exact near 1, x^2 - 1 is not; and
@@ -168,67 +170,81 @@ def _acosh_from_1(x: Tensor) -> Tensor:
   small = _log1p((xs - 1) + (xs - 1).sqrt() * (xs + 1).sqrt())
   return big.where(big.where(x, 2.0).log() + math.log(2), small)
 
-def _acosh(x: Tensor) -> Tensor:
+def _acosh(x: TensorT) -> TensorT:
   # from -1 down the value is NaN, but torch's gradient there is 1 / sqrt(x^2 - 1), the derivative of -acosh(-x)
   below = x <= -1
   return below.where(math.nan - _acosh_from_1(below.where(-x, 2.0)), _acosh_from_1(below.where(2.0, x)))
 
-def _gelu_tanh(x: Tensor) -> Tensor:
+def _gelu_tanh(x: TensorT) -> TensorT:
   # (1 + tanh(z)) / 2 = sigmoid(2z); the sigmoid saturates long before |x| = 1e10, and x^3 would overflow past it
   xc = x.clamp(-1e10, 1e10)
   return x * (xc * (1 + 0.044715 * xc * xc) * (2 * math.sqrt(2 / math.pi))).sigmoid()
 
-def _softplus(x: Tensor) -> Tensor:
+def _softplus(x: TensorT) -> TensorT:
   """log(1 + e^x) as max(x, 0) + log1p(e^-|x|), which neither overflows nor loses the small values. Both are spelled
   as wheres on x >= 0, so that the gradient at 0 is 1/2 (maximum and abs would split it to 0)."""
   pos = x >= 0
   return pos.where(x, 0.0) + _log1p(pos.where(-x, x).exp())
 
-class UnaryMixin(TensorStub):
-  """Tensor's unary math methods. Its only subclass is Tensor (tensor.py), so every UnaryMixin is a Tensor."""
+# ---- powers ----
+
+def _int_pow(x: TensorT, e: int) -> TensorT:
+  # square-and-multiply, unrolled at trace time: exact for ints, a few fused multiplies for floats
+  result, base = None, x
+  while e:
+    if e & 1: result = base if result is None else result * base
+    e >>= 1
+    if e: base = base * base
+  return result if result is not None else x.ones_like()
+
+def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
+  """x ** y with numpy/torch semantics for dtypes, signs and integer exponents."""
+  if not reverse and isinstance(y, int) and not isinstance(y, bool) and y < 0 and not x.dtype.is_float:
+    raise ArgumentError(f"integer tensor ({x.dtype}) to the negative power {y}: the result is not an integer; "
+                     "cast to float first")
+  if not reverse and isinstance(y, int) and not isinstance(y, bool) and 0 <= y <= 64:
+    if x.dtype.is_bool: return _int_pow(x.cast(dtypes.default_int), y)
+    return _int_pow(x, y)
+  if not reverse and isinstance(y, float) and y == 0.5: return x.sqrt()
+  a, b = x._broadcasted(y, reverse)
+  if not a.dtype.is_float:
+    # int ** int: compute in float64 (exact below 2**53) and round back
+    out = _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).round()
+    return out.cast(a.dtype)
+  # torch's derivatives, stated: the chain rule through the formula gives 0 or a finite limit where torch (and the
+  # calculus) has +-inf at a zero base, and log|a| instead of NaN for a negative base
+  out = _float_pow(a, b)
+  d_a = (b == 0).where(0.0, b * _float_pow(a, b - 1))
+  d_b = ((a == 0) & (b >= 0)).where(0.0, out * a.log())
+  return out._apply_uop(lambda v, *xd: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xd)), a, d_a, b, d_b)
+
+def _float_pow(a: TensorT, b: TensorT) -> TensorT:
+  """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
+  reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
+  zero, neg = a == 0, a < 0
+  b_int = b.trunc() == b
+  # a finite negative base to a fractional power is NaN (-inf's is |a| ** b, as C's pow); its log2 makes it so
+  nan_base = neg & b_int.logical_not() & (a != -math.inf)
+  mag = (b * zero.where(1.0, nan_base.where(a, a.abs())).log2()).exp2()
+  mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
+  b_odd = b_int & ((b.abs() % 2) == 1)
+  ret = (neg & b_odd).where(-mag, mag)
+  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself
+  return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
+
+class UnaryMixin(CreationMixin):
+  """Tensor's math functions: on the creation mixin and those below it."""
   __slots__ = ()
-  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, beyond TensorStub, for mypy
-    def _to_float(self) -> Tensor: ...
-    def cast(self, dtype: DType | str) -> Tensor: ...
-    def maximum(self, x: Tensor | Any) -> Tensor: ...
-    def ne(self, x: Tensor | Any) -> Tensor: ...
-    def eq(self, x: Tensor | Any) -> Tensor: ...
-    def where(self, x: Tensor | Any, y: Tensor | Any) -> Tensor: ...
-    def bitcast(self, dtype: DType | str) -> Tensor: ...
-    def softmax(self, axis: int = -1, *, dim: int | None = None) -> Tensor: ...
-    def __mul__(self, x: Any) -> Tensor: ...
-    def __rmul__(self, x: Any) -> Tensor: ...
-    def __add__(self, x: Any) -> Tensor: ...
-    def __sub__(self, x: Any) -> Tensor: ...
-    def __truediv__(self, x: Any) -> Tensor: ...
-    def __and__(self, x: Any) -> Tensor: ...
-    def __lt__(self, x: Tensor | Any) -> Tensor: ...
-    def __gt__(self, x: Tensor | Any) -> Tensor: ...
-    def __le__(self, x: Tensor | Any) -> Tensor: ...
-    def __ge__(self, x: Tensor | Any) -> Tensor: ...
 
-  def _unary(self, op: Ops) -> Tensor: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
-
-  def _float_op(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
+  def _float_op(self, fn: Callable[[Self], Self]) -> Self:
     """fn of self as a float (ints and bools become the default float); float16 and bfloat16 are computed in float32."""
     x = self._to_float()
     if x.dtype.is_half: return fn(x.cast(dtypes.float32)).cast(x.dtype)
     return fn(x)
 
-  # ---- arithmetic, roots, exponentials and logarithms ----
+  # ---- roots, exponentials, logarithms and powers ----
 
-  def neg(self) -> Tensor:
-    """Elementwise negation (`-x`).
-
-    >>> (-Tensor([1, -2])).tolist()
-    [-1, 2]
-    """
-    if self.dtype.is_bool: raise TypeError("negation of a bool tensor is not supported; use logical_not or ~")
-    return self._unary(Ops.NEG)
-
-  __neg__ = neg
-
-  def reciprocal(self) -> Tensor:
+  def reciprocal(self) -> Self:
     """1 / x (ints become float).
 
     >>> Tensor([2, 4]).reciprocal().tolist()
@@ -236,7 +252,7 @@ class UnaryMixin(TensorStub):
     """
     return self._to_float()._unary(Ops.RECIP)
 
-  def sqrt(self) -> Tensor:
+  def sqrt(self) -> Self:
     """The square root (ints become float; negative values give NaN).
 
     >>> Tensor([4.0, 9.0]).sqrt().tolist()
@@ -244,7 +260,7 @@ class UnaryMixin(TensorStub):
     """
     return self._to_float()._unary(Ops.SQRT)
 
-  def rsqrt(self) -> Tensor:
+  def rsqrt(self) -> Self:
     """1 / sqrt(x).
 
     >>> Tensor([4.0]).rsqrt().tolist()
@@ -252,16 +268,16 @@ class UnaryMixin(TensorStub):
     """
     return self.sqrt().reciprocal()
 
-  def square(self) -> Tensor:
+  def square(self) -> Self:
     """x * x; a bool tensor squares as int64, as in torch.
 
     >>> Tensor([-3, 2]).square().tolist()
     [9, 4]
     """
-    x = self.cast(dtypes.default_int) if self.dtype.is_bool else cast("Tensor", self)
+    x = self.cast(dtypes.default_int) if self.dtype.is_bool else self
     return x * x
 
-  def exp2(self) -> Tensor:
+  def exp2(self) -> Self:
     """2 ** x, elementwise.
 
     >>> Tensor([3.0, -1.0]).exp2().tolist()
@@ -269,7 +285,7 @@ class UnaryMixin(TensorStub):
     """
     return self._to_float()._unary(Ops.EXP2)
 
-  def log2(self) -> Tensor:
+  def log2(self) -> Self:
     """The base-2 logarithm.
 
     >>> Tensor([8.0, 0.5]).log2().tolist()
@@ -277,7 +293,7 @@ class UnaryMixin(TensorStub):
     """
     return self._to_float()._unary(Ops.LOG2)
 
-  def exp(self) -> Tensor:
+  def exp(self) -> Self:
     """e ** x, elementwise.
 
     >>> round(Tensor([1.0]).exp().item(), 5)
@@ -286,7 +302,7 @@ class UnaryMixin(TensorStub):
     # 16-bit floats in float32: x / ln 2 rounded to bfloat16 would be off by up to 2 ulps of the result
     return self._float_op(lambda x: (x * (1 / math.log(2))).exp2())
 
-  def log(self) -> Tensor:
+  def log(self) -> Self:
     """The natural logarithm.
 
     >>> round(Tensor([2.718281828]).log().item(), 5)
@@ -294,7 +310,7 @@ class UnaryMixin(TensorStub):
     """
     return self.log2() * math.log(2)
 
-  def log1p(self) -> Tensor:
+  def log1p(self) -> Self:
     """log(1 + x), accurate where x is small (log(1 + x) would round 1 + x first).
 
     >>> round(Tensor([1e-10]).log1p().item() / 1e-10, 6)
@@ -302,7 +318,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_log1p)
 
-  def expm1(self) -> Tensor:
+  def expm1(self) -> Self:
     """exp(x) - 1, accurate where x is small (exp(x) - 1 would cancel).
 
     >>> round(Tensor([1e-10]).expm1().item() / 1e-10, 6)
@@ -310,7 +326,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_expm1)
 
-  def log10(self) -> Tensor:
+  def log10(self) -> Self:
     """The base-10 logarithm.
 
     >>> Tensor([100.0, 0.001]).log10().tolist()
@@ -318,9 +334,37 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x.log2() * math.log10(2))
 
+  def pow(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
+    An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+    Float gradients are torch's, also at the edges: +-inf at a zero base, NaN d/dy for a negative base.
+
+    >>> (Tensor([-2, 3]) ** 3).tolist()
+    [-8, 27]
+    """
+    return _pow(self, x, reverse)
+
+  def __pow__(self, x: Any) -> Self: return self.pow(x)
+
+  def __rpow__(self, x: Any) -> Self: return self.pow(x, True)
+
+  def logaddexp(self, x: Self | Any) -> Self:
+    """log(exp(self) + exp(x)), without overflow: max + log1p(exp(-|difference|)). Ints become float.
+
+    >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
+    1000.693
+    """
+    _check_operand("logaddexp", "x", x)
+    a, b = (t._to_float() for t in self._broadcasted(x))
+    dt = a.dtype
+    if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+    # equal values (infinities of one sign included, where a - b is NaN) differ by 0
+    d = a.eq(b).where(0.0, a - b)
+    return (a.maximum(b) + (d > 0).where(-d, d).exp().log1p()).cast(dt)
+
   # ---- trigonometry ----
 
-  def sin(self) -> Tensor:
+  def sin(self) -> Self:
     """The sine (radians).
 
     >>> Tensor([0.0]).sin().tolist()
@@ -328,7 +372,7 @@ class UnaryMixin(TensorStub):
     """
     return self._to_float()._unary(Ops.SIN)
 
-  def cos(self) -> Tensor:
+  def cos(self) -> Self:
     """The cosine (radians), accurate near its zeros too (see _cos).
 
     >>> Tensor([0.0]).cos().tolist()
@@ -336,7 +380,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_cos)
 
-  def tan(self) -> Tensor:
+  def tan(self) -> Self:
     """The tangent, sin(x) / cos(x), accurate near its poles too.
 
     >>> round(Tensor([math.pi / 4]).tan().item(), 6)
@@ -344,7 +388,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x.sin() / _cos(x))
 
-  def atan(self) -> Tensor:
+  def atan(self) -> Self:
     """The arctangent, in (-pi/2, pi/2): a polynomial on [0, 1], and pi/2 - atan(1/x) beyond.
 
     >>> [round(v, 6) for v in Tensor([0.0, 1.0, -math.inf]).atan().tolist()]
@@ -352,7 +396,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_atan)
 
-  def asin(self) -> Tensor:
+  def asin(self) -> Self:
     """The arcsine, in [-pi/2, pi/2]: atan(x / sqrt((1 - x)(1 + x))); NaN outside [-1, 1].
 
     >>> [round(v, 6) for v in Tensor([0.0, 1.0]).asin().tolist()]
@@ -360,7 +404,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: (x / ((1 - x) * (1 + x)).sqrt()).atan())
 
-  def acos(self) -> Tensor:
+  def acos(self) -> Self:
     """The arccosine, in [0, pi]: 2 atan(sqrt((1 - x) / (1 + x))), accurate near 1 where pi/2 - asin(x) cancels.
 
     >>> [round(v, 6) for v in Tensor([1.0, -1.0]).acos().tolist()]
@@ -370,7 +414,7 @@ class UnaryMixin(TensorStub):
 
   # ---- hyperbolic functions ----
 
-  def sinh(self) -> Tensor:
+  def sinh(self) -> Self:
     """The hyperbolic sine.
 
     >>> round(Tensor([1.0]).sinh().item(), 6)
@@ -378,7 +422,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_sinh)
 
-  def cosh(self) -> Tensor:
+  def cosh(self) -> Self:
     """The hyperbolic cosine.
 
     >>> round(Tensor([1.0]).cosh().item(), 6)
@@ -386,7 +430,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_cosh)
 
-  def tanh(self) -> Tensor:
+  def tanh(self) -> Self:
     """The hyperbolic tangent, accurate near 0 (from expm1, not from 2 sigmoid(2x) - 1).
 
     >>> Tensor([0.0, math.inf]).tanh().tolist()
@@ -394,7 +438,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_tanh)
 
-  def asinh(self) -> Tensor:
+  def asinh(self) -> Self:
     """The inverse hyperbolic sine.
 
     >>> round(Tensor([1.0]).asinh().item(), 6)
@@ -402,7 +446,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_asinh)
 
-  def acosh(self) -> Tensor:
+  def acosh(self) -> Self:
     """The inverse hyperbolic cosine (NaN below 1).
 
     >>> round(Tensor([2.0]).acosh().item(), 6)
@@ -410,7 +454,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_acosh)
 
-  def atanh(self) -> Tensor:
+  def atanh(self) -> Self:
     """The inverse hyperbolic tangent, (log1p(x) - log1p(-x)) / 2: both terms are accurate, and they never cancel
     (they have opposite signs); +-inf at +-1, NaN beyond.
 
@@ -419,7 +463,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: (_log1p(x) - _log1p(-x)) * 0.5)
 
-  def erf(self) -> Tensor:
+  def erf(self) -> Self:
     """The error function, from minimax polynomials (about 2 ulp in float32 and float64).
 
     >>> round(Tensor([0.5]).erf().item(), 6)
@@ -427,112 +471,9 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(_erf)
 
-  # ---- rounding ----
-
-  def trunc(self) -> Tensor:
-    """Round toward zero.
-
-    >>> Tensor([-1.5, 1.5]).trunc().tolist()
-    [-1.0, 1.0]
-    """
-    return cast("Tensor", self) if not self.dtype.is_float else self._unary(Ops.TRUNC)
-
-  def floor(self) -> Tensor:
-    """Round toward negative infinity.
-
-    >>> Tensor([-1.5, 1.5]).floor().tolist()
-    [-2.0, 1.0]
-    """
-    if not self.dtype.is_float: return cast("Tensor", self)
-    t = self.trunc()
-    return (self < t).where(t - 1, t)
-
-  def ceil(self) -> Tensor:
-    """Round toward positive infinity.
-
-    >>> Tensor([-1.5, 1.5]).ceil().tolist()
-    [-1.0, 2.0]
-    """
-    if not self.dtype.is_float: return cast("Tensor", self)
-    t = self.trunc()
-    return (self > t).where(t + 1, t)
-
-  def round(self) -> Tensor:
-    """Round to the nearest integer, halves to even (as torch and numpy).
-
-    >>> Tensor([0.5, 1.5, 2.5, -0.5]).round().tolist()
-    [0.0, 2.0, 2.0, -0.0]
-    """
-    if not self.dtype.is_float: return cast("Tensor", self)
-    # from trunc and the exact fraction x - trunc(x): x + 0.5 would round before the floor for large or near-half x
-    t = self.trunc()
-    frac = (self - t).abs()
-    t_odd = ((t * 0.5).trunc() * 2).ne(t)
-    away = (frac > 0.5) | ((frac == 0.5) & t_odd)
-    return away.where(t + (self > 0).where(1.0, -1.0).cast(self.dtype), t)
-
-  # ---- sign and magnitude ----
-
-  def abs(self) -> Tensor:
-    """The absolute value.
-
-    >>> Tensor([-2, 3]).abs().tolist()
-    [2, 3]
-    """
-    return cast("Tensor", self) if self.dtype.is_bool or self.dtype.is_unsigned else self.maximum(-self)
-
-  def signbit(self) -> Tensor:
-    """True where the sign bit is set: for floats that includes -0.0 and -NaN, which x < 0 misses.
-
-    >>> Tensor([-1.0, -0.0, 0.0, 2.0]).signbit().tolist()
-    [True, True, False, False]
-    """
-    if self.dtype.is_float:
-      ints = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
-      return self.bitcast(ints[self.dtype.itemsize]) < 0
-    return self.ne(self) if self.dtype.is_unsigned or self.dtype.is_bool else self < 0  # all False, or x < 0
-
-  def sign(self) -> Tensor:
-    """-1, 0 or 1 by the sign of each element; NaN stays NaN (as numpy; torch gives 0).
-
-    >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist()
-    [-1.0, 0.0, 1.0]
-    """
-    if self.dtype.is_bool: return cast("Tensor", self)
-    s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
-    return self.ne(self).where(self, s) if self.dtype.is_float else s
-
-  # ---- tests of values ----
-
-  def isnan(self) -> Tensor:
-    """True where the value is NaN (never, for ints and bools).
-
-    >>> Tensor([1.0, math.nan]).isnan().tolist()
-    [False, True]
-    """
-    return self.ne(self)
-
-  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
-    """True where the value is +inf (if detect_positive) or -inf (if detect_negative).
-
-    >>> Tensor([1.0, math.inf, -math.inf]).isinf().tolist()
-    [False, True, True]
-    """
-    if not self.dtype.is_float: return self.ne(self)
-    return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
-
-  def isfinite(self) -> Tensor:
-    """True where the value is neither infinite nor NaN (always, for ints and bools).
-
-    >>> Tensor([1.0, math.inf, math.nan]).isfinite().tolist()
-    [True, False, False]
-    """
-    if not self.dtype.is_float: return self.eq(self)
-    return (self < math.inf) & (self > -math.inf)
-
   # ---- activations ----
 
-  def relu(self) -> Tensor:
+  def relu(self) -> Self:
     """max(x, 0); NaN stays NaN and, as torch, the gradient at 0 is 0 (maximum would split it, giving 0.5).
 
     >>> Tensor([-1.0, 2.0]).relu().tolist()
@@ -540,7 +481,7 @@ class UnaryMixin(TensorStub):
     """
     return (self <= 0).where(0, self)
 
-  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
     """x clamped to [min_val, max_val], keeping the dtype (the bounds are converted to it, as torch does); unlike
     clamp, the gradient is 0 at the bounds themselves, as torch's.
 
@@ -552,7 +493,7 @@ class UnaryMixin(TensorStub):
     lo, hi = (type(self).full((), v, dtype=self.dtype, device=self.device) for v in (min_val, max_val))
     return (self <= lo).where(lo, (self >= hi).where(hi, self))
 
-  def relu6(self) -> Tensor:
+  def relu6(self) -> Self:
     """min(max(x, 0), 6), keeping the dtype.
 
     >>> Tensor([-1.0, 3.0, 7.0]).relu6().tolist()
@@ -560,7 +501,7 @@ class UnaryMixin(TensorStub):
     """
     return self.hardtanh(0, 6)
 
-  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+  def leaky_relu(self, neg_slope: float = 0.01) -> Self:
     """x for x > 0, neg_slope * x elsewhere.
 
     >>> Tensor([-2.0, 3.0]).leaky_relu(0.5).tolist()
@@ -568,7 +509,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: (x > 0).where(x, x * neg_slope))
 
-  def elu(self, alpha: float = 1.0) -> Tensor:
+  def elu(self, alpha: float = 1.0) -> Self:
     """x for x > 0, alpha * (exp(x) - 1) elsewhere.
 
     >>> round(Tensor([-1.0]).elu().item(), 6)
@@ -576,7 +517,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: (x > 0).where(x, alpha * _expm1((x > 0).where(0.0, x))))
 
-  def celu(self, alpha: float = 1.0) -> Tensor:
+  def celu(self, alpha: float = 1.0) -> Self:
     """x for x > 0, alpha * (exp(x / alpha) - 1) elsewhere; alpha must not be 0.
 
     >>> round(Tensor([-1.0]).celu(2.0).item(), 6)
@@ -585,7 +526,7 @@ class UnaryMixin(TensorStub):
     if alpha == 0: raise ValueError("celu: alpha must not be 0")
     return self._float_op(lambda x: (x > 0).where(x, alpha * _expm1((x > 0).where(0.0, x) / alpha)))
 
-  def selu(self, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+  def selu(self, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Self:
     """gamma * elu(x, alpha), with the self-normalizing constants of Klambauer et al. by default.
 
     >>> round(Tensor([1.0]).selu().item(), 6)
@@ -593,7 +534,7 @@ class UnaryMixin(TensorStub):
     """
     return self.elu(alpha) * gamma
 
-  def gelu(self, approximate: str = "tanh") -> Tensor:
+  def gelu(self, approximate: str = "tanh") -> Self:
     """The Gaussian error linear unit. The default is the tanh approximation, as tinygrad's gelu (torch's default is
     approximate="none", the exact x * (1 + erf(x / sqrt(2))) / 2, which this gives with approximate="none").
 
@@ -604,7 +545,7 @@ class UnaryMixin(TensorStub):
     if approximate != "tanh": raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return self._float_op(_gelu_tanh)
 
-  def quick_gelu(self) -> Tensor:
+  def quick_gelu(self) -> Self:
     """x * sigmoid(1.702 x), the sigmoid approximation of gelu.
 
     >>> round(Tensor([1.0]).quick_gelu().item(), 6)
@@ -612,7 +553,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x * (x * 1.702).sigmoid())
 
-  def silu(self) -> Tensor:
+  def silu(self) -> Self:
     """x * sigmoid(x), also called swish.
 
     >>> round(Tensor([1.0]).silu().item(), 6)
@@ -620,7 +561,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x * x.sigmoid())
 
-  def swish(self) -> Tensor:
+  def swish(self) -> Self:
     """x * sigmoid(x), the same as silu.
 
     >>> round(Tensor([1.0]).swish().item(), 6)
@@ -628,7 +569,7 @@ class UnaryMixin(TensorStub):
     """
     return self.silu()
 
-  def mish(self) -> Tensor:
+  def mish(self) -> Self:
     """x * tanh(softplus(x)).
 
     >>> round(Tensor([1.0]).mish().item(), 6)
@@ -636,7 +577,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x * _tanh(_softplus(x)))
 
-  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Self:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as torch.
 
     >>> round(Tensor([0.0]).softplus().item(), 6)
@@ -645,7 +586,7 @@ class UnaryMixin(TensorStub):
     if beta == 0: raise ValueError("softplus: beta must not be 0")
     return self._float_op(lambda x: (x * beta > threshold).where(x, _softplus(x * beta) / beta))
 
-  def softsign(self) -> Tensor:
+  def softsign(self) -> Self:
     """x / (1 + |x|).
 
     >>> Tensor([-3.0, 1.0]).softsign().tolist()
@@ -653,7 +594,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x / (x.abs() + 1))
 
-  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
     """alpha * x + beta clamped to [0, 1] (torch's hardsigmoid with the defaults: relu6(x + 3) / 6).
 
     >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
@@ -661,7 +602,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: (x * alpha + beta).hardtanh(0.0, 1.0))
 
-  def hardswish(self) -> Tensor:
+  def hardswish(self) -> Self:
     """x * relu6(x + 3) / 6.
 
     >>> Tensor([-4.0, 1.0, 4.0]).hardswish().tolist()
@@ -669,7 +610,7 @@ class UnaryMixin(TensorStub):
     """
     return self._float_op(lambda x: x * (x + 3).relu6() * (1 / 6))
 
-  def sigmoid(self) -> Tensor:
+  def sigmoid(self) -> Self:
     """1 / (1 + exp(-x)), computed from e = exp(-|x|) <= 1: exp(-x) overflows to inf for x < -88 (float32), and
     the chain rule through that inf turns the gradient (zero there) into NaN.
 
@@ -683,19 +624,10 @@ class UnaryMixin(TensorStub):
     r = (1 + e).reciprocal()
     return pos.where(r, e * r)
 
-  def logsigmoid(self) -> Tensor:
+  def logsigmoid(self) -> Self:
     """log(sigmoid(x)) = -softplus(-x), without overflow or loss of the small values.
 
     >>> round(Tensor([0.0]).logsigmoid().item(), 6)
     -0.693147
     """
     return self._float_op(lambda x: -_softplus(-x))
-
-  def softmin(self, axis: int = -1, *, dim: int | None = None) -> Tensor:
-    """softmax(-x) along `axis`.
-
-    >>> [round(v, 4) for v in Tensor([1.0, 2.0]).softmin().tolist()]
-    [0.7311, 0.2689]
-    """
-    axis = dim_alias("softmin", axis, dim, -1)
-    return (-self._to_float()).softmax(axis)

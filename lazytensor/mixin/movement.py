@@ -1,34 +1,93 @@
-"""Movement: reshape, permute, expand, pad, shrink, flip, and what is built from them (cat, stack, split, indexing).
+"""Movement: reshape, permute, expand, shrink, flip and zero padding, and the views built from them (squeeze, split,
+windows, diagonals, einops' rearrange). The base of the chain of mixins: it declares the primitives that every mixin
+relies on and that Tensor (tensor.py) implements.
 
-The six primitives are views: each composes a ShapeTracker into the tensor's VIEW and copies nothing.
+The primitive moves are views: each composes a ShapeTracker into the tensor's VIEW and copies nothing.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
-from lazytensor.dtype import dtypes, promote_types
 from lazytensor.graph import movement
-from lazytensor.helpers import ArgumentError, NotSupportedError, flatten, make_tuple, prod
-from lazytensor.tensor_index import IndexMixin, _take_strided
-from lazytensor.uop.ops import Ops
+from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
+
+TensorT = TypeVar("TensorT", bound="MovementMixin")
 
 if TYPE_CHECKING:
-  from lazytensor.tensor import Tensor
+  from typing import Self, TypeGuard
 
-class MovementMixin(IndexMixin):
-  """Tensor's movement methods, and through IndexMixin its indexing ones. Its only subclass is Tensor (tensor.py), so
-  every MovementMixin is a Tensor."""
+  from lazytensor.dtype import DType
+
+def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+def _window_width(i: int, k: int, s: int, d: int, o: int) -> int:
+  # the repeated row must hold every window start: w >= o*s and w = i + d (mod i) so that row a begins at a*d
+  w = i + d
+  if o * s > w: w += i * math.ceil((o * s - w) / i)
+  return w
+
+class MovementMixin:
+  """The base of Tensor's mixins: the primitives below, which Tensor implements, and the movement methods. Each mixin
+  above it (elementwise, create, unary, reduce, index, random, nn, multi) builds on this one and those between, never
+  on one above it."""
   __slots__ = ()
-  if TYPE_CHECKING:  # what the methods below use from Tensor and its other mixins, beyond TensorStub, for mypy
-    @classmethod
-    def ones(cls, *shape: Any, **kwargs: Any) -> Tensor: ...
+
+  # ---- the primitives: what a tensor is, and what only Tensor itself does (build graph nodes, realize, autograd) ----
+  # Each raises here and is implemented by Tensor (full by CreationMixin); they are declared here so that every mixin,
+  # checked by mypy, uses nothing but them and the methods of the mixins below it.
+
+  training: ClassVar[bool]  # whether dropout and batchnorm train (Tensor.train())
+
+  @property
+  def lazydata(self) -> UOp:
+    """The graph node that computes the tensor."""
+    raise NotImplementedError("Tensor.lazydata")
+  @lazydata.setter
+  def lazydata(self, value: UOp) -> None: raise NotImplementedError("Tensor.lazydata")
+
+  def __init__(self, data: Any, device: DeviceLike | None = None, dtype: DType | str | None = None,
+               requires_grad: bool | None = None) -> None:
+    raise NotImplementedError("Tensor.__init__")
+
+  @property
+  def shape(self) -> tuple[int, ...]: raise NotImplementedError("Tensor.shape")
+  @property
+  def dtype(self) -> DType: raise NotImplementedError("Tensor.dtype")
+  @property
+  def device(self) -> DeviceLike: raise NotImplementedError("Tensor.device")
+  @property
+  def requires_grad(self) -> bool | None: raise NotImplementedError("Tensor.requires_grad")
+  @requires_grad.setter
+  def requires_grad(self, value: bool | None) -> None: raise NotImplementedError("Tensor.requires_grad")
+
+  def _apply_uop(self, fn: Callable[..., UOp], *others: Self) -> Self:
+    """A tensor computed by fn from the graph nodes of self and others: every op goes through here."""
+    raise NotImplementedError("Tensor._apply_uop")
+
+  @classmethod
+  def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+           device: DeviceLike | None = None, requires_grad: bool | None = None) -> Self:
+    raise NotImplementedError("CreationMixin.full")
+
+  def detach(self) -> Self: raise NotImplementedError("Tensor.detach")
+  def contiguous(self) -> Self: raise NotImplementedError("Tensor.contiguous")
+  def to(self, device: DeviceLike) -> Self: raise NotImplementedError("Tensor.to")
+  def assign(self, x: Any) -> Self: raise NotImplementedError("Tensor.assign")
+  def realize(self, *others: Self) -> Self: raise NotImplementedError("Tensor.realize")
+  def item(self) -> Any: raise NotImplementedError("Tensor.item")
+
+  def _is_tensor(self, x: Any) -> TypeGuard[Self]:
+    """Whether x is a tensor: Tensor is the one class that mixes these in, so any of them stands for it."""
+    return isinstance(x, MovementMixin)
+
+  # ---- shapes and axes ----
 
   def _resolve_axis(self, axis: int, ndim: int | None = None) -> int:
     """axis as an index in [0, ndim); ndim is self.ndim, or one more where an axis is being inserted."""
@@ -39,7 +98,34 @@ class MovementMixin(IndexMixin):
       raise IndexError(f"axis {axis} is out of range for a tensor of shape {self.shape}: expected {-n} <= axis < {n}")
     return int(axis) % n
 
-  def reshape(self, *shape: Any) -> Tensor:
+  @property
+  def ndim(self) -> int:
+    """The number of dimensions.
+
+    >>> Tensor.zeros(2, 3).ndim
+    2
+    """
+    return len(self.shape)
+
+  def numel(self) -> int:
+    """The number of elements.
+
+    >>> Tensor.zeros(2, 3).numel()
+    6
+    """
+    return prod(self.shape)
+
+  def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+    """The shape, or the size of dimension `dim` (negative counts from the end), as torch's size().
+
+    >>> Tensor.zeros(2, 3).size(), Tensor.zeros(2, 3).size(-1)
+    ((2, 3), 3)
+    """
+    if dim is None: return self.shape
+    if not self.shape: raise IndexError(f"size: a 0-d tensor has no dimension {dim}")
+    return self.shape[self._resolve_axis(dim)]
+
+  def reshape(self, *shape: Any) -> Self:
     """The same elements in a new shape; one dimension may be -1 (whatever is left), and None keeps the size of
     that dimension (as tinygrad).
 
@@ -60,10 +146,10 @@ class MovementMixin(IndexMixin):
     shape = tuple(int(s) for s in shape)
     if prod(shape) != self.numel(): raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}: "
                                                      f"{self.numel()} != {prod(shape)} elements")
-    if shape == self.shape: return cast("Tensor", self)
+    if shape == self.shape: return self
     return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, shape))
 
-  def view(self, *shape: Any) -> Tensor:
+  def view(self, *shape: Any) -> Self:
     """The same as reshape.
 
     >>> Tensor.arange(6).view(3, 2).shape
@@ -71,7 +157,7 @@ class MovementMixin(IndexMixin):
     """
     return self.reshape(*shape)
 
-  def permute(self, *order: Any) -> Tensor:
+  def permute(self, *order: Any) -> Self:
     """Reorder the dimensions.
 
     >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
@@ -81,10 +167,10 @@ class MovementMixin(IndexMixin):
     resolved = tuple(self._resolve_axis(o) for o in order)
     if sorted(resolved) != list(range(self.ndim)):
       raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
-    if resolved == tuple(range(self.ndim)): return cast("Tensor", self)
+    if resolved == tuple(range(self.ndim)): return self
     return self._apply_uop(lambda x: movement(x, Ops.PERMUTE, resolved))
 
-  def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
     """Swap two dimensions.
 
     >>> Tensor.zeros(2, 3, 4).transpose(0, 2).shape
@@ -96,7 +182,7 @@ class MovementMixin(IndexMixin):
     return self.permute(order)
 
   @property
-  def T(self) -> Tensor:
+  def T(self) -> Self:
     """All dimensions in reverse order.
 
     >>> Tensor([[1, 2, 3]]).T.tolist()
@@ -104,7 +190,7 @@ class MovementMixin(IndexMixin):
     """
     return self.permute(tuple(reversed(range(self.ndim))))
 
-  def expand(self, *shape: Any) -> Tensor:
+  def expand(self, *shape: Any) -> Self:
     """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied.
 
     >>> Tensor([[1], [2]]).expand(2, 3).tolist()
@@ -116,13 +202,13 @@ class MovementMixin(IndexMixin):
     new = tuple(c if s == -1 else s for c, s in zip(cur, shape))
     for c, s in zip(cur, new):
       if c != s and c != 1: raise ValueError(f"expand: cannot expand {self.shape} to {shape}")
-    x = self.reshape(cur) if cur != self.shape else cast("Tensor", self)
+    x = self.reshape(cur) if cur != self.shape else self
     if new == x.shape: return x
     return x._apply_uop(lambda u: movement(u, Ops.EXPAND, new))
 
-  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
     """self with 1s prepended to its shape and expanded to `shape`."""
-    if self.shape == shape: return cast("Tensor", self)
+    if self.shape == shape: return self
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
 
   def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[int, int]]:
@@ -140,77 +226,16 @@ class MovementMixin(IndexMixin):
         raise ValueError(f"pad: padding {padding} must hold (before, after) pairs of ints")
     return [(int(b), int(a)) for b, a in pairs]
 
-  def pad(self, padding: Sequence[Any], mode: str = "constant", value: float | None = None) -> Tensor:
-    """Pad each dim: `padding` holds (before, after) per dim, or a flat torch-style list from the last dim; negative
-    amounts crop. Modes as torch: "constant" (with `value`, default 0), "reflect" (mirrored, without repeating the
-    edge), "replicate" (the edge repeated) and "circular" (wrapped around). All are views and sums of views.
-
-    >>> Tensor([1, 2, 3]).pad((2, 1)).tolist(), Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
-    ([0, 0, 1, 2, 3, 0], [3, 2, 1, 2, 3, 2])
-    """
-    pairs = self._pad_pairs(padding)
-    if mode == "constant": return self._pad_constant(pairs, 0.0 if value is None else value)
-    if mode not in ("reflect", "replicate", "circular"):
-      raise NotSupportedError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
-    if value is not None: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value}")
-    x = cast("Tensor", self)
-    for d, (b, a) in enumerate(pairs):
-      if (b, a) != (0, 0): x = x._pad_edge(d, b, a, mode)
-    return x
-
-  def _pad_constant(self, pairs: list[tuple[int, int]], value: float) -> Tensor:
+  def _pad_zeros(self, pairs: Sequence[tuple[int, int]]) -> Self:
+    """Zeros before and after each dim, (before, after) per dim, as a view; negative amounts crop."""
     if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops
       crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
-      return self.shrink(crop)._pad_constant([(max(0, b), max(0, a)) for b, a in pairs], value)
+      return self.shrink(crop)._pad_zeros([(max(0, b), max(0, a)) for b, a in pairs])
     arg = tuple(pairs)
-    if all(p == (0, 0) for p in arg): return cast("Tensor", self)
-    ret = self._apply_uop(lambda x: movement(x, Ops.PAD, arg))
-    if value == 0: return ret
-    mask = type(self).ones(self.shape, dtype=dtypes.bool, device=self.device).pad(arg)
-    return mask.where(ret, ret.full_like(value))  # the fill takes the tensor's dtype, as torch
+    if all(p == (0, 0) for p in arg): return self
+    return self._apply_uop(lambda x: movement(x, Ops.PAD, arg))
 
-  def _pad_edge(self, d: int, before: int, after: int, mode: str) -> Tensor:
-    """One dim padded in a mode that repeats the tensor's own values, with negative amounts cropping as torch does:
-    reflect and replicate pad the whole dim with its own edges and then crop; circular crops first and wraps what
-    is left."""
-    def along(start: int, end: int, t: Tensor) -> Tensor:
-      return t.shrink([(start, end) if i == d else None for i in range(t.ndim)])
-    x, n = cast("Tensor", self), self.shape[d]
-    if n == 0: raise ValueError(f"pad: mode {mode!r} cannot pad dim {d} of size 0 in {self.shape}")
-    if n + before + after < 0: raise ArgumentError(f"pad: padding ({before}, {after}) crops more than the {n} "
-                                                   f"elements of dim {d}")
-    if mode == "circular" and n + min(before, 0) + min(after, 0) <= 0:  # torch returns uninitialized memory here
-      raise NotSupportedError(f"pad: circular padding ({before}, {after}) crops all {n} elements of dim {d}, leaving "
-                              "nothing to wrap around")
-    b, a = max(before, 0), max(after, 0)
-    if mode == "circular":  # the cropped tensor three times over (a view), cut around the middle copy
-      x = along(max(0, -before), n - max(0, -after), x)
-      n = x.shape[d]
-      if max(b, a) > n:
-        raise ArgumentError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it "
-                            f"must be at most its size {n} after cropping (shape {self.shape})")
-      return along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
-    if mode == "reflect" and max(b, a) >= n:
-      raise ValueError(f"pad: reflect padding ({before}, {after}) of dim {d} must be less than its size {n} "
-                       f"(shape {self.shape})")
-    def edge(at: int, count: int) -> Tensor:
-      return along(at, at + 1, x).expand([count if i == d else s for i, s in enumerate(x.shape)])
-    left = along(1, b + 1, x).flip(d) if mode == "reflect" else edge(0, b)
-    right = along(n - 1 - a, n - 1, x).flip(d) if mode == "reflect" else edge(n - 1, a)
-    padded = type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
-    return along(max(0, -before), n + b + a - max(0, -after), padded)
-
-  def pad_to(self, *shape: Any) -> Tensor:
-    """Pad the end of each dim with zeros up to `shape` (None keeps a dim).
-
-    >>> Tensor([[1, 2]]).pad_to(2, 3).tolist()
-    [[1, 2, 0], [0, 0, 0]]
-    """
-    new = self._target_shape("pad_to", shape)
-    if any(ns < s for ns, s in zip(new, self.shape)): raise ValueError(f"pad_to: cannot pad {self.shape} to {shape}")
-    return self.pad([(0, ns - s) for ns, s in zip(new, self.shape)])
-
-  def shrink_to(self, *shape: Any) -> Tensor:
+  def shrink_to(self, *shape: Any) -> Self:
     """Keep the start of each dim, up to `shape` (None keeps a dim), as a view.
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink_to(None, 2).tolist()
@@ -228,7 +253,7 @@ class MovementMixin(IndexMixin):
       raise ValueError(f"{name}: shape {shape} must hold non-negative ints or None")
     return tuple(s if ns is None else int(ns) for ns, s in zip(shape, self.shape))
 
-  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Self:
     """Keep [start, end) of each dimension (None keeps all).
 
     >>> Tensor([1, 2, 3, 4]).shrink(((1, 3),)).tolist()
@@ -239,10 +264,10 @@ class MovementMixin(IndexMixin):
     for (b, e), s in zip(full, self.shape):
       if not 0 <= b <= e <= s:
         raise ValueError(f"shrink: range ({b}, {e}) is out of bounds for a dimension of size {s}")
-    if all(r == (0, s) for r, s in zip(full, self.shape)): return cast("Tensor", self)
+    if all(r == (0, s) for r, s in zip(full, self.shape)): return self
     return self._apply_uop(lambda x: movement(x, Ops.SHRINK, full))
 
-  def flip(self, axis: int | Sequence[int], *more: int) -> Tensor:
+  def flip(self, axis: int | Sequence[int], *more: int) -> Self:
     """Reverse the order of elements along the given axes (a sequence, or several ints); an axis named twice is an
     error, as in torch.
 
@@ -255,7 +280,7 @@ class MovementMixin(IndexMixin):
     arg = tuple(i in axes for i in range(self.ndim))
     return self._apply_uop(lambda x: movement(x, Ops.FLIP, arg))
 
-  def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+  def squeeze(self, dim: int | Sequence[int] | None = None) -> Self:
     """Remove the dimensions `dim` (an int or a sequence; negative counts from the end) whose size is 1, leaving
     the others; every size-1 dimension when `dim` is None. A 0-d tensor takes dim 0 or -1 and stays as it is.
 
@@ -266,7 +291,7 @@ class MovementMixin(IndexMixin):
     dims = range(self.ndim) if dim is None else {self._resolve_axis(d) for d in make_tuple(dim, 1)}
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
-  def unsqueeze(self, dim: int) -> Tensor:
+  def unsqueeze(self, dim: int) -> Self:
     """Insert a dimension of size 1 at `dim`.
 
     >>> Tensor([1, 2]).unsqueeze(-1).shape
@@ -275,7 +300,7 @@ class MovementMixin(IndexMixin):
     d = self._resolve_axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
     """Merge dimensions start_dim..end_dim (all by default) into one.
 
     >>> Tensor.zeros(2, 3, 4).flatten(1).shape
@@ -285,7 +310,7 @@ class MovementMixin(IndexMixin):
     s, e = self._resolve_axis(start_dim), self._resolve_axis(end_dim)
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
-  def repeat(self, *repeats: Any) -> Tensor:
+  def repeat(self, *repeats: Any) -> Self:
     """Tile the tensor `repeats[i]` times along each dimension.
 
     >>> Tensor([1, 2]).repeat(2).tolist()
@@ -301,58 +326,7 @@ class MovementMixin(IndexMixin):
     expanded = interleaved.expand(flatten((r, s) for r, s in zip(repeats, base.shape)))
     return expanded.reshape(new_shape)
 
-  def cat(self: Any, *others: Tensor, dim: int = 0) -> Tensor:
-    """Join tensors along an existing dimension (each is padded into place, then summed: one fused kernel).
-    Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
-
-    >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
-    [1, 2, 3]
-    """
-    ts: tuple[Tensor, ...] = (*self, *others) if isinstance(self, (list, tuple)) else (self, *others)
-    if not ts: raise ValueError("cat: needs at least one tensor")
-    for t in ts:
-      if not isinstance(t, MovementMixin): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
-    first = ts[0]
-    if first.ndim == 0: raise IndexError("cat: 0-d tensors have no dimension to join along; use stack")
-    d = first._resolve_axis(dim)
-    for t in ts[1:]:
-      if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
-        raise ValueError(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {d}")
-    dt = first.dtype
-    for t in ts[1:]: dt = promote_types(dt, t.dtype)
-    offsets = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
-    total = offsets[-1]
-    parts = [t.cast(dt).pad([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0) for j in range(first.ndim)])
-             for i, t in enumerate(ts)]
-    out = parts[0]
-    for p in parts[1:]: out = out._merge_disjoint(p)
-    return out
-
-  def _merge_disjoint(self, other: Tensor) -> Tensor:
-    # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
-    return self | other if self.dtype.is_bool else self + other
-
-  def stack(self: Any, *others: Tensor, dim: int = 0) -> Tensor:
-    """Join tensors along a new dimension. Called as `a.stack(b, c)`, `Tensor.stack(a, b, c)` or
-    `Tensor.stack([a, b, c])`.
-
-    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist(), Tensor([1]).stack(Tensor([2]), dim=1).tolist()
-    ([[1, 2], [3, 4]], [[1, 2]])
-    """
-    if isinstance(self, (list, tuple)) and others:
-      raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
-    ts: list[Any] = [*self, *others] if isinstance(self, (list, tuple)) else [self, *others]
-    if not ts: raise ValueError("stack: needs at least one tensor")
-    for t in ts:
-      if isinstance(t, (list, tuple)):
-        raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
-      if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
-    d = ts[0]._resolve_axis(dim, ts[0].ndim + 1)
-    for t in ts[1:]:
-      if t.shape != ts[0].shape: raise ValueError(f"stack: shapes {ts[0].shape} and {t.shape} differ")
-    return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
-
-  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
     """Split into chunks of `sizes` (an int: equal chunks, the last may be smaller) along `dim`.
 
     >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split(2)]
@@ -371,7 +345,7 @@ class MovementMixin(IndexMixin):
     return tuple(self.shrink([(offs[i], offs[i + 1]) if j == d else None for j in range(self.ndim)])
                  for i in range(len(sizes)))
 
-  def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+  def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
     """Split into `chunks` pieces of equal size along `dim` (the last may be smaller, fewer pieces if too small).
 
     >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(2)]
@@ -381,7 +355,7 @@ class MovementMixin(IndexMixin):
     d = self._resolve_axis(dim)
     return self.split(math.ceil(self.shape[d] / chunks) if self.shape[d] else 1, dim=d)
 
-  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
     """Shift elements along dims, wrapping around (a view). With dims None the tensor rolls as if flattened (shifts
     is then one int, or a sequence of one).
 
@@ -395,7 +369,7 @@ class MovementMixin(IndexMixin):
     dim_list = make_tuple(dims, 1)
     if len(shift_list) != len(dim_list):
       raise ArgumentError(f"roll: {len(shift_list)} shifts {shift_list} for {len(dim_list)} dims {dim_list}")
-    x = cast("Tensor", self)
+    x = self
     for s, dim in zip(shift_list, dim_list):
       d = self._resolve_axis(dim)
       n = x.shape[d]
@@ -405,34 +379,50 @@ class MovementMixin(IndexMixin):
       x = twice.shrink([(n - s % n, 2 * n - s % n) if i == d else None for i in range(x.ndim)])
     return x
 
-  def repeat_interleave(self, repeats: int | Sequence[int], dim: int | None = None) -> Tensor:
-    """Repeat each element `repeats` times along dim (flattened when dim is None): an int repeats all alike (a view),
-    a list gives each element its count (a gather). A Tensor of counts is not supported: the result's shape would
-    depend on its values; pass repeats.tolist().
+  def _take_strided(self, dim: int, start: int, stop: int, step: int) -> Self:
+    """Elements start, start+step, ... (< stop) of one dimension, as a view."""
+    x = self
+    n = x.shape[dim]
+    count = max(0, -(-(stop - start) // step)) if step > 0 else max(0, -(-(start - stop) // -step))
+    if count == 0: return x.shrink([(0, 0) if j == dim else None for j in range(x.ndim)])
+    if step < 0:
+      x = x.flip(dim)
+      start, step = n - 1 - start, -step
+    x = x.shrink([(start, start + (count - 1) * step + 1) if j == dim else None for j in range(x.ndim)])
+    if step == 1: return x
+    # pad to count*step, split the dim into (count, step) and keep column 0
+    x = x._pad_zeros([(0, count * step - x.shape[dim]) if j == dim else (0, 0) for j in range(x.ndim)])
+    x = x.reshape(*x.shape[:dim], count, step, *x.shape[dim + 1:])
+    x = x.shrink([(0, 1) if j == dim + 1 else None for j in range(x.ndim)])
+    return x.reshape(*x.shape[:dim], count, *x.shape[dim + 2:])
 
-    >>> Tensor([1, 2]).repeat_interleave(2).tolist(), Tensor([1, 2]).repeat_interleave([1, 3]).tolist()
-    ([1, 1, 2, 2], [1, 2, 2, 2])
+  def _pool_windows(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Self:
+    """Sliding windows over the trailing dims as a view: (..., *i) -> (..., *o, *k), without copying.
+
+    The input is repeated along each dim and re-read with a row length of i+d, which shifts each repetition by d:
+    element (o, k) of a dim lands on x[o*s + k*d].
     """
-    x = self.flatten() if dim is None else cast("Tensor", self)
-    d = 0 if dim is None else self._resolve_axis(dim)
-    if isinstance(repeats, MovementMixin):
-      raise ValueError("repeat_interleave: a Tensor of repeats gives a shape that depends on its values, known only "
-                       "once it is computed; pass repeats.tolist() (or an int)")
-    if isinstance(repeats, (int, np.integer)):
-      if repeats < 0: raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
-      wide = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], int(repeats), *x.shape[d + 1:])
-      return wide.flatten(d, d + 1)
-    counts = np.asarray(repeats)
-    if counts.ndim != 1 or counts.dtype.kind not in "iu" and counts.size:
-      raise TypeError(f"repeat_interleave: repeats must be an int or a list of ints, got {repeats!r}")
-    n = x.shape[d] if x.ndim else 1
-    if counts.size == 1: return self.repeat_interleave(int(counts[0]), dim)
-    if counts.size != n or (counts < 0).any():
-      raise ValueError(f"repeat_interleave: repeats {list(repeats)} must be {n} non-negative ints, one per element "
-                       f"of dim {d}")
-    return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]
+    x = self
+    nk = len(kernel)
+    lead, spatial = x.shape[:-nk], x.shape[-nk:]
+    nl = len(lead)
+    outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
+    if any(o <= 0 for o in outs):
+      raise ArgumentError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {spatial}")
+    widths = [_window_width(i, k, s, d, o) for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs)]
+    reps = [math.ceil(k * w / i) for i, k, w in zip(spatial, kernel, widths)]
+    x = x.reshape(*lead, *flatten((1, i) for i in spatial))
+    x = x.expand(*lead, *flatten((r, i) for r, i in zip(reps, spatial)))
+    x = x.reshape(*lead, *[r * i for r, i in zip(reps, spatial)])
+    x = x.shrink([None] * nl + [(0, k * w) for k, w in zip(kernel, widths)])
+    x = x.reshape(*lead, *flatten(zip(kernel, widths)))
+    x = x.shrink([None] * nl + flatten(((0, k), (0, o * s)) for k, o, s in zip(kernel, outs, stride)))
+    x = x.reshape(*lead, *flatten((k, o, s) for k, o, s in zip(kernel, outs, stride)))
+    x = x.shrink([None] * nl + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(kernel, outs)))
+    x = x.reshape(*lead, *flatten(zip(kernel, outs)))
+    return x.permute(*range(nl), *[nl + 2 * j + 1 for j in range(nk)], *[nl + 2 * j for j in range(nk)])
 
-  def unfold(self, dimension: int, size: int, step: int) -> Tensor:
+  def unfold(self, dimension: int, size: int, step: int) -> Self:
     """Sliding windows of `size` elements every `step` along a dim, as torch.Tensor.unfold: the dim becomes the window
     count and the windows' elements a new last dim. A view.
 
@@ -451,19 +441,19 @@ class MovementMixin(IndexMixin):
     # size + 1 copies of the row read in rows of n + 1: row k starts at element k, so (k, j) holds x[k + j]
     tiled = last.unsqueeze(-2).expand(*lead, size + 1, n).reshape(*lead, (size + 1) * n)
     shifted = tiled.shrink([None] * len(lead) + [(0, size * (n + 1))]).reshape(*lead, size, n + 1)
-    starts = _take_strided(shifted, len(lead) + 1, 0, n - size + 1, int(step))       # (..., size, count)
+    starts = shifted._take_strided(len(lead) + 1, 0, n - size + 1, int(step))       # (..., size, count)
     windows = starts.transpose(-1, -2)                                                # (..., count, size)
     nl = len(lead)
     return windows.permute(list(range(d)) + [nl] + list(range(d, nl)) + [nl + 1])
 
-  def meshgrid(self: Any, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+  def meshgrid(self: Any, *others: TensorT, indexing: str = "ij") -> tuple[TensorT, ...]:
     """Coordinate grids from 1-D tensors, as torch.meshgrid: indexing "ij" gives grids of shape (len0, len1, ...),
     "xy" swaps the first two dims. Each grid is a broadcast view. Called as `a.meshgrid(b)` or `Tensor.meshgrid(a, b)`.
 
     >>> [g.tolist() for g in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
     [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
     """
-    ts: tuple[Tensor, ...] = (*self, *others) if isinstance(self, (list, tuple)) else (self, *others)
+    ts: tuple[TensorT, ...] = (*self, *others) if isinstance(self, (list, tuple)) else (self, *others)
     if indexing not in ("ij", "xy"): raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in ts:
       if not isinstance(t, MovementMixin): raise TypeError(f"meshgrid: expected Tensors, got {type(t).__name__}")
@@ -474,7 +464,7 @@ class MovementMixin(IndexMixin):
     for t, a in zip(ts, axes): shape[a] = t.numel()
     return tuple(t.reshape([shape[a] if i == a else 1 for i in range(len(ts))]).expand(shape) for t, a in zip(ts, axes))
 
-  def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+  def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
     """Split one dim into several of the given sizes (one may be -1).
 
     >>> Tensor.zeros(2, 6).unflatten(1, (3, -1)).shape
@@ -490,7 +480,7 @@ class MovementMixin(IndexMixin):
     full = tuple(n // known if s == -1 else s for s in sizes)
     return self.reshape(self.shape[:d] + full + self.shape[d + 1:])
 
-  def rearrange(self, formula: str, **sizes: int) -> Tensor:
+  def rearrange(self, formula: str, **sizes: int) -> Self:
     """Reorder, split and merge dims with einops notation: "b (h w) c -> b h w c". Parentheses group axes into one
     dim, "..." stands for the dims not named, "1" and "()" are dims of size 1; a split needs all its sizes but one
     as keywords. A view.
@@ -498,25 +488,46 @@ class MovementMixin(IndexMixin):
     >>> Tensor.zeros(2, 6, 5).rearrange("b (h w) c -> c b h w", h=2).shape
     (5, 2, 2, 3)
     """
-    return _rearrange(cast("Tensor", self), formula, sizes)
+    return _rearrange(self, formula, sizes)
 
-  @classmethod
-  def einsum(cls, formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
-    """Sum of products over the subscripts of `formula`, as torch.einsum: "ij,jk->ik" is a matmul, a repeated
-    subscript in one operand takes its diagonal ("ii->i"), without "->" the output is the subscripts that appear
-    once, in alphabetical order; "..." broadcasts, as do dims of size 1. Operands are contracted two at a time,
-    each pair in one kernel.
+  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
+    """The `offset`-th diagonal of the dims dim1 and dim2, as a view; it becomes the last dim, as in torch.
 
-    >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
-    [3, 7]
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
+    [2, 6]
     """
-    one_list = len(operands) == 1 and isinstance(operands[0], (list, tuple))
-    ops: list[Any] = list(cast(Sequence[Any], operands[0])) if one_list else list(operands)
-    for t in ops:
-      if not isinstance(t, cls): raise TypeError(f"einsum: expected Tensors, got {type(t).__name__}")
-    return _einsum(formula, ops)
+    a, b = self._resolve_axis(dim1), self._resolve_axis(dim2)
+    if a == b: raise ValueError(f"diagonal: dim1 and dim2 must differ, both are dim {a}")
+    if not _is_int(offset): raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
+    x = self.permute([d for d in range(self.ndim) if d not in (a, b)] + [a, b])
+    n, m = x.shape[-2:]
+    size = max(0, min(n + min(offset, 0), m - max(offset, 0)))
+    r0, c0 = max(0, -offset), max(0, offset)
+    sq = x.shrink([None] * (x.ndim - 2) + [(min(r0, n), min(r0, n) + size), (min(c0, m), min(c0, m) + size)])
+    # in the flattened square, element (i, i) is at i * (size + 1): rows of size + 1 have it in column 0
+    lead = sq.shape[:-2]
+    flat = sq.reshape(*lead, size * size)._pad_zeros([(0, 0)] * len(lead) + [(0, size)])
+    return flat.reshape(*lead, size, size + 1).shrink([None] * len(lead) + [None, (0, min(1, size + 1))]) \
+      .reshape(*lead, size)
 
-# ---- einops and einsum notation ----
+  def diag(self, diagonal: int = 0) -> Self:
+    """As torch.diag: a 1-D tensor becomes a square matrix with it on the `diagonal`-th diagonal (zeros elsewhere); a
+    2-D tensor gives its `diagonal`-th diagonal. Both are views.
+
+    >>> Tensor([1, 2]).diag().tolist(), Tensor([[1, 2], [3, 4]]).diag(-1).tolist()
+    ([[1, 0], [0, 2]], [3])
+    """
+    if self.ndim == 2: return self.diagonal(diagonal)
+    if self.ndim != 1: raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {self.shape}")
+    if not _is_int(diagonal): raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
+    n = self.shape[0]
+    # each value followed by n zeros, read in rows of n: value i lands at (i, i)
+    spaced = self.reshape(n, 1)._pad_zeros(((0, 0), (0, n))).reshape(n * (n + 1))
+    square = spaced.shrink(((0, n * n),)).reshape(n, n)
+    k = abs(int(diagonal))
+    return square._pad_zeros(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+
+# ---- einops notation ----
 
 def _rearrange_groups(side: str, formula: str) -> list[list[str]]:
   """One side of an einops pattern as groups of axis names, each group one dim; "1" is dropped (a group of no axes
@@ -558,7 +569,7 @@ def _rearrange_sides(formula: str) -> tuple[list[list[str]], list[list[str]]]:
     raise ValueError(f"rearrange: '...' must appear once on each side or not at all in {formula!r}")
   return left, right
 
-def _rearrange(x: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
+def _rearrange(x: TensorT, formula: str, sizes: dict[str, int]) -> TensorT:
   left, right = _rearrange_sides(formula)
   if unknown := sorted(set(sizes) - {a for g in left for a in g}):
     raise ValueError(f"rearrange: sizes given for axes {unknown} that {formula!r} does not name")
@@ -598,92 +609,3 @@ def _split_sizes(group: list[str], n: int, sizes: dict[str, int], formula: str) 
   if unknown and (known == 0 or n % known) or not unknown and known != n:
     raise ValueError(f"rearrange: a dim of size {n} cannot be split as {label} with sizes {sizes} ({formula!r})")
   return {a: int(sizes[a]) if a in sizes else n // known for a in group}
-
-def _einsum_term(term: str, formula: str) -> list[str]:
-  """The subscripts of one operand: letters, and "..." as one entry."""
-  out: list[str] = []
-  rest = term
-  while rest:
-    if rest.startswith("..."):
-      if "..." in out: raise ArgumentError(f"einsum: '...' appears twice in {term!r} of {formula!r}")
-      out.append("...")
-      rest = rest[3:]
-    elif rest[0].isascii() and rest[0].isalpha():
-      out.append(rest[0])
-      rest = rest[1:]
-    else: raise ValueError(f"einsum: {rest[0]!r} in {formula!r} is not a subscript; subscripts are letters a-z, A-Z "
-                           "and '...'")
-  return out
-
-def _einsum_labels(t: Tensor, term: list[str], i: int, formula: str) -> tuple[Tensor, list[Any]]:
-  """An operand with its dims labeled (letters; ints -k for the k-th dim from the end of its '...'), repeated
-  letters replaced by their diagonal."""
-  letters = [s for s in term if s != "..."]
-  n_ell = t.ndim - len(letters)
-  if n_ell < 0 or ("..." not in term and n_ell):
-    raise ValueError(f"einsum: operand {i} of shape {t.shape} has {t.ndim} dims, but its subscripts "
-                     f"{''.join(term)!r} in {formula!r} name {len(letters)}")
-  labels: list[Any] = [lab for s in term for lab in (range(-n_ell, 0) if s == "..." else [s])]
-  for dup in [s for s in dict.fromkeys(letters) if letters.count(s) > 1]:
-    p = labels.index(dup)
-    q = labels.index(dup, p + 1)
-    if t.shape[p] != t.shape[q]:
-      raise ValueError(f"einsum: subscript {dup} repeats in operand {i} with sizes {t.shape[p]} and {t.shape[q]}")
-    t = t.diagonal(0, p, q)
-    labels = [lab for j, lab in enumerate(labels) if j not in (p, q)] + [dup]
-  return t, labels
-
-def _einsum_output(rhs: str | None, terms: list[list[str]], n_ell: int, formula: str) -> list[Any]:
-  ell = list(range(-n_ell, 0))
-  letters = [s for term in terms for s in term if s != "..."]
-  if rhs is None: return ell + sorted(s for s in set(letters) if letters.count(s) == 1)
-  out = _einsum_term(rhs, formula)
-  for s in out:
-    if s != "..." and out.count(s) > 1: raise ValueError(f"einsum: output subscript {s} appears twice in {formula!r}")
-    if s != "..." and s not in letters:
-      raise ValueError(f"einsum: output subscript {s} of {formula!r} is in no operand")
-  return [lab for s in out for lab in (ell if s == "..." else [s])]
-
-def _einsum(formula: str, operands: list[Tensor]) -> Tensor:
-  eq = formula.replace(" ", "")
-  if eq.count("->") > 1: raise ValueError(f"einsum: {formula!r} has more than one '->'")
-  lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
-  terms = [_einsum_term(term, formula) for term in lhs.split(",")]
-  if len(terms) != len(operands):
-    raise ValueError(f"einsum: {formula!r} has {len(terms)} operands, but {len(operands)} tensors were given")
-  labeled = [_einsum_labels(t, term, i, formula) for i, (t, term) in enumerate(zip(operands, terms))]
-  seen: dict[Any, int] = {}
-  for t, labels in labeled:
-    for lab, n in zip(labels, t.shape):
-      if seen.get(lab, 1) != 1 and n not in (1, seen[lab]):
-        name = lab if isinstance(lab, str) else "..."
-        raise ArgumentError(f"einsum: subscript {name} has sizes {seen[lab]} and {n}, which do not broadcast, in "
-                            f"{formula!r}")
-      if n != 1 or lab not in seen: seen[lab] = n
-  n_ell = max(sum(isinstance(lab, int) for lab in labels) for _, labels in labeled)
-  output = _einsum_output(rhs, terms, n_ell, formula)
-  dt = functools.reduce(promote_types, [t.dtype for t in operands])
-  dt = dtypes.default_int if dt.is_bool else dt  # bools are counted, as torch sums them
-  acc, acc_labels = labeled[0][0].cast(dt), labeled[0][1]
-  for k in range(len(labeled)):
-    # what later steps need, the output's labels first: after the last step the result is in the output's order
-    needed = list(dict.fromkeys(output + [lab for _, labels in labeled[k + 1:] for lab in labels]))
-    if k: acc, acc_labels = _contract(acc, acc_labels, labeled[k][0].cast(dt), labeled[k][1], needed)
-    else: acc, acc_labels = _contract(acc, acc_labels, None, [], needed)
-  return acc
-
-def _contract(a: Tensor, a_labels: list[Any], b: Tensor | None, b_labels: list[Any],
-              needed: list[Any]) -> tuple[Tensor, list[Any]]:
-  """a times b (broadcast by label), summed over the labels not needed later: one kernel. The kept labels come in the
-  order of `needed`, the summed ones last, as in matmul, so that the reduce reads along them."""
-  union = a_labels + [lab for lab in b_labels if lab not in a_labels]
-  keep = [lab for lab in needed if lab in union]
-  summed = [lab for lab in union if lab not in needed]
-  order = keep + summed
-  def aligned(t: Tensor, labels: list[Any]) -> Tensor:
-    mine = [lab for lab in order if lab in labels]
-    moved = t.permute([labels.index(lab) for lab in mine])
-    return moved.reshape([t.shape[labels.index(lab)] if lab in labels else 1 for lab in order])
-  prod_ = aligned(a, a_labels) if b is None else aligned(a, a_labels) * aligned(b, b_labels)
-  if not summed: return prod_, keep
-  return prod_.sum(tuple(range(len(keep), len(order))), dtype=prod_.dtype), keep

@@ -1,0 +1,777 @@
+"""Elementwise ops: arithmetic, comparisons, where, logic and bits on two (or three) tensors, with their operators;
+negation, rounding, sign and tests of values; dtype casts; and what joins tensors (padding with a value, cat, stack).
+
+Operands broadcast against each other and promote to a common dtype as in torch (_broadcasted).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
+from lazytensor.graph import const_uop
+from lazytensor.helpers import ArgumentError, DTypeError, NotSupportedError
+from lazytensor.mixin.movement import MovementMixin
+from lazytensor.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+  from typing import Self
+
+TensorT = TypeVar("TensorT", bound="ElementwiseMixin")
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  nd = max(len(s) for s in shapes)
+  padded = [(1,) * (nd - len(s)) + s for s in shapes]
+  out = []
+  for dims in zip(*padded):
+    non1 = {d for d in dims if d != 1}
+    if len(non1) > 1: raise ValueError(f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
+    out.append(non1.pop() if non1 else 1)
+  return tuple(out)
+
+def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
+  """C's fmod (floor: Python's %) of two float tensors, exactly: MOD renders to the libm fmod (LLVM's frem). MOD has
+  no derivative rule, so its gradient, (1, -trunc(a / b)), rides on t - stop(t) for t = trunc(a / b) * b - a: that
+  is exactly +0.0 in value (subtracting it keeps the sign of a zero remainder), and has the gradient of t."""
+  dt = a.dtype
+  if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+  r = a._apply_uop(lambda p, q: p.alu(Ops.MOD, q), b)
+  q = (a / b).trunc().detach()
+  t = q.isfinite().where(q, 0.0) * b - a
+  t = t.isfinite().where(t, 0.0)  # where a or b is infinite, fmod is a or NaN, and its gradient is left at 0
+  r = r - (t - t.detach())
+  # the remainder with the sign of b: one more b where the signs differ, as numpy and torch do
+  if floor: r = (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
+  return r.cast(dt)
+
+def _check_operand(op: str, name: str, v: Any) -> None:
+  if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
+    raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
+
+class ElementwiseMixin(MovementMixin):
+  """Tensor's elementwise methods, its casts, pad, cat and stack: on the movement mixin and the primitives."""
+  __slots__ = ()
+
+  # ---- operands: promoted to a common dtype and broadcast to a common shape ----
+
+  def _broadcasted(self, y: Self | Any, reverse: bool = False) -> tuple[Self, Self]:
+    """self and y (a Tensor, number, list or array) in their common dtype and broadcast shape; reverse swaps them."""
+    if self._is_tensor(y):
+      mine, its = self.lazydata, y.lazydata
+      # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
+      if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
+        return (y, self) if reverse else (self, y)
+      dt = promote_types(self.dtype, y.dtype)
+    elif isinstance(y, (bool, int, float, np.generic)):
+      y = y.item() if isinstance(y, np.generic) else y
+      dt = result_type_scalar(self.dtype, y)
+      # made in self's shape at once: the broadcast below has nothing left to do (no reshape and expand nodes)
+      y = type(self)(const_uop(y, dt, self.device, self.shape))
+      if dt is self.dtype: return (y, self) if reverse else (self, y)  # nothing to cast either
+    elif isinstance(y, (list, np.ndarray)):
+      y = type(self)(y, device=self.device)
+      dt = promote_types(self.dtype, y.dtype)
+    else: raise TypeError(f"unsupported operand type {type(y).__name__} for a Tensor op")
+    if y.device != self.device: raise ValueError(f"tensors are on different devices: {self.device} and {y.device}")
+    x = self
+    if reverse: x, y = y, x
+    out_shape = broadcast_shape(x.shape, y.shape)
+    return x.cast(dt)._broadcast_to(out_shape), y.cast(dt)._broadcast_to(out_shape)
+
+  def _as_value_for(self, x: Any, shape: tuple[int, ...]) -> Self:
+    """x as a tensor of this dtype and device, broadcast to `shape` (what assign and setitem write)."""
+    t = x if self._is_tensor(x) else type(self)(x, device=self.device, dtype=self.dtype)
+    if t.device != self.device: raise ValueError(f"cannot write a tensor on {t.device} into one on {self.device}")
+    try: full = broadcast_shape(t.shape, shape)
+    except ValueError: full = None
+    if full != shape: raise ValueError(f"cannot write a value of shape {t.shape} into a target of shape {shape}")
+    return t.cast(self.dtype)._broadcast_to(shape)
+
+  def cast(self, dtype: DType | str) -> Self:
+    """Convert to another dtype (floats to ints truncate toward zero).
+
+    >>> Tensor([-1.7, 2.7]).cast('int32').tolist()
+    [-1, 2]
+    """
+    dt = to_dtype(dtype)
+    return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.CAST, dt, (x,)))
+
+  def bitcast(self, dtype: DType | str) -> Self:
+    """Reinterpret the bits as another dtype of the same size.
+
+    >>> Tensor([1.0]).bitcast('int32').item()
+    1065353216
+    """
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast: {self.dtype} and {dt} differ in size")
+    # a bool is one bit in registers and a 0/1 byte in memory: its byte reinterpretation is a value cast
+    if self.dtype.is_bool or dt.is_bool: return self.cast(dt)
+    return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.BITCAST, dt, (x,)))
+
+  def _to_float(self) -> Self: return self.cast(least_upper_float(self.dtype))
+
+  def _binop(self, op: Ops, y: Self | Any, reverse: bool = False) -> Self:
+    a, b = self._broadcasted(y, reverse)
+    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+
+  def add(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Elementwise sum (`+`), with broadcasting and torch's type promotion.
+
+    >>> (Tensor([1, 2]) + Tensor([[10], [20]])).tolist()
+    [[11, 12], [21, 22]]
+    """
+    return self._binop(Ops.ADD, x, reverse)
+
+  def sub(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Elementwise difference (`-`); bool operands are an error, as in torch.
+
+    >>> (Tensor([5, 7]) - 2).tolist()
+    [3, 5]
+    """
+    a, b = self._broadcasted(x, reverse)
+    x_is_bool = isinstance(x, bool) or (isinstance(x, ElementwiseMixin) and x.dtype.is_bool)
+    if self.dtype.is_bool or a.dtype.is_bool or x_is_bool:
+      raise TypeError("subtraction with a bool operand is not supported (as in torch); use logical_xor, ^ or ~")
+    return a._apply_uop(lambda p, q: p.alu(Ops.SUB, q), b)
+
+  def mul(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Elementwise product (`*`).
+
+    >>> (Tensor([1, 2]) * 1.5).tolist()
+    [1.5, 3.0]
+    """
+    return self._binop(Ops.MUL, x, reverse)
+
+  def div(self, x: Self | Any, reverse: bool = False, rounding_mode: str | None = None) -> Self:
+    """True division (ints become float); rounding_mode "trunc" or "floor" rounds like torch.
+
+    >>> (Tensor([7, -7]) / 2).tolist()
+    [3.5, -3.5]
+    """
+    if rounding_mode == "floor": return self.floordiv(x, reverse)
+    a, b = self._broadcasted(x, reverse)
+    if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
+    if rounding_mode is not None:
+      raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b = a._to_float(), b._to_float()
+    return a._apply_uop(lambda p, q: p.alu(Ops.FDIV, q), b)
+
+  def idiv(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Division rounding toward zero, as C and tinygrad's idiv: the same as div(x, rounding_mode="trunc").
+
+    >>> Tensor([7, -7]).idiv(2).tolist()
+    [3, -3]
+    """
+    return self.div(x, reverse, rounding_mode="trunc")
+
+  def _idiv_trunc(self, b: Self) -> Self:
+    # C division traps on x/0 and INT_MIN/-1: divide by a safe divisor and patch those lanes as numpy does (0, -x)
+    safe = (b == 0) | (b == -1) if not self.dtype.is_unsigned else (b == 0)
+    q = self._apply_uop(lambda p, q: p.alu(Ops.IDIV, q), safe.where(1, b))
+    if self.dtype.is_unsigned: return (b == 0).where(0, q)
+    return (b == 0).where(0, (b == -1).where(-self, q))
+
+  def floordiv(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Division rounding toward negative infinity, as Python's //; an int divided by zero gives 0, as numpy.
+
+    >>> (Tensor([7, -7, 7]) // Tensor([2, 2, 0])).tolist()
+    [3, -4, 0]
+    """
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_bool: raise TypeError("floor division of bool tensors is not supported")
+    if a.dtype.is_float: return (a / b).floor()
+    return a._int_floordiv_mod(b)[0]
+
+  def mod(self, x: Self | Any, reverse: bool = False) -> Self:
+    """Remainder with the sign of the divisor, as Python's % and torch.remainder; an int modulo zero gives 0, as
+    numpy.
+
+    >>> (Tensor([7, -7, 7]) % Tensor([3, 3, 0])).tolist()
+    [1, 2, 0]
+    """
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_bool: raise TypeError("modulo of bool tensors is not supported")
+    if not a.dtype.is_float: return a._int_floordiv_mod(b)[1]
+    return _float_remainder(a, b, floor=True)
+
+  def fmod(self, x: Self | Any) -> Self:
+    """Remainder with the sign of the dividend, as C's fmod (torch.fmod), exact for floats; an int modulo zero gives
+    0, as numpy (torch raises).
+
+    >>> Tensor([7.5, -7.5]).fmod(2).tolist()
+    [1.5, -1.5]
+    """
+    a, b = self._broadcasted(x)
+    if a.dtype.is_bool: raise TypeError("fmod of bool tensors is not supported")
+    if a.dtype.is_float: return _float_remainder(a, b, floor=False)
+    return b.eq(0).where(0, a - a._idiv_trunc(b) * b)
+
+  def _int_floordiv_mod(self, b: Self) -> tuple[Self, Self]:
+    # truncating division, then one step down where the signs differ and it was inexact; x//0 and x%0 are 0
+    q = self._idiv_trunc(b)
+    r = self - q * b
+    if not self.dtype.is_unsigned:
+      step = r.ne(0) & ((r < 0) ^ (b < 0)) & b.ne(0)
+      q, r = step.where(q - 1, q), step.where(r + b, r)
+    return q, b.eq(0).where(0, r)
+
+  def maximum(self, x: Self | Any) -> Self:
+    """The elementwise larger of two tensors (NaN propagates).
+
+    >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
+    [3, 5]
+    """
+    return self._binop(Ops.MAX, x)
+
+  def minimum(self, x: Self | Any) -> Self:
+    """The elementwise smaller of two tensors (NaN propagates).
+
+    >>> Tensor([1, 5]).minimum(3).tolist()
+    [1, 3]
+    """
+    a, b = self._broadcasted(x)
+    return -((-a).maximum(-b)) if a.dtype.is_float else ~((~a).maximum(~b))
+
+  def _broadcast_all(self, *xs: Self | Any) -> list[Self]:
+    """self and xs in their common dtype and broadcast shape."""
+    t = self
+    for x in xs: t, _ = t._broadcasted(x)
+    return [t] + [t._broadcasted(x)[1] for x in xs]
+
+  def clamp(self, min: Self | Any = None, max: Self | Any = None) -> Self:
+    """Limit the values to [min, max]; either bound may be None, a number or a tensor that broadcasts. A NaN in x or
+    in a bound gives NaN; where min > max the result is max; the gradient reaches x inside [min, max], bounds
+    included, and a tensor bound where it is chosen, as in torch.
+
+    >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
+    [-1.0, 0.5, 1.0]
+    >>> Tensor([1, 5, 9]).clamp(max=Tensor([4, 4, 10])).tolist()
+    [1, 4, 9]
+    """
+    if min is None and max is None: raise ArgumentError("clamp: at least one of min and max must be given")
+    x = self
+    for name, bound in (("min", min), ("max", max)):
+      if bound is None: continue
+      _check_operand("clamp", name, bound)
+      a, b = x._broadcasted(bound)
+      out = (a < b) if name == "min" else (b < a)
+      x = (out | b.ne(b) if a.dtype.is_float else out).where(b, a)
+    return x
+
+  def clip(self, min: Self | Any = None, max: Self | Any = None) -> Self:
+    """The same as clamp.
+
+    >>> Tensor([-2, 0, 3]).clip(-1, 1).tolist()
+    [-1, 0, 1]
+    """
+    return self.clamp(min, max)
+
+  def copysign(self, x: Self | Any) -> Self:
+    """|self| with the sign of x (its sign bit: -0.0 and -NaN count as negative); ints become float, as in torch.
+
+    >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
+    [-1.0, 2.0, -3.0]
+    """
+    _check_operand("copysign", "the sign source", x)
+    a, b = (t._to_float() for t in self._broadcasted(x))
+    mag = a.abs()
+    return b.signbit().where(-mag, mag)
+
+  def lerp(self, end: Self | Any, weight: Self | Any) -> Self:
+    """self + weight * (end - self), as torch computes it: from end's side for |weight| >= 1/2, so that weight 1
+    gives exactly end. Ints become float; float16 and bfloat16 are computed in float32.
+
+    >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
+    [2.5, 12.5]
+    """
+    _check_operand("lerp", "end", end)
+    _check_operand("lerp", "weight", weight)
+    x, e, w = (t._to_float() for t in self._broadcast_all(end, weight))
+    dt = x.dtype
+    # float16 from float32 operands, so that a Python weight is not rounded to float16 first
+    if dt.is_half: x, e, w = self.cast(dtypes.float32)._broadcast_all(end, weight)
+    d = e - x
+    return ((w < 0.5) & (w > -0.5)).where(x + w * d, e - d * (1 - w)).cast(dt)
+
+  def isclose(self, x: Self | Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Self:
+    """|self - x| <= atol + rtol * |x| elementwise, as torch: equal values (infinities included) are close, an
+    infinity is close to nothing else, and NaN to nothing unless equal_nan. Ints compare in float64.
+
+    >>> Tensor([1.0, 1.0, float('nan')]).isclose(Tensor([1.0 + 1e-6, 1.1, float('nan')]), equal_nan=True).tolist()
+    [True, False, True]
+    """
+    _check_operand("isclose", "x", x)
+    if rtol < 0 or atol < 0: raise ValueError(f"isclose: rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+    a, b = self._broadcasted(x)
+    if not a.dtype.is_float: a, b = a.cast(dtypes.float64), b.cast(dtypes.float64)
+    close = a.eq(b) | (b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs()))
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+  def where(self, x: Self | Any, y: Self | Any) -> Self:
+    """Choose x where self is true, y elsewhere.
+
+    >>> Tensor([True, False]).where(1, 2).tolist()
+    [1, 2]
+    """
+    cond = self._truth()
+    if self._is_tensor(x): a, b = x._broadcasted(y)
+    elif self._is_tensor(y): b, a = y._broadcasted(x)
+    else: a, b = type(self).full((), x, device=self.device)._broadcasted(y)
+    shape = broadcast_shape(cond.shape, a.shape)
+    c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+    return c._apply_uop(lambda p, q, r: UOp(Ops.WHERE, q.dtype, (p, q, r)), a, b)
+
+  def _cmp(self, op: Ops, y: Self | Any, reverse: bool = False) -> Self:
+    a, b = self._broadcasted(y, reverse)
+    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+
+  def __lt__(self, x: Self | Any) -> Self: return self._cmp(Ops.CMPLT, x)
+  def __gt__(self, x: Self | Any) -> Self: return self._cmp(Ops.CMPLT, x, reverse=True)
+  def __ge__(self, x: Self | Any) -> Self: return self._cmp_or_equal(x, reverse=False)
+  def __le__(self, x: Self | Any) -> Self: return self._cmp_or_equal(x, reverse=True)
+  def ne(self, x: Self | Any) -> Self:
+    """Elementwise `!=` (bool).
+
+    >>> Tensor([1, 2]).ne(2).tolist()
+    [True, False]
+    """
+    return self._cmp(Ops.CMPNE, x)
+
+  def eq(self, x: Self | Any) -> Self:
+    """Elementwise `==` (bool).
+
+    >>> Tensor([1, 2]).eq(2).tolist()
+    [False, True]
+    """
+    return self.ne(x).logical_not()
+
+  def __eq__(self, x: Self | Any) -> Self: return self.eq(x)  # type: ignore[override]
+  def __ne__(self, x: Self | Any) -> Self: return self.ne(x)  # type: ignore[override]
+
+  def _cmp_or_equal(self, x: Self | Any, reverse: bool) -> Self:
+    # not(a < b) would call NaN >= 1 true; floats need "greater or equal" spelled out
+    a, b = self._broadcasted(x, reverse)
+    if not a.dtype.is_float: return (a < b).logical_not()
+    return (b < a) | a.eq(b)
+
+  def _truth(self) -> Self: return self if self.dtype.is_bool else self.ne(0)
+
+  def _logical_operand(self, x: Self | Any) -> Self:
+    return (x if self._is_tensor(x) else type(self)(x, device=self.device))._truth()
+
+  def logical_not(self) -> Self:
+    """True where the tensor is zero (or False).
+
+    >>> Tensor([0, 2]).logical_not().tolist()
+    [True, False]
+    """
+    return self._truth().ne(True)
+
+  def logical_and(self, x: Self | Any) -> Self:
+    """Elementwise `and` of the truth values (non-zero is true); the result is bool.
+
+    >>> Tensor([1, 0, 3]).logical_and(Tensor([True, True, False])).tolist()
+    [True, False, False]
+    """
+    return self._truth()._binop(Ops.AND, self._logical_operand(x))
+
+  def logical_or(self, x: Self | Any) -> Self:
+    """Elementwise `or` of the truth values (non-zero is true); the result is bool.
+
+    >>> Tensor([1, 0, 0]).logical_or(0.5).tolist()
+    [True, True, True]
+    """
+    return self._truth()._binop(Ops.OR, self._logical_operand(x))
+
+  def logical_xor(self, x: Self | Any) -> Self:
+    """Elementwise `xor` of the truth values (non-zero is true); the result is bool.
+
+    >>> Tensor([1, 0]).logical_xor(Tensor([1, 1])).tolist()
+    [False, True]
+    """
+    return self._truth().ne(self._logical_operand(x))
+
+  def _bitwise(self, op: Ops, x: Self | Any, reverse: bool = False) -> Self:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype.is_float: raise DTypeError(f"bitwise {op.name.lower()} needs int or bool tensors, got {a.dtype}")
+    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+
+  def bitwise_and(self, x: Self | Any) -> Self:
+    """Elementwise `&` of int or bool tensors.
+
+    >>> Tensor([12, 10]).bitwise_and(6).tolist()
+    [4, 2]
+    """
+    return self._bitwise(Ops.AND, x)
+
+  def bitwise_or(self, x: Self | Any) -> Self:
+    """Elementwise `|` of int or bool tensors.
+
+    >>> Tensor([12, 10]).bitwise_or(1).tolist()
+    [13, 11]
+    """
+    return self._bitwise(Ops.OR, x)
+
+  def bitwise_xor(self, x: Self | Any) -> Self:
+    """Elementwise `^` of int or bool tensors.
+
+    >>> Tensor([12, 10]).bitwise_xor(6).tolist()
+    [10, 12]
+    """
+    return self._bitwise(Ops.XOR, x)
+
+  def bitwise_not(self) -> Self:
+    """Elementwise `~`: flips every bit of an int, negates a bool.
+
+    >>> Tensor([0, 5]).bitwise_not().tolist()
+    [-1, -6]
+    """
+    if self.dtype.is_float: raise DTypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
+    if self.dtype.is_bool: return self.logical_not()
+    return self._bitwise(Ops.XOR, self.dtype.max() if self.dtype.is_unsigned else -1)
+
+  def _shift(self, op: Ops, x: Self | Any, reverse: bool = False) -> Self:
+    a, b = self._broadcasted(x, reverse)
+    if not a.dtype.is_int: raise TypeError(f"bit shifts need int tensors, got {a.dtype}")
+    # C leaves shifts by the width or more, or by a negative amount, undefined; torch shifts every bit out
+    in_range = (b < 8 * a.dtype.itemsize) & (b >= 0)
+    shifted = a._apply_uop(lambda p, q: p.alu(op, q), in_range.where(b, 0))
+    if op is Ops.SHL or a.dtype.is_unsigned: return in_range.where(shifted, 0)
+    return in_range.where(shifted, -(a < 0).cast(a.dtype))  # all sign bits: -1 or 0
+
+  def lshift(self, x: Self | int) -> Self:
+    """Shift the bits of an int tensor left (`<<`); shifting by the width of the type or more, or by a negative
+    amount, gives 0, as torch.
+
+    >>> Tensor([1, 3]).lshift(2).tolist()
+    [4, 12]
+    """
+    return self._shift(Ops.SHL, x)
+
+  def rshift(self, x: Self | int) -> Self:
+    """Shift the bits of an int tensor right (`>>`), keeping the sign of signed ints; shifting by the width of the
+    type or more, or by a negative amount, leaves only the sign (0 or -1), as torch.
+
+    >>> Tensor([-8, 8]).rshift(2).tolist()
+    [-2, 2]
+    """
+    return self._shift(Ops.SHR, x)
+
+  def __invert__(self) -> Self: return self.bitwise_not()
+  def __add__(self, x: Any) -> Self: return self.add(x)
+  def __radd__(self, x: Any) -> Self: return self.add(x, True)
+  def __sub__(self, x: Any) -> Self: return self.sub(x)
+  def __rsub__(self, x: Any) -> Self: return self.sub(x, True)
+  def __mul__(self, x: Any) -> Self: return self.mul(x)
+  def __rmul__(self, x: Any) -> Self: return self.mul(x, True)
+  def __truediv__(self, x: Any) -> Self: return self.div(x)
+  def __rtruediv__(self, x: Any) -> Self: return self.div(x, True)
+  def __floordiv__(self, x: Any) -> Self: return self.floordiv(x)
+  def __rfloordiv__(self, x: Any) -> Self: return self.floordiv(x, True)
+  def __mod__(self, x: Any) -> Self: return self.mod(x)
+  def __rmod__(self, x: Any) -> Self: return self.mod(x, True)
+  def __and__(self, x: Any) -> Self: return self._bitwise(Ops.AND, x)
+  def __rand__(self, x: Any) -> Self: return self._bitwise(Ops.AND, x, True)
+  def __or__(self, x: Any) -> Self: return self._bitwise(Ops.OR, x)
+  def __ror__(self, x: Any) -> Self: return self._bitwise(Ops.OR, x, True)
+  def __xor__(self, x: Any) -> Self: return self._bitwise(Ops.XOR, x)
+  def __rxor__(self, x: Any) -> Self: return self._bitwise(Ops.XOR, x, True)
+  def __lshift__(self, x: Any) -> Self: return self._shift(Ops.SHL, x)
+  def __rlshift__(self, x: Any) -> Self: return self._shift(Ops.SHL, x, True)
+  def __rshift__(self, x: Any) -> Self: return self._shift(Ops.SHR, x)
+  def __rrshift__(self, x: Any) -> Self: return self._shift(Ops.SHR, x, True)
+
+  # ---- one tensor: negation, rounding, sign and tests of values ----
+
+  def _unary(self, op: Ops) -> Self: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
+
+  def neg(self) -> Self:
+    """Elementwise negation (`-x`).
+
+    >>> (-Tensor([1, -2])).tolist()
+    [-1, 2]
+    """
+    if self.dtype.is_bool: raise TypeError("negation of a bool tensor is not supported; use logical_not or ~")
+    return self._unary(Ops.NEG)
+
+  __neg__ = neg
+
+  def trunc(self) -> Self:
+    """Round toward zero.
+
+    >>> Tensor([-1.5, 1.5]).trunc().tolist()
+    [-1.0, 1.0]
+    """
+    return self if not self.dtype.is_float else self._unary(Ops.TRUNC)
+
+  def floor(self) -> Self:
+    """Round toward negative infinity.
+
+    >>> Tensor([-1.5, 1.5]).floor().tolist()
+    [-2.0, 1.0]
+    """
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+
+  def ceil(self) -> Self:
+    """Round toward positive infinity.
+
+    >>> Tensor([-1.5, 1.5]).ceil().tolist()
+    [-1.0, 2.0]
+    """
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+
+  def round(self) -> Self:
+    """Round to the nearest integer, halves to even (as torch and numpy).
+
+    >>> Tensor([0.5, 1.5, 2.5, -0.5]).round().tolist()
+    [0.0, 2.0, 2.0, -0.0]
+    """
+    if not self.dtype.is_float: return self
+    # from trunc and the exact fraction x - trunc(x): x + 0.5 would round before the floor for large or near-half x
+    t = self.trunc()
+    frac = (self - t).abs()
+    t_odd = ((t * 0.5).trunc() * 2).ne(t)
+    away = (frac > 0.5) | ((frac == 0.5) & t_odd)
+    return away.where(t + (self > 0).where(1.0, -1.0).cast(self.dtype), t)
+
+  def abs(self) -> Self:
+    """The absolute value.
+
+    >>> Tensor([-2, 3]).abs().tolist()
+    [2, 3]
+    """
+    return self if self.dtype.is_bool or self.dtype.is_unsigned else self.maximum(-self)
+
+  def signbit(self) -> Self:
+    """True where the sign bit is set: for floats that includes -0.0 and -NaN, which x < 0 misses.
+
+    >>> Tensor([-1.0, -0.0, 0.0, 2.0]).signbit().tolist()
+    [True, True, False, False]
+    """
+    if self.dtype.is_float:
+      ints = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+      return self.bitcast(ints[self.dtype.itemsize]) < 0
+    return self.ne(self) if self.dtype.is_unsigned or self.dtype.is_bool else self < 0  # all False, or x < 0
+
+  def sign(self) -> Self:
+    """-1, 0 or 1 by the sign of each element; NaN stays NaN (as numpy; torch gives 0).
+
+    >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist()
+    [-1.0, 0.0, 1.0]
+    """
+    if self.dtype.is_bool: return self
+    s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    return self.ne(self).where(self, s) if self.dtype.is_float else s
+
+  def isnan(self) -> Self:
+    """True where the value is NaN (never, for ints and bools).
+
+    >>> Tensor([1.0, math.nan]).isnan().tolist()
+    [False, True]
+    """
+    return self.ne(self)
+
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
+    """True where the value is +inf (if detect_positive) or -inf (if detect_negative).
+
+    >>> Tensor([1.0, math.inf, -math.inf]).isinf().tolist()
+    [False, True, True]
+    """
+    if not self.dtype.is_float: return self.ne(self)
+    return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
+
+  def isfinite(self) -> Self:
+    """True where the value is neither infinite nor NaN (always, for ints and bools).
+
+    >>> Tensor([1.0, math.inf, math.nan]).isfinite().tolist()
+    [True, False, False]
+    """
+    if not self.dtype.is_float: return self.eq(self)
+    return (self < math.inf) & (self > -math.inf)
+
+  # ---- padding and joining (pads filled with a value, cat and stack) ----
+
+  def pad(self, padding: Sequence[Any], mode: str = "constant", value: float | None = None) -> Self:
+    """Pad each dim: `padding` holds (before, after) per dim, or a flat torch-style list from the last dim; negative
+    amounts crop. Modes as torch: "constant" (with `value`, default 0), "reflect" (mirrored, without repeating the
+    edge), "replicate" (the edge repeated) and "circular" (wrapped around). All are views and sums of views.
+
+    >>> Tensor([1, 2, 3]).pad((2, 1)).tolist(), Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
+    ([0, 0, 1, 2, 3, 0], [3, 2, 1, 2, 3, 2])
+    """
+    pairs = self._pad_pairs(padding)
+    if mode == "constant": return self._pad_constant(pairs, 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+      raise NotSupportedError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+    if value is not None: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value}")
+    x = self
+    for d, (b, a) in enumerate(pairs):
+      if (b, a) != (0, 0): x = x._pad_edge(d, b, a, mode)
+    return x
+
+  def _pad_constant(self, pairs: list[tuple[int, int]], value: float) -> Self:
+    ret = self._pad_zeros(pairs)
+    if value == 0 or all(b <= 0 and a <= 0 for b, a in pairs): return ret
+    # the same padding of ones marks where the values are (negative amounts crop both alike)
+    mask = type(self).full(self.shape, 1, dtype=dtypes.bool, device=self.device)._pad_zeros(pairs)
+    # the fill takes the tensor's dtype, as torch
+    return mask.where(ret, type(ret).full(ret.shape, value, dtype=ret.dtype, device=ret.device))
+
+  def _pad_edge(self, d: int, before: int, after: int, mode: str) -> Self:
+    """One dim padded in a mode that repeats the tensor's own values, with negative amounts cropping as torch does:
+    reflect and replicate pad the whole dim with its own edges and then crop; circular crops first and wraps what
+    is left."""
+    def along(start: int, end: int, t: Self) -> Self:
+      return t.shrink([(start, end) if i == d else None for i in range(t.ndim)])
+    x, n = self, self.shape[d]
+    if n == 0: raise ValueError(f"pad: mode {mode!r} cannot pad dim {d} of size 0 in {self.shape}")
+    if n + before + after < 0: raise ArgumentError(f"pad: padding ({before}, {after}) crops more than the {n} "
+                                                   f"elements of dim {d}")
+    if mode == "circular" and n + min(before, 0) + min(after, 0) <= 0:  # torch returns uninitialized memory here
+      raise NotSupportedError(f"pad: circular padding ({before}, {after}) crops all {n} elements of dim {d}, leaving "
+                              "nothing to wrap around")
+    b, a = max(before, 0), max(after, 0)
+    if mode == "circular":  # the cropped tensor three times over (a view), cut around the middle copy
+      x = along(max(0, -before), n - max(0, -after), x)
+      n = x.shape[d]
+      if max(b, a) > n:
+        raise ArgumentError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it "
+                            f"must be at most its size {n} after cropping (shape {self.shape})")
+      return along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
+    if mode == "reflect" and max(b, a) >= n:
+      raise ValueError(f"pad: reflect padding ({before}, {after}) of dim {d} must be less than its size {n} "
+                       f"(shape {self.shape})")
+    def edge(t: Self, at: int, count: int) -> Self:
+      return along(at, at + 1, t).expand([count if i == d else s for i, s in enumerate(t.shape)])
+    left = along(1, b + 1, x).flip(d) if mode == "reflect" else edge(x, 0, b)
+    right = along(n - 1 - a, n - 1, x).flip(d) if mode == "reflect" else edge(x, n - 1, a)
+    padded = type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
+    return along(max(0, -before), n + b + a - max(0, -after), padded)
+
+  def pad_to(self, *shape: Any) -> Self:
+    """Pad the end of each dim with zeros up to `shape` (None keeps a dim).
+
+    >>> Tensor([[1, 2]]).pad_to(2, 3).tolist()
+    [[1, 2, 0], [0, 0, 0]]
+    """
+    new = self._target_shape("pad_to", shape)
+    if any(ns < s for ns, s in zip(new, self.shape)): raise ValueError(f"pad_to: cannot pad {self.shape} to {shape}")
+    return self.pad([(0, ns - s) for ns, s in zip(new, self.shape)])
+
+  def cat(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
+    """Join tensors along an existing dimension (each is padded into place, then summed: one fused kernel).
+    Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
+
+    >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
+    [1, 2, 3]
+    """
+    ts: tuple[TensorT, ...] = (*self, *others) if isinstance(self, (list, tuple)) else (self, *others)
+    if not ts: raise ValueError("cat: needs at least one tensor")
+    for t in ts:
+      if not isinstance(t, MovementMixin): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
+    first = ts[0]
+    if first.ndim == 0: raise IndexError("cat: 0-d tensors have no dimension to join along; use stack")
+    d = first._resolve_axis(dim)
+    for t in ts[1:]:
+      if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
+        raise ValueError(f"cat: shapes {first.shape} and {t.shape} differ outside dimension {d}")
+    dt = first.dtype
+    for t in ts[1:]: dt = promote_types(dt, t.dtype)
+    offsets = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
+    total = offsets[-1]
+    parts = [t.cast(dt)._pad_zeros([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0)
+                                    for j in range(first.ndim)]) for i, t in enumerate(ts)]
+    out = parts[0]
+    for p in parts[1:]: out = out._merge_disjoint(p)
+    return out
+
+  def _merge_disjoint(self, other: Self) -> Self:
+    # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
+    return self | other if self.dtype.is_bool else self + other
+
+  def stack(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
+    """Join tensors along a new dimension. Called as `a.stack(b, c)`, `Tensor.stack(a, b, c)` or
+    `Tensor.stack([a, b, c])`.
+
+    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist(), Tensor([1]).stack(Tensor([2]), dim=1).tolist()
+    ([[1, 2], [3, 4]], [[1, 2]])
+    """
+    if isinstance(self, (list, tuple)) and others:
+      raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
+    ts: list[Any] = [*self, *others] if isinstance(self, (list, tuple)) else [self, *others]
+    if not ts: raise ValueError("stack: needs at least one tensor")
+    for t in ts:
+      if isinstance(t, (list, tuple)):
+        raise ValueError("stack: give the tensors as separate arguments or as one sequence, not both")
+      if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
+    d = ts[0]._resolve_axis(dim, ts[0].ndim + 1)
+    for t in ts[1:]:
+      if t.shape != ts[0].shape: raise ValueError(f"stack: shapes {ts[0].shape} and {t.shape} differ")
+    return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
+
+  # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
+  # every annotation that follows them ----
+
+  def is_floating_point(self) -> bool:
+    """Whether the dtype is a float type.
+
+    >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+    (True, False)
+    """
+    return self.dtype.is_float
+
+  def float(self) -> Self:
+    """Cast to float32.
+
+    >>> Tensor([1, 2]).float().tolist()
+    [1.0, 2.0]
+    """
+    return self.cast(dtypes.float32)
+
+  def half(self) -> Self:
+    """Cast to float16.
+
+    >>> Tensor([1, 2]).half().dtype
+    dtypes.float16
+    """
+    return self.cast(dtypes.float16)
+
+  def double(self) -> Self:
+    """Cast to float64.
+
+    >>> Tensor([1, 2]).double().dtype
+    dtypes.float64
+    """
+    return self.cast(dtypes.float64)
+
+  def int(self) -> Self:
+    """Cast to int32 (floats truncate toward zero).
+
+    >>> Tensor([1.7, -1.7]).int().tolist()
+    [1, -1]
+    """
+    return self.cast(dtypes.int32)
+
+  def long(self) -> Self:
+    """Cast to int64 (floats truncate toward zero).
+
+    >>> Tensor([2.5]).long().dtype
+    dtypes.int64
+    """
+    return self.cast(dtypes.int64)
+
+  def bool(self) -> Self:
+    """Cast to bool (non-zero is True).
+
+    >>> Tensor([0, 2]).bool().tolist()
+    [False, True]
+    """
+    return self.cast(dtypes.bool)

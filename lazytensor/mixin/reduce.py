@@ -1,0 +1,626 @@
+"""Reductions (sum, max, mean, var, argmax, softmax, ...), scans (cumsum, cummax, ...), sorting, matmul and einsum."""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import numpy as np
+
+from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
+from lazytensor.graph import const_uop
+from lazytensor.helpers import ArgumentError, dim_alias, prod
+from lazytensor.mixin.unary import UnaryMixin
+from lazytensor.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+  from typing import Self
+
+TensorT = TypeVar("TensorT", bound="ReduceMixin")
+
+# the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
+Axis = int | Sequence[int] | None
+
+# ---- einsum notation ----
+
+def _einsum_term(term: str, formula: str) -> list[str]:
+  """The subscripts of one operand: letters, and "..." as one entry."""
+  out: list[str] = []
+  rest = term
+  while rest:
+    if rest.startswith("..."):
+      if "..." in out: raise ArgumentError(f"einsum: '...' appears twice in {term!r} of {formula!r}")
+      out.append("...")
+      rest = rest[3:]
+    elif rest[0].isascii() and rest[0].isalpha():
+      out.append(rest[0])
+      rest = rest[1:]
+    else: raise ValueError(f"einsum: {rest[0]!r} in {formula!r} is not a subscript; subscripts are letters a-z, A-Z "
+                           "and '...'")
+  return out
+
+def _einsum_labels(t: TensorT, term: list[str], i: int, formula: str) -> tuple[TensorT, list[Any]]:
+  """An operand with its dims labeled (letters; ints -k for the k-th dim from the end of its '...'), repeated
+  letters replaced by their diagonal."""
+  letters = [s for s in term if s != "..."]
+  n_ell = t.ndim - len(letters)
+  if n_ell < 0 or ("..." not in term and n_ell):
+    raise ValueError(f"einsum: operand {i} of shape {t.shape} has {t.ndim} dims, but its subscripts "
+                     f"{''.join(term)!r} in {formula!r} name {len(letters)}")
+  labels: list[Any] = [lab for s in term for lab in (range(-n_ell, 0) if s == "..." else [s])]
+  for dup in [s for s in dict.fromkeys(letters) if letters.count(s) > 1]:
+    p = labels.index(dup)
+    q = labels.index(dup, p + 1)
+    if t.shape[p] != t.shape[q]:
+      raise ValueError(f"einsum: subscript {dup} repeats in operand {i} with sizes {t.shape[p]} and {t.shape[q]}")
+    t = t.diagonal(0, p, q)
+    labels = [lab for j, lab in enumerate(labels) if j not in (p, q)] + [dup]
+  return t, labels
+
+def _einsum_output(rhs: str | None, terms: list[list[str]], n_ell: int, formula: str) -> list[Any]:
+  ell = list(range(-n_ell, 0))
+  letters = [s for term in terms for s in term if s != "..."]
+  if rhs is None: return ell + sorted(s for s in set(letters) if letters.count(s) == 1)
+  out = _einsum_term(rhs, formula)
+  for s in out:
+    if s != "..." and out.count(s) > 1: raise ValueError(f"einsum: output subscript {s} appears twice in {formula!r}")
+    if s != "..." and s not in letters:
+      raise ValueError(f"einsum: output subscript {s} of {formula!r} is in no operand")
+  return [lab for s in out for lab in (ell if s == "..." else [s])]
+
+def _einsum(formula: str, operands: list[TensorT]) -> TensorT:
+  eq = formula.replace(" ", "")
+  if eq.count("->") > 1: raise ValueError(f"einsum: {formula!r} has more than one '->'")
+  lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
+  terms = [_einsum_term(term, formula) for term in lhs.split(",")]
+  if len(terms) != len(operands):
+    raise ValueError(f"einsum: {formula!r} has {len(terms)} operands, but {len(operands)} tensors were given")
+  labeled = [_einsum_labels(t, term, i, formula) for i, (t, term) in enumerate(zip(operands, terms))]
+  seen: dict[Any, int] = {}
+  for t, labels in labeled:
+    for lab, n in zip(labels, t.shape):
+      if seen.get(lab, 1) != 1 and n not in (1, seen[lab]):
+        name = lab if isinstance(lab, str) else "..."
+        raise ArgumentError(f"einsum: subscript {name} has sizes {seen[lab]} and {n}, which do not broadcast, in "
+                            f"{formula!r}")
+      if n != 1 or lab not in seen: seen[lab] = n
+  n_ell = max(sum(isinstance(lab, int) for lab in labels) for _, labels in labeled)
+  output = _einsum_output(rhs, terms, n_ell, formula)
+  dt = functools.reduce(promote_types, [t.dtype for t in operands])
+  dt = dtypes.default_int if dt.is_bool else dt  # bools are counted, as torch sums them
+  acc, acc_labels = labeled[0][0].cast(dt), labeled[0][1]
+  for k in range(len(labeled)):
+    # what later steps need, the output's labels first: after the last step the result is in the output's order
+    needed = list(dict.fromkeys(output + [lab for _, labels in labeled[k + 1:] for lab in labels]))
+    if k: acc, acc_labels = _contract(acc, acc_labels, labeled[k][0].cast(dt), labeled[k][1], needed)
+    else: acc, acc_labels = _contract(acc, acc_labels, None, [], needed)
+  return acc
+
+def _contract(a: TensorT, a_labels: list[Any], b: TensorT | None, b_labels: list[Any],
+              needed: list[Any]) -> tuple[TensorT, list[Any]]:
+  """a times b (broadcast by label), summed over the labels not needed later: one kernel. The kept labels come in the
+  order of `needed`, the summed ones last, as in matmul, so that the reduce reads along them."""
+  union = a_labels + [lab for lab in b_labels if lab not in a_labels]
+  keep = [lab for lab in needed if lab in union]
+  summed = [lab for lab in union if lab not in needed]
+  order = keep + summed
+  def aligned(t: TensorT, labels: list[Any]) -> TensorT:
+    mine = [lab for lab in order if lab in labels]
+    moved = t.permute([labels.index(lab) for lab in mine])
+    return moved.reshape([t.shape[labels.index(lab)] if lab in labels else 1 for lab in order])
+  prod_ = aligned(a, a_labels) if b is None else aligned(a, a_labels) * aligned(b, b_labels)
+  if not summed: return prod_, keep
+  return prod_.sum(tuple(range(len(keep), len(order))), dtype=prod_.dtype), keep
+
+# ---- matmul ----
+
+def _matmul(x: TensorT, w: TensorT) -> TensorT:
+  """numpy matmul: 1-D operands gain and then lose a dimension, batch dimensions broadcast."""
+  if not isinstance(w, type(x)): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
+  if x.ndim == 0 or w.ndim == 0:
+    raise ArgumentError(f"matmul: both operands need at least 1 dimension, got {x.shape} and {w.shape}")
+  a = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+  b = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
+  if a.shape[-1] != b.shape[-2]:
+    raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} do not align: {a.shape[-1]} != {b.shape[-2]}")
+  batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+  nb = max(len(batch_a), len(batch_b))
+  for da, db in zip((1,) * (nb - len(batch_a)) + batch_a, (1,) * (nb - len(batch_b)) + batch_b):
+    if da != db and 1 not in (da, db):
+      raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
+                          "that do not broadcast")
+  dt = promote_types(a.dtype, b.dtype)
+  k, m = a.shape[-1], b.shape[-1]
+  b = b.cast(dt)
+  # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel; the scheduler may read B from a re-laid copy
+  # where the device's heuristics ask for one (engine/schedule.pack_operands)
+  prod_ = a.cast(dt).reshape(*a.shape[:-1], 1, k) * b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k)
+  out = prod_.sum(-1, dtype=dt)
+  if x.ndim == 1: out = out.reshape(*out.shape[:-2], m)
+  if w.ndim == 1: out = out.reshape(*out.shape[:-1])
+  return out
+
+# ---- scans and sorting ----
+
+# a scan axis longer than SCAN_SPLIT runs in blocks of about sqrt(n), at most SCAN_BLOCK, instead of one O(n^2) reduce
+SCAN_SPLIT = 512
+SCAN_BLOCK = 256
+
+def _prefix_windows(x: TensorT, identity: Any) -> TensorT:
+  """(..., n) -> (..., n, n): row i holds x[..., :i+1] after n-1-i copies of identity, as a view."""
+  n = x.shape[-1]
+  return x.pad([(0, 0)] * (x.ndim - 1) + [(n - 1, 0)], value=identity)._pool_windows((n,), (1,), (1,))
+
+def _scan_last(x: TensorT, reduce: Callable[[TensorT, int], TensorT], identity: Any) -> TensorT:
+  """Inclusive scan of an associative `reduce` along the last axis.
+
+  Up to SCAN_SPLIT elements it is one reduce over each output's prefix window (O(n^2) work, one kernel). Longer axes
+  split into blocks of b = min(sqrt(n), SCAN_BLOCK): a scan inside each block, an exclusive scan of the block totals
+  (recursively), and each block's carry combined into it: O(n b) work in a few kernels per level."""
+  n = x.shape[-1]
+  if n <= SCAN_SPLIT: return reduce(_prefix_windows(x, identity), -1)
+  b = min(math.isqrt(n - 1) + 1, SCAN_BLOCK)
+  a = -(-n // b)
+  lead = [(0, 0)] * (x.ndim - 1)
+  blocks = x.pad(lead + [(0, a * b - n)], value=identity).reshape(*x.shape[:-1], a, b)
+  inner = reduce(_prefix_windows(blocks, identity), -1)
+  # shifting the totals by one makes the scan exclusive: block j gets the combination of blocks 0..j-1
+  carry = _scan_last(reduce(blocks, -1).pad(lead + [(1, -1)], value=identity), reduce, identity)
+  both = type(x).stack(carry.unsqueeze(-1).expand(inner.shape), inner, dim=-1)
+  return reduce(both, -1).reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
+
+def _select(values: TensorT, mask: TensorT, axis: int) -> TensorT:
+  """The one value along `axis` where mask is true: a sum for floats (so the gradient reaches only that value), a max
+  otherwise (no promotion of ints, and it works for bools)."""
+  if values.dtype.is_float: return mask.where(values, 0).sum(axis, dtype=values.dtype)
+  return mask.where(values, values.dtype.min() if values.dtype.is_int else False).max(axis)
+
+def _cum_extreme_last(x: TensorT, largest: bool) -> tuple[TensorT, TensorT]:
+  """cummax (cummin) along the last axis: the values and the index of the last element equal to each, NaN counting
+  as the largest, as torch. That index is the last position up to here whose element equals the running extreme
+  there (any later one would have raised it), so it is a running max of positions: both are scans."""
+  n = x.shape[-1]
+  key = x if largest else -x if x.dtype.is_float else x.logical_not() if x.dtype.is_bool else ~x
+  peak = _scan_last(key, lambda t, ax: t.max(ax), -math.inf if key.dtype.is_float else key.dtype.min() if
+              key.dtype.is_int else False)
+  same = (key == peak) | ((key != key) & (peak != peak)) if key.dtype.is_float else key == peak
+  positions = type(x).arange(n, device=x.device)
+  idx = _scan_last(same.where(positions, -1), lambda t, ax: t.max(ax), -1)
+  if n > SCAN_SPLIT:  # the running extreme itself: its gradient splits between equal elements
+    values = peak if largest else -peak if x.dtype.is_float else peak.logical_not() if x.dtype.is_bool else ~peak
+  else:  # picked from each prefix at the index, so that the gradient goes there alone, as torch's
+    values = _select(_prefix_windows(x, 0), _prefix_windows(positions, -1) == idx.unsqueeze(-1), -1)
+  return values, idx.cast(dtypes.default_int)
+
+def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
+  """Where each element along the last axis lands in a stable sort (NaN sorts as the largest, as torch): the number
+  of elements that sort before it. One O(n^2) comparison reduce."""
+  n = x.shape[-1]
+  if x.dtype.is_bool: x = x.cast(dtypes.int8)
+  mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # (..., i, 1) and (..., 1, j)
+  before = other > mine if descending else other < mine
+  same = mine == other
+  if x.dtype.is_float:
+    nan_mine, nan_other = mine != mine, other != other
+    before = before | ((nan_other & nan_mine.logical_not()) if descending else (nan_mine & nan_other.logical_not()))
+    same = same | (nan_mine & nan_other)
+  ar = type(x).arange(n, device=x.device)
+  earlier = ar.unsqueeze(0) < ar.unsqueeze(1)  # j < i
+  return (before | (same & earlier)).sum(-1)
+
+def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
+  """The elements of ranks 0..k-1 along the last axis, and their indices."""
+  n = x.shape[-1]
+  slot = ranks.unsqueeze(-2) == type(x).arange(k, device=x.device).unsqueeze(-1)  # (..., k, n)
+  values = _select(x.unsqueeze(-2), slot, -1)
+  return values, _select(type(x).arange(n, device=x.device), slot, -1).cast(dtypes.default_int)
+
+class ReduceMixin(UnaryMixin):
+  """Tensor's reductions, scans, sorting, matmul and einsum: on the unary mixin and those below it."""
+  __slots__ = ()
+
+  def _axes(self, axis: Axis) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    if not isinstance(axis, (int, np.integer, tuple, list)):
+      raise TypeError(f"axis must be an int, a sequence of ints or None, got {axis!r}")
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    resolved = tuple(self._resolve_axis(a) for a in axes)
+    if len(set(resolved)) != len(resolved): raise ValueError(f"axis {axis} repeats a dimension")
+    return tuple(sorted(resolved)) if self.ndim else ()  # a 0-d tensor takes axis 0 or -1, and has nothing to reduce
+
+  def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Self:
+    all_axes = self._axes(axis)
+    axes = tuple(a for a in all_axes if self.shape[a] != 1)
+    ret = self._apply_uop(lambda x: UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes))) if axes else self
+    if keepdim: return ret
+    return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in all_axes))
+
+  def _sum_dtype(self) -> DType:
+    # ints and bools widen to the default int (int64, as torch; int32 where a program sets it, as tinygrad)
+    if self.dtype == dtypes.uint64 or self.dtype.is_float: return self.dtype
+    return promote_types(self.dtype, dtypes.default_int)
+
+  def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out.is_half else out
+
+  def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DType | str | None) -> Self:
+    """sum and prod: torch's result dtype, a float32 accumulator for 16-bit floats, the identity for empty inputs."""
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    if self.numel() == 0 and self.ndim: return self._empty_reduce(0 if op is Ops.ADD else 1, axis, keepdim, out)
+    return self.cast(self._acc_dtype(out))._reduce(op, axis, keepdim).cast(out)
+
+  def sum(self, axis: Axis = None, keepdim: bool = False,
+          dtype: DType | str | None = None, *, dim: Axis = None) -> Self:
+    """Sum over `axis` (all by default); ints and bools sum as dtypes.default_int (int64) or wider, float16 and
+    bfloat16 accumulate in float32.
+
+    >>> Tensor([[1, 2], [3, 4]]).sum(0).tolist()
+    [4, 6]
+    """
+    axis = dim_alias("sum", axis, dim, None)
+    return self._accumulate(Ops.ADD, axis, keepdim, dtype)
+
+  def prod(self, axis: Axis = None, keepdim: bool = False,
+           dtype: DType | str | None = None, *, dim: Axis = None) -> Self:
+    """The product over `axis` (all by default); ints and bools multiply as sum adds them.
+
+    >>> Tensor([[1, 2], [3, 4]]).prod(1).tolist()
+    [2, 12]
+    """
+    axis = dim_alias("prod", axis, dim, None)
+    return self._accumulate(Ops.MUL, axis, keepdim, dtype)
+
+  def _empty_reduce(self, value: Any, axis: Axis, keepdim: bool, dtype: DType) -> Self:
+    axes = self._axes(axis)
+    shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else \
+      tuple(s for i, s in enumerate(self.shape) if i not in axes)
+    # through _apply_uop, so that the result needs gradients (all zero) when self does, as in torch
+    return self._apply_uop(lambda x: const_uop(value, dtype, x.device, shape))
+
+  def _check_nonempty(self, name: str, axis: Axis) -> None:
+    if any(self.shape[a] == 0 for a in self._axes(axis)):
+      raise ValueError(f"{name}: cannot reduce over a zero-size dimension of {self.shape}")
+
+  def max(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The largest value over `axis` (NaN propagates).
+
+    >>> Tensor([[1, 5], [3, 4]]).max(1).tolist()
+    [5, 4]
+    """
+    axis = dim_alias("max", axis, dim, None)
+    self._check_nonempty("max", axis)
+    return self._reduce(Ops.MAX, axis, keepdim)
+
+  def min(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The smallest value over `axis` (NaN propagates).
+
+    >>> Tensor([[1, 5], [3, 4]]).min(0).tolist()
+    [1, 4]
+    """
+    axis = dim_alias("min", axis, dim, None)
+    self._check_nonempty("min", axis)
+    if self.dtype.is_bool: return self.logical_not().max(axis, keepdim).logical_not()
+    if self.dtype.is_float: return -((-self).max(axis, keepdim))
+    return ~((~self).max(axis, keepdim))
+
+  def mean(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The average over `axis`; ints become float.
+
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).mean().item()
+    2.5
+    """
+    axis = dim_alias("mean", axis, dim, None)
+    x = self._to_float()
+    acc = self._acc_dtype(x.dtype)  # float16 sums overflow long before their mean does
+    total = x.sum(axis, keepdim, dtype=acc)
+    count = prod(self.shape[a] for a in self._axes(axis))
+    return (total * (1 / count) if count else total / 0).cast(x.dtype)
+
+  def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
+    """The variance over `axis`, dividing by (count - correction); ints become float.
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
+    1.6666666269302368
+    """
+    axis = dim_alias("var", axis, dim, None)
+    x = self._to_float()
+    xa = x.cast(self._acc_dtype(x.dtype))
+    count = prod(self.shape[a] for a in self._axes(axis))
+    sq = (xa - xa.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return (sq / max(0, count - correction)).cast(x.dtype)
+
+  def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
+    """The standard deviation over `axis`: the square root of var.
+
+    >>> Tensor([1.0, 3.0]).std().item()
+    1.4142135381698608
+    """
+    axis = dim_alias("std", axis, dim, None)
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def any(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """Whether any element over `axis` is non-zero (bool).
+
+    >>> Tensor([[0, 1], [0, 0]]).any(1).tolist()
+    [True, False]
+    """
+    axis = dim_alias("any", axis, dim, None)
+    if self.numel() == 0: return self._empty_reduce(False, axis, keepdim, dtypes.bool)
+    return self.cast(dtypes.bool).max(axis, keepdim)
+
+  def all(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """Whether every element over `axis` is non-zero (bool).
+
+    >>> Tensor([[1, 1], [0, 1]]).all(1).tolist()
+    [True, False]
+    """
+    axis = dim_alias("all", axis, dim, None)
+    if self.numel() == 0: return self._empty_reduce(True, axis, keepdim, dtypes.bool)
+    return self.logical_not().any(axis, keepdim).logical_not()
+
+  def allclose(self, x: Self | Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """Whether every element is close to x (see isclose); runs now.
+
+    >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
+    True
+    """
+    return bool(self.isclose(x, rtol, atol, equal_nan).all().item())
+
+  def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
+    """The index of the first largest value (dtypes.default_int); with axis None, into the flattened tensor.
+
+    >>> Tensor([1, 3, 2]).argmax().item()
+    1
+    """
+    axis = dim_alias("argmax", axis, dim, None)
+    if axis is None:
+      flat = self.flatten()
+      ret = flat.argmax(0)
+      return ret.reshape((1,) * self.ndim) if keepdim else ret
+    d = self._resolve_axis(axis)
+    if self.ndim == 0: return type(self).zeros((), dtype=dtypes.default_int, device=self.device)
+    self._check_nonempty("argmax", d)
+    n = self.shape[d]
+    is_max = (self == self.max(d, keepdim=True))
+    if self.dtype.is_float: is_max = is_max | self.ne(self)  # NaN counts as the maximum, as in torch
+    count_down = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+    return (n - (is_max * count_down).max(d, keepdim)).cast(dtypes.default_int)
+
+  def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
+    """The index of the first smallest value (dtypes.default_int); with axis None, into the flattened tensor.
+
+    >>> Tensor([3, 1, 1]).argmin().item()
+    1
+    """
+    axis = dim_alias("argmin", axis, dim, None)
+    if self.dtype.is_bool: return self.logical_not().argmax(axis, keepdim)
+    return (-self if self.dtype.is_float else ~self).argmax(axis, keepdim)
+
+  def softmax(self, axis: int = -1, *, dim: int | None = None) -> Self:
+    """exp(x) / sum(exp(x)) along `axis`, computed stably.
+
+    >>> round(Tensor([0.0, 0.0]).softmax().tolist()[0], 3)
+    0.5
+    """
+    axis = dim_alias("softmax", axis, dim, -1)
+    x = self._to_float()
+    if x.numel() == 0: return x._check_axis(axis)
+    # the shift by the max cancels out of the result, so it is detached: its gradient would be zero, at the cost of
+    # two more backward kernels (the tie mask and its count)
+    e = (x - x.max(axis, keepdim=True).detach()).exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def log_softmax(self, axis: int = -1, *, dim: int | None = None) -> Self:
+    """log(softmax(x)) along `axis`, computed without taking the log of a rounded-off zero.
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
+    [-0.6931, -0.6931]
+    """
+    axis = dim_alias("log_softmax", axis, dim, -1)
+    x = self._to_float()
+    if x.numel() == 0: return x._check_axis(axis)
+    # the shift cancels out (see softmax): no gradient through it
+    shifted = x - x.max(axis, keepdim=True).detach()
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+  def softmin(self, axis: int = -1, *, dim: int | None = None) -> Self:
+    """softmax(-x) along `axis`.
+
+    >>> [round(v, 4) for v in Tensor([1.0, 2.0]).softmin().tolist()]
+    [0.7311, 0.2689]
+    """
+    axis = dim_alias("softmin", axis, dim, -1)
+    return (-self._to_float()).softmax(axis)
+
+  def logsumexp(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """log(sum(exp(x))) over `axis`, stable for large values; a row of -inf (or an empty one) gives -inf.
+
+    >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 2)
+    1000.69
+    """
+    axis = dim_alias("logsumexp", axis, dim, None)
+    x = self._to_float()
+    if x.numel() == 0: return x._empty_reduce(-math.inf, axis, keepdim, x.dtype)
+    # the shift cancels out (see softmax): no gradient through it
+    m = x.max(axis, keepdim=True).detach()
+    m = (m.abs() == float("inf")).where(0, m)  # all -inf rows give -inf, not nan
+    ret = (x - m).exp().sum(axis, keepdim=True).log() + m
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
+
+  def _check_axis(self, axis: Axis) -> Self:
+    self._axes(axis)  # raises for a bad axis
+    return self
+
+  def var_mean(self, axis: Axis = None, keepdim: bool = False,
+               correction: int = 1, *, dim: Axis = None) -> tuple[Self, Self]:
+    """The variance and the mean over `axis`, as torch.var_mean.
+
+    >>> [t.item() for t in Tensor([1.0, 2.0, 3.0]).var_mean()]
+    [1.0, 2.0]
+    """
+    axis = dim_alias("var_mean", axis, dim, None)
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def std_mean(self, axis: Axis = None, keepdim: bool = False,
+               correction: int = 1, *, dim: Axis = None) -> tuple[Self, Self]:
+    """The standard deviation and the mean over `axis`, as torch.std_mean.
+
+    >>> [t.item() for t in Tensor([1.0, 3.0]).std_mean(correction=0)]
+    [1.0, 2.0]
+    """
+    axis = dim_alias("std_mean", axis, dim, None)
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  # ---- scans and sorting: along one axis, moved last (and 0-d tensors as 1-element vectors) ----
+
+  def _along(self, axis: int, fn: Callable[[Self], Any]) -> Any:
+    """fn applied to self with `axis` moved last; every tensor it returns gets the axis moved back."""
+    d = self._resolve_axis(axis)
+    x = self.reshape(1) if self.ndim == 0 else self.transpose(d, -1)
+    out = fn(x)
+    back = (lambda t: t.reshape(())) if self.ndim == 0 else (lambda t: t.transpose(d, -1))
+    return tuple(back(t) for t in out) if isinstance(out, tuple) else back(out)
+
+  def _scan(self, axis: int, reduce: Callable[[Self, int], Self], identity: Any) -> Self:
+    self._resolve_axis(axis)
+    if self.numel() == 0: return self
+    return self._along(axis, lambda x: _scan_last(x, reduce, identity))
+
+  def cumsum(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
+    """Cumulative sum along `axis` (ints and bools sum as in sum). One reduce over each element's prefix up to
+    512 elements; longer axes scan in blocks of up to 256 (see scan), so the work stays near linear.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).cumsum(1).tolist()
+    [[1, 3, 6], [4, 9, 15]]
+    """
+    axis = dim_alias("cumsum", axis, dim, 0)
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    return self.cast(self._acc_dtype(out))._scan(axis, lambda t, ax: t.sum(ax), 0).cast(out)
+
+  def cumprod(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
+    """Cumulative product along `axis` (ints and bools multiply as in prod).
+
+    >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
+    [1, 2, 6, 24]
+    """
+    axis = dim_alias("cumprod", axis, dim, 0)
+    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    return self.cast(self._acc_dtype(out))._scan(axis, lambda t, ax: t.prod(ax), 1).cast(out)
+
+  def logcumsumexp(self, axis: int = 0, *, dim: int | None = None) -> Self:
+    """log(cumsum(exp(x))) along `axis`, stable for large and small values; ints become float.
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0, 1000.0]).logcumsumexp().tolist()]
+    [0.0, 0.6931, 1000.0]
+    """
+    axis = dim_alias("logcumsumexp", axis, dim, 0)
+    return self._to_float()._scan(axis, lambda t, ax: t.logsumexp(ax), -math.inf)
+
+  def _cum_extreme(self, axis: int, largest: bool) -> tuple[Self, Self]:
+    self._resolve_axis(axis)
+    if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
+    return self._along(axis, lambda x: _cum_extreme_last(x, largest))
+
+  def cummax(self, axis: int = 0, *, dim: int | None = None,
+             return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """The running maximum along `axis` (NaN propagates), as tinygrad; with return_indices=True also, as torch's
+    (values, indices), the index of the last element equal to it. Scans as cumsum; the gradient goes to that index,
+    except on axes longer than 512, where equal elements share it.
+
+    >>> Tensor([1, 3, 2, 3]).cummax().tolist()
+    [1, 3, 3, 3]
+    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax(return_indices=True)]
+    [[1, 3, 3, 3], [0, 1, 1, 3]]
+    """
+    axis = dim_alias("cummax", axis, dim, 0)
+    values, indices = self._cum_extreme(axis, largest=True)
+    return (values, indices) if return_indices else values
+
+  def cummin(self, axis: int = 0, *, dim: int | None = None,
+             return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """The running minimum along `axis`, as tinygrad; with return_indices=True also the index of the last element
+    equal to it, as torch's (values, indices).
+
+    >>> Tensor([3, 1, 2, 1]).cummin().tolist()
+    [3, 1, 1, 1]
+    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin(return_indices=True)]
+    [[3, 1, 1, 1], [0, 1, 1, 3]]
+    """
+    axis = dim_alias("cummin", axis, dim, 0)
+    values, indices = self._cum_extreme(axis, largest=False)
+    return (values, indices) if return_indices else values
+
+  def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
+    """The values along `dim` in order, and their indices (dtypes.default_int). The sort is stable and NaN
+    sorts as the largest, as torch's stable sort. It compares every pair of elements (O(n^2) per row, two or three
+    kernels): meant for rows of moderate length (up to a few thousand).
+
+    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).sort()]
+    [[1, 1, 2, 3], [1, 3, 2, 0]]
+    """
+    self._resolve_axis(dim)
+    if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
+    return self._along(dim, lambda x: _take_ranked(x, _sort_ranks(x, descending), x.shape[-1]))
+
+  def argsort(self, dim: int = -1, descending: bool = False) -> Self:
+    """The indices that sort the tensor along `dim` (stable; see sort).
+
+    >>> Tensor([3.0, 1.0, 2.0]).argsort(descending=True).tolist()
+    [0, 2, 1]
+    """
+    return self.sort(dim, descending)[1]
+
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Self, Self]:
+    """The k largest (or smallest) values along `dim`, in order, and their indices (dtypes.default_int). Ties keep
+    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). O(n^2)
+    comparisons per row.
+
+    >>> [t.tolist() for t in Tensor([1, 5, 3, 4]).topk(2)]
+    [[5, 4], [1, 3]]
+    """
+    d = self._resolve_axis(dim)
+    n = self.shape[d] if self.ndim else 1
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= n:
+      raise ValueError(f"topk: k={k!r} must be an int in [0, {n}] for dimension {d} of {self.shape}")
+    if k == 0 or self.numel() == 0:
+      shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
+      return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
+    return self._along(dim, lambda x: _take_ranked(x, _sort_ranks(x, descending=largest), int(k)))
+
+  # ---- matmul and einsum ----
+
+  def dot(self, w: Self) -> Self:
+    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
+
+    >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[1], [1]])).tolist()
+    [[3], [7]]
+    """
+    return _matmul(self, w)
+
+  def matmul(self, w: Self) -> Self:
+    """The matrix product (`@`): the same as dot.
+
+    >>> (Tensor([[1, 2]]) @ Tensor([[3], [4]])).tolist()
+    [[11]]
+    """
+    return self.dot(w)
+
+  def __matmul__(self, x: Self) -> Self: return self.matmul(x)
+  def __rmatmul__(self, x: Self) -> Self:
+    return (x if isinstance(x, ReduceMixin) else type(self)(x)).matmul(self)
+
+  @classmethod
+  def einsum(cls, formula: str, *operands: Self | Sequence[Self]) -> Self:
+    """Sum of products over the subscripts of `formula`, as torch.einsum: "ij,jk->ik" is a matmul, a repeated
+    subscript in one operand takes its diagonal ("ii->i"), without "->" the output is the subscripts that appear
+    once, in alphabetical order; "..." broadcasts, as do dims of size 1. Operands are contracted two at a time,
+    each pair in one kernel.
+
+    >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
+    [3, 7]
+    """
+    one_list = len(operands) == 1 and isinstance(operands[0], (list, tuple))
+    ops: list[Any] = list(cast(Sequence[Any], operands[0])) if one_list else list(operands)
+    for t in ops:
+      if not isinstance(t, cls): raise TypeError(f"einsum: expected Tensors, got {type(t).__name__}")
+    return _einsum(formula, ops)
