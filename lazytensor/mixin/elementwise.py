@@ -82,6 +82,13 @@ class ElementwiseMixin(MovementMixin):
     out_shape = broadcast_shape(x.shape, y.shape)
     return x.cast(dt)._broadcast_to(out_shape), y.cast(dt)._broadcast_to(out_shape)
 
+  def _const_operand(self, y: Any) -> UOp | None:
+    """y as a constant node in self's shape when y is a Python number that keeps self's dtype (`x * 2`, `x <= 0`):
+    the node _broadcasted would wrap, built without the Tensor; None for anything else."""
+    if type(y) in (float, int, bool) and result_type_scalar(self.dtype, y) is self.dtype:
+      return const_uop(y, self.dtype, self.device, self.shape)
+    return None
+
   def _as_value_for(self, x: Any, shape: tuple[int, ...]) -> Self:
     """x as a tensor of this dtype and device, broadcast to `shape` (what assign and setitem write)."""
     t = x if self._is_tensor(x) else type(self)(x, device=self.device, dtype=self.dtype)
@@ -115,6 +122,8 @@ class ElementwiseMixin(MovementMixin):
   def _to_float(self) -> Self: return self.cast(least_upper_float(self.dtype))
 
   def _binop(self, op: Ops, y: Self | Any, reverse: bool = False) -> Self:
+    if (c := self._const_operand(y)) is not None:
+      return self._apply_uop(lambda p: c.alu(op, p) if reverse else p.alu(op, c))
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda p, q: p.alu(op, q), b)
 
@@ -318,6 +327,12 @@ class ElementwiseMixin(MovementMixin):
     [1, 2]
     """
     cond = self._truth()
+    # a number and a tensor of cond's shape that it keeps the dtype of (relu's `(x <= 0).where(0, x)`): one op
+    def alike(t: Any) -> bool: return self._is_tensor(t) and t.shape == cond.shape and t.device == cond.device
+    if alike(y) and (k := y._const_operand(x)) is not None:
+      return cond._apply_uop(lambda p, r: UOp(Ops.WHERE, r.dtype, (p, k, r)), y)
+    if alike(x) and (k2 := x._const_operand(y)) is not None:
+      return cond._apply_uop(lambda p, q: UOp(Ops.WHERE, q.dtype, (p, q, k2)), x)
     if self._is_tensor(x): a, b = x._broadcasted(y)
     elif self._is_tensor(y): b, a = y._broadcasted(x)
     else: a, b = type(self).full((), x, device=self.device)._broadcasted(y)
@@ -326,8 +341,7 @@ class ElementwiseMixin(MovementMixin):
     return c._apply_uop(lambda p, q, r: UOp(Ops.WHERE, q.dtype, (p, q, r)), a, b)
 
   def _cmp(self, op: Ops, y: Self | Any, reverse: bool = False) -> Self:
-    a, b = self._broadcasted(y, reverse)
-    return a._apply_uop(lambda p, q: p.alu(op, q), b)
+    return self._binop(op, y, reverse)
 
   def __lt__(self, x: Self | Any) -> Self: return self._cmp(Ops.CMPLT, x)
   def __gt__(self, x: Self | Any) -> Self: return self._cmp(Ops.CMPLT, x, reverse=True)
@@ -356,7 +370,9 @@ class ElementwiseMixin(MovementMixin):
     # not(a < b) would call NaN >= 1 true; floats need "greater or equal" spelled out
     a, b = self._broadcasted(x, reverse)
     if not a.dtype.is_float: return (a < b).logical_not()
-    return (b < a) | a.eq(b)
+    # (b < a) | a.eq(b) as one op: the same nodes, without the three Tensors in between
+    true = const_uop(True, dtypes.bool, a.device, a.shape)
+    return a._apply_uop(lambda p, q: q.alu(Ops.CMPLT, p).alu(Ops.OR, p.alu(Ops.CMPNE, q).alu(Ops.CMPNE, true)), b)
 
   def _truth(self) -> Self: return self if self.dtype.is_bool else self.ne(0)
 
