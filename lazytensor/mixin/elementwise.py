@@ -80,7 +80,7 @@ class ElementwiseMixin(MovementMixin):
     x = self
     if reverse: x, y = y, x
     out_shape = broadcast_shape(x.shape, y.shape)
-    return x.cast(dt)._broadcast_to(out_shape), y.cast(dt)._broadcast_to(out_shape)
+    return x._broadcast_to(out_shape, dt), y._broadcast_to(out_shape, dt)
 
   def _const_operand(self, y: Any) -> UOp | None:
     """y as a constant node in self's shape when y is a Python number that keeps self's dtype (`x * 2`, `x <= 0`):
@@ -96,7 +96,7 @@ class ElementwiseMixin(MovementMixin):
     try: full = broadcast_shape(t.shape, shape)
     except ValueError: full = None
     if full != shape: raise ValueError(f"cannot write a value of shape {t.shape} into a target of shape {shape}")
-    return t.cast(self.dtype)._broadcast_to(shape)
+    return t._broadcast_to(shape, self.dtype)
 
   def cast(self, dtype: DType | str) -> Self:
     """Convert to another dtype (floats to ints truncate toward zero).

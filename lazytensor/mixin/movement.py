@@ -206,10 +206,15 @@ class MovementMixin:
     if new == x.shape: return x
     return x._apply_uop(lambda u: movement(u, Ops.EXPAND, new))
 
-  def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
-    """self with 1s prepended to its shape and expanded to `shape`."""
-    if self.shape == shape: return self
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+  def _broadcast_to(self, shape: tuple[int, ...], dtype: DType | None = None) -> Self:
+    """self (cast to `dtype`, if given) with 1s prepended to its shape and expanded to `shape`: the nodes of
+    cast(dtype).reshape(...).expand(shape), built as one op (an operand of every broadcasting op passes here)."""
+    dt = self.dtype if dtype is None else dtype
+    if self.shape == shape and dt == self.dtype: return self
+    cur = (1,) * (len(shape) - self.ndim) + self.shape
+    if len(cur) != len(shape) or any(c != s and c != 1 for c, s in zip(cur, shape)):
+      raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+    return self._apply_uop(lambda x: movement(movement(x.cast(dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
 
   def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[int, int]]:
     """(before, after) per dim, from pairs per dim or a flat torch-style list that starts at the last dim."""
