@@ -14,11 +14,24 @@ def _broadcast_st(shape: tuple[int, ...]) -> ShapeTracker:
   # every scalar in an op makes one of these: the view math runs once per shape, not per constant
   return ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
 
+# the constants ops made last, held: an eager op makes the same few (0, 1, True in its shape) at every call, and a
+# held node is one dict lookup where building it is two nodes, a truncation and a view. Cleared when full (a bound)
+_CONSTS_MAX = 4096
+_consts: dict[tuple, UOp] = {}
+
 def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[int, ...]) -> UOp:
   """`value` broadcast to `shape`: one scalar CONST under a stride-0 VIEW, no memory (on a tuple of devices: the same
   constant on each)."""
+  shape = tuple(shape)
+  # ints and bools key by value; anything else by type and text, as UOp interns floats (0.0 and -0.0 differ, a NaN
+  # finds itself)
+  key = (value if type(value) in (int, bool) else (type(value), repr(value)), type(value), dtype, device, shape)
+  if (hit := _consts.get(key)) is not None: return hit
   c = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, dtypes.void, (), device),), truncate(dtype, value))
-  return UOp(Ops.VIEW, dtype, (c,), _broadcast_st(tuple(shape)))
+  out = UOp(Ops.VIEW, dtype, (c,), _broadcast_st(shape))
+  if len(_consts) >= _CONSTS_MAX: _consts.clear()
+  _consts[key] = out
+  return out
 
 def buffer_view(buf: UOp, shape: tuple[int, ...]) -> UOp:
   """A BUFFER read densely in `shape`: what a realized tensor holds."""

@@ -517,11 +517,20 @@ class Tensor(MultiMixin):
     # a realized input that needs gradients is used through the graph that computed it, so that gradients still flow
     # through it (the scheduler reads its buffer: nothing is computed twice)
     out = fn(*[t.lazydata if t._graph is None else t._graph_root() for t in ins])
-    if not any([t._requires_grad for t in ins]): return Tensor(out)
-    if Tensor.no_grad: return Tensor(UOp(Ops.DETACH, out.dtype, (out,)))
-    ret = Tensor(out)
+    if not any([t._requires_grad for t in ins]): return Tensor._of(out)
+    if Tensor.no_grad: return Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
+    ret = Tensor._of(out)
     if out.dtype.is_float: ret._requires_grad = True
     return ret
+
+  @staticmethod
+  def _of(uop: UOp) -> Tensor:
+    """A new tensor holding `uop`, as Tensor(uop) makes it, without __init__'s dispatch on the kind of data (every
+    op's result is made here)."""
+    t = object.__new__(Tensor)
+    t.grad, t._requires_grad, t._graph, t.lazydata = None, None, None, uop
+    live.track(t)
+    return t
 
   # ---- autograd ----
 

@@ -48,6 +48,11 @@ def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
   if floor: r = (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
   return r.cast(dt)
 
+def _float_ge(a: UOp, b: UOp) -> UOp:
+  """a >= b of floats, false where either is NaN: (b < a) | a.eq(b), as the nodes of one op."""
+  eq = a.alu(Ops.CMPNE, b).alu(Ops.CMPNE, const_uop(True, dtypes.bool, a.device, a.shape))
+  return b.alu(Ops.CMPLT, a).alu(Ops.OR, eq)
+
 def _check_operand(op: str, name: str, v: Any) -> None:
   if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
     raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
@@ -368,11 +373,11 @@ class ElementwiseMixin(MovementMixin):
 
   def _cmp_or_equal(self, x: Self | Any, reverse: bool) -> Self:
     # not(a < b) would call NaN >= 1 true; floats need "greater or equal" spelled out
+    if self.dtype.is_float and (k := self._const_operand(x)) is not None:
+      return self._apply_uop(lambda p: _float_ge(k, p) if reverse else _float_ge(p, k))
     a, b = self._broadcasted(x, reverse)
     if not a.dtype.is_float: return (a < b).logical_not()
-    # (b < a) | a.eq(b) as one op: the same nodes, without the three Tensors in between
-    true = const_uop(True, dtypes.bool, a.device, a.shape)
-    return a._apply_uop(lambda p, q: q.alu(Ops.CMPLT, p).alu(Ops.OR, p.alu(Ops.CMPNE, q).alu(Ops.CMPNE, true)), b)
+    return a._apply_uop(_float_ge, b)
 
   def _truth(self) -> Self: return self if self.dtype.is_bool else self.ne(0)
 
