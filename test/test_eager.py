@@ -194,3 +194,44 @@ def test_knob_values_follow_every_change_of_a_knob() -> None:
     inside = knob_values()
     assert inside != before and BEAM.value in inside
   assert knob_values() == before
+
+# ---- building an op's graph ----
+
+def _full(like: Tensor, v: object) -> Tensor: return Tensor.full(like.shape, v, dtype=like.dtype)
+
+@pytest.mark.parametrize("op", [lambda x, c: x + c, lambda x, c: c - x, lambda x, c: x * c, lambda x, c: x <= c,
+                                lambda x, c: x >= c, lambda x, c: c < x, lambda x, c: (x < 0).where(c, x),
+                                lambda x, c: (x < 0).where(x, c)])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_an_op_with_a_number_builds_the_graph_of_the_same_op_with_a_full_tensor(op, dtype) -> None:  # type: ignore[no-untyped-def]
+  # the number's shortcut (its constant node made directly, in the op's shape) must not change the graph: the
+  # schedule cache, the kernels and the gradients all see the same nodes
+  x, _ = _realized(3, 4, dtype=dtype)
+  assert op(x, 2).lazydata is op(x, _full(x, 2)).lazydata
+
+def test_float_greater_or_equal_is_less_or_equal_spelled_out() -> None:
+  x, _ = _realized(5)
+  assert (x >= 2).lazydata is ((_full(x, 2) < x) | x.eq(2)).lazydata
+
+def test_an_op_with_a_number_of_a_wider_kind_still_promotes() -> None:
+  x = Tensor([1, 2], dtype="int32")
+  assert (x * 1.5).dtype == dtypes.float32 and (x * 1.5).tolist() == [1.5, 3.0]
+  assert (x <= 1.5).tolist() == [True, False]
+
+def test_constants_that_compare_equal_stay_apart() -> None:
+  # the table of constants keys floats by their text: 0.0 and -0.0 (equal in Python) are different constants
+  x = Tensor([1.0, 2.0])
+  assert [np.signbit(v) for v in (x * 0.0).numpy()] == [False, False]
+  assert [np.signbit(v) for v in (x * -0.0).numpy()] == [True, True]
+  assert np.isnan((x * float("nan")).numpy()).all() and (x * 1).tolist() == [1.0, 2.0]
+
+def test_broadcasting_to_an_incompatible_shape_is_an_error() -> None:
+  with pytest.raises(ValueError, match=r"cannot broadcast \(3,\) to \(2, 4\)"):
+    Tensor([1.0, 2.0, 3.0])._broadcast_to((2, 4))
+
+def test_relu_keeps_nan_and_gives_no_gradient_at_zero() -> None:
+  x = Tensor([-1.0, 0.0, 2.0, float("nan")], requires_grad=True)
+  y = x.relu()
+  y.sum().backward()
+  assert np.array_equal(y.numpy(), [0.0, 0.0, 2.0, np.nan], equal_nan=True)
+  assert x.grad is not None and x.grad.tolist()[:3] == [0.0, 0.0, 1.0]
