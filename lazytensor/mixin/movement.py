@@ -214,7 +214,7 @@ class MovementMixin:
     cur = (1,) * (len(shape) - self.ndim) + self.shape
     if len(cur) != len(shape) or any(c != s and c != 1 for c, s in zip(cur, shape)):
       raise ValueError(f"cannot broadcast {self.shape} to {shape}")
-    return self._apply_uop(lambda x: movement(movement(x.cast(dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
+    return self._apply_uop(lambda x: movement(movement(UOp.cast(x, dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
 
   def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[int, int]]:
     """(before, after) per dim, from pairs per dim or a flat torch-style list that starts at the last dim."""
