@@ -20,7 +20,7 @@ from lazytensor.codegen.renderer.emu import EmuRenderer
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.engine import realize
 from lazytensor.engine.schedule import create_schedule
-from lazytensor.engine.search import _cache_key
+from lazytensor.engine.search import beam_cache_key
 from lazytensor.helpers import ContextVar
 
 
@@ -59,9 +59,9 @@ def test_the_key_names_the_renderer_compiler_opts_and_kernel() -> None:
 
 def test_beam_cache_key_follows_fastmath() -> None:
   dev, ast = Device["CPU"], exp_ast()
-  key = _cache_key(dev, 2, ast.key)
-  with Context(FASTMATH=0): assert _cache_key(dev, 2, ast.key) != key
-  assert _cache_key(dev, 3, ast.key) != key
+  key = beam_cache_key(dev, 2, ast.key)
+  with Context(FASTMATH=0): assert beam_cache_key(dev, 2, ast.key) != key
+  assert beam_cache_key(dev, 3, ast.key) != key
 
 def test_fastmath_after_a_run_gives_a_new_program(tmp_path) -> None:
   x = Tensor([0.5, 1.5]).realize()

@@ -23,7 +23,7 @@ from lazytensor.codegen.heuristic import Packing, PackOperand, hand_coded_optimi
 from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
 from lazytensor.codegen.renderer.cpu_target import cpu_target
 from lazytensor.dtype import dtypes
-from lazytensor.engine import schedule, search
+from lazytensor.engine import pack_search, schedule, search
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
 from lazytensor.engine.schedule import ScheduleItem, create_schedule, pm_resolve
 from lazytensor.helpers import prod
@@ -237,13 +237,13 @@ def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.Cap
     built.append(i)
     return schedule._probe(r, variants[i])
   dev = Device["CPU"]
-  first = search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)])
+  first = pack_search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)])
   assert sorted(built) == [0, 1, 2] and 0 <= first < 3
   def fail() -> list[tuple[UOp, tuple]]: raise AssertionError("a cached choice builds no variant")
-  assert search.beam_packing(dev, 2, b"test", [fail] * 3) == first
+  assert pack_search.beam_packing(dev, 2, b"test", [fail] * 3) == first
   with sqlite3.connect(beam) as db: db.execute("UPDATE beam_pack_v1 SET val = ?", (b"\x00garbage",))
   built.clear()
-  assert 0 <= search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)]) < 3
+  assert 0 <= pack_search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)]) < 3
   assert sorted(built) == [0, 1, 2] and "corrupt" in capsys.readouterr().err
 
 def test_probe_kernels_compute_the_reduce_alone() -> None:

@@ -122,7 +122,7 @@ def main() -> None:
         run_heuristic = _runners(kernels)
       with Context(BEAM=args.width, CACHEDB=cache):
         before, st = dict(beam_stats), time.perf_counter()
-        # the schedule too: BEAM times the packing copies the heuristics offer (engine/search.beam_packing)
+        # the schedule too: BEAM times the packing copies the heuristics offer (engine/pack_search.beam_packing)
         beam_kernels, _ = create_schedule([item.build().lazydata])
         run_beam = _runners(beam_kernels)
         search_s = time.perf_counter() - st

@@ -22,7 +22,7 @@ from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
-from lazytensor.engine.search import beam_packing
+from lazytensor.engine.pack_search import beam_packing
 from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite

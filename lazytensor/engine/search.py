@@ -16,9 +16,8 @@
      that agrees wins, unless timed side by side with the heuristics' kernel it is not faster by more than a tie, and
      is cached. If none agrees, the heuristics' kernel is used (said at DEBUG>=1).
 
-The scheduler asks one more question under BEAM: which packing copies a large reduce over products reads from
-(`beam_packing`). It times the variants `heuristic.pack_candidates` offers, each kernel of each variant searched as
-above, and keeps the fastest, the heuristics' choice on a tie; the answer is cached in table "beam_pack".
+The scheduler asks one more question under BEAM, answered by timing in `engine/pack_search.py`: which packing copies
+a large reduce over products reads from.
 
 Failures are ordinary outcomes: a candidate whose compile raises, crashes its worker or takes longer than
 BEAM_TIMEOUT_SEC, or whose run crashes or overruns, counts as infinitely slow. Workers run one job at a time, so the
@@ -53,7 +52,6 @@ What keeps the search cheap:
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import math
@@ -193,7 +191,7 @@ def _replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
 
 # ---- the cache: opts as JSON rows, under a key that names everything the choice depends on ----
 
-def _cache_key(device: Compiled, width: int, what: bytes) -> str:
+def beam_cache_key(device: Compiled, width: int, what: bytes) -> str:
   return program_key(device.renderer, device.compiler.cache_key, what, ("BEAM", width))
 
 def _shape_signature(k: Kernel) -> bytes:
@@ -215,7 +213,7 @@ def decode_opts(raw: bytes) -> list[Opt] | None:
 
 _reported: set[str] = set()
 
-def _report_once(msg: str) -> None:
+def report_once(msg: str) -> None:
   if msg not in _reported:
     _reported.add(msg)
     print(f"lazytensor: {msg}", file=sys.stderr)
@@ -223,7 +221,7 @@ def _report_once(msg: str) -> None:
 def _cached(table: str, key: str, k: Kernel) -> Kernel | None:
   if CACHELEVEL.value < 2 or (raw := diskcache_get(table, key)) is None: return None
   if (opts := decode_opts(raw)) is None:
-    _report_once(f"BEAM cache: ignoring corrupt entries in table {table!r}; they are searched again")
+    report_once(f"BEAM cache: ignoring corrupt entries in table {table!r}; they are searched again")
     return None
   return _replay(k, opts)
 
@@ -262,7 +260,7 @@ def input_values(spec: BufferSpec) -> np.ndarray:
   if spec.dtype.is_int: return rng.integers(0 if spec.dtype.is_unsigned else -8, 9, spec.size).astype(spec.dtype.np)
   return to_storage(rng.random(spec.size, dtype=np.float32) * 4 - 2, spec.dtype)
 
-def _raw(x: np.ndarray) -> memoryview: return np.ascontiguousarray(x).view(np.uint8).data
+def raw_bytes(x: np.ndarray) -> memoryview: return np.ascontiguousarray(x).view(np.uint8).data
 
 @dataclass
 class _Scratch:
@@ -280,7 +278,7 @@ def _scratch_for(device: str, ast: UOp) -> _Scratch:
     specs = buffer_specs(ast)
     bufs = [Buffer(device, s.size, s.dtype) for s in specs]
     inputs = {s.index: input_values(s) for s in specs if s.loaded}
-    for s, b in zip(specs, bufs): b.copyin(_raw(inputs[s.index]) if s.loaded else memoryview(bytes(b.nbytes)))
+    for s, b in zip(specs, bufs): b.copyin(raw_bytes(inputs[s.index]) if s.loaded else memoryview(bytes(b.nbytes)))
     _scratch.append(_Scratch((device, ast.key), specs, bufs, inputs))
   return _scratch[0]
 
@@ -361,7 +359,7 @@ def output_job(job: RunJob) -> list[bytes]:
   runs with different fills shows which elements the kernel wrote."""
   scratch = _scratch_for(job.device, job.ast)
   for s, b in zip(scratch.specs, scratch.bufs):
-    if s.loaded and s.stored: b.copyin(_raw(scratch.inputs[s.index]))  # an earlier run changed it
+    if s.loaded and s.stored: b.copyin(raw_bytes(scratch.inputs[s.index]))  # an earlier run changed it
     elif s.stored: b.copyin(memoryview(bytes([job.fill]) * b.nbytes))
   _launch(job)()
   return [b.numpy().tobytes() for s, b in zip(scratch.specs, scratch.bufs) if s.stored]
@@ -544,7 +542,7 @@ def cheapest_among_ties(ranked: list[Candidate]) -> list[Candidate]:
   ties = [c for c in ranked if c.time <= ranked[0].time * (1 + TIE_RATIO)]
   return sorted(ties, key=lambda c: c.binary.compile_s if c.binary else math.inf) + ranked[len(ties):]
 
-def _fmt(t: float) -> str: return "inf" if math.isinf(t) else f"{t * 1e6:.1f} us"
+def fmt_time(t: float) -> str: return "inf" if math.isinf(t) else f"{t * 1e6:.1f} us"
 
 class _Search:
   """One kernel's search: the beam, the compiled code seen so far, the best time, how much of the kernel is timed."""
@@ -601,7 +599,7 @@ class _Search:
     self.n_timed += 1
     c.time = math.inf if isinstance(res, JobFailed) else min(res) * c.scale
     self.timed[id(c.kernel)] = c.time
-    if BEAM_DEBUG >= 2: self.say(f"  {_fmt(c.time):>12s} {c.kernel.applied_opts}")
+    if BEAM_DEBUG >= 2: self.say(f"  {fmt_time(c.time):>12s} {c.kernel.applied_opts}")
 
   def evaluate(self, kernels: list[Kernel]) -> list[Candidate]:
     """Compile and time kernels (best parents first, so that the cutoff bites early); the ones that ran, fastest
@@ -624,7 +622,7 @@ class _Search:
 
   def _progress(self, doing: str) -> None:
     self.bar.set_postfix_str(f"round {self.round}, {self.n_compiled} compiled, {self.n_timed} timed, best "
-                             f"{_fmt(self.best)}, {doing}")
+                             f"{fmt_time(self.best)}, {doing}")
 
   # -- the beam --
 
@@ -654,7 +652,7 @@ class _Search:
       before = beam[0].time
       beam = self.select(beam + self.evaluate(children))
       if BEAM_DEBUG >= 1:
-        self.say(f"beam round {self.round}: {len(children)} candidates, best {_fmt(beam[0].time)} "
+        self.say(f"beam round {self.round}: {len(children)} candidates, best {fmt_time(beam[0].time)} "
                  f"{beam[0].kernel.applied_opts}")
       stale = stale + 1 if beam[0].time > before * (1 - float(BEAM_MIN_PROGRESS.value)) else 0
     return beam
@@ -737,7 +735,7 @@ class _Search:
     passes the output check, or when the winner is not faster side by side."""
     name, base = self.root.name, self.full_size(heuristic)
     if base is not None and base.time < MIN_SEARCH_S:
-      if DEBUG >= 1: self.say(f"beam: {name}: {_fmt(base.time)} with the heuristics' opts, too short to search")
+      if DEBUG >= 1: self.say(f"beam: {name}: {fmt_time(base.time)} with the heuristics' opts, too short to search")
       return heuristic
     self.fraction = min(1.0, TARGET_RUN_S / base.time) if base is not None and base.time > 0 else 1.0
     starts = list({_state(x): x for x in (heuristic, sibling, self.root) if x is not None}.values())
@@ -749,8 +747,8 @@ class _Search:
       if DEBUG >= 1: self.say(f"beam: {name}: {winner.kernel.applied_opts} is not faster than the heuristics' "
                               "opts side by side; keeping those")
       return heuristic
-    if DEBUG >= 1: self.say(f"beam: {name}: {_fmt(winner.time)} with {winner.kernel.applied_opts} (heuristics "
-                            f"{_fmt(self.timed.get(id(heuristic), math.inf))})")
+    if DEBUG >= 1: self.say(f"beam: {name}: {fmt_time(winner.time)} with {winner.kernel.applied_opts} (heuristics "
+                            f"{fmt_time(self.timed.get(id(heuristic), math.inf))})")
     return winner.kernel
 
 def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> Kernel:
@@ -760,7 +758,7 @@ def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> 
 
 def beam_search(k: Kernel, device: Compiled, width: int) -> Kernel:
   """`k` with the opts that a beam search of this width finds fastest on `device`; from the cache when it can."""
-  key, sibling_key = _cache_key(device, width, k.ast.key), _cache_key(device, width, _shape_signature(k))
+  key, sibling_key = beam_cache_key(device, width, k.ast.key), beam_cache_key(device, width, _shape_signature(k))
   if not IGNORE_BEAM_CACHE and (hit := _cached("beam", key, k)) is not None:
     beam_stats["cache_hits"] += 1
     if DEBUG >= 1: print(f"beam: {k.name}: from the cache: {hit.applied_opts}")
@@ -772,45 +770,3 @@ def beam_search(k: Kernel, device: Compiled, width: int) -> Kernel:
   _cache_put("beam", key, best)
   _cache_put("beam_shape", sibling_key, best)
   return best
-
-# ---- packing: which copies a schedule makes before a reduce over products, chosen by timing each variant ----
-
-PACKING_RUNS = 5  # turns each variant gets, the variants in turn so that drift in the machine hits all of them
-
-def _loaded_variant(device: Compiled, width: int, items: Sequence[tuple[UOp, Sequence[Buffer]]]) -> Callable[[], float]:
-  """Each kernel of one variant searched (or from the cache) and loaded, its inputs filled with fixed random values; a
-  function that runs them all and returns their time."""
-  runs: list[Callable[[], float]] = []
-  for ast, bufs in items:
-    k = beam_search(Kernel(ast, device.renderer), device, width)
-    spec = get_program(k, CANDIDATE_NAME)
-    program = device.load(CANDIDATE_NAME, device.compiler.compile_cached(spec.source))
-    for s, b in zip(buffer_specs(ast), bufs):
-      if s.loaded: b.copyin(_raw(input_values(s)))
-    runs.append(functools.partial(_run_program, program, [b.handle for b in bufs], spec.launch.kwargs()))
-  return lambda: sum(run() for run in runs)
-
-def _run_program(program: Any, handles: list[Any], launch: dict[str, Any]) -> float:
-  return float(program(*handles, wait=True, **launch) or 0.0)
-
-def beam_packing(device: Compiled, width: int, what: bytes,
-                 variants: Sequence[Callable[[], Sequence[tuple[UOp, Sequence[Buffer]]]]]) -> int:
-  """The index of the fastest of `variants` (schedules of one reduce, each with other packing copies: functions that
-  build its kernels as (AST, buffers)), each kernel optimized by a beam search of `width`; from the cache ("beam_pack",
-  keyed by `what` and everything that changes the code) when it can. Variant 0 is the heuristics' choice: another
-  wins only when faster by more than a tie. The variants run in this process: each kernel is the heuristics' or one
-  whose output the search checked."""
-  key = _cache_key(device, width, b"packing " + what)
-  if not IGNORE_BEAM_CACHE and CACHELEVEL.value >= 2 and (raw := diskcache_get("beam_pack", key)) is not None:
-    if raw.isdigit() and int(raw) < len(variants): return int(raw)
-    _report_once("BEAM cache: ignoring corrupt entries in table 'beam_pack'; they are searched again")
-  runs = [_loaded_variant(device, width, build()) for build in variants]
-  times: list[list[float]] = [[run()] for run in runs]  # a first run each, which pays for cold caches
-  for _ in range(PACKING_RUNS):
-    for t, run in zip(times, runs): t.append(run())
-  best = [min(t[1:]) for t in times]
-  winner = min(range(len(best)), key=lambda i: best[i])
-  if best[winner] >= best[0] * (1 - TIE_RATIO): winner = 0
-  if DEBUG >= 1: print(f"beam: packing {winner} of {len(best)}: " + ", ".join(_fmt(t) for t in best))
-  if CACHELEVEL.value >= 2: diskcache_put("beam_pack", key, str(winner).encode())
-  return winner
