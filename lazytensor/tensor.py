@@ -152,10 +152,7 @@ class Tensor(MultiMixin):
       self.__init__(data, Device.first(open_devices(device, "Tensor")), dtype, requires_grad)  # type: ignore[misc]
       self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
       return
-    self.grad: Tensor | None = None
-    self._requires_grad: bool | None = None
-    self._graph: UOp | None = None
-    live.track(self)
+    self._start()
     if isinstance(data, UOp):  # what every op makes: the fast path
       self.lazydata = data
       if requires_grad is not None: self.requires_grad = requires_grad
@@ -528,9 +525,16 @@ class Tensor(MultiMixin):
     """A new tensor holding `uop`, as Tensor(uop) makes it, without __init__'s dispatch on the kind of data (every
     op's result is made here)."""
     t = object.__new__(Tensor)
-    t.grad, t._requires_grad, t._graph, t.lazydata = None, None, None, uop
-    live.track(t)
+    t._start()
+    t.lazydata = uop
     return t
+
+  def _start(self) -> None:
+    """The fields every tensor starts with, and its entry in the live registry (for __init__ and _of)."""
+    self.grad: Tensor | None = None
+    self._requires_grad: bool | None = None
+    self._graph: UOp | None = None
+    live.track(self)
 
   # ---- autograd ----
 
