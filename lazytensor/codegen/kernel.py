@@ -38,7 +38,9 @@ def axis_legend() -> str:
 AXIS_ORDER = list(AxisKind)
 VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
 # a THREAD axis may have more shares (core ids) than there are threads: the threads claim them one at a time
-# (runtime/cpu_threads.py), so one that starts late or is held up does fewer of them
+# (runtime/cpu_threads.py), so one that starts late or is held up does fewer of them. A share is also the outermost
+# loop of the kernel, a block of its output finished before the next: with THREADS=1 the shares run in order, which
+# keeps the part of an operand one share reads in cache (heuristic._cache_blocks)
 MAX_SHARES_PER_THREAD = 8
 
 class KernelOptError(Exception):
@@ -54,7 +56,7 @@ class OptOps(enum.Enum):
   TC = enum.auto()         # map a multiply-accumulate onto tensor cores
   NOLOCALS = enum.auto()   # forbid LOCAL from here on
   SWAP = enum.auto()       # exchange two global axes (loop order)
-  THREAD = enum.auto()     # split a global axis across CPU cores
+  THREAD = enum.auto()     # split a global axis into shares that CPU threads claim (one thread: a cache block loop)
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -291,7 +293,7 @@ class Kernel:
       _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
       threads = int(THREADS.value)
-      _check(threads >= 2, f"{opt}: THREADS={THREADS.value} runs every kernel on one thread")
+      _check(threads >= 1, f"{opt}: THREADS={THREADS.value} runs every kernel on one thread")
       _check(amt <= threads * MAX_SHARES_PER_THREAD, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per "
              f"thread of THREADS={THREADS.value}")
       self.split_axis(axis, amt, AxisKind.THREAD, top=True)

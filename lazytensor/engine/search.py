@@ -127,11 +127,11 @@ GROUPTOP_AMTS = (16, 32, 64, 128, 256)
 PADTO_AMTS = (4, 8, 16, 32)
 
 def _thread_amts() -> tuple[int, ...]:
-  """THREAD shares to try: powers of two and the thread count's multiples, up to MAX_SHARES_PER_THREAD per thread."""
-  cores = int(THREADS.value)
-  if cores < 2: return ()
+  """THREAD shares to try: powers of two and the thread count's multiples, up to MAX_SHARES_PER_THREAD per thread (on
+  one thread, shares are blocks of the output that run in order: heuristic._cache_blocks)."""
+  cores = max(1, int(THREADS.value))
   return tuple(sorted({n for n in (2, 4, 8, 16, 32, 64, 128) if n <= cores * MAX_SHARES_PER_THREAD} |
-                      {cores * m for m in (1, 2, 4)}))
+                      {cores * m for m in (1, 2, 4) if cores * m > 1}))
 
 def actions(k: Kernel) -> list[Opt]:
   """Every opt worth trying next on `k`: by the kind of each axis and by what its renderer can do."""
