@@ -11,7 +11,8 @@ import pytest
 
 from lazytensor import Context, Tensor, dtypes
 from lazytensor.device import Device
-from lazytensor.engine.schedule import schedule_stats
+from lazytensor.engine import schedule_cache
+from lazytensor.engine.schedule_cache import schedule_stats
 from lazytensor.helpers import GlobalCounters
 from lazytensor.runtime.ops_cpu import CPUAllocator, CPUMemory
 
@@ -82,7 +83,7 @@ def test_a_reused_schedule_remembers_the_new_results() -> None:
 def test_deep_graphs_abstract_alike_past_the_recursion_depth() -> None:
   # the walk that abstracts a graph recurses to a depth and continues with a stack: the parameters must come out in
   # the same order either way, or two graphs of one structure would not share (or would misuse) a schedule
-  from lazytensor.engine.schedule import _MAX_RECURSION, _Abstracter
+  from lazytensor.engine.schedule_cache import _MAX_RECURSION, _Abstracter
   outs = []
   for seed in (60, 61):
     (a, an), (b, bn) = _realized(4, seed=seed), _realized(4, seed=seed + 10)
@@ -105,10 +106,35 @@ def test_the_cache_is_bounded_and_can_be_turned_off() -> None:
       out = a * 7 + 7
       assert _counts(lambda out=out: out.realize()) == (1, 0)
       np.testing.assert_allclose(out.numpy(), an * 7 + 7, rtol=1e-6)
-  from lazytensor.engine.schedule import _templates
   with Context(SCHEDULE_CACHE=2):
     for k in range(4): (a * (100 + k)).realize()
-    assert len(_templates) <= 2
+    assert len(schedule_cache.templates) <= 2 and len(schedule_cache.structures) <= 2
+
+def test_a_seen_structure_finds_its_schedule_without_the_abstract_graph(monkeypatch) -> None:
+  # the second graph of one structure is matched by its tuples (schedule_cache.Structure): no abstract graph is built
+  (a, _), (b, _) = _realized(9, seed=70), _realized(9, seed=71)
+  (c, cn), (d, dn) = _realized(9, seed=72), _realized(9, seed=73)
+  ((a - b) * a).realize()
+  walks = []
+  real_abstract = schedule_cache.abstract
+  monkeypatch.setattr(schedule_cache, "abstract", lambda outs: walks.append(outs) or real_abstract(outs))
+  out = (c - d) * c
+  assert _counts(lambda: out.realize()) == (0, 1) and not walks
+  np.testing.assert_allclose(out.numpy(), (cn - dn) * cn, rtol=1e-6)
+  other = (d - c) * c  # the same ops over the buffers in another order: another structure
+  assert _counts(lambda: other.realize()) == (1, 0) and len(walks) == 1
+  np.testing.assert_allclose(other.numpy(), (dn - cn) * cn, rtol=1e-6)
+
+@pytest.mark.parametrize("first, second", [(0.0, -0.0), (-0.0, 0.0), (1, True), (2, 2.0)])
+def test_structures_keep_constants_apart_as_nodes_do(first, second) -> None:  # type: ignore[no-untyped-def]
+  # equal in Python (0.0 == -0.0, 1 == True, 2 == 2.0) but other constants: each its own schedule
+  x, xn = _realized(5, seed=74)
+  one, two = x * first, x * second
+  for out, k in ((one, first), (two, second)):
+    out.realize()
+    want = xn * np.float32(k)
+    np.testing.assert_array_equal(np.signbit(out.numpy()), np.signbit(want))
+    np.testing.assert_allclose(out.numpy(), want)
 
 # ---- the buffer cache ----
 

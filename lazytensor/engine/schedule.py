@@ -11,31 +11,21 @@ from __future__ import annotations
 
 import functools
 import sys
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from lazytensor.codegen.heuristic import Packing, PackOperand, pack_candidates, pack_choice
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
+from lazytensor.engine import schedule_cache as cache
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
+from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
 from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, prod
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import GroupOp, NodeMap, Ops, PatternMatcher, UOp, UPat, graph_rewrite
-
-
-class ScheduleItem(NamedTuple):
-  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first. (A NamedTuple: an
-  eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
-  ast: UOp
-  bufs: tuple[Buffer, ...]
-
-# computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
-realized_map: NodeMap[UOp] = NodeMap("_realized")
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 
@@ -128,158 +118,6 @@ class _Graph:
   """What the scheduler learns about one graph: which nodes are materialized, and each kernel's reduce."""
   realize: dict[UOp, None] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
-
-# ---- schedules cached by graph structure ----
-
-class _Abstract(NamedTuple):
-  """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
-  CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
-  sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
-  inputs)."""
-  sink: UOp
-  origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
-  params: list[UOp]       # parameter slot -> the caller's BUFFER node
-
-# placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
-# (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
-_param_buffers: weakref.WeakValueDictionary[tuple, Buffer] = weakref.WeakValueDictionary()
-
-def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
-  device, size = buf_uop.arg[0], buf_uop.arg[1]
-  uop = UOp(Ops.BUFFER, buf_uop.dtype, (), (device, size, ("param", slot, alias)))
-  if uop not in buffer_map:
-    key = (device, size, buf_uop.dtype, alias)
-    if (buf := _param_buffers.get(key)) is None: buf = _param_buffers[key] = Buffer(device, size, buf_uop.dtype)
-    buffer_map[uop] = buf
-  return uop
-
-# deeper graphs are walked with an explicit stack: two frames a level (the visit and its comprehension) stay well
-# inside Python's default limit of 1000 frames, whoever calls
-_MAX_RECURSION = 200
-
-class _TooDeep(Exception):
-  """A graph deeper than _MAX_RECURSION: the walk goes on with an explicit stack."""
-
-class _Abstracter:
-  """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
-  the graph still to compute, not the history behind its inputs."""
-  def __init__(self) -> None:
-    self.done: dict[UOp, UOp] = {}     # caller's node -> abstract node
-    self.in_hits: dict[UOp, UOp] = {}  # the same for the nodes of realized values (not looked up in realized_map)
-    self.origin: dict[UOp, UOp] = {}
-    self.params: list[UOp] = []
-    self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
-    self.aliases: dict[int, int] = {}   # memory bit -> alias number
-    self.contiguous = 0
-
-  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
-    if node.op is Ops.BUFFER:
-      if (p := self.slots.get(node)) is None:
-        # a BUFFER node's `reads` is its memory's bit: nodes of one buffer share it, no two live buffers do
-        alias = self.aliases.setdefault(node.reads, len(self.aliases))
-        p = self.slots[node] = _param_uop(node, len(self.params), alias)
-        self.params.append(node)
-      return p
-    if node.op is Ops.CONTIGUOUS and node.arg is not None:
-      self.contiguous += 1
-      return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
-    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
-
-  def plain(self, root: UOp) -> UOp:
-    for node in root.toposort:
-      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
-    return self.in_hits[root]
-
-  def walk(self, root: UOp) -> UOp:
-    """The abstract node of root. The loop every eager realize runs over its new nodes: recursive (a third less time
-    than a stack of (node, expanded) pairs on the graph of a training step), continued by the stack past
-    _MAX_RECURSION levels (a chain of 10**5 adds). Both visit sources left to right, after their own sources, so
-    parameters are numbered in the same order whichever finishes the walk."""
-    try: return self._visit(root, 0)
-    except _TooDeep: return self._walk_stack(root)
-
-  def _visit(self, node: UOp, depth: int) -> UOp:
-    if (new := self.done.get(node)) is not None: return new
-    if (hit := node.__dict__.get(realized_map.attr)) is not None: new = self.plain(hit)
-    else:
-      if depth > _MAX_RECURSION: raise _TooDeep
-      src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
-      op = node.op
-      if op is Ops.BUFFER or op is Ops.CONTIGUOUS: new = self.convert(node, src)
-      else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
-    self.done[node] = new
-    self.origin[new] = node
-    return new
-
-  def _walk_stack(self, root: UOp) -> UOp:
-    done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
-    while stack:
-      node, expanded = stack.pop()
-      if node in done: continue
-      if expanded:
-        src = tuple([done[s] for s in node.src])
-        if node.op is Ops.BUFFER or node.op is Ops.CONTIGUOUS: new = self.convert(node, src)
-        else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
-      elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
-      else:
-        stack.append((node, True))
-        stack += [(s, False) for s in reversed(node.src) if s not in done]
-        continue
-      done[node] = new
-      origin[new] = node
-    return done[root]
-
-class _Substituter(_Abstracter):
-  """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
-  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
-    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
-
-def _abstract(outs: list[UOp]) -> _Abstract:
-  # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
-  a = _Abstracter()
-  return _Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params)
-
-class _Template:
-  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
-  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> None:
-    self.sink, self.items, self.becomes = sink, items, list(becomes.items())
-    self.uses = 0
-    params = [n for n in sink.toposort if n.op is Ops.BUFFER]
-    self.param_slots = [(id(buffer_map[p]), p.arg[2][1]) for p in params]
-    param_ids = {i for i, _ in self.param_slots}
-    # the buffers the schedule makes: new ones for each instance
-    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
-    # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
-    # nodes (for new memory, or new names for assigned memory) made for each instance
-    value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
-    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, its id)
-    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
-    self.fresh_names = [(n, id(buffer_map[n])) for n in value_buffers if not isinstance(n.arg[2], tuple)]
-    # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
-    self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
-    self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
-
-  def instantiate(self, a: _Abstract) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    self.uses += 1
-    real: dict[int, Buffer] = {pid: buffer_map[a.params[slot]] for pid, slot in self.param_slots}
-    for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
-    items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
-    names = {n: a.params[slot] for n, slot in self.param_names}
-    for n, placeholder in self.fresh_names:
-      buf = real[placeholder]
-      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
-    becomes: dict[UOp, UOp] = {}
-    for (node, value), direct in zip(self.becomes, self.direct):
-      if (orig := a.origin.get(node)) is None: continue
-      becomes[orig] = UOp(Ops.VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
-        value.substitute(names)
-    return items, becomes
-
-# keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
-# with BEAM a search of that width (whose choice may differ with the thread count)
-_templates: OrderedDict[tuple[UOp, str, int, int], _Template] = OrderedDict()
-# graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
-schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
 
 def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
@@ -512,29 +350,41 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
 
   A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
-  reuses that schedule with its own buffers. Nothing is recorded until the caller has run the items and calls
-  `commit_realized(becomes)`."""
+  reuses that schedule with its own buffers (engine/schedule_cache.py). Nothing is recorded until the caller has run
+  the items and calls `commit_realized(becomes)`."""
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
-  abstract = _abstract(outs)
   cap = int(SCHEDULE_CACHE.value)
+  knobs = (str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
+  seen = cache.structure(outs) if cap > 0 else None
+  if seen is not None and (found := cache.structures.get(key := seen[0] + knobs)) is not None and \
+     (template := cache.templates.get(found.template_key)) is not None and \
+     (origins := cache.origins(seen[1], found)) is not None:
+    cache.structures.move_to_end(key)
+    cache.templates.move_to_end(found.template_key)
+    return _instantiate(template, seen[1].params, origins)
+  abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
-  key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
-  template = _templates.get(key) if cap > 0 else None
+  template_key = (abstract.sink, *knobs)
+  template = cache.templates.get(template_key) if cap > 0 else None
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (engine/multi.py), each scheduled (and cached) on its own
-    flat, regroup = split_multi(outs, _Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
+    flat, regroup = split_multi(outs, cache.Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
     items, becomes = create_schedule(flat)
     return items, regroup(becomes)
-  schedule_stats["scheduled" if template is None else "reused"] += 1
   if template is None:
-    template = _Template(abstract.sink, *_schedule_graph(abstract.sink))
-    if cap > 0:
-      _templates[key] = template
-      while len(_templates) > cap: _templates.popitem(last=False)
-  else: _templates.move_to_end(key)
-  items, becomes = template.instantiate(abstract)
+    template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
+    if cap > 0: cache.remember(cache.templates, template_key, template, cap)
+  else: cache.templates.move_to_end(template_key)
+  if seen is not None and (entries := cache.found_entries(seen[1], abstract, template)) is not None:
+    cache.remember(cache.structures, seen[0] + knobs, cache.Found(template_key, entries), cap)
+  return _instantiate(template, abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
+
+def _instantiate(template: cache.Template, params: list[UOp],
+                 origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  cache.schedule_stats["reused" if template.uses else "scheduled"] += 1
+  items, becomes = template.instantiate(params, origins)
   if DEBUG >= 1 and items:
-    print(f"scheduled {len(items)} items from {len(abstract.sink.toposort)} nodes"
+    print(f"scheduled {len(items)} items from {len(template.sink.toposort)} nodes"
           f"{' (schedule cache hit)' if template.uses > 1 else ''}")
   return items, becomes
 

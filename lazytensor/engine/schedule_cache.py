@@ -1,0 +1,273 @@
+"""The schedule cache: graphs of one structure (the same ops, shapes, dtypes and constants over other buffers) share
+one schedule, made once over placeholder buffers (a `Template`) and instantiated with each graph's own, as a JIT
+replays its captured kernels with new inputs.
+
+Two keys find a template:
+  * the abstract graph (`abstract`): realized nodes swapped for their buffers, each buffer for a numbered parameter,
+    interned, so that graphs of one structure give one SINK node. It is what the scheduler schedules, and keys
+    `templates`. Building it makes a UOp per node.
+  * the structure (`Structure`): the same walk writing plain tuples instead of nodes (op, dtype, arg, sources by
+    position in the walk), which keys `structures`: the template's key and where in the walk its outputs lie. An
+    eager call whose structure was seen finds its schedule without building the abstract graph (a 16-element add:
+    about a third of the time to realize it). Equal structures have equal abstract graphs, since each entry holds
+    what its abstract node is made of; the converse is not needed (a miss only costs the abstract walk).
+"""
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any, NamedTuple
+
+from lazytensor.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.dtype import dtypes
+from lazytensor.uop.ops import NodeMap, Ops, UOp
+
+
+class ScheduleItem(NamedTuple):
+  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first. (A NamedTuple: an
+  eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
+  ast: UOp
+  bufs: tuple[Buffer, ...]
+
+# computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
+realized_map: NodeMap[UOp] = NodeMap("_realized")
+
+class Abstract(NamedTuple):
+  """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
+  CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
+  sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
+  inputs)."""
+  sink: UOp
+  origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
+  params: list[UOp]       # parameter slot -> the caller's BUFFER node
+
+# placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
+# (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
+_param_buffers: weakref.WeakValueDictionary[tuple, Buffer] = weakref.WeakValueDictionary()
+
+def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
+  device, size = buf_uop.arg[0], buf_uop.arg[1]
+  uop = UOp(Ops.BUFFER, buf_uop.dtype, (), (device, size, ("param", slot, alias)))
+  if uop not in buffer_map:
+    key = (device, size, buf_uop.dtype, alias)
+    if (buf := _param_buffers.get(key)) is None: buf = _param_buffers[key] = Buffer(device, size, buf_uop.dtype)
+    buffer_map[uop] = buf
+  return uop
+
+# deeper graphs are walked with an explicit stack: two frames a level (the visit and its comprehension) stay well
+# inside Python's default limit of 1000 frames, whoever calls
+_MAX_RECURSION = 200
+
+class _TooDeep(Exception):
+  """A graph deeper than _MAX_RECURSION: the walk goes on with an explicit stack."""
+
+class _Abstracter:
+  """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
+  the graph still to compute, not the history behind its inputs."""
+  def __init__(self) -> None:
+    self.done: dict[UOp, UOp] = {}     # caller's node -> abstract node
+    self.in_hits: dict[UOp, UOp] = {}  # the same for the nodes of realized values (not looked up in realized_map)
+    self.origin: dict[UOp, UOp] = {}
+    self.params: list[UOp] = []
+    self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
+    self.aliases: dict[int, int] = {}   # memory bit -> alias number
+    self.contiguous = 0
+
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    if node.op is Ops.BUFFER:
+      if (p := self.slots.get(node)) is None:
+        # a BUFFER node's `reads` is its memory's bit: nodes of one buffer share it, no two live buffers do
+        alias = self.aliases.setdefault(node.reads, len(self.aliases))
+        p = self.slots[node] = _param_uop(node, len(self.params), alias)
+        self.params.append(node)
+      return p
+    if node.op is Ops.CONTIGUOUS and node.arg is not None:
+      self.contiguous += 1
+      return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+
+  def plain(self, root: UOp) -> UOp:
+    for node in root.toposort:
+      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
+    return self.in_hits[root]
+
+  def walk(self, root: UOp) -> UOp:
+    """The abstract node of root. The loop every eager realize runs over its new nodes: recursive (a third less time
+    than a stack of (node, expanded) pairs on the graph of a training step), continued by the stack past
+    _MAX_RECURSION levels (a chain of 10**5 adds). Both visit sources left to right, after their own sources, so
+    parameters are numbered in the same order whichever finishes the walk."""
+    try: return self._visit(root, 0)
+    except _TooDeep: return self._walk_stack(root)
+
+  def _visit(self, node: UOp, depth: int) -> UOp:
+    if (new := self.done.get(node)) is not None: return new
+    if (hit := node.__dict__.get(realized_map.attr)) is not None: new = self.plain(hit)
+    else:
+      if depth > _MAX_RECURSION: raise _TooDeep
+      src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
+      op = node.op
+      if op is Ops.BUFFER or op is Ops.CONTIGUOUS: new = self.convert(node, src)
+      else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
+    self.done[node] = new
+    self.origin[new] = node
+    return new
+
+  def _walk_stack(self, root: UOp) -> UOp:
+    done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
+    while stack:
+      node, expanded = stack.pop()
+      if node in done: continue
+      if expanded:
+        src = tuple([done[s] for s in node.src])
+        if node.op is Ops.BUFFER or node.op is Ops.CONTIGUOUS: new = self.convert(node, src)
+        else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+      elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
+      else:
+        stack.append((node, True))
+        stack += [(s, False) for s in reversed(node.src) if s not in done]
+        continue
+      done[node] = new
+      origin[new] = node
+    return done[root]
+
+class Substituter(_Abstracter):
+  """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+
+def abstract(outs: list[UOp]) -> Abstract:
+  # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
+  a = _Abstracter()
+  return Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params)
+
+class Template:
+  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
+  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> None:
+    self.sink, self.items, self.becomes = sink, items, list(becomes.items())
+    self.uses = 0
+    params = [n for n in sink.toposort if n.op is Ops.BUFFER]
+    self.param_slots = [(id(buffer_map[p]), p.arg[2][1]) for p in params]
+    param_ids = {i for i, _ in self.param_slots}
+    # the buffers the schedule makes: new ones for each instance
+    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
+    # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
+    # nodes (for new memory, or new names for assigned memory) made for each instance
+    value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
+    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, its id)
+    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
+    self.fresh_names = [(n, id(buffer_map[n])) for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
+    self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
+    self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
+
+  def instantiate(self, params: list[UOp], origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The schedule with the caller's buffers: `params` are its BUFFER nodes by parameter slot, `origins` its node
+    for each value of `becomes` (None where its graph has none)."""
+    self.uses += 1
+    real: dict[int, Buffer] = {pid: buffer_map[params[slot]] for pid, slot in self.param_slots}
+    for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
+    items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
+    names = {n: params[slot] for n, slot in self.param_names}
+    for n, placeholder in self.fresh_names:
+      buf = real[placeholder]
+      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    becomes: dict[UOp, UOp] = {}
+    for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
+      if orig is None: continue
+      becomes[orig] = UOp(Ops.VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
+        value.substitute(names)
+    return items, becomes
+
+# a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
+_NUMBERED = "param"
+# read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
+_BUFFER, _CONTIGUOUS, _REALIZED = Ops.BUFFER, Ops.CONTIGUOUS, realized_map.attr
+
+class Structure:
+  """The walk `abstract` makes (the same order, the same stops at realized nodes), each node written as a tuple: what
+  its abstract node is made of, its sources by their position among the entries. `key` is the whole graph's."""
+  def __init__(self) -> None:
+    self.done: dict[UOp, int] = {}     # caller's node -> its entry
+    self.in_hits: dict[UOp, int] = {}  # the same for the nodes of realized values
+    self.entries: list[tuple[Any, ...]] = []
+    # entry -> the caller's node the main walk last finished with it (a realized node stands for its value's root,
+    # as in the abstract graph's origin); the entries of a realized value's inner nodes have none
+    self.node_of: dict[int, UOp] = {}
+    self.params: list[UOp] = []         # parameter slot -> the caller's BUFFER node
+    self.slots: dict[UOp, int] = {}
+    self.aliases: dict[int, int] = {}
+
+  def convert(self, node: UOp, src: tuple[int, ...]) -> int:
+    op, entries = node.op, self.entries
+    if op is _BUFFER:
+      if (i := self.slots.get(node)) is None:
+        alias = self.aliases.setdefault(node.reads, len(self.aliases))
+        self.params.append(node)
+        i = self.slots[node] = len(entries)
+        entries.append((op, node.dtype.ident, node.arg[0], node.arg[1], alias))
+      return i
+    arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
+    # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
+    entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
+    return len(entries) - 1
+
+  def plain(self, root: UOp) -> int:
+    for node in root.toposort:
+      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
+    return self.in_hits[root]
+
+  def visit(self, node: UOp, depth: int) -> int:
+    if (i := self.done.get(node)) is not None: return i
+    if (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
+    else:
+      if depth > _MAX_RECURSION: raise _TooDeep
+      i = self.convert(node, tuple([self.visit(s, depth + 1) for s in node.src]) if node.src else ())
+    self.done[node] = i
+    self.node_of[i] = node
+    return i
+
+def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure] | None:
+  """The structure key of a graph and its walk; None for a graph deeper than the recursive walk goes (it takes the
+  abstract path alone)."""
+  s = Structure()
+  try: roots = tuple([s.visit(o, 0) for o in outs])
+  except _TooDeep: return None
+  return (tuple(s.entries), roots), s
+
+class Found(NamedTuple):
+  """What a structure names: the key of its template in `templates`, and for each value of the template's `becomes`
+  the entry of the caller's node it stands for (None: the graph has no such node)."""
+  template_key: tuple[Any, ...]
+  entries: list[int | None]
+
+def found_entries(s: Structure, a: Abstract, template: Template) -> list[int | None] | None:
+  """The entry of the caller's node behind each value of `becomes` (a.origin), for `Found`; None if one has none."""
+  out: list[int | None] = []
+  for node, _ in template.becomes:
+    if (orig := a.origin.get(node)) is None: out.append(None)
+    elif (entry := s.done.get(orig)) is None: return None
+    else: out.append(entry)
+  return out
+
+def origins(s: Structure, found: Found) -> list[UOp | None] | None:
+  """The caller's nodes behind the values of `becomes` in a graph of a found structure; None if one has none (its
+  entry came from inside a realized value there: the abstract walk answers)."""
+  out: list[UOp | None] = []
+  for entry in found.entries:
+    if entry is None: out.append(None)
+    elif (node := s.node_of.get(entry)) is None: return None
+    else: out.append(node)
+  return out
+
+# keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
+# with BEAM a search of that width (whose choice may differ with the thread count)
+templates: OrderedDict[tuple[Any, ...], Template] = OrderedDict()
+# keyed by a structure and the same knobs
+structures: OrderedDict[tuple[Any, ...], Found] = OrderedDict()
+# graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
+schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
+
+def remember(table: OrderedDict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, cap: int) -> None:
+  """Insert into an LRU table of at most `cap` entries."""
+  table[key] = value
+  while len(table) > cap: table.popitem(last=False)
