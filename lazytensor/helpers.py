@@ -15,7 +15,7 @@ class ContextVar:
   """A knob: read once from the environment (its default otherwise), overridable with `Context`. A knob declared with
   `code=True` changes the code rendered for a kernel with given opts: it is part of every program cache key."""
   registry: ClassVar[dict[str, ContextVar]] = {}
-  version: ClassVar[int] = 0  # changes whenever a knob is declared or set: see knob_values()
+  version: ClassVar[int] = 0  # changes whenever a knob is declared or set: see knob_state()
 
   def __init__(self, key: str, default: Any, help: str, code: bool = False) -> None:
     assert key not in ContextVar.registry, f"knob {key} declared twice"
@@ -60,15 +60,17 @@ class Context(contextlib.ContextDecorator):
     for k, v in self.old.items(): ContextVar.registry[k].value = v
     ContextVar.version += 1
 
-_knob_values: tuple[int, tuple[Any, ...]] = (-1, ())
+_knob_state: tuple[int, int] = (-1, 0)   # (ContextVar.version it was read at, its number)
+_knob_states: dict[tuple[Any, ...], int] = {}
 
-def knob_values() -> tuple[Any, ...]:
-  """The value of every knob, as a tuple rebuilt only after a knob changed: a key for caches that any knob may affect
-  (each eager kernel launch looks one up)."""
-  global _knob_values
-  if _knob_values[0] != ContextVar.version:
-    _knob_values = (ContextVar.version, tuple(var.value for var in ContextVar.registry.values()))
-  return _knob_values[1]
+def knob_state() -> int:
+  """A number for the value of every knob, the same whenever the knobs have the same values: a small key for caches
+  that any knob may affect (each eager kernel launch looks one up). Read again only after a knob changed."""
+  global _knob_state
+  if _knob_state[0] != ContextVar.version:
+    values = tuple(var.value for var in ContextVar.registry.values())
+    _knob_state = (ContextVar.version, _knob_states.setdefault(values, len(_knob_states)))
+  return _knob_state[1]
 
 def _default_cache_dir() -> str:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

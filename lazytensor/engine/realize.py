@@ -21,7 +21,7 @@ from lazytensor.helpers import (
   ansilen,
   diskcache_get,
   diskcache_put,
-  knob_values,
+  knob_state,
   to_function_name,
   use_color,
 )
@@ -116,7 +116,7 @@ _program_keys: dict[tuple[Any, ...], tuple[str, str]] = {}
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
   that choose its opts and every knob that changes its code)."""
-  memo_key = (device_name, ast, knob_values())
+  memo_key = (device_name, ast, knob_state())
   if (key := _program_keys.get(memo_key)) is None:
     dev = Device[device_name]
     key = _program_keys[memo_key] = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key,
