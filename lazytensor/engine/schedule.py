@@ -23,7 +23,7 @@ from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
-from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, prod
+from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -354,9 +354,9 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   the items and calls `commit_realized(becomes)`."""
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   cap = int(SCHEDULE_CACHE.value)
-  knobs = (str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
   seen = cache.structure(outs) if cap > 0 else None
-  if seen is not None and (found := cache.structures.get(key := seen[0] + knobs)) is not None and \
+  # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
+  if seen is not None and (found := cache.structures.get(key := (seen[0], knob_state()))) is not None and \
      (template := cache.templates.get(found.template_key)) is not None and \
      (origins := cache.origins(seen[1], found)) is not None:
     cache.structures.move_to_end(key)
@@ -364,7 +364,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     return _instantiate(template, seen[1].params, origins)
   abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
-  template_key = (abstract.sink, *knobs)
+  template_key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
   template = cache.templates.get(template_key) if cap > 0 else None
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (engine/multi.py), each scheduled (and cached) on its own
@@ -376,7 +376,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     if cap > 0: cache.remember(cache.templates, template_key, template, cap)
   else: cache.templates.move_to_end(template_key)
   if seen is not None and (entries := cache.found_entries(seen[1], abstract, template)) is not None:
-    cache.remember(cache.structures, seen[0] + knobs, cache.Found(template_key, entries), cap)
+    cache.remember(cache.structures, (seen[0], knob_state()), cache.Found(template_key, entries), cap)
   return _instantiate(template, abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
 
 def _instantiate(template: cache.Template, params: list[UOp],
