@@ -170,7 +170,6 @@ class Buffer:
   serials = itertools.count()
   def __init__(self, device: str, size: int, dtype: DType) -> None:
     self.device, self.size, self.dtype = device, size, dtype
-    self._handle: Any = None
     self._bit = 0
     self.serial = next(Buffer.serials)
 
@@ -184,18 +183,19 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
-  def is_allocated(self) -> bool: return self._handle is not None
+  def is_allocated(self) -> bool: return "handle" in self.__dict__
   @node_cached  # lockless: every buffer an eager step makes reads it once (functools.cached_property takes a lock)
   def allocator(self) -> Allocator: return Device[self.device].allocator
 
   def ensure_allocated(self) -> Buffer:
-    if self._handle is None: self._handle = self.allocator.alloc_cached(self.nbytes)
+    _ = self.handle
     return self
 
-  @property
+  @node_cached
   def handle(self) -> Any:
-    # read at every kernel launch, for every buffer: allocated ones answer without a call
-    return self._handle if self._handle is not None else self.ensure_allocated()._handle
+    """The device memory, allocated on first use. Read at every kernel launch, for every buffer: once allocated it is
+    a plain attribute (the descriptor is not called again)."""
+    return self.allocator.alloc_cached(self.nbytes)
 
   def copyin(self, data: memoryview) -> Buffer:
     assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes}"
@@ -216,7 +216,7 @@ class Buffer:
   def __del__(self) -> None:
     try:
       if getattr(self, "_bit", 0): heapq.heappush(_free_bits, self._bit.bit_length() - 1)
-      if getattr(self, "_handle", None) is not None: self.allocator.free_cached(self._handle, self.nbytes)
+      if (handle := self.__dict__.get("handle")) is not None: self.allocator.free_cached(handle, self.nbytes)
     except Exception: pass  # interpreter shutdown
 
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"

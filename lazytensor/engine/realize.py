@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,7 +42,10 @@ class CompiledRunner:
   def __post_init__(self) -> None: self.launch: dict[str, Any] = self.spec.launch.kwargs()
 
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
-    return self.program(*[b.handle for b in bufs], wait=wait, **self.launch)
+    return self.program(*map(_handle, bufs), wait=wait, **self.launch)
+
+# a buffer's memory, read with no Python frame (map of a comprehension's frame) at every launch
+_handle = operator.attrgetter("handle")
 
 def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
   """The kernel with its optimizations: none with NOOPT, beam search with BEAM >= 1, the hand-coded heuristics
@@ -143,15 +147,19 @@ class ExecItem(NamedTuple):
     return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
-    bufs = self.bufs if bufs is None else bufs  # allocated as the copy or the launch reads their handles
-    if self.runner is None:
-      st = time.perf_counter()
-      _copy(bufs[0], bufs[1])
-      _account(f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}", bufs, 0, bufs[0].nbytes * 2,
-               time.perf_counter() - st)
-      return
-    et = self.runner(bufs, wait=DEBUG.value >= 2)
-    _account(self.runner.display_name, bufs, self.runner.flops, self.runner.mem, et)
+    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value)
+
+def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int) -> None:
+  """Run one step: a kernel, or a copy where runner is None. The buffers are allocated as the copy or the launch reads
+  their handles."""
+  if runner is None:
+    st = time.perf_counter()
+    _copy(bufs[0], bufs[1])
+    _account(f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}", bufs, 0, bufs[0].nbytes * 2,
+             time.perf_counter() - st, debug)
+    return
+  et = runner(bufs, wait=debug >= 2)
+  _account(runner.display_name, bufs, runner.flops, runner.mem, et, debug)
 
 # while a TinyJit captures, every step that runs is also recorded here
 _capturing: list[list[ExecItem]] = []
@@ -180,20 +188,20 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   debug = DEBUG.value  # read once: the loop is the launch path of every eager kernel
   before = dict(compile_stats) if debug >= 1 else {}
   recording = _capturing[-1] if _capturing else None
-  for item in items:
-    step = ExecItem(None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast), item.bufs)
-    step.run()
-    if recording is not None: recording.append(step)
+  for ast, bufs in items:
+    runner = None if ast.op is Ops.COPY else get_runner(bufs[0].device, ast)
+    _execute(runner, bufs, debug)
+    if recording is not None: recording.append(ExecItem(runner, bufs))
   if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")
 
-def _account(name: str, bufs: tuple[Buffer, ...], flops: int, mem: int, et: float | None) -> None:
+def _account(name: str, bufs: tuple[Buffer, ...], flops: int, mem: int, et: float | None, debug: int) -> None:
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += flops
   GlobalCounters.global_mem += mem
   if et is not None: GlobalCounters.time_sum_s += et
-  if DEBUG >= 2:
+  if debug >= 2:
     t = et or 0.0
     pad = " " * max(0, 40 - ansilen(name))
     perf = f"({flops / t * 1e-9:9.2f} GFLOPS {mem / t * 1e-9:7.2f} GB/s)" if t > 0 else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import operator
 import shutil
 import struct
 import subprocess
@@ -149,6 +150,9 @@ def _kernel_type(nbufs: int) -> Any:
   # a CFUNCTYPE call releases the GIL, so core ids run truly in parallel
   return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nbufs, ctypes.c_int32)
 
+# a buffer's address, read with no Python frame at every launch
+_addr = operator.attrgetter("addr")
+
 class CPUProgram:
   """A compiled kernel loaded into its own MCJIT engine, kept alive as long as the program is."""
   def __init__(self, device: CpuDevice, name: str, lib: bytes) -> None:
@@ -174,10 +178,10 @@ class CPUProgram:
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
-    addrs = [b.addr for b in bufs]
     if core_count == 1 and not wait:  # an eager call's launch: nothing to time or share out
-      fn(*addrs, 0)
+      fn(*map(_addr, bufs), 0)
       return None
+    addrs = list(map(_addr, bufs))
     # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
     threads = min(core_count, int(THREADS.value))
     pool = cpu_threads.workers() if core_count > 1 else None
