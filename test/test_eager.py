@@ -125,6 +125,20 @@ def test_a_seen_structure_finds_its_schedule_without_the_abstract_graph(monkeypa
   assert _counts(lambda: other.realize()) == (1, 0) and len(walks) == 1
   np.testing.assert_allclose(other.numpy(), (dn - cn) * cn, rtol=1e-6)
 
+def test_the_structure_walk_numbers_parameters_as_the_abstract_walk() -> None:
+  # a structure stands for its abstract graph: both walks must meet the buffers in one order, through views, constants,
+  # a buffer read twice, a named CONTIGUOUS and a realized value inside the graph
+  (a, _), (b, _) = _realized(4, 4, seed=75), _realized(4, 4, seed=76)
+  mid = a * b
+  later = ((mid + a).contiguous() * b + mid).lazydata  # built before mid is realized: holds mid's computed node
+  mid.realize()
+  graphs = [[(a + b).lazydata], [(b.T * a + 2).lazydata], [(a * a - b).lazydata], [later],
+            [(a + 1).lazydata, (b * a).lazydata]]
+  for outs in graphs:
+    seen = schedule_cache.structure(outs)
+    assert seen is not None
+    assert seen[1].params == schedule_cache.abstract(outs).params
+
 @pytest.mark.parametrize("first, second", [(0.0, -0.0), (-0.0, 0.0), (1, True), (2, 2.0)])
 def test_structures_keep_constants_apart_as_nodes_do(first, second) -> None:  # type: ignore[no-untyped-def]
   # equal in Python (0.0 == -0.0, 1 == True, 2 == 2.0) but other constants: each its own schedule

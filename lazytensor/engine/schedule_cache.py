@@ -29,8 +29,13 @@ class ScheduleItem(NamedTuple):
   ast: UOp
   bufs: tuple[Buffer, ...]
 
+# read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
+_BUFFER, _CONTIGUOUS, _VIEW = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW
+_BUFFER_ATTR = buffer_map.attr
+
 # computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
 realized_map: NodeMap[UOp] = NodeMap("_realized")
+_REALIZED = realized_map.attr
 
 class Abstract(NamedTuple):
   """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
@@ -146,42 +151,46 @@ class Template:
     self.sink, self.items, self.becomes = sink, items, list(becomes.items())
     self.uses = 0
     params = [n for n in sink.toposort if n.op is Ops.BUFFER]
-    self.param_slots = [(id(buffer_map[p]), p.arg[2][1]) for p in params]
-    param_ids = {i for i, _ in self.param_slots}
-    # the buffers the schedule makes: new ones for each instance
-    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in param_ids}.values())
+    # an instance runs on a list of buffers: the caller's, by parameter slot, then new ones for those the schedule
+    # makes; the items and values name them by position there
+    self.param_slots = [p.arg[2][1] for p in params]
+    position = {id(buffer_map[p]): i for i, p in enumerate(params)}
+    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in position}.values())
+    for i, b in enumerate(self.fresh): position[id(b)] = len(params) + i
+    self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
     # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
     # nodes (for new memory, or new names for assigned memory) made for each instance
     value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
-    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, its id)
+    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
     self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
-    self.fresh_names = [(n, id(buffer_map[n])) for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    self.fresh_names = [(n, position[id(buffer_map[n])]) for n in value_buffers if not isinstance(n.arg[2], tuple)]
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
     self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
-    self.item_bufs = [(it.ast, [id(b) for b in it.bufs]) for it in items]
 
   def instantiate(self, params: list[UOp], origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The schedule with the caller's buffers: `params` are its BUFFER nodes by parameter slot, `origins` its node
     for each value of `becomes` (None where its graph has none)."""
+    # loops rather than comprehensions: each of those is a function call on Python 3.11, and an eager step has a
+    # handful of buffers
     self.uses += 1
-    real: dict[int, Buffer] = {pid: buffer_map[params[slot]] for pid, slot in self.param_slots}
-    for b in self.fresh: real[id(b)] = Buffer(b.device, b.size, b.dtype)
-    items = [ScheduleItem(ast, tuple([real[i] for i in ids])) for ast, ids in self.item_bufs]
-    names = {n: params[slot] for n, slot in self.param_names}
-    for n, placeholder in self.fresh_names:
-      buf = real[placeholder]
+    bufs: list[Buffer] = []
+    for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
+    for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
+    items = [ScheduleItem(ast, tuple(map(bufs.__getitem__, positions))) for ast, positions in self.item_bufs]
+    names: dict[UOp, UOp] = {}
+    for n, slot in self.param_names: names[n] = params[slot]
+    for n, i in self.fresh_names:
+      buf = bufs[i]
       names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
-      becomes[orig] = UOp(Ops.VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
+      becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
         value.substitute(names)
     return items, becomes
 
 # a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
 _NUMBERED = "param"
-# read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
-_BUFFER, _CONTIGUOUS, _REALIZED = Ops.BUFFER, Ops.CONTIGUOUS, realized_map.attr
 
 class Structure:
   """The walk `abstract` makes (the same order, the same stops at realized nodes), each node written as a tuple: what
@@ -217,12 +226,25 @@ class Structure:
     return self.in_hits[root]
 
   def visit(self, node: UOp, depth: int) -> int:
-    if (i := self.done.get(node)) is not None: return i
+    """The entry of a node not in `done` yet, after those of its sources. The loop every eager realize runs over its new
+    nodes: its callers look nodes up in `done`, and it writes the common entries itself, without a call to convert or
+    a comprehension (each a function call on Python 3.11)."""
+    done, op = self.done, node.op
     if (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
+    elif op is _BUFFER: i = self.convert(node, ())
     else:
       if depth > _MAX_RECURSION: raise _TooDeep
-      i = self.convert(node, tuple([self.visit(s, depth + 1) for s in node.src]) if node.src else ())
-    self.done[node] = i
+      src = []
+      for s in node.src:
+        if (j := done.get(s)) is None: j = self.visit(s, depth + 1)
+        src.append(j)
+      if op is _CONTIGUOUS: i = self.convert(node, tuple(src))
+      else:
+        arg, entries = node.arg, self.entries
+        # as convert writes it
+        entries.append((op, node.dtype.ident, tuple(src), type(arg), repr(arg) if isinstance(arg, float) else arg))
+        i = len(entries) - 1
+    done[node] = i
     self.node_of[i] = node
     return i
 
@@ -230,9 +252,13 @@ def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure] | None:
   """The structure key of a graph and its walk; None for a graph deeper than the recursive walk goes (it takes the
   abstract path alone)."""
   s = Structure()
-  try: roots = tuple([s.visit(o, 0) for o in outs])
+  roots = []
+  try:
+    for o in outs:
+      if (i := s.done.get(o)) is None: i = s.visit(o, 0)
+      roots.append(i)
   except _TooDeep: return None
-  return (tuple(s.entries), roots), s
+  return (tuple(s.entries), tuple(roots)), s
 
 class Found(NamedTuple):
   """What a structure names: the key of its template in `templates`, and for each value of the template's `becomes`
