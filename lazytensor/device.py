@@ -170,6 +170,7 @@ class Buffer:
   serials = itertools.count()
   def __init__(self, device: str, size: int, dtype: DType) -> None:
     self.device, self.size, self.dtype = device, size, dtype
+    self.nbytes = size * dtype.itemsize  # read at each allocation and free: an attribute, not a property
     self._bit = 0
     self.serial = next(Buffer.serials)
 
@@ -180,8 +181,6 @@ class Buffer:
     if not self._bit: self._bit = 1 << (heapq.heappop(_free_bits) if _free_bits else next(_bit_count))
     return self._bit
 
-  @property
-  def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
   def is_allocated(self) -> bool: return "handle" in self.__dict__
   @node_cached  # lockless: every buffer an eager step makes reads it once (functools.cached_property takes a lock)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import operator
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
@@ -56,6 +57,7 @@ def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
   return dtypes.default_int
 
 _contiguous_ids = itertools.count()
+_lazydata = operator.attrgetter("lazydata")
 
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
 # keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
@@ -299,14 +301,15 @@ class Tensor(MultiMixin):
     [2, 3]
     """
     tensors = (self,) + others
-    if all([t._is_buffer_view() for t in tensors]): return self  # nothing to compute
+    # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
+    if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
     if readers := live.old_value_readers(tensors):
       # the holders are Tensors
       before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))
       if before:
         with paused_capture(): before[0].realize(*before[1:])
       tensors += tuple(inside)
-    items, becomes = create_schedule([t.lazydata for t in tensors])
+    items, becomes = create_schedule(list(map(_lazydata, tensors)))
     run_schedule(items)
     commit_realized(becomes)
     for t in tensors:
@@ -510,11 +513,15 @@ class Tensor(MultiMixin):
   def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor:
     """Every op goes through here: a float result needs gradients when an input does. Under no_grad, such a result
     is cut off from its inputs' gradients (DETACH), as torch treats values computed under torch.no_grad()."""
-    ins = (self,) + others
-    # a realized input that needs gradients is used through the graph that computed it, so that gradients still flow
-    # through it (the scheduler reads its buffer: nothing is computed twice)
-    out = fn(*[t.lazydata if t._graph is None else t._graph_root() for t in ins])
-    if not any([t._requires_grad for t in ins]): return Tensor._of(out)
+    # a loop, not comprehensions: each of those is a function call on Python 3.11, at every op
+    srcs, needs_grad = [], False
+    for t in (self,) + others:
+      # a realized input that needs gradients is used through the graph that computed it, so that gradients still
+      # flow through it (the scheduler reads its buffer: nothing is computed twice)
+      srcs.append(t.lazydata if t._graph is None else t._graph_root())
+      if t._requires_grad: needs_grad = True
+    out = fn(*srcs)
+    if not needs_grad: return Tensor._of(out)
     if Tensor.no_grad: return Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
     ret = Tensor._of(out)
     if out.dtype.is_float: ret._requires_grad = True

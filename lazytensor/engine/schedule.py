@@ -383,7 +383,7 @@ def _instantiate(template: cache.Template, params: list[UOp],
                  origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   cache.schedule_stats["reused" if template.uses else "scheduled"] += 1
   items, becomes = template.instantiate(params, origins)
-  if DEBUG >= 1 and items:
+  if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
     print(f"scheduled {len(items)} items from {len(template.sink.toposort)} nodes"
           f"{' (schedule cache hit)' if template.uses > 1 else ''}")
   return items, becomes
