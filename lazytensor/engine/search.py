@@ -141,7 +141,9 @@ def actions(k: Kernel) -> list[Opt]:
     if kind is AxisKind.GLOBAL:
       out += [Opt(OptOps.SWAP, axis, other) for other in range(axis + 1, k.shape_len)
               if k.kinds[other] is AxisKind.GLOBAL]
-      if r.has_threads: out += [Opt(OptOps.THREAD, axis, a) for a in _thread_amts()]
+      # on one thread, shares are only cache blocks: worth timing where operands are re-read (a reduce)
+      if r.has_threads and (int(THREADS.value) > 1 or k.reduce_axes):
+        out += [Opt(OptOps.THREAD, axis, a) for a in _thread_amts()]
       if r.has_local: out += [Opt(OptOps.LOCAL, axis, a) for a in LOCAL_AMTS]
     if kind is AxisKind.REDUCE:
       out += [Opt(OptOps.UNROLL, axis, a) for a in UNROLL_AMTS]
