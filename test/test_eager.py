@@ -2,6 +2,7 @@
 kernels."""
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 import sys
@@ -138,6 +139,21 @@ def test_the_structure_walk_numbers_parameters_as_the_abstract_walk() -> None:
     seen = schedule_cache.structure(outs)
     assert seen is not None
     assert seen[1].params == schedule_cache.abstract(outs).params
+
+def test_a_tensor_whose_construction_failed_reads_nothing() -> None:
+  # kept alive by a reference cycle until the garbage collector runs, it must not break the next assign's realize
+  def fail() -> None:
+    try: Tensor(object())
+    except TypeError as e:
+      err = e
+      err.args = (err,)  # the exception holds itself, and through its traceback the half-made tensor
+  gc.disable()
+  try:
+    fail()
+    w = Tensor([1.0, 2.0]).realize()
+    w.assign(w + 1).realize()
+    assert w.tolist() == [2.0, 3.0]
+  finally: gc.enable()
 
 @pytest.mark.parametrize("first, second", [(0.0, -0.0), (-0.0, 0.0), (1, True), (2, 2.0)])
 def test_structures_keep_constants_apart_as_nodes_do(first, second) -> None:  # type: ignore[no-untyped-def]
