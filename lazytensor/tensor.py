@@ -154,9 +154,9 @@ class Tensor(MultiMixin):
       self.__init__(data, Device.first(open_devices(device, "Tensor")), dtype, requires_grad)  # type: ignore[misc]
       self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
       return
-    self._start()
     if isinstance(data, UOp):  # what every op makes: the fast path
       self.lazydata = data
+      self._start()
       if requires_grad is not None: self.requires_grad = requires_grad
       return
     dt = to_dtype(dtype) if dtype is not None else None
@@ -176,6 +176,9 @@ class Tensor(MultiMixin):
       self.lazydata = buffer_view(buf_uop, arr.shape)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
                           "a numpy array or a Tensor")
+    # registered once it has its graph: a tensor whose construction raised is never a live holder (a reference cycle
+    # through the exception can keep it alive until the next garbage collection)
+    self._start()
     if requires_grad is not None: self.requires_grad = requires_grad
 
   # ---- properties ----

@@ -47,10 +47,7 @@ def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
   for holder in holders: targets |= holder.lazydata.writes
   if not targets: return []
   chosen = {id(h) for h in holders}
-  # a holder whose constructor raised has no graph: it reads nothing (a reference cycle, such as an exception that
-  # holds its own traceback, keeps it alive until the garbage collector runs)
-  alive = [(n, h) for ref, n in list(_live.items())
-           if (h := ref()) is not None and id(h) not in chosen and hasattr(h, "lazydata")]
+  alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen]
   out: list[tuple[int, Holder]] = []
   seen = targets
   while targets:
