@@ -263,3 +263,20 @@ def test_probe_kernels_compute_the_reduce_alone() -> None:
     for b in inputs.values(): b.copyin((x if b.size == x.size else y).data.cast("B"))
     for ast, bufs in items: compile_kernel(ast, Device["CPU"])(bufs)
     np.testing.assert_allclose(items[-1][1][0].numpy().reshape(128, 96), x @ y, rtol=1e-4, atol=1e-4)
+
+def test_one_thread_tries_thread_shares_only_where_cache_blocks_may_pay() -> None:
+  # on one thread a THREAD share is a cache block: BEAM times it for a reduce whose operand outgrows a quarter of L3
+  # (here a target with a small L3), never for an elementwise kernel or a matmul that fits
+  import dataclasses
+
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  a, b = Tensor.ones(256, 256).contiguous().realize(), Tensor.ones(256, 256).contiguous().realize()
+  matmul = schedule.create_schedule([(a @ b).lazydata])[0][-1].ast
+  add = schedule.create_schedule([(a + b).lazydata])[0][-1].ast
+  avx2 = cpu_target("x86-64-v3")
+  small_l3 = dataclasses.replace(avx2, l3_bytes=a.nbytes())
+  def threads(ast, target) -> bool:  # type: ignore[no-untyped-def]
+    return any(o.op is OptOps.THREAD for o in search.actions(Kernel(ast, LLVMRenderer(target))))
+  with Context(THREADS=1):
+    assert threads(matmul, small_l3) and not threads(matmul, avx2) and not threads(add, small_l3)
+  with Context(THREADS=2): assert threads(add, avx2)

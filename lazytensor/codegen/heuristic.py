@@ -208,14 +208,24 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
 SWEPT_L3_FRACTION = 4
 SWEPT_BLOCK_FRACTION = 8
 
+def _operand_bytes(k: Kernel, node_index: int) -> int:
+  return k.sts[node_index].real_size() * k.view_nodes[node_index].src[0].dtype.itemsize
+
+def blocks_may_pay(k: Kernel) -> bool:
+  """Whether splitting `k` into cache blocks (THREAD shares on one thread) can pay: a reduce re-reads its operands,
+  and one of them is too large to stay in L3 between uses (as _cache_blocks judges it). BEAM on one thread tries
+  THREAD only then: elsewhere the shares only add launches, and each action costs search time."""
+  if not k.reduce_axes or k.renderer.target is None: return False
+  l3 = k.renderer.target.l3_bytes
+  return any(_operand_bytes(k, i) > l3 // SWEPT_L3_FRACTION for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD)
+
 def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
   """Split the swept operand's row axis into THREAD shares: each share runs every panel over its block of rows
   before the next share starts (on one thread they run in order), so the block is read from cache at every panel
   instead of from memory. With threads the blocks are also the threads' shares."""
   if len(others) != 1: return
   swept = others[0]
-  size = k.sts[swept].real_size() * k.view_nodes[swept].src[0].dtype.itemsize
-  l3 = _target(k).l3_bytes
+  size, l3 = _operand_bytes(k, swept), _target(k).l3_bytes
   if size <= l3 // SWEPT_L3_FRACTION: return
   rows = next((a for a in k.axes_of(AxisKind.GLOBAL) if _stride(k, swept, a) != 0 and k.full_shape[a] > 1 and
                all(_stride(k, i, a) == 0 for i in vec_loads)), None)

@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen.heuristic import blocks_may_pay, hand_coded_optimizations
 from lazytensor.codegen.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
 from lazytensor.codegen.program import LaunchDims, get_program, program_key
 from lazytensor.device import Buffer, Compiled, Device
@@ -141,8 +141,8 @@ def actions(k: Kernel) -> list[Opt]:
     if kind is AxisKind.GLOBAL:
       out += [Opt(OptOps.SWAP, axis, other) for other in range(axis + 1, k.shape_len)
               if k.kinds[other] is AxisKind.GLOBAL]
-      # on one thread, shares are only cache blocks: worth timing where operands are re-read (a reduce)
-      if r.has_threads and (int(THREADS.value) > 1 or k.reduce_axes):
+      # on one thread, shares are only cache blocks
+      if r.has_threads and (int(THREADS.value) > 1 or blocks_may_pay(k)):
         out += [Opt(OptOps.THREAD, axis, a) for a in _thread_amts()]
       if r.has_local: out += [Opt(OptOps.LOCAL, axis, a) for a in LOCAL_AMTS]
     if kind is AxisKind.REDUCE:
