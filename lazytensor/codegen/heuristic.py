@@ -164,7 +164,8 @@ def _register_tile(k: Kernel) -> None:
   tile = [(vec_axis, vec_amt), (other, rows)]
   if not consecutive: tile.reverse()
   for axis, amt in tile:
-    if axis is not None and amt is not None and not _try(k, Opt(OptOps.UPCAST, axis, amt)) and axis == vec_axis: return
+    if axis is None or amt is None: continue
+    if not _try(k, Opt(OptOps.UPCAST, axis, amt)) and axis == vec_axis: return  # no vectors: no tile
   _panel_loop_outside(k, vec_loads)
 
 DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators where the target has them

@@ -292,8 +292,7 @@ class Kernel:
       _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
       _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
       axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      threads = int(THREADS.value)
-      _check(threads >= 1, f"{opt}: THREADS={THREADS.value} runs every kernel on one thread")
+      threads = max(1, int(THREADS.value))  # on one thread the shares run in order
       _check(amt <= threads * MAX_SHARES_PER_THREAD, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per "
              f"thread of THREADS={THREADS.value}")
       self.split_axis(axis, amt, AxisKind.THREAD, top=True)

@@ -355,13 +355,15 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
-  # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
-  if seen is not None and (found := cache.structures.get(key := (seen[0], knob_state()))) is not None and \
-     (template := cache.templates.get(found.template_key)) is not None and \
-     (origins := cache.origins(seen[1], found)) is not None:
-    cache.structures.move_to_end(key)
-    cache.templates.move_to_end(found.template_key)
-    return _instantiate(template, seen[1].params, origins)
+  if seen is not None:
+    # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
+    key, walk = (seen[0], knob_state()), seen[1]
+    if (found := cache.structures.get(key)) is not None and \
+       (template := cache.templates.get(found.template_key)) is not None and \
+       (origins := cache.origins(walk, found)) is not None:
+      cache.structures.move_to_end(key)
+      cache.templates.move_to_end(found.template_key)
+      return _instantiate(template, walk.params, origins)
   abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   template_key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
@@ -375,8 +377,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
     if cap > 0: cache.remember(cache.templates, template_key, template, cap)
   else: cache.templates.move_to_end(template_key)
-  if seen is not None and (entries := cache.found_entries(seen[1], abstract, template)) is not None:
-    cache.remember(cache.structures, (seen[0], knob_state()), cache.Found(template_key, entries), cap)
+  if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
+    cache.remember(cache.structures, key, cache.Found(template_key, entries), cap)
   return _instantiate(template, abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
 
 def _instantiate(template: cache.Template, params: list[UOp],

@@ -227,23 +227,17 @@ class Structure:
 
   def visit(self, node: UOp, depth: int) -> int:
     """The entry of a node not in `done` yet, after those of its sources. The loop every eager realize runs over its new
-    nodes: its callers look nodes up in `done`, and it writes the common entries itself, without a call to convert or
-    a comprehension (each a function call on Python 3.11)."""
-    done, op = self.done, node.op
+    nodes: its callers look nodes up in `done`, and the sources are gathered in a loop, not a comprehension (a
+    function call on Python 3.11)."""
+    done = self.done
     if (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
-    elif op is _BUFFER: i = self.convert(node, ())
     else:
       if depth > _MAX_RECURSION: raise _TooDeep
       src = []
       for s in node.src:
         if (j := done.get(s)) is None: j = self.visit(s, depth + 1)
         src.append(j)
-      if op is _CONTIGUOUS: i = self.convert(node, tuple(src))
-      else:
-        arg, entries = node.arg, self.entries
-        # as convert writes it
-        entries.append((op, node.dtype.ident, tuple(src), type(arg), repr(arg) if isinstance(arg, float) else arg))
-        i = len(entries) - 1
+      i = self.convert(node, tuple(src))
     done[node] = i
     self.node_of[i] = node
     return i

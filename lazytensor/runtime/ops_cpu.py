@@ -178,17 +178,17 @@ class CPUProgram:
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
     if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
-    if core_count == 1 and not wait:  # an eager call's launch: nothing to time or share out
+    if core_count == 1:  # on the calling thread (every eager launch of an unthreaded kernel), timed only if asked
+      start = time.perf_counter() if wait else 0.0
       fn(*map(_addr, bufs), 0)
-      return None
+      return time.perf_counter() - start if wait else None
     addrs = list(map(_addr, bufs))
     # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
     threads = min(core_count, int(THREADS.value))
-    pool = cpu_threads.workers() if core_count > 1 else None
-    if pool is not None: pool.start(threads)
+    pool = cpu_threads.workers()
+    pool.start(threads)
     start = time.perf_counter()
-    if pool is None: fn(*addrs, 0)
-    else: pool.run(fn, self.addr, addrs, core_count, threads)
+    pool.run(fn, self.addr, addrs, core_count, threads)
     return time.perf_counter() - start if wait else None
 
 class CpuDevice(Compiled):
