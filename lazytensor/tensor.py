@@ -535,8 +535,8 @@ class Tensor(MultiMixin):
     """A new tensor holding `uop`, as Tensor(uop) makes it, without __init__'s dispatch on the kind of data (every
     op's result is made here)."""
     t = object.__new__(Tensor)
-    t._start()
     t.lazydata = uop
+    t._start()  # registered once it has its graph, as in __init__
     return t
 
   def _start(self) -> None:
