@@ -16,6 +16,7 @@ from test_errors import lazy, raises_at_build
 import lazytensor.mixin.nn
 from lazytensor import Tensor, dtypes
 from lazytensor.engine.schedule import create_schedule
+from lazytensor.uop.ops import Ops
 
 F = torch.nn.functional if HAVE_TORCH else None
 F16, F64, I32, I64 = dtypes.float16, dtypes.float64, dtypes.int32, dtypes.int64
@@ -88,6 +89,10 @@ SORTS: list[tuple[str, list[Any], dict[str, Any]]] = [
   ("sort_special", [ANY], {}), ("sort_special_desc", [ANY], {"descending": True}),
   ("sort_int_ties", [INTS], {}), ("sort_int_ties_desc", [INTS], {"descending": True}),
   ("sort_bool", [INTS > 1], {}), ("sort_0d", [()], {}),
+  # rows past NETWORK_FROM go through the bitonic network (mixin/sort_network.py): padding to a power of two, ties,
+  # NaN and infinities, descending, along dim 0
+  ("sort_long_special", [np.tile(ANY, (1, 41))], {}),
+  ("sort_long_int_ties_desc_dim0", [np.tile(INTS, (1, 50)).T], {"dim": 0, "descending": True}),
 ]
 
 @pytest.mark.parametrize("name,shapes,kw", named(SORTS))
@@ -101,6 +106,7 @@ RANKED: list[tuple[str, list[Any], Callable[..., Any], Any]] = [
   ("topk_smallest_dim0", [(7, 3)], lambda x: x.topk(2, 0, largest=False), lambda x: torch.topk(x, 2, 0, False)),
   ("topk_all", [(2, 5)], lambda x: x.topk(5), lambda x: torch.topk(x, 5)),
   ("topk_int", [np.array([[4, 1, 9, 7], [0, -3, 2, 8]], np.int64)], lambda x: x.topk(2), lambda x: torch.topk(x, 2)),
+  ("topk_long_smallest", [(3, 257)], lambda x: x.topk(4, largest=False), lambda x: torch.topk(x, 4, largest=False)),
 ]
 
 @pytest.mark.parametrize("name,shapes,fn,torch_fn", named(RANKED))
@@ -112,6 +118,14 @@ def test_argsort_topk_vs_torch(name: str, shapes: list[Any], fn: Callable[..., A
   ("topk", lambda x: x.topk(2)[0])]))
 def test_sort_numeric(name: str, fn: Callable[..., Any]) -> None:
   check_grad_numeric(fn, _rand((4, 6)))
+
+def test_long_sort_numeric() -> None:
+  check_grad_numeric(lambda x: x.sort(1, descending=True)[0] * Tensor.arange(300), _rand((2, 300)))
+
+def test_long_sort_is_a_network_not_a_comparison_of_every_pair() -> None:
+  # 2 kernels per step (values, positions): 55 steps for 1024, and no kernel reduces over 1024 x 1024 pairs
+  items, _ = create_schedule([t.lazydata for t in _realized(4, 1024).sort()])
+  assert len(items) == 2 * 55 + 1 and not any(u.op is Ops.REDUCE_AXIS for it in items for u in it.ast.toposort)
 
 def test_sort_kernels() -> None:
   v, i = _realized(8, 32).sort()

@@ -11,6 +11,7 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, dim_alias, prod
+from lazytensor.mixin.sort_network import NETWORK_FROM, network_positions
 from lazytensor.mixin.unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
 
@@ -208,6 +209,15 @@ def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
   ar = type(x).arange(n, device=x.device)
   earlier = ar.unsqueeze(0) < ar.unsqueeze(1)  # j < i
   return (before | (same & earlier)).sum(-1)
+
+def _sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
+  """The first k elements of a stable sort of the last axis, and their positions: by comparing every pair in one
+  kernel for short rows, through a bitonic network for long ones (mixin/sort_network.py)."""
+  n = x.shape[-1]
+  if n <= NETWORK_FROM: return _take_ranked(x, _sort_ranks(x, descending), k)
+  positions = network_positions(x.cast(dtypes.int8) if x.dtype.is_bool else x, descending)
+  positions = positions.shrink([None] * (x.ndim - 1) + [(0, k)])
+  return _select(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
 
 def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
   """The elements of ranks 0..k-1 along the last axis, and their indices."""
@@ -560,7 +570,7 @@ class ReduceMixin(UnaryMixin):
     """
     self._resolve_axis(dim)
     if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
-    return self._along(dim, lambda x: _take_ranked(x, _sort_ranks(x, descending), x.shape[-1]))
+    return self._along(dim, lambda x: _sorted_last(x, descending, x.shape[-1]))
 
   def argsort(self, dim: int = -1, descending: bool = False) -> Self:
     """The indices that sort the tensor along `dim` (stable; see sort).
@@ -585,7 +595,7 @@ class ReduceMixin(UnaryMixin):
     if k == 0 or self.numel() == 0:
       shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
       return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
-    return self._along(dim, lambda x: _take_ranked(x, _sort_ranks(x, descending=largest), int(k)))
+    return self._along(dim, lambda x: _sorted_last(x, largest, int(k)))
 
   # ---- matmul and einsum ----
 
