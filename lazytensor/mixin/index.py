@@ -589,3 +589,15 @@ class IndexMixin(ReduceMixin):
       raise ValueError(f"repeat_interleave: repeats {list(repeats)} must be {n} non-negative ints, one per element "
                        f"of dim {d}")
     return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]
+
+  def isin(self, test_elements: Self | Any, invert: bool = False) -> Self:
+    """Whether each element is among `test_elements` (a Tensor, a number or a list), as torch.isin; invert=True asks
+    whether it is not. Every element is compared with every test element (one kernel), so the work is their product.
+
+    >>> Tensor([[1, 2], [3, 4]]).isin(Tensor([2, 3, 7])).tolist()
+    [[False, True], [True, False]]
+    """
+    test = test_elements if _is_tensor(test_elements) else type(self)(test_elements, device=self.device)
+    if test.numel() == 0: return type(self).full(self.shape, bool(invert), dtype=dtypes.bool, device=self.device)
+    found = (self.unsqueeze(-1) == test.reshape((1,) * self.ndim + (-1,))).any(-1)
+    return found.logical_not() if invert else found

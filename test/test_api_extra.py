@@ -1,0 +1,244 @@
+"""The torch API that users reach for every day, added on top of the core ops: shape conveniences (expand_as, tile,
+movedim, unbind, pixel_shuffle, ...), elementwise and special functions (nan_to_num, hypot, logit, xlogy, glu, ...),
+reductions and products (amax, median, norm, diff, outer, bmm, cross, ...) and isin. Each against torch (values, dtypes
+and gradients through check_op), plus the bad inputs users make.
+"""
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import HAVE_TORCH, check_op, named, torch
+from test_errors import lazy, raises_at_build
+
+from lazytensor import GlobalCounters, Tensor, dtypes
+
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch")
+F = torch.nn.functional if HAVE_TORCH else None
+F16 = dtypes.float16
+
+SPECIAL = np.array([[np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5], [-2.5, 3e38, -3e38, 1e-30, np.nan, 7.0]], np.float32)
+with np.errstate(over="ignore"): SPECIAL16 = SPECIAL.astype(np.float16)  # +-3e38 become +-inf
+
+# ---- shape conveniences: views named after another tensor, tiles, moved dims, slices ----
+
+MOVEMENT: list[tuple[str, list[Any], Callable[..., Any], Any]] = [
+  ("expand_as", [(3, 1), (2, 3, 4)], lambda x, y: x.expand_as(y), None),
+  ("reshape_as", [(2, 6), (3, 4)], lambda x, y: x.reshape_as(y), None),
+  ("view_as", [(12,), (2, 2, 3)], lambda x, y: x.view_as(y), None),
+  ("tile_fewer_dims", [(2, 3)], lambda x: x.tile(2), None),
+  ("tile_more_dims", [(2, 3)], lambda x: x.tile(2, 1, 3), None),
+  ("tile_tuple", [(2, 1, 3)], lambda x: x.tile((1, 2, 2)), None),
+  ("movedim", [(2, 3, 4, 5)], lambda x: x.movedim(0, -1), None),
+  ("movedim_several", [(2, 3, 4, 5)], lambda x: x.movedim((0, 3), (1, 0)), None),
+  ("moveaxis", [(2, 3, 4)], lambda x: x.moveaxis(-1, 0), None),
+  ("narrow", [(4, 6)], lambda x: x.narrow(1, 2, 3), None),
+  ("narrow_negative_start", [(5,)], lambda x: x.narrow(0, -3, 2), None),
+  ("unbind", [(3, 4)], lambda x: x.unbind(1), None),
+  ("unbind_0", [(2, 3, 2)], lambda x: x.unbind(), None),
+  ("pixel_shuffle", [(2, 8, 3, 5)], lambda x: x.pixel_shuffle(2), lambda x: F.pixel_shuffle(x, 2)),
+  ("pixel_shuffle_3d_input", [(9, 2, 2)], lambda x: x.pixel_shuffle(3), lambda x: F.pixel_shuffle(x, 3)),
+  ("pixel_unshuffle", [(2, 3, 4, 6)], lambda x: x.pixel_unshuffle(2), lambda x: F.pixel_unshuffle(x, 2)),
+  ("pixel_unshuffle_5d", [(2, 1, 2, 3, 3)], lambda x: x.pixel_unshuffle(3), lambda x: F.pixel_unshuffle(x, 3)),
+]
+
+@needs_torch
+@pytest.mark.parametrize("name,shapes,fn,torch_fn", named(MOVEMENT))
+def test_movement_matches_torch(name: str, shapes: list[Any], fn: Callable[..., Any], torch_fn: Any) -> None:
+  check_op(shapes, fn, torch_fn=torch_fn)
+
+def test_pixel_shuffle_round_trip_is_views_only() -> None:
+  x = Tensor(np.arange(2 * 12 * 2 * 3, dtype=np.float32).reshape(2, 12, 2, 3)).realize()
+  GlobalCounters.reset()
+  y = x.pixel_shuffle(2).pixel_unshuffle(2)
+  assert y.shape == x.shape and GlobalCounters.kernel_count == 0
+  np.testing.assert_array_equal(y.numpy(), x.numpy())
+
+def test_movement_errors() -> None:
+  raises_at_build(TypeError, lambda: lazy(2, 3).expand_as((2, 3)), "expand_as", "tuple")
+  raises_at_build(ValueError, lambda: lazy(2, 3).expand_as(lazy(3, 3)), "expand")
+  raises_at_build(ValueError, lambda: lazy(2, 3).reshape_as(lazy(4, 2)), "reshape")
+  raises_at_build(ValueError, lambda: lazy(2, 3).movedim((0, 1), 0), "movedim", "(0, 1)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).movedim((0, 0), (0, 1)), "movedim", "repeat")
+  raises_at_build(IndexError, lambda: lazy(2, 3).movedim(2, 0), "axis 2")
+  raises_at_build(IndexError, lambda: lazy(2, 3).narrow(1, 4, 0), "narrow", "start 4")
+  raises_at_build(ValueError, lambda: lazy(2, 3).narrow(1, 1, 3), "narrow", "length 3")
+  raises_at_build(ValueError, lambda: Tensor(1.0).unbind(), "unbind", "0-d")
+  raises_at_build(ValueError, lambda: lazy(1, 6, 2, 2).pixel_shuffle(2), "pixel_shuffle", "(1, 6, 2, 2)")
+  raises_at_build(ValueError, lambda: lazy(1, 4, 2, 2).pixel_shuffle(0), "upscale_factor", "0")
+  raises_at_build(ValueError, lambda: lazy(1, 1, 3, 4).pixel_unshuffle(2), "pixel_unshuffle", "(1, 1, 3, 4)")
+  raises_at_build(ValueError, lambda: lazy(3, 4).pixel_unshuffle(2), "pixel_unshuffle")
+
+# ---- elementwise and special functions ----
+
+ELEMENTWISE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
+  ("type_as", [(2, 3), np.array([1, 2], np.int32)], lambda x, y: x.type_as(y), None, {"grad": False}),
+  ("type_as_float", [np.array([1, 2], np.int64), (3,)], lambda x, y: x.type_as(y), None, {}),
+  ("clamp_min", [(3, 4)], lambda x: x.clamp_min(0.5), None, {}),
+  ("clamp_max", [(3, 4)], lambda x: x.clamp_max(-0.25), None, {}),
+  ("clamp_min_tensor", [(3, 4), (4,)], lambda x, m: x.clamp_min(m), None, {}),
+  ("clamp_max_int", [np.array([-3, 0, 5, 9], np.int64)], lambda x: x.clamp_max(4), None, {}),
+  ("nan_to_num", [SPECIAL], lambda x: x.nan_to_num(), None, {}),
+  ("nan_to_num_values", [SPECIAL], lambda x: x.nan_to_num(1.0, 2.0, -3.0), None, {}),
+  ("nan_to_num_only_nan", [SPECIAL], lambda x: x.nan_to_num(nan=-1.0), None, {}),
+  ("nan_to_num_float16", [SPECIAL16], lambda x: x.nan_to_num(), None, {}),
+  ("nan_to_num_float64", [SPECIAL.astype(np.float64)], lambda x: x.nan_to_num(posinf=1e300), None, {}),
+  ("nan_to_num_int", [np.array([1, -2, 3], np.int32)], lambda x: x.nan_to_num(), None, {}),
+  ("nan_to_num_grad", [(3, 4)], lambda x: (x / (x > 0)).nan_to_num(), None, {}),
+  ("hypot", [(3, 4), (3, 4)], lambda x, y: x.hypot(y), None, {}),
+  ("hypot_broadcast", [(3, 1), (4,)], lambda x, y: x.hypot(y), None, {}),
+  ("hypot_huge_and_tiny", [np.array([3e30, 3e-30, 1e38, -2.0], np.float32), np.array([4e30, -4e-30, 1e38, 0.0],
+                                                                                       np.float32)],
+   lambda x, y: x.hypot(y), None, {}),
+  ("hypot_special", [SPECIAL, SPECIAL[::-1].copy()], lambda x, y: x.hypot(y), None, {}),
+  ("hypot_float16", [(3, 4), (3, 4)], lambda x, y: x.hypot(y), None, {"dtype": F16}),
+  ("hypot_scalar", [(5,)], lambda x: x.hypot(2.0), lambda x: x.hypot(torch.tensor(2.0)), {}),
+  ("logit", [(3, 4)], lambda x: x.logit(), None, {"low": 0.05, "high": 0.95}),
+  ("logit_eps", [(3, 4)], lambda x: x.logit(eps=0.2), None, {"low": 0.0, "high": 1.0}),
+  ("logit_edges", [np.array([0.0, 1.0, 0.5, 1e-6, 1 - 1e-6], np.float32)], lambda x: x.logit(), None, {}),
+  # outside [0, 1] the value is NaN, and torch's gradient NaN by decree: only the values are compared
+  ("logit_outside", [np.array([-0.5, 2.0, np.nan], np.float32)], lambda x: x.logit(), None, {"grad": False}),
+  ("logit_float16", [(6,)], lambda x: x.logit(), None, {"low": 0.05, "high": 0.95, "dtype": F16}),
+  ("xlogy", [(3, 4), (3, 4)], lambda x, y: x.xlogy(y), None, {"low": 0.1, "high": 3.0}),
+  ("xlogy_broadcast", [(3, 1), (4,)], lambda x, y: x.xlogy(y), None, {"low": 0.1, "high": 3.0}),
+  ("xlogy_zeros_and_nan", [np.array([0.0, 0.0, 0.0, 2.0, np.nan, 1.0], np.float32),
+                           np.array([0.0, np.inf, np.nan, 0.0, 1.0, -1.0], np.float32)],
+   lambda x, y: x.xlogy(y), None, {}),
+  ("glu", [(3, 8)], lambda x: x.glu(), lambda x: F.glu(x), {}),
+  ("glu_dim0", [(4, 3)], lambda x: x.glu(0), lambda x: F.glu(x, 0), {}),
+]
+
+@needs_torch
+@pytest.mark.parametrize("name,shapes,fn,torch_fn,kw", named(ELEMENTWISE))
+def test_elementwise_matches_torch(name: str, shapes: list[Any], fn: Callable[..., Any], torch_fn: Any,
+                                   kw: dict[str, Any]) -> None:
+  check_op(shapes, fn, torch_fn=torch_fn, **kw)
+
+def test_hypot_of_ints_is_float() -> None:
+  out = Tensor([3, 5]).hypot(Tensor([4, 12]))
+  assert out.dtype == dtypes.float32 and out.tolist() == [5.0, 13.0]
+
+def test_elementwise_errors() -> None:
+  raises_at_build(TypeError, lambda: lazy(2).type_as(dtypes.int32), "type_as", "DType")
+  raises_at_build(TypeError, lambda: lazy(2).nan_to_num(nan="0"), "nan_to_num", "nan")
+  raises_at_build(TypeError, lambda: lazy(2).nan_to_num(posinf=True), "posinf")
+  raises_at_build(TypeError, lambda: lazy(2).hypot("a"), "hypot")
+  raises_at_build(ValueError, lambda: lazy(2).logit(eps=0.7), "logit", "0.7")
+  raises_at_build(ValueError, lambda: lazy(3, 5).glu(), "glu", "(3, 5)")
+  raises_at_build(ValueError, lambda: Tensor(1.0).glu(), "glu")
+
+# ---- reductions and products ----
+
+TIES = np.array([[1.0, 3.0, 3.0, -2.0, 3.0], [0.5, -1.0, 0.5, -1.0, 2.0]], np.float32)
+MEDIAN_NAN = np.array([[1.0, np.nan, 2.0, np.nan], [3.0, 2.0, 1.0, 0.0], [5.0, 4.0, 6.0, np.nan]], np.float32)
+
+REDUCE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
+  ("amax", [(3, 4, 5)], lambda x: x.amax(), None, {}),
+  ("amax_dims", [(3, 4, 5)], lambda x: x.amax(dim=(0, 2), keepdim=True), None, {}),
+  ("amin_dim", [(3, 4, 5)], lambda x: x.amin(dim=1), None, {}),
+  ("amax_ties_grad", [TIES], lambda x: x.amax(dim=1), None, {}),
+  ("amin_ties_grad", [TIES], lambda x: x.amin(dim=0), None, {}),
+  ("amax_int", [np.array([[1, 7], [9, -2]], np.int32)], lambda x: x.amax(1), None, {}),
+  ("median_all", [(3, 5)], lambda x: x.median(), None, {}),
+  ("median_even", [(4, 6)], lambda x: x.median(), None, {}),
+  ("median_dim", [(4, 5)], lambda x: x.median(dim=1, return_indices=True), lambda x: tuple(x.median(dim=1)), {}),
+  ("median_dim0_keepdim", [(6, 3)], lambda x: x.median(0, keepdim=True, return_indices=True),
+   lambda x: tuple(x.median(0, keepdim=True)), {}),
+  ("median_int", [np.array([[5, 1, 4, 2], [9, 9, 0, 3]], np.int64)], lambda x: x.median(1), lambda x: x.median(1)[0],
+   {}),
+  ("median_nan", [MEDIAN_NAN], lambda x: x.median(1, return_indices=True), lambda x: tuple(x.median(1)), {}),
+  ("median_nan_all", [MEDIAN_NAN], lambda x: x.median(), None, {}),
+  ("norm", [(3, 4)], lambda x: x.norm(), None, {}),
+  ("norm_dim", [(3, 4, 5)], lambda x: x.norm(dim=1), None, {}),
+  ("norm_dims_keepdim", [(3, 4, 5)], lambda x: x.norm(dim=(0, 2), keepdim=True), None, {}),
+  ("norm_p1", [(3, 4)], lambda x: x.norm(1, dim=1), None, {}),
+  ("norm_p3", [(3, 4)], lambda x: x.norm(3, dim=0), None, {}),
+  ("norm_p_half", [(3, 4)], lambda x: x.norm(0.5, dim=1), None, {"low": 0.5, "high": 2.0}),
+  ("norm_inf", [(3, 4)], lambda x: x.norm(math.inf, dim=1), None, {}),
+  ("norm_neg_inf", [(3, 4)], lambda x: x.norm(-math.inf), None, {}),
+  # a count: no gradient here, an all-zero one in torch
+  ("norm_p0", [np.array([[0.0, 1.5, -2.0], [0.0, 0.0, 3.0]], np.float32)], lambda x: x.norm(0, dim=1), None,
+   {"grad": False}),
+  ("norm_fro", [(3, 4)], lambda x: x.norm("fro"), None, {}),
+  ("norm_zero_vector_grad", [np.zeros((2, 3), np.float32)], lambda x: x.norm(dim=1), None, {}),
+  ("norm_float16", [(4, 6)], lambda x: x.norm(dim=1), None, {"dtype": F16}),
+  ("count_nonzero", [np.array([[0, 1, 2], [0, 0, 3]], np.int32)], lambda x: x.count_nonzero(), None, {}),
+  ("count_nonzero_dim", [np.array([[0.0, 1.5, -0.0], [np.nan, 0.0, 3.0]], np.float32)],
+   lambda x: x.count_nonzero(dim=0), None, {}),
+  ("count_nonzero_dims", [np.array([[[True, False]], [[True, True]]])], lambda x: x.count_nonzero(dim=(1, 2)), None,
+   {}),
+  ("diff", [(3, 6)], lambda x: x.diff(), None, {}),
+  ("diff_n2_dim0", [(5, 3)], lambda x: x.diff(2, dim=0), None, {}),
+  ("diff_n_past_size", [(3, 2)], lambda x: x.diff(3), None, {}),
+  ("diff_prepend_append", [(2, 4), (2, 1), (2, 2)], lambda x, p, a: x.diff(prepend=p, append=a), None, {}),
+  ("diff_int", [np.array([1, 4, 9, 16, 25], np.int64)], lambda x: x.diff(2), None, {}),
+  ("diff_bool", [np.array([True, False, False, True, True])], lambda x: x.diff(), None, {}),
+  ("outer", [(3,), (4,)], lambda x, y: x.outer(y), None, {}),
+  ("outer_int", [np.array([1, 2], np.int32), np.array([3, 4, 5], np.int64)], lambda x, y: x.outer(y), None, {}),
+  ("mm", [(3, 4), (4, 5)], lambda x, y: x.mm(y), None, {}),
+  ("bmm", [(2, 3, 4), (2, 4, 5)], lambda x, y: x.bmm(y), None, {}),
+  ("mv", [(3, 4), (4,)], lambda x, y: x.mv(y), None, {}),
+  ("cross", [(4, 3), (4, 3)], lambda x, y: x.cross(y), lambda x, y: torch.linalg.cross(x, y), {}),
+  ("cross_dim0_broadcast", [(3, 5), (3, 1)], lambda x, y: x.cross(y, dim=0),
+   lambda x, y: torch.linalg.cross(x, y, dim=0), {}),
+  ("cross_int", [np.array([[1, 2, 3]], np.int64), np.array([[4, 5, 6]], np.int64)], lambda x, y: x.cross(y),
+   lambda x, y: torch.linalg.cross(x, y), {}),
+]
+
+@needs_torch
+@pytest.mark.parametrize("name,shapes,fn,torch_fn,kw", named(REDUCE))
+def test_reductions_match_torch(name: str, shapes: list[Any], fn: Callable[..., Any], torch_fn: Any,
+                                kw: dict[str, Any]) -> None:
+  check_op(shapes, fn, torch_fn=torch_fn, **kw)
+
+def test_median_keepdim_without_axis_and_0d() -> None:
+  x = Tensor([[4.0, 1.0], [3.0, 2.0]])
+  assert x.median(keepdim=True).shape == (1, 1) and x.median(keepdim=True).item() == 2.0
+  values, indices = Tensor(7.0).median(0, return_indices=True)
+  assert values.item() == 7.0 and indices.item() == 0
+
+def test_norm_and_median_take_numpy_axis() -> None:
+  x = Tensor([[3.0, 4.0], [6.0, 8.0]])
+  assert x.norm(2, 1).tolist() == [5.0, 10.0] and x.median(axis=0).tolist() == [3.0, 4.0]
+  with pytest.raises(TypeError, match="median: got both"): x.median(0, dim=1)
+
+def test_reduction_errors() -> None:
+  raises_at_build(ValueError, lambda: lazy(3).norm("nuc"), "norm", "'nuc'")
+  raises_at_build(TypeError, lambda: lazy(3, 4).median((0, 1)), "median", "(0, 1)")
+  raises_at_build(ValueError, lambda: lazy(0, 4).median(0), "median", "zero-size")
+  raises_at_build(ValueError, lambda: lazy(3).diff(-1), "diff", "-1")
+  raises_at_build(ValueError, lambda: Tensor(2.0).diff(), "diff", "1-d")
+  raises_at_build(TypeError, lambda: lazy(3).diff(prepend=[1.0]), "diff", "list")
+  raises_at_build(ValueError, lambda: lazy(2, 3).outer(lazy(3)), "outer", "1-d", "(2, 3)")
+  raises_at_build(TypeError, lambda: lazy(3).outer([1, 2]), "outer", "list")
+  raises_at_build(ValueError, lambda: lazy(2, 3, 4).mm(lazy(4, 5)), "mm", "2-d")
+  raises_at_build(ValueError, lambda: lazy(2, 3, 4).bmm(lazy(3, 4, 5)), "bmm", "batch")
+  raises_at_build(ValueError, lambda: lazy(3, 4).bmm(lazy(4, 5)), "bmm", "3-d")
+  raises_at_build(ValueError, lambda: lazy(3, 4).mv(lazy(4, 1)), "mv", "(4, 1)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).mm(lazy(4, 5)), "matmul")
+  raises_at_build(ValueError, lambda: lazy(4, 2).cross(lazy(4, 2)), "cross", "size 3")
+  raises_at_build(ValueError, lambda: lazy(4, 3).cross(lazy(4, 3), dim=0), "cross", "size 3")
+
+# ---- isin ----
+
+@needs_torch
+@pytest.mark.parametrize("name,x,test,invert", named([
+  ("ints", np.array([[1, 2], [3, 4]], np.int64), np.array([2, 3, 7], np.int64), False),
+  ("invert", np.array([1, 5, 1, 7], np.int32), np.array([[1], [7]], np.int32), True),
+  ("floats_with_nan", np.array([np.nan, 1.5, 2.0], np.float32), np.array([np.nan, 2.0], np.float32), False),
+  ("mixed_dtypes", np.array([1.0, 2.5, 3.0], np.float32), np.array([3, 1], np.int64), False),
+  ("scalar_input", np.array(4, np.int64), np.array([4], np.int64), False),
+]))
+def test_isin_matches_torch(name: str, x: np.ndarray, test: np.ndarray, invert: bool) -> None:
+  got = Tensor(x).isin(Tensor(test), invert=invert)
+  want = torch.isin(torch.from_numpy(x), torch.from_numpy(test), invert=invert).numpy()
+  assert got.dtype == dtypes.bool
+  np.testing.assert_array_equal(got.numpy(), want)
+
+def test_isin_lists_numbers_and_nothing() -> None:
+  x = Tensor([[1, 2], [3, 4]])
+  assert x.isin([4, 1]).tolist() == [[True, False], [False, True]]
+  assert x.isin(3).tolist() == [[False, False], [True, False]]
+  assert x.isin([]).tolist() == [[False, False], [False, False]]
+  assert x.isin([], invert=True).tolist() == [[True, True], [True, True]]
