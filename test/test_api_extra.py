@@ -1,7 +1,7 @@
 """The torch API that users reach for every day, added on top of the core ops: shape conveniences (expand_as, tile,
 movedim, unbind, pixel_shuffle, ...), elementwise and special functions (nan_to_num, hypot, logit, xlogy, glu, ...),
-reductions and products (amax, median, norm, diff, outer, bmm, cross, ...) and isin. Each against torch (values, dtypes
-and gradients through check_op), plus the bad inputs users make.
+reductions and products (amax, median, norm, diff, outer, bmm, cross, ...), isin, adaptive pooling, distances and
+regression losses. Each against torch (values, dtypes and gradients through check_op), plus the bad inputs users make.
 """
 import math
 from collections.abc import Callable
@@ -12,7 +12,7 @@ import pytest
 from helpers import HAVE_TORCH, check_op, named, torch
 from test_errors import lazy, raises_at_build
 
-from lazytensor import GlobalCounters, Tensor, dtypes
+from lazytensor import GlobalCounters, Tensor, dtypes, nn
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch")
 F = torch.nn.functional if HAVE_TORCH else None
@@ -242,3 +242,106 @@ def test_isin_lists_numbers_and_nothing() -> None:
   assert x.isin(3).tolist() == [[False, False], [True, False]]
   assert x.isin([]).tolist() == [[False, False], [False, False]]
   assert x.isin([], invert=True).tolist() == [[True, True], [True, True]]
+
+# ---- neural-network functions: adaptive pooling, distances, losses, sequential ----
+
+NN: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
+  ("adaptive_avg_even", [(2, 3, 8, 6)], lambda x: x.adaptive_avg_pool2d((4, 3)),
+   lambda x: F.adaptive_avg_pool2d(x, (4, 3)), {}),
+  ("adaptive_avg_uneven", [(2, 3, 7, 10)], lambda x: x.adaptive_avg_pool2d((3, 4)),
+   lambda x: F.adaptive_avg_pool2d(x, (3, 4)), {}),
+  ("adaptive_avg_global", [(2, 5, 7, 7)], lambda x: x.adaptive_avg_pool2d(1), lambda x: F.adaptive_avg_pool2d(x, 1),
+   {}),
+  ("adaptive_avg_upsample", [(1, 2, 3, 2)], lambda x: x.adaptive_avg_pool2d((5, 4)),
+   lambda x: F.adaptive_avg_pool2d(x, (5, 4)), {}),
+  ("adaptive_avg_none_3d_input", [(3, 7, 5)], lambda x: x.adaptive_avg_pool2d((None, 2)),
+   lambda x: F.adaptive_avg_pool2d(x, (None, 2)), {}),
+  ("adaptive_avg_1d", [(2, 3, 10)], lambda x: x.adaptive_avg_pool2d((4,)), lambda x: F.adaptive_avg_pool1d(x, 4), {}),
+  ("adaptive_avg_float16", [(1, 2, 7, 5)], lambda x: x.adaptive_avg_pool2d(3), lambda x: F.adaptive_avg_pool2d(x, 3),
+   {"dtype": F16}),
+  ("adaptive_max_even", [(2, 3, 8, 6)], lambda x: x.adaptive_max_pool2d((2, 3)),
+   lambda x: F.adaptive_max_pool2d(x, (2, 3)), {}),
+  ("adaptive_max_uneven", [(2, 3, 7, 10)], lambda x: x.adaptive_max_pool2d((3, 4)),
+   lambda x: F.adaptive_max_pool2d(x, (3, 4)), {}),
+  ("adaptive_max_global", [(2, 4, 5, 5)], lambda x: x.adaptive_max_pool2d(1), lambda x: F.adaptive_max_pool2d(x, 1),
+   {}),
+  ("cosine_similarity", [(4, 5), (4, 5)], lambda x, y: x.cosine_similarity(y), lambda x, y: F.cosine_similarity(x, y),
+   {}),
+  ("cosine_similarity_broadcast_dim", [(3, 1, 6), (4, 6)], lambda x, y: x.cosine_similarity(y, dim=-1),
+   lambda x, y: F.cosine_similarity(x, y, dim=-1), {}),
+  ("cosine_similarity_zero_vector", [np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 2.0]], np.float32), (2, 3)],
+   lambda x, y: x.cosine_similarity(y), lambda x, y: F.cosine_similarity(x, y), {}),
+  ("pairwise_distance", [(4, 5), (4, 5)], lambda x, y: x.pairwise_distance(y),
+   lambda x, y: F.pairwise_distance(x, y), {}),
+  ("pairwise_distance_p1_keepdim", [(4, 5), (1, 5)], lambda x, y: x.pairwise_distance(y, p=1.0, keepdim=True),
+   lambda x, y: F.pairwise_distance(x, y, p=1.0, keepdim=True), {}),
+  ("cdist", [(4, 3), (5, 3)], lambda x, y: x.cdist(y), lambda x, y: torch.cdist(x, y), {}),
+  ("cdist_batched_p1", [(2, 4, 3), (2, 5, 3)], lambda x, y: x.cdist(y, p=1.0), lambda x, y: torch.cdist(x, y, p=1.0),
+   {}),
+  ("cdist_inf", [(3, 2), (4, 2)], lambda x, y: x.cdist(y, p=math.inf), lambda x, y: torch.cdist(x, y, p=math.inf), {}),
+]
+
+LOSSES = [("mse_loss", {}), ("l1_loss", {}), ("smooth_l1_loss", {}), ("smooth_l1_loss", {"beta": 0.5}),
+          ("smooth_l1_loss", {"beta": 0.0}), ("huber_loss", {}), ("huber_loss", {"delta": 0.3})]
+for _name, _kw in LOSSES:
+  for _red in ("mean", "sum", "none"):
+    NN.append((f"{_name}_{_red}_{_kw}", [(3, 5), (3, 5)],
+               lambda x, y, n=_name, r=_red, k=_kw: getattr(x, n)(y, reduction=r, **k),
+               lambda x, y, n=_name, r=_red, k=_kw: getattr(F, n)(x, y, reduction=r, **k), {}))
+for _red in ("mean", "sum", "none", "batchmean"):
+  for _log_target in (False, True):
+    NN.append((f"kl_div_{_red}_{_log_target}", [(4, 5), (4, 5)],
+               lambda x, y, r=_red, lt=_log_target: x.log_softmax(1).kl_div(y.softmax(1).log() if lt else y.softmax(1),
+                                                                             reduction=r, log_target=lt),
+               lambda x, y, r=_red, lt=_log_target: F.kl_div(x.log_softmax(1), y.softmax(1).log() if lt else
+                                                             y.softmax(1), reduction=r, log_target=lt), {}))
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name,shapes,fn,torch_fn,kw", named(NN))
+def test_nn_functions_match_torch(name: str, shapes: list[Any], fn: Callable[..., Any], torch_fn: Any,
+                                  kw: dict[str, Any]) -> None:
+  check_op(shapes, fn, torch_fn=torch_fn, **kw)
+
+@needs_torch
+def test_kl_div_with_zero_targets() -> None:
+  lp = np.log(np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]], np.float32))
+  t = np.array([[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]], np.float32)
+  # the target is data here: its gradient at 0 is -inf (torch: NaN), so only the input's gradient is compared
+  check_op([lp], lambda x: x.kl_div(Tensor(t), reduction="batchmean"),
+           torch_fn=lambda x: F.kl_div(x, torch.from_numpy(t), reduction="batchmean"))
+
+def test_adaptive_pool_even_windows_are_one_kernel() -> None:
+  x = Tensor(np.random.default_rng(0).uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32)).realize()
+  GlobalCounters.reset()
+  x.adaptive_avg_pool2d(1).realize()
+  assert GlobalCounters.kernel_count == 1
+
+def test_adaptive_max_pool_of_ints() -> None:
+  x = Tensor(np.arange(30, dtype=np.int32).reshape(1, 5, 6))
+  out = x.adaptive_max_pool2d((2, 4))
+  # rows 5 -> 2: [0, 3) and [2, 5); columns 6 -> 4: [0, 2), [1, 3), [3, 5), [4, 6)
+  assert out.dtype == dtypes.int32 and out.tolist() == [[[13, 14, 16, 17], [25, 26, 28, 29]]]
+
+def test_sequential_runs_layers_in_order() -> None:
+  x = Tensor([[1.0, -2.0]])
+  layer = nn.Linear(2, 3)
+  out = x.sequential([layer, Tensor.relu, lambda t: t.sum(1)])
+  np.testing.assert_allclose(out.numpy(), np.maximum(x.numpy() @ layer.weight.numpy().T + layer.bias.numpy(), 0).sum(1),
+                             rtol=1e-6)
+  assert x.sequential([]) is x
+
+def test_nn_function_errors() -> None:
+  raises_at_build(ValueError, lambda: lazy(2, 3).adaptive_avg_pool2d((2, 2)), "adaptive_avg_pool2d", "(2, 3)")
+  raises_at_build(ValueError, lambda: lazy(1, 4, 4).adaptive_max_pool2d(0), "adaptive_max_pool2d", "0")
+  raises_at_build(ValueError, lambda: lazy(1, 4, 4).adaptive_avg_pool2d((2, 1.5)), "output_size", "1.5")
+  raises_at_build(ValueError, lambda: lazy(1, 0, 4).adaptive_avg_pool2d(2), "zero-size", "(1, 0, 4)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).cosine_similarity(lazy(4, 3)), "broadcast")
+  raises_at_build(ValueError, lambda: lazy(3).cdist(lazy(3)), "cdist", "(..., P, M)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).cdist(lazy(2, 4)), "cdist", "(2, 4)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).mse_loss(lazy(3)), "mse_loss", "(3,)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).l1_loss(lazy(2, 3), reduction="avg"), "l1_loss", "'avg'")
+  raises_at_build(ValueError, lambda: lazy(2).smooth_l1_loss(lazy(2), beta=-1.0), "smooth_l1_loss", "-1.0")
+  raises_at_build(ValueError, lambda: lazy(2).huber_loss(lazy(2), delta=0.0), "huber_loss", "0.0")
+  raises_at_build(ValueError, lambda: lazy(2, 3).kl_div(lazy(2, 3), reduction="batch"), "kl_div", "'batch'")
+  raises_at_build(ValueError, lambda: lazy(2, 3).kl_div(lazy(3, 2)), "kl_div", "(3, 2)")
