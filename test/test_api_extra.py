@@ -1,7 +1,8 @@
-"""The torch API that users reach for every day, added on top of the core ops: shape conveniences (expand_as, tile,
-movedim, unbind, pixel_shuffle, ...), elementwise and special functions (nan_to_num, hypot, logit, xlogy, glu, ...),
-reductions and products (amax, median, norm, diff, outer, bmm, cross, ...), isin, adaptive pooling, distances and
-regression losses. Each against torch (values, dtypes and gradients through check_op), plus the bad inputs users make.
+"""The torch and tinygrad API that users reach for every day, added on top of the core ops: shape conveniences
+(expand_as, tile, movedim, unbind, pixel_shuffle, ...), elementwise and special functions (nan_to_num, hypot, logit,
+xlogy, glu, ...), reductions and products (amax, median, norm, diff, outer, bmm, cross, ...), isin, adaptive pooling,
+distances and regression losses, and the layers and optimizers (Conv3d, ConvTranspose1d, LayerNorm2d, LARS,
+OptimizerGroup). Each against torch (values, dtypes and gradients through check_op), plus the bad inputs users make.
 """
 import math
 from collections.abc import Callable
@@ -11,8 +12,10 @@ import numpy as np
 import pytest
 from helpers import HAVE_TORCH, check_op, named, torch
 from test_errors import lazy, raises_at_build
+from test_optim import W0, X, _run_ours, _run_torch
 
 from lazytensor import GlobalCounters, Tensor, dtypes, nn
+from lazytensor.nn.optim import LARS, SGD, Adam, OptimizerGroup
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch")
 F = torch.nn.functional if HAVE_TORCH else None
@@ -345,3 +348,121 @@ def test_nn_function_errors() -> None:
   raises_at_build(ValueError, lambda: lazy(2).huber_loss(lazy(2), delta=0.0), "huber_loss", "0.0")
   raises_at_build(ValueError, lambda: lazy(2, 3).kl_div(lazy(2, 3), reduction="batch"), "kl_div", "'batch'")
   raises_at_build(ValueError, lambda: lazy(2, 3).kl_div(lazy(3, 2)), "kl_div", "(3, 2)")
+
+# ---- layers ----
+
+def _copy_params(ours: Any, theirs: Any) -> None:
+  for name in ("weight", "bias"):
+    setattr(theirs, name, torch.nn.Parameter(torch.from_numpy(getattr(ours, name).numpy().copy())))
+
+@needs_torch
+@pytest.mark.parametrize("name,ours,theirs,shape", named([
+  ("conv3d", lambda: nn.Conv3d(2, 4, (2, 3, 2), stride=1, padding=1),
+   lambda: torch.nn.Conv3d(2, 4, (2, 3, 2), stride=1, padding=1), (2, 2, 4, 5, 3)),
+  ("conv3d_groups", lambda: nn.Conv3d(4, 2, 2, groups=2, bias=False),
+   lambda: torch.nn.Conv3d(4, 2, 2, groups=2, bias=False), (1, 4, 3, 3, 3)),
+  ("conv_transpose1d", lambda: nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1),
+   lambda: torch.nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), (2, 3, 5)),
+  ("conv_transpose1d_groups_dilation", lambda: nn.ConvTranspose1d(4, 6, 2, dilation=2, groups=2),
+   lambda: torch.nn.ConvTranspose1d(4, 6, 2, dilation=2, groups=2), (1, 4, 6)),
+]))
+def test_layers_match_torch(name: str, ours: Callable[[], Any], theirs: Callable[[], Any],
+                            shape: tuple[int, ...]) -> None:
+  layer, ref = ours(), theirs()
+  _copy_params(layer, ref) if layer.bias is not None else \
+    setattr(ref, "weight", torch.nn.Parameter(torch.from_numpy(layer.weight.numpy().copy())))
+  x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
+  np.testing.assert_allclose(layer(Tensor(x)).numpy(), ref(torch.from_numpy(x)).detach().numpy(), atol=1e-5,
+                             rtol=1e-5)
+
+@needs_torch
+def test_layernorm2d_is_channel_layernorm_at_each_pixel() -> None:
+  layer = nn.LayerNorm2d(3, eps=1e-6)
+  layer.weight, layer.bias = Tensor([1.0, 2.0, 0.5]), Tensor([0.0, -1.0, 3.0])
+  x = np.random.default_rng(2).uniform(-2, 2, (2, 3, 4, 5)).astype(np.float32)
+  tx = torch.from_numpy(x).permute(0, 2, 3, 1)
+  want = F.layer_norm(tx, (3,), torch.tensor([1.0, 2.0, 0.5]), torch.tensor([0.0, -1.0, 3.0]), eps=1e-6)
+  np.testing.assert_allclose(layer(Tensor(x)).numpy(), want.permute(0, 3, 1, 2).numpy(), atol=1e-5, rtol=1e-5)
+  assert {k for k in nn.state.get_state_dict(layer)} == {"weight", "bias"}
+  with pytest.raises(ValueError, match=r"LayerNorm2d: expected \(batch, channels, height, width\)"):
+    layer(Tensor.ones(3, 4, 5))
+
+# ---- optimizers ----
+
+@needs_torch
+@pytest.mark.parametrize("name,ours,theirs", named([
+  # without the trust ratio (tcoef=0) LARS is SGD; classic momentum accumulates lr * g, which is the same at a fixed lr
+  ("lars_as_sgd", lambda p: LARS(p, lr=0.05, momentum=0.9, weight_decay=0.01, tcoef=0.0),
+   lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01)),
+  ("lars_as_sgd_not_classic_nesterov", lambda p: LARS(p, lr=0.05, momentum=0.8, weight_decay=0.0, nesterov=True,
+                                                      classic=False, tcoef=0.0),
+   lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True)),
+  ("lars_no_momentum", lambda p: LARS(p, lr=0.1, momentum=0.0, weight_decay=0.0, tcoef=0.0),
+   lambda p: torch.optim.SGD(p, lr=0.1)),
+]))
+def test_lars_without_trust_ratio_is_torch_sgd(name: str, ours: Any, theirs: Any) -> None:
+  for steps in (1, 4):
+    np.testing.assert_allclose(_run_ours(ours, steps), _run_torch(theirs, steps), rtol=1e-4, atol=1e-5)
+
+def _lars_numpy(w: np.ndarray, grad: Callable[[np.ndarray], np.ndarray], steps: int, lr: float, momentum: float,
+                wd: float, tcoef: float, classic: bool) -> np.ndarray:
+  w, buf = w.astype(np.float64), np.zeros(w.shape)
+  for _ in range(steps):
+    g = grad(w)
+    wn, gn = np.linalg.norm(w), np.linalg.norm(g)
+    scale = lr * (tcoef * wn / (gn + wd * wn) if wn > 0 and gn > 0 else 1.0)
+    g = g + wd * w
+    if classic: g = g * scale
+    buf = momentum * buf + g
+    w = w - (buf if classic else buf * scale)
+  return w
+
+@pytest.mark.parametrize("classic", [True, False])
+def test_lars_trust_ratio_against_numpy(classic: bool) -> None:
+  w = Tensor(W0.copy(), requires_grad=True)
+  opt = LARS([w], lr=0.5, momentum=0.9, weight_decay=0.01, tcoef=0.02, classic=classic)
+  for _ in range(3):
+    opt.zero_grad()
+    (w * w * w).sum().backward()
+    opt.step()
+  want = _lars_numpy(W0, lambda v: 3 * v * v, 3, 0.5, 0.9, 0.01, 0.02, classic)
+  np.testing.assert_allclose(w.numpy(), want, rtol=1e-5, atol=1e-6)
+
+def test_lars_zero_weights_take_the_plain_step() -> None:
+  w = Tensor.zeros(3).contiguous().realize().requires_grad_()
+  opt = LARS([w], lr=0.1, momentum=0.0, weight_decay=0.0)
+  (w * Tensor([1.0, 2.0, 3.0])).sum().backward()
+  opt.step()
+  np.testing.assert_allclose(w.numpy(), [-0.1, -0.2, -0.3], rtol=1e-6)
+
+def test_optimizer_group_steps_each_optimizer_in_one_schedule() -> None:
+  w1, w2 = Tensor(W0.copy(), requires_grad=True), Tensor(W0.copy(), requires_grad=True)
+  group = OptimizerGroup(SGD([w1], lr=0.1), Adam([w2], lr=0.01))
+  ref1, ref2 = Tensor(W0.copy(), requires_grad=True), Tensor(W0.copy(), requires_grad=True)
+  sgd, adam = SGD([ref1], lr=0.1), Adam([ref2], lr=0.01)
+  x = Tensor(X)
+  for _ in range(2):
+    group.zero_grad()
+    assert w1.grad is None and w2.grad is None
+    ((x @ w1).tanh() * (x @ w2)).sum().backward()
+    GlobalCounters.reset()
+    group.step()
+    kernels = GlobalCounters.kernel_count
+    sgd.zero_grad()
+    adam.zero_grad()
+    ((x @ ref1).tanh() * (x @ ref2)).sum().backward()
+    sgd.step()
+    adam.step()
+  np.testing.assert_allclose(w1.numpy(), ref1.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(w2.numpy(), ref2.numpy(), rtol=1e-6)
+  # one schedule: the shared forward and backward run once, then every update (w1; t, m, v and w2 of Adam)
+  assert kernels <= 12, kernels
+  assert group[0].params == [w1] and group[1].params == [w2] and group.params == [w1, w2]
+
+def test_optimizer_group_errors() -> None:
+  w = Tensor([1.0], requires_grad=True)
+  with pytest.raises(ValueError, match="at least one"): OptimizerGroup()
+  with pytest.raises(TypeError, match="expected optimizers, got list"): OptimizerGroup([SGD([w])])  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match="more than one"): OptimizerGroup(SGD([w]), Adam([w]))
+  with pytest.raises(ValueError, match="nesterov"): LARS([w], momentum=0.0, nesterov=True)
+  with pytest.raises(ValueError, match="tcoef"): LARS([w], tcoef=-1.0)

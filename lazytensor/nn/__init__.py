@@ -53,6 +53,12 @@ class Conv2d(_ConvNd):
                padding: int | Sequence[int] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
     super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
 
+class Conv3d(_ConvNd):
+  """3-D convolution over (batch, channels, depth, height, width)."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
+               padding: int | Sequence[int] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+
 class ConvTranspose2d:
   """Transposed 2-D convolution; the weight is (in, out/groups, kh, kw) as torch's."""
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
@@ -68,6 +74,12 @@ class ConvTranspose2d:
   def __call__(self, x: Tensor) -> Tensor:
     return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,
                               self.output_padding)
+
+class ConvTranspose1d(ConvTranspose2d):
+  """Transposed 1-D convolution over (batch, channels, length); the weight is (in, out/groups, k) as torch's."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+               output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias)
 
 class BatchNorm:
   """Batch normalization over the channel axis 1 (any rank), with running statistics for eval mode."""
@@ -120,6 +132,16 @@ class LayerNorm:
       raise ValueError(f"LayerNorm{self.normalized_shape}: input of shape {x.shape} does not end in those dims")
     y = _normalize(x, tuple(range(x.ndim - n, x.ndim)), self.eps)
     return y * self.weight + self.bias if self.weight is not None and self.bias is not None else y
+
+class LayerNorm2d(LayerNorm):
+  """LayerNorm over the channels of (batch, channels, height, width) at each pixel, as tinygrad's LayerNorm2d (the
+  channels-first layer norm of ConvNeXt)."""
+  def __init__(self, num_channels: int, eps: float = 1e-5, elementwise_affine: bool = True) -> None:
+    super().__init__(num_channels, eps, elementwise_affine)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim != 4: raise ValueError(f"LayerNorm2d: expected (batch, channels, height, width), got shape {x.shape}")
+    return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 class RMSNorm:
   """x / sqrt(mean(x^2) + eps) over the last dim, times a learned scale."""
