@@ -36,6 +36,8 @@ MOVEMENT: list[tuple[str, list[Any], Callable[..., Any], Any]] = [
   ("movedim", [(2, 3, 4, 5)], lambda x: x.movedim(0, -1), None),
   ("movedim_several", [(2, 3, 4, 5)], lambda x: x.movedim((0, 3), (1, 0)), None),
   ("moveaxis", [(2, 3, 4)], lambda x: x.moveaxis(-1, 0), None),
+  ("t", [(3, 4)], lambda x: x.t(), None),
+  ("t_1d", [(3,)], lambda x: x.t(), None),
   ("narrow", [(4, 6)], lambda x: x.narrow(1, 2, 3), None),
   ("narrow_negative_start", [(5,)], lambda x: x.narrow(0, -3, 2), None),
   ("unbind", [(3, 4)], lambda x: x.unbind(1), None),
@@ -68,6 +70,7 @@ def test_movement_errors() -> None:
   raises_at_build(IndexError, lambda: lazy(2, 3).narrow(1, 4, 0), "narrow", "start 4")
   raises_at_build(ValueError, lambda: lazy(2, 3).narrow(1, 1, 3), "narrow", "length 3")
   raises_at_build(ValueError, lambda: Tensor(1.0).unbind(), "unbind", "0-d")
+  raises_at_build(ValueError, lambda: lazy(2, 3, 4).t(), "t:", "(2, 3, 4)")
   raises_at_build(ValueError, lambda: lazy(1, 6, 2, 2).pixel_shuffle(2), "pixel_shuffle", "(1, 6, 2, 2)")
   raises_at_build(ValueError, lambda: lazy(1, 4, 2, 2).pixel_shuffle(0), "upscale_factor", "0")
   raises_at_build(ValueError, lambda: lazy(1, 1, 3, 4).pixel_unshuffle(2), "pixel_unshuffle", "(1, 1, 3, 4)")
@@ -78,6 +81,7 @@ def test_movement_errors() -> None:
 ELEMENTWISE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
   ("type_as", [(2, 3), np.array([1, 2], np.int32)], lambda x, y: x.type_as(y), None, {"grad": False}),
   ("type_as_float", [np.array([1, 2], np.int64), (3,)], lambda x, y: x.type_as(y), None, {}),
+  ("short", [(3, 4)], lambda x: x.short(), None, {"low": -300.0, "high": 300.0, "grad": False}),
   ("clamp_min", [(3, 4)], lambda x: x.clamp_min(0.5), None, {}),
   ("clamp_max", [(3, 4)], lambda x: x.clamp_max(-0.25), None, {}),
   ("clamp_min_tensor", [(3, 4), (4,)], lambda x, m: x.clamp_min(m), None, {}),
@@ -117,6 +121,13 @@ ELEMENTWISE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]
 def test_elementwise_matches_torch(name: str, shapes: list[Any], fn: Callable[..., Any], torch_fn: Any,
                                    kw: dict[str, Any]) -> None:
   check_op(shapes, fn, torch_fn=torch_fn, **kw)
+
+@needs_torch
+def test_bfloat16_rounds_as_torch() -> None:
+  x = np.random.default_rng(3).uniform(-100, 100, 64).astype(np.float32)
+  out = Tensor(x).bfloat16()
+  assert out.dtype == dtypes.bfloat16
+  np.testing.assert_array_equal(out.numpy(), torch.from_numpy(x).bfloat16().float().numpy())
 
 def test_hypot_of_ints_is_float() -> None:
   out = Tensor([3, 5]).hypot(Tensor([4, 12]))
@@ -171,6 +182,14 @@ REDUCE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
    lambda x: x.count_nonzero(dim=0), None, {}),
   ("count_nonzero_dims", [np.array([[[True, False]], [[True, True]]])], lambda x: x.count_nonzero(dim=(1, 2)), None,
    {}),
+  ("nansum", [MEDIAN_NAN], lambda x: x.nansum(), None, {}),
+  ("nansum_dim", [MEDIAN_NAN], lambda x: x.nansum(dim=1, keepdim=True), None, {}),
+  ("nansum_grad", [(3, 4)], lambda x: x.nansum(0), None, {}),
+  ("nansum_int", [np.array([[1, 2], [3, 4]], np.int32)], lambda x: x.nansum(1), None, {}),
+  ("nanmean", [MEDIAN_NAN], lambda x: x.nanmean(1), None, {}),
+  ("nanmean_all_nan_row", [np.array([[np.nan, np.nan], [1.0, np.nan]], np.float32)], lambda x: x.nanmean(dim=1),
+   None, {}),
+  ("nanmean_grad", [(3, 4)], lambda x: x.nanmean((0, 1)), None, {}),
   ("diff", [(3, 6)], lambda x: x.diff(), None, {}),
   ("diff_n2_dim0", [(5, 3)], lambda x: x.diff(2, dim=0), None, {}),
   ("diff_n_past_size", [(3, 2)], lambda x: x.diff(3), None, {}),
@@ -239,12 +258,74 @@ def test_isin_matches_torch(name: str, x: np.ndarray, test: np.ndarray, invert: 
   assert got.dtype == dtypes.bool
   np.testing.assert_array_equal(got.numpy(), want)
 
+@needs_torch
+@pytest.mark.parametrize("name,shape,dim,index", named([
+  ("dim1", (4, 5), 1, np.array([3, 0, 3, 4], np.int64)),
+  ("dim0_int32_index", (4, 5), 0, np.array([2], np.int32)),
+  ("last_dim_3d", (2, 3, 4), -1, np.array([1, 1, 0], np.int64)),
+  ("scalar_index", (3, 4), 0, np.array(2, np.int64)),
+  ("empty_index", (3, 4), 1, np.zeros(0, np.int64)),
+]))
+def test_index_select_matches_torch(name: str, shape: tuple[int, ...], dim: int, index: np.ndarray) -> None:
+  check_op([shape, index], lambda x, i: x.index_select(dim, i))
+
+def test_index_select_negative_and_errors() -> None:
+  assert Tensor([[1, 2, 3]]).index_select(1, Tensor([-1, 0])).tolist() == [[3, 1]]
+  raises_at_build(IndexError, lambda: lazy(3, 4).index_select(0, Tensor([[0, 1]])), "index_select", "(1, 2)")
+  raises_at_build(IndexError, lambda: lazy(3, 4).index_select(0, Tensor([0.0])), "index_select", "float32")
+  raises_at_build(IndexError, lambda: lazy(3, 4).index_select(0, [0, 1]), "index_select", "list")
+  raises_at_build(IndexError, lambda: lazy(3, 4).index_select(2, Tensor([0])), "axis 2")
+
 def test_isin_lists_numbers_and_nothing() -> None:
   x = Tensor([[1, 2], [3, 4]])
   assert x.isin([4, 1]).tolist() == [[True, False], [False, True]]
   assert x.isin(3).tolist() == [[False, False], [True, False]]
   assert x.isin([]).tolist() == [[False, False], [False, False]]
   assert x.isin([], invert=True).tolist() == [[True, True], [True, True]]
+
+# ---- torch's new_* constructors and in-place fills ----
+
+def test_new_constructors_take_dtype_and_device_from_self() -> None:
+  x = Tensor([1, 2], dtype=dtypes.int16, device="CPU:1")
+  for t, shape, value in ((x.new_zeros(2, 3), (2, 3), 0), (x.new_ones((3,)), (3,), 1), (x.new_full((2,), 7), (2,), 7)):
+    assert (t.shape, t.dtype, t.device) == (shape, dtypes.int16, "CPU:1") and set(t.numpy().ravel()) == {value}
+  e = x.new_empty(4, 1)
+  assert (e.shape, e.dtype, e.device) == ((4, 1), dtypes.int16, "CPU:1")
+  f = x.new_zeros(2, dtype=dtypes.float64, device="CPU")
+  assert (f.dtype, f.device, f.tolist()) == (dtypes.float64, "CPU", [0.0, 0.0])
+  n = x.new_tensor([[1.5, 2.5]])
+  assert (n.dtype, n.device, n.tolist()) == (dtypes.int16, "CPU:1", [[1, 2]])
+
+def test_new_tensor_copies_a_tensor_without_its_gradient() -> None:
+  src = Tensor([1.0, 2.0], requires_grad=True)
+  out = Tensor([0], dtype=dtypes.float64).new_tensor(src)
+  assert out.dtype == dtypes.float64 and not out.requires_grad and out.tolist() == [1.0, 2.0]
+  with pytest.raises(ValueError, match="non-negative int"): Tensor([1]).new_zeros(2, -1)
+
+def test_uniform_and_normal_fill_in_place() -> None:
+  t = Tensor.zeros(4000).contiguous().realize()
+  view = t[:10]
+  Tensor.manual_seed(5)
+  out = t.uniform_(-3.0, 1.0)
+  v = t.numpy()
+  assert out is t and v.min() >= -3.0 and v.max() < 1.0
+  assert abs(v.mean() + 1.0) < 0.1 and abs(v.std() - 4 / 12 ** 0.5) < 0.1
+  np.testing.assert_array_equal(view.numpy(), v[:10])  # the buffer itself was written
+  v = t.normal_(2.0, 3.0).numpy()
+  assert abs(v.mean() - 2.0) < 0.2 and abs(v.std() - 3.0) < 0.2
+  h = Tensor.zeros(100, dtype=dtypes.float16).contiguous().realize().normal_()
+  assert h.dtype == dtypes.float16 and h.numpy().std() > 0.5
+  with pytest.raises(TypeError, match="uniform_: fills float tensors, got dtypes.int64"): Tensor([1, 2]).uniform_()
+  with pytest.raises(TypeError, match="normal_: fills float tensors, got dtypes.bool"): Tensor([True]).normal_()
+
+@needs_torch
+def test_lerp_in_place_is_an_ema_step() -> None:
+  ema, w = Tensor([0.0, 4.0, -2.0]).realize(), Tensor([1.0, 0.0, 2.0])
+  ref = torch.tensor([0.0, 4.0, -2.0])
+  for _ in range(3):
+    ema.lerp_(w, 0.1)
+    ref.lerp_(torch.tensor([1.0, 0.0, 2.0]), 0.1)
+  np.testing.assert_allclose(ema.numpy(), ref.numpy(), rtol=1e-6)
 
 # ---- neural-network functions: adaptive pooling, distances, losses, sequential ----
 

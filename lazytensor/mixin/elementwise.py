@@ -832,6 +832,22 @@ class ElementwiseMixin(MovementMixin):
     """
     return self.cast(dtypes.int64)
 
+  def bfloat16(self) -> Self:
+    """Cast to bfloat16.
+
+    >>> Tensor([1.0, 3.14159]).bfloat16().tolist()
+    [1.0, 3.140625]
+    """
+    return self.cast(dtypes.bfloat16)
+
+  def short(self) -> Self:
+    """Cast to int16 (floats truncate toward zero).
+
+    >>> Tensor([2.5, -1.5]).short().tolist()
+    [2, -1]
+    """
+    return self.cast(dtypes.int16)
+
   def bool(self) -> Self:
     """Cast to bool (non-zero is True).
 

@@ -590,6 +590,21 @@ class IndexMixin(ReduceMixin):
                        f"of dim {d}")
     return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]
 
+  def index_select(self, dim: int, index: Self) -> Self:
+    """The entries of `dim` at the positions in `index` (1-d ints, negative counting from the end), in that order, as
+    torch.index_select: the same as indexing that dim with the tensor, so an index out of range selects zeros (torch
+    raises; here the indices are known only once computed).
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).index_select(1, Tensor([2, 0])).tolist()
+    [[3, 1], [6, 4]]
+    """
+    if not _is_tensor(index) or index.dtype.is_float or index.dtype.is_bool or index.ndim > 1:
+      raise IndexError(f"index_select: index must be a 0-d or 1-d Tensor of ints, got "
+                       f"{getattr(index, 'dtype', type(index).__name__)} of shape {getattr(index, 'shape', None)}")
+    d = self._resolve_axis(dim)
+    if self.ndim == 0: return self.reshape(1)[index.reshape(-1)].reshape(())
+    return self[(slice(None),) * d + (index.reshape(-1),)]
+
   def isin(self, test_elements: Self | Any, invert: bool = False) -> Self:
     """Whether each element is among `test_elements` (a Tensor, a number or a list), as torch.isin; invert=True asks
     whether it is not. Every element is compared with every test element (one kernel), so the work is their product.

@@ -190,6 +190,15 @@ class MovementMixin:
     """
     return self.permute(tuple(reversed(range(self.ndim))))
 
+  def t(self) -> Self:
+    """The transpose of a matrix, as torch's t(): a 0-d or 1-d tensor comes back as it is; more dims are an error.
+
+    >>> Tensor([[1, 2, 3]]).t().shape, Tensor([1, 2]).t().shape
+    ((3, 1), (2,))
+    """
+    if self.ndim > 2: raise ValueError(f"t: expects a tensor of at most 2 dims, got shape {self.shape}; use transpose")
+    return self.permute(tuple(reversed(range(self.ndim))))
+
   def expand(self, *shape: Any) -> Self:
     """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied.
 

@@ -704,6 +704,27 @@ class ReduceMixin(UnaryMixin):
     """
     return self.ne(0).sum(dim_alias("count_nonzero", axis, dim, None))
 
+  def nansum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+             dim: Axis = None) -> Self:
+    """sum treating NaN as 0, as torch.nansum.
+
+    >>> Tensor([1.0, float("nan"), 2.0]).nansum().item()
+    3.0
+    """
+    x = self.isnan().where(0, self) if self.dtype.is_float else self
+    return x.sum(dim_alias("nansum", axis, dim, None), keepdim, dtype)
+
+  def nanmean(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The mean of the values that are not NaN, as torch.nanmean (NaN where all are); ints become float.
+
+    >>> Tensor([1.0, float("nan"), 2.0]).nanmean().item()
+    1.5
+    """
+    axis = dim_alias("nanmean", axis, dim, None)
+    x = self._to_float()
+    count = x.isnan().logical_not().sum(axis, keepdim)
+    return (x.nansum(axis, keepdim, dtype=self._acc_dtype(x.dtype)) / count).cast(x.dtype)
+
   def diff(self, n: int = 1, dim: int = -1, prepend: Self | None = None, append: Self | None = None) -> Self:
     """The n-th forward difference along `dim`, as torch.diff: out[i] = x[i + 1] - x[i], applied n times, after
     joining `prepend` and `append` to the ends; bools give x[i + 1] != x[i].
