@@ -4,7 +4,9 @@ xlogy, glu, ...), reductions and products (amax, median, norm, diff, outer, bmm,
 distances and regression losses, and the layers and optimizers (Conv3d, ConvTranspose1d, LayerNorm2d, LARS,
 OptimizerGroup). Each against torch (values, dtypes and gradients through check_op), plus the bad inputs users make.
 """
+import collections
 import math
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -547,3 +549,86 @@ def test_optimizer_group_errors() -> None:
   with pytest.raises(ValueError, match="more than one"): OptimizerGroup(SGD([w]), Adam([w]))
   with pytest.raises(ValueError, match="nesterov"): LARS([w], momentum=0.0, nesterov=True)
   with pytest.raises(ValueError, match="tcoef"): LARS([w], tcoef=-1.0)
+
+# ---- reading PyTorch checkpoints ----
+
+@needs_torch
+def test_torch_load_reads_dtypes_views_and_nesting(tmp_path: Any) -> None:
+  base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+  sd = collections.OrderedDict([
+    ("f32", torch.randn(3, 4)), ("f64", torch.randn(2, dtype=torch.float64)), ("f16", torch.randn(5).half()),
+    ("bf16", torch.randn(4).bfloat16()), ("i64", torch.tensor([1, -2, 3])),
+    ("i32", torch.tensor([7], dtype=torch.int32)),
+    ("i16", torch.tensor([-3], dtype=torch.int16)), ("i8", torch.tensor([-4], dtype=torch.int8)),
+    ("u8", torch.tensor([250], dtype=torch.uint8)), ("bool", torch.tensor([True, False])),
+    ("transposed", base.t()), ("slice", base[1:3, 2:5]), ("strided", base[:, ::2]), ("scalar", torch.tensor(2.5)),
+    ("empty", torch.zeros(0, 3)), ("param", torch.nn.Parameter(torch.ones(2, 2))),
+  ])
+  path = tmp_path / "ckpt.pt"
+  torch.save({"model": sd, "epoch": 3, "lr": [0.1, 0.01], "name": "run"}, path)
+  got = nn.state.torch_load(path)
+  assert got["epoch"] == 3 and got["lr"] == [0.1, 0.01] and got["name"] == "run"
+  assert list(got["model"]) == list(sd)
+  for name, want in sd.items():
+    t = got["model"][name]
+    assert isinstance(t, Tensor) and t.shape == tuple(want.shape), name
+    assert t.dtype.name == str(want.dtype).removeprefix("torch."), name
+    values = want.detach().float() if want.dtype == torch.bfloat16 else want.detach()  # numpy has no bfloat16
+    np.testing.assert_array_equal(t.numpy(), values.numpy(), err_msg=name)
+
+@needs_torch
+def test_torch_load_into_a_model(tmp_path: Any) -> None:
+  ref = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+  torch.save(ref.state_dict(), tmp_path / "m.pt")
+  model = {"0": nn.Linear(3, 4), "2": nn.Linear(4, 2)}
+  nn.state.load_state_dict(model, nn.state.torch_load(tmp_path / "m.pt", device="CPU:1"))
+  x = np.random.default_rng(4).uniform(-1, 1, (5, 3)).astype(np.float32)
+  out = Tensor(x).sequential([model["0"], Tensor.relu, model["2"]])
+  np.testing.assert_allclose(out.numpy(), ref(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+  assert model["0"].weight.device == "CPU"  # load_state_dict copies into the model's own tensors
+
+class _Opaque:
+  pass
+
+@needs_torch
+def test_torch_load_refuses_what_is_not_weights(tmp_path: Any) -> None:
+  torch.save({"w": torch.ones(2), "obj": _Opaque()}, tmp_path / "obj.pt")
+  with pytest.raises(nn.state.TorchLoadError, match=r"names test_api_extra\._Opaque; only tensors"):
+    nn.state.torch_load(tmp_path / "obj.pt")
+  torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+  with pytest.raises(nn.state.TorchLoadError, match="not a zip archive"): nn.state.torch_load(tmp_path / "legacy.pt")
+
+@needs_torch
+def test_torch_load_damaged_files(tmp_path: Any) -> None:
+  torch.save({"w": torch.arange(8.0)}, tmp_path / "ok.pt")
+  with zipfile.ZipFile(tmp_path / "ok.pt") as src, zipfile.ZipFile(tmp_path / "short.pt", "w") as dst:
+    for item in src.namelist():
+      data = src.read(item)
+      dst.writestr(item, data[:12] if item.endswith("/data/0") else data)
+  with pytest.raises(nn.state.TorchLoadError, match="has 12 bytes, needs 32"):
+    nn.state.torch_load(tmp_path / "short.pt")
+  with zipfile.ZipFile(tmp_path / "ok.pt") as src, zipfile.ZipFile(tmp_path / "nostorage.pt", "w") as dst:
+    for item in src.namelist():
+      if not item.endswith("/data/0"): dst.writestr(item, src.read(item))
+  with pytest.raises(nn.state.TorchLoadError, match="no storage '0'"): nn.state.torch_load(tmp_path / "nostorage.pt")
+
+@needs_torch
+def test_torch_load_big_endian_archive(tmp_path: Any) -> None:
+  # torch.save on a big-endian machine writes "big" in byteorder and its storages' bytes in that order
+  w = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+  torch.save({"w": torch.from_numpy(w.copy())}, tmp_path / "little.pt")
+  with zipfile.ZipFile(tmp_path / "little.pt") as src, zipfile.ZipFile(tmp_path / "big.pt", "w") as dst:
+    for item in src.namelist():
+      data = src.read(item)
+      if item.endswith("/byteorder"): data = b"big"
+      if item.endswith("/data/0"): data = np.frombuffer(data, "<f4").astype(">f4").tobytes()
+      dst.writestr(item, data)
+  np.testing.assert_array_equal(nn.state.torch_load(tmp_path / "big.pt")["w"].numpy(), w)
+
+@needs_torch
+def test_state_docstring_examples() -> None:
+  import doctest
+
+  import lazytensor.nn.state
+  result = doctest.testmod(lazytensor.nn.state, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+  assert result.failed == 0 and result.attempted >= 5, result
