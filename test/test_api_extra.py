@@ -16,7 +16,8 @@ from helpers import HAVE_TORCH, check_op, named, torch
 from test_errors import lazy, raises_at_build
 from test_optim import W0, X, _run_ours, _run_torch
 
-from lazytensor import GlobalCounters, Tensor, dtypes, nn
+from lazytensor import GlobalCounters, Tensor, TinyJit, dtypes, nn
+from lazytensor.nn import lr_scheduler as sched
 from lazytensor.nn.optim import LARS, SGD, Adam, OptimizerGroup
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch")
@@ -632,3 +633,67 @@ def test_state_docstring_examples() -> None:
   import lazytensor.nn.state
   result = doctest.testmod(lazytensor.nn.state, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
   assert result.failed == 0 and result.attempted >= 5, result
+
+# ---- learning-rate schedules ----
+
+SCHEDULES = [
+  ("step", lambda o: sched.StepLR(o, step_size=3, gamma=0.5), lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5)),
+  ("multistep", lambda o: sched.MultiStepLR(o, [5, 2, 8], gamma=0.3),
+   lambda o: torch.optim.lr_scheduler.MultiStepLR(o, [2, 5, 8], gamma=0.3)),
+  ("exponential", lambda o: sched.ExponentialLR(o, 0.9), lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.9)),
+  ("linear_warmup", lambda o: sched.LinearLR(o), lambda o: torch.optim.lr_scheduler.LinearLR(o)),
+  ("linear_decay", lambda o: sched.LinearLR(o, 1.0, 0.1, total_iters=7),
+   lambda o: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, total_iters=7)),
+  ("cosine", lambda o: sched.CosineAnnealingLR(o, T_max=8, eta_min=0.01),
+   lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=8, eta_min=0.01)),
+  ("lambda_warmup", lambda o: sched.LambdaLR(o, lambda e: min(1.0, (e + 1) / 4)),
+   lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: min(1.0, (e + 1) / 4))),
+]
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name,ours,theirs", named(SCHEDULES))
+def test_lr_schedules_match_torch_and_drive_the_step(name: str, ours: Any, theirs: Any) -> None:
+  w = Tensor(W0.copy(), requires_grad=True)
+  opt = SGD([w], lr=0.2, momentum=0.5)
+  s = ours(opt)
+  tw = torch.tensor(W0.copy(), requires_grad=True)
+  topt = torch.optim.SGD([tw], lr=0.2, momentum=0.5)
+  ts = theirs(topt)
+  x, tx = Tensor(X), torch.tensor(X)
+  for epoch in range(12):
+    assert s.get_last_lr() == pytest.approx(ts.get_last_lr()[0], rel=1e-6, abs=1e-12), epoch  # base_lr is float32
+    assert opt.lr.item() == pytest.approx(ts.get_last_lr()[0], rel=1e-6), epoch
+    opt.zero_grad()
+    ((x @ w).tanh() ** 2).sum().backward()
+    opt.step()
+    topt.zero_grad()
+    ((tx @ tw).tanh() ** 2).sum().backward()
+    topt.step()
+    s.step()
+    ts.step()
+  np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+def test_lr_schedule_reaches_a_jitted_step() -> None:
+  w = Tensor([1.0], requires_grad=True)
+  opt = SGD([w], lr=1.0)
+  s = sched.StepLR(opt, step_size=1, gamma=0.5)
+
+  @TinyJit
+  def step() -> None:
+    opt.zero_grad()
+    w.sum().backward()  # the gradient is 1: each step subtracts the learning rate
+    opt.step()
+
+  for _ in range(4):
+    step()
+    s.step()
+  assert w.item() == pytest.approx(1.0 - (1.0 + 0.5 + 0.25 + 0.125))
+
+def test_lr_scheduler_errors() -> None:
+  w = Tensor([1.0], requires_grad=True)
+  with pytest.raises(TypeError, match="OptimizerGroup"): sched.StepLR(OptimizerGroup(SGD([w])), 2)
+  with pytest.raises(TypeError, match="expected an Optimizer, got list"): sched.StepLR([w], 2)  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match="step_size must be > 0, got 0"): sched.StepLR(SGD([w]), 0)
+  with pytest.raises(ValueError, match="T_max must be > 0"): sched.CosineAnnealingLR(SGD([w]), 0)
+  with pytest.raises(ValueError, match="start_factor 0"): sched.LinearLR(SGD([w]), start_factor=0)

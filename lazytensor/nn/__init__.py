@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import make_tuple, prod
+from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
 from lazytensor.nn import state as state
 from lazytensor.tensor import Tensor
