@@ -22,7 +22,7 @@ from lazytensor.nn.optim import LARS, SGD, Adam, OptimizerGroup
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch")
 F = torch.nn.functional if HAVE_TORCH else None
-F16 = dtypes.float16
+F16, F64 = dtypes.float16, dtypes.float64
 
 SPECIAL = np.array([[np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5], [-2.5, 3e38, -3e38, 1e-30, np.nan, 7.0]], np.float32)
 with np.errstate(over="ignore"): SPECIAL16 = SPECIAL.astype(np.float16)  # +-3e38 become +-inf
@@ -166,6 +166,22 @@ REDUCE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
    {}),
   ("median_nan", [MEDIAN_NAN], lambda x: x.median(1, return_indices=True), lambda x: tuple(x.median(1)), {}),
   ("median_nan_all", [MEDIAN_NAN], lambda x: x.median(), None, {}),
+  ("quantile", [(3, 7)], lambda x: x.quantile(0.3), None, {}),
+  ("quantile_many_dim", [(4, 7)], lambda x: x.quantile([0.1, 0.5, 0.75], dim=1),
+   lambda x: x.quantile(torch.tensor([0.1, 0.5, 0.75]), dim=1), {}),
+  ("quantile_keepdim", [(5, 3)], lambda x: x.quantile(0.9, dim=0, keepdim=True), None, {}),
+  ("quantile_all_keepdim", [(5, 3)], lambda x: x.quantile([0.2], keepdim=True),
+   lambda x: x.quantile(torch.tensor([0.2]), keepdim=True), {}),
+  ("quantile_nan", [MEDIAN_NAN], lambda x: x.quantile(0.5, dim=1), None, {}),
+  ("quantile_float64", [(6,)], lambda x: x.quantile(0.25), None, {"dtype": F64}),
+  ("quantile_lower", [(3, 6)], lambda x: x.quantile([0.0, 0.35, 1.0], dim=-1, interpolation="lower"),
+   lambda x: x.quantile(torch.tensor([0.0, 0.35, 1.0]), dim=-1, interpolation="lower"), {}),
+  ("quantile_higher", [(3, 6)], lambda x: x.quantile([0.0, 0.35, 1.0], dim=-1, interpolation="higher"),
+   lambda x: x.quantile(torch.tensor([0.0, 0.35, 1.0]), dim=-1, interpolation="higher"), {}),
+  ("quantile_nearest", [(3, 6)], lambda x: x.quantile([0.0, 0.35, 1.0], dim=-1, interpolation="nearest"),
+   lambda x: x.quantile(torch.tensor([0.0, 0.35, 1.0]), dim=-1, interpolation="nearest"), {}),
+  ("quantile_midpoint", [(3, 6)], lambda x: x.quantile([0.0, 0.35, 1.0], dim=-1, interpolation="midpoint"),
+   lambda x: x.quantile(torch.tensor([0.0, 0.35, 1.0]), dim=-1, interpolation="midpoint"), {}),
   ("norm", [(3, 4)], lambda x: x.norm(), None, {}),
   ("norm_dim", [(3, 4, 5)], lambda x: x.norm(dim=1), None, {}),
   ("norm_dims_keepdim", [(3, 4, 5)], lambda x: x.norm(dim=(0, 2), keepdim=True), None, {}),
@@ -232,6 +248,10 @@ def test_reduction_errors() -> None:
   raises_at_build(ValueError, lambda: lazy(3).norm("nuc"), "norm", "'nuc'")
   raises_at_build(TypeError, lambda: lazy(3, 4).median((0, 1)), "median", "(0, 1)")
   raises_at_build(ValueError, lambda: lazy(0, 4).median(0), "median", "zero-size")
+  raises_at_build(TypeError, lambda: lazy(3).quantile(1.5), "quantile", "1.5")
+  raises_at_build(TypeError, lambda: lazy(3).quantile(Tensor([0.5])), "quantile")
+  raises_at_build(ValueError, lambda: lazy(3).quantile(0.5, interpolation="cubic"), "quantile", "'cubic'")
+  raises_at_build(ValueError, lambda: lazy(3, 0).quantile(0.5, dim=1), "quantile", "zero-size")
   raises_at_build(ValueError, lambda: lazy(3).diff(-1), "diff", "-1")
   raises_at_build(ValueError, lambda: Tensor(2.0).diff(), "diff", "1-d")
   raises_at_build(TypeError, lambda: lazy(3).diff(prepend=[1.0]), "diff", "list")

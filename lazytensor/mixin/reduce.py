@@ -674,6 +674,46 @@ class ReduceMixin(UnaryMixin):
     if not keepdim and self.ndim: value, index = value.squeeze(d), index.squeeze(d)
     return (value, index) if return_indices else value
 
+  def quantile(self, q: float | Sequence[float], axis: int | None = None, keepdim: bool = False,
+               interpolation: str = "linear", *, dim: int | None = None) -> Self:
+    """The q-th quantiles along `axis` (of the flattened tensor when None), as torch.quantile: position q * (n - 1)
+    in sorted order, between neighbours by `interpolation` ("linear", "lower", "higher", "nearest", "midpoint"). A
+    sequence of q gives a first dim of one quantile each; a NaN along the axis gives NaN. Ints become float. Sorts,
+    so O(n^2) comparisons per row.
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).quantile(0.5).item(), Tensor([1.0, 2.0, 3.0, 4.0]).quantile([0.0, 1.0]).tolist()
+    (2.5, [1.0, 4.0])
+    """
+    axis = dim_alias("quantile", axis, dim, None)
+    one_q = isinstance(q, (int, float, np.integer, np.floating)) and not isinstance(q, bool)
+    qs = [q] if one_q else q
+    if self._is_tensor(q) or not isinstance(qs, (list, tuple)) or \
+       not all(isinstance(v, (int, float, np.integer, np.floating)) and 0 <= v <= 1 for v in qs):
+      raise TypeError(f"quantile: q must be a number in [0, 1] or a sequence of them, got {q!r}")
+    if interpolation not in ("linear", "lower", "higher", "nearest", "midpoint"):
+      raise ValueError(f"quantile: interpolation {interpolation!r} must be linear, lower, higher, nearest or midpoint")
+    if axis is not None and (not isinstance(axis, (int, np.integer)) or isinstance(axis, bool)):
+      raise TypeError(f"quantile: axis must be an int or None, got {axis!r}")
+    x = self._to_float()
+    flat = x.reshape(-1) if axis is None or x.ndim == 0 else x
+    d = 0 if axis is None or x.ndim == 0 else x._resolve_axis(axis)
+    n = flat.shape[d]
+    if n == 0: raise ValueError(f"quantile: cannot take quantiles over a zero-size dimension of {self.shape}")
+    ordered = flat.sort(d)[0]
+    has_nan = flat.isnan().any(d, keepdim=True)
+    outs = []
+    for v in qs:
+      pos = float(v) * (n - 1)
+      lo, hi = math.floor(pos), math.ceil(pos)
+      below, above = ordered.narrow(d, lo, 1), ordered.narrow(d, hi, 1)
+      picked = {"lower": below, "higher": above, "nearest": ordered.narrow(d, round(pos), 1),
+                "midpoint": (below + above) * 0.5}.get(interpolation)
+      out = has_nan.where(math.nan, below.lerp(above, pos - lo) if picked is None else picked)
+      if axis is None: out = out.reshape((1,) * self.ndim if keepdim else ())
+      elif not keepdim: out = out.squeeze(d)
+      outs.append(out)
+    return outs[0] if one_q else outs[0].stack(*outs[1:])
+
   def norm(self, p: float | str = "fro", axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
     """The p-norm of the vectors along `axis` (of all the elements when None), as torch's Tensor.norm and
     torch.linalg.vector_norm: (sum |x|^p)^(1/p); "fro" is p = 2, inf the largest |x|, -inf the smallest, 0 the count
