@@ -18,7 +18,7 @@ from test_optim import W0, X, _run_ours, _run_torch
 
 from lazytensor import GlobalCounters, Tensor, TinyJit, dtypes, nn
 from lazytensor.nn import lr_scheduler as sched
-from lazytensor.nn.optim import LARS, SGD, Adam, OptimizerGroup
+from lazytensor.nn.optim import LARS, SGD, Adam, Muon, OptimizerGroup, newton_schulz
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch")
 F = torch.nn.functional if HAVE_TORCH else None
@@ -717,3 +717,53 @@ def test_lr_scheduler_errors() -> None:
   with pytest.raises(ValueError, match="step_size must be > 0, got 0"): sched.StepLR(SGD([w]), 0)
   with pytest.raises(ValueError, match="T_max must be > 0"): sched.CosineAnnealingLR(SGD([w]), 0)
   with pytest.raises(ValueError, match="start_factor 0"): sched.LinearLR(SGD([w]), start_factor=0)
+
+# ---- Muon ----
+
+def _newton_schulz_numpy(g: np.ndarray, steps: int = 5) -> np.ndarray:
+  a, b, c = 3.4445, -4.7750, 2.0315
+  x = g.T if g.shape[0] > g.shape[1] else g
+  x = x / max(np.linalg.norm(x), 1e-7)
+  for _ in range(steps):
+    gram = x @ x.T
+    x = a * x + (b * gram + c * gram @ gram) @ x
+  return x.T if g.shape[0] > g.shape[1] else x
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 5), (6, 6)])
+def test_newton_schulz_against_numpy(shape: tuple[int, int]) -> None:
+  g = np.random.default_rng(5).standard_normal(shape)
+  out = newton_schulz(Tensor(g))
+  np.testing.assert_allclose(out.numpy(), _newton_schulz_numpy(g), rtol=1e-10, atol=1e-12)
+  # what it is for: singular values pushed into roughly [0.5, 1.5]
+  singular = np.linalg.svd(out.numpy(), compute_uv=False)
+  assert np.all((singular > 0.5) & (singular < 1.5)), singular
+
+MUON_CASES = named([
+  ("default", {}), ("no_nesterov_no_wd", {"nesterov": False, "weight_decay": 0.0}),
+  ("match_rms_adamw", {"adjust_lr_fn": "match_rms_adamw", "momentum": 0.9}),
+])
+
+@needs_torch
+@pytest.mark.parametrize("name,kw", MUON_CASES)
+def test_muon_matches_torch_in_float32(name: str, kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+  # torch orthogonalizes a bfloat16 copy of the update; with that copy kept in float32 the two agree to float32
+  monkeypatch.setattr(torch.Tensor, "bfloat16", lambda self: self.clone())
+  for steps in (1, 3):
+    ours = _run_ours(lambda p: Muon(p, lr=0.1, **kw), steps)
+    np.testing.assert_allclose(ours, _run_torch(lambda p: torch.optim.Muon(p, lr=0.1, **kw), steps), atol=2e-5)
+    assert np.abs(ours - W0).max() > 0.03
+
+@needs_torch
+@pytest.mark.parametrize("name,kw", MUON_CASES)
+def test_muon_near_torch_in_bfloat16(name: str, kw: dict[str, Any]) -> None:
+  # torch as it is: bfloat16's 8-bit mantissa puts a few percent of each step between the two
+  ours = _run_ours(lambda p: Muon(p, lr=0.1, **kw), 3)
+  theirs = _run_torch(lambda p: torch.optim.Muon(p, lr=0.1, **kw), 3)
+  assert np.abs(ours - theirs).max() < 0.05 * np.abs(ours - W0).max()
+
+def test_muon_errors() -> None:
+  with pytest.raises(ValueError, match=r"Muon: parameters must be 2-d matrices, got one of shape \(3,\)"):
+    Muon([Tensor([1.0, 2.0, 3.0], requires_grad=True)])
+  w = Tensor.ones(2, 2).contiguous().requires_grad_()
+  with pytest.raises(ValueError, match="adjust_lr_fn 'rms'"): Muon([w], adjust_lr_fn="rms")
+  with pytest.raises(ValueError, match="newton_schulz: expected a matrix"): newton_schulz(Tensor.ones(2, 2, 2))

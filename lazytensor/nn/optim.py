@@ -1,10 +1,12 @@
-"""Optimizers: SGD, LARS, Adam, AdamW, LAMB, and OptimizerGroup to step several as one. A step builds every update
-lazily and realizes them in one schedule.
+"""Optimizers: SGD, LARS, Adam, AdamW, LAMB, Muon, and OptimizerGroup to step several as one. A step builds every
+update lazily and realizes them in one schedule.
 
 Step counters and learning rates live in tensors (one-element buffers updated with assign), so a TinyJit-captured
 training step replays with the right bias corrections and picks up a changed learning rate.
 """
 from __future__ import annotations
+
+import math
 
 from lazytensor.dtype import dtypes
 from lazytensor.tensor import Tensor, no_grad
@@ -140,6 +142,58 @@ def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 
           weight_decay: float = 0.01) -> LAMB:
   """AdamW: Adam with decoupled weight decay, as torch defines it."""
   return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True)
+
+MUON_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # Keller Jordan's quintic: the steepest slope at 0 that still converges
+
+def newton_schulz(g: Tensor, coefficients: tuple[float, float, float] = MUON_COEFFICIENTS, steps: int = 5,
+                  eps: float = 1e-7) -> Tensor:
+  """An approximate orthogonalization of the matrix g (U V^T of its SVD, singular values pushed to about 1) by the
+  odd-polynomial Newton-Schulz iteration X <- aX + (bA + cA^2)X with A = X X^T, started from g / |g| (at least eps);
+  wide in the loop (a tall g is transposed), so that A is the smaller Gram matrix."""
+  if g.ndim != 2: raise ValueError(f"newton_schulz: expected a matrix, got shape {g.shape}")
+  tall = g.shape[0] > g.shape[1]
+  x = g.T if tall else g
+  x = x / x.square().sum().sqrt().maximum(eps)
+  a, b, c = coefficients
+  for _ in range(steps):
+    gram = x @ x.T
+    x = a * x + (b * gram + c * (gram @ gram)) @ x
+  return x.T if tall else x
+
+class Muon(Optimizer):
+  """Muon (Keller Jordan, 2024), as torch.optim.Muon: SGD momentum (nesterov by default) whose update is
+  orthogonalized by newton_schulz, scaled by sqrt(max(1, rows/cols)) ("original") or 0.2 sqrt(max(rows, cols))
+  ("match_rms_adamw"), with decoupled weight decay. For 2-d parameters only (the hidden layers; embeddings, heads and
+  biases go to an AdamW, the two joined by OptimizerGroup). torch orthogonalizes in bfloat16; this does it in the
+  parameter's dtype."""
+  def __init__(self, params: list[Tensor], lr: float = 0.001, weight_decay: float = 0.1, momentum: float = 0.95,
+               nesterov: bool = True, ns_coefficients: tuple[float, float, float] = MUON_COEFFICIENTS,
+               eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None) -> None:
+    super().__init__(params, lr)
+    for p in self.params:
+      if p.ndim != 2: raise ValueError(f"Muon: parameters must be 2-d matrices, got one of shape {p.shape}")
+    if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+      raise ValueError(f"Muon: adjust_lr_fn {adjust_lr_fn!r} must be None, 'original' or 'match_rms_adamw'")
+    if len(ns_coefficients) != 3: raise ValueError(f"Muon: ns_coefficients {ns_coefficients} must be 3 numbers")
+    self.weight_decay, self.momentum, self.nesterov = weight_decay, momentum, nesterov
+    self.ns_coefficients, self.eps, self.ns_steps, self.adjust_lr_fn = ns_coefficients, eps, ns_steps, adjust_lr_fn
+    self.bufs = [_zeros_like(p) for p in self.params]
+
+  def _scale(self, p: Tensor) -> float:
+    rows, cols = p.shape
+    if self.adjust_lr_fn == "match_rms_adamw": return 0.2 * math.sqrt(max(rows, cols))
+    return math.sqrt(max(1, rows / cols))
+
+  def _step(self) -> list[Tensor]:
+    out: list[Tensor] = []
+    for p, g, buf in zip(self.params, self._grads(), self.bufs):
+      b = buf.assign(self.momentum * buf + g)
+      update = newton_schulz(g + self.momentum * b if self.nesterov else b, self.ns_coefficients, self.ns_steps,
+                             self.eps)
+      lr, w = self._lr_for(p), p.detach()
+      if self.weight_decay: w = w * (1 - lr * self.weight_decay)
+      out.extend([b, p.assign(w - lr * self._scale(p) * update)])
+    return out
 
 class OptimizerGroup(Optimizer):
   """Several optimizers stepped as one, as tinygrad's OptimizerGroup (torch's parameter groups): zero_grad and step
