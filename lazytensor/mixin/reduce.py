@@ -686,7 +686,7 @@ class ReduceMixin(UnaryMixin):
     """
     axis = dim_alias("quantile", axis, dim, None)
     one_q = isinstance(q, (int, float, np.integer, np.floating)) and not isinstance(q, bool)
-    qs = [q] if one_q else q
+    qs = [cast(float, q)] if one_q else cast(Sequence[float], q)
     if self._is_tensor(q) or not isinstance(qs, (list, tuple)) or \
        not all(isinstance(v, (int, float, np.integer, np.floating)) and 0 <= v <= 1 for v in qs):
       raise TypeError(f"quantile: q must be a number in [0, 1] or a sequence of them, got {q!r}")
