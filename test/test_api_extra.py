@@ -132,6 +132,10 @@ def test_bfloat16_rounds_as_torch() -> None:
   assert out.dtype == dtypes.bfloat16
   np.testing.assert_array_equal(out.numpy(), torch.from_numpy(x).bfloat16().float().numpy())
 
+def test_nan_to_num_bfloat16_uses_its_largest_finite() -> None:
+  out = Tensor([float("nan"), float("inf"), -float("inf")]).bfloat16().nan_to_num()
+  assert out.dtype == dtypes.bfloat16 and out.tolist() == [0.0, 3.3895313892515355e38, -3.3895313892515355e38]
+
 def test_hypot_of_ints_is_float() -> None:
   out = Tensor([3, 5]).hypot(Tensor([4, 12]))
   assert out.dtype == dtypes.float32 and out.tolist() == [5.0, 13.0]

@@ -856,6 +856,9 @@ class ElementwiseMixin(MovementMixin):
     """
     return self.cast(dtypes.bool)
 
+# (mantissa bits, exponent bits) of each float dtype (numpy has no bfloat16, so its finfo cannot serve)
+_FLOAT_BITS = {"float16": (10, 5), "bfloat16": (7, 8), "float32": (23, 8), "float64": (52, 11)}
+
 def _largest_finite(dt: DType) -> float:
-  # numpy has no bfloat16: its largest finite value is (2 - 2**-7) * 2**127, float32's exponent with 8 bits of mantissa
-  return (2 - 2 ** -7) * 2.0 ** 127 if dt == dtypes.bfloat16 else float(np.finfo(dt.np).max)
+  mantissa, exponent = _FLOAT_BITS[dt.name]
+  return (2 - 2.0 ** -mantissa) * 2.0 ** (2 ** (exponent - 1) - 1)  # all mantissa bits set, the largest exponent
