@@ -41,6 +41,11 @@ MOVEMENT: list[tuple[str, list[Any], Callable[..., Any], Any]] = [
   ("moveaxis", [(2, 3, 4)], lambda x: x.moveaxis(-1, 0), None),
   ("t", [(3, 4)], lambda x: x.t(), None),
   ("t_1d", [(3,)], lambda x: x.t(), None),
+  ("rot90", [(3, 4)], lambda x: x.rot90(), None),
+  ("rot90_k2", [(3, 4)], lambda x: x.rot90(2), None),
+  ("rot90_k3_dims", [(2, 3, 4)], lambda x: x.rot90(3, (2, 0)), None),
+  ("rot90_negative", [(2, 3, 4)], lambda x: x.rot90(-1, (1, 2)), None),
+  ("rot90_k4", [(2, 3)], lambda x: x.rot90(4), None),
   ("narrow", [(4, 6)], lambda x: x.narrow(1, 2, 3), None),
   ("narrow_negative_start", [(5,)], lambda x: x.narrow(0, -3, 2), None),
   ("unbind", [(3, 4)], lambda x: x.unbind(1), None),
@@ -74,6 +79,9 @@ def test_movement_errors() -> None:
   raises_at_build(ValueError, lambda: lazy(2, 3).narrow(1, 1, 3), "narrow", "length 3")
   raises_at_build(ValueError, lambda: Tensor(1.0).unbind(), "unbind", "0-d")
   raises_at_build(ValueError, lambda: lazy(2, 3, 4).t(), "t:", "(2, 3, 4)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).rot90(1, (0, 0)), "rot90", "(0, 0)")
+  raises_at_build(ValueError, lambda: lazy(2, 3).rot90(1, (0,)), "rot90", "2 dims")
+  raises_at_build(TypeError, lambda: lazy(2, 3).rot90(1.5), "rot90", "1.5")
   raises_at_build(ValueError, lambda: lazy(1, 6, 2, 2).pixel_shuffle(2), "pixel_shuffle", "(1, 6, 2, 2)")
   raises_at_build(ValueError, lambda: lazy(1, 4, 2, 2).pixel_shuffle(0), "upscale_factor", "0")
   raises_at_build(ValueError, lambda: lazy(1, 1, 3, 4).pixel_unshuffle(2), "pixel_unshuffle", "(1, 1, 3, 4)")
@@ -85,6 +93,9 @@ ELEMENTWISE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]
   ("type_as", [(2, 3), np.array([1, 2], np.int32)], lambda x, y: x.type_as(y), None, {"grad": False}),
   ("type_as_float", [np.array([1, 2], np.int64), (3,)], lambda x, y: x.type_as(y), None, {}),
   ("short", [(3, 4)], lambda x: x.short(), None, {"low": -300.0, "high": 300.0, "grad": False}),
+  ("addcmul", [(3, 4), (3, 4), (4,)], lambda x, a, b: x.addcmul(a, b, value=0.5), None, {}),
+  ("addcmul_broadcast_all", [(1, 4), (3, 1), (4,)], lambda x, a, b: x.addcmul(a, b), None, {}),
+  ("addcdiv", [(3, 4), (3, 4), (3, 4)], lambda x, a, b: x.addcdiv(a, b, value=-2.0), None, {"low": 0.5}),
   ("clamp_min", [(3, 4)], lambda x: x.clamp_min(0.5), None, {}),
   ("clamp_max", [(3, 4)], lambda x: x.clamp_max(-0.25), None, {}),
   ("clamp_min_tensor", [(3, 4), (4,)], lambda x, m: x.clamp_min(m), None, {}),
@@ -219,6 +230,17 @@ REDUCE: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
   ("diff_prepend_append", [(2, 4), (2, 1), (2, 2)], lambda x, p, a: x.diff(prepend=p, append=a), None, {}),
   ("diff_int", [np.array([1, 4, 9, 16, 25], np.int64)], lambda x: x.diff(2), None, {}),
   ("diff_bool", [np.array([True, False, False, True, True])], lambda x: x.diff(), None, {}),
+  ("kthvalue", [(4, 6)], lambda x: x.kthvalue(2), lambda x: tuple(x.kthvalue(2)), {}),
+  ("kthvalue_dim0_keepdim", [(5, 3)], lambda x: x.kthvalue(5, 0, keepdim=True),
+   lambda x: tuple(x.kthvalue(5, 0, keepdim=True)), {}),
+  ("kthvalue_int", [np.array([[4, 1, 3], [7, 9, 8]], np.int64)], lambda x: x.kthvalue(1, 1),
+   lambda x: tuple(x.kthvalue(1, 1)), {}),
+  ("trace", [(3, 4)], lambda x: x.trace(), None, {}),
+  ("trace_int", [np.array([[1, 2], [3, 4]], np.int32)], lambda x: x.trace(), None, {}),
+  ("addmm", [(3, 5), (3, 4), (4, 5)], lambda x, a, b: x.addmm(a, b), None, {}),
+  ("addmm_broadcast_scaled", [(5,), (3, 4), (4, 5)], lambda x, a, b: x.addmm(a, b, beta=0.5, alpha=-2.0), None, {}),
+  ("addmm_beta0_ignores_nan", [np.full((2, 3), np.nan, np.float32), (2, 4), (4, 3)],
+   lambda x, a, b: x.addmm(a, b, beta=0.0), None, {}),
   ("outer", [(3,), (4,)], lambda x, y: x.outer(y), None, {}),
   ("outer_int", [np.array([1, 2], np.int32), np.array([3, 4, 5], np.int64)], lambda x, y: x.outer(y), None, {}),
   ("mm", [(3, 4), (4, 5)], lambda x, y: x.mm(y), None, {}),
@@ -256,6 +278,11 @@ def test_reduction_errors() -> None:
   raises_at_build(TypeError, lambda: lazy(3).quantile(Tensor([0.5])), "quantile")
   raises_at_build(ValueError, lambda: lazy(3).quantile(0.5, interpolation="cubic"), "quantile", "'cubic'")
   raises_at_build(ValueError, lambda: lazy(3, 0).quantile(0.5, dim=1), "quantile", "zero-size")
+  raises_at_build(ValueError, lambda: lazy(3, 4).kthvalue(0), "kthvalue", "k=0", "[1, 4]")
+  raises_at_build(ValueError, lambda: lazy(3).kthvalue(4), "kthvalue", "k=4")
+  raises_at_build(ValueError, lambda: lazy(2, 2, 2).trace(), "trace", "(2, 2, 2)")
+  raises_at_build(ValueError, lambda: lazy(3).addmm(lazy(3), lazy(3, 3)), "addmm", "2-d")
+  raises_at_build(TypeError, lambda: lazy(3).addmm([[1.0]], lazy(1, 3)), "addmm", "list")
   raises_at_build(ValueError, lambda: lazy(3).diff(-1), "diff", "-1")
   raises_at_build(ValueError, lambda: Tensor(2.0).diff(), "diff", "1-d")
   raises_at_build(TypeError, lambda: lazy(3).diff(prepend=[1.0]), "diff", "list")
@@ -376,6 +403,14 @@ NN: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
    lambda x: F.adaptive_max_pool2d(x, (3, 4)), {}),
   ("adaptive_max_global", [(2, 4, 5, 5)], lambda x: x.adaptive_max_pool2d(1), lambda x: F.adaptive_max_pool2d(x, 1),
    {}),
+  ("max_pool1d", [(2, 3, 9)], lambda x: x.max_pool1d(3), lambda x: F.max_pool1d(x, 3), {}),
+  ("max_pool1d_all_options", [(2, 3, 10)], lambda x: x.max_pool1d(3, 2, dilation=2, padding=1, ceil_mode=True,
+                                                                  return_indices=True),
+   lambda x: tuple(F.max_pool1d(x, 3, 2, padding=1, dilation=2, ceil_mode=True, return_indices=True)), {}),
+  ("avg_pool1d", [(2, 3, 9)], lambda x: x.avg_pool1d(2), lambda x: F.avg_pool1d(x, 2), {}),
+  ("avg_pool1d_options", [(2, 3, 10)], lambda x: x.avg_pool1d(4, 3, padding=2, ceil_mode=True,
+                                                              count_include_pad=False),
+   lambda x: F.avg_pool1d(x, 4, 3, padding=2, ceil_mode=True, count_include_pad=False), {}),
   ("cosine_similarity", [(4, 5), (4, 5)], lambda x, y: x.cosine_similarity(y), lambda x, y: F.cosine_similarity(x, y),
    {}),
   ("cosine_similarity_broadcast_dim", [(3, 1, 6), (4, 6)], lambda x, y: x.cosine_similarity(y, dim=-1),
@@ -482,6 +517,22 @@ def test_layers_match_torch(name: str, ours: Callable[[], Any], theirs: Callable
   x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
   np.testing.assert_allclose(layer(Tensor(x)).numpy(), ref(torch.from_numpy(x)).detach().numpy(), atol=1e-5,
                              rtol=1e-5)
+
+@needs_torch
+@pytest.mark.parametrize("bias", [True, False])
+def test_grucell_matches_torch(bias: bool) -> None:
+  cell, ref = nn.GRUCell(3, 5, bias=bias), torch.nn.GRUCell(3, 5, bias=bias)
+  for name in ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if bias else ()):
+    setattr(ref, name, torch.nn.Parameter(torch.from_numpy(getattr(cell, name).numpy().copy())))
+  for p in nn.state.get_parameters(cell): p.requires_grad_()
+  x = np.random.default_rng(6).uniform(-1, 1, (4, 3)).astype(np.float32)
+  h = cell(Tensor(x))
+  th = ref(torch.from_numpy(x))
+  h, th = cell(Tensor(x), h), ref(torch.from_numpy(x), th)  # a second step, from the first step's state
+  np.testing.assert_allclose(h.numpy(), th.detach().numpy(), atol=1e-6, rtol=1e-5)
+  h.sum().backward()
+  th.sum().backward()
+  np.testing.assert_allclose(cell.weight_hh.grad.numpy(), ref.weight_hh.grad.numpy(), atol=1e-5, rtol=1e-4)
 
 @needs_torch
 def test_layernorm2d_is_channel_layernorm_at_each_pixel() -> None:

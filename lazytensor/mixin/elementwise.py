@@ -781,6 +781,22 @@ class ElementwiseMixin(MovementMixin):
     x = (self == math.inf).where(big if posinf is None else posinf, x)
     return (self == -math.inf).where(-big if neginf is None else neginf, x)
 
+  def addcmul(self, tensor1: Self | Any, tensor2: Self | Any, *, value: float = 1.0) -> Self:
+    """self + value * tensor1 * tensor2, as torch.addcmul (the operands broadcast).
+
+    >>> Tensor([1.0, 1.0]).addcmul(Tensor([2.0, 3.0]), Tensor([4.0, 5.0]), value=0.5).tolist()
+    [5.0, 8.5]
+    """
+    return self + value * (self._broadcasted(tensor1)[1] * tensor2)
+
+  def addcdiv(self, tensor1: Self | Any, tensor2: Self | Any, *, value: float = 1.0) -> Self:
+    """self + value * tensor1 / tensor2, as torch.addcdiv (the operands broadcast; ints divide as floats).
+
+    >>> Tensor([1.0, 1.0]).addcdiv(Tensor([2.0, 3.0]), Tensor([4.0, 6.0]), value=2.0).tolist()
+    [2.0, 2.0]
+    """
+    return self + value * (self._broadcasted(tensor1)[1] / tensor2)
+
   # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
   # every annotation that follows them ----
 

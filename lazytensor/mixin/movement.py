@@ -600,6 +600,22 @@ class MovementMixin:
 
   moveaxis = movedim
 
+  def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
+    """Rotate by 90 degrees k times in the plane of `dims`, from the first dim toward the second, as torch.rot90
+    (a flip and a transpose: a view).
+
+    >>> Tensor([[1, 2], [3, 4]]).rot90().tolist()
+    [[2, 4], [1, 3]]
+    """
+    if not _is_int(k): raise TypeError(f"rot90: k must be an int, got {k!r}")
+    if len(dims) != 2: raise ValueError(f"rot90: dims must name 2 dims, got {dims}")
+    a, b = (self._resolve_axis(d) for d in dims)
+    if a == b: raise ValueError(f"rot90: dims {tuple(dims)} name the same dim twice")
+    turns = int(k) % 4
+    if turns == 0: return self
+    if turns == 2: return self.flip(a, b)
+    return self.flip(b).transpose(a, b) if turns == 1 else self.transpose(a, b).flip(b)
+
   def narrow(self, dim: int, start: int, length: int) -> Self:
     """`length` elements of `dim` from `start` on (negative counts from the end), as torch.narrow: a view.
 

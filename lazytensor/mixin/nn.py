@@ -393,6 +393,26 @@ class NNMixin(RandomMixin):
     """
     return _avg_pool(self, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
 
+  def max_pool1d(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """max_pool2d over the last dim only (an int kernel_size means one dim here), as torch's max_pool1d.
+
+    >>> Tensor([[[1.0, 3.0, 2.0, 5.0, 4.0]]]).max_pool1d(2).tolist()
+    [[[3.0, 5.0]]]
+    """
+    return self.max_pool2d(make_tuple(kernel_size, 1), stride, dilation, padding, ceil_mode, return_indices)
+
+  def avg_pool1d(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
+    """avg_pool2d over the last dim only (an int kernel_size means one dim here), as torch's avg_pool1d (which has
+    no dilation).
+
+    >>> Tensor([[[1.0, 3.0, 2.0, 6.0]]]).avg_pool1d(2).tolist()
+    [[[2.0, 4.0]]]
+    """
+    return self.avg_pool2d(make_tuple(kernel_size, 1), stride, 1, padding, ceil_mode, count_include_pad)
+
   def max_unpool2d(self, indices: Self, kernel_size: int | Sequence[int] = (2, 2),
                    stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
                    padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Self:

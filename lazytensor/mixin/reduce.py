@@ -714,6 +714,22 @@ class ReduceMixin(UnaryMixin):
       outs.append(out)
     return outs[0] if one_q else outs[0].stack(*outs[1:])
 
+  def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Self, Self]:
+    """The k-th smallest value along `dim` (k counts from 1) and its index (dtypes.default_int), as torch.kthvalue.
+    Sorts, so O(n^2) comparisons per row.
+
+    >>> [t.tolist() for t in Tensor([[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]]).kthvalue(2)]
+    [[2.0, 8.0], [2, 2]]
+    """
+    d = self._resolve_axis(dim)
+    n = self.shape[d] if self.ndim else 1
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= n:
+      raise ValueError(f"kthvalue: k={k!r} must be an int in [1, {n}] for dim {d} of {self.shape}")
+    if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.default_int, device=self.device)
+    values, indices = self.sort(d)
+    value, index = values.narrow(d, int(k) - 1, 1), indices.narrow(d, int(k) - 1, 1)
+    return (value, index) if keepdim else (value.squeeze(d), index.squeeze(d))
+
   def norm(self, p: float | str = "fro", axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
     """The p-norm of the vectors along `axis` (of all the elements when None), as torch's Tensor.norm and
     torch.linalg.vector_norm: (sum |x|^p)^(1/p); "fro" is p = 2, inf the largest |x|, -inf the smallest, 0 the count
@@ -831,6 +847,28 @@ class ReduceMixin(UnaryMixin):
     """
     self._check_ndims("mv", vec, (2, 1))
     return self.matmul(vec)
+
+  def addmm(self, mat1: Self, mat2: Self, *, beta: float = 1.0, alpha: float = 1.0) -> Self:
+    """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcasts to the product's shape).
+
+    >>> Tensor([1.0, 2.0]).addmm(Tensor([[1.0, 1.0]]), Tensor([[1.0, 2.0], [3.0, 4.0]]), alpha=0.5).tolist()
+    [[3.0, 5.0]]
+    """
+    if not self._is_tensor(mat1): raise TypeError(f"addmm: expected Tensors, got {type(mat1).__name__}")
+    mat1._check_ndims("addmm", mat2, (2, 2))
+    product = mat1.matmul(mat2)
+    # beta 0 ignores self's values, NaN included, as torch
+    base = self.zeros_like() if beta == 0 else self * beta if beta != 1 else self
+    return base + (product * alpha if alpha != 1 else product)
+
+  def trace(self) -> Self:
+    """The sum of the main diagonal of a matrix, as torch.trace.
+
+    >>> Tensor([[1, 2], [3, 4]]).trace().item()
+    5
+    """
+    if self.ndim != 2: raise ValueError(f"trace: expected a matrix, got shape {self.shape}")
+    return self.diagonal().sum()
 
   def cross(self, other: Self, dim: int = -1) -> Self:
     """The cross product of 3-vectors along `dim`, as torch.linalg.cross; the operands broadcast.

@@ -209,3 +209,21 @@ class LSTMCell:
     i, f, g, o = gates.chunk(4, dim=1)
     c_next = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c_next.tanh(), c_next
+
+class GRUCell:
+  """One GRU step: (x, h) -> h', gates in torch's order r, z, n (n = tanh(x_n + r * h_n), h' = (1 - z) n + z h)."""
+  def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+    bound = 1 / math.sqrt(hidden_size)
+    self.hidden_size = hidden_size
+    self.weight_ih = _uniform((3 * hidden_size, input_size), bound)
+    self.weight_hh = _uniform((3 * hidden_size, hidden_size), bound)
+    self.bias_ih = _uniform((3 * hidden_size,), bound) if bias else None
+    self.bias_hh = _uniform((3 * hidden_size,), bound) if bias else None
+
+  def __call__(self, x: Tensor, h: Tensor | None = None) -> Tensor:
+    if h is None: h = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+    x_r, x_z, x_n = x.linear(self.weight_ih.T, self.bias_ih).chunk(3, dim=1)
+    h_r, h_z, h_n = h.linear(self.weight_hh.T, self.bias_hh).chunk(3, dim=1)
+    r, z = (x_r + h_r).sigmoid(), (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    return (1 - z) * n + z * h
