@@ -78,6 +78,7 @@ def test_movement_errors() -> None:
   raises_at_build(IndexError, lambda: lazy(2, 3).narrow(1, 4, 0), "narrow", "start 4")
   raises_at_build(ValueError, lambda: lazy(2, 3).narrow(1, 1, 3), "narrow", "length 3")
   raises_at_build(ValueError, lambda: Tensor(1.0).unbind(), "unbind", "0-d")
+  raises_at_build(ValueError, lambda: Tensor(1.0).narrow(0, 0, 1), "narrow", "0-d")
   raises_at_build(ValueError, lambda: lazy(2, 3, 4).t(), "t:", "(2, 3, 4)")
   raises_at_build(ValueError, lambda: lazy(2, 3).rot90(1, (0, 0)), "rot90", "(0, 0)")
   raises_at_build(ValueError, lambda: lazy(2, 3).rot90(1, (0,)), "rot90", "2 dims")

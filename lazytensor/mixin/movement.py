@@ -622,6 +622,7 @@ class MovementMixin:
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).narrow(1, 1, 2).tolist()
     [[2, 3], [5, 6]]
     """
+    if self.ndim == 0: raise ValueError("narrow: a 0-d tensor has no dim to narrow")
     d = self._resolve_axis(dim)
     n = self.shape[d]
     if not _is_int(start) or not _is_int(length) or not -n <= start <= n:
