@@ -724,6 +724,12 @@ SCHEDULES = [
    lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=8, eta_min=0.01)),
   ("lambda_warmup", lambda o: sched.LambdaLR(o, lambda e: min(1.0, (e + 1) / 4)),
    lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: min(1.0, (e + 1) / 4))),
+  ("sequential_warmup_cosine_step",
+   lambda o: sched.SequentialLR(o, [sched.LinearLR(o, 0.1, total_iters=3), sched.CosineAnnealingLR(o, T_max=5),
+                                    sched.StepLR(o, 2, gamma=0.5)], milestones=[3, 8]),
+   lambda o: torch.optim.lr_scheduler.SequentialLR(o, [torch.optim.lr_scheduler.LinearLR(o, 0.1, total_iters=3),
+                                                       torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5),
+                                                       torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.5)], [3, 8])),
 ]
 
 @needs_torch
@@ -773,6 +779,20 @@ def test_lr_scheduler_errors() -> None:
   with pytest.raises(ValueError, match="step_size must be > 0, got 0"): sched.StepLR(SGD([w]), 0)
   with pytest.raises(ValueError, match="T_max must be > 0"): sched.CosineAnnealingLR(SGD([w]), 0)
   with pytest.raises(ValueError, match="start_factor 0"): sched.LinearLR(SGD([w]), start_factor=0)
+  opt, other = SGD([w]), SGD([w])
+  warm = sched.LinearLR(opt)
+  with pytest.raises(ValueError, match=r"2 schedulers need 1 milestones, got \[\]"):
+    sched.SequentialLR(opt, [warm, sched.StepLR(opt, 2)], [])
+  with pytest.raises(ValueError, match="must schedule the optimizer"):
+    sched.SequentialLR(opt, [warm, sched.StepLR(other, 2)], [3])
+  with pytest.raises(ValueError, match="must increase"):
+    sched.SequentialLR(opt, [warm, sched.StepLR(opt, 2), sched.StepLR(opt, 3)], [4, 2])
+
+def test_schedules_of_one_optimizer_start_from_its_first_learning_rate() -> None:
+  opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.4)
+  warm = sched.LinearLR(opt, start_factor=0.5)  # sets the rate to 0.2
+  decay = sched.StepLR(opt, 1, gamma=0.5)
+  assert warm.base_lr == decay.base_lr == pytest.approx(0.4) and opt.lr.item() == pytest.approx(0.4)
 
 # ---- Muon ----
 

@@ -28,7 +28,10 @@ class LRScheduler:
       raise TypeError("LRScheduler: an OptimizerGroup has no learning rate of its own; schedule each optimizer in it")
     if not isinstance(optimizer, Optimizer): raise TypeError(f"LRScheduler: expected an Optimizer, got "
                                                              f"{type(optimizer).__name__}")
-    self.optimizer, self.base_lr, self.last_epoch = optimizer, float(optimizer.lr.item()), 0
+    # the learning rate before any schedule touched it (torch's initial_lr), so that several schedules of one
+    # optimizer (SequentialLR's parts) all start from it, not from what the one made before them set
+    self.base_lr: float = optimizer.__dict__.setdefault("initial_lr", float(optimizer.lr.item()))
+    self.optimizer, self.last_epoch = optimizer, 0
     self._set(self.lr_at(0))
 
   def lr_at(self, epoch: int) -> float: raise NotImplementedError
@@ -107,3 +110,21 @@ class CosineAnnealingLR(LRScheduler):
 
   def lr_at(self, epoch: int) -> float:
     return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * epoch / self.T_max)) / 2
+
+class SequentialLR(LRScheduler):
+  """One schedule after another: schedulers[i] runs from milestones[i - 1] on, counting its epochs from 0 there, as
+  torch's SequentialLR (a warmup, then a decay: SequentialLR(opt, [LinearLR(opt, 0.01, total_iters=w),
+  CosineAnnealingLR(opt, T_max=n - w)], milestones=[w]))."""
+  def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int]) -> None:
+    if not schedulers or len(milestones) != len(schedulers) - 1:
+      raise ValueError(f"SequentialLR: {len(schedulers)} schedulers need {max(len(schedulers) - 1, 0)} milestones, got "
+                       f"{list(milestones)}")
+    if any(s.optimizer is not optimizer for s in schedulers):
+      raise ValueError("SequentialLR: every scheduler must schedule the optimizer given to SequentialLR")
+    if list(milestones) != sorted(milestones): raise ValueError(f"SequentialLR: milestones {milestones} must increase")
+    self.schedulers, self.milestones = list(schedulers), list(milestones)
+    super().__init__(optimizer)
+
+  def lr_at(self, epoch: int) -> float:
+    i = bisect.bisect_right(self.milestones, epoch)
+    return self.schedulers[i].lr_at(epoch - (self.milestones[i - 1] if i else 0))
