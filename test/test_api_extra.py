@@ -331,6 +331,64 @@ def test_index_select_negative_and_errors() -> None:
   raises_at_build(IndexError, lambda: lazy(3, 4).index_select(0, [0, 1]), "index_select", "list")
   raises_at_build(IndexError, lambda: lazy(3, 4).index_select(2, Tensor([0])), "axis 2")
 
+SORTED = np.array([[1.0, 3.0, 3.0, 5.0], [-2.0, 0.0, 4.0, 8.0]], np.float32)
+PROBES = np.array([[3.0, 6.0, 0.0], [4.0, -3.0, 8.0]], np.float32)
+
+@needs_torch
+@pytest.mark.parametrize("name,seq,values,right", named([
+  ("1d_left", SORTED[0], PROBES, False),
+  ("1d_right_ties", SORTED[0], PROBES, True),
+  ("batched", SORTED, PROBES, False),
+  ("batched_right", SORTED, PROBES, True),
+  ("ints", np.array([1, 3, 5, 7], np.int64), np.array([[0, 3], [7, 9]], np.int64), False),
+  ("scalar_value", SORTED[0], np.array(3.0, np.float32), True),
+]))
+def test_searchsorted_matches_torch(name: str, seq: np.ndarray, values: np.ndarray, right: bool) -> None:
+  got = Tensor(seq).searchsorted(Tensor(values), right=right)
+  want = torch.searchsorted(torch.from_numpy(seq), torch.from_numpy(values), right=right)
+  assert got.dtype == dtypes.int64 and got.shape == tuple(want.shape)
+  np.testing.assert_array_equal(got.numpy(), want.numpy())
+  np.testing.assert_array_equal(Tensor(seq).searchsorted(Tensor(values), side="right" if right else "left").numpy(),
+                                want.numpy())
+  if seq.ndim == 1:
+    np.testing.assert_array_equal(Tensor(values).bucketize(Tensor(seq), right=right).numpy(),
+                                  torch.bucketize(torch.from_numpy(values), torch.from_numpy(seq), right=right).numpy())
+
+@needs_torch
+@pytest.mark.parametrize("name,x,weights,minlength", named([
+  ("counts", np.array([1, 1, 3, 0, 3, 3], np.int64), None, 0),
+  ("minlength", np.array([1, 2], np.int32), None, 6),
+  ("float_weights", np.array([2, 0, 2], np.int64), np.array([0.5, 1.0, 2.0], np.float32), 0),
+  ("double_weights", np.array([2, 0, 2], np.int64), np.array([0.5, 1.0, 2.0], np.float64), 1),
+  ("int_weights", np.array([2, 0, 2], np.int64), np.array([3, 4, 5], np.int64), 0),
+  ("empty", np.zeros(0, np.int64), None, 3),
+]))
+def test_bincount_matches_torch(name: str, x: np.ndarray, weights: np.ndarray | None, minlength: int) -> None:
+  got = Tensor(x).bincount(None if weights is None else Tensor(weights), minlength=minlength)
+  want = torch.bincount(torch.from_numpy(x), None if weights is None else torch.from_numpy(weights), minlength)
+  assert got.dtype.name == str(want.dtype).removeprefix("torch.")
+  np.testing.assert_allclose(got.numpy(), want.numpy())
+
+def test_search_and_count_errors() -> None:
+  raises_at_build(ValueError, lambda: lazy(2, 3).searchsorted(lazy(3, 2)), "searchsorted", "(3, 2)")
+  raises_at_build(ValueError, lambda: Tensor(1.0).searchsorted(lazy(2)), "searchsorted", "0-d")
+  raises_at_build(ValueError, lambda: lazy(3).searchsorted(lazy(2), side="middle"), "searchsorted", "'middle'")
+  raises_at_build(ValueError, lambda: lazy(3).searchsorted(lazy(2), right=True, side="left"), "disagree")
+  raises_at_build(ValueError, lambda: lazy(3).bucketize(lazy(2, 2)), "bucketize", "(2, 2)")
+  raises_at_build(TypeError, lambda: lazy(3).bincount(), "bincount", "float32")
+  raises_at_build(TypeError, lambda: Tensor([[1, 2]]).bincount(), "bincount", "(1, 2)")
+  raises_at_build(ValueError, lambda: Tensor([1, 2]).bincount(minlength=-1), "minlength", "-1")
+  raises_at_build(ValueError, lambda: Tensor([1, 2]).bincount(Tensor([1.0])), "weights", "(1,)")
+  with pytest.raises(ValueError, match="bincount: the values must be non-negative, got -1"):
+    Tensor([1, -1]).bincount()
+
+def test_bincount_refuses_a_jit_capture() -> None:
+  @TinyJit
+  def counts(x: Tensor) -> Tensor: return x.bincount().realize()
+  x = Tensor([0, 1, 1]).realize()
+  assert counts(x).tolist() == [1, 2]  # the first call runs as it is
+  with pytest.raises(ValueError, match="bincount inside a TinyJit function"): counts(x)
+
 def test_isin_lists_numbers_and_nothing() -> None:
   x = Tensor([[1, 2], [3, 4]])
   assert x.isin([4, 1]).tolist() == [[True, False], [False, True]]
