@@ -473,6 +473,39 @@ class Tensor(MultiMixin):
 
   def zero_(self) -> Tensor: return self.fill_(0)
 
+  def lerp_(self, end: Any, weight: Any) -> Tensor:
+    """lerp in place (an assign): the step of an exponential moving average, `ema.lerp_(w, 1 - decay)`.
+
+    >>> Tensor([0.0, 10.0]).realize().lerp_(Tensor([10.0, 0.0]), 0.25).tolist()
+    [2.5, 7.5]
+    """
+    return self.assign(self.lerp(end, weight))
+
+  def _random_fill(self, name: str) -> None:
+    if not self.dtype.is_float: raise TypeError(f"{name}: fills float tensors, got {self.dtype}")
+
+  def uniform_(self, low: float = 0.0, high: float = 1.0) -> Tensor:
+    """Uniform random numbers in [low, high) written into this float tensor, in place (an assign), as torch's
+    uniform_ (the initializers of torch.nn.init).
+
+    >>> v = Tensor.zeros(1000).contiguous().realize().uniform_(-2.0, 2.0).numpy()
+    >>> bool(-2 <= v.min() and v.max() < 2 and v.std() > 1)
+    True
+    """
+    self._random_fill("uniform_")
+    return self.assign(self.rand_like() * (high - low) + low)
+
+  def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    """Normal random numbers with `mean` and `std` written into this float tensor, in place (an assign), as torch's
+    normal_.
+
+    >>> v = Tensor.zeros(1000).contiguous().realize().normal_(5.0, 0.5).numpy()
+    >>> bool(4.9 < v.mean() < 5.1 and 0.4 < v.std() < 0.6)
+    True
+    """
+    self._random_fill("normal_")
+    return self.assign(self.randn_like() * std + mean)
+
   def copy_(self, src: Any) -> Tensor:
     """src's values (broadcast to this shape, cast to this dtype) written into this tensor, in place (an assign).
 

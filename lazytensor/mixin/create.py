@@ -111,6 +111,55 @@ class CreationMixin(ElementwiseMixin):
     dt, dev = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
     return type(self).empty(*self.shape, dtype=dt, device=dev, **kwargs)
 
+  # ---- torch's new_*: a new tensor with this one's dtype and device unless told otherwise ----
+
+  def _new_kwargs(self, dtype: DType | str | None, device: DeviceLike | None) -> dict[str, Any]:
+    return {"dtype": self.dtype if dtype is None else dtype, "device": self.device if device is None else device}
+
+  def new_full(self, size: Any, fill_value: Any, dtype: DType | str | None = None,
+               device: DeviceLike | None = None) -> Self:
+    """A tensor of `size` holding fill_value, with this tensor's dtype and device unless given, as torch's new_full.
+
+    >>> Tensor([1, 2]).new_full((2, 2), 7).tolist()
+    [[7, 7], [7, 7]]
+    """
+    return type(self).full(size, fill_value, **self._new_kwargs(dtype, device))
+
+  def new_zeros(self, *size: Any, dtype: DType | str | None = None, device: DeviceLike | None = None) -> Self:
+    """Zeros of `size` with this tensor's dtype and device unless given, as torch's new_zeros.
+
+    >>> Tensor([1.5]).new_zeros(2, 3).tolist()
+    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    return self.new_full(self._parse_shape(size), 0, dtype, device)
+
+  def new_ones(self, *size: Any, dtype: DType | str | None = None, device: DeviceLike | None = None) -> Self:
+    """Ones of `size` with this tensor's dtype and device unless given, as torch's new_ones.
+
+    >>> Tensor([1, 2]).new_ones(3).tolist()
+    [1, 1, 1]
+    """
+    return self.new_full(self._parse_shape(size), 1, dtype, device)
+
+  def new_empty(self, *size: Any, dtype: DType | str | None = None, device: DeviceLike | None = None) -> Self:
+    """Uninitialized memory of `size` with this tensor's dtype and device unless given, as torch's new_empty.
+
+    >>> Tensor([1, 2]).new_empty(2, 2).shape
+    (2, 2)
+    """
+    return type(self).empty(*self._parse_shape(size), **self._new_kwargs(dtype, device))
+
+  def new_tensor(self, data: Any, dtype: DType | str | None = None, device: DeviceLike | None = None) -> Self:
+    """A tensor of `data` (a copy, never a view of a tensor given) with this tensor's dtype and device unless given,
+    as torch's new_tensor.
+
+    >>> Tensor([1.5]).new_tensor([1, 2]).tolist()
+    [1.0, 2.0]
+    """
+    if self._is_tensor(data): return data.detach().cast(self.dtype if dtype is None else to_dtype(dtype)) \
+      .to(self.device if device is None else device).contiguous()
+    return type(self)(data, **self._new_kwargs(dtype, device))
+
   @classmethod
   def _iota(cls, n: int, device: DeviceLike | None = None) -> Self:
     dev = Device.canonicalize_any(device) if device is not None else Device.DEFAULT

@@ -738,6 +738,65 @@ class ElementwiseMixin(MovementMixin):
       if t.shape != ts[0].shape: raise ValueError(f"stack: shapes {ts[0].shape} and {t.shape} differ")
     return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
 
+  # ---- torch's conveniences on top of clamp and cast ----
+
+  def type_as(self, other: Self) -> Self:
+    """Cast to other's dtype, as torch's type_as.
+
+    >>> Tensor([1.5, 2.5]).type_as(Tensor([1, 2])).tolist()
+    [1, 2]
+    """
+    if not self._is_tensor(other): raise TypeError(f"type_as: expected a Tensor, got {type(other).__name__}")
+    return self.cast(other.dtype)
+
+  def clamp_min(self, min: Self | Any) -> Self:
+    """clamp(min=min): the values below `min` raised to it.
+
+    >>> Tensor([-1.0, 2.0]).clamp_min(0).tolist()
+    [0.0, 2.0]
+    """
+    return self.clamp(min=min)
+
+  def clamp_max(self, max: Self | Any) -> Self:
+    """clamp(max=max): the values above `max` lowered to it.
+
+    >>> Tensor([-1.0, 2.0]).clamp_max(0).tolist()
+    [-1.0, 0.0]
+    """
+    return self.clamp(max=max)
+
+  def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Self:
+    """NaN replaced by `nan`, +inf by `posinf` and -inf by `neginf` (by default the dtype's largest and lowest finite
+    values), as torch.nan_to_num; ints and bools have none of them and come back as they are.
+
+    >>> Tensor([float("nan"), float("inf"), -float("inf"), 1.5]).nan_to_num(posinf=9.0).tolist()
+    [0.0, 9.0, -3.4028234663852886e+38, 1.5]
+    """
+    for name, v in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+      if v is not None and (not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool)):
+        raise TypeError(f"nan_to_num: {name} must be a number, got {v!r}")
+    if not self.dtype.is_float: return self
+    big = _largest_finite(self.dtype)
+    x = self.isnan().where(nan, self)
+    x = (self == math.inf).where(big if posinf is None else posinf, x)
+    return (self == -math.inf).where(-big if neginf is None else neginf, x)
+
+  def addcmul(self, tensor1: Self | Any, tensor2: Self | Any, *, value: float = 1.0) -> Self:
+    """self + value * tensor1 * tensor2, as torch.addcmul (the operands broadcast).
+
+    >>> Tensor([1.0, 1.0]).addcmul(Tensor([2.0, 3.0]), Tensor([4.0, 5.0]), value=0.5).tolist()
+    [5.0, 8.5]
+    """
+    return self + value * (self._broadcasted(tensor1)[1] * tensor2)
+
+  def addcdiv(self, tensor1: Self | Any, tensor2: Self | Any, *, value: float = 1.0) -> Self:
+    """self + value * tensor1 / tensor2, as torch.addcdiv (the operands broadcast; ints divide as floats).
+
+    >>> Tensor([1.0, 1.0]).addcdiv(Tensor([2.0, 3.0]), Tensor([4.0, 6.0]), value=2.0).tolist()
+    [2.0, 2.0]
+    """
+    return self + value * (self._broadcasted(tensor1)[1] / tensor2)
+
   # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
   # every annotation that follows them ----
 
@@ -789,6 +848,22 @@ class ElementwiseMixin(MovementMixin):
     """
     return self.cast(dtypes.int64)
 
+  def bfloat16(self) -> Self:
+    """Cast to bfloat16.
+
+    >>> Tensor([1.0, 3.14159]).bfloat16().tolist()
+    [1.0, 3.140625]
+    """
+    return self.cast(dtypes.bfloat16)
+
+  def short(self) -> Self:
+    """Cast to int16 (floats truncate toward zero).
+
+    >>> Tensor([2.5, -1.5]).short().tolist()
+    [2, -1]
+    """
+    return self.cast(dtypes.int16)
+
   def bool(self) -> Self:
     """Cast to bool (non-zero is True).
 
@@ -796,3 +871,10 @@ class ElementwiseMixin(MovementMixin):
     [False, True]
     """
     return self.cast(dtypes.bool)
+
+# (mantissa bits, exponent bits) of each float dtype (numpy has no bfloat16, so its finfo cannot serve)
+_FLOAT_BITS = {"float16": (10, 5), "bfloat16": (7, 8), "float32": (23, 8), "float64": (52, 11)}
+
+def _largest_finite(dt: DType) -> float:
+  mantissa, exponent = _FLOAT_BITS[dt.name]
+  return (2 - 2.0 ** -mantissa) * 2.0 ** (2 ** (exponent - 1) - 1)  # all mantissa bits set, the largest exponent

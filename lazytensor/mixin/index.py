@@ -591,3 +591,94 @@ class IndexMixin(ReduceMixin):
       raise ValueError(f"repeat_interleave: repeats {list(repeats)} must be {n} non-negative ints, one per element "
                        f"of dim {d}")
     return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]
+
+  def index_select(self, dim: int, index: Self) -> Self:
+    """The entries of `dim` at the positions in `index` (1-d ints, negative counting from the end), in that order, as
+    torch.index_select: the same as indexing that dim with the tensor, so an index out of range selects zeros (torch
+    raises; here the indices are known only once computed).
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).index_select(1, Tensor([2, 0])).tolist()
+    [[3, 1], [6, 4]]
+    """
+    if not _is_tensor(index) or index.dtype.is_float or index.dtype.is_bool or index.ndim > 1:
+      raise IndexError(f"index_select: index must be a 0-d or 1-d Tensor of ints, got "
+                       f"{getattr(index, 'dtype', type(index).__name__)} of shape {getattr(index, 'shape', None)}")
+    d = self._resolve_axis(dim)
+    if self.ndim == 0: return self.reshape(1)[index.reshape(-1)].reshape(())
+    return self[(slice(None),) * d + (index.reshape(-1),)]
+
+  def isin(self, test_elements: Self | Any, invert: bool = False) -> Self:
+    """Whether each element is among `test_elements` (a Tensor, a number or a list), as torch.isin; invert=True asks
+    whether it is not. Every element is compared with every test element (one kernel), so the work is their product.
+
+    >>> Tensor([[1, 2], [3, 4]]).isin(Tensor([2, 3, 7])).tolist()
+    [[False, True], [True, False]]
+    """
+    test = test_elements if _is_tensor(test_elements) else type(self)(test_elements, device=self.device)
+    if test.numel() == 0: return type(self).full(self.shape, bool(invert), dtype=dtypes.bool, device=self.device)
+    found = (self.unsqueeze(-1) == test.reshape((1,) * self.ndim + (-1,))).any(-1)
+    return found.logical_not() if invert else found
+
+  def searchsorted(self, values: Self | Any, right: bool = False, side: str | None = None) -> Self:
+    """Where each of `values` would be inserted into this sorted sequence to keep it sorted, as torch.searchsorted
+    (self is the sorted sequence): the count of its elements < the value, or <= with right=True (side="right"). A
+    1-d sequence serves values of any shape; an n-d one holds a sequence per row, and the values' leading dims must
+    be its. Every value is compared with every element (one kernel), so the work is their product; NaN is not placed
+    as torch places it.
+
+    >>> Tensor([1, 3, 5]).searchsorted(Tensor([3, 6, 0])).tolist(), Tensor([1, 3, 5]).searchsorted(3, right=True).item()
+    ([1, 3, 0], 2)
+    """
+    if side is not None:
+      if side not in ("left", "right"): raise ValueError(f"searchsorted: side {side!r} must be 'left' or 'right'")
+      if right and side == "left": raise ValueError("searchsorted: right=True and side='left' disagree")
+      right = side == "right"
+    v = values if _is_tensor(values) else type(self)(values, device=self.device)
+    if self.ndim == 0: raise ValueError("searchsorted: the sorted sequence must have at least 1 dim, got a 0-d tensor")
+    if self.ndim > 1 and v.shape[:-1] != self.shape[:-1]:
+      raise ValueError(f"searchsorted: values of shape {v.shape} must have the leading dims of the sequences "
+                       f"{self.shape}")
+    seq = self if self.ndim == 1 else self.unsqueeze(-2)
+    wide = v.unsqueeze(-1)
+    return (seq <= wide if right else seq < wide).sum(-1)
+
+  def bucketize(self, boundaries: Self, right: bool = False) -> Self:
+    """The index of the bucket of each element between the sorted 1-d `boundaries`, as torch.bucketize: i with
+    boundaries[i-1] < x <= boundaries[i] (boundaries[i-1] <= x < boundaries[i] with right=True); the same as
+    boundaries.searchsorted(self).
+
+    >>> Tensor([0.5, 3.0, 9.0]).bucketize(Tensor([1.0, 3.0, 5.0])).tolist()
+    [0, 1, 3]
+    """
+    if not _is_tensor(boundaries) or boundaries.ndim != 1:
+      raise ValueError(f"bucketize: boundaries must be a 1-d Tensor, got {getattr(boundaries, 'shape', boundaries)!r}")
+    return boundaries.searchsorted(self, right=right)
+
+  def bincount(self, weights: Self | None = None, minlength: int = 0) -> Self:
+    """How many times each value 0, 1, ..., max occurs in this 1-d tensor of non-negative ints (at least minlength
+    bins), or the sum of `weights` at its positions, as torch.bincount. The number of bins depends on the values, so
+    their maximum (and minimum, to check it) is read now: not inside a TinyJit function.
+
+    >>> Tensor([1, 1, 3]).bincount().tolist(), Tensor([1, 1, 3]).bincount(Tensor([0.5, 1.0, 2.0])).tolist()
+    ([0, 2, 0, 1], [0.0, 1.5, 0.0, 2.0])
+    """
+    if self.ndim != 1 or not self.dtype.is_int:
+      raise TypeError(f"bincount: expected a 1-d tensor of ints, got {self.dtype} of shape {self.shape}")
+    if not _is_int(minlength) or minlength < 0: raise ValueError(f"bincount: minlength must be an int >= 0, got "
+                                                                 f"{minlength!r}")
+    if weights is not None and (not _is_tensor(weights) or weights.shape != self.shape):
+      raise ValueError(f"bincount: weights must be a Tensor of the input's shape {self.shape}, got "
+                       f"{getattr(weights, 'shape', type(weights).__name__)}")
+    n = int(minlength)
+    if self.numel():
+      if capturing(): raise ValueError("bincount inside a TinyJit function: the number of bins is read from the values "
+                                       "while capturing and would be kept by every replay")
+      lo_t, hi_t = self.min(), self.max()
+      lo_t.realize(hi_t)  # one schedule for both
+      lo, hi = int(lo_t.item()), int(hi_t.item())
+      if lo < 0: raise ValueError(f"bincount: the values must be non-negative, got {lo}")
+      n = max(n, hi + 1)
+    hot = self.unsqueeze(-1) == type(self).arange(n, device=self.device)
+    if weights is None: return hot.sum(0)
+    out = weights.dtype if weights.dtype in (dtypes.float32, dtypes.float64) else dtypes.float64
+    return hot.where(weights.cast(out).unsqueeze(-1), 0).sum(0)

@@ -190,6 +190,15 @@ class MovementMixin:
     """
     return self.permute(tuple(reversed(range(self.ndim))))
 
+  def t(self) -> Self:
+    """The transpose of a matrix, as torch's t(): a 0-d or 1-d tensor comes back as it is; more dims are an error.
+
+    >>> Tensor([[1, 2, 3]]).t().shape, Tensor([1, 2]).t().shape
+    ((3, 1), (2,))
+    """
+    if self.ndim > 2: raise ValueError(f"t: expects a tensor of at most 2 dims, got shape {self.shape}; use transpose")
+    return self.permute(tuple(reversed(range(self.ndim))))
+
   def expand(self, *shape: Any) -> Self:
     """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied.
 
@@ -531,6 +540,140 @@ class MovementMixin:
     square = spaced.shrink(((0, n * n),)).reshape(n, n)
     k = abs(int(diagonal))
     return square._pad_zeros(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+
+  # ---- torch's shape conveniences: views named after the tensor whose shape they take, tiles, moved dims ----
+
+  def _shape_of(self, name: str, other: Any) -> tuple[int, ...]:
+    if not self._is_tensor(other): raise TypeError(f"{name}: expected a Tensor, got {type(other).__name__}")
+    return other.shape
+
+  def expand_as(self, other: Self) -> Self:
+    """expand to other's shape (a view), as torch's expand_as.
+
+    >>> Tensor([[1], [2]]).expand_as(Tensor.zeros(2, 3)).tolist()
+    [[1, 1, 1], [2, 2, 2]]
+    """
+    return self.expand(self._shape_of("expand_as", other))
+
+  def reshape_as(self, other: Self) -> Self:
+    """reshape to other's shape, as torch's reshape_as.
+
+    >>> Tensor.arange(6).reshape_as(Tensor.zeros(3, 2)).tolist()
+    [[0, 1], [2, 3], [4, 5]]
+    """
+    return self.reshape(self._shape_of("reshape_as", other))
+
+  def view_as(self, other: Self) -> Self:
+    """The same as reshape_as.
+
+    >>> Tensor.arange(4).view_as(Tensor.zeros(2, 2)).shape
+    (2, 2)
+    """
+    return self.reshape(self._shape_of("view_as", other))
+
+  def tile(self, *dims: Any) -> Self:
+    """Repeat the tensor dims[i] times along each dim, as torch.tile: unlike repeat, fewer entries than dims are
+    padded with 1s in front (so they tile the last dims).
+
+    >>> Tensor([[1, 2], [3, 4]]).tile(2).tolist()
+    [[1, 2, 1, 2], [3, 4, 3, 4]]
+    """
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)): dims = tuple(dims[0])
+    return self.repeat((1,) * (self.ndim - len(dims)) + tuple(dims))
+
+  def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
+    """Move the dims `source` to the positions `destination`, keeping the others in order, as torch.movedim.
+
+    >>> Tensor.zeros(2, 3, 4).movedim(0, -1).shape, Tensor.zeros(2, 3, 4).movedim((0, 2), (1, 0)).shape
+    ((3, 4, 2), (4, 2, 3))
+    """
+    src, dst = make_tuple(source, 1), make_tuple(destination, 1)
+    if len(src) != len(dst):
+      raise ValueError(f"movedim: source {source} and destination {destination} must name as many dims")
+    src = tuple(self._resolve_axis(s) for s in src)
+    dst = tuple(self._resolve_axis(d) for d in dst)
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+      raise ArgumentError(f"movedim: source {source} and destination {destination} must not repeat a dim")
+    rest = iter(d for d in range(self.ndim) if d not in src)
+    placed = dict(zip(dst, src))
+    return self.permute(tuple(placed[i] if i in placed else next(rest) for i in range(self.ndim)))
+
+  moveaxis = movedim
+
+  def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
+    """Rotate by 90 degrees k times in the plane of `dims`, from the first dim toward the second, as torch.rot90
+    (a flip and a transpose: a view).
+
+    >>> Tensor([[1, 2], [3, 4]]).rot90().tolist()
+    [[2, 4], [1, 3]]
+    """
+    if not _is_int(k): raise TypeError(f"rot90: k must be an int, got {k!r}")
+    if len(dims) != 2: raise ValueError(f"rot90: dims must name 2 dims, got {dims}")
+    a, b = (self._resolve_axis(d) for d in dims)
+    if a == b: raise ValueError(f"rot90: dims {tuple(dims)} name the same dim twice")
+    turns = int(k) % 4
+    if turns == 0: return self
+    if turns == 2: return self.flip(a, b)
+    return self.flip(b).transpose(a, b) if turns == 1 else self.transpose(a, b).flip(b)
+
+  def narrow(self, dim: int, start: int, length: int) -> Self:
+    """`length` elements of `dim` from `start` on (negative counts from the end), as torch.narrow: a view.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).narrow(1, 1, 2).tolist()
+    [[2, 3], [5, 6]]
+    """
+    if self.ndim == 0: raise ValueError("narrow: a 0-d tensor has no dim to narrow")
+    d = self._resolve_axis(dim)
+    n = self.shape[d]
+    if not _is_int(start) or not _is_int(length) or not -n <= start <= n:
+      raise IndexError(f"narrow: start {start!r} must be an int in [{-n}, {n}] for dim {d} of {self.shape}")
+    begin = int(start) % n if n and start < 0 else int(start)
+    if not 0 <= length <= n - begin:
+      raise ValueError(f"narrow: length {length} from {begin} runs past dim {d} of size {n}")
+    return self.shrink([(begin, begin + int(length)) if i == d else None for i in range(self.ndim)])
+
+  def unbind(self, dim: int = 0) -> tuple[Self, ...]:
+    """The slices along `dim`, each without that dim, as torch.unbind (views).
+
+    >>> [t.tolist() for t in Tensor([[1, 2], [3, 4]]).unbind(1)]
+    [[1, 3], [2, 4]]
+    """
+    if self.ndim == 0: raise ValueError("unbind: a 0-d tensor has no dim to unbind")
+    d = self._resolve_axis(dim)
+    return tuple(self.narrow(d, i, 1).squeeze(d) for i in range(self.shape[d]))
+
+  def pixel_shuffle(self, upscale_factor: int) -> Self:
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r): each group of r*r channels becomes an r x r block of pixels, as
+    torch.nn.functional.pixel_shuffle (sub-pixel convolution); r is upscale_factor. A reshape and a permute.
+
+    >>> Tensor.arange(4).reshape(1, 4, 1, 1).pixel_shuffle(2).tolist()
+    [[[[0, 1], [2, 3]]]]
+    """
+    r = upscale_factor
+    if not _is_int(r) or r < 1: raise ValueError(f"pixel_shuffle: upscale_factor must be a positive int, got {r!r}")
+    if self.ndim < 3 or self.shape[-3] % (r * r):
+      raise ValueError(f"pixel_shuffle: input of shape {self.shape} needs (*, C*{r * r}, H, W)")
+    *lead, c, h, w = self.shape
+    n = len(lead)
+    x = self.reshape(*lead, c // (r * r), r, r, h, w)
+    return x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2).reshape(*lead, c // (r * r), h * r, w * r)
+
+  def pixel_unshuffle(self, downscale_factor: int) -> Self:
+    """(*, C, H*r, W*r) -> (*, C*r*r, H, W): the inverse of pixel_shuffle, as torch.nn.functional.pixel_unshuffle.
+
+    >>> Tensor.arange(4).reshape(1, 1, 2, 2).pixel_unshuffle(2).reshape(-1).tolist()
+    [0, 1, 2, 3]
+    """
+    r = downscale_factor
+    if not _is_int(r) or r < 1:
+      raise ValueError(f"pixel_unshuffle: downscale_factor must be a positive int, got {r!r}")
+    if self.ndim < 3 or self.shape[-2] % r or self.shape[-1] % r:
+      raise ValueError(f"pixel_unshuffle: input of shape {self.shape} needs (*, C, H*{r}, W*{r})")
+    *lead, c, h, w = self.shape
+    n = len(lead)
+    x = self.reshape(*lead, c, h // r, r, w // r, r)
+    return x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3).reshape(*lead, c * r * r, h // r, w // r)
+
 
 # ---- einops notation ----
 

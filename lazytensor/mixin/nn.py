@@ -6,7 +6,7 @@ plus one reduce (MovementMixin._pool_windows), never an im2col buffer.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -393,6 +393,26 @@ class NNMixin(RandomMixin):
     """
     return _avg_pool(self, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
 
+  def max_pool1d(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """max_pool2d over the last dim only (an int kernel_size means one dim here), as torch's max_pool1d.
+
+    >>> Tensor([[[1.0, 3.0, 2.0, 5.0, 4.0]]]).max_pool1d(2).tolist()
+    [[[3.0, 5.0]]]
+    """
+    return self.max_pool2d(make_tuple(kernel_size, 1), stride, dilation, padding, ceil_mode, return_indices)
+
+  def avg_pool1d(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
+    """avg_pool2d over the last dim only (an int kernel_size means one dim here), as torch's avg_pool1d (which has
+    no dilation).
+
+    >>> Tensor([[[1.0, 3.0, 2.0, 6.0]]]).avg_pool1d(2).tolist()
+    [[[2.0, 4.0]]]
+    """
+    return self.avg_pool2d(make_tuple(kernel_size, 1), stride, 1, padding, ceil_mode, count_include_pad)
+
   def max_unpool2d(self, indices: Self, kernel_size: int | Sequence[int] = (2, 2),
                    stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
                    padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Self:
@@ -612,3 +632,162 @@ class NNMixin(RandomMixin):
     pos = Y * x.logsigmoid()
     loss = -((pos if pos_weight is None else pos * pos_weight) + (1 - Y) * (-x).logsigmoid())
     return _reduce_loss(loss, reduction)
+
+  # ---- torch's adaptive pooling, distances and regression losses ----
+
+  def sequential(self, layers: Sequence[Callable[[Self], Self]]) -> Self:
+    """The tensor passed through each layer (any callable) in turn, as tinygrad's sequential.
+
+    >>> Tensor([1.0, -2.0]).sequential([lambda x: x * 2, Tensor.relu]).tolist()
+    [2.0, 0.0]
+    """
+    x = self
+    for f in layers: x = f(x)
+    return x
+
+  def adaptive_avg_pool2d(self, output_size: int | Sequence[int | None]) -> Self:
+    """The mean over windows that split the last 2 dims (or as many as output_size has entries; None keeps a dim)
+    into `output_size` parts, as torch's adaptive_avg_pool2d: window i of n_in -> n_out spans
+    [floor(i n_in / n_out), ceil((i + 1) n_in / n_out)). A pool of even windows is views plus one reduce per dim.
+
+    >>> Tensor.arange(6.0).reshape(1, 2, 3).adaptive_avg_pool2d((1, 2)).tolist()
+    [[[2.0, 3.0]]]
+    """
+    return _adaptive_pool(self, output_size, "adaptive_avg_pool2d")
+
+  def adaptive_max_pool2d(self, output_size: int | Sequence[int | None]) -> Self:
+    """The maximum over the windows of adaptive_avg_pool2d, as torch's adaptive_max_pool2d (values only).
+
+    >>> Tensor.arange(6.0).reshape(1, 2, 3).adaptive_max_pool2d(1).tolist()
+    [[[5.0]]]
+    """
+    return _adaptive_pool(self, output_size, "adaptive_max_pool2d")
+
+  def cosine_similarity(self, other: Self, dim: int = 1, eps: float = 1e-8) -> Self:
+    """The cosine of the angle between the vectors along `dim`, as torch.nn.functional.cosine_similarity: each
+    vector is divided by its 2-norm (at least eps), then the two are dotted; the operands broadcast.
+
+    >>> a, b = Tensor([[1.0, 0.0], [1.0, 1.0]]), Tensor([[2.0, 0.0], [-1.0, -1.0]])
+    >>> [round(v, 6) for v in a.cosine_similarity(b).tolist()]
+    [1.0, -1.0]
+    """
+    a, b = (t._to_float() for t in self._broadcasted(other))
+    d = a._resolve_axis(dim)
+    return ((a / a.norm(dim=d, keepdim=True).clamp_min(eps)) * (b / b.norm(dim=d, keepdim=True).clamp_min(eps))).sum(d)
+
+  def pairwise_distance(self, other: Self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Self:
+    """The p-norm of self - other + eps along the last dim, as torch.nn.functional.pairwise_distance.
+
+    >>> round(Tensor([[0.0, 0.0]]).pairwise_distance(Tensor([[3.0, 4.0]])).item(), 4)
+    5.0
+    """
+    a, b = (t._to_float() for t in self._broadcasted(other))
+    return (a - b + eps).norm(p, dim=-1, keepdim=keepdim)
+
+  def cdist(self, other: Self, p: float = 2.0) -> Self:
+    """The p-norm distance between every row of self (..., P, M) and every row of other (..., R, M): (..., P, R), as
+    torch.cdist; the batch dims broadcast. One kernel over P * R * M differences.
+
+    >>> Tensor([[0.0, 0.0], [1.0, 1.0]]).cdist(Tensor([[3.0, 4.0]])).tolist()
+    [[5.0], [3.605551242828369]]
+    """
+    if not self._is_tensor(other): raise TypeError(f"cdist: expected a Tensor, got {type(other).__name__}")
+    if self.ndim < 2 or other.ndim < 2 or self.shape[-1] != other.shape[-1]:
+      raise ValueError(f"cdist: shapes {self.shape} and {other.shape} must be (..., P, M) and (..., R, M)")
+    return (self._to_float().unsqueeze(-2) - other._to_float().unsqueeze(-3)).norm(p, dim=-1)
+
+  def _regression_loss(self, target: Self, reduction: str, name: str, pointwise: Callable[[Self], Self]) -> Self:
+    self._check_binary_target(target, name, reduction)
+    return _reduce_loss(pointwise(self - target), reduction)
+
+  def mse_loss(self, target: Self, reduction: str = "mean") -> Self:
+    """The squared error (self - target)^2, as torch.nn.functional.mse_loss; reduction "mean", "sum" or "none".
+
+    >>> Tensor([1.0, 2.0]).mse_loss(Tensor([0.0, 4.0])).item()
+    2.5
+    """
+    return self._regression_loss(target, reduction, "mse_loss", lambda d: d.square())
+
+  def l1_loss(self, target: Self, reduction: str = "mean") -> Self:
+    """The absolute error |self - target|, as torch.nn.functional.l1_loss.
+
+    >>> Tensor([1.0, 2.0]).l1_loss(Tensor([0.0, 4.0])).item()
+    1.5
+    """
+    return self._regression_loss(target, reduction, "l1_loss", lambda d: d.abs())
+
+  def smooth_l1_loss(self, target: Self, reduction: str = "mean", beta: float = 1.0) -> Self:
+    """0.5 d^2 / beta where |d| = |self - target| < beta, |d| - 0.5 beta beyond, as torch's smooth_l1_loss
+    (beta 0 is l1_loss).
+
+    >>> Tensor([0.5, 3.0]).smooth_l1_loss(Tensor([0.0, 0.0]), reduction="none").tolist()
+    [0.125, 2.5]
+    """
+    if beta < 0: raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    def pointwise(d: Self) -> Self:
+      a = d.abs()
+      return a if beta == 0 else (a < beta).where(0.5 * a.square() / beta, a - 0.5 * beta)
+    return self._regression_loss(target, reduction, "smooth_l1_loss", pointwise)
+
+  def huber_loss(self, target: Self, reduction: str = "mean", delta: float = 1.0) -> Self:
+    """0.5 d^2 where |d| = |self - target| < delta, delta (|d| - 0.5 delta) beyond, as torch's huber_loss
+    (smooth_l1_loss times beta, with beta = delta).
+
+    >>> Tensor([0.5, 3.0]).huber_loss(Tensor([0.0, 0.0]), reduction="none", delta=2.0).tolist()
+    [0.125, 4.0]
+    """
+    if delta <= 0: raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
+    def pointwise(d: Self) -> Self:
+      a = d.abs()
+      return (a < delta).where(0.5 * a.square(), delta * (a - 0.5 * delta))
+    return self._regression_loss(target, reduction, "huber_loss", pointwise)
+
+  def kl_div(self, target: Self, reduction: str = "mean", log_target: bool = False) -> Self:
+    """The Kullback-Leibler divergence of `target` from the log-probabilities self, pointwise target * (log(target)
+    - self) (0 where target is 0), as torch.nn.functional.kl_div; with log_target, target holds log-probabilities.
+    reduction "batchmean" (the sum over the batch size: the true KL divergence) as well as "mean", "sum", "none".
+
+    >>> round(Tensor([0.5, 0.5]).log().kl_div(Tensor([0.25, 0.75]), reduction="sum").item(), 4)
+    0.1308
+    """
+    if reduction != "batchmean": _check_reduction(reduction, "kl_div")
+    if target.shape != self.shape:
+      raise ValueError(f"kl_div: target of shape {target.shape} must have the input's shape {self.shape}")
+    loss = target.exp() * (target - self) if log_target else target.xlogy(target) - target * self
+    if reduction != "batchmean": return _reduce_loss(loss, reduction)
+    return loss.sum() / (self.shape[0] if self.ndim else 1)
+
+def _adaptive_windows(n_in: int, n_out: int) -> np.ndarray:
+  """The (n_out, n_in) membership of each input position in each adaptive pooling window."""
+  i = np.arange(n_out)
+  start, end = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
+  pos = np.arange(n_in)
+  return (pos >= start[:, None]) & (pos < end[:, None])
+
+def _adaptive_pool(x: TensorT, output_size: int | Sequence[int | None], name: str) -> TensorT:
+  """Adaptive pooling of the trailing dims. The dims whose windows are all one size are a reshape and one reduce
+  together; the others follow one at a time (a rectangle's mean or max is the mean or max over one dim of those over
+  the other), each a reduce against its (n_out, n_in) window membership (or averaging weights)."""
+  size = (output_size, output_size) if isinstance(output_size, (int, np.integer)) else tuple(output_size)
+  if x.ndim <= len(size) or any(s is not None and (not isinstance(s, (int, np.integer)) or s <= 0) for s in size):
+    raise ValueError(f"{name}: output_size {output_size!r} must hold positive ints (or None) for fewer dims than the "
+                     f"input's {x.shape}")
+  use_max = name == "adaptive_max_pool2d"
+  if not use_max: x = x._to_float()
+  first = x.ndim - len(size)
+  outs = [x.shape[first + j] if s is None else int(s) for j, s in enumerate(size)]
+  if 0 in x.shape[first:]: raise ValueError(f"{name}: cannot pool the zero-size dims of {x.shape}")
+  even = [n_in % n_out == 0 for n_in, n_out in zip(x.shape[first:], outs)]
+  split = flatten(((n_out, n_in // n_out) if e else (n_in, 1))
+                  for n_in, n_out, e in zip(x.shape[first:], outs, even))
+  windows = x.reshape(*x.shape[:first], *split)
+  axes = tuple(range(first + 1, windows.ndim, 2))
+  x = windows.max(axes) if use_max else windows.mean(axes)
+  for d, n_out, e in zip(range(first, x.ndim), outs, even):
+    if e: continue
+    member = _adaptive_windows(x.shape[d], n_out)
+    wide = x.transpose(d, -1).unsqueeze(-2)
+    if use_max: out = type(x)(member, device=x.device).where(wide, x.dtype.min()).max(-1)
+    else: out = (wide * type(x)(member / member.sum(1, keepdims=True), device=x.device).cast(x.dtype)).sum(-1)
+    x = out.transpose(d, -1)
+  return x

@@ -634,3 +634,263 @@ class ReduceMixin(UnaryMixin):
     for t in ops:
       if not isinstance(t, cls): raise TypeError(f"einsum: expected Tensors, got {type(t).__name__}")
     return _einsum(formula, ops)
+
+  # ---- torch's names for reductions and products ----
+
+  def amax(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The largest value over `axis`, as torch.amax: the same as max here, whose gradient already splits evenly
+    among equal largest values, as amax's does.
+
+    >>> Tensor([[1, 5], [3, 4]]).amax(dim=0).tolist()
+    [3, 5]
+    """
+    return self.max(dim_alias("amax", axis, dim, None), keepdim)
+
+  def amin(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The smallest value over `axis`, as torch.amin (the same as min).
+
+    >>> Tensor([[1, 5], [3, 4]]).amin(dim=1).tolist()
+    [1, 3]
+    """
+    return self.min(dim_alias("amin", axis, dim, None), keepdim)
+
+  def median(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None,
+             return_indices: bool = False) -> Self | tuple[Self, Self]:
+    """The lower median along `axis` (of the flattened tensor when None): the ((n - 1) // 2)-th value in sorted
+    order, as torch.median; a NaN anywhere along the axis gives NaN (and its first index). With return_indices=True
+    also its index (dtypes.default_int), as torch's (values, indices). Sorts, so O(n^2) comparisons per row.
+
+    >>> Tensor([3.0, 1.0, 4.0, 2.0]).median().item()
+    2.0
+    >>> [t.tolist() for t in Tensor([[3, 1, 2], [9, 7, 8]]).median(dim=1, return_indices=True)]
+    [[2, 8], [2, 2]]
+    """
+    axis = dim_alias("median", axis, dim, None)
+    if axis is None:
+      out = self.reshape(-1).median(0, return_indices=return_indices)
+      shape = (1,) * self.ndim if keepdim else ()
+      return (out[0].reshape(shape), out[1].reshape(shape)) if isinstance(out, tuple) else out.reshape(shape)
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+      raise TypeError(f"median: axis must be an int or None, got {axis!r}")
+    d = self._resolve_axis(axis)
+    self._check_nonempty("median", d)
+    values, indices = self.sort(d)
+    k = ((self.shape[d] if self.ndim else 1) - 1) // 2
+    value, index = values.narrow(d, k, 1) if self.ndim else values, indices.narrow(d, k, 1) if self.ndim else indices
+    if self.dtype.is_float:
+      nan = self.isnan()
+      has_nan = nan.any(d, keepdim=True)
+      value, index = has_nan.where(math.nan, value), has_nan.where(nan.argmax(d, keepdim=True), index)
+    if not keepdim and self.ndim: value, index = value.squeeze(d), index.squeeze(d)
+    return (value, index) if return_indices else value
+
+  def quantile(self, q: float | Sequence[float], axis: int | None = None, keepdim: bool = False,
+               interpolation: str = "linear", *, dim: int | None = None) -> Self:
+    """The q-th quantiles along `axis` (of the flattened tensor when None), as torch.quantile: position q * (n - 1)
+    in sorted order, between neighbours by `interpolation` ("linear", "lower", "higher", "nearest", "midpoint"). A
+    sequence of q gives a first dim of one quantile each; a NaN along the axis gives NaN. Ints become float. Sorts,
+    so O(n^2) comparisons per row.
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).quantile(0.5).item(), Tensor([1.0, 2.0, 3.0, 4.0]).quantile([0.0, 1.0]).tolist()
+    (2.5, [1.0, 4.0])
+    """
+    axis = dim_alias("quantile", axis, dim, None)
+    one_q = isinstance(q, (int, float, np.integer, np.floating)) and not isinstance(q, bool)
+    qs = [cast(float, q)] if one_q else cast(Sequence[float], q)
+    if self._is_tensor(q) or not isinstance(qs, (list, tuple)) or \
+       not all(isinstance(v, (int, float, np.integer, np.floating)) and 0 <= v <= 1 for v in qs):
+      raise TypeError(f"quantile: q must be a number in [0, 1] or a sequence of them, got {q!r}")
+    if interpolation not in ("linear", "lower", "higher", "nearest", "midpoint"):
+      raise ValueError(f"quantile: interpolation {interpolation!r} must be linear, lower, higher, nearest or midpoint")
+    if axis is not None and (not isinstance(axis, (int, np.integer)) or isinstance(axis, bool)):
+      raise TypeError(f"quantile: axis must be an int or None, got {axis!r}")
+    x = self._to_float()
+    flat = x.reshape(-1) if axis is None or x.ndim == 0 else x
+    d = 0 if axis is None or x.ndim == 0 else x._resolve_axis(axis)
+    n = flat.shape[d]
+    if n == 0: raise ValueError(f"quantile: cannot take quantiles over a zero-size dimension of {self.shape}")
+    ordered = flat.sort(d)[0]
+    has_nan = flat.isnan().any(d, keepdim=True)
+    outs = []
+    for v in qs:
+      pos = float(v) * (n - 1)
+      lo, hi = math.floor(pos), math.ceil(pos)
+      below, above = ordered.narrow(d, lo, 1), ordered.narrow(d, hi, 1)
+      picked = {"lower": below, "higher": above, "nearest": ordered.narrow(d, round(pos), 1),
+                "midpoint": (below + above) * 0.5}.get(interpolation)
+      out = has_nan.where(math.nan, below.lerp(above, pos - lo) if picked is None else picked)
+      if axis is None: out = out.reshape((1,) * self.ndim if keepdim else ())
+      elif not keepdim: out = out.squeeze(d)
+      outs.append(out)
+    return outs[0] if one_q else outs[0].stack(*outs[1:])
+
+  def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Self, Self]:
+    """The k-th smallest value along `dim` (k counts from 1) and its index (dtypes.default_int), as torch.kthvalue.
+    Sorts, so O(n^2) comparisons per row.
+
+    >>> [t.tolist() for t in Tensor([[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]]).kthvalue(2)]
+    [[2.0, 8.0], [2, 2]]
+    """
+    d = self._resolve_axis(dim)
+    n = self.shape[d] if self.ndim else 1
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= n:
+      raise ValueError(f"kthvalue: k={k!r} must be an int in [1, {n}] for dim {d} of {self.shape}")
+    if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.default_int, device=self.device)
+    values, indices = self.sort(d)
+    value, index = values.narrow(d, int(k) - 1, 1), indices.narrow(d, int(k) - 1, 1)
+    return (value, index) if keepdim else (value.squeeze(d), index.squeeze(d))
+
+  def norm(self, p: float | str = "fro", axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The p-norm of the vectors along `axis` (of all the elements when None), as torch's Tensor.norm and
+    torch.linalg.vector_norm: (sum |x|^p)^(1/p); "fro" is p = 2, inf the largest |x|, -inf the smallest, 0 the count
+    of non-zeros. Ints become float. The gradient at a zero vector is 0, as torch's.
+
+    >>> Tensor([3.0, -4.0]).norm().item(), Tensor([3.0, -4.0]).norm(1).item(), Tensor([3.0, -4.0]).norm(math.inf).item()
+    (5.0, 7.0, 4.0)
+    """
+    axis = dim_alias("norm", axis, dim, None)
+    if p == "fro": p = 2.0
+    if not isinstance(p, (int, float, np.integer, np.floating)) or isinstance(p, bool):
+      raise ValueError(f"norm: p must be a number, inf, -inf or 'fro', got {p!r}")
+    x = self._to_float()
+    if p == math.inf: return x.abs().max(axis, keepdim)
+    if p == -math.inf: return x.abs().min(axis, keepdim)
+    if p == 0: return x.ne(0).sum(axis, keepdim).cast(x.dtype)
+    if p == 1: return x.abs().sum(axis, keepdim)
+    total = (x.square() if p == 2 else x.abs() ** float(p)).sum(axis, keepdim)
+    # the root's derivative is infinite at 0, and times the zero gradient of the sum it would be NaN
+    zero = total == 0
+    return zero.where(0, zero.where(1, total) ** (1 / float(p)))
+
+  def count_nonzero(self, axis: Axis = None, *, dim: Axis = None) -> Self:
+    """The number of non-zero elements over `axis` (all when None), as torch.count_nonzero (dtypes.default_int).
+
+    >>> Tensor([[0, 1, 2], [0, 0, 3]]).count_nonzero(dim=1).tolist()
+    [2, 1]
+    """
+    return self.ne(0).sum(dim_alias("count_nonzero", axis, dim, None))
+
+  def nansum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+             dim: Axis = None) -> Self:
+    """sum treating NaN as 0, as torch.nansum.
+
+    >>> Tensor([1.0, float("nan"), 2.0]).nansum().item()
+    3.0
+    """
+    x = self.isnan().where(0, self) if self.dtype.is_float else self
+    return x.sum(dim_alias("nansum", axis, dim, None), keepdim, dtype)
+
+  def nanmean(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
+    """The mean of the values that are not NaN, as torch.nanmean (NaN where all are); ints become float.
+
+    >>> Tensor([1.0, float("nan"), 2.0]).nanmean().item()
+    1.5
+    """
+    axis = dim_alias("nanmean", axis, dim, None)
+    x = self._to_float()
+    count = x.isnan().logical_not().sum(axis, keepdim)
+    return (x.nansum(axis, keepdim, dtype=self._acc_dtype(x.dtype)) / count).cast(x.dtype)
+
+  def diff(self, n: int = 1, dim: int = -1, prepend: Self | None = None, append: Self | None = None) -> Self:
+    """The n-th forward difference along `dim`, as torch.diff: out[i] = x[i + 1] - x[i], applied n times, after
+    joining `prepend` and `append` to the ends; bools give x[i + 1] != x[i].
+
+    >>> Tensor([1, 4, 9, 16]).diff().tolist(), Tensor([1, 4, 9, 16]).diff(2).tolist()
+    ([3, 5, 7], [2, 2])
+    """
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+      raise ValueError(f"diff: n must be a non-negative int, got {n!r}")
+    if self.ndim == 0: raise ValueError("diff: needs at least a 1-d tensor")
+    d = self._resolve_axis(dim)
+    parts = [t for t in (prepend, self, append) if t is not None]
+    for t in parts:
+      if not self._is_tensor(t): raise TypeError(f"diff: prepend and append must be Tensors, got {type(t).__name__}")
+    x = parts[0].cat(*parts[1:], dim=d) if len(parts) > 1 else self
+    for _ in range(int(n)):
+      m = x.shape[d]
+      if m == 0: break
+      hi, lo = x.narrow(d, 1, m - 1), x.narrow(d, 0, m - 1)
+      x = hi.ne(lo) if x.dtype.is_bool else hi - lo
+    return x
+
+  def _check_ndims(self, name: str, other: Any, ndims: tuple[int, int]) -> None:
+    if not self._is_tensor(other): raise TypeError(f"{name}: expected a Tensor, got {type(other).__name__}")
+    if (self.ndim, other.ndim) != ndims:
+      raise ValueError(f"{name}: expected {ndims[0]}-d and {ndims[1]}-d tensors, got shapes {self.shape} and "
+                       f"{other.shape}")
+
+  def outer(self, vec2: Self) -> Self:
+    """The outer product of two 1-d tensors, as torch.outer: out[i, j] = self[i] * vec2[j] (a broadcast multiply).
+
+    >>> Tensor([1, 2]).outer(Tensor([1, 10, 100])).tolist()
+    [[1, 10, 100], [2, 20, 200]]
+    """
+    self._check_ndims("outer", vec2, (1, 1))
+    return self.unsqueeze(1) * vec2.unsqueeze(0)
+
+  def mm(self, mat2: Self) -> Self:
+    """The product of two matrices, as torch.mm: the same as matmul, for 2-d tensors only.
+
+    >>> Tensor([[1, 2]]).mm(Tensor([[3], [4]])).tolist()
+    [[11]]
+    """
+    self._check_ndims("mm", mat2, (2, 2))
+    return self.matmul(mat2)
+
+  def bmm(self, mat2: Self) -> Self:
+    """Batched matrix products, as torch.bmm: (b, n, m) @ (b, m, p) -> (b, n, p), with equal batch sizes (matmul
+    broadcasts them; bmm does not).
+
+    >>> Tensor.ones(2, 3, 4).bmm(Tensor.ones(2, 4, 5)).shape
+    (2, 3, 5)
+    """
+    self._check_ndims("bmm", mat2, (3, 3))
+    if self.shape[0] != mat2.shape[0]:
+      raise ValueError(f"bmm: batch sizes differ: {self.shape} and {mat2.shape}")
+    return self.matmul(mat2)
+
+  def mv(self, vec: Self) -> Self:
+    """The product of a matrix and a vector, as torch.mv: (n, m) @ (m,) -> (n,).
+
+    >>> Tensor([[1, 2], [3, 4]]).mv(Tensor([1, 1])).tolist()
+    [3, 7]
+    """
+    self._check_ndims("mv", vec, (2, 1))
+    return self.matmul(vec)
+
+  def addmm(self, mat1: Self, mat2: Self, *, beta: float = 1.0, alpha: float = 1.0) -> Self:
+    """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcasts to the product's shape).
+
+    >>> Tensor([1.0, 2.0]).addmm(Tensor([[1.0, 1.0]]), Tensor([[1.0, 2.0], [3.0, 4.0]]), alpha=0.5).tolist()
+    [[3.0, 5.0]]
+    """
+    if not self._is_tensor(mat1): raise TypeError(f"addmm: expected Tensors, got {type(mat1).__name__}")
+    mat1._check_ndims("addmm", mat2, (2, 2))
+    product = mat1.matmul(mat2)
+    # beta 0 ignores self's values, NaN included, as torch
+    base = self.zeros_like() if beta == 0 else self * beta if beta != 1 else self
+    return base + (product * alpha if alpha != 1 else product)
+
+  def trace(self) -> Self:
+    """The sum of the main diagonal of a matrix, as torch.trace.
+
+    >>> Tensor([[1, 2], [3, 4]]).trace().item()
+    5
+    """
+    if self.ndim != 2: raise ValueError(f"trace: expected a matrix, got shape {self.shape}")
+    return self.diagonal().sum()
+
+  def cross(self, other: Self, dim: int = -1) -> Self:
+    """The cross product of 3-vectors along `dim`, as torch.linalg.cross; the operands broadcast.
+
+    >>> Tensor([1.0, 0.0, 0.0]).cross(Tensor([0.0, 1.0, 0.0])).tolist()
+    [0.0, 0.0, 1.0]
+    """
+    if not self._is_tensor(other): raise TypeError(f"cross: expected a Tensor, got {type(other).__name__}")
+    a, b = self._broadcasted(other)
+    d = a._resolve_axis(dim)
+    if a.ndim == 0 or a.shape[d] != 3:
+      raise ValueError(f"cross: dim {dim} must have size 3 in both operands, got shapes {self.shape} and "
+                       f"{other.shape}")
+    # component i is a[i+1] * b[i+2] - a[i+2] * b[i+1], indices mod 3: two rolled copies of each operand
+    return a.roll(-1, d) * b.roll(-2, d) - a.roll(-2, d) * b.roll(-1, d)

@@ -631,3 +631,69 @@ class UnaryMixin(CreationMixin):
     -0.693147
     """
     return self._float_op(lambda x: -_softplus(-x))
+
+  # ---- torch's special functions built on the ones above ----
+
+  def _float_pair(self, name: str, x: Self | Any, fn: Callable[[Self, Self], Self]) -> Self:
+    """fn of self and x broadcast as floats (ints become the default float); float16 and bfloat16 in float32."""
+    _check_operand(name, "the second operand", x)
+    a, b = (t._to_float() for t in self._broadcasted(x))
+    if a.dtype.is_half: return fn(a.cast(dtypes.float32), b.cast(dtypes.float32)).cast(a.dtype)
+    return fn(a, b)
+
+  def hypot(self, x: Self | Any) -> Self:
+    """sqrt(self**2 + x**2) without overflow or underflow in the squares, as torch.hypot: an infinite side gives inf
+    (even beside a NaN, as C's hypot); ints become float.
+
+    >>> Tensor([3.0, 3e30, float("inf")]).hypot(Tensor([4.0, 4e30, float("nan")])).tolist()
+    [5.0, 4.9999999241216036e+30, inf]
+    """
+    def fn(a: Self, b: Self) -> Self:
+      m = a.abs().maximum(b.abs())
+      # scaled by the larger side: a*a overflows float32 beyond 1.8e19 and vanishes below 1e-23. The result does
+      # not depend on the scale (its derivative is 0), so no gradient flows through it
+      s = ((m == 0) | m.isinf()).where(1, m).detach()
+      h = s * ((a / s).square() + (b / s).square()).sqrt()
+      return (a.isinf() | b.isinf()).where(math.inf, h)
+    return self._float_pair("hypot", x, fn)
+
+  def logit(self, eps: float | None = None) -> Self:
+    """log(x / (1 - x)), the inverse of sigmoid, as torch.logit: with `eps`, x is first clamped to [eps, 1 - eps];
+    ints become float. Computed as log(x) - log1p(-x), which keeps its digits near 0 and its infinite slope at 0
+    and 1.
+
+    >>> [round(v, 4) for v in Tensor([0.25, 0.5, 1.0]).logit().tolist()]
+    [-1.0986, 0.0, inf]
+    """
+    if eps is not None and (not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 <= eps <= 0.5):
+      raise ValueError(f"logit: eps must be a number in [0, 0.5] or None, got {eps!r}")
+    def fn(x: Self) -> Self:
+      if eps is not None: x = x.clamp(eps, 1 - eps)
+      return x.log() - (-x).log1p()
+    return self._float_op(fn)
+
+  def xlogy(self, x: Self | Any) -> Self:
+    """self * log(x), and 0 where self is 0 (even where log(x) is -inf or inf), as torch.xlogy; NaN where x is NaN.
+    The information-theory form of x log x terms (entropies, KL divergences). Ints become float.
+
+    >>> Tensor([0.0, 2.0, 0.0]).xlogy(Tensor([0.0, 1.0, float("nan")])).tolist()
+    [0.0, 0.0, nan]
+    """
+    def fn(a: Self, b: Self) -> Self:
+      zero = a == 0
+      # log runs on 1 where self is 0: its -inf at x = 0 times the zero gradient would be NaN
+      return b.isnan().where(math.nan, zero.where(0, a * zero.where(1, b).log()))
+    return self._float_pair("xlogy", x, fn)
+
+  def glu(self, dim: int = -1) -> Self:
+    """The gated linear unit: the first half of `dim` times the sigmoid of the second half, as
+    torch.nn.functional.glu.
+
+    >>> Tensor([[1.0, 2.0, 0.0, 0.0]]).glu().tolist()
+    [[0.5, 1.0]]
+    """
+    d = self._resolve_axis(dim)
+    if self.ndim == 0 or self.shape[d] % 2:
+      raise ValueError(f"glu: dim {dim} of {self.shape} must have an even size, to split it in halves")
+    a, b = self.chunk(2, d)
+    return a * b.sigmoid()

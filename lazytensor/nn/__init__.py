@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import make_tuple, prod
+from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
 from lazytensor.nn import state as state
 from lazytensor.tensor import Tensor
@@ -53,6 +54,12 @@ class Conv2d(_ConvNd):
                padding: int | Sequence[int] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
     super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
 
+class Conv3d(_ConvNd):
+  """3-D convolution over (batch, channels, depth, height, width)."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
+               padding: int | Sequence[int] | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+
 class ConvTranspose2d:
   """Transposed 2-D convolution; the weight is (in, out/groups, kh, kw) as torch's."""
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
@@ -68,6 +75,12 @@ class ConvTranspose2d:
   def __call__(self, x: Tensor) -> Tensor:
     return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,
                               self.output_padding)
+
+class ConvTranspose1d(ConvTranspose2d):
+  """Transposed 1-D convolution over (batch, channels, length); the weight is (in, out/groups, k) as torch's."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+               output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias)
 
 class BatchNorm:
   """Batch normalization over the channel axis 1 (any rank), with running statistics for eval mode."""
@@ -120,6 +133,16 @@ class LayerNorm:
       raise ValueError(f"LayerNorm{self.normalized_shape}: input of shape {x.shape} does not end in those dims")
     y = _normalize(x, tuple(range(x.ndim - n, x.ndim)), self.eps)
     return y * self.weight + self.bias if self.weight is not None and self.bias is not None else y
+
+class LayerNorm2d(LayerNorm):
+  """LayerNorm over the channels of (batch, channels, height, width) at each pixel, as tinygrad's LayerNorm2d (the
+  channels-first layer norm of ConvNeXt)."""
+  def __init__(self, num_channels: int, eps: float = 1e-5, elementwise_affine: bool = True) -> None:
+    super().__init__(num_channels, eps, elementwise_affine)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim != 4: raise ValueError(f"LayerNorm2d: expected (batch, channels, height, width), got shape {x.shape}")
+    return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 class RMSNorm:
   """x / sqrt(mean(x^2) + eps) over the last dim, times a learned scale."""
@@ -187,3 +210,21 @@ class LSTMCell:
     i, f, g, o = gates.chunk(4, dim=1)
     c_next = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c_next.tanh(), c_next
+
+class GRUCell:
+  """One GRU step: (x, h) -> h', gates in torch's order r, z, n (n = tanh(x_n + r * h_n), h' = (1 - z) n + z h)."""
+  def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+    bound = 1 / math.sqrt(hidden_size)
+    self.hidden_size = hidden_size
+    self.weight_ih = _uniform((3 * hidden_size, input_size), bound)
+    self.weight_hh = _uniform((3 * hidden_size, hidden_size), bound)
+    self.bias_ih = _uniform((3 * hidden_size,), bound) if bias else None
+    self.bias_hh = _uniform((3 * hidden_size,), bound) if bias else None
+
+  def __call__(self, x: Tensor, h: Tensor | None = None) -> Tensor:
+    if h is None: h = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+    x_r, x_z, x_n = x.linear(self.weight_ih.T, self.bias_ih).chunk(3, dim=1)
+    h_r, h_z, h_n = h.linear(self.weight_hh.T, self.bias_hh).chunk(3, dim=1)
+    r, z = (x_r + h_r).sigmoid(), (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    return (1 - z) * n + z * h

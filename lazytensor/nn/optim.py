@@ -1,9 +1,12 @@
-"""Optimizers: SGD, Adam, AdamW, LAMB. A step builds every update lazily and realizes them in one schedule.
+"""Optimizers: SGD, LARS, Adam, AdamW, LAMB, Muon, and OptimizerGroup to step several as one. A step builds every
+update lazily and realizes them in one schedule.
 
 Step counters and learning rates live in tensors (one-element buffers updated with assign), so a TinyJit-captured
 training step replays with the right bias corrections and picks up a changed learning rate.
 """
 from __future__ import annotations
+
+import math
 
 from lazytensor.dtype import dtypes
 from lazytensor.tensor import Tensor, no_grad
@@ -67,6 +70,39 @@ class SGD(Optimizer):
       out.append(p.assign(p.detach() - self._lr_for(p) * g))
     return out
 
+class LARS(Optimizer):
+  """Layer-wise adaptive rate scaling (You et al., 2017): SGD whose step for each parameter tensor w is scaled by the
+  trust ratio tcoef * |w| / (|g| + weight_decay * |w|) (1 where either norm is 0). With classic=True (as the paper
+  and tinygrad) momentum accumulates steps already scaled by the learning rate and the ratio; with classic=False it
+  accumulates gradients, as torch's SGD, and the scale comes after. tcoef=0 is SGD."""
+  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4,
+               nesterov: bool = False, classic: bool = True, tcoef: float = 0.001) -> None:
+    super().__init__(params, lr)
+    if nesterov and momentum <= 0: raise ValueError("LARS: nesterov needs a momentum > 0")
+    if tcoef < 0: raise ValueError(f"LARS: tcoef must be >= 0, got {tcoef}")
+    self.momentum, self.weight_decay, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, \
+      classic, tcoef
+    self.bufs = [_zeros_like(p) for p in self.params] if momentum else []
+
+  def _step(self) -> list[Tensor]:
+    out: list[Tensor] = []
+    for i, (p, g) in enumerate(zip(self.params, self._grads())):
+      w = p.detach()
+      scale = self._lr_for(p)
+      if self.tcoef:
+        w_norm, g_norm = w.square().sum().sqrt(), g.square().sum().sqrt()
+        ratio = ((w_norm > 0) & (g_norm > 0)).where(self.tcoef * w_norm / (g_norm + self.weight_decay * w_norm), 1.0)
+        scale = scale * ratio
+      if self.weight_decay: g = g + self.weight_decay * w
+      if self.classic: g = g * scale
+      if self.momentum:
+        buf = self.bufs[i].assign(self.momentum * self.bufs[i] + g)
+        g = g + self.momentum * buf if self.nesterov else buf
+        out.append(buf)
+      if not self.classic: g = g * scale
+      out.append(p.assign(w - g))
+    return out
+
 class LAMB(Optimizer):
   """LAMB (layer-wise adaptive moments); with adam=True it is Adam, with decoupled weight decay AdamW."""
   def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
@@ -106,3 +142,75 @@ def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 
           weight_decay: float = 0.01) -> LAMB:
   """AdamW: Adam with decoupled weight decay, as torch defines it."""
   return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True)
+
+MUON_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # Keller Jordan's quintic: the steepest slope at 0 that still converges
+
+def newton_schulz(g: Tensor, coefficients: tuple[float, float, float] = MUON_COEFFICIENTS, steps: int = 5,
+                  eps: float = 1e-7) -> Tensor:
+  """An approximate orthogonalization of the matrix g (U V^T of its SVD, singular values pushed to about 1) by the
+  odd-polynomial Newton-Schulz iteration X <- aX + (bA + cA^2)X with A = X X^T, started from g / |g| (at least eps);
+  wide in the loop (a tall g is transposed), so that A is the smaller Gram matrix."""
+  if g.ndim != 2: raise ValueError(f"newton_schulz: expected a matrix, got shape {g.shape}")
+  tall = g.shape[0] > g.shape[1]
+  x = g.T if tall else g
+  x = x / x.square().sum().sqrt().maximum(eps)
+  a, b, c = coefficients
+  for _ in range(steps):
+    gram = x @ x.T
+    x = a * x + (b * gram + c * (gram @ gram)) @ x
+  return x.T if tall else x
+
+class Muon(Optimizer):
+  """Muon (Keller Jordan, 2024), as torch.optim.Muon: SGD momentum (nesterov by default) whose update is
+  orthogonalized by newton_schulz, scaled by sqrt(max(1, rows/cols)) ("original") or 0.2 sqrt(max(rows, cols))
+  ("match_rms_adamw"), with decoupled weight decay. For 2-d parameters only (the hidden layers; embeddings, heads and
+  biases go to an AdamW, the two joined by OptimizerGroup). torch orthogonalizes in bfloat16; this does it in the
+  parameter's dtype."""
+  def __init__(self, params: list[Tensor], lr: float = 0.001, weight_decay: float = 0.1, momentum: float = 0.95,
+               nesterov: bool = True, ns_coefficients: tuple[float, float, float] = MUON_COEFFICIENTS,
+               eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None) -> None:
+    super().__init__(params, lr)
+    for p in self.params:
+      if p.ndim != 2: raise ValueError(f"Muon: parameters must be 2-d matrices, got one of shape {p.shape}")
+    if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+      raise ValueError(f"Muon: adjust_lr_fn {adjust_lr_fn!r} must be None, 'original' or 'match_rms_adamw'")
+    if len(ns_coefficients) != 3: raise ValueError(f"Muon: ns_coefficients {ns_coefficients} must be 3 numbers")
+    self.weight_decay, self.momentum, self.nesterov = weight_decay, momentum, nesterov
+    self.ns_coefficients, self.eps, self.ns_steps, self.adjust_lr_fn = ns_coefficients, eps, ns_steps, adjust_lr_fn
+    self.bufs = [_zeros_like(p) for p in self.params]
+
+  def _scale(self, p: Tensor) -> float:
+    rows, cols = p.shape
+    if self.adjust_lr_fn == "match_rms_adamw": return 0.2 * math.sqrt(max(rows, cols))
+    return math.sqrt(max(1, rows / cols))
+
+  def _step(self) -> list[Tensor]:
+    out: list[Tensor] = []
+    for p, g, buf in zip(self.params, self._grads(), self.bufs):
+      b = buf.assign(self.momentum * buf + g)
+      update = newton_schulz(g + self.momentum * b if self.nesterov else b, self.ns_coefficients, self.ns_steps,
+                             self.eps)
+      lr, w = self._lr_for(p), p.detach()
+      if self.weight_decay: w = w * (1 - lr * self.weight_decay)
+      out.extend([b, p.assign(w - lr * self._scale(p) * update)])
+    return out
+
+class OptimizerGroup(Optimizer):
+  """Several optimizers stepped as one, as tinygrad's OptimizerGroup (torch's parameter groups): zero_grad and step
+  reach each of them, and one step realizes all their updates in one schedule. `group[i]` is the i-th optimizer."""
+  def __init__(self, *optimizers: Optimizer) -> None:  # no Optimizer.__init__: the parts hold the state
+    if not optimizers: raise ValueError("OptimizerGroup: needs at least one optimizer")
+    for o in optimizers:
+      if not isinstance(o, Optimizer): raise TypeError(f"OptimizerGroup: expected optimizers, got {type(o).__name__}")
+    self.optimizers = optimizers
+    self.params = [p for o in optimizers for p in o.params]
+    self.buffers = [b for o in optimizers for b in o.buffers]
+    if len({id(p) for p in self.params}) != len(self.params):
+      raise ValueError("OptimizerGroup: a parameter belongs to more than one of the optimizers")
+
+  def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+
+  def zero_grad(self) -> None:
+    for o in self.optimizers: o.zero_grad()
+
+  def _step(self) -> list[Tensor]: return [t for o in self.optimizers for t in o._step()]

@@ -1,16 +1,25 @@
-"""Model state: finding parameters in plain Python objects, state dicts, and weights on disk in safetensors format.
+"""Model state: finding parameters in plain Python objects, state dicts, and weights on disk in safetensors format;
+and reading the checkpoints PyTorch writes (torch_load).
 
 safetensors (https://github.com/huggingface/safetensors, the format only): 8 bytes of little-endian header length,
 a JSON header {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the raw
-little-endian data. No pickle anywhere.
+little-endian data. No pickle there.
+
+torch.save's format (since torch 1.6): a zip archive holding `<name>/data.pkl`, a pickle whose tensors refer to raw
+storages stored as `<name>/data/<key>`. It is read by an unpickler that builds only tensors, dicts, lists, tuples and
+numbers (as torch.load(weights_only=True)): any other class a pickle names is refused, never imported.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
+import pickle
 import struct
+import zipfile
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 import numpy as np
 
@@ -148,3 +157,89 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
     arr = np.frombuffer(body[begin:end], dtype=dt.np.newbyteorder("<")).reshape(shape)
     out[name] = Tensor(from_storage(arr.astype(dt.np, copy=True), dt), device=device, dtype=dt)
   return out
+
+# ---- PyTorch checkpoints ----
+
+TORCH_STORAGES: dict[str, DType] = {
+  "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16,
+  "BFloat16Storage": dtypes.bfloat16, "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
+  "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool,
+}
+
+class TorchLoadError(ValueError):
+  """A file that torch_load cannot read: not torch.save's zip format, damaged, or naming more than weights."""
+
+@dataclass(frozen=True)
+class _Storage:
+  data: np.ndarray  # the storage's elements, as numpy holds the dtype (bfloat16 as its uint16 bits)
+  dtype: DType
+
+def _rebuild_parameter(data: Tensor, requires_grad: bool, backward_hooks: Any, *state: Any) -> Tensor: return data
+
+class _TorchUnpickler(pickle.Unpickler):
+  """Unpickles data.pkl: storages come from the archive, tensors are rebuilt from them, and nothing else is allowed
+  to be constructed (find_class is the one way a pickle reaches code)."""
+  def __init__(self, file: IO[bytes], archive: zipfile.ZipFile, prefix: str, path: str, device: str | None) -> None:
+    super().__init__(file)
+    self.archive, self.prefix, self.path, self.device = archive, prefix, path, device
+    order = f"{prefix}/byteorder"
+    self.big_endian = order in archive.namelist() and archive.read(order).strip() == b"big"
+    self.storages: dict[str, _Storage] = {}
+
+  def find_class(self, module: str, name: str) -> Any:
+    if (module, name) == ("collections", "OrderedDict"): return collections.OrderedDict
+    if module == "torch._utils" and name == "_rebuild_tensor_v2": return self._rebuild_tensor
+    if module == "torch._utils" and name in ("_rebuild_parameter", "_rebuild_parameter_with_state"):
+      return _rebuild_parameter
+    if module == "torch" and name in TORCH_STORAGES: return TORCH_STORAGES[name]
+    raise TorchLoadError(f"torch_load: {self.path} names {module}.{name}; only tensors, dicts, lists and numbers are "
+                         "loaded (a checkpoint of weights, as torch.load(weights_only=True) reads)")
+
+  def persistent_load(self, pid: Any) -> _Storage:
+    if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], DType)):
+      raise TorchLoadError(f"torch_load: {self.path} refers to {pid!r}, not a storage of a known dtype")
+    _, dt, key, _, numel = pid
+    if key not in self.storages:
+      try: raw = self.archive.read(f"{self.prefix}/data/{key}")
+      except KeyError: raise TorchLoadError(f"torch_load: {self.path} has no storage {key!r}") from None
+      if len(raw) < numel * dt.itemsize:
+        raise TorchLoadError(f"torch_load: storage {key!r} of {self.path} has {len(raw)} bytes, needs "
+                             f"{numel * dt.itemsize} ({numel} {dt.name})")
+      arr = np.frombuffer(raw, dtype=dt.np.newbyteorder(">" if self.big_endian else "<"), count=numel)
+      self.storages[key] = _Storage(arr.astype(dt.np), dt)
+    return self.storages[key]
+
+  def _rebuild_tensor(self, storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...],
+                      *_: Any) -> Tensor:
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else offset - 1
+    if offset < 0 or len(size) != len(stride) or min(stride, default=0) < 0 or last >= len(storage.data):
+      raise TorchLoadError(f"torch_load: a tensor of {self.path} (size {size}, stride {stride}, offset {offset}) lies "
+                           f"outside its storage of {len(storage.data)} elements")
+    view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size,
+                                           strides=tuple(st * storage.data.itemsize for st in stride), writeable=False)
+    return Tensor(from_storage(view.copy(), storage.dtype), device=self.device, dtype=storage.dtype)
+
+def torch_load(path: str | os.PathLike, device: str | None = None) -> Any:
+  """Read a file written by torch.save (a state dict, or any nesting of dicts, lists and tensors) without torch:
+  every torch tensor becomes a Tensor on `device` (views of one storage become separate copies). A pickle that
+  names any other class raises TorchLoadError, and so does the legacy (pre-1.6, non-zip) format.
+
+  >>> import torch, tempfile, os
+  >>> f = os.path.join(tempfile.mkdtemp(), "w.pt")
+  >>> torch.save({"w": torch.arange(6.0).reshape(2, 3)}, f)
+  >>> torch_load(f)["w"].tolist()
+  [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+  """
+  p = os.fspath(path)
+  if not zipfile.is_zipfile(p):
+    raise TorchLoadError(f"torch_load: {p} is not a zip archive: only torch.save's format since torch 1.6 is read "
+                         "(re-save it with torch.save in a recent torch)")
+  with zipfile.ZipFile(p) as archive:
+    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pickles) != 1: raise TorchLoadError(f"torch_load: {p} holds {len(pickles)} data.pkl files, expected one")
+    prefix = pickles[0].rsplit("/", 1)[0]
+    with archive.open(pickles[0]) as f:
+      try: return _TorchUnpickler(f, archive, prefix, p, device).load()
+      except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as e:
+        if isinstance(e, TorchLoadError): raise
+        raise TorchLoadError(f"torch_load: {p} has a damaged data.pkl: {e}") from None
