@@ -77,6 +77,19 @@ def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]
     out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
   return out
 
+def _moved_buffer(ld: UOp) -> bool:
+  """Whether ld is movement ops over a realized buffer (a view of its memory)."""
+  while ld.op in MOVES: ld = ld.src[0]
+  return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
+
+def _writable_view(st: ShapeTracker) -> bool:
+  """Whether writes through this view of a buffer reach it, as writes through torch's views (a permute, a strided
+  slice) do: a single view where every element is one element of the buffer of its own. An expanded view (elements
+  that share one) or a padded one (elements outside the buffer) is written as a copy instead."""
+  if len(st.views) != 1: return False
+  v = st.views[0]
+  return v.mask is None and all(stride != 0 for size, stride in zip(v.shape, v.strides) if size > 1)
+
 def _host_values(ld: UOp) -> np.ndarray | None:
   """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
   None for a lazy one."""
@@ -391,7 +404,9 @@ class Tensor(MultiMixin):
     ([1.0, 2.0], [5.0, 2.0])
     """
     # an identity cast between them keeps the scheduler from folding the CONTIGUOUS of a buffer into that buffer
-    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),)))
+    # a node of its own (as contiguous() makes): two clones of one tensor never share a buffer
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),),
+                                         next(_contiguous_ids)))
 
   def contiguous(self) -> Tensor:
     """A copy laid out densely in its own buffer (one kernel), unless it already is one.
@@ -484,7 +499,10 @@ class Tensor(MultiMixin):
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
     list indices scatter (where an index repeats, the last value wins; an out-of-range tensor index writes nothing);
-    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry.
+    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry. A write through a
+    view (`t.T[0] = 1`, `t[:, ::2][1] = 2`) reaches the tensor it views, as in torch, unless the view is expanded or
+    padded (its elements are not each one element of the buffer): that view is written as a copy of its own. A lazy
+    tensor is first computed into a buffer of its own, which the views taken from it before go on to view.
 
     >>> t = Tensor.zeros(2, 3).contiguous().realize()
     >>> t[0, 1:] = 5.0
@@ -493,8 +511,14 @@ class Tensor(MultiMixin):
     >>> t.tolist()
     [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
-    if not self._is_buffer_view(): self.realize()
-    if not self._is_buffer_view() or not self.lazydata.arg.contiguous:
+    if _moved_buffer(self.lazydata): self.realize()  # a view of a buffer: realizing it computes nothing
+    if not self._is_buffer_view():
+      # a buffer of its own: another tensor computed alike holds the same (interned) node, and would share the buffer
+      # it were realized into; the views taken from this lazy value before go on to view the buffer, as torch's do
+      lazy = self.lazydata
+      self.lazydata = self.contiguous().realize().lazydata
+      live.rebase_views(lazy, self.lazydata, frozenset(MOVES))
+    elif not _writable_view(self.lazydata.arg):
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's

@@ -447,7 +447,16 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
   return becomes
 
 def commit_realized(becomes: dict[UOp, UOp]) -> None:
-  """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing."""
+  """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing. An assign
+  overwrote its buffer: the nodes realized into it before no longer stand for its contents, and are computed again
+  where a graph built before the assign holds them (another value computed alike, a value computed from it)."""
   attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
   for node, buf_view in becomes.items():
-    if node is not buf_view: node.__dict__[attr] = buf_view
+    if node is buf_view: continue
+    memory = buffer_map.get(buf_view.src[0]) if buf_view.op is Ops.VIEW else None
+    if memory is not None and node.op is Ops.ASSIGN:
+      for ref in memory.realized_nodes:
+        if (old := ref()) is not None: old.__dict__.pop(attr, None)
+      memory.realized_nodes.clear()
+    node.__dict__[attr] = buf_view
+    if memory is not None: memory.remember_realized(node)
