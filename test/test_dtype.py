@@ -52,6 +52,16 @@ def test_promote_types(a: DType, b: DType) -> None:
   for out in (ta * tb, tb * ta, ta.maximum(tb), ta.where(ta, tb)):
     assert out.dtype == PROMOTION[(a, b)], (a, b, out.dtype)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("a,b", PAIRS, ids=str)
+def test_promotion_with_a_0d_tensor(a: DType, b: DType) -> None:
+  # a 0-d tensor is weak against one with dims, as torch's: int8 (3,) + 0-d int32 is int8 (it was int32)
+  ta, tb = Tensor(np.ones(3, a.np)), Tensor(np.ones((), b.np))
+  ra, rb = torch.ones(3, dtype=torch_dtype(a)), torch.ones((), dtype=torch_dtype(b))
+  for out, ref in ((ta * tb, ra * rb), (tb * ta, rb * ra), (ta.maximum(tb), torch.maximum(ra, rb)),
+                   (Tensor([True, False, True]).where(tb, ta), torch.where(torch.tensor([True, False, True]), rb, ra))):
+    assert out.dtype.name == str(ref.dtype).removeprefix("torch."), (a, b, out.dtype, ref.dtype)
+
 @pytest.mark.parametrize("a,b", PAIRS, ids=str)
 def test_mixed_dtype_values(a: DType, b: DType) -> None:
   # small non-negative values that every dtype holds: the kernel converts both inputs before adding

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
+from lazytensor.dtype import (
+  DType,
+  dtypes,
+  least_upper_float,
+  promote_types,
+  promote_with_0d,
+  result_type_scalar,
+  to_dtype,
+)
 from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, DTypeError, NotSupportedError
 from lazytensor.mixin.movement import MovementMixin
@@ -53,6 +61,11 @@ def _float_ge(a: UOp, b: UOp) -> UOp:
   eq = a.alu(Ops.CMPNE, b).alu(Ops.CMPNE, const_uop(True, dtypes.bool, a.device, a.shape))
   return b.alu(Ops.CMPLT, a).alu(Ops.OR, eq)
 
+def _tensor_result_type(a: Any, b: Any) -> DType:
+  """The dtype of an op between two tensors, as torch's: a 0-d one is weak against one with dims (promote_with_0d)."""
+  if (a.ndim == 0) == (b.ndim == 0): return promote_types(a.dtype, b.dtype)
+  return promote_with_0d(a.dtype, b.dtype) if b.ndim == 0 else promote_with_0d(b.dtype, a.dtype)
+
 def _check_operand(op: str, name: str, v: Any) -> None:
   if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
     raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
@@ -70,7 +83,7 @@ class ElementwiseMixin(MovementMixin):
       # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
       if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
         return (y, self) if reverse else (self, y)
-      dt = promote_types(self.dtype, y.dtype)
+      dt = _tensor_result_type(self, y)
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)
