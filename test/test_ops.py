@@ -3,6 +3,7 @@
 Each distinct kernel costs a compile, so the sweeps are shaped as ops x dtypes on one broadcasting shape, and
 shapes (1 element, non-powers-of-two, 0-size, > 1M elements) on a few representative ops.
 """
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -333,6 +334,21 @@ def test_float_divmod_signs_and_zero(name: str, fn: Callable[[Any, Any], Any], d
 def test_divmod_python_scalars(name: str, fn: Callable[[Any], Any], dtype: DType) -> None:
   x = np.array([-7, -3, -1, 0, 1, 3, 7], dtype=dtype.np)
   check_op([x], fn, np_fn=fn, use_torch=False, out_dtype=F32 if name == "div_0" else dtype)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [F32, F64, F16], ids=str)
+def test_float_floordiv_rounds_the_exact_quotient(dtype: DType) -> None:
+  # 1.0 // 0.1 is 9.0 (0.1 is a little more than a tenth): floor(1.0 / 0.1) rounds the quotient to 10.0 first, which
+  # floordiv gave; an infinite dividend gives NaN, as in torch and Python (it gave inf)
+  a = np.array([1.0, -1.0, 7.0, 0.7, math.inf, -math.inf, 5.0, -5.0, 3.0, -0.0, 3e4], dtype.np)
+  b = np.array([0.1, 0.1, 0.1, 0.1, 1.0, 2.0, -math.inf, math.inf, -0.0, 3.0, 1e-3], dtype.np)
+  rng = np.random.default_rng(0)
+  a, b = np.concatenate([a, rng.uniform(-10, 10, 500).astype(dtype.np)]), \
+    np.concatenate([b, rng.uniform(-3, 3, 500).astype(dtype.np)])
+  for fn in (lambda x, y: x // y, lambda x, y: x.div(y, rounding_mode="floor")):
+    got, want = fn(Tensor(a), Tensor(b)).numpy(), fn(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()  # -0.0 where torch gives it
 
 def test_div_rounding_modes() -> None:
   a, b = _int_grid(I32)

@@ -56,6 +56,22 @@ def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
   if floor: r = (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
   return r.cast(dt)
 
+def _float_floordiv(a: TensorT, b: TensorT) -> TensorT:
+  """Floor division of two float tensors as torch's (and Python's //): from the exact remainder, not floor(a / b),
+  whose rounded quotient can cross an integer (1.0 // 0.1 is 9.0, floor(1.0 / 0.1) 10.0); an infinite or NaN
+  dividend gives NaN, a zero divisor a / b. Its gradient is 0, as torch's."""
+  dt = a.dtype
+  if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+  mod = _float_remainder(a, b, floor=False)
+  # a - mod is a multiple of b: the quotient is an integer up to the rounding of the division, one less where the
+  # remainder's sign is not the divisor's
+  div = (a - mod) / b
+  div = (mod.ne(0) & (b < 0).ne(mod < 0)).where(div - 1, div)
+  whole = div.floor()
+  whole = (div - whole > 0.5).where(whole + 1, whole)
+  zero = type(a).full(div.shape, 0.0, dtype=div.dtype, device=div.device).copysign((a / b).detach())
+  return b.ne(0).where(div.ne(0).where(whole, zero), (a / b).detach()).cast(dt)
+
 def _float_ge(a: UOp, b: UOp) -> UOp:
   """a >= b of floats, false where either is NaN: (b < a) | a.eq(b), as the nodes of one op."""
   eq = a.alu(Ops.CMPNE, b).alu(Ops.CMPNE, const_uop(True, dtypes.bool, a.device, a.shape))
@@ -210,7 +226,7 @@ class ElementwiseMixin(MovementMixin):
     """
     a, b = self._broadcasted(x, reverse)
     if a.dtype.is_bool: raise TypeError("floor division of bool tensors is not supported")
-    if a.dtype.is_float: return (a / b).floor()
+    if a.dtype.is_float: return _float_floordiv(a, b)
     return a._int_floordiv_mod(b)[0]
 
   def mod(self, x: Self | Any, reverse: bool = False) -> Self:
