@@ -382,6 +382,20 @@ def test_pow_int_tensors() -> None:
   check_op([a.astype(np.int32), b.astype(np.uint8)], lambda x, y: x ** y, np_fn=lambda x, y: x ** y.astype(np.int32),
            out_dtype=I32)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [I8, U8, I32, I64], ids=str)
+def test_pow_int_tensors_wrap_as_torch(dtype: DType) -> None:
+  # torch multiplies: 3 ** 35 in int64 is exact (it was computed in float64, off beyond 2 ** 53), 3 ** 40 wraps (it
+  # saturated), 0 ** -4 is 0 and (-1) ** -3 is -1 (it gave INT_MAX for the first)
+  lo, hi = int(dtype.min()), int(dtype.max())
+  a = np.array([3, 3, -3, 7, 2, 0, 1, -1, -1, -2, 5, lo, hi, 0], np.int64)
+  b = np.array([35, 40, 41, 23, 63, -4, -3, -3, -2, -1, 0, 3, 2, 0], np.int64)
+  keep = (a >= lo) & (b >= lo)
+  a, b = a[keep].astype(dtype.np), b[keep].astype(dtype.np)
+  got = (Tensor(a) ** Tensor(b)).numpy()
+  np.testing.assert_array_equal(got, (torch.from_numpy(a) ** torch.from_numpy(b)).numpy())
+  assert (2 ** Tensor(np.array([3, 62, 70]))).tolist() == [8, 2 ** 62, 0]
+
 # ---- reductions ----
 
 REDUCE_NP: dict[str, Callable[..., Any]] = {

@@ -197,6 +197,19 @@ def _int_pow(x: TensorT, e: int) -> TensorT:
     if e: base = base * base
   return result if result is not None else x.ones_like()
 
+def _int_pow_tensor(a: TensorT, b: TensorT) -> TensorT:
+  """a ** b of int tensors as torch computes it: square-and-multiply over every bit of b, each product wrapping as
+  the dtype's multiply does (3 ** 40 in int64 is 3 ** 40 mod 2 ** 64, where float64 would round from 2 ** 53 up and
+  saturate past the range); a negative exponent gives 1 for a base of 1, +-1 for -1 and 0 for any other base."""
+  e = (b < 0).where(0, b)
+  result, base = a.ones_like(), a
+  for _ in range(8 * a.dtype.itemsize):
+    result = (e & 1).ne(0).where(result * base, result)
+    base, e = base * base, e >> 1
+  if a.dtype.is_unsigned: return result
+  negative = (a == 1).where(1, (a == -1).where((b & 1).ne(0).where(-1, 1), 0)).cast(a.dtype)
+  return (b < 0).where(negative, result)
+
 def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
   """x ** y with numpy/torch semantics for dtypes, signs and integer exponents."""
   if not reverse and isinstance(y, int) and not isinstance(y, bool) and y < 0 and not x.dtype.is_float:
@@ -207,10 +220,8 @@ def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
     return _int_pow(x, y)
   if not reverse and isinstance(y, float) and y == 0.5: return x.sqrt()
   a, b = x._broadcasted(y, reverse)
-  if not a.dtype.is_float:
-    # int ** int: compute in float64 (exact below 2**53) and round back
-    out = _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).round()
-    return out.cast(a.dtype)
+  if a.dtype.is_int: return _int_pow_tensor(a, b)
+  if not a.dtype.is_float: return _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).cast(a.dtype)
   # torch's derivatives, stated: the chain rule through the formula gives 0 or a finite limit where torch (and the
   # calculus) has +-inf at a zero base, and log|a| instead of NaN for a negative base
   out = _float_pow(a, b)
@@ -337,6 +348,7 @@ class UnaryMixin(CreationMixin):
   def pow(self, x: Self | Any, reverse: bool = False) -> Self:
     """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
     An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+    Int powers wrap around as the dtype's products do, as in torch.
     Float gradients are torch's, also at the edges: +-inf at a zero base, NaN d/dy for a negative base.
 
     >>> (Tensor([-2, 3]) ** 3).tolist()
