@@ -195,3 +195,19 @@ def test_setitem_through_an_expanded_view_writes_a_copy() -> None:
   e = y.expand(2, 2)  # its elements share memory: the write goes to a copy of its own
   e[0, 0] = 9.0
   assert e.tolist() == [[9.0, 2.0], [1.0, 2.0]] and y.tolist() == [1.0, 2.0]
+
+def test_chained_writes_reach_a_lazy_tensor() -> None:
+  # y[1][2] = v writes y as in torch: y[1] is a view of y, which gets a buffer of its own first (the write used to
+  # land in a buffer of the view's own)
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).realize()
+  y = x.clone()
+  y[1][2] = 0.0
+  assert y.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]] and x.tolist()[1][2] == 6.0
+  a = Tensor.arange(4)
+  a.reshape(2, 2)[1, 1] = 9
+  assert a.tolist() == [0, 1, 2, 9]
+  z = x * 3
+  w = z[1]  # taken before z is realized, written after
+  z.realize()
+  w[0] = 100.0
+  assert z.tolist() == [[3.0, 6.0, 9.0], [100.0, 15.0, 18.0]] and w.tolist() == [100.0, 15.0, 18.0]

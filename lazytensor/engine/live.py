@@ -37,19 +37,10 @@ def track(holder: Holder) -> None:
   """Record a new holder (every Tensor made)."""
   _live[_Ref(holder, _live.pop)] = next(_serials)
 
-def rebase_views(old: UOp, new: UOp, moves: frozenset[Ops]) -> None:
-  """Give the live holders that view `old` through movement ops (`moves`, at least one) the same view of `new`: a lazy
-  value that gets a buffer of its own, written in place, takes along the views taken from it before. A holder whose
-  graph is `old` itself is another value computed alike (the same interned node), which keeps its own."""
+def alive() -> Iterator[Holder]:
+  """Every live holder."""
   for ref in list(_live):
-    if (h := ref()) is None: continue
-    chain, node = [], h.lazydata
-    while node.op in moves and node is not old:
-      chain.append(node)
-      node = node.src[0]
-    if node is not old or not chain: continue
-    for m in reversed(chain): node = m.replace(src=(new if node is old else node,))
-    h.lazydata = node
+    if (h := ref()) is not None: yield h
 
 def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
