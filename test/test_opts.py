@@ -218,6 +218,22 @@ def test_heuristic_matmul_with_transposed_b_uses_dot_products() -> None:
   np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(64, 32), x.numpy() @ w.numpy().T, rtol=1e-4,
                              atol=1e-4)
 
+@pytest.mark.parametrize("shape, perm, dtype, line", [((64, 48), (1, 0), np.float32, 16), ((4, 6, 32, 48), (0, 3, 1, 2),
+                                                       np.float32, 16), ((128, 96), (1, 0), np.uint8, 32)])
+def test_heuristic_transpose_reads_whole_cache_lines(shape: tuple[int, ...], perm: tuple[int, ...], dtype: type,
+                                                     line: int) -> None:
+  # a cache line (64 bytes, or the largest power of two dividing the axis) of the input's contiguous axis by 4 of the
+  # output's; vectors along the output alone would read the input one element, and one line, at a time
+  x = Tensor(np.arange(np.prod(shape)).astype(dtype).reshape(shape)).realize()
+  item = create_schedule([x.permute(*perm).contiguous().lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+  ups = [o for o in k.applied_opts if o.op is OptOps.UPCAST]
+  assert [o.amt for o in ups] == [line, 4], k.applied_opts
+  load = next(i for i, n in enumerate(k.view_nodes) if n.op is Ops.LOAD)
+  assert heuristic._stride(k, load, k.axes_of(AxisKind.UPCAST)[0]) == 1, "the first upcast walks the input's lines"
+  np.testing.assert_array_equal(_run(item, "CPU", k.applied_opts).reshape(x.permute(*perm).shape),
+                                x.numpy().transpose(perm))
+
 def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   x = _t(64, 256)
   item = create_schedule([x.sum(0).lazydata])[0][-1]

@@ -73,6 +73,8 @@ def main() -> None:
      (lambda: torch.exp(torch.relu(t["a"] * t["b"] + t["c"]) * 0.5)) if torch else None),
     (f"row sum {side}x{side}", "GB/s", 4 * side * side, lambda s: s[3].sum(1),
      lambda: big.sum(1), (lambda: t["big"].sum(1)) if torch else None),
+    (f"transpose {side}x{side}", "GB/s", 8 * side * side, lambda s: s[3].T.contiguous(),
+     lambda: np.ascontiguousarray(big.T), (lambda: t["big"].T.contiguous()) if torch else None),
     (f"softmax {side}x{side}", "GB/s", 8 * side * side, lambda s: s[3].softmax(1),
      lambda: (lambda e: e / e.sum(1, keepdims=True))(np.exp(big - big.max(1, keepdims=True))),
      (lambda: torch.softmax(t["big"], 1)) if torch else None),

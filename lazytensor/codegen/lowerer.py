@@ -175,6 +175,8 @@ class _Lowerer:
     if op is Ops.SINK: return [UOp(Ops.SINK, dtypes.void, tuple(u for s in node.src for u in self.lower(s)))]
     if op is Ops.STORE: return self._store(node)
     if op is Ops.CONST and not node.src: return [node] * len(self.lanes.keys)
+    if op is Ops.LOAD and len(node.src) == 3:
+      return [self._gather(node, key, at) for key, at in zip(self.lanes.keys, self.lower(node.src[2]))]
     if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
       return [self._view_value(node, key) for key in self.lanes.keys]
     if op is Ops.REDUCE_AXIS: return _ReduceLowerer(self, node).lower()
@@ -200,6 +202,22 @@ class _Lowerer:
       return UOp(Ops.VECTORIZE, (dtypes.bool if node.op is Ops.VALID else node.dtype).vec(self.lanes.width),
                  tuple(_scalar_view_value(node, i, v) for i, v in zip(self.per_lane(idx), self.per_lane(valid))))
     return _scalar_view_value(node, idx, valid)
+
+  def _gather(self, node: UOp, key: tuple[int, ...], at: UOp) -> UOp:
+    """A load whose address moves by `stride` times an index computed in the kernel (engine/gather.py), clamped into
+    [0, n) so that it stays in bounds: the kernel's value where the index is outside comes from a where around it. An
+    index that differs from lane to lane makes one load per lane."""
+    stride, n = node.arg
+    idx, valid = self.index_of(node, key)
+    def offset(e: UOp) -> UOp:
+      # min(max(e, 0), n - 1) in int64 (the bounds know MAX, and any index value converts), then an index: its bounds
+      # are then [0, n), so that a gather does not make the kernel's index math int64
+      low = e.cast(dtypes.int64).maximum(0)
+      return (-((-low).maximum(1 - n))).cast(dtypes.index) * stride
+    if at.dtype.count == 1: return self._load(node.src[0], node.dtype, simplify(idx + offset(at)), valid)
+    lanes = zip(self.per_lane(idx), self.per_lane(valid), range(self.lanes.width))
+    return UOp(Ops.VECTORIZE, node.dtype.vec(self.lanes.width),
+               tuple(_gated_load(node.src[0], node.dtype, simplify(i + offset(at.gep(j))), v) for i, v, j in lanes))
 
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
     if valid.op is Ops.CONST and valid.arg is False:  # nothing to read (e.g. all padding): zeros, as wide as the lanes

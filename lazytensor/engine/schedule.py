@@ -19,6 +19,7 @@ from lazytensor.codegen.heuristic import Packing, PackOperand, pack_candidates, 
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine import schedule_cache as cache
+from lazytensor.engine.gather import fold_gathers
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
@@ -334,7 +335,7 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
       built[root] = _Built(ScheduleItem(root.replace(src=()), (outputs[root], src_buf)), old_reads, root_reads)
       continue
     kb = _KernelBuilder(root, g, outputs, leaf_buffers)
-    built[root] = _Built(ScheduleItem(kb.build(), tuple(kb.bufs)), kb.leaf_reads, kb.root_reads)
+    built[root] = _Built(ScheduleItem(fold_gathers(kb.build()), tuple(kb.bufs)), kb.leaf_reads, kb.root_reads)
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(sink, resolved, buffer_uops)

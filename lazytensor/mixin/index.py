@@ -5,6 +5,8 @@ tensor index is a gather written with existing ops: each output element compares
 indexed dimension and sums the one matching element (`where(index == arange, x, 0).sum()`). That is one kernel that
 fuses with whatever computes `x` and the index, its gradient is the same pattern summed the other way (a scatter-add),
 and an index that is out of range matches nothing: it reads 0 and writes nothing, instead of reading out of bounds.
+The scheduler folds the gather's reduce into one load at the index (engine/gather.py): the kernel reads one candidate
+per output, not all of them.
 A scatter is the transposed pattern: each output element reduces the sources whose index names it.
 """
 from __future__ import annotations

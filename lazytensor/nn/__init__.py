@@ -163,9 +163,10 @@ class Embedding:
 
   def __call__(self, idx: Tensor) -> Tensor:
     if idx.dtype.is_float: raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
-    # one comparison against every row and one reduce: a single fused kernel, and its gradient is another
-    hot = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
-    return hot.cast(self.weight.dtype) @ self.weight
+    # the gather pattern (mixin/index.py): the row whose number equals the index, summed out of a where; the kernel
+    # reads that one row (engine/gather.py). Its gradient sums the other way: each row over the indices naming it
+    hot = idx.reshape(*idx.shape, 1, 1) == Tensor.arange(self.num_embeddings, device=idx.device).reshape(-1, 1)
+    return hot.where(self.weight, 0).sum(-2)
 
 class LSTMCell:
   """One LSTM step: (x, (h, c)) -> (h', c'), gates in torch's order i, f, g, o."""
