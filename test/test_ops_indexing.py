@@ -47,6 +47,10 @@ GETITEM: list[tuple[str, Callable[[Any], Any]]] = [
   ("tensor_int32", lambda x: x[ix(x, [1, -3], dtypes.int32)]),
   ("tensor_2d", lambda x: x[ix(x, [[0, 1], [2, 2]])]),
   ("tensor_0d", lambda x: x[ix(x, 1)]),
+  # a 0-d tensor index is an int to torch: it neither parts the other index dims nor places them
+  ("tensor_0d_then_slice", lambda x: x[ix(x, 1), None, ix(x, [0, 2])]),
+  ("tensor_0d_between", lambda x: x[ix(x, [0, 2]), ix(x, 1), ix(x, [4, 0])]),
+  ("slice_tensor_0d_slice", lambda x: x[:, ix(x, -1), ix(x, [[1], [3]])]),
   ("int_then_tensor", lambda x: x[0, :, ix(x, [1, 3])]),
   ("separated", lambda x: x[ix(x, [0, 1]), :, ix(x, [1, 4])]),
   ("adjacent", lambda x: x[:, ix(x, [0, -1]), ix(x, [1, 2])]),
