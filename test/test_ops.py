@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import HAVE_TORCH, check_op, compare, named, nonzero, positive, torch
+from helpers import HAVE_TORCH, check_op, compare, named, nonzero, positive, torch, torch_dtype
 
 from lazytensor import Device, Tensor, dtypes
 from lazytensor.dtype import DType
@@ -366,6 +366,18 @@ def test_float_pow_bases_and_exponents() -> None:
   # out of log2), and at negative or infinite bases the two differ in where they give NaN
   check_op([a.astype(np.float32), b.astype(np.float32)], lambda x, y: x ** y, np_fn=lambda x, y: x ** y, rtol=1e-5,
            grad=False)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [F32, F64, F16, dtypes.bfloat16], ids=str)
+def test_float_pow_special_values_as_torch(dtype: DType) -> None:
+  # C's pow, which torch follows: 1 ** nan and (-1) ** inf are 1 (they were NaN), 0 ** nan is NaN (it was 0),
+  # (-0.0) ** -1 is -inf (it was inf); float16 and bfloat16 round once ((-3) ** 3.0 in bfloat16 gave -26.875)
+  vals = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, math.inf, -math.inf, math.nan, 3.0, -3.0, 1.5, -1.5]
+  a, b = (x.reshape(-1) for x in np.meshgrid(np.array(vals, np.float32), np.array(vals, np.float32)))
+  got = (Tensor(a).cast(dtype) ** Tensor(b).cast(dtype)).cast(F64).numpy()
+  want = (torch.from_numpy(a).to(torch_dtype(dtype)) ** torch.from_numpy(b).to(torch_dtype(dtype))).double().numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+  assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()
 
 @pytest.mark.parametrize("name,fn,dtype", named([
   ("int_sq", lambda x: x ** 2, I32), ("int_cube", lambda x: x ** 3, I64), ("int_0", lambda x: x ** 0, I32),

@@ -230,18 +230,22 @@ def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
   return out._apply_uop(lambda v, *xd: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xd)), a, d_a, b, d_b)
 
 def _float_pow(a: TensorT, b: TensorT) -> TensorT:
-  """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
-  reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
+  """|a| ** b as exp2(b * log2|a|), with the sign and the special cases of C's pow (which torch follows) patched in by
+  wheres. A zero base never reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of
+  x.abs() ** 1.5 at 0). float16 and bfloat16 are computed in float32 and rounded once."""
+  if a.dtype.is_half: return _float_pow(a.cast(dtypes.float32), b.cast(dtypes.float32)).cast(a.dtype)
   zero, neg = a == 0, a < 0
   b_int = b.trunc() == b
   # a finite negative base to a fractional power is NaN (-inf's is |a| ** b, as C's pow); its log2 makes it so
   nan_base = neg & b_int.logical_not() & (a != -math.inf)
   mag = (b * zero.where(1.0, nan_base.where(a, a.abs())).log2()).exp2()
-  mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
+  # 0 ** b: inf for b < 0, 0 for b > 0, NaN for a NaN b
+  mag = zero.where((b < 0).where(float("inf"), (b > 0).where(0.0, float("nan"))).cast(mag.dtype), mag)
+  # an odd integer power keeps the sign, of -0.0 too ((-0.0) ** -1 is -inf)
   b_odd = b_int & ((b.abs() % 2) == 1)
-  ret = (neg & b_odd).where(-mag, mag)
-  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself
-  return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
+  ret = (a.signbit() & b_odd).where(-mag, mag)
+  # 1 for x ** 0 (x = 0, inf and NaN too), 1 ** b (b = NaN too) and (-1) ** +-inf
+  return ((b == 0) | (a == 1) | ((a == -1) & b.isinf())).where(1.0, ret)
 
 class UnaryMixin(CreationMixin):
   """Tensor's math functions: on the creation mixin and those below it."""
