@@ -221,3 +221,11 @@ def test_a_part_of_a_contiguous_or_of_an_output_is_a_view_of_its_buffer() -> Non
   both, _ = create_schedule([x.lazydata, x[:3].lazydata])  # the whole value is asked for: its part needs no kernel
   assert [it.bufs[0].size for it in both] == [12]
   np.testing.assert_equal(part.numpy(), np.arange(3) * 2.0)
+
+@pytest.mark.parametrize("fn", [lambda a: a.sum(2).shrink(((0, 0), None)) + 1,
+                                lambda a: a.sum(2, keepdim=True)[1:1].contiguous(),
+                                lambda a: (a @ Tensor.ones(3, 2))[:, 4:] * 2])
+def test_empty_view_of_a_reduce(fn) -> None:
+  # the kernel ran in the reduce's shape, which an empty view of it is no reshape of: an internal AssertionError
+  out = fn(Tensor.ones(2, 4, 3)).realize()
+  assert 0 in out.shape and out.numpy().size == 0

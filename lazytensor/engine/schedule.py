@@ -24,6 +24,7 @@ from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
+from lazytensor.graph import const_like
 from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -255,7 +256,9 @@ class _KernelBuilder:
       value = root.src[0] if root.op is Ops.CONTIGUOUS else root
       store_st = ShapeTracker.from_shape(value.shape)
     pending = None
-    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
+    if prod(value.shape) == 0:  # nothing to store: a reduce under an empty view would give the kernel no shape
+      value = const_like(value, 0)
+    elif (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
       # the kernel runs in the reduce's shape; the store writes the same positions, seen in that shape
       pending, store_st = ShapeTracker.from_shape(value.shape).reshape(red.shape), store_st.reshape(red.shape)
     val = self.visit(value, pending, is_root=root.op is not Ops.ASSIGN)
