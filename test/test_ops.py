@@ -642,6 +642,13 @@ def test_cat_of_computed_values() -> None:
   check_op([(2,), (1,)], lambda a, b: Tensor.cat(a + 1, b), np_fn=lambda a, b: np.concatenate([a + 1, b]),
            use_torch=False)
 
+def test_cat_and_stack_keep_negative_zero() -> None:
+  # the parts were padded and summed: 0.0 + -0.0 is 0.0, so 1 / cat(-0.0) gave inf (torch: -inf)
+  z = Tensor([-0.0, 1.0])
+  assert z.cat(z).reciprocal().tolist() == [-math.inf, 1.0, -math.inf, 1.0]
+  assert np.signbit(Tensor.stack(z, z, dim=1).numpy()).tolist() == [[True, True], [False, False]]
+  assert np.signbit(Tensor([-0.0], dtype=dtypes.float16).cat(Tensor([2])).numpy()).tolist() == [True, False]
+
 @pytest.mark.parametrize("dim", [0, 1, -1, 2])
 def test_stack(dim: int) -> None:
   check_op([(2, 3), (2, 3), (2, 3)], lambda *ts: Tensor.stack(*ts, dim=dim),

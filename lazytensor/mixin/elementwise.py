@@ -717,7 +717,7 @@ class ElementwiseMixin(MovementMixin):
     return self.pad([(0, ns - s) for ns, s in zip(new, self.shape)])
 
   def cat(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
-    """Join tensors along an existing dimension (each is padded into place, then summed: one fused kernel).
+    """Join tensors along an existing dimension (each is padded into place and selected there: one fused kernel).
     Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
 
     >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
@@ -737,15 +737,19 @@ class ElementwiseMixin(MovementMixin):
     for t in ts[1:]: dt = promote_types(dt, t.dtype)
     offsets = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
     total = offsets[-1]
-    parts = [t.cast(dt)._pad_zeros([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0)
-                                    for j in range(first.ndim)]) for i, t in enumerate(ts)]
-    out = parts[0]
-    for p in parts[1:]: out = out._merge_disjoint(p)
+    pads = [[(offsets[i], total - offsets[i + 1]) if j == d else (0, 0) for j in range(first.ndim)]
+            for i in range(len(ts))]
+    out = ts[0].cast(dt)._pad_zeros(pads[0])
+    for t, pad in zip(ts[1:], pads[1:]): out = out._merge_disjoint(t.cast(dt), pad)
     return out
 
-  def _merge_disjoint(self, other: Self) -> Self:
-    # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
-    return self | other if self.dtype.is_bool else self + other
+  def _merge_disjoint(self, part: Self, pad: list[tuple[int, int]]) -> Self:
+    """self with `part`, padded by `pad`, in the place that self leaves empty. A select, not a sum: 0.0 + -0.0 is
+    0.0, and a sum would lose the sign of a joined -0.0. Bools are ORed."""
+    placed = part._pad_zeros(pad)
+    if self.dtype.is_bool: return self | placed
+    inside = type(self).full(part.shape, True, dtype=dtypes.bool, device=self.device)._pad_zeros(pad)
+    return inside.where(placed, self)
 
   def stack(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
     """Join tensors along a new dimension. Called as `a.stack(b, c)`, `Tensor.stack(a, b, c)` or
