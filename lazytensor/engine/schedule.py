@@ -178,7 +178,9 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
     if node.op is Ops.COPY: continue
     if node.op is Ops.VIEW:
       if in_reduce and _worth_materializing_before_expand(node, g): return node.src[0]
-      stack.append((node.src[0], reshape_only and node.arg.contiguous, in_reduce))
+      # a contiguous view is a reshape only when it reads all of its source (not a prefix of it: x[:1] of a reduce)
+      whole = node.arg.contiguous and prod(node.shape) == prod(node.src[0].shape)
+      stack.append((node.src[0], reshape_only and whole, in_reduce))
     elif node.op is Ops.REDUCE_AXIS:
       if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
       other = g.kernel_reduce.get(root)
