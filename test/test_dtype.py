@@ -62,6 +62,18 @@ def test_promotion_with_a_0d_tensor(a: DType, b: DType) -> None:
                    (Tensor([True, False, True]).where(tb, ta), torch.where(torch.tensor([True, False, True]), rb, ra))):
     assert out.dtype.name == str(ref.dtype).removeprefix("torch."), (a, b, out.dtype, ref.dtype)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_ops_computed_in_float_convert_each_operand() -> None:
+  # int8 / 1000 is 0.1: each operand becomes float from its own value (1000 was wrapped to int8 first: -4.17)
+  i8, u8 = np.array([100, -7], np.int8), np.array([6, 200], np.uint8)
+  def args(lib: Any, pair: tuple[Any, Any]) -> list[Any]:
+    return [(Tensor(v) if lib is Tensor else torch.from_numpy(v)) if isinstance(v, np.ndarray) else v for v in pair]
+  for pair in ((i8, 1000), (u8, -300), (i8, np.array(1000, np.int32)), (u8, np.array(-300, np.int16)), (300, u8)):
+    a, b = args(Tensor, pair)
+    ta, tb = args(torch, pair)
+    np.testing.assert_allclose((a / b).numpy(), (ta / tb).numpy(), rtol=1e-6)
+    if isinstance(a, Tensor): np.testing.assert_array_equal(a.copysign(b).numpy(), torch.copysign(ta, tb).numpy())
+
 @pytest.mark.parametrize("a,b", PAIRS, ids=str)
 def test_mixed_dtype_values(a: DType, b: DType) -> None:
   # small non-negative values that every dtype holds: the kernel converts both inputs before adding

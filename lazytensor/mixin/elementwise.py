@@ -116,6 +116,15 @@ class ElementwiseMixin(MovementMixin):
     out_shape = broadcast_shape(x.shape, y.shape)
     return x._broadcast_to(out_shape, dt), y._broadcast_to(out_shape, dt)
 
+  def _broadcasted_float(self, y: Self | Any, reverse: bool = False) -> tuple[Self, Self]:
+    """self and y as _broadcasted gives them, in the float dtype that ints and bools become (an op computed in
+    floats): each operand converted from its own value, as torch does, not from their common int dtype, where a
+    value could wrap (uint8 / -300 is -0.02, not 6 / 212)."""
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype.is_float: return a, b
+    ft = least_upper_float(a.dtype)
+    return self.cast(ft)._broadcasted(y.cast(ft) if self._is_tensor(y) else y, reverse)
+
   def _const_operand(self, y: Any) -> UOp | None:
     """y as a constant node in self's shape when y is a Python number that keeps self's dtype (`x * 2`, `x <= 0`):
     the node _broadcasted would wrap, built without the Tensor; None for anything else."""
@@ -196,11 +205,12 @@ class ElementwiseMixin(MovementMixin):
     [3.5, -3.5]
     """
     if rounding_mode == "floor": return self.floordiv(x, reverse)
-    a, b = self._broadcasted(x, reverse)
-    if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
+    if rounding_mode == "trunc":
+      a, b = self._broadcasted(x, reverse)
+      return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
     if rounding_mode is not None:
       raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    a, b = a._to_float(), b._to_float()
+    a, b = self._broadcasted_float(x, reverse)
     return a._apply_uop(lambda p, q: p.alu(Ops.FDIV, q), b)
 
   def idiv(self, x: Self | Any, reverse: bool = False) -> Self:
@@ -320,7 +330,7 @@ class ElementwiseMixin(MovementMixin):
     [-1.0, 2.0, -3.0]
     """
     _check_operand("copysign", "the sign source", x)
-    a, b = (t._to_float() for t in self._broadcasted(x))
+    a, b = self._broadcasted_float(x)
     mag = a.abs()
     return b.signbit().where(-mag, mag)
 

@@ -371,7 +371,7 @@ class UnaryMixin(CreationMixin):
     1000.693
     """
     _check_operand("logaddexp", "x", x)
-    a, b = (t._to_float() for t in self._broadcasted(x))
+    a, b = self._broadcasted_float(x)
     dt = a.dtype
     if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
     # equal values (infinities of one sign included, where a - b is NaN) differ by 0
