@@ -134,6 +134,18 @@ def test_setitem_matches_numpy(name: str, index: Callable[[Any], Any], value: An
   t[index(Tensor)] = value
   np.testing.assert_array_equal(t.numpy(), ref)
 
+def test_setitem_value_with_leading_ones() -> None:
+  # torch and numpy drop a value's leading dims of size 1 beyond the target's: this was a ValueError
+  ref = np.zeros((3, 4, 5), np.float32)
+  t = Tensor(ref.copy()).realize()
+  value = np.arange(5, dtype=np.float32).reshape(1, 1, 5)
+  ref[1, 2] = value
+  t[1, 2] = Tensor(value)
+  ref[0, [1, 3]] = value
+  t[0, Tensor([1, 3])] = Tensor(value)
+  np.testing.assert_array_equal(t.numpy(), ref)
+  with pytest.raises(ValueError, match=r"\(2, 1, 5\)"): t[0, 0] = Tensor.ones(2, 1, 5)
+
 def test_setitem_empty_targets() -> None:
   t = Tensor(np.arange(6.0).reshape(3, 2)).realize()
   t[2:2] = 5.0

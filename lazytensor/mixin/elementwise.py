@@ -136,6 +136,9 @@ class ElementwiseMixin(MovementMixin):
     """x as a tensor of this dtype and device, broadcast to `shape` (what assign and setitem write)."""
     t = x if self._is_tensor(x) else type(self)(x, device=self.device, dtype=self.dtype)
     if t.device != self.device: raise ValueError(f"cannot write a tensor on {t.device} into one on {self.device}")
+    # leading dims of size 1 beyond the target's are dropped, as torch does (t[0] = ones(1, 1, 3) for a (2, 3) t)
+    extra = t.ndim - len(shape)
+    if extra > 0 and all(s == 1 for s in t.shape[:extra]): t = t.reshape(t.shape[extra:])
     try: full = broadcast_shape(t.shape, shape)
     except ValueError: full = None
     if full != shape: raise ValueError(f"cannot write a value of shape {t.shape} into a target of shape {shape}")
