@@ -244,8 +244,9 @@ def _float_pow(a: TensorT, b: TensorT) -> TensorT:
   # an odd integer power keeps the sign, of -0.0 too ((-0.0) ** -1 is -inf)
   b_odd = b_int & ((b.abs() % 2) == 1)
   ret = (a.signbit() & b_odd).where(-mag, mag)
-  # 1 for x ** 0 (x = 0, inf and NaN too), 1 ** b (b = NaN too) and (-1) ** +-inf
-  return ((b == 0) | (a == 1) | ((a == -1) & b.isinf())).where(1.0, ret)
+  # 1 for x ** 0 (x = 0, inf and NaN too), 1 ** inf and 1 ** NaN, and (-1) ** +-inf; not for 1 ** b with a finite b,
+  # which the formula gives, and where a constant would cut the gradient
+  return ((b == 0) | ((a == 1) & b.isfinite().logical_not()) | ((a == -1) & b.isinf())).where(1.0, ret)
 
 class UnaryMixin(CreationMixin):
   """Tensor's math functions: on the creation mixin and those below it."""
