@@ -6,6 +6,7 @@ import hashlib
 import heapq
 import importlib
 import itertools
+import weakref
 from typing import Any, Protocol
 
 import numpy as np
@@ -173,6 +174,13 @@ class Buffer:
     self.nbytes = size * dtype.itemsize  # read at each allocation and free: an attribute, not a property
     self._bit = 0
     self.serial = next(Buffer.serials)
+    # the graph nodes whose values were realized into this memory (weakly): an assign to it makes them stale
+    self.realized_nodes: list[weakref.ref[Any]] = []
+
+  def remember_realized(self, node: Any) -> None:
+    if len(self.realized_nodes) >= 64:  # an assign every step commits a node here: the dead ones go
+      self.realized_nodes = [r for r in self.realized_nodes if r() is not None]
+    self.realized_nodes.append(weakref.ref(node))
 
   @property
   def memory_bit(self) -> int:

@@ -169,6 +169,14 @@ def promote_types(a: DType, b: DType) -> DType:
     return a if a.itemsize > b.itemsize else b
   return _promote_ints(a, b)
 
+def promote_with_0d(t: DType, zero_dim: DType) -> DType:
+  """The dtype of an op between a tensor of at least one dim and a 0-d tensor, as torch computes it: the 0-d tensor
+  is weak, like a Python number, except that its own dtype (not the default one) counts where it lifts the category
+  (int8 tensor + 0-d int32 -> int8, float16 + 0-d float64 -> float16, int32 + 0-d float64 -> float64)."""
+  if t.is_float: return t
+  if t.is_bool or zero_dim.is_float: return promote_types(t, zero_dim)
+  return t
+
 def result_type_scalar(t: DType, scalar: Any) -> DType:
   """A Python scalar is weak: it only lifts the tensor's category (int tensor + 0.5 -> float32, never float64)."""
   sdt = dtypes.from_py(scalar)

@@ -77,6 +77,29 @@ def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]
     out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
   return out
 
+def _moved_buffer(ld: UOp) -> bool:
+  """Whether ld is movement ops over a realized buffer (a view of its memory)."""
+  ld = _unmoved(ld)
+  return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
+
+def _unmoved(ld: UOp) -> UOp:
+  """ld without the movement ops on top."""
+  while ld.op in MOVES: ld = ld.src[0]
+  return ld
+
+def _moved_onto(ld: UOp, old: UOp, new: UOp) -> UOp:
+  """ld's movement ops over `old`, replayed over `new`."""
+  if ld is old: return new
+  return ld.replace(src=(_moved_onto(ld.src[0], old, new),))
+
+def _writable_view(st: ShapeTracker) -> bool:
+  """Whether writes through this view of a buffer reach it, as writes through torch's views (a permute, a strided
+  slice) do: a single view where every element is one element of the buffer of its own. An expanded view (elements
+  that share one) or a padded one (elements outside the buffer) is written as a copy instead."""
+  if len(st.views) != 1: return False
+  v = st.views[0]
+  return v.mask is None and all(stride != 0 for size, stride in zip(v.shape, v.strides) if size > 1)
+
 def _host_values(ld: UOp) -> np.ndarray | None:
   """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
   None for a lazy one."""
@@ -143,7 +166,7 @@ class Tensor(MultiMixin):
   [3, 7]
   """
   # _graph: what a tensor that needs gradients was computed from, kept when realize() swaps in its buffer
-  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "__weakref__")
+  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_lazy_before", "__weakref__")
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
@@ -318,7 +341,9 @@ class Tensor(MultiMixin):
     for t in tensors:
       new = becomes.get(t.lazydata, t.lazydata)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
-      if new is not t.lazydata and t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
+      if new is not t.lazydata:
+        if t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
+        t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
       t.lazydata = new
     return self
 
@@ -391,7 +416,9 @@ class Tensor(MultiMixin):
     ([1.0, 2.0], [5.0, 2.0])
     """
     # an identity cast between them keeps the scheduler from folding the CONTIGUOUS of a buffer into that buffer
-    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),)))
+    # a node of its own (as contiguous() makes): two clones of one tensor never share a buffer
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),),
+                                         next(_contiguous_ids)))
 
   def contiguous(self) -> Tensor:
     """A copy laid out densely in its own buffer (one kernel), unless it already is one.
@@ -517,7 +544,10 @@ class Tensor(MultiMixin):
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
     list indices scatter (where an index repeats, the last value wins; an out-of-range tensor index writes nothing);
-    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry.
+    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry. A write through a
+    view (`t.T[0] = 1`, `t[:, ::2][1] = 2`) reaches the tensor it views, as in torch, unless the view is expanded or
+    padded (its elements are not each one element of the buffer): that view is written as a copy of its own. A lazy
+    tensor is first computed into a buffer of its own, which the views taken from it before go on to view.
 
     >>> t = Tensor.zeros(2, 3).contiguous().realize()
     >>> t[0, 1:] = 5.0
@@ -526,8 +556,10 @@ class Tensor(MultiMixin):
     >>> t.tolist()
     [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
-    if not self._is_buffer_view(): self.realize()
-    if not self._is_buffer_view() or not self.lazydata.arg.contiguous:
+    if not _moved_buffer(self.lazydata): self._give_buffer()
+    if not _moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
+    if not self._is_buffer_view(): self.realize()  # a view of a buffer: realizing it computes nothing
+    if not _writable_view(self.lazydata.arg):
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
@@ -535,6 +567,22 @@ class Tensor(MultiMixin):
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
+
+  def _give_buffer(self) -> None:
+    """Before a write into a lazy tensor: the tensor it views (itself, or the one its movement ops were taken from)
+    gets a buffer of its own, and every live view of that tensor views the buffer, as torch's views do. Not the buffer
+    its lazy value would be realized into: another tensor computed alike holds the same (interned) node, and would
+    share that one."""
+    root = self._viewed if self._viewed is not None else self
+    if _moved_buffer(root.lazydata):  # realized since its views were taken
+      old = root._lazy_before() if root._lazy_before is not None else None
+    else:
+      old = root.lazydata
+      root.lazydata = root.contiguous().realize().lazydata
+    if old is None: return
+    for t in live.alive():
+      if isinstance(t, Tensor) and t._viewed is root and _unmoved(t.lazydata) is old:
+        t.lazydata = _moved_onto(t.lazydata, old, root.lazydata)
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients.
@@ -557,10 +605,13 @@ class Tensor(MultiMixin):
       srcs.append(t.lazydata if t._graph is None else t._graph_root())
       if t._requires_grad: needs_grad = True
     out = fn(*srcs)
-    if not needs_grad: return Tensor._of(out)
-    if Tensor.no_grad: return Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
-    ret = Tensor._of(out)
-    if out.dtype.is_float: ret._requires_grad = True
+    if not needs_grad: ret = Tensor._of(out)
+    elif Tensor.no_grad: return Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
+    else:
+      ret = Tensor._of(out)
+      if out.dtype.is_float: ret._requires_grad = True
+    if not others and (out is srcs[0] or out.op in MOVES):
+      ret._viewed = self._viewed if self._viewed is not None else self
     return ret
 
   @staticmethod
@@ -577,6 +628,10 @@ class Tensor(MultiMixin):
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
     self._graph: UOp | None = None
+    # the tensor this one is a view of (made from it by movement ops), and the lazy value a realized tensor had:
+    # what a write into a lazy view must reach (_give_buffer)
+    self._viewed: Tensor | None = None
+    self._lazy_before: weakref.ref[UOp] | None = None
     live.track(self)
 
   # ---- autograd ----

@@ -1,4 +1,6 @@
 """Writing into realized tensors: assign (lazy, in place) and __setitem__ (now), with the hazards they bring."""
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,74 @@ def test_the_live_registry_forgets_tensors_as_they_die() -> None:
   assert len(live._live) == before + 100
   del kept
   assert len(live._live) == before
+
+# ---- values that must not share memory, and writes through views (found by test/test_fuzz_compose.py) ----
+
+def test_setitem_on_a_lazy_value_leaves_one_computed_alike_alone() -> None:
+  # a and b are the same interned node: realizing a for the write used to give b the buffer too
+  a, b = Tensor.arange(3), Tensor.arange(3)
+  a[0] = 7
+  assert a.tolist() == [7, 1, 2] and b.tolist() == [0, 1, 2]
+  x = Tensor([1.0, 2.0]).realize()
+  c, d = x * 3, x * 3
+  c.realize()
+  c[0] = 50.0  # d was built before c was realized: it is a value of its own, not a view of c's buffer
+  assert c.tolist() == [50.0, 6.0] and d.tolist() == [3.0, 6.0]
+
+def test_two_clones_have_buffers_of_their_own() -> None:
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  a, b = x.clone(), x.clone()
+  a[0] = 70.0
+  assert a.tolist() == [70.0, 2.0, 3.0] and b.tolist() == [1.0, 2.0, 3.0] and x.tolist() == [1.0, 2.0, 3.0]
+
+def test_values_built_before_their_input_was_realized_and_assigned() -> None:
+  # c reads a's lazy node, which a.realize() committed to a's buffer: the assign must not change c
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  a = x * 8
+  c = a * 2
+  a.realize()
+  a.assign(Tensor([0.0, 0.0, 0.0])).realize()
+  assert c.tolist() == [16.0, 32.0, 48.0] and a.tolist() == [0.0, 0.0, 0.0]
+
+def test_views_of_a_lazy_value_see_writes_into_it() -> None:
+  a = Tensor([1.0, 2.0, 3.0]).realize() * 4
+  v = a[1:]  # taken before a has a buffer: a view of a all the same, as in torch
+  a[0], a[2] = 50.0, 60.0
+  assert a.tolist() == [50.0, 8.0, 60.0] and v.tolist() == [8.0, 60.0]
+
+@pytest.mark.parametrize("write,want", [
+  (lambda y: y.T.__setitem__(0, 5.0), [[5.0, 0.0, 0.0], [5.0, 0.0, 0.0]]),
+  (lambda y: y[:, 1:].__setitem__(0, 3.0), [[0.0, 3.0, 3.0], [0.0, 0.0, 0.0]]),
+  (lambda y: y[:, ::2].__setitem__(1, Tensor([7.0, 8.0])), [[0.0, 0.0, 0.0], [7.0, 0.0, 8.0]]),
+  (lambda y: y.T.__setitem__((slice(None), 1), Tensor([1.0, 2.0, 3.0])), [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]),
+  (lambda y: y.T.__setitem__(Tensor([0, 2]), -1.0), [[-1.0, 0.0, -1.0], [-1.0, 0.0, -1.0]]),
+  (lambda y: y[1].__setitem__((), 4.0), [[0.0, 0.0, 0.0], [4.0, 4.0, 4.0]]),
+  (lambda y: y.diagonal().__setitem__(1, 9.0), [[0.0, 0.0, 0.0], [0.0, 9.0, 0.0]]),
+])
+def test_setitem_through_a_strided_view_writes_the_base(write: Any, want: list[list[float]]) -> None:
+  # as in torch: the write goes through the permuted or strided view into the buffer (it used to land in a copy)
+  y = Tensor.zeros(2, 3).contiguous().realize()
+  write(y)
+  assert y.tolist() == want
+
+def test_setitem_through_an_expanded_view_writes_a_copy() -> None:
+  y = Tensor([1.0, 2.0]).realize()
+  e = y.expand(2, 2)  # its elements share memory: the write goes to a copy of its own
+  e[0, 0] = 9.0
+  assert e.tolist() == [[9.0, 2.0], [1.0, 2.0]] and y.tolist() == [1.0, 2.0]
+
+def test_chained_writes_reach_a_lazy_tensor() -> None:
+  # y[1][2] = v writes y as in torch: y[1] is a view of y, which gets a buffer of its own first (the write used to
+  # land in a buffer of the view's own)
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).realize()
+  y = x.clone()
+  y[1][2] = 0.0
+  assert y.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]] and x.tolist()[1][2] == 6.0
+  a = Tensor.arange(4)
+  a.reshape(2, 2)[1, 1] = 9
+  assert a.tolist() == [0, 1, 2, 9]
+  z = x * 3
+  w = z[1]  # taken before z is realized, written after
+  z.realize()
+  w[0] = 100.0
+  assert z.tolist() == [[3.0, 6.0, 9.0], [100.0, 15.0, 18.0]] and w.tolist() == [100.0, 15.0, 18.0]

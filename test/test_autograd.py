@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import check_grad_numeric, check_op, named, nonzero, positive, torch
+from helpers import HAVE_TORCH, check_grad_numeric, check_op, named, nonzero, positive, torch
 
 from lazytensor import Tensor, dtypes, no_grad
 
@@ -446,3 +446,12 @@ def test_backward_is_lazy_and_fuses() -> None:
   # gradients of several leaves realize together, in one schedule
   (x @ v).relu().sum().backward()
   assert v.grad is not None and len(v.grad.schedule(w.grad)) <= 3
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_std_of_equal_values_has_gradient_zero() -> None:
+  # torch's std backward gives 0 where the std is 0; sqrt's derivative there is inf, and the chain rule gave NaN
+  for data, axis in (([2.0, 2.0, 2.0], None), ([[1.0, 1.0], [1.0, 3.0]], 1)):
+    x, t = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    x.std(axis).sum().backward()
+    t.std(axis).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6)

@@ -61,6 +61,17 @@ def test_ops_round_after_every_op(device: str) -> None:
   np.testing.assert_allclose(ta.exp().numpy(), bf16_round(np.exp(ra)), rtol=1e-2)
   np.testing.assert_array_equal((ta > tb).numpy(), ra > rb)
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_value_widened_in_a_loop_and_after_it(device: str) -> None:
+  # logsumexp widens its bfloat16 shift m to float32 inside the reduce loop (x - m) and again after it (+ m): the one
+  # widened value must be placed before the loop (it was placed inside it, which LLVM rejects: "Instruction does not
+  # dominate all uses")
+  x = rng.standard_normal((3, 7)).astype(np.float32)
+  t, r = Tensor(x, device, BF16), bf16_round(x).astype(np.float64)
+  want = np.log(np.exp(r - r.max(1, keepdims=True)).sum(1)) + r.max(1)
+  np.testing.assert_allclose(t.logsumexp(1).numpy(), want, rtol=2e-2)
+  np.testing.assert_allclose(t.logcumsumexp(1).numpy()[:, -1], want, rtol=2e-2)
+
 def _matmul(device: str, n: int, capsys: pytest.CaptureFixture[str]) -> tuple[np.ndarray, np.ndarray, str]:
   a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
   with Context(DEBUG=4): out = (Tensor(a, device, BF16) @ Tensor(b, device, BF16)).numpy()

@@ -52,6 +52,28 @@ def test_promote_types(a: DType, b: DType) -> None:
   for out in (ta * tb, tb * ta, ta.maximum(tb), ta.where(ta, tb)):
     assert out.dtype == PROMOTION[(a, b)], (a, b, out.dtype)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("a,b", PAIRS, ids=str)
+def test_promotion_with_a_0d_tensor(a: DType, b: DType) -> None:
+  # a 0-d tensor is weak against one with dims, as torch's: int8 (3,) + 0-d int32 is int8 (it was int32)
+  ta, tb = Tensor(np.ones(3, a.np)), Tensor(np.ones((), b.np))
+  ra, rb = torch.ones(3, dtype=torch_dtype(a)), torch.ones((), dtype=torch_dtype(b))
+  for out, ref in ((ta * tb, ra * rb), (tb * ta, rb * ra), (ta.maximum(tb), torch.maximum(ra, rb)),
+                   (Tensor([True, False, True]).where(tb, ta), torch.where(torch.tensor([True, False, True]), rb, ra))):
+    assert out.dtype.name == str(ref.dtype).removeprefix("torch."), (a, b, out.dtype, ref.dtype)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_ops_computed_in_float_convert_each_operand() -> None:
+  # int8 / 1000 is 0.1: each operand becomes float from its own value (1000 was wrapped to int8 first: -4.17)
+  i8, u8 = np.array([100, -7], np.int8), np.array([6, 200], np.uint8)
+  def args(lib: Any, pair: tuple[Any, Any]) -> list[Any]:
+    return [(Tensor(v) if lib is Tensor else torch.from_numpy(v)) if isinstance(v, np.ndarray) else v for v in pair]
+  for pair in ((i8, 1000), (u8, -300), (i8, np.array(1000, np.int32)), (u8, np.array(-300, np.int16)), (300, u8)):
+    a, b = args(Tensor, pair)
+    ta, tb = args(torch, pair)
+    np.testing.assert_allclose((a / b).numpy(), (ta / tb).numpy(), rtol=1e-6)
+    if isinstance(a, Tensor): np.testing.assert_array_equal(a.copysign(b).numpy(), torch.copysign(ta, tb).numpy())
+
 @pytest.mark.parametrize("a,b", PAIRS, ids=str)
 def test_mixed_dtype_values(a: DType, b: DType) -> None:
   # small non-negative values that every dtype holds: the kernel converts both inputs before adding

@@ -59,6 +59,8 @@ def test_reshape_names_both_shapes() -> None:
   (lambda: Tensor.stack(lazy(2, 3), lazy(3, 2)), [(2, 3), (3, 2)]), (lambda: Tensor.stack([]), []),
   (lambda: Tensor.cat([]), []),
   (lambda: lazy(3, 1).expand(3, 4, 2), [(3, 1), (3, 4, 2)]), (lambda: lazy(3, 2).expand(2), [(3, 2)]),
+  (lambda: lazy(3, 2).expand(-1, 3, 2), [-1, (3, 2)]), (lambda: lazy(2, 3, 4).flatten(2, 1), ["start_dim 2"]),
+  (lambda: lazy(2, 3, 4).flatten(-1, 0), ["start_dim -1", (2, 3, 4)]),
   (lambda: lazy(2, 3).permute(0, 0), [(0, 0)]), (lambda: lazy(2, 3).shrink(((0, 5), None)), [(0, 5)]),
   (lambda: lazy(2, 3).pad(((1, 1),)), [(2, 3)]), (lambda: lazy(2, 3).split([1, 2]), ["[1, 2]"]),
   (lambda: lazy(4).chunk(0), [0]), (lambda: lazy(2, 3).repeat(2), [2]), (lambda: lazy(2, 3).repeat(-1, 1), [-1]),

@@ -3,12 +3,13 @@
 Each distinct kernel costs a compile, so the sweeps are shaped as ops x dtypes on one broadcasting shape, and
 shapes (1 element, non-powers-of-two, 0-size, > 1M elements) on a few representative ops.
 """
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import HAVE_TORCH, check_op, compare, named, nonzero, positive, torch
+from helpers import HAVE_TORCH, check_op, compare, named, nonzero, positive, torch, torch_dtype
 
 from lazytensor import Device, Tensor, dtypes
 from lazytensor.dtype import DType
@@ -334,6 +335,21 @@ def test_divmod_python_scalars(name: str, fn: Callable[[Any], Any], dtype: DType
   x = np.array([-7, -3, -1, 0, 1, 3, 7], dtype=dtype.np)
   check_op([x], fn, np_fn=fn, use_torch=False, out_dtype=F32 if name == "div_0" else dtype)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [F32, F64, F16], ids=str)
+def test_float_floordiv_rounds_the_exact_quotient(dtype: DType) -> None:
+  # 1.0 // 0.1 is 9.0 (0.1 is a little more than a tenth): floor(1.0 / 0.1) rounds the quotient to 10.0 first, which
+  # floordiv gave; an infinite dividend gives NaN, as in torch and Python (it gave inf)
+  a = np.array([1.0, -1.0, 7.0, 0.7, math.inf, -math.inf, 5.0, -5.0, 3.0, -0.0, 3e4], dtype.np)
+  b = np.array([0.1, 0.1, 0.1, 0.1, 1.0, 2.0, -math.inf, math.inf, -0.0, 3.0, 1e-3], dtype.np)
+  rng = np.random.default_rng(0)
+  a, b = np.concatenate([a, rng.uniform(-10, 10, 500).astype(dtype.np)]), \
+    np.concatenate([b, rng.uniform(-3, 3, 500).astype(dtype.np)])
+  for fn in (lambda x, y: x // y, lambda x, y: x.div(y, rounding_mode="floor")):
+    got, want = fn(Tensor(a), Tensor(b)).numpy(), fn(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()  # -0.0 where torch gives it
+
 def test_div_rounding_modes() -> None:
   a, b = _int_grid(I32)
   check_op([a, b], lambda x, y: x.div(y, rounding_mode="floor"), np_fn=lambda x, y: x // y, use_torch=False)
@@ -351,6 +367,18 @@ def test_float_pow_bases_and_exponents() -> None:
   check_op([a.astype(np.float32), b.astype(np.float32)], lambda x, y: x ** y, np_fn=lambda x, y: x ** y, rtol=1e-5,
            grad=False)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [F32, F64, F16, dtypes.bfloat16], ids=str)
+def test_float_pow_special_values_as_torch(dtype: DType) -> None:
+  # C's pow, which torch follows: 1 ** nan and (-1) ** inf are 1 (they were NaN), 0 ** nan is NaN (it was 0),
+  # (-0.0) ** -1 is -inf (it was inf); float16 and bfloat16 round once ((-3) ** 3.0 in bfloat16 gave -26.875)
+  vals = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, math.inf, -math.inf, math.nan, 3.0, -3.0, 1.5, -1.5]
+  a, b = (x.reshape(-1) for x in np.meshgrid(np.array(vals, np.float32), np.array(vals, np.float32)))
+  got = (Tensor(a).cast(dtype) ** Tensor(b).cast(dtype)).cast(F64).numpy()
+  want = (torch.from_numpy(a).to(torch_dtype(dtype)) ** torch.from_numpy(b).to(torch_dtype(dtype))).double().numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+  assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()
+
 @pytest.mark.parametrize("name,fn,dtype", named([
   ("int_sq", lambda x: x ** 2, I32), ("int_cube", lambda x: x ** 3, I64), ("int_0", lambda x: x ** 0, I32),
   ("int_1", lambda x: x ** 1, U8), ("int_half", lambda x: x.abs() ** 0.5, I32), ("int_float", lambda x: x ** 2.0, I32),
@@ -365,6 +393,20 @@ def test_pow_int_tensors() -> None:
   check_op([a.astype(np.int64), b.astype(np.int64)], lambda x, y: x ** y, out_dtype=I64)
   check_op([a.astype(np.int32), b.astype(np.uint8)], lambda x, y: x ** y, np_fn=lambda x, y: x ** y.astype(np.int32),
            out_dtype=I32)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [I8, U8, I32, I64], ids=str)
+def test_pow_int_tensors_wrap_as_torch(dtype: DType) -> None:
+  # torch multiplies: 3 ** 35 in int64 is exact (it was computed in float64, off beyond 2 ** 53), 3 ** 40 wraps (it
+  # saturated), 0 ** -4 is 0 and (-1) ** -3 is -1 (it gave INT_MAX for the first)
+  lo, hi = int(dtype.min()), int(dtype.max())
+  a = np.array([3, 3, -3, 7, 2, 0, 1, -1, -1, -2, 5, lo, hi, 0], np.int64)
+  b = np.array([35, 40, 41, 23, 63, -4, -3, -3, -2, -1, 0, 3, 2, 0], np.int64)
+  keep = (a >= lo) & (b >= lo)
+  a, b = a[keep].astype(dtype.np), b[keep].astype(dtype.np)
+  got = (Tensor(a) ** Tensor(b)).numpy()
+  np.testing.assert_array_equal(got, (torch.from_numpy(a) ** torch.from_numpy(b)).numpy())
+  assert (2 ** Tensor(np.array([3, 62, 70]))).tolist() == [8, 2 ** 62, 0]
 
 # ---- reductions ----
 
@@ -599,6 +641,13 @@ def test_pad_of_computed_value() -> None:
 def test_cat_of_computed_values() -> None:
   check_op([(2,), (1,)], lambda a, b: Tensor.cat(a + 1, b), np_fn=lambda a, b: np.concatenate([a + 1, b]),
            use_torch=False)
+
+def test_cat_and_stack_keep_negative_zero() -> None:
+  # the parts were padded and summed: 0.0 + -0.0 is 0.0, so 1 / cat(-0.0) gave inf (torch: -inf)
+  z = Tensor([-0.0, 1.0])
+  assert z.cat(z).reciprocal().tolist() == [-math.inf, 1.0, -math.inf, 1.0]
+  assert np.signbit(Tensor.stack(z, z, dim=1).numpy()).tolist() == [[True, True], [False, False]]
+  assert np.signbit(Tensor([-0.0], dtype=dtypes.float16).cat(Tensor([2])).numpy()).tolist() == [True, False]
 
 @pytest.mark.parametrize("dim", [0, 1, -1, 2])
 def test_stack(dim: int) -> None:

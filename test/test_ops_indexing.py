@@ -47,6 +47,10 @@ GETITEM: list[tuple[str, Callable[[Any], Any]]] = [
   ("tensor_int32", lambda x: x[ix(x, [1, -3], dtypes.int32)]),
   ("tensor_2d", lambda x: x[ix(x, [[0, 1], [2, 2]])]),
   ("tensor_0d", lambda x: x[ix(x, 1)]),
+  # a 0-d tensor index is an int to torch: it neither parts the other index dims nor places them
+  ("tensor_0d_then_slice", lambda x: x[ix(x, 1), None, ix(x, [0, 2])]),
+  ("tensor_0d_between", lambda x: x[ix(x, [0, 2]), ix(x, 1), ix(x, [4, 0])]),
+  ("slice_tensor_0d_slice", lambda x: x[:, ix(x, -1), ix(x, [[1], [3]])]),
   ("int_then_tensor", lambda x: x[0, :, ix(x, [1, 3])]),
   ("separated", lambda x: x[ix(x, [0, 1]), :, ix(x, [1, 4])]),
   ("adjacent", lambda x: x[:, ix(x, [0, -1]), ix(x, [1, 2])]),
@@ -129,6 +133,18 @@ def test_setitem_matches_numpy(name: str, index: Callable[[Any], Any], value: An
   ref[index(np.array)] = value
   t[index(Tensor)] = value
   np.testing.assert_array_equal(t.numpy(), ref)
+
+def test_setitem_value_with_leading_ones() -> None:
+  # torch and numpy drop a value's leading dims of size 1 beyond the target's: this was a ValueError
+  ref = np.zeros((3, 4, 5), np.float32)
+  t = Tensor(ref.copy()).realize()
+  value = np.arange(5, dtype=np.float32).reshape(1, 1, 5)
+  ref[1, 2] = value
+  t[1, 2] = Tensor(value)
+  ref[0, [1, 3]] = value
+  t[0, Tensor([1, 3])] = Tensor(value)
+  np.testing.assert_array_equal(t.numpy(), ref)
+  with pytest.raises(ValueError, match=r"\(2, 1, 5\)"): t[0, 0] = Tensor.ones(2, 1, 5)
 
 def test_setitem_empty_targets() -> None:
   t = Tensor(np.arange(6.0).reshape(3, 2)).realize()

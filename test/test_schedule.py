@@ -221,3 +221,22 @@ def test_a_part_of_a_contiguous_or_of_an_output_is_a_view_of_its_buffer() -> Non
   both, _ = create_schedule([x.lazydata, x[:3].lazydata])  # the whole value is asked for: its part needs no kernel
   assert [it.bufs[0].size for it in both] == [12]
   np.testing.assert_equal(part.numpy(), np.arange(3) * 2.0)
+
+@pytest.mark.parametrize("fn", [lambda a: a.sum(2).shrink(((0, 0), None)) + 1,
+                                lambda a: a.sum(2, keepdim=True)[1:1].contiguous(),
+                                lambda a: (a @ Tensor.ones(3, 2))[:, 4:] * 2])
+def test_empty_view_of_a_reduce(fn) -> None:
+  # the kernel ran in the reduce's shape, which an empty view of it is no reshape of: an internal AssertionError
+  out = fn(Tensor.ones(2, 4, 3)).realize()
+  assert 0 in out.shape and out.numpy().size == 0
+
+@pytest.mark.parametrize("fn,want", [
+  (lambda a: a.sum(2)[:1] + 1, lambda a: a.sum(2)[:1] + 1),
+  (lambda a: a.sum(2)[:2].contiguous(), lambda a: a.sum(2)[:2]),
+  (lambda a: (a.reshape(56, 3) @ Tensor.ones(3, 5))[:3] * 2, lambda a: (a.reshape(56, 3) @ np.ones((3, 5)))[:3] * 2),
+  (lambda a: a.sum(2).reshape(7, 1, 8).diagonal(0, 1, 0).contiguous(), lambda a: a.sum(2)[:1].T)])
+def test_prefix_view_of_a_reduce(fn, want) -> None:
+  # a view that reads the first elements of a reduce is contiguous, but no reshape of it: the kernel ran in the
+  # reduce's shape and failed with an internal AssertionError (reshape changes the size)
+  x = np.arange(7 * 8 * 3, dtype=np.float32).reshape(7, 8, 3)
+  np.testing.assert_allclose(fn(Tensor(x)).numpy(), want(x))

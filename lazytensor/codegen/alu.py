@@ -135,24 +135,56 @@ def _may_change(u: UOp) -> bool:
   return u.op in _REWRITTEN_OPS or (u.op in GroupOp.ALU and any(s.dtype.scalar() == BF16 for s in u.src))
 
 def alu_semantics(uops: list[UOp]) -> list[UOp]:
-  """The linear program with `pm_alu_semantics` applied: each op rewritten in place, the nodes a rewrite adds placed
-  just before the op (inside the same loops), and every later op rebuilt on the rewritten ones."""
+  """The linear program with `pm_alu_semantics` applied: each op rewritten in place, and every later op rebuilt on the
+  rewritten ones. A node a rewrite adds is placed right after the last of its sources: an added node is interned,
+  so a later op that needs it too (a loop-invariant bfloat16 widened inside a reduce loop and again after it) reuses
+  the one placed first, which must therefore sit where every later op can see it, not inside a loop since closed."""
   done: dict[UOp, UOp] = {}
-  out: dict[UOp, None] = {}
+  program = _Program()
   for u in uops:
     new = u.replace(src=tuple(done.get(s, s) for s in u.src)) if any(s in done for s in u.src) else u
     if _may_change(new): new = graph_rewrite(new, pm_alu_semantics)
-    _emit_new(new, out)
+    program.add(new)
     if new is not u: done[u] = new
-  return list(out)
+  return program.linear()
 
-def _emit_new(root: UOp, out: dict[UOp, None]) -> None:
-  """Append root and the nodes under it not yet in `out`, each after its sources."""
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    node, expanded = stack.pop()
-    if node in out: continue
-    if expanded: out[node] = None
-    else:
-      stack.append((node, True))
-      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+class _Program:
+  """A linear program under construction: the ops in order, and after each node the added nodes placed behind it."""
+  def __init__(self) -> None:
+    self.ops: list[UOp] = []
+    self.placed: set[UOp] = set()
+    self.key: dict[UOp, tuple[int, ...]] = {}  # the program order: an op's index, then its added nodes' indices
+    self.behind: dict[UOp | None, list[UOp]] = {}  # None: added nodes with no sources (constants) go first
+
+  def add(self, op: UOp) -> None:
+    """op at the end of the program, after the nodes under it not yet placed."""
+    if op in self.placed: return
+    for s in op.src: self._add_behind(s)
+    self.placed.add(op)
+    self.key[op] = (len(self.ops),)
+    self.ops.append(op)
+
+  def _add_behind(self, root: UOp) -> None:
+    """root and the nodes under it not yet placed, each right after the last of its sources."""
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in self.placed: continue
+      if not expanded:
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src) if s not in self.placed)
+        continue
+      last = max(node.src, key=self.key.__getitem__, default=None)
+      after = self.behind.setdefault(last, [])
+      self.key[node] = (self.key[last] if last is not None else (-1,)) + (len(after),)
+      after.append(node)
+      self.placed.add(node)
+
+  def linear(self) -> list[UOp]:
+    out: list[UOp] = []
+    stack = list(reversed(self.behind.get(None, []) + self.ops))
+    while stack:
+      node = stack.pop()
+      out.append(node)
+      stack.extend(reversed(self.behind.get(node, [])))
+    return out

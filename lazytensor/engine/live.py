@@ -37,6 +37,11 @@ def track(holder: Holder) -> None:
   """Record a new holder (every Tensor made)."""
   _live[_Ref(holder, _live.pop)] = next(_serials)
 
+def alive() -> Iterator[Holder]:
+  """Every live holder."""
+  for ref in list(_live):
+    if (h := ref()) is not None: yield h
+
 def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
   overwrite (a loss built before opt.step(), the gradients), with their serial numbers, and in turn the readers of what

@@ -24,6 +24,7 @@ from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
+from lazytensor.graph import const_like
 from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -177,7 +178,9 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
     if node.op is Ops.COPY: continue
     if node.op is Ops.VIEW:
       if in_reduce and _worth_materializing_before_expand(node, g): return node.src[0]
-      stack.append((node.src[0], reshape_only and node.arg.contiguous, in_reduce))
+      # a contiguous view is a reshape only when it reads all of its source (not a prefix of it: x[:1] of a reduce)
+      whole = node.arg.contiguous and prod(node.shape) == prod(node.src[0].shape)
+      stack.append((node.src[0], reshape_only and whole, in_reduce))
     elif node.op is Ops.REDUCE_AXIS:
       if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
       other = g.kernel_reduce.get(root)
@@ -255,7 +258,9 @@ class _KernelBuilder:
       value = root.src[0] if root.op is Ops.CONTIGUOUS else root
       store_st = ShapeTracker.from_shape(value.shape)
     pending = None
-    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
+    if prod(value.shape) == 0:  # nothing to store: a reduce under an empty view would give the kernel no shape
+      value = const_like(value, 0)
+    elif (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
       # the kernel runs in the reduce's shape; the store writes the same positions, seen in that shape
       pending, store_st = ShapeTracker.from_shape(value.shape).reshape(red.shape), store_st.reshape(red.shape)
     val = self.visit(value, pending, is_root=root.op is not Ops.ASSIGN)
@@ -448,7 +453,16 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
   return becomes
 
 def commit_realized(becomes: dict[UOp, UOp]) -> None:
-  """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing."""
+  """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing. An assign
+  overwrote its buffer: the nodes realized into it before no longer stand for its contents, and are computed again
+  where a graph built before the assign holds them (another value computed alike, a value computed from it)."""
   attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
   for node, buf_view in becomes.items():
-    if node is not buf_view: node.__dict__[attr] = buf_view
+    if node is buf_view: continue
+    memory = buffer_map.get(buf_view.src[0]) if buf_view.op is Ops.VIEW else None
+    if memory is not None and node.op is Ops.ASSIGN:
+      for ref in memory.realized_nodes:
+        if (old := ref()) is not None: old.__dict__.pop(attr, None)
+      memory.realized_nodes.clear()
+    node.__dict__[attr] = buf_view
+    if memory is not None: memory.remember_realized(node)

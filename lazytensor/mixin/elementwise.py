@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from lazytensor.dtype import DType, dtypes, least_upper_float, promote_types, result_type_scalar, to_dtype
+from lazytensor.dtype import (
+  DType,
+  dtypes,
+  least_upper_float,
+  promote_types,
+  promote_with_0d,
+  result_type_scalar,
+  to_dtype,
+)
 from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, DTypeError, NotSupportedError
 from lazytensor.mixin.movement import MovementMixin
@@ -48,10 +56,31 @@ def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
   if floor: r = (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
   return r.cast(dt)
 
+def _float_floordiv(a: TensorT, b: TensorT) -> TensorT:
+  """Floor division of two float tensors as torch's (and Python's //): from the exact remainder, not floor(a / b),
+  whose rounded quotient can cross an integer (1.0 // 0.1 is 9.0, floor(1.0 / 0.1) 10.0); an infinite or NaN
+  dividend gives NaN, a zero divisor a / b. Its gradient is 0, as torch's."""
+  dt = a.dtype
+  if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
+  mod = _float_remainder(a, b, floor=False)
+  # a - mod is a multiple of b: the quotient is an integer up to the rounding of the division, one less where the
+  # remainder's sign is not the divisor's
+  div = (a - mod) / b
+  div = (mod.ne(0) & (b < 0).ne(mod < 0)).where(div - 1, div)
+  whole = div.floor()
+  whole = (div - whole > 0.5).where(whole + 1, whole)
+  zero = type(a).full(div.shape, 0.0, dtype=div.dtype, device=div.device).copysign((a / b).detach())
+  return b.ne(0).where(div.ne(0).where(whole, zero), (a / b).detach()).cast(dt)
+
 def _float_ge(a: UOp, b: UOp) -> UOp:
   """a >= b of floats, false where either is NaN: (b < a) | a.eq(b), as the nodes of one op."""
   eq = a.alu(Ops.CMPNE, b).alu(Ops.CMPNE, const_uop(True, dtypes.bool, a.device, a.shape))
   return b.alu(Ops.CMPLT, a).alu(Ops.OR, eq)
+
+def _tensor_result_type(a: Any, b: Any) -> DType:
+  """The dtype of an op between two tensors, as torch's: a 0-d one is weak against one with dims (promote_with_0d)."""
+  if (a.ndim == 0) == (b.ndim == 0): return promote_types(a.dtype, b.dtype)
+  return promote_with_0d(a.dtype, b.dtype) if b.ndim == 0 else promote_with_0d(b.dtype, a.dtype)
 
 def _check_operand(op: str, name: str, v: Any) -> None:
   if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
@@ -70,7 +99,7 @@ class ElementwiseMixin(MovementMixin):
       # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
       if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
         return (y, self) if reverse else (self, y)
-      dt = promote_types(self.dtype, y.dtype)
+      dt = _tensor_result_type(self, y)
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)
@@ -87,6 +116,15 @@ class ElementwiseMixin(MovementMixin):
     out_shape = broadcast_shape(x.shape, y.shape)
     return x._broadcast_to(out_shape, dt), y._broadcast_to(out_shape, dt)
 
+  def _broadcasted_float(self, y: Self | Any, reverse: bool = False) -> tuple[Self, Self]:
+    """self and y as _broadcasted gives them, in the float dtype that ints and bools become (an op computed in
+    floats): each operand converted from its own value, as torch does, not from their common int dtype, where a
+    value could wrap (uint8 / -300 is -0.02, not 6 / 212)."""
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype.is_float: return a, b
+    ft = least_upper_float(a.dtype)
+    return self.cast(ft)._broadcasted(y.cast(ft) if self._is_tensor(y) else y, reverse)
+
   def _const_operand(self, y: Any) -> UOp | None:
     """y as a constant node in self's shape when y is a Python number that keeps self's dtype (`x * 2`, `x <= 0`):
     the node _broadcasted would wrap, built without the Tensor; None for anything else."""
@@ -98,6 +136,9 @@ class ElementwiseMixin(MovementMixin):
     """x as a tensor of this dtype and device, broadcast to `shape` (what assign and setitem write)."""
     t = x if self._is_tensor(x) else type(self)(x, device=self.device, dtype=self.dtype)
     if t.device != self.device: raise ValueError(f"cannot write a tensor on {t.device} into one on {self.device}")
+    # leading dims of size 1 beyond the target's are dropped, as torch does (t[0] = ones(1, 1, 3) for a (2, 3) t)
+    extra = t.ndim - len(shape)
+    if extra > 0 and all(s == 1 for s in t.shape[:extra]): t = t.reshape(t.shape[extra:])
     try: full = broadcast_shape(t.shape, shape)
     except ValueError: full = None
     if full != shape: raise ValueError(f"cannot write a value of shape {t.shape} into a target of shape {shape}")
@@ -167,11 +208,12 @@ class ElementwiseMixin(MovementMixin):
     [3.5, -3.5]
     """
     if rounding_mode == "floor": return self.floordiv(x, reverse)
-    a, b = self._broadcasted(x, reverse)
-    if rounding_mode == "trunc": return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
+    if rounding_mode == "trunc":
+      a, b = self._broadcasted(x, reverse)
+      return a._idiv_trunc(b) if a.dtype.is_int else a.div(b).trunc()
     if rounding_mode is not None:
       raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    a, b = a._to_float(), b._to_float()
+    a, b = self._broadcasted_float(x, reverse)
     return a._apply_uop(lambda p, q: p.alu(Ops.FDIV, q), b)
 
   def idiv(self, x: Self | Any, reverse: bool = False) -> Self:
@@ -197,7 +239,7 @@ class ElementwiseMixin(MovementMixin):
     """
     a, b = self._broadcasted(x, reverse)
     if a.dtype.is_bool: raise TypeError("floor division of bool tensors is not supported")
-    if a.dtype.is_float: return (a / b).floor()
+    if a.dtype.is_float: return _float_floordiv(a, b)
     return a._int_floordiv_mod(b)[0]
 
   def mod(self, x: Self | Any, reverse: bool = False) -> Self:
@@ -291,7 +333,7 @@ class ElementwiseMixin(MovementMixin):
     [-1.0, 2.0, -3.0]
     """
     _check_operand("copysign", "the sign source", x)
-    a, b = (t._to_float() for t in self._broadcasted(x))
+    a, b = self._broadcasted_float(x)
     mag = a.abs()
     return b.signbit().where(-mag, mag)
 
@@ -688,7 +730,7 @@ class ElementwiseMixin(MovementMixin):
     return self.pad([(0, ns - s) for ns, s in zip(new, self.shape)])
 
   def cat(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
-    """Join tensors along an existing dimension (each is padded into place, then summed: one fused kernel).
+    """Join tensors along an existing dimension (each is padded into place and selected there: one fused kernel).
     Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
 
     >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
@@ -708,15 +750,19 @@ class ElementwiseMixin(MovementMixin):
     for t in ts[1:]: dt = promote_types(dt, t.dtype)
     offsets = list(itertools.accumulate([t.shape[d] for t in ts], initial=0))
     total = offsets[-1]
-    parts = [t.cast(dt)._pad_zeros([(offsets[i], total - offsets[i + 1]) if j == d else (0, 0)
-                                    for j in range(first.ndim)]) for i, t in enumerate(ts)]
-    out = parts[0]
-    for p in parts[1:]: out = out._merge_disjoint(p)
+    pads = [[(offsets[i], total - offsets[i + 1]) if j == d else (0, 0) for j in range(first.ndim)]
+            for i in range(len(ts))]
+    out = ts[0].cast(dt)._pad_zeros(pads[0])
+    for t, pad in zip(ts[1:], pads[1:]): out = out._merge_disjoint(t.cast(dt), pad)
     return out
 
-  def _merge_disjoint(self, other: Self) -> Self:
-    # padded parts never overlap, so OR for bools and ADD otherwise puts each value in place exactly
-    return self | other if self.dtype.is_bool else self + other
+  def _merge_disjoint(self, part: Self, pad: list[tuple[int, int]]) -> Self:
+    """self with `part`, padded by `pad`, in the place that self leaves empty. A select, not a sum: 0.0 + -0.0 is
+    0.0, and a sum would lose the sign of a joined -0.0. Bools are ORed."""
+    placed = part._pad_zeros(pad)
+    if self.dtype.is_bool: return self | placed
+    inside = type(self).full(part.shape, True, dtype=dtypes.bool, device=self.device)._pad_zeros(pad)
+    return inside.where(placed, self)
 
   def stack(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
     """Join tensors along a new dimension. Called as `a.stack(b, c)`, `Tensor.stack(a, b, c)` or

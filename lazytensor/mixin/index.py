@@ -186,8 +186,11 @@ def _rows(p: _Parsed[TensorT]) -> _Rows[TensorT]:
   rest = [d for d in range(x.ndim) if d not in dims]
   order = dims + rest
   flat = x.permute(order).reshape(prod(sizes), *[x.shape[d] for d in rest])
-  adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
-  return _Rows(flat, row, order, dims[0] if adjacent else None)
+  # a 0-d index takes its dim away as an int does (torch reads it as one), so it neither places the index dims nor
+  # parts them: x[t0, :, [0, 1]] puts them after the slice's dim, as x[0, :, [0, 1]] does
+  placed = [d - sum(z.dim < d for z in adv if z.index.ndim == 0) for a, d in zip(adv, dims) if a.index.ndim]
+  adjacent = placed == list(range(placed[0], placed[0] + len(placed))) if placed else True
+  return _Rows(flat, row, order, (placed[0] if placed else 0) if adjacent else None)
 
 def _rows_index(r: _Rows[TensorT]) -> TensorT:
   """The row numbers as a gather index into `flat` along dim 0: (entries, *rest)."""

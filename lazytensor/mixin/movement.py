@@ -207,6 +207,9 @@ class MovementMixin:
     """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     if len(shape) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {shape}")
+    if -1 in shape[:len(shape) - self.ndim]:
+      raise ValueError(f"expand: -1 keeps a dimension's size, so it cannot stand for a new leading one: {self.shape} "
+                       f"to {shape}")
     cur = (1,) * (len(shape) - self.ndim) + self.shape
     new = tuple(c if s == -1 else s for c, s in zip(cur, shape))
     for c, s in zip(cur, new):
@@ -322,6 +325,8 @@ class MovementMixin:
     """
     if self.ndim == 0: return self.reshape(1)
     s, e = self._resolve_axis(start_dim), self._resolve_axis(end_dim)
+    if s > e:
+      raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} (shape {self.shape})")
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
   def repeat(self, *repeats: Any) -> Self:

@@ -346,7 +346,11 @@ class ReduceMixin(UnaryMixin):
     1.4142135381698608
     """
     axis = dim_alias("std", axis, dim, None)
-    return self.var(axis, keepdim, correction).sqrt()
+    v = self.var(axis, keepdim, correction)
+    # a zero variance (equal values) has the gradient 0, as torch gives it: sqrt's derivative there is inf, and the
+    # chain rule through it NaN, so the sqrt never sees the 0
+    zero = v == 0
+    return zero.where(0.0, zero.where(1.0, v).sqrt())
 
   def any(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
     """Whether any element over `axis` is non-zero (bool).

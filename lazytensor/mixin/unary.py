@@ -197,6 +197,19 @@ def _int_pow(x: TensorT, e: int) -> TensorT:
     if e: base = base * base
   return result if result is not None else x.ones_like()
 
+def _int_pow_tensor(a: TensorT, b: TensorT) -> TensorT:
+  """a ** b of int tensors as torch computes it: square-and-multiply over every bit of b, each product wrapping as
+  the dtype's multiply does (3 ** 40 in int64 is 3 ** 40 mod 2 ** 64, where float64 would round from 2 ** 53 up and
+  saturate past the range); a negative exponent gives 1 for a base of 1, +-1 for -1 and 0 for any other base."""
+  e = (b < 0).where(0, b)
+  result, base = a.ones_like(), a
+  for _ in range(8 * a.dtype.itemsize):
+    result = (e & 1).ne(0).where(result * base, result)
+    base, e = base * base, e >> 1
+  if a.dtype.is_unsigned: return result
+  negative = (a == 1).where(1, (a == -1).where((b & 1).ne(0).where(-1, 1), 0)).cast(a.dtype)
+  return (b < 0).where(negative, result)
+
 def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
   """x ** y with numpy/torch semantics for dtypes, signs and integer exponents."""
   if not reverse and isinstance(y, int) and not isinstance(y, bool) and y < 0 and not x.dtype.is_float:
@@ -207,10 +220,8 @@ def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
     return _int_pow(x, y)
   if not reverse and isinstance(y, float) and y == 0.5: return x.sqrt()
   a, b = x._broadcasted(y, reverse)
-  if not a.dtype.is_float:
-    # int ** int: compute in float64 (exact below 2**53) and round back
-    out = _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).round()
-    return out.cast(a.dtype)
+  if a.dtype.is_int: return _int_pow_tensor(a, b)
+  if not a.dtype.is_float: return _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).cast(a.dtype)
   # torch's derivatives, stated: the chain rule through the formula gives 0 or a finite limit where torch (and the
   # calculus) has +-inf at a zero base, and log|a| instead of NaN for a negative base
   out = _float_pow(a, b)
@@ -219,18 +230,23 @@ def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
   return out._apply_uop(lambda v, *xd: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xd)), a, d_a, b, d_b)
 
 def _float_pow(a: TensorT, b: TensorT) -> TensorT:
-  """|a| ** b as exp2(b * log2|a|), with the sign and the special cases patched in by wheres. A zero base never
-  reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of x.abs() ** 1.5 at 0)."""
+  """|a| ** b as exp2(b * log2|a|), with the sign and the special cases of C's pow (which torch follows) patched in by
+  wheres. A zero base never reaches log2: its -inf would make the chain rule NaN where the gradient is 0 (e.g. of
+  x.abs() ** 1.5 at 0). float16 and bfloat16 are computed in float32 and rounded once."""
+  if a.dtype.is_half: return _float_pow(a.cast(dtypes.float32), b.cast(dtypes.float32)).cast(a.dtype)
   zero, neg = a == 0, a < 0
   b_int = b.trunc() == b
   # a finite negative base to a fractional power is NaN (-inf's is |a| ** b, as C's pow); its log2 makes it so
   nan_base = neg & b_int.logical_not() & (a != -math.inf)
   mag = (b * zero.where(1.0, nan_base.where(a, a.abs())).log2()).exp2()
-  mag = zero.where((b < 0).where(float("inf"), 0.0).cast(mag.dtype), mag)
+  # 0 ** b: inf for b < 0, 0 for b > 0, NaN for a NaN b
+  mag = zero.where((b < 0).where(float("inf"), (b > 0).where(0.0, float("nan"))).cast(mag.dtype), mag)
+  # an odd integer power keeps the sign, of -0.0 too ((-0.0) ** -1 is -inf)
   b_odd = b_int & ((b.abs() % 2) == 1)
-  ret = (neg & b_odd).where(-mag, mag)
-  # x ** 0 is 1 also for x = 0, inf and NaN; elsewhere the formula gives 1 itself
-  return ((b == 0) & (zero | ret.ne(ret))).where(1.0, ret)
+  ret = (a.signbit() & b_odd).where(-mag, mag)
+  # 1 for x ** 0 (x = 0, inf and NaN too), 1 ** inf and 1 ** NaN, and (-1) ** +-inf; not for 1 ** b with a finite b,
+  # which the formula gives, and where a constant would cut the gradient
+  return ((b == 0) | ((a == 1) & b.isfinite().logical_not()) | ((a == -1) & b.isinf())).where(1.0, ret)
 
 class UnaryMixin(CreationMixin):
   """Tensor's math functions: on the creation mixin and those below it."""
@@ -337,6 +353,7 @@ class UnaryMixin(CreationMixin):
   def pow(self, x: Self | Any, reverse: bool = False) -> Self:
     """Elementwise power; int ** int stays an int, negative bases with integer exponents keep their sign.
     An int tensor to a negative Python int is a ValueError (as numpy); with a tensor exponent it rounds (2 ** -1 -> 0).
+    Int powers wrap around as the dtype's products do, as in torch.
     Float gradients are torch's, also at the edges: +-inf at a zero base, NaN d/dy for a negative base.
 
     >>> (Tensor([-2, 3]) ** 3).tolist()
@@ -355,7 +372,7 @@ class UnaryMixin(CreationMixin):
     1000.693
     """
     _check_operand("logaddexp", "x", x)
-    a, b = (t._to_float() for t in self._broadcasted(x))
+    a, b = self._broadcasted_float(x)
     dt = a.dtype
     if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
     # equal values (infinities of one sign included, where a - b is NaN) differ by 0
