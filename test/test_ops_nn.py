@@ -106,7 +106,14 @@ RANKED: list[tuple[str, list[Any], Callable[..., Any], Any]] = [
   ("topk_smallest_dim0", [(7, 3)], lambda x: x.topk(2, 0, largest=False), lambda x: torch.topk(x, 2, 0, False)),
   ("topk_all", [(2, 5)], lambda x: x.topk(5), lambda x: torch.topk(x, 5)),
   ("topk_int", [np.array([[4, 1, 9, 7], [0, -3, 2, 8]], np.int64)], lambda x: x.topk(2), lambda x: torch.topk(x, 2)),
+  # long rows: k <= 16 by selection passes (NaN first when largest, ties by position), more through the network
   ("topk_long_smallest", [(3, 257)], lambda x: x.topk(4, largest=False), lambda x: torch.topk(x, 4, largest=False)),
+  # ties in the order a stable sort gives (torch.topk leaves their order open)
+  ("topk_long_special", [np.tile(ANY, (1, 41))], lambda x: x.topk(6),
+   lambda x: tuple(t[:, :6] for t in torch.sort(x, stable=True, descending=True))),
+  ("topk_long_int_ties", [np.tile(INTS, (1, 50))], lambda x: x.topk(5, largest=False),
+   lambda x: tuple(t[:, :5] for t in torch.sort(x, stable=True))),
+  ("topk_long_k20", [(2, 300)], lambda x: x.topk(20), lambda x: torch.topk(x, 20)),
 ]
 
 @pytest.mark.parametrize("name,shapes,fn,torch_fn", named(RANKED))
@@ -121,6 +128,7 @@ def test_sort_numeric(name: str, fn: Callable[..., Any]) -> None:
 
 def test_long_sort_numeric() -> None:
   check_grad_numeric(lambda x: x.sort(1, descending=True)[0] * Tensor.arange(300), _rand((2, 300)))
+  check_grad_numeric(lambda x: x.topk(3)[0] * Tensor([1.0, 2.0, 3.0]), _rand((2, 300)))
 
 def test_long_sort_is_a_network_not_a_comparison_of_every_pair() -> None:
   # 2 kernels per step (values, positions): 55 steps for 1024, and no kernel reduces over 1024 x 1024 pairs

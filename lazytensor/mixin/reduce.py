@@ -11,7 +11,7 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, dim_alias, prod
-from lazytensor.mixin.sort_network import NETWORK_FROM, network_positions
+from lazytensor.mixin.sort_network import NETWORK_FROM, SELECT_UP_TO, network_positions, selection_positions
 from lazytensor.mixin.unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
 
@@ -212,11 +212,13 @@ def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
 
 def _sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
   """The first k elements of a stable sort of the last axis, and their positions: by comparing every pair in one
-  kernel for short rows, through a bitonic network for long ones (mixin/sort_network.py)."""
+  kernel for short rows; for long ones by k selection passes when k is small, else through a bitonic network
+  (mixin/sort_network.py)."""
   n = x.shape[-1]
   if n <= NETWORK_FROM: return _take_ranked(x, _sort_ranks(x, descending), k)
-  positions = network_positions(x.cast(dtypes.int8) if x.dtype.is_bool else x, descending)
-  positions = positions.shrink([None] * (x.ndim - 1) + [(0, k)])
+  keys = x.cast(dtypes.int8) if x.dtype.is_bool else x
+  if k <= SELECT_UP_TO: positions = selection_positions(keys, descending, k)
+  else: positions = network_positions(keys, descending).shrink([None] * (x.ndim - 1) + [(0, k)])
   return _select(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
 
 def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
@@ -586,8 +588,8 @@ class ReduceMixin(UnaryMixin):
 
   def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Self, Self]:
     """The k largest (or smallest) values along `dim`, in order, and their indices (dtypes.default_int). Ties keep
-    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). A sort of the
-    row underneath (see sort): O(n^2) comparisons up to 256, a bitonic network above.
+    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). Rows of up to
+    256 compare every pair; longer rows take k selection passes for k up to 16, else the bitonic network of sort.
 
     >>> [t.tolist() for t in Tensor([1, 5, 3, 4]).topk(2)]
     [[5, 4], [1, 3]]

@@ -12,6 +12,7 @@ to a power of two) sort after everything, so no sentinel value is needed.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, TypeVar
 
 from lazytensor.dtype import dtypes
@@ -75,3 +76,33 @@ def network_positions(x: TensorT, descending: bool) -> TensorT:
       d //= 2
     size *= 2
   return pos.shrink([None] * len(lead) + [(0, n)]).cast(dtypes.default_int)
+
+# a topk of at most this many of a long row takes k passes over it (about 4 reduces each) instead of the network
+SELECT_UP_TO = 16
+
+def selection_positions(x: TensorT, descending: bool, k: int) -> TensorT:
+  """Where the first k elements of a stable sort of x's last axis (NaN the largest) were, as dtypes.default_int: k
+  passes, each picking the element that sorts first among those that sort after the previous pick."""
+  n, lead = x.shape[-1], x.shape[:-1]
+  key = x.detach()
+  pos = type(x).arange(n, dtype=dtypes.int32 if n <= dtypes.int32.max() else dtypes.int64, device=x.device)
+  nan = key != key if key.dtype.is_float else None
+  prev: tuple[TensorT, TensorT] | None = None
+  picks = []
+  for _ in range(k):
+    after = _before(prev, (key, pos), n, descending) if prev is not None else (key == key) | (key != key)
+    if nan is not None:  # NaN sorts largest: first when descending, last otherwise
+      nan_after, real_after = after & nan, after & nan.logical_not()
+      best = real_after.where(key, -math.inf if descending else math.inf)
+      best = best.max(-1, keepdim=True) if descending else best.min(-1, keepdim=True)
+      take_nan = nan_after.any(-1, keepdim=True) if descending else real_after.any(-1, keepdim=True).logical_not()
+      hit = take_nan.where(nan_after, real_after & (key == best))
+      picked = take_nan.where(math.nan, best)
+    else:
+      best = after.where(key, key.dtype.min() if descending else key.dtype.max())
+      picked = best = best.max(-1, keepdim=True) if descending else best.min(-1, keepdim=True)
+      hit = after & (key == best)
+    p = hit.where(pos, n).min(-1, keepdim=True)
+    prev = (picked, p)
+    picks.append(p)
+  return type(x).cat(*picks, dim=-1).reshape(*lead, k).cast(dtypes.default_int)
