@@ -145,6 +145,12 @@ def test_large_matmul_packs_its_operands_into_panels() -> None:
   assert len(items) == 3  # the panel copies of a and b, then the matmul reading them sequentially
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
 
+def test_transposed_a_is_packed_too() -> None:
+  # x.T @ y (a weight gradient): both operands are copied into panels (test_search checks which is which)
+  a, b = Tensor.rand(512, 512).realize(), Tensor.rand(512, 1024).realize()
+  assert len(create_schedule([(a.T @ b).lazydata])[0]) == 3
+  np.testing.assert_allclose((a.T @ b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-4)
+
 def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
   # fused into the matmul, (h > 0) * dh would be recomputed for every output column; stored once it is read instead
   rng = np.random.default_rng(1)

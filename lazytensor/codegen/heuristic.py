@@ -386,7 +386,10 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   small to pay (unless `force`: what BEAM may time); None for no matmul."""
   for i, (op, v) in enumerate(zip(operands, views)):
     if v is None or _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: continue
-    if (col := next((a for a in reversed(out_axes) if v.strides[a] == 1), None)) is None: continue
+    # B is contiguous along the output's last axis, where the register tile puts its vectors; an operand contiguous
+    # along another output axis is an A read transposed (x.T @ y), packed in row panels below
+    col = next((a for a in reversed(out_axes) if shape[a] > 1), None)
+    if col is None or v.strides[col] != 1: continue
     panel = TILE_VECTORS * target.vector_floats
     small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
     if small or shape[col] % panel or shape[col] < 2 * panel or not _walks_whole(op, 1, shape[col]): return ()
@@ -395,7 +398,7 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
     rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
     rows = tile_rows(target, shape[rows_axis])
     for j, (op_a, va) in enumerate(zip(operands, views)):
-      if j == i or va is None or rows is None or va.strides[rows_axis] in (0, 1): continue
+      if j == i or va is None or rows is None or va.strides[rows_axis] == 0: continue
       if _walks_whole(op_a, va.strides[rows_axis], shape[rows_axis]):
         packs.append(Packing(j, va.strides[rows_axis], shape[rows_axis], rows))
     return tuple(packs)
