@@ -191,15 +191,21 @@ class Embedding:
     hot = idx.reshape(*idx.shape, 1, 1) == Tensor.arange(self.num_embeddings, device=idx.device).reshape(-1, 1)
     return hot.where(self.weight, 0).sum(-2)
 
-class LSTMCell:
-  """One LSTM step: (x, (h, c)) -> (h', c'), gates in torch's order i, f, g, o."""
+class _RNNCell:
+  """The weights of a recurrent cell with GATES gates, torch's names and init (uniform within 1/sqrt(hidden))."""
+  GATES = 1
+
   def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
-    bound = 1 / math.sqrt(hidden_size)
+    bound, rows = 1 / math.sqrt(hidden_size), self.GATES * hidden_size
     self.hidden_size = hidden_size
-    self.weight_ih = _uniform((4 * hidden_size, input_size), bound)
-    self.weight_hh = _uniform((4 * hidden_size, hidden_size), bound)
-    self.bias_ih = _uniform((4 * hidden_size,), bound) if bias else None
-    self.bias_hh = _uniform((4 * hidden_size,), bound) if bias else None
+    self.weight_ih = _uniform((rows, input_size), bound)
+    self.weight_hh = _uniform((rows, hidden_size), bound)
+    self.bias_ih = _uniform((rows,), bound) if bias else None
+    self.bias_hh = _uniform((rows,), bound) if bias else None
+
+class LSTMCell(_RNNCell):
+  """One LSTM step: (x, (h, c)) -> (h', c'), gates in torch's order i, f, g, o."""
+  GATES = 4
 
   def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     if hc is None:
@@ -211,15 +217,9 @@ class LSTMCell:
     c_next = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c_next.tanh(), c_next
 
-class GRUCell:
+class GRUCell(_RNNCell):
   """One GRU step: (x, h) -> h', gates in torch's order r, z, n (n = tanh(x_n + r * h_n), h' = (1 - z) n + z h)."""
-  def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
-    bound = 1 / math.sqrt(hidden_size)
-    self.hidden_size = hidden_size
-    self.weight_ih = _uniform((3 * hidden_size, input_size), bound)
-    self.weight_hh = _uniform((3 * hidden_size, hidden_size), bound)
-    self.bias_ih = _uniform((3 * hidden_size,), bound) if bias else None
-    self.bias_hh = _uniform((3 * hidden_size,), bound) if bias else None
+  GATES = 3
 
   def __call__(self, x: Tensor, h: Tensor | None = None) -> Tensor:
     if h is None: h = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
