@@ -10,7 +10,7 @@ from lazytensor.device import Device, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import DTypeError, prod
-from lazytensor.mixin.elementwise import ElementwiseMixin
+from lazytensor.mixin.join import JoinMixin
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def _empty_uop(device: DeviceLike, shape: tuple[int, ...], dtype: DType) -> UOp:
   if isinstance(device, str): return buffer_view(new_buffer_uop(device, prod(shape), dtype), shape)
   return UOp(Ops.MULTI, dtype, tuple(_empty_uop(d, shape, dtype) for d in device), (None, None))
 
-class CreationMixin(ElementwiseMixin):
+class CreationMixin(JoinMixin):
   """Tensor's constructors (classmethods) and *_like methods, but the random ones: on the elementwise mixin. It
   implements the primitive full."""
   __slots__ = ()

@@ -10,7 +10,7 @@ import inspect
 from lazytensor import Tensor
 from lazytensor.mixin.movement import MovementMixin
 
-CHAIN = ["movement", "elementwise", "create", "unary", "reduce", "index", "random", "nn", "multi"]
+CHAIN = ["movement", "elementwise", "join", "create", "unary", "reduce", "index", "random", "nn", "multi"]
 # modules whose attributes share names with Tensor methods (np.arange, math.floor, dtypes.float32, ...)
 NOT_TENSORS = {"np", "math", "dtypes", "functools", "itertools", "re", "Device", "Ops", "UOp"}
 
