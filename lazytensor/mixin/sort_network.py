@@ -90,7 +90,7 @@ def selection_positions(x: TensorT, descending: bool, k: int) -> TensorT:
   prev: tuple[TensorT, TensorT] | None = None
   picks = []
   for _ in range(k):
-    after = _before(prev, (key, pos), n, descending) if prev is not None else (key == key) | (key != key)
+    after = _before(prev, (key, pos), n, descending) if prev is not None else key.ones_like(dtype=dtypes.bool)
     if nan is not None:  # NaN sorts largest: first when descending, last otherwise
       nan_after, real_after = after & nan, after & nan.logical_not()
       best = real_after.where(key, -math.inf if descending else math.inf)
