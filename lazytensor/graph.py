@@ -50,6 +50,17 @@ def movement(x: UOp, op: Ops, arg: Any) -> UOp:
   if op is Ops.FLIP and not any(arg): return x
   return UOp(op, x.dtype, (x,), tuple(arg))
 
+def own_value(x: UOp) -> UOp:
+  """x as the result of an op that torch documents as returning a copy (flip, roll, repeat, pad, cat, ...): an identity
+  CAST over it. The value is the same and nothing is copied while it is lazy, but it is no longer a view of x's
+  buffer: a write into either tensor never reaches the other, and realizing it computes a buffer of its own. The
+  scheduler reads through it wherever an op consumes it (schedule.pm_resolve), so kernels are as without it."""
+  return x if is_own_value(x) else UOp(Ops.CAST, x.dtype, (x,))
+
+def is_own_value(x: UOp) -> bool:
+  """Whether x is an own_value node (an identity CAST)."""
+  return x.op is Ops.CAST and x.dtype == x.src[0].dtype
+
 def reduce_uop(x: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   """Reduce over `axes`, keeping them as size 1 (no node when there is nothing to reduce)."""
   axes = tuple(a for a in axes if x.shape[a] != 1)

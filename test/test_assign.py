@@ -1,8 +1,10 @@
 """Writing into realized tensors: assign (lazy, in place) and __setitem__ (now), with the hazards they bring."""
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import HAVE_TORCH, torch
 
 from lazytensor import GlobalCounters, Tensor
 
@@ -211,3 +213,43 @@ def test_chained_writes_reach_a_lazy_tensor() -> None:
   z.realize()
   w[0] = 100.0
   assert z.tolist() == [[3.0, 6.0, 9.0], [100.0, 15.0, 18.0]] and w.tolist() == [100.0, 15.0, 18.0]
+
+def _pad(t: Any, pad: tuple[int, ...], mode: str = "constant") -> Any:
+  return t.pad(pad, mode=mode) if isinstance(t, Tensor) else torch.nn.functional.pad(t, pad, mode=mode)
+
+# ops that torch documents as returning a copy: (name, the op on a lazytensor or a torch tensor)
+COPY_OPS: list[tuple[str, Callable[[Any], Any]]] = [
+  ("flip", lambda t: t.flip(0)), ("flip both", lambda t: t.flip(0, 1)), ("roll", lambda t: t.roll(1, 0)),
+  ("roll by the size", lambda t: t.roll(3, 1)), ("roll flat", lambda t: t.roll(2)),
+  ("repeat", lambda t: t.repeat(1, 1)),
+  ("tile", lambda t: t.tile(1)), ("rot90", lambda t: t.rot90()), ("rot90 0", lambda t: t.rot90(0)),
+  ("repeat_interleave", lambda t: t.repeat_interleave(1, 0)), ("pad 0", lambda t: _pad(t, (0, 0))),
+  ("pad crop", lambda t: _pad(t, (-1, 0))), ("pad", lambda t: _pad(t, (1, 1))),
+  ("pad reflect", lambda t: _pad(t, (1, 1), "reflect")), ("pad circular", lambda t: _pad(t, (0, 1), "circular")),
+  ("cat of one", lambda t: t.cat() if isinstance(t, Tensor) else torch.cat([t])),
+]
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("name,op", COPY_OPS, ids=[n for n, _ in COPY_OPS])
+@pytest.mark.parametrize("realized", [True, False], ids=["realized", "lazy"])
+def test_copy_ops_are_not_views(name: str, op: Callable[[Any], Any], realized: bool) -> None:
+  # a write into the result does not reach the input, a write into the input does not reach the result, and a view of
+  # the result sees writes into it (and writes into the result), as in torch; flip's writes used to reach its input
+  def run(base: Any) -> list[Any]:
+    out = op(base)
+    view = out[0]
+    out[0, 0] = 50.0
+    view[1] = 60.0
+    base[1, 2] = 70.0
+    return [base.tolist(), out.tolist(), view.tolist()]
+  start = np.arange(6, dtype=np.float32).reshape(2, 3)
+  assert run(Tensor(start).realize() if realized else Tensor(start) * 1) == run(torch.from_numpy(start.copy()))
+
+def test_negative_step_slices_are_views() -> None:
+  # x[::-1] is a view, as numpy's (torch has no negative steps): writes through it reach x
+  x = Tensor.arange(4).float().contiguous().realize()
+  r = x[::-1]
+  r[0] = 9.0
+  assert x.tolist() == [0.0, 1.0, 2.0, 9.0]
+  x[1] = 5.0
+  assert r.tolist() == [9.0, 2.0, 5.0, 0.0]

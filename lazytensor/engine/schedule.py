@@ -24,7 +24,7 @@ from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
-from lazytensor.graph import const_like
+from lazytensor.graph import const_like, is_own_value
 from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -49,9 +49,25 @@ def fold_movement(m: UOp, x: UOp) -> UOp:
   if x.op is Ops.VIEW: return UOp(Ops.VIEW, m.dtype, x.src, (x.arg + st).simplify())
   return UOp(Ops.VIEW, m.dtype, (x,), st)
 
+def _read_through(s: UOp) -> UOp:
+  """What an op reads of its source s: the value under a copy op's own_value, viewed as s views it."""
+  if is_own_value(s): return s.src[0]
+  if s.op is Ops.VIEW and is_own_value(s.src[0]):
+    x = s.src[0].src[0]
+    return UOp(Ops.VIEW, s.dtype, x.src, (x.arg + s.arg).simplify()) if x.op is Ops.VIEW else s.replace(src=(x,))
+  return s
+
+def read_through_own_values(u: UOp) -> UOp | None:
+  """An op that consumes a copy op's result (graph.own_value) reads the views under it, so kernels and fusion are as
+  if it were not there. Only where a tensor holds it (a root, a contiguous of it) it stays, for a buffer of its own."""
+  src = tuple(_read_through(s) for s in u.src)
+  return None if src == u.src else u.replace(src=src)
+
 pm_resolve: PatternMatcher[UOp] = PatternMatcher([
   (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="m"), fold_movement),                # movement -> VIEW
   (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
+  (UPat(GroupOp.Elementwise | {Ops.REDUCE_AXIS, Ops.ASSIGN, Ops.COPY}, name="u"),          # f(own(x)) -> f(x)
+   read_through_own_values),
   (UPat(Ops.CUSTOM_GRAD, name="c"), lambda c: c.src[0]),                                  # the value alone
   (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer
    lambda v: v if _is_plain_buffer_view(v) else None),

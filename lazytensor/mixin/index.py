@@ -569,9 +569,9 @@ class IndexMixin(ReduceMixin):
     return found.where(picked.where(x, x.zeros_like()).sum(-1).cast(x.dtype), fill_value).cast(x.dtype)
 
   def repeat_interleave(self, repeats: int | Sequence[int], dim: int | None = None) -> Self:
-    """Repeat each element `repeats` times along dim (flattened when dim is None): an int repeats all alike (a view),
-    a list gives each element its count (a gather). A Tensor of counts is not supported: the result's shape would
-    depend on its values; pass repeats.tolist().
+    """Repeat each element `repeats` times along dim (flattened when dim is None): an int repeats all alike (an
+    expand), a list gives each element its count (a gather). A copy, as torch's. A Tensor of counts is not supported:
+    the result's shape would depend on its values; pass repeats.tolist().
 
     >>> Tensor([1, 2]).repeat_interleave(2).tolist(), Tensor([1, 2]).repeat_interleave([1, 3]).tolist()
     ([1, 1, 2, 2], [1, 2, 2, 2])
@@ -584,7 +584,7 @@ class IndexMixin(ReduceMixin):
     if isinstance(repeats, (int, np.integer)):
       if repeats < 0: raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
       wide = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], int(repeats), *x.shape[d + 1:])
-      return wide.flatten(d, d + 1)
+      return wide.flatten(d, d + 1)._copy_result()
     counts = np.asarray(repeats)
     if counts.ndim != 1 or counts.dtype.kind not in "iu" and counts.size:
       raise TypeError(f"repeat_interleave: repeats must be an int or a list of ints, got {repeats!r}")
@@ -593,7 +593,7 @@ class IndexMixin(ReduceMixin):
     if counts.size != n or (counts < 0).any():
       raise ValueError(f"repeat_interleave: repeats {list(repeats)} must be {n} non-negative ints, one per element "
                        f"of dim {d}")
-    return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]
+    return x[(slice(None),) * d + (np.repeat(np.arange(n), counts.astype(np.int64)),)]._copy_result()
 
   def index_select(self, dim: int, index: Self) -> Self:
     """The entries of `dim` at the positions in `index` (1-d ints, negative counting from the end), in that order, as

@@ -22,20 +22,21 @@ class JoinMixin(ElementwiseMixin):
   def pad(self, padding: Sequence[Any], mode: str = "constant", value: float | None = None) -> Self:
     """Pad each dim: `padding` holds (before, after) per dim, or a flat torch-style list from the last dim; negative
     amounts crop. Modes as torch: "constant" (with `value`, default 0), "reflect" (mirrored, without repeating the
-    edge), "replicate" (the edge repeated) and "circular" (wrapped around). All are views and sums of views.
+    edge), "replicate" (the edge repeated) and "circular" (wrapped around). All are views and selects of views; the
+    result is a copy, as torch's: writes into it do not reach self.
 
     >>> Tensor([1, 2, 3]).pad((2, 1)).tolist(), Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
     ([0, 0, 1, 2, 3, 0], [3, 2, 1, 2, 3, 2])
     """
     pairs = self._pad_pairs(padding)
-    if mode == "constant": return self._pad_constant(pairs, 0.0 if value is None else value)
+    if mode == "constant": return self._pad_constant(pairs, 0.0 if value is None else value)._copy_result()
     if mode not in ("reflect", "replicate", "circular"):
       raise NotSupportedError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
     if value is not None: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value}")
     x = self
     for d, (b, a) in enumerate(pairs):
       if (b, a) != (0, 0): x = x._pad_edge(d, b, a, mode)
-    return x
+    return x._copy_result()
 
   def _pad_constant(self, pairs: list[tuple[int, int]], value: float) -> Self:
     ret = self._pad_zeros(pairs)
@@ -65,14 +66,14 @@ class JoinMixin(ElementwiseMixin):
       if max(b, a) > n:
         raise ArgumentError(f"pad: circular padding ({before}, {after}) of dim {d} wraps around more than once: it "
                             f"must be at most its size {n} after cropping (shape {self.shape})")
-      return along(n - b, 2 * n + a, x.repeat([3 if i == d else 1 for i in range(x.ndim)]))
+      return along(n - b, 2 * n + a, x._repeated(tuple(3 if i == d else 1 for i in range(x.ndim))))
     if mode == "reflect" and max(b, a) >= n:
       raise ValueError(f"pad: reflect padding ({before}, {after}) of dim {d} must be less than its size {n} "
                        f"(shape {self.shape})")
     def edge(t: Self, at: int, count: int) -> Self:
       return along(at, at + 1, t).expand([count if i == d else s for i, s in enumerate(t.shape)])
-    left = along(1, b + 1, x).flip(d) if mode == "reflect" else edge(x, 0, b)
-    right = along(n - 1 - a, n - 1, x).flip(d) if mode == "reflect" else edge(x, n - 1, a)
+    left = along(1, b + 1, x)._flip_view({d}) if mode == "reflect" else edge(x, 0, b)
+    right = along(n - 1 - a, n - 1, x)._flip_view({d}) if mode == "reflect" else edge(x, n - 1, a)
     padded = type(self).cat(*[t for t in (left, x, right) if t.shape[d]], dim=d)
     return along(max(0, -before), n + b + a - max(0, -after), padded)
 
@@ -87,8 +88,8 @@ class JoinMixin(ElementwiseMixin):
     return self.pad([(0, ns - s) for ns, s in zip(new, self.shape)])
 
   def cat(self: Any, *others: TensorT, dim: int = 0) -> TensorT:
-    """Join tensors along an existing dimension (each is padded into place and selected there: one fused kernel).
-    Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
+    """Join tensors along an existing dimension (each is padded into place and selected there: one fused kernel); a
+    copy, as torch.cat, even of one tensor. Called as `a.cat(b, c)`, `Tensor.cat(a, b, c)` or `Tensor.cat([a, b, c])`.
 
     >>> Tensor([1]).cat(Tensor([2, 3])).tolist()
     [1, 2, 3]
@@ -111,7 +112,7 @@ class JoinMixin(ElementwiseMixin):
             for i in range(len(ts))]
     out = ts[0].cast(dt)._pad_zeros(pads[0])
     for t, pad in zip(ts[1:], pads[1:]): out = out._merge_disjoint(t.cast(dt), pad)
-    return out
+    return out._copy_result()
 
   def _merge_disjoint(self, part: Self, pad: list[tuple[int, int]]) -> Self:
     """self with `part`, padded by `pad`, in the place that self leaves empty. A select, not a sum: 0.0 + -0.0 is

@@ -2,7 +2,10 @@
 windows, diagonals, einops' rearrange). The base of the chain of mixins: it declares the primitives that every mixin
 relies on and that Tensor (tensor.py) implements.
 
-The primitive moves are views: each composes a ShapeTracker into the tensor's VIEW and copies nothing.
+The primitive moves are views: each composes a ShapeTracker into the tensor's VIEW and copies nothing. The ops that
+torch documents as returning a copy (flip, roll, repeat, tile, rot90; pad and cat in join.py) are built from views too,
+but their result is a value of its own (`_copy_result`): writes into it never reach the tensor it was made from, nor
+the other way round, as in torch. Slicing with a negative step (`x[::-1]`) is a view, as numpy's.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
-from lazytensor.graph import movement
+from lazytensor.graph import movement, own_value
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
@@ -82,6 +85,11 @@ class MovementMixin:
   def assign(self, x: Any) -> Self: raise NotImplementedError("Tensor.assign")
   def realize(self, *others: Self) -> Self: raise NotImplementedError("Tensor.realize")
   def item(self) -> Any: raise NotImplementedError("Tensor.item")
+
+  def _copy_result(self) -> Self:
+    """This value as the result of an op that torch documents as returning a copy: the same lazy value (nothing is
+    copied until it is realized), but not a view of the tensor it was made from (graph.own_value)."""
+    return self._apply_uop(own_value)
 
   def _is_tensor(self, x: Any) -> TypeGuard[Self]:
     """Whether x is a tensor: Tensor is the one class that mixes these in, so any of them stands for it."""
@@ -286,7 +294,7 @@ class MovementMixin:
 
   def flip(self, axis: int | Sequence[int], *more: int) -> Self:
     """Reverse the order of elements along the given axes (a sequence, or several ints); an axis named twice is an
-    error, as in torch.
+    error, as in torch. A copy, as torch.flip: writes into it do not reach self (`x[::-1]` is the view).
 
     >>> Tensor([1, 2, 3]).flip(0).tolist(), Tensor([[1, 2], [3, 4]]).flip(0, 1).tolist()
     ([3, 2, 1], [[4, 3], [2, 1]])
@@ -294,6 +302,10 @@ class MovementMixin:
     named = make_tuple(axis, 1) + more
     axes = {self._resolve_axis(a) for a in named}
     if len(axes) != len(named): raise ArgumentError(f"flip: axes {named} name a dimension twice")
+    return self._flip_view(axes)._copy_result()
+
+  def _flip_view(self, axes: set[int]) -> Self:
+    """The axes (resolved) reversed, as a view."""
     arg = tuple(i in axes for i in range(self.ndim))
     return self._apply_uop(lambda x: movement(x, Ops.FLIP, arg))
 
@@ -330,7 +342,7 @@ class MovementMixin:
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
   def repeat(self, *repeats: Any) -> Self:
-    """Tile the tensor `repeats[i]` times along each dimension.
+    """Tile the tensor `repeats[i]` times along each dimension; a copy, as torch's repeat.
 
     >>> Tensor([1, 2]).repeat(2).tolist()
     [1, 2, 1, 2]
@@ -339,6 +351,10 @@ class MovementMixin:
     if len(repeats) < self.ndim: raise ValueError(f"repeat: {len(repeats)} repeats for a {self.ndim}-d tensor")
     if any(not isinstance(r, (int, np.integer)) or r < 0 for r in repeats):
       raise ValueError(f"repeat: repeats must be non-negative ints, got {repeats}")
+    return self._repeated(tuple(int(r) for r in repeats))._copy_result()
+
+  def _repeated(self, repeats: tuple[int, ...]) -> Self:
+    """repeat as a view (an expand between reshapes)."""
     base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
     new_shape = tuple(r * s for r, s in zip(repeats, base.shape))
     interleaved = base.reshape(flatten((1, s) for s in base.shape))
@@ -375,8 +391,8 @@ class MovementMixin:
     return self.split(math.ceil(self.shape[d] / chunks) if self.shape[d] else 1, dim=d)
 
   def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
-    """Shift elements along dims, wrapping around (a view). With dims None the tensor rolls as if flattened (shifts
-    is then one int, or a sequence of one).
+    """Shift elements along dims, wrapping around (a copy, as torch.roll). With dims None the tensor rolls as if
+    flattened (shifts is then one int, or a sequence of one).
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).roll(1, 1).tolist(), Tensor([[1, 2, 3], [4, 5, 6]]).roll(1).tolist()
     ([[3, 1, 2], [6, 4, 5]], [[6, 1, 2], [3, 4, 5]])
@@ -384,7 +400,7 @@ class MovementMixin:
     shift_list = make_tuple(shifts, 1)
     if dims is None:
       if len(shift_list) != 1: raise ArgumentError(f"roll: without dims, shifts must be one int, got {shifts}")
-      return self.flatten().roll(shift_list[0], 0).reshape(self.shape)
+      return self.flatten().roll(shift_list[0], 0).reshape(self.shape)._copy_result()
     dim_list = make_tuple(dims, 1)
     if len(shift_list) != len(dim_list):
       raise ArgumentError(f"roll: {len(shift_list)} shifts {shift_list} for {len(dim_list)} dims {dim_list}")
@@ -394,9 +410,9 @@ class MovementMixin:
       n = x.shape[d]
       if n == 0 or s % n == 0: continue
       # the tensor twice over along d (a view), read from n - s
-      twice = x.repeat([2 if i == d else 1 for i in range(x.ndim)])
+      twice = x._repeated(tuple(2 if i == d else 1 for i in range(x.ndim)))
       x = twice.shrink([(n - s % n, 2 * n - s % n) if i == d else None for i in range(x.ndim)])
-    return x
+    return x._copy_result()
 
   def _take_strided(self, dim: int, start: int, stop: int, step: int) -> Self:
     """Elements start, start+step, ... (< stop) of one dimension, as a view."""
@@ -405,7 +421,7 @@ class MovementMixin:
     count = max(0, -(-(stop - start) // step)) if step > 0 else max(0, -(-(start - stop) // -step))
     if count == 0: return x.shrink([(0, 0) if j == dim else None for j in range(x.ndim)])
     if step < 0:
-      x = x.flip(dim)
+      x = x._flip_view({dim})
       start, step = n - 1 - start, -step
     x = x.shrink([(start, start + (count - 1) * step + 1) if j == dim else None for j in range(x.ndim)])
     if step == 1: return x
@@ -577,8 +593,8 @@ class MovementMixin:
     return self.reshape(self._shape_of("view_as", other))
 
   def tile(self, *dims: Any) -> Self:
-    """Repeat the tensor dims[i] times along each dim, as torch.tile: unlike repeat, fewer entries than dims are
-    padded with 1s in front (so they tile the last dims).
+    """Repeat the tensor dims[i] times along each dim, as torch.tile (a copy): unlike repeat, fewer entries than dims
+    are padded with 1s in front (so they tile the last dims).
 
     >>> Tensor([[1, 2], [3, 4]]).tile(2).tolist()
     [[1, 2, 1, 2], [3, 4, 3, 4]]
@@ -607,7 +623,7 @@ class MovementMixin:
 
   def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
     """Rotate by 90 degrees k times in the plane of `dims`, from the first dim toward the second, as torch.rot90
-    (a flip and a transpose: a view).
+    (a flip and a transpose, as a copy).
 
     >>> Tensor([[1, 2], [3, 4]]).rot90().tolist()
     [[2, 4], [1, 3]]
@@ -617,9 +633,10 @@ class MovementMixin:
     a, b = (self._resolve_axis(d) for d in dims)
     if a == b: raise ValueError(f"rot90: dims {tuple(dims)} name the same dim twice")
     turns = int(k) % 4
-    if turns == 0: return self
-    if turns == 2: return self.flip(a, b)
-    return self.flip(b).transpose(a, b) if turns == 1 else self.transpose(a, b).flip(b)
+    if turns == 0: return self._copy_result()
+    if turns == 2: return self._flip_view({a, b})._copy_result()
+    turned = self._flip_view({b}).transpose(a, b) if turns == 1 else self.transpose(a, b)._flip_view({b})
+    return turned._copy_result()
 
   def narrow(self, dim: int, start: int, length: int) -> Self:
     """`length` elements of `dim` from `start` on (negative counts from the end), as torch.narrow: a view.
