@@ -24,6 +24,7 @@ from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
+from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.mixin.multi import MultiMixin, open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
@@ -91,6 +92,21 @@ def _moved_onto(ld: UOp, old: UOp, new: UOp) -> UOp:
   """ld's movement ops over `old`, replayed over `new`."""
   if ld is old: return new
   return ld.replace(src=(_moved_onto(ld.src[0], old, new),))
+
+def _moves_over(ld: UOp, base: UOp) -> bool:
+  """Whether ld is movement ops (or none) over `base`."""
+  while ld is not base and ld.op in MOVES: ld = ld.src[0]
+  return ld is base
+
+def _moved_st(ld: UOp) -> ShapeTracker:
+  """The view that movement ops over a VIEW of a buffer make of it."""
+  moves = []
+  while ld.op in MOVES:
+    moves.append(ld)
+    ld = ld.src[0]
+  st = ld.arg
+  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
+  return st
 
 def _writable_view(st: ShapeTracker) -> bool:
   """Whether writes through this view of a buffer reach it, as writes through torch's views (a permute, a strided
@@ -549,6 +565,11 @@ class Tensor(MultiMixin):
     padded (its elements are not each one element of the buffer): that view is written as a copy of its own. A lazy
     tensor is first computed into a buffer of its own, which the views taken from it before go on to view.
 
+    Gradients flow through the write, as through torch's in-place writes: into a tensor computed from ones that
+    require gradients, or of a value that requires them, the tensor's graph becomes the old one where it was not
+    written and the value where it was. A tensor that requires gradients and is not the result of an op (a leaf), or a
+    view of one, cannot be written into (as in torch) except under no_grad().
+
     >>> t = Tensor.zeros(2, 3).contiguous().realize()
     >>> t[0, 1:] = 5.0
     >>> t[1, Tensor([2, 0])] = Tensor([7.0, 8.0])
@@ -556,6 +577,7 @@ class Tensor(MultiMixin):
     >>> t.tolist()
     [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
+    if self._write_has_grad(value): return self._setitem_with_grad(indices, value)
     if not _moved_buffer(self.lazydata): self._give_buffer()
     if not _moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
     if not self._is_buffer_view(): self.realize()  # a view of a buffer: realizing it computes nothing
@@ -567,6 +589,18 @@ class Tensor(MultiMixin):
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
+
+  def _write_has_grad(self, value: Any) -> bool:
+    """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
+    gradients or of a value that does. Into a leaf that requires gradients (or a view of one) it is an error, as in
+    torch: the leaf's gradient would be that of a value it no longer holds."""
+    if Tensor.no_grad or not self.dtype.is_float: return False
+    root = self._viewed if self._viewed is not None else self
+    if root._requires_grad and id(root) in _grad_leaves:
+      what = "a tensor" if root is self else "a view of a tensor"
+      raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
+                          "be written in place, as in torch; write under no_grad(), or into a clone")
+    return bool(root._requires_grad or self._requires_grad or (isinstance(value, Tensor) and value._requires_grad))
 
   def _give_buffer(self) -> None:
     """Before a write into a lazy tensor: the tensor it views (itself, or the one its movement ops were taken from)
@@ -633,6 +667,53 @@ class Tensor(MultiMixin):
     self._viewed: Tensor | None = None
     self._lazy_before: weakref.ref[UOp] | None = None
     live.track(self)
+
+  # ---- writes recorded for autograd ----
+
+  def _setitem_with_grad(self, indices: Any, value: Any) -> None:
+    """__setitem__ recorded for autograd. The buffer is written as without gradients; the graph of the tensor written
+    into (self, or the tensor it views) becomes `where(written, value placed there, old graph)`, standing for the
+    buffer's new contents, and its live views (self among them) read it through that graph."""
+    root = self._viewed if self._viewed is not None else self
+    old = root._grad_buffer()
+    node = old if self is root else self.lazydata  # self's value in graphs
+    if not _moves_over(node, old):
+      raise NotSupportedError("x[...] = value with gradients: x is a view that was realized on its own, which no "
+                              "longer knows the graph of the tensor it views; write into that tensor, or take the view "
+                              "again")
+    if self is not root and not _writable_view(_moved_st(_moved_onto(node, old, root.lazydata))):
+      self._viewed = None  # an expanded or padded view: written as a copy of its own, as without gradients
+      return self._setitem_with_grad(indices, value)
+    view = Tensor._of(node)
+    view._requires_grad = True
+    target, new = view._setitem_parts(indices, value)
+    if target.numel() == 0: return
+    # the write's adjoint places the value (and ones, for where it goes) in the written tensor's shape
+    ones = const_uop(1.0, target.dtype, target.device, target.shape)
+    placed, hit = (Tensor._of(compute_gradient(target.lazydata, g, {old})[old]) for g in (new.lazydata, ones))
+    graph = (hit != 0).where(placed, Tensor._of(old)).lazydata
+    write = UOp(Ops.ASSIGN, target.dtype, (_moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
+    root.lazydata = UOp(Ops.VIEW, root.dtype, Tensor(write).realize().lazydata.src, root.lazydata.arg)
+    commit_realized({graph: root.lazydata})
+    root._graph, root._requires_grad = graph, True
+    for t in live.alive():
+      if isinstance(t, Tensor) and t._viewed is root and _moves_over(t.lazydata, old):
+        t.lazydata, t._requires_grad = _moved_onto(t.lazydata, old, graph), True
+
+  def _grad_buffer(self) -> UOp:
+    """For a write with gradients into this tensor (one that views no other): it is given a buffer of its own if it
+    has none, keeping the graph that computed it; returns the node that stands for the buffer's contents in graphs
+    (that graph, or the buffer's view), which the views taken from it read it through from now on."""
+    if self._is_buffer_view(): return self._graph_root()
+    lazy = self.lazydata
+    copy = self.contiguous().realize()
+    self.lazydata = copy.lazydata
+    graph = copy._graph_root()
+    self._graph = graph if graph is not copy.lazydata else None
+    for t in live.alive():
+      if isinstance(t, Tensor) and t._viewed is self and _moves_over(t.lazydata, lazy):
+        t.lazydata = _moved_onto(t.lazydata, lazy, graph)
+    return graph
 
   # ---- autograd ----
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import HAVE_TORCH, torch
 
-from lazytensor import GlobalCounters, Tensor
+from lazytensor import GlobalCounters, Tensor, no_grad
 
 
 def test_assign_writes_in_place_and_views_see_it() -> None:
@@ -253,3 +253,55 @@ def test_negative_step_slices_are_views() -> None:
   assert x.tolist() == [0.0, 1.0, 2.0, 9.0]
   x[1] = 5.0
   assert r.tolist() == [9.0, 2.0, 5.0, 0.0]
+
+# writes into tensors computed from ones that require gradients: (name, fn(x, b, framework) writing b into x in place,
+# and returning what the loss is taken of); x = a * 2 with a (2, 3) and b (3,)
+def _index(fw: Any, values: list[int]) -> Any:
+  return Tensor(values) if fw is Tensor else torch.tensor(values)
+
+GRAD_WRITES: list[tuple[str, Callable[[Any, Any, Any], Any]]] = [
+  ("int", lambda x, b, fw: (x.__setitem__(1, b), x)[1]),
+  ("slice", lambda x, b, fw: (x.__setitem__((slice(None), slice(1, None)), b[:2]), x)[1]),
+  ("scalar", lambda x, b, fw: (x.__setitem__((0, 2), 7.0), x)[1]),
+  ("through a transpose", lambda x, b, fw: (x.T.__setitem__(1, b[:2]), x)[1]),
+  ("into a view", lambda x, b, fw: (v := x[1], v.__setitem__(slice(0, 2), b[1:]), v + x[0])[2]),
+  ("a view taken before", lambda x, b, fw: (v := x[:, 1:], x.__setitem__((1, 2), b[0]), v * 3)[2]),
+  ("a realized tensor", lambda x, b, fw: (fw is Tensor and x.realize(), x.__setitem__(0, b * b), x)[2]),
+  ("twice", lambda x, b, fw: (x.__setitem__(0, b), x.__setitem__((slice(None), 0), b[1:] * 3), x)[2]),
+  ("int tensor", lambda x, b, fw: (x.__setitem__((slice(None), _index(fw, [2, 0])), b[:2].reshape(1, 2)), x)[1]),
+  ("bool mask", lambda x, b, fw: (x.__setitem__(x > 3, b[0]), x)[1]),
+  ("then read reversed", lambda x, b, fw: (x.__setitem__(0, b), x.exp().flip(1))[1]),
+]
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("name,write", GRAD_WRITES, ids=[n for n, _ in GRAD_WRITES])
+def test_setitem_gradients_match_torch(name: str, write: Callable[[Any, Any, Any], Any]) -> None:
+  # gradients flow through the write, as through torch's: to the value where it was written, to the old values
+  # elsewhere (they used to be dropped: None for both)
+  rng = np.random.default_rng(0)
+  a_np, b_np = rng.uniform(-2, 2, (2, 3)).astype(np.float32), rng.uniform(-2, 2, 3).astype(np.float32)
+  def run(fw: Any) -> list[np.ndarray]:
+    if fw is Tensor: a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+    else: a, b = (torch.from_numpy(v.copy()).requires_grad_() for v in (a_np, b_np))
+    out = write(a * 2, b, fw)
+    weight = rng_w.uniform(-1, 1, tuple(out.shape)).astype(np.float32)
+    (out * (Tensor(weight) if fw is Tensor else torch.from_numpy(weight))).sum().backward()
+    grads = [np.zeros(v.shape) if v.grad is None else v.grad.numpy() for v in (a, b)]
+    return [out.detach().numpy() if fw is torch else out.numpy(), *grads]
+  rng_w = np.random.default_rng(1)
+  want = run(torch)
+  rng_w = np.random.default_rng(1)
+  for got, ref in zip(run(Tensor), want): np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+def test_setitem_into_a_leaf_that_requires_grad() -> None:
+  # as torch: an error, which no_grad lifts (an optimizer's update)
+  w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  with pytest.raises(RuntimeError, match="leaf"): w[0] = 5.0
+  with pytest.raises(RuntimeError, match="view of a tensor that requires grad"): w[1:][0] = 5.0
+  with no_grad(): w[0] = 5.0
+  assert w.tolist() == [5.0, 2.0, 3.0]
+
+def test_setitem_with_gradients_through_a_realized_view_is_an_error() -> None:
+  x = Tensor([1.0, 2.0], requires_grad=True) * 2
+  v = x[1:].realize()
+  with pytest.raises(NotImplementedError, match="realized"): v[0] = 3.0

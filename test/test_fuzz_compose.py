@@ -464,7 +464,6 @@ WRITABLE_VIEWS: list[tuple[str, Callable[[Fuzz, tuple[int, ...]], tuple[str, Cal
 
 def op_setitem(f: Fuzz, x: Val) -> Val:
   """A copy of x written into through a chain of views and an index, as `y = x.clone(); y.T[1:, 0] = v`."""
-  if f.grad: raise Skip("no gradients through setitem")
   shape, views = x.shape, []
   for _ in range(f.randint(0, 2)):
     made = f.pick(WRITABLE_VIEWS)[1](f, shape)
