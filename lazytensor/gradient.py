@@ -107,11 +107,12 @@ pm_gradient: PatternMatcher[Grads] = PatternMatcher([
    lambda ctx, x, s: (movement(ctx, Ops.PAD, tuple((b, n - e) for (b, e), n in zip(s.arg, x.shape))),)),
   (UPat(Ops.FLIP, name="f"), lambda ctx, f: (movement(ctx, Ops.FLIP, f.arg),)),
   (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+  (UPat(Ops.ASSIGN), lambda ctx: (None, ctx)),                                             # d assign = d value
   (UPat(Ops.CUSTOM_GRAD, name="c"), _custom_grad),                                         # a stated derivative
   (UPat(Ops.COPY, name="c"), _copy_grad),                                                  # d gather = scatter
   (UPat(Ops.MULTI, name="m"), _multi_grad),
-  (UPat((Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST,
-         Ops.ASSIGN), name="x"), lambda ctx, x: (None,) * len(x.src)),                     # not differentiable
+  (UPat((Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST),
+        name="x"), lambda ctx, x: (None,) * len(x.src)),                                   # not differentiable
 ])
 
 def _on_path(root: UOp, targets: set[UOp]) -> list[UOp]:
@@ -133,4 +134,3 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
       if sg is None or not s.dtype.is_float: continue
       grads[s] = grads[s] + sg if s in grads else sg
   return {t: grads[t] for t in targets if t in grads}
-

@@ -108,6 +108,23 @@ def _moved_st(ld: UOp) -> ShapeTracker:
   for m in reversed(moves): st = MOVES[m.op](st, m.arg)
   return st
 
+def _assign_values(g: UOp) -> UOp:
+  """A gradient g with the in-place ops in it that a later one overwrites (x.add_(b).mul_(a): the gradient reads the
+  value of the add, which the mul's assign overwrites) replaced by their values: the gradient computes what it needs
+  instead of reading a buffer that holds something else by then, or running a write again."""
+  if not g.writes: return g
+  superseded: set[UOp] = set()
+  for n in g.toposort:
+    if n.op is Ops.ASSIGN and n.src[1].writes & n.src[0].reads:
+      superseded.update(m for m in n.src[1].toposort if m.op is Ops.ASSIGN and m.src[0].reads & n.src[0].reads)
+  if not superseded: return g
+  done: dict[UOp, UOp] = {}
+  for n in g.toposort:
+    src = tuple(done[s] for s in n.src)
+    # an assign whose value changed would be a second write of the buffer: its value alone
+    done[n] = n if src == n.src and n not in superseded else src[1] if n.op is Ops.ASSIGN else n.replace(src=src)
+  return done[g]
+
 def _writable_view(st: ShapeTracker) -> bool:
   """Whether writes through this view of a buffer reach it, as writes through torch's views (a permute, a strided
   slice) do: a single view where every element is one element of the buffer of its own. An expanded view (elements
@@ -768,7 +785,7 @@ class Tensor(MultiMixin):
     root = self._graph_root()
     nodes = _nodes_standing_for(root, targets)
     grads = compute_gradient(root, seed, {n for ns in nodes for n in ns})
-    out = [_sum_uops([grads[n] for n in ns if n in grads]) for ns in nodes]
+    out = [_sum_uops([_assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
     # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
     return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
             for t, g in zip(targets, out)]

@@ -305,3 +305,17 @@ def test_setitem_with_gradients_through_a_realized_view_is_an_error() -> None:
   x = Tensor([1.0, 2.0], requires_grad=True) * 2
   v = x[1:].realize()
   with pytest.raises(NotImplementedError, match="realized"): v[0] = 3.0
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_inplace_ops_on_a_realized_tensor_keep_gradients() -> None:
+  # x.add_(b) on a realized x computed from a: the assign's value carries the gradient (it was dropped: None)
+  a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([5.0, 1.0], requires_grad=True)
+  x = (a * 2).realize()
+  x.add_(b).mul_(a)
+  (x * x).sum().backward()
+  ta, tb = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([5.0, 1.0], requires_grad=True)
+  tx = ta * 2
+  tx.add_(tb).mul_(ta)
+  (tx * tx).sum().backward()
+  assert a.grad is not None and b.grad is not None
+  assert a.grad.tolist() == ta.grad.tolist() and b.grad.tolist() == tb.grad.tolist()
