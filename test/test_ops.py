@@ -705,6 +705,32 @@ def test_matmul_dtypes(dtype: DType) -> None:
   check_op([(3, 5), (5, 2)], lambda a, b: a.matmul(b), np_fn=np.matmul, dtype=dtype, low=-4, high=5,
            rtol=2e-2 if dtype == F16 else None)
 
+def _einsum(a: Any, b: Any) -> Any:
+  return Tensor.einsum("ij,jk->ik", a, b) if isinstance(a, Tensor) else torch.einsum("ij,jk->ik", a, b)
+
+def _conv2d(a: Any, b: Any) -> Any:
+  x, w = a.reshape(1, 4, 16, 16), b.reshape(16, 4, 4, 4)
+  return x.conv2d(w, padding=1) if isinstance(a, Tensor) else torch.nn.functional.conv2d(x, w, padding=1)
+
+HALF_PRODUCTS: list[tuple[str, Callable[[Any, Any], Any]]] = [
+  ("matmul", lambda a, b: a @ b), ("matmul of transposes", lambda a, b: b.T @ a.T), ("einsum", _einsum),
+  ("conv2d", _conv2d),
+]
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dtype", [F16, dtypes.bfloat16], ids=str)
+@pytest.mark.parametrize("name,fn", HALF_PRODUCTS, ids=[n for n, _ in HALF_PRODUCTS])
+def test_half_products_accumulate_in_float32(dtype: DType, name: str, fn: Callable[[Any, Any], Any]) -> None:
+  # as torch on the CPU: the products are summed in float32 and rounded once. Multiples of 1/32 below 4 (exact in
+  # both half floats) make every product and sum exact in float32, but not the products in half: the one rounding must
+  # match torch's bit for bit, where rounding each product first (as lazytensor did) was off in about half the results
+  rng = np.random.default_rng(0)
+  a, b = (rng.integers(-127, 128, size=s).astype(np.float32) / 32 for s in ((16, 64), (64, 16)))
+  want = fn(*(torch.from_numpy(v).to(torch_dtype(dtype)) for v in (a, b))).float().numpy()
+  got = fn(Tensor(a, dtype=dtype), Tensor(b, dtype=dtype))
+  assert got.dtype == dtype
+  np.testing.assert_array_equal(got.numpy(), want)
+
 def test_dot_and_mixed_dtypes() -> None:
   check_op([(3, 5), (5, 2)], lambda a, b: a.dot(b) if isinstance(a, Tensor) else a @ b)
   check_op([(3, 5), (5,)], lambda a, b: a @ b, dtype=[I32, F32], out_dtype=F32, np_fn=True,

@@ -127,7 +127,7 @@ def _conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride
   win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
   win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
   w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
-  out = (win * w).sum([-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
+  out = win._sum_of_products(w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
   return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
 
 def _conv_transpose(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: int | Sequence[int],

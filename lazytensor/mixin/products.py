@@ -101,9 +101,9 @@ def _contract(a: TensorT, a_labels: list[Any], b: TensorT | None, b_labels: list
     mine = [lab for lab in order if lab in labels]
     moved = t.permute([labels.index(lab) for lab in mine])
     return moved.reshape([t.shape[labels.index(lab)] if lab in labels else 1 for lab in order])
-  prod_ = aligned(a, a_labels) if b is None else aligned(a, a_labels) * aligned(b, b_labels)
-  if not summed: return prod_, keep
-  return prod_.sum(tuple(range(len(keep), len(order))), dtype=prod_.dtype), keep
+  if b is None: return aligned(a, a_labels).sum(tuple(range(len(keep), len(order))), dtype=a.dtype), keep
+  if not summed: return aligned(a, a_labels) * aligned(b, b_labels), keep
+  return aligned(a, a_labels)._sum_of_products(aligned(b, b_labels), tuple(range(len(keep), len(order)))), keep
 
 # ---- matmul ----
 
@@ -122,13 +122,10 @@ def _matmul(x: TensorT, w: TensorT) -> TensorT:
     if da != db and 1 not in (da, db):
       raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
                           "that do not broadcast")
-  dt = promote_types(a.dtype, b.dtype)
   k, m = a.shape[-1], b.shape[-1]
-  b = b.cast(dt)
   # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel; the scheduler may read B from a re-laid copy
   # where the device's heuristics ask for one (engine/schedule.pack_operands)
-  prod_ = a.cast(dt).reshape(*a.shape[:-1], 1, k) * b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k)
-  out = prod_.sum(-1, dtype=dt)
+  out = a.reshape(*a.shape[:-1], 1, k)._sum_of_products(b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k), -1)
   if x.ndim == 1: out = out.reshape(*out.shape[:-2], m)
   if w.ndim == 1: out = out.reshape(*out.shape[:-1])
   return out

@@ -136,6 +136,14 @@ class ReduceMixin(UnaryMixin):
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out.is_half else out
 
+  def _sum_of_products(self, other: Self, axis: Axis) -> Self:
+    """(self * other).sum(axis) in their promoted dtype, the products made and summed in the accumulator's dtype and
+    rounded once: float32 for 16-bit floats (a product of two of them is exact in it), as torch's matmul and conv on
+    the CPU; rounding each product to half before summing was off by an ulp or more in about half the results."""
+    out = promote_types(self.dtype, other.dtype)
+    acc = self._acc_dtype(out)
+    return (self.cast(acc) * other.cast(acc)).sum(axis, dtype=acc).cast(out)
+
   def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DType | str | None) -> Self:
     """sum and prod: torch's result dtype, a float32 accumulator for 16-bit floats, the identity for empty inputs."""
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
