@@ -314,7 +314,9 @@ class NNMixin(RandomMixin):
     """Convolution (cross-correlation, as torch) of (batch, channels, *spatial) with weight (out, in/groups, *kernel):
     views plus one reduce, no im2col buffer. As tinygrad's, it convolves as many dims as the weight has spatial ones.
     `padding`: an int, one per dim, two per dim in torch's flat order (last dim first), "valid" or "same" (an odd
-    total pads one more after, as torch).
+    total pads one more after, as torch). The padding is zeros that the weights multiply like any input, so an
+    infinite or NaN weight over it gives NaN there, as torch's own CPU convolution and its float64 one; torch's float32
+    oneDNN kernels skip the padded taps for some shapes and not others.
 
     >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]

@@ -76,6 +76,25 @@ def _cumsum_last(x: TensorT) -> TensorT:
   def first_n(t: TensorT) -> TensorT: return t.reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
   return first_n(inner) + first_n(carry.unsqueeze(-1).expand(inner.shape))
 
+def _cumsum_float_last(x: TensorT) -> TensorT:
+  """_cumsum_last of floats with infinities and NaN, as a sequential sum gives them. The triangle's zeros times an inf
+  or NaN are NaN, which reached the positions before it (cumsum([1, nan]) was [nan, nan]): the triangle scans the
+  finite values, and the others come after it from the first of each kind: from the first +inf the sum is +inf, from
+  the first -inf -inf, NaN from both and from the first NaN: one reduce over the axis on top of the scan's matmul.
+  A short axis is one reduce of each position's prefix, which only adds."""
+  n = x.shape[-1]
+  if n <= SCAN_TRIANGLE: return _scan_last(x, lambda t, ax: t.sum(ax, dtype=t.dtype), 0.0)  # adds only: one kernel
+  finite = x.isfinite()
+  # the finite values, with the whole gradient of x (which does not depend on the values)
+  kept = finite.where(x, 0)._apply_uop(lambda v, u, d: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, u, d)), x, x.ones_like())
+  pos = type(x).arange(n, device=x.device)
+  nan = x != x
+  # where the first +inf (or NaN) and the first -inf (or NaN) are: one reduce of the two
+  hits = type(x).stack((x == math.inf) | nan, (x == -math.inf) | nan)
+  reached = hits.where(pos, n).min(-1, keepdim=True) <= pos
+  up, down = reached[0], reached[1]
+  return _cumsum_last(kept) + up.where(down.where(math.nan, math.inf), down.where(-math.inf, 0.0)).cast(x.dtype)
+
 def _select(values: TensorT, mask: TensorT, axis: int) -> TensorT:
   """The one value along `axis` where mask is true: a sum for floats (so the gradient reaches only that value), a max
   otherwise (no promotion of ints, and it works for bools)."""
@@ -426,7 +445,7 @@ class ReduceMixin(UnaryMixin):
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
     x = self.cast(self._acc_dtype(out))
     x._resolve_axis(axis)
-    return (x if x.numel() == 0 else x._along(axis, _cumsum_last)).cast(out)
+    return (x if x.numel() == 0 else x._along(axis, _cumsum_float_last if x.dtype.is_float else _cumsum_last)).cast(out)
 
   def cumprod(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
     """Cumulative product along `axis` (ints and bools multiply as in prod).
