@@ -92,7 +92,7 @@ def _cumsum_float_last(x: TensorT) -> TensorT:
   # where the first +inf (or NaN) and the first -inf (or NaN) are: one reduce of the two
   hits = type(x).stack((x == math.inf) | nan, (x == -math.inf) | nan)
   reached = hits.where(pos, n).min(-1, keepdim=True) <= pos
-  up, down = reached[0], reached[1]
+  up, down = (t.squeeze(0) for t in reached.split(1, 0))
   return _cumsum_last(kept) + up.where(down.where(math.nan, math.inf), down.where(-math.inf, 0.0)).cast(x.dtype)
 
 def _select(values: TensorT, mask: TensorT, axis: int) -> TensorT:
