@@ -72,6 +72,20 @@ def test_scans_vs_torch(name: str, shapes: list[Any], fn: Callable[..., Any], to
   check_op(shapes, fn, torch_fn=torch_fn, dtype=dtype or dtypes.float32, atol=1e-2 if dtype == F16 else 1e-3 if
            long else None, rtol=1e-3 if long else None)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("scale", [1e19, 2.5e19, 1e-19, 1.0], ids=str)
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_of_large_values_does_not_overflow(scale: float, correction: int) -> None:
+  # squares of deviations past 1.8e19 overflow float32 where the variance does not (it was inf): as torch's
+  x = (np.random.default_rng(0).uniform(-1, 1, (3, 40)) * scale).astype(np.float32)
+  x[0, :38] = 0.0  # one row: two large values among zeros
+  for axis in (1, None):
+    for fn in ("var", "std"):
+      want = getattr(torch.from_numpy(x), fn)(axis, correction=correction).numpy()
+      got = getattr(Tensor(x), fn)(axis, correction=correction).numpy()
+      assert np.isfinite(got).all()
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())  # subnormal variances too
+
 @pytest.mark.parametrize("name,fn", named([
   ("cumsum", lambda x: x.cumsum(1)), ("cumsum_long", lambda x: x.repeat(1, 50).reshape(2, 600).cumsum(1)),
   ("cumprod", lambda x: x.cumprod(0)), ("cummax", lambda x: x.cummax(1)), ("cummin", lambda x: x.cummin(0)),

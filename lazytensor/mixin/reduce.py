@@ -270,8 +270,14 @@ class ReduceMixin(UnaryMixin):
     x = self._to_float()
     xa = x.cast(self._acc_dtype(x.dtype))
     count = prod(self.shape[a] for a in self._axes(axis))
-    sq = (xa - xa.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-    return (sq / max(0, count - correction)).cast(x.dtype)
+    dev = xa - xa.mean(axis, keepdim=True)
+    if (k := count - correction) <= 0: return (dev.square().sum(axis, keepdim) / 0).cast(x.dtype)  # NaN, as torch
+    # the deviations scaled by 2**-e (exact), with 4**e >= k: each square, and every partial sum, is at most the
+    # variance, so it overflows only where the variance does (squares of deviations past 1.8e19 overflowed float32);
+    # one multiply more in the same kernel. The range where squares underflow moves up by the same factor
+    e = ((k - 1).bit_length() + 1) // 2
+    sq = (dev * 2.0 ** -e).square().sum(axis, keepdim)
+    return (sq * (4.0 ** e / k)).cast(x.dtype)
 
   def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
     """The standard deviation over `axis`: the square root of var.
