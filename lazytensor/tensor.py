@@ -23,7 +23,7 @@ from lazytensor.engine import live
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
+from lazytensor.graph import buffer_view, const_uop, copy_to, is_own_value, multi_leaves, shard_like
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.mixin.multi import MultiMixin, open_devices
 from lazytensor.shape.view import ShapeTracker
@@ -137,8 +137,8 @@ def _host_values(ld: UOp) -> np.ndarray | None:
   """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
   None for a lazy one."""
   moves = []
-  while ld.op in MOVES:
-    moves.append(ld)
+  while ld.op in MOVES or is_own_value(ld):  # a copy op's result has the values of the view under it
+    if ld.op in MOVES: moves.append(ld)
     ld = ld.src[0]
   if ld.op is Ops.MULTI:
     if (whole := _gathered(ld)) is None: return None

@@ -277,7 +277,7 @@ class ReduceMixin(UnaryMixin):
     # one multiply more in the same kernel. The range where squares underflow moves up by the same factor
     e = ((k - 1).bit_length() + 1) // 2
     sq = (dev * 2.0 ** -e).square().sum(axis, keepdim)
-    return (sq * (4.0 ** e / k)).cast(x.dtype)
+    return (sq / (k / 4.0 ** e)).cast(x.dtype)  # k / 4**e is exact: one rounding, as sq / k was
 
   def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
     """The standard deviation over `axis`: the square root of var.
