@@ -49,21 +49,19 @@ def fold_movement(m: UOp, x: UOp) -> UOp:
   if x.op is Ops.VIEW: return UOp(Ops.VIEW, m.dtype, x.src, (x.arg + st).simplify())
   return UOp(Ops.VIEW, m.dtype, (x,), st)
 
-def _read_through(s: UOp) -> UOp:
-  """What an op reads of its source s: the value under a copy op's own_value, viewed as s views it."""
-  if is_own_value(s): return s.src[0]
-  if s.op is Ops.VIEW and is_own_value(s.src[0]):
-    x = s.src[0].src[0]
-    return UOp(Ops.VIEW, s.dtype, x.src, (x.arg + s.arg).simplify()) if x.op is Ops.VIEW else s.replace(src=(x,))
-  return s
+def own_value_up(m: UOp, c: UOp) -> UOp | None:
+  """A movement of a copy op's result (graph.own_value) is the own_value of the movement: the marker goes up the
+  views, which fold onto the value under it as they would without it."""
+  return UOp(Ops.CAST, m.dtype, (m.replace(src=(c.src[0],)),)) if is_own_value(c) else None
 
 def read_through_own_values(u: UOp) -> UOp | None:
-  """An op that consumes a copy op's result (graph.own_value) reads the views under it, so kernels and fusion are as
-  if it were not there. Only where a tensor holds it (a root, a contiguous of it) it stays, for a buffer of its own."""
-  src = tuple(_read_through(s) for s in u.src)
+  """An op that consumes a copy op's result reads the value under it, so kernels and fusion are as if it were not
+  there. Only where a tensor holds it (a root, a contiguous of it) it stays, for a buffer of its own."""
+  src = tuple(s.src[0] if is_own_value(s) else s for s in u.src)
   return None if src == u.src else u.replace(src=src)
 
 pm_resolve: PatternMatcher[UOp] = PatternMatcher([
+  (UPat(GroupOp.Movement, src=(UPat(Ops.CAST, name="c"),), name="m"), own_value_up),      # move(own(x)) -> own(move(x))
   (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="m"), fold_movement),                # movement -> VIEW
   (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
   (UPat(GroupOp.Elementwise | {Ops.REDUCE_AXIS, Ops.ASSIGN, Ops.COPY}, name="u"),          # f(own(x)) -> f(x)
