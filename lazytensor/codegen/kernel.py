@@ -108,7 +108,11 @@ class Kernel:
     # constants without a view (e.g. the zero outside a pushed-down pad) are the same everywhere: not part of the shape
     self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS and any(s.op is Ops.VIEW for s in u.src)]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
-    self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else ()
+    # a scatter (engine/scatter.py) stores each entry at its index: its entry axes are its reduce axes, run in order
+    self.scatter = next((u for u in ast.src if u.op is Ops.STORE and len(u.src) == 4), None)
+    assert self.scatter is None or (len(ast.src) == 1 and not reduces), "a scatter kernel is its one store alone"
+    self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else \
+      self.scatter.arg[1] if self.scatter is not None else ()
     assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"
     self.sts = [view_of(u) for u in self.view_nodes]
     ndim = len(self.sts[0].shape)
@@ -265,6 +269,12 @@ class Kernel:
       order[a], order[opt.amt] = order[opt.amt], order[a]
       self.permute(order)
       return
+    if self.scatter is not None:
+      # two entries may name one target: entries run one after another in one thread, never in lanes or threads at once
+      _check(opt.op not in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: a scatter kernel's entries "
+             "(its reduce axes) may name the same target, so they run in order: no UNROLL or GROUP")
+      _check(opt.op is not OptOps.PADTO or opt.axis is None or not 0 <= opt.axis < self.shape_len or
+             not self.kinds[opt.axis].is_reduce, f"{opt}: a scatter kernel's entries are not padded")
     if opt.op is OptOps.PADTO: return self._padto(opt)
     if opt.op is OptOps.TC: return self._tc(opt)
     if opt.op is OptOps.UPCAST:
@@ -359,8 +369,9 @@ class Kernel:
 
   @property
   def name(self) -> str:
-    """E_ for elementwise, r_ for reductions, then the shape; colored by axis kind, unique within the process."""
-    prefix = "r" if self.reduce_axes else "E"
+    """E_ for elementwise, r_ for reductions, S_ for scatters (engine/scatter.py), then the shape; colored by axis
+    kind, unique within the process."""
+    prefix = "S" if self.scatter is not None else "r" if self.reduce_axes else "E"
     base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
     # numbered by shape and axis kinds, so a kernel's number is the same whether its name prints in color or not
     seen = _names_seen[(prefix, tuple(self.full_shape), tuple(self.kinds))]
