@@ -86,13 +86,15 @@ def _compared_with_arange(cond: UOp, axis: int) -> tuple[UOp, int] | None:
 
 def _picked(red: UOp) -> tuple[UOp, UOp] | None:
   """(condition, values) of a reduce's source that keeps the values where the condition holds and the reduce's
-  identity elsewhere: where(c, v, identity), or (for a sum) a one-hot times the values."""
+  identity elsewhere: where(c, v, identity), or (for a sum) a one-hot times the values, or the one-hot alone."""
   src, op = red.src[0], red.arg[0]
   if op is Ops.ADD and src.op is Ops.CAST and src.src[0].op is Ops.WHERE:  # a half summed in float: zero casts to zero
     if (inner := _picked(red.replace(src=(src.src[0],)))) is not None: return inner[0], inner[1].cast(src.dtype)
   if src.op is Ops.WHERE:
     other = src.src[2]
     if other.op is Ops.CONST and other.arg == identity_element(op, other.dtype.scalar()): return src.src[0], src.src[1]
+  if op is Ops.ADD and src.op is Ops.CAST and src.src[0].dtype == dtypes.bool:  # a count of the matches
+    return src.src[0], UOp.const(src.dtype, 1)
   if src.op is Ops.MUL and op is Ops.ADD:
     for hot, v in (src.src, src.src[::-1]):
       if hot.op is Ops.CAST and hot.src[0].dtype == dtypes.bool: return hot.src[0], v

@@ -242,16 +242,26 @@ class BufferSpec:
   stored: bool
   whole: bool  # the kernel stores every element (an unmasked store view with one position per element)
 
+def _extent(n: UOp) -> int:
+  """How many elements of its buffer a load or store reaches: its view's, and past them the steps of a computed
+  index, a gather's LOAD arg (stride, n) (engine/gather.py) or a scatter's STORE arg (op, axes, stride, n)."""
+  size = view_of(n).real_size()
+  if n.op is Ops.LOAD and len(n.src) == 3: stride, count = n.arg
+  elif n.op is Ops.STORE and len(n.src) == 4: stride, count = n.arg[2:]
+  else: return size
+  return size + (count - 1) * stride
+
 def buffer_specs(ast: UOp) -> list[BufferSpec]:
   nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL]
   specs = []
   for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
     mine = [n for n in nodes if n.src[0] is g]
-    size = max(1, *(view_of(n).real_size() for n in mine))
+    size = max(1, *(_extent(n) for n in mine))
     stores = [view_of(n) for n in mine if n.op is Ops.STORE]
     whole = any(st.size == size and all(v.mask is None for v in st.views) for st in stores)
-    specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), any(n.op is Ops.LOAD for n in mine), bool(stores),
-                            whole))
+    # a scatter's store reads what it updates
+    loaded = any(n.op is Ops.LOAD or len(n.src) == 4 for n in mine)
+    specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), loaded, bool(stores), whole))
   assert [s.index for s in specs] == list(range(len(specs))), "a kernel's buffers are numbered 0..n-1"
   return specs
 

@@ -329,9 +329,12 @@ def _reduce_start(dt: DType, reduce: str) -> Any:
 
 def _scatter_reduce(hit: TensorT, vals: TensorT, old: TensorT, axis: int, reduce: str, include_self: bool) -> TensorT:
   terms = hit.where(vals, _zero(old, _reduce_start(old.dtype, reduce)))
-  # the old value is one more term of the reduce: ties between it and the sources share the gradient, as in torch
-  if include_self: terms = terms.cat(old.unsqueeze(axis), dim=axis)
-  out = _reduce_along(terms, axis, reduce)
+  # a sum adds the old value to the sources' sum: the reduce stays a scatter that the scheduler runs as one
+  # (engine/scatter.py). Elsewhere the old value is one more term of the reduce: ties between it and the sources
+  # share the gradient, as in torch
+  if not include_self: out = _reduce_along(terms, axis, reduce)
+  elif reduce in ("sum", "mean") and not old.dtype.is_bool: out = old + _reduce_along(terms, axis, reduce)
+  else: out = _reduce_along(terms.cat(old.unsqueeze(axis), dim=axis), axis, reduce)
   count = hit.sum(axis)
   if reduce == "mean":
     total = (count + 1) if include_self else count.maximum(1)  # never a division by 0, even where it is not used

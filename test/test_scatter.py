@@ -1,0 +1,280 @@
+"""Scatter-adds run as stores at computed addresses (engine/scatter.py): the gradient of nn.Embedding, of `x[idx]` and
+of `gather`, `scatter_reduce` "sum"/"mean"/"amax" and `scatter(reduce="add")` become a fill and a scatter kernel that
+walks the entries once, instead of every target scanning every entry; they compute what the reduce as written computes
+(duplicates accumulate, an index outside the targets writes nothing), under every opt the optimizer and BEAM may
+take, on CPU threads, EMU and CUDACPU."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from lazytensor import Context, Device, Tensor, dtypes, nn
+from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.dtype import DType
+from lazytensor.engine import search
+from lazytensor.engine.realize import compile_kernel, run_schedule
+from lazytensor.engine.scatter import SCATTER_MIN_WORK
+from lazytensor.engine.schedule import create_schedule
+from lazytensor.uop.ops import Ops, UOp
+
+rng = np.random.default_rng(0)
+V, D, N = 300, 32, 256  # targets, elements per target, entries: V * D * N is past SCATTER_MIN_WORK
+
+def _asts(*ts: Tensor) -> list[UOp]:
+  items, _ = create_schedule([t.lazydata for t in ts])
+  return [it.ast for it in items if it.ast.op is Ops.SINK]
+
+def _scatters(*ts: Tensor) -> int:
+  """How many kernels realizing ts runs as scatters (a STORE at an index)."""
+  return sum(1 for ast in _asts(*ts) if any(u.op is Ops.STORE and len(u.src) == 4 for u in ast.src))
+
+def _scans(*ts: Tensor) -> int:
+  """The largest loop nest (product of a kernel's shared shape) among the kernels realizing ts: a scatter run as
+  written scans entries x targets x elements; as a scatter, entries x elements."""
+  return max(_work(ast) for ast in _asts(*ts))
+
+def _work(ast: UOp) -> int:
+  return int(np.prod(Kernel(ast, Device["CPU"].renderer).full_shape))
+
+def _unfolded(fn: Callable[[], Tensor], monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
+  """fn() computed by the reduces as written, every target comparing every entry (as before the scatter kernel)."""
+  with monkeypatch.context() as m, Context(SCHEDULE_CACHE=0):
+    m.setattr("lazytensor.engine.schedule.split_scatter", lambda ast: None)
+    m.setattr("lazytensor.engine.schedule.embedded_scatters", lambda ast: [])
+    out = fn()
+    assert _scatters(out) == 0
+    return out.numpy()
+
+def _index(lo: int, hi: int, shape: tuple[int, ...], dtype: DType = dtypes.int32) -> np.ndarray:
+  return rng.integers(lo, hi, shape).astype(dtype.np)
+
+def _add_at(shape: tuple[int, ...], dim: int, idx: np.ndarray, src: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+  """np.add.at along dim of an index shaped like src (torch's scatter_add); entries outside [0, shape[dim]) skipped."""
+  out = np.zeros(shape, dtype)
+  ok = (idx >= 0) & (idx < shape[dim])
+  coords = list(np.indices(idx.shape))
+  coords[dim] = idx
+  np.add.at(out, tuple(c[ok] for c in coords), src[ok])
+  return out
+
+# ---- the fast path is taken ----
+
+def test_embedding_gradient_is_one_pass_over_the_indices() -> None:
+  emb = nn.Embedding(V, D)
+  emb.weight.requires_grad_()
+  idx = _index(0, V, (4, N // 4))
+  idx[0, :10] = 7  # duplicates
+  up = rng.standard_normal((4, N // 4, D)).astype(np.float32)
+  (emb(Tensor(idx)) * Tensor(up)).sum().backward()
+  assert emb.weight.grad is not None
+  grad = emb.weight.grad
+  assert _scatters(grad) == 1 and _scans(grad) == V * D  # the fill; the scatter walks N x D
+  np.testing.assert_allclose(grad.numpy(), _add_at((V, D), 0, np.repeat(idx.reshape(-1, 1), D, 1),
+                                                   up.reshape(-1, D)), rtol=1e-5, atol=1e-5)
+
+def test_getitem_and_gather_gradients_are_scatters(monkeypatch: pytest.MonkeyPatch) -> None:
+  x0 = rng.standard_normal((V, D)).astype(np.float32)
+  idx = _index(-V, V, (N,))  # negative entries count from the end in x[idx]
+  idx2 = _index(0, V, (N, D))
+  up = rng.standard_normal((N, D)).astype(np.float32)
+  def grads() -> tuple[Tensor, Tensor]:
+    x = Tensor(x0, requires_grad=True)
+    g1, = (x[Tensor(idx)] * Tensor(up)).sum().gradient(x)
+    g2, = (x.gather(0, Tensor(idx2)) * Tensor(up)).sum().gradient(x)
+    return g1, g2
+  g1, g2 = grads()
+  assert _scatters(g1) == 1 and _scatters(g2) == 1 and _scans(g1, g2) == V * D  # the fills; scatters of N x D
+  np.testing.assert_allclose(g1.numpy(), _add_at((V, D), 0, np.repeat((idx % V).reshape(-1, 1), D, 1), up),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(g2.numpy(), _add_at((V, D), 0, idx2, up), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(g1.numpy(), _unfolded(lambda: grads()[0], monkeypatch), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_takes_the_scatter(reduce: str, include_self: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+  torch = pytest.importorskip("torch")
+  x, src = rng.standard_normal((V, D)).astype(np.float32), rng.standard_normal((N, D)).astype(np.float32)
+  idx = _index(0, V, (N, D))
+  idx[:40, 3] = 5  # many entries naming one target
+  fn = lambda: Tensor(x).scatter_reduce(0, Tensor(idx), Tensor(src), reduce, include_self=include_self)
+  out = fn()
+  # amax with its old value is one reduce over entries and the old value together: not a scatter
+  assert _scatters(out) == (0 if (reduce, include_self) == ("amax", True) else 1 if reduce == "sum" and include_self
+                            else 2)
+  want = torch.from_numpy(x).scatter_reduce(0, torch.from_numpy(idx).long(), torch.from_numpy(src), reduce,
+                                            include_self=include_self).numpy()
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out.numpy(), _unfolded(fn, monkeypatch), rtol=1e-5, atol=1e-5)
+
+def test_scatter_with_reduce_add() -> None:
+  x, idx = rng.standard_normal((V, D)).astype(np.float32), _index(0, V, (N, D))
+  out = Tensor(x).scatter(0, Tensor(idx), 2.5, reduce="add")
+  assert _scatters(out) == 1
+  np.testing.assert_allclose(out.numpy(), x + _add_at((V, D), 0, idx, np.full((N, D), 2.5)), rtol=1e-6)
+
+def test_small_scatters_stay_one_kernel() -> None:
+  # below SCATTER_MIN_WORK pairs the reduce as written is one kernel, cheaper than a fill and a scatter
+  x, idx = Tensor.zeros(10, 4).contiguous().realize(), Tensor(np.array([[1, 2, 3, 4]] * 3, np.int32))
+  out = x.scatter_reduce(0, idx, Tensor.ones(3, 4), "sum")
+  assert 3 * 10 * 4 < SCATTER_MIN_WORK and _scatters(out) == 0 and len(_asts(out)) == 1
+  assert out.numpy()[1:5].tolist() == [[3, 0, 0, 0], [0, 3, 0, 0], [0, 0, 3, 0], [0, 0, 0, 3]]
+
+def test_what_reads_its_own_output_is_not_split() -> None:
+  # x += scatter of x's own rows: the fill would overwrite the rows the entries read
+  x = Tensor(rng.standard_normal((V, D)).astype(np.float32)).contiguous().realize()
+  before = x.numpy()
+  idx = _index(0, V, (N, D))
+  x.assign(x.scatter_reduce(0, Tensor(idx), x[:N], "sum")).realize()
+  np.testing.assert_allclose(x.numpy(), before + _add_at((V, D), 0, idx, before[:N]), rtol=1e-5, atol=1e-5)
+
+# ---- values: duplicates, indices outside, dtypes, dims ----
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8, dtypes.float64])
+@pytest.mark.parametrize("idx_dtype", [dtypes.int32, dtypes.int64, dtypes.uint8])
+def test_duplicates_and_indices_outside(dtype: DType, idx_dtype: DType, monkeypatch: pytest.MonkeyPatch) -> None:
+  lo = 0 if idx_dtype.is_unsigned else -50
+  idx = _index(lo, 250, (N, D), idx_dtype)  # a uint8 index never reaches V = 300: other targets stay 0
+  idx[:, 0] = 9  # every entry names one target
+  src = (rng.standard_normal((N, D)) * 4).astype(dtype.np)
+  fn = lambda: Tensor.zeros(V, D, dtype=dtype).scatter_reduce(0, Tensor(idx), Tensor(src), "sum")
+  out = fn()
+  assert _scatters(out) == 1
+  want = _add_at((V, D), 0, idx.astype(np.int64), src.astype(np.float64))
+  tol = 0.1 if dtype == dtypes.float16 else 1e-5  # half accumulates in half: 256 terms of up to ~16
+  got = out.numpy()
+  if dtype.is_int: np.testing.assert_array_equal(got, want.astype(dtype.np))  # wraps as the ints do
+  else: np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * 16)
+  unfolded = _unfolded(fn, monkeypatch)
+  if dtype.is_int: np.testing.assert_array_equal(got, unfolded)
+
+@pytest.mark.parametrize("shape,dim,entries", [((3, 200, 40), 1, 60), ((2, 20, 300), 2, 150), ((250, 3, 2, 40), 0, 90)])
+def test_dims_other_than_0(shape: tuple[int, ...], dim: int, entries: int) -> None:
+  torch = pytest.importorskip("torch")
+  ishape = shape[:dim] + (entries,) + shape[dim + 1:]
+  idx = _index(0, shape[dim], ishape)
+  src, x = rng.standard_normal(ishape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+  out = Tensor(x).scatter_reduce(dim, Tensor(idx), Tensor(src), "sum")
+  assert _scatters(out) == 1
+  want = torch.from_numpy(x).scatter_add(dim, torch.from_numpy(idx).long(), torch.from_numpy(src)).numpy()
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+def test_embedding_of_a_batch_with_out_of_range_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+  # what the pattern computes: an index outside [0, V) (negative included) names no row, so its gradient goes nowhere
+  idx = _index(-20, V + 20, (8, 40))
+  up = rng.standard_normal((8, 40, D)).astype(np.float32)
+  def grad() -> Tensor:
+    Tensor.manual_seed(3)
+    emb = nn.Embedding(V, D)
+    emb.weight.requires_grad_()
+    g, = (emb(Tensor(idx)) * Tensor(up)).sum().gradient(emb.weight)
+    return g
+  got = grad().numpy()
+  np.testing.assert_allclose(got, _add_at((V, D), 0, np.repeat(idx.reshape(-1, 1), D, 1), up.reshape(-1, D)),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got, _unfolded(grad, monkeypatch), rtol=1e-5, atol=1e-5)
+
+def test_garbage_indices_never_write_out_of_bounds() -> None:
+  # what BEAM does to an index buffer: random bits; entries outside write nothing, the rest still add
+  out = Tensor.zeros(V, D).contiguous().scatter_reduce(0, Tensor(_index(0, V, (N, D))), Tensor.ones(N, D), "sum")
+  items, _ = create_schedule([out.lazydata])
+  run_schedule(items[:-1])
+  item = items[-1]
+  idx_buf = next(b for b in item.bufs if b.dtype == dtypes.int32)
+  junk = rng.integers(-2**31, 2**31, (N, D)).astype(np.int32)
+  junk[::3] = rng.integers(0, V, (len(junk[::3]), D))
+  idx_buf.copyin(memoryview(np.ascontiguousarray(junk).view(np.uint8)))
+  compile_kernel(item.ast, Device["CPU"])(item.bufs)
+  np.testing.assert_array_equal(item.bufs[0].numpy().reshape(V, D), _add_at((V, D), 0, junk, np.ones((N, D))))
+
+# ---- every opt the optimizer and BEAM may take is race-free ----
+
+def _scatter_item(idx: np.ndarray) -> tuple[UOp, tuple]:
+  out = Tensor.zeros(V, D).contiguous().scatter_reduce(0, Tensor(idx), Tensor.ones(*idx.shape), "sum")
+  items, _ = create_schedule([out.lazydata])
+  run_schedule(items[:-1])
+  return items[-1].ast, items[-1].bufs
+
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_kernel_refuses_opts_that_run_entries_together(device: str) -> None:
+  ast, _ = _scatter_item(_index(0, V, (N, D)))
+  k = Kernel(ast, Device[device].renderer)
+  entry = k.axes_of(AxisKind.REDUCE)[0]
+  assert k.scatter is not None and k.full_shape[entry] == N
+  for opt in [Opt(OptOps.UNROLL, entry, 4), Opt(OptOps.GROUP, entry, 16), Opt(OptOps.GROUPTOP, entry, 16),
+              Opt(OptOps.PADTO, entry, 300)]:
+    with pytest.raises(KernelOptError): k.apply_opt(opt)
+  # the other axes are split as in any kernel
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+  assert k.full_shape[k.axes_of(AxisKind.REDUCE)[0]] == N
+
+def test_every_search_action_computes_the_same() -> None:
+  # every opt BEAM tries (two rounds of them) either is refused or adds each entry once, duplicates included
+  idx = _index(0, 40, (N, D))
+  ast, bufs = _scatter_item(idx)
+  want = _add_at((V, D), 0, idx, np.ones((N, D)))
+  dev = Device["CPU"]
+  with Context(THREADS=2):
+    first = [o for o in search.actions(Kernel(ast, dev.renderer)) if _legal(ast, [o])]
+    tried = [[o] for o in first] + [[a, b] for a, b in itertools.islice(itertools.product(first, first), 0, None, 7)
+                                    if _legal(ast, [a, b])]
+    assert len(tried) > 10
+    for opts in tried:
+      bufs[0].copyin(memoryview(np.zeros(V * D, np.float32).view(np.uint8)))
+      compile_kernel(ast, dev, opts)(bufs)
+      np.testing.assert_array_equal(bufs[0].numpy().reshape(V, D), want, err_msg=str(opts))
+
+def _legal(ast: UOp, opts: list[Opt]) -> bool:
+  k = Kernel(ast, Device["CPU"].renderer)
+  try:
+    for o in opts: k.apply_opt(o)
+  except KernelOptError: return False
+  assert not k.axes_of(AxisKind.UNROLL, AxisKind.GROUP)
+  return True
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_beam_searched_scatters(beam: int, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(search, "MIN_SEARCH_S", 0.0)  # search these small kernels too
+  idx, src = _index(-5, 60, (N, D)), rng.standard_normal((N, D)).astype(np.float32)
+  with Context(BEAM=beam, CACHEDB=str(tmp_path / "beam.db"), BEAM_TIMEOUT_SEC=5.0, PARALLEL=0, IGNORE_BEAM_CACHE=1):
+    emb = nn.Embedding(V, D)
+    emb.weight.requires_grad_()
+    g, = (emb(Tensor(idx[:, 0])) * Tensor(src)).sum().gradient(emb.weight)
+    out = Tensor.zeros(V, D).scatter_reduce(0, Tensor(idx), Tensor(src), "sum")
+    got_g, got = g.numpy(), out.numpy()
+  search.close_pool()
+  np.testing.assert_allclose(got_g, _add_at((V, D), 0, np.repeat(idx[:, :1], D, 1), src), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got, _add_at((V, D), 0, idx, src), rtol=1e-5, atol=1e-5)
+
+def test_threaded_scatter() -> None:
+  big_d = 256
+  idx = _index(0, 50, (2048,))
+  up = rng.standard_normal((2048, big_d)).astype(np.float32)
+  with Context(THREADS=2):
+    w = Tensor(np.zeros((50, big_d), np.float32), requires_grad=True)
+    g, = (w[Tensor(idx)] * Tensor(up)).sum().gradient(w)
+    item = create_schedule([g.lazydata])[0][-1]
+    k = compile_kernel(item.ast, Device["CPU"]).kernel
+    assert k.scatter is not None and k.axes_of(AxisKind.THREAD)  # the output's columns split across the threads
+    got = g.numpy()
+  np.testing.assert_allclose(got, _add_at((50, big_d), 0, np.repeat(idx[:, None], big_d, 1), up), rtol=1e-4, atol=1e-4)
+
+# ---- GPU backends ----
+
+@pytest.mark.parametrize("device", ["EMU", "CUDACPU"])
+def test_scatter_on_gpu_backends(device: str) -> None:
+  try: Device[device]
+  except Exception as e: pytest.skip(f"{device}: {e}")
+  idx = _index(-10, V + 10, (N, 8))
+  src = rng.standard_normal((N, 8)).astype(np.float32)
+  with Context(DEV=device):
+    emb = nn.Embedding(V, 8)
+    emb.weight.requires_grad_()
+    g, = (emb(Tensor(idx[:, 0])) * Tensor(src)).sum().gradient(emb.weight)
+    out = Tensor.zeros(V, 8).scatter_reduce(0, Tensor(idx), Tensor(src), "sum")
+    assert _scatters(g) == 1 and _scatters(out) == 1
+    got_g, got = g.numpy(), out.numpy()
+  np.testing.assert_allclose(got_g, _add_at((V, 8), 0, np.repeat(idx[:, :1], 8, 1), src), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got, _add_at((V, 8), 0, idx, src), rtol=1e-5, atol=1e-5)
