@@ -151,6 +151,12 @@ def test_transposed_a_is_packed_too() -> None:
   assert len(create_schedule([(a.T @ b).lazydata])[0]) == 3
   np.testing.assert_allclose((a.T @ b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-4)
 
+def test_transposed_b_is_packed_too() -> None:
+  # x @ w.T (a Linear's forward): w's rows are copied into column panels, x into row panels
+  a, b = Tensor.rand(512, 384).realize(), Tensor.rand(1024, 384).realize()
+  assert len(create_schedule([(a @ b.T).lazydata])[0]) == 3
+  np.testing.assert_allclose((a @ b.T).numpy(), a.numpy() @ b.numpy().T, rtol=1e-4)
+
 def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
   # fused into the matmul, (h > 0) * dh would be recomputed for every output column; stored once it is read instead
   rng = np.random.default_rng(1)

@@ -85,6 +85,19 @@ def main() -> None:
     arrays += [xa, xb]
     items.append((f"matmul {n}", "GFLOP/s", 2 * n ** 3, lambda s, i=len(arrays) - 2: s[i] @ s[i + 1],
                   lambda xa=xa, xb=xb: xa @ xb, (lambda ta_=ta_, tb_=tb_: ta_ @ tb_) if torch else None))
+  # the other layouts a model's matmuls take: x @ w.T (a Linear's forward) and a batch of small ones (attention)
+  mm, (bb, bm) = (256 if args.quick else 1024), ((8, 64) if args.quick else (64, 128))
+  xw = rng.random((mm, mm), dtype=np.float32), rng.random((mm, mm), dtype=np.float32)
+  xbm = rng.random((bb, bm, bm), dtype=np.float32), rng.random((bb, bm, bm), dtype=np.float32)
+  tw_, tbm = ([torch.from_numpy(v) for v in xw], [torch.from_numpy(v) for v in xbm]) if torch else ([], [])
+  arrays += [*xw, *xbm]
+  items.append((f"matmul {mm} x @ w.T", "GFLOP/s", 2 * mm ** 3, lambda s, i=len(arrays) - 4: s[i] @ s[i + 1].T,
+                lambda: xw[0] @ xw[1].T, (lambda: tw_[0] @ tw_[1].T) if torch else None))
+  items.append((f"bmm {bb}x{bm}^3", "GFLOP/s", 2 * bb * bm ** 3, lambda s, i=len(arrays) - 2: s[i] @ s[i + 1],
+                lambda: xbm[0] @ xbm[1], (lambda: tbm[0] @ tbm[1]) if torch else None))
+  q = side // 4  # a quarter of big's rows
+  items.append((f"cumsum {q}x{side}", "GB/s", 8 * q * side, lambda s: s[3][:q].cumsum(1),
+                lambda: np.cumsum(big[:q], 1), (lambda: torch.cumsum(t["big"][:q], 1)) if torch else None))
   bs, hw = (4, 28) if args.quick else (32, 56)
   cx, cw = rng.random((bs, 64, hw, hw), dtype=np.float32), rng.random((64, 64, 3, 3), dtype=np.float32)
   tcx, tcw = (torch.from_numpy(cx), torch.from_numpy(cw)) if torch else (None, None)

@@ -123,7 +123,9 @@ class Kernel:
     self.kinds: list[AxisKind] = [kinds[i] for i in order]
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self.applied_opts: list[Opt] = []
-    self.padded: dict[int, int] = {}  # axis -> its size before PADTO
+    # over full_shape, its mask False where PADTO added positions to a reduce axis (they must add the reduce's
+    # identity); a view, so that it follows the splits and permutes of the axes as the buffers' views do
+    self.reduce_pad: ShapeTracker | None = None
     self.tensor_core: TensorCoreUse | None = None
     self.dont_use_locals = False
     self._drop_ones()
@@ -140,6 +142,7 @@ class Kernel:
 
   def _reshape_all(self, new_full: tuple[int, ...], per_st: list[tuple[int, ...]]) -> None:
     self.sts = [st.reshape(shape) for st, shape in zip(self.sts, per_st)]
+    if self.reduce_pad is not None: self.reduce_pad = self.reduce_pad.reshape(new_full)
     self.full_shape = new_full
 
   def _drop_ones(self) -> None:
@@ -192,6 +195,9 @@ class Kernel:
     full = self.full_shape[axis]
     self.sts = [st.shrink(tuple((0, size) if i == axis and s == full else (0, s) for i, s in enumerate(st.shape)))
                 for st in self.sts]
+    if self.reduce_pad is not None:
+      self.reduce_pad = self.reduce_pad.shrink(tuple((0, size) if i == axis else (0, s)
+                                                     for i, s in enumerate(self.full_shape)))
     self.full_shape = self.full_shape[:axis] + (size,) + self.full_shape[axis + 1:]
 
   def _move_into_place(self, pos: int) -> int:
@@ -204,6 +210,7 @@ class Kernel:
 
   def permute(self, order: list[int]) -> None:
     self.sts = [st.permute(tuple(order)) for st in self.sts]
+    if self.reduce_pad is not None: self.reduce_pad = self.reduce_pad.permute(tuple(order))
     self.full_shape = tuple(self.full_shape[i] for i in order)
     self.kinds = [self.kinds[i] for i in order]
 
@@ -212,7 +219,7 @@ class Kernel:
   def copy(self) -> Kernel:
     ret = copy.copy(self)
     ret.sts, ret.kinds = list(self.sts), list(self.kinds)
-    ret.applied_opts, ret.padded = list(self.applied_opts), dict(self.padded)
+    ret.applied_opts = list(self.applied_opts)
     return ret
 
   def upcast_size(self) -> int:
@@ -229,14 +236,14 @@ class Kernel:
 
   def apply_opt(self, opt: Opt) -> None:
     """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
-    saved = (self.full_shape, list(self.kinds), list(self.sts), dict(self.padded), self.tensor_core,
+    saved = (self.full_shape, list(self.kinds), list(self.sts), self.reduce_pad, self.tensor_core,
              self.dont_use_locals)
     try:
       self._apply_opt(opt)
       _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
              f"a block has at most {self.renderer.shared_max}")
     except KernelOptError:
-      self.full_shape, self.kinds, self.sts, self.padded, self.tensor_core, self.dont_use_locals = saved
+      self.full_shape, self.kinds, self.sts, self.reduce_pad, self.tensor_core, self.dont_use_locals = saved
       raise
     self.applied_opts.append(opt)
 
@@ -316,7 +323,7 @@ class Kernel:
     _check(bool(r.tensor_cores), f"{opt}: {r.device or 'this device'} has no tensor cores")
     _check(opt.axis is not None and 0 <= opt.axis < len(r.tensor_cores), f"{opt}: axis selects one of "
            f"{len(r.tensor_cores)} tensor cores")
-    _check(not self.applied_opts and not self.padded, f"{opt}: TC must be the first optimization")
+    _check(not self.applied_opts, f"{opt}: TC must be the first optimization")
     tc = r.tensor_cores[opt.axis or 0]
     match = _find_mma(self.ast, tc.dtype_in, tc.dtype_acc)
     _check(match is not None, f"{opt}: the kernel is not a {tc.dtype_in.name} multiply-accumulate into "
@@ -346,17 +353,15 @@ class Kernel:
     assert opt.axis is not None
     axis, kind = opt.axis, self.kinds[opt.axis]
     _check(kind in (AxisKind.GLOBAL, AxisKind.REDUCE), f"{opt}: only GLOBAL and REDUCE axes can be padded")
-    _check(axis not in self.padded, f"{opt}: axis {axis} is already padded")
     size = self.full_shape[axis]
     _check(opt.amt > 1, f"{opt}: pad to a multiple > 1")
     new = -(-size // opt.amt) * opt.amt
     _check(new != size, f"{opt}: axis {axis} of size {size} is already a multiple of {opt.amt}")
     _check(new <= size * 2, f"{opt}: padding {size} to {new} more than doubles the work")
-    self.sts = [st.pad(tuple((0, new - size) if i == axis and st.shape[i] == size else (0, 0)
-                             for i in range(self.shape_len)))
-                for st in self.sts]
+    pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
+    self.sts = [st.pad(pad if st.shape[axis] == size else tuple((0, 0) for _ in pad)) for st in self.sts]
+    if kind is AxisKind.REDUCE: self.reduce_pad = (self.reduce_pad or ShapeTracker.from_shape(self.full_shape)).pad(pad)
     self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
-    self.padded[axis] = size
 
   # ---- naming ----
 

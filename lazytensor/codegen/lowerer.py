@@ -398,13 +398,8 @@ class _ReduceLowerer:
 
   def _mask_padding(self, v: UOp, key: tuple[int, ...]) -> UOp:
     """Positions added by PADTO on a reduce axis contribute the reduce's identity."""
-    checks = []
-    for axis, size in self.k.padded.items():
-      if not self.k.kinds[axis].is_reduce: continue
-      idx = self.lw.idxs_for(key, self.k.full_shape)[axis]
-      checks.append(idx.lt(size))
-    if not checks: return v
-    cond = simplify(_all(checks))
+    if self.k.reduce_pad is None: return v
+    cond = simplify(self.k.reduce_pad.to_indexed_uops(self.lw.idxs_for(key, self.k.full_shape))[1])
     if cond.op is Ops.CONST and cond.arg is True: return v
     if self.lw.depends_on_lane(cond):
       cond = UOp(Ops.VECTORIZE, dtypes.bool.vec(self.lw.lanes.width), tuple(self.lw.per_lane(cond)))

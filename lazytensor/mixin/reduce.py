@@ -52,6 +52,30 @@ def _scan_last(x: TensorT, reduce: Callable[[TensorT, int], TensorT], identity: 
   both = type(x).stack(carry.unsqueeze(-1).expand(inner.shape), inner, dim=-1)
   return reduce(both, -1).reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
 
+# a cumsum is products with a triangle of ones: a block of b elements times the (b, b) upper triangle is the block's
+# scan, a matmul the heuristics tile into registers (the prefix-window reduce of _scan_last is a masked reduce per
+# output: cumsum of 64 x 50257 on one AVX2 thread 1.3 s -> 12-17 ms, numpy 12, torch 3.7)
+SCAN_TRIANGLE = 32
+
+def _triangle(like: TensorT, n: int) -> TensorT:
+  """(n, n) ones on and above the diagonal, in like's dtype: row j adds x[j] to the scans of positions j and after."""
+  pos = type(like)._iota(n, like.device)
+  return (pos.reshape(n, 1) <= pos.reshape(1, n)).cast(like.dtype)
+
+def _cumsum_last(x: TensorT) -> TensorT:
+  """Inclusive sum scan along the last axis: blocks of SCAN_TRIANGLE by the triangle (stored once, so that the blocks'
+  matmul loads it), then each block's carry, the exclusive scan of the block totals, added to it."""
+  n = x.shape[-1]
+  if n <= SCAN_TRIANGLE: return x @ _triangle(x, n)  # one kernel, the triangle computed in it
+  b, a, lead = SCAN_TRIANGLE, -(-n // SCAN_TRIANGLE), [(0, 0)] * (x.ndim - 1)
+  inner = x.pad(lead + [(0, a * b - n)]).reshape(*x.shape[:-1], a, b) @ _triangle(x, b).contiguous()
+  # the totals shifted by one: block j gets the sum of blocks 0..j-1, exactly (no subtraction)
+  totals = inner.shrink([None] * x.ndim + [(b - 1, b)]).squeeze(-1)
+  carry = _cumsum_last(totals.pad(lead + [(1, -1)]))
+  # the first n positions of both, so that the kernel that adds them writes the result and nothing else
+  def first_n(t: TensorT) -> TensorT: return t.reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
+  return first_n(inner) + first_n(carry.unsqueeze(-1).expand(inner.shape))
+
 def _select(values: TensorT, mask: TensorT, axis: int) -> TensorT:
   """The one value along `axis` where mask is true: a sum for floats (so the gradient reaches only that value), a max
   otherwise (no promotion of ints, and it works for bools)."""
@@ -384,15 +408,17 @@ class ReduceMixin(UnaryMixin):
     return self._along(axis, lambda x: _scan_last(x, reduce, identity))
 
   def cumsum(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
-    """Cumulative sum along `axis` (ints and bools sum as in sum). One reduce over each element's prefix up to
-    512 elements; longer axes scan in blocks of up to 256 (see scan), so the work stays near linear.
+    """Cumulative sum along `axis` (ints and bools sum as in sum): blocks of 32 elements times a triangle of ones (a
+    matmul), then each block's carry added, so the work stays linear.
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).cumsum(1).tolist()
     [[1, 3, 6], [4, 9, 15]]
     """
     axis = dim_alias("cumsum", axis, dim, 0)
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
-    return self.cast(self._acc_dtype(out))._scan(axis, lambda t, ax: t.sum(ax), 0).cast(out)
+    x = self.cast(self._acc_dtype(out))
+    x._resolve_axis(axis)
+    return (x if x.numel() == 0 else x._along(axis, _cumsum_last)).cast(out)
 
   def cumprod(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
     """Cumulative product along `axis` (ints and bools multiply as in prod).
