@@ -56,8 +56,8 @@ ORDINARY: dict[str, Callable[[], Tensor]] = {
   "one_hot": lambda: Tensor([3, 1, 4, 1]).one_hot(10),
   "gather": lambda: Tensor.rand(10, 12).gather(1, Tensor([[1, 2], [0, 11]] * 5)),
   # a scatter's fill and scatter kernels (engine/scatter.py): the address at the index is clamped into the targets
-  "scatter_add": lambda: Tensor.rand(300, 64).scatter_reduce(0, Tensor([[(7 * i + j) % 300 for j in range(64)]
-                                                                       for i in range(40)]), Tensor.rand(40, 64), "sum"),
+  "scatter_add": lambda: Tensor.rand(300, 64).scatter_reduce(
+    0, Tensor([[(7 * i + j) % 300 for j in range(64)] for i in range(40)]), Tensor.rand(40, 64), "sum"),
   "cumsum": lambda: Tensor.rand(50, 300).cumsum(1),
   "randn": lambda: Tensor.randn(4096),
   "strided": lambda: Tensor.rand(64, 64)[::3, 1::2].contiguous(),
