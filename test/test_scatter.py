@@ -92,18 +92,21 @@ def test_getitem_and_gather_gradients_are_scatters(monkeypatch: pytest.MonkeyPat
   np.testing.assert_allclose(g2.numpy(), _add_at((V, D), 0, idx2, up), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(g1.numpy(), _unfolded(lambda: grads()[0], monkeypatch), rtol=1e-5, atol=1e-5)
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "amax"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
-def test_scatter_reduce_takes_the_scatter(reduce: str, include_self: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32])
+def test_scatter_reduce_takes_the_scatter(reduce: str, include_self: bool, dtype: DType,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
   torch = pytest.importorskip("torch")
-  x, src = rng.standard_normal((V, D)).astype(np.float32), rng.standard_normal((N, D)).astype(np.float32)
+  x, src = (rng.standard_normal((V, D)) * 9).astype(dtype.np), (rng.standard_normal((N, D)) * 9).astype(dtype.np)
   idx = _index(0, V, (N, D))
   idx[:40, 3] = 5  # many entries naming one target
   fn = lambda: Tensor(x).scatter_reduce(0, Tensor(idx), Tensor(src), reduce, include_self=include_self)
   out = fn()
-  # amax with its old value is one reduce over entries and the old value together: not a scatter
-  assert _scatters(out) == (0 if (reduce, include_self) == ("amax", True) else 1 if reduce == "sum" and include_self
-                            else 2)
+  # a max or min with its old value is one reduce over the entries and the old value together: not a scatter. A sum
+  # adds the old value to one scatter; the rest are where(count > 0, reduce, old): the count and the reduce scatter
+  folded = 0 if include_self and reduce in ("amax", "amin") else 1 if include_self and reduce == "sum" else 2
+  assert _scatters(out) == folded
   want = torch.from_numpy(x).scatter_reduce(0, torch.from_numpy(idx).long(), torch.from_numpy(src), reduce,
                                             include_self=include_self).numpy()
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
