@@ -13,6 +13,7 @@ import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes, nn
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.codegen.renderer import Renderer
 from lazytensor.dtype import DType
 from lazytensor.engine import search
 from lazytensor.engine.realize import compile_kernel, run_schedule
@@ -194,10 +195,12 @@ def test_garbage_indices_never_write_out_of_bounds() -> None:
 
 # ---- every opt the optimizer and BEAM may take is race-free ----
 
-def _scatter_item(idx: np.ndarray) -> tuple[UOp, tuple]:
-  out = Tensor.zeros(V, D).contiguous().scatter_reduce(0, Tensor(idx), Tensor.ones(*idx.shape), "sum")
-  items, _ = create_schedule([out.lazydata])
-  run_schedule(items[:-1])
+def _scatter_item(idx: np.ndarray, device: str = "CPU") -> tuple[UOp, tuple]:
+  """The scatter kernel of a scatter-add of ones into zeros, and its buffers with the inputs in place."""
+  with Context(DEV=device):
+    out = Tensor.zeros(V, D).contiguous().scatter_reduce(0, Tensor(idx), Tensor.ones(*idx.shape), "sum")
+    items, _ = create_schedule([out.lazydata])
+    run_schedule(items[:-1])
   return items[-1].ast, items[-1].bufs
 
 @pytest.mark.parametrize("device", ["CPU", "EMU"])
@@ -213,24 +216,26 @@ def test_kernel_refuses_opts_that_run_entries_together(device: str) -> None:
   k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
   assert k.full_shape[k.axes_of(AxisKind.REDUCE)[0]] == N
 
-def test_every_search_action_computes_the_same() -> None:
-  # every opt BEAM tries (two rounds of them) either is refused or adds each entry once, duplicates included
+@pytest.mark.parametrize("device,every", [("CPU", 7), ("EMU", 23)])
+def test_every_search_action_computes_the_same(device: str, every: int) -> None:
+  # every opt BEAM tries first, and some of the pairs of them, either is refused or adds each entry once, duplicates
+  # included; EMU has local threads and shared memory (LOCAL, GROUP) and reports races
   idx = _index(0, 40, (N, D))
-  ast, bufs = _scatter_item(idx)
+  ast, bufs = _scatter_item(idx, device)
   want = _add_at((V, D), 0, idx, np.ones((N, D)))
-  dev = Device["CPU"]
+  dev = Device[device]
   with Context(THREADS=2):
-    first = [o for o in search.actions(Kernel(ast, dev.renderer)) if _legal(ast, [o])]
-    tried = [[o] for o in first] + [[a, b] for a, b in itertools.islice(itertools.product(first, first), 0, None, 7)
-                                    if _legal(ast, [a, b])]
+    first = [o for o in search.actions(Kernel(ast, dev.renderer)) if _legal(ast, dev.renderer, [o])]
+    pairs = itertools.islice(itertools.product(first, first), 0, None, every)
+    tried = [[o] for o in first] + [[a, b] for a, b in pairs if _legal(ast, dev.renderer, [a, b])]
     assert len(tried) > 10
     for opts in tried:
       bufs[0].copyin(memoryview(np.zeros(V * D, np.float32).view(np.uint8)))
       compile_kernel(ast, dev, opts)(bufs)
       np.testing.assert_array_equal(bufs[0].numpy().reshape(V, D), want, err_msg=str(opts))
 
-def _legal(ast: UOp, opts: list[Opt]) -> bool:
-  k = Kernel(ast, Device["CPU"].renderer)
+def _legal(ast: UOp, renderer: Renderer, opts: list[Opt]) -> bool:
+  k = Kernel(ast, renderer)
   try:
     for o in opts: k.apply_opt(o)
   except KernelOptError: return False
