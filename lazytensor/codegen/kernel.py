@@ -98,6 +98,15 @@ def _check(cond: bool, msg: str) -> None:
 def view_of(node: UOp) -> ShapeTracker:
   return next(s.arg for s in node.src if s.op is Ops.VIEW)
 
+def reach(node: UOp) -> int:
+  """How many elements of its buffer a load or store reaches: its view's, and past them the steps of a computed
+  index, a gather's LOAD arg (stride, n) (engine/gather.py) or a scatter's STORE arg (op, axes, stride, n)."""
+  size = view_of(node).real_size()
+  if node.op is Ops.LOAD and len(node.src) == 3: stride, count = node.arg
+  elif node.op is Ops.STORE and len(node.src) == 4: stride, count = node.arg[2:]
+  else: return size
+  return size + (count - 1) * stride
+
 # every AST that got a name, per name: a second different kernel with the same shape is called ...n1
 _names_seen: defaultdict[tuple, list[bytes]] = defaultdict(list)
 
@@ -391,6 +400,7 @@ class Kernel:
     mem = 0
     for node in self.view_nodes:
       if node.op in (Ops.LOAD, Ops.STORE):
-        mem += min(prod(self.full_shape), view_of(node).real_size()) * node.src[0].dtype.itemsize
+        touched = min(prod(self.full_shape), reach(node)) * node.src[0].dtype.itemsize
+        mem += touched * 2 if node is self.scatter else touched  # a scatter reads what it updates
     return ops * prod(self.full_shape), mem
 

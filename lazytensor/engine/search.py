@@ -68,7 +68,16 @@ import numpy as np
 from tqdm import tqdm
 
 from lazytensor.codegen.heuristic import blocks_may_pay, hand_coded_optimizations
-from lazytensor.codegen.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
+from lazytensor.codegen.kernel import (
+  MAX_SHARES_PER_THREAD,
+  AxisKind,
+  Kernel,
+  KernelOptError,
+  Opt,
+  OptOps,
+  reach,
+  view_of,
+)
 from lazytensor.codegen.program import LaunchDims, get_program, program_key
 from lazytensor.device import Buffer, Compiled, Device
 from lazytensor.dtype import DType, from_storage, to_dtype, to_storage
@@ -242,21 +251,12 @@ class BufferSpec:
   stored: bool
   whole: bool  # the kernel stores every element (an unmasked store view with one position per element)
 
-def _extent(n: UOp) -> int:
-  """How many elements of its buffer a load or store reaches: its view's, and past them the steps of a computed
-  index, a gather's LOAD arg (stride, n) (engine/gather.py) or a scatter's STORE arg (op, axes, stride, n)."""
-  size = view_of(n).real_size()
-  if n.op is Ops.LOAD and len(n.src) == 3: stride, count = n.arg
-  elif n.op is Ops.STORE and len(n.src) == 4: stride, count = n.arg[2:]
-  else: return size
-  return size + (count - 1) * stride
-
 def buffer_specs(ast: UOp) -> list[BufferSpec]:
   nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL]
   specs = []
   for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
     mine = [n for n in nodes if n.src[0] is g]
-    size = max(1, *(_extent(n) for n in mine))
+    size = max(1, *(reach(n) for n in mine))
     stores = [view_of(n) for n in mine if n.op is Ops.STORE]
     whole = any(st.size == size and all(v.mask is None for v in st.views) for st in stores)
     # a scatter's store reads what it updates
