@@ -119,6 +119,29 @@ def test_scatter_with_reduce_add() -> None:
   assert _scatters(out) == 1
   np.testing.assert_allclose(out.numpy(), x + _add_at((V, D), 0, idx, np.full((N, D), 2.5)), rtol=1e-6)
 
+@pytest.mark.parametrize("dim", [0, 1])
+def test_index_add_and_scatter_add_are_torchs(dim: int) -> None:
+  torch = pytest.importorskip("torch")
+  x = rng.standard_normal((V, D)).astype(np.float32)
+  idx = _index(0, x.shape[dim], (N,))
+  source = rng.standard_normal((N, D) if dim == 0 else (V, N)).astype(np.float32)
+  out = Tensor(x).index_add(dim, Tensor(idx), Tensor(source), alpha=0.5)
+  assert _scatters(out) == 1
+  want = torch.from_numpy(x).index_add(dim, torch.from_numpy(idx).long(), torch.from_numpy(source), alpha=0.5)
+  np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+  idx2 = _index(0, x.shape[dim], source.shape)
+  out = Tensor(x).scatter_add(dim, Tensor(idx2), Tensor(source))
+  assert _scatters(out) == 1
+  want = torch.from_numpy(x).scatter_add(dim, torch.from_numpy(idx2).long(), torch.from_numpy(source))
+  np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+def test_index_add_errors_name_the_shapes() -> None:
+  x = Tensor.zeros(4, 3)
+  with pytest.raises(ValueError, match=r"1-d integer Tensor"): x.index_add(0, Tensor([[0, 1]]), Tensor.ones(2, 3))
+  with pytest.raises(ValueError, match=r"1-d integer Tensor"): x.index_add(0, Tensor([0.0, 1.0]), Tensor.ones(2, 3))
+  with pytest.raises(ValueError, match=r"shape \(2, 3\).*got \(3, 3\)"):
+    x.index_add(0, Tensor([0, 1]), Tensor.ones(3, 3))
+
 def test_small_scatters_stay_one_kernel() -> None:
   # below SCATTER_MIN_WORK pairs the reduce as written is one kernel, cheaper than a fill and a scatter
   x, idx = Tensor.zeros(10, 4).contiguous().realize(), Tensor(np.array([[1, 2, 3, 4]] * 3, np.int32))

@@ -461,6 +461,34 @@ class IndexMixin(ReduceMixin):
     d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
     return _scatter(self, d, index, value, reduce, include_self)
 
+  def scatter_add(self, dim: int, index: Self, src: Self) -> Self:
+    """Add src into a copy of self at the given indices along `dim`, as torch.scatter_add: out[index[i][j]][j] +=
+    src[i][j] for dim 0, repeated indices adding up. One pass over the entries (engine/scatter.py). An index out of
+    range writes nothing.
+
+    >>> Tensor.zeros(3).scatter_add(0, Tensor([0, 2, 0]), Tensor([1.0, 2.0, 3.0])).tolist()
+    [4.0, 0.0, 2.0]
+    """
+    return self.scatter_reduce(dim, index, src, "sum")
+
+  def index_add(self, dim: int, index: Self, source: Self, alpha: Any = 1) -> Self:
+    """Add alpha * source into a copy of self at the 1-d index's positions along `dim`, as torch.index_add:
+    out[index[i]] += alpha * source[i] for dim 0, repeated indices adding up; source is self's shape with `dim` of the
+    index's length. An index out of range writes nothing.
+
+    >>> Tensor.zeros(3, 2).index_add(0, Tensor([2, 0, 2]), Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])).tolist()
+    [[2.0, 2.0], [0.0, 0.0], [4.0, 4.0]]
+    """
+    d = self._resolve_axis(dim)
+    if not _is_tensor(index) or not index.dtype.is_int or index.ndim != 1:
+      raise ArgumentError(f"index_add: index must be a 1-d integer Tensor, got {getattr(index, 'shape', index)!r}")
+    want = self.shape[:d] + (index.shape[0],) + self.shape[d + 1:]
+    if not _is_tensor(source) or source.shape != want:
+      raise ArgumentError(f"index_add: source must be a Tensor of shape {want} (the tensor's {self.shape} with dim {d} "
+                          f"of the index's length), got {getattr(source, 'shape', type(source).__name__)}")
+    spread = index.reshape([-1 if i == d else 1 for i in range(self.ndim)]).expand(want)
+    return self.scatter_reduce(d, spread, source if alpha == 1 else source * alpha, "sum")
+
   def masked_fill(self, mask: Self, value: Any) -> Self:
     """`value` (a number or a 0-d tensor, cast to self's dtype) where the bool mask is True, self elsewhere; mask and
     self broadcast together.
