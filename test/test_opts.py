@@ -253,6 +253,23 @@ def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   assert [o.op for o in k.applied_opts][:1] == [OptOps.UPCAST], k.applied_opts
   np.testing.assert_allclose(_run(item, "CPU", k.applied_opts), x.numpy().sum(0), rtol=1e-4, atol=1e-4)
 
+@pytest.mark.parametrize("target", ["x86-64-v4", "x86-64-v3"])
+def test_odd_matmul_pads_its_columns_to_vectors(target: str) -> None:
+  # 197 columns (a ViT's tokens): no vector divides them; padded to 208, 16 lanes (224 for 32 would add more than
+  # 1/8), the tile is vectors with masked loads instead of scalar code. 20 columns would need 60% more: left alone.
+  pad, vectors = Opt(OptOps.PADTO, 2, 16), Opt(OptOps.UPCAST, 2, 16)
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  a, b = _t(4, 197, 64), _t(4, 64, 197)
+  item = create_schedule([(a @ b).lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target(target))))
+  assert pad in k.applied_opts and vectors in k.applied_opts, k.applied_opts
+  np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(4, 197, 197), a.numpy() @ b.numpy(), rtol=1e-4,
+                             atol=1e-4)
+  narrow = create_schedule([(_t(64, 64) @ _t(64, 20)).lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(narrow.ast, LLVMRenderer(cpu_target(target))))
+  assert all(o.op is not OptOps.PADTO for o in k.applied_opts), k.applied_opts
+
 @pytest.mark.parametrize("target, rows", [("x86-64-v4", 7), ("x86-64-v3", 4)])
 def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeypatch, target: str, rows: int) -> None:
   from lazytensor.codegen import heuristic
