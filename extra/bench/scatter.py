@@ -20,13 +20,17 @@ from lazytensor import Tensor, nn
 from lazytensor.engine import schedule
 from lazytensor.helpers import THREADS, Context
 
+Inputs = tuple[np.ndarray, np.ndarray]
+Step = Callable[[Inputs], object]
 
-def best(step: Callable[[], object], steps: int) -> float:
-  """The fastest of `steps` runs of step(), in seconds (the first warms caches and compiles)."""
+def best(step: Step, inputs: Callable[[], Inputs], steps: int) -> float:
+  """The fastest of `steps` runs of step on fresh inputs (made before the clock starts), in seconds; the first run
+  compiles and warms the caches."""
   times = []
   for _ in range(steps):
+    args = inputs()
     st = time.perf_counter()
-    step()
+    step(args)
     times.append(time.perf_counter() - st)
   return min(times)
 
@@ -39,64 +43,59 @@ def unfolded() -> Iterator[None]:
     with Context(SCHEDULE_CACHE=0): yield
   finally: schedule.split_scatter, schedule.embedded_scatters = split, embedded
 
-def embedding_steps(v: int, d: int, n: int) -> dict[str, Callable[[], object]]:
+def embedding_steps(v: int, d: int, n: int) -> tuple[dict[str, Step], Callable[[], Inputs]]:
   rng = np.random.default_rng(0)
   emb = nn.Embedding(v, d)
   emb.weight.requires_grad_()
   weight = emb.weight.numpy()
-  def inputs() -> tuple[np.ndarray, np.ndarray]:
-    return rng.integers(0, v, n).astype(np.int32), rng.standard_normal((n, d)).astype(np.float32)
-  def lazy() -> Tensor:
-    idx, up = inputs()
-    g, = (emb(Tensor(idx)) * Tensor(up)).sum().gradient(emb.weight)
+  def inputs() -> Inputs: return rng.integers(0, v, n).astype(np.int32), rng.standard_normal((n, d)).astype(np.float32)
+  def lazy(args: Inputs) -> Tensor:
+    g, = (emb(Tensor(args[0])) * Tensor(args[1])).sum().gradient(emb.weight)
     return g.realize()  # in memory, as torch's and numpy's results are: no copy out
-  def numpy_step() -> np.ndarray:
-    idx, up = inputs()
+  def numpy_step(args: Inputs) -> np.ndarray:
+    idx, up = args
     _ = (weight[idx] * up).sum()
     g = np.zeros_like(weight)
     np.add.at(g, idx, up)
     return g
-  steps: dict[str, Callable[[], object]] = {"lazytensor": lazy, "numpy": numpy_step}
+  steps: dict[str, Step] = {"lazytensor": lazy, "numpy": numpy_step}
   with contextlib.suppress(ImportError):
     import torch
     tw = torch.from_numpy(weight.copy()).requires_grad_()
-    def torch_step() -> object:
-      idx, up = inputs()
+    def torch_step(args: Inputs) -> object:
       tw.grad = None
-      (torch.nn.functional.embedding(torch.from_numpy(idx).long(), tw) * torch.from_numpy(up)).sum().backward()
+      (torch.nn.functional.embedding(torch.from_numpy(args[0]).long(), tw) * torch.from_numpy(args[1])).sum().backward()
       return tw.grad
     steps["torch"] = torch_step
-  return steps
+  return steps, inputs
 
-def scatter_steps(v: int, d: int, n: int) -> dict[str, Callable[[], object]]:
+def scatter_steps(v: int, d: int, n: int) -> tuple[dict[str, Step], Callable[[], Inputs]]:
   rng = np.random.default_rng(1)
-  def inputs() -> tuple[np.ndarray, np.ndarray]:
+  def inputs() -> Inputs:
     return rng.integers(0, v, (n, d)).astype(np.int32), rng.standard_normal((n, d)).astype(np.float32)
-  def lazy() -> Tensor:
-    idx, src = inputs()
-    return Tensor.zeros(v, d).scatter_reduce(0, Tensor(idx), Tensor(src), "sum").realize()
-  def numpy_step() -> np.ndarray:
-    idx, src = inputs()
+  def lazy(args: Inputs) -> Tensor:
+    return Tensor.zeros(v, d).scatter_reduce(0, Tensor(args[0]), Tensor(args[1]), "sum").realize()
+  def numpy_step(args: Inputs) -> np.ndarray:
     out = np.zeros((v, d), np.float32)
-    np.add.at(out, (idx, np.arange(d)[None, :]), src)
+    np.add.at(out, (args[0], np.arange(d)[None, :]), args[1])
     return out
-  steps: dict[str, Callable[[], object]] = {"lazytensor": lazy, "numpy": numpy_step}
+  steps: dict[str, Step] = {"lazytensor": lazy, "numpy": numpy_step}
   with contextlib.suppress(ImportError):
     import torch
-    def torch_step() -> object:
-      idx, src = inputs()
-      return torch.zeros(v, d).scatter_add_(0, torch.from_numpy(idx).long(), torch.from_numpy(src))
+    def torch_step(args: Inputs) -> object:
+      return torch.zeros(v, d).scatter_add_(0, torch.from_numpy(args[0]).long(), torch.from_numpy(args[1]))
     steps["torch"] = torch_step
-  return steps
+  return steps, inputs
 
-def report(name: str, steps: dict[str, Callable[[], object]], runs: int, with_unfolded: bool) -> None:
-  times = {who: best(fn, runs) for who, fn in steps.items()}
+def report(name: str, case: tuple[dict[str, Step], Callable[[], Inputs]], runs: int, with_unfolded: bool) -> None:
+  steps, inputs = case
+  times = {who: best(fn, inputs, runs) for who, fn in steps.items()}
   if with_unfolded:
-    with unfolded(): times["lazytensor unfolded"] = best(steps["lazytensor"], 1)
+    with unfolded(): times["lazytensor unfolded"] = best(steps["lazytensor"], inputs, 1)
   ours = times["lazytensor"]
   print(f"{name}: lazytensor {ours * 1e3:.2f} ms")
   for who, t in times.items():
-    if who != "lazytensor": print(f"  {who:20s} {t * 1e3:9.2f} ms   lazytensor / {who}: {ours / t:.2f}x")
+    if who != "lazytensor": print(f"  {who:20s} {t * 1e3:9.2f} ms   lazytensor / {who}: {ours / t:.3g}x")
 
 def main() -> None:
   ap = argparse.ArgumentParser()
