@@ -224,22 +224,17 @@ class _Lowerer:
     all the same. The lanes of one thread are different targets (they split the output's axes, never the entries),
     so they may load and store at once; an index that differs from lane to lane makes one access per lane."""
     buf, (op, _, stride, n) = node.src[0], node.arg
-    dtype = value.dtype.scalar()
-    def update(addr: UOp, ok: UOp, v: UOp, width: int) -> tuple[UOp, UOp, UOp]:
-      old = self._load(buf, dtype, addr, ok) if width > 1 else _gated_load(buf, dtype, addr, ok)
+    def combined(addr: UOp, ok: UOp, v: UOp) -> UOp:
+      old = self._load(buf, value.dtype.scalar(), addr, ok)
       lanes = max(old.dtype.count, v.dtype.count)
-      new = self.splat(old, lanes).alu(op, self.splat(v, lanes))
-      return addr, ok, new
+      return self.splat(old, lanes).alu(op, self.splat(v, lanes))
     if at.dtype.count == 1:
-      addr, ok, new = update(simplify(idx + _offset(at, n, stride)), simplify(valid & _inside(at, n)), value,
-                             self.lanes.width)
-      return self._store_lane(buf, addr, ok, new)
+      addr, ok = simplify(idx + _offset(at, n, stride)), simplify(valid & _inside(at, n))
+      return self._store_lane(buf, addr, ok, combined(addr, ok, value))
     stores = []
     for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid))):
-      lane_value = value.gep(j) if value.dtype.count > 1 else value
-      addr, ok, new = update(simplify(i + _offset(at.gep(j), n, stride)), simplify(v & _inside(at.gep(j), n)),
-                             lane_value, 1)
-      stores.append(_gated_store(buf, addr, new, ok))
+      addr, ok = simplify(i + _offset(at.gep(j), n, stride)), simplify(v & _inside(at.gep(j), n))
+      stores.append(_gated_store(buf, addr, combined(addr, ok, value.gep(j)), ok))
     return stores
 
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
