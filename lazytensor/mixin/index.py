@@ -7,7 +7,8 @@ fuses with whatever computes `x` and the index, its gradient is the same pattern
 and an index that is out of range matches nothing: it reads 0 and writes nothing, instead of reading out of bounds.
 The scheduler folds the gather's reduce into one load at the index (engine/gather.py): the kernel reads one candidate
 per output, not all of them.
-A scatter is the transposed pattern: each output element reduces the sources whose index names it.
+A scatter is the transposed pattern: each output element reduces the sources whose index names it. The scheduler
+runs it as a fill and a kernel that combines each source into the target its index names (engine/scatter.py).
 """
 from __future__ import annotations
 
