@@ -142,6 +142,27 @@ def test_index_add_errors_name_the_shapes() -> None:
   with pytest.raises(ValueError, match=r"shape \(2, 3\).*got \(3, 3\)"):
     x.index_add(0, Tensor([0, 1]), Tensor.ones(3, 3))
 
+def test_last_write_wins_scatters(monkeypatch: pytest.MonkeyPatch) -> None:
+  # scatter without a reduce and x[idx] = v: each target takes its last entry's value, a max scatter of positions and
+  # a scatter of the value at that position
+  x, src = rng.standard_normal((V, D)).astype(np.float32), rng.standard_normal((N, D)).astype(np.float32)
+  idx = _index(-5, V + 5, (N, D))
+  idx[:50, 2] = 4  # many writes to one target: the 50th wins
+  fn = lambda: Tensor(x).scatter(0, Tensor(idx), Tensor(src))
+  out = fn()
+  assert _scatters(out) == 2
+  want = x.copy()
+  for n, d in itertools.product(range(N), range(D)):
+    if 0 <= idx[n, d] < V: want[idx[n, d], d] = src[n, d]
+  np.testing.assert_array_equal(out.numpy(), want)
+  np.testing.assert_array_equal(out.numpy(), _unfolded(fn, monkeypatch))
+  t = Tensor(x).contiguous().realize()
+  rows, vals = _index(-V, V, (1000,)), rng.standard_normal((1000, D)).astype(np.float32)
+  t[Tensor(rows)] = Tensor(vals)
+  want = x.copy()
+  want[rows] = vals  # numpy: the last write wins too
+  np.testing.assert_array_equal(t.numpy(), want)
+
 def test_small_scatters_stay_one_kernel() -> None:
   # below SCATTER_MIN_WORK pairs the reduce as written is one kernel, cheaper than a fill and a scatter
   x, idx = Tensor.zeros(10, 4).contiguous().realize(), Tensor(np.array([[1, 2, 3, 4]] * 3, np.int32))

@@ -1,9 +1,11 @@
 """Scatter-adds run as stores at a computed address: the transposed gather (engine/gather.py).
 
-The gradient of a gather (nn.Embedding, `x[idx]`, `gather`), `scatter_reduce` "sum" and `scatter(reduce="add")` are
-written with existing ops (mixin/index.py): every target o of the output reduces the entries n whose index names it,
-`where(e[n] == arange(o), v[n], 0).sum(n)`. Run as written, each of the V*D targets scans all N entries: O(N*V*D)
-(nn.Embedding(32000, 256)'s backward over 4096 indices: 1.2 s).
+The gradient of a gather (nn.Embedding, `x[idx]`, `gather`), `scatter_reduce`, `scatter_add`, `index_add` and
+`scatter` are written with existing ops (mixin/index.py): every target o of the output reduces the entries n whose
+index names it, `where(e[n] == arange(o), v[n], 0).sum(n)` (a max for amax/amin and for the position of the last
+write to each target in scatter without a reduce, whose value is then a sum over `e[n] == arange(o) & n == last[o]`).
+Run as written, each of the V*D targets scans all N entries: O(N*V*D) (nn.Embedding(32000, 256)'s backward over 4096
+indices: 1.2 s).
 
 `split_scatter` runs such a kernel as two, each O(its own data):
 * a fill: the output gets what it holds before any entry arrives, the reduce's identity (or the term g of a store
@@ -58,12 +60,22 @@ def _as_scatter(red: UOp, shape: tuple[int, ...]) -> _Scatter | None:
   if op not in SCATTER_OPS or red.dtype == dtypes.bool or (picked := _picked(red)) is None: return None
   if max(prod(u.arg.shape) for u in red.toposort if u.op is Ops.VIEW) < SCATTER_MIN_WORK: return None
   cond, values = picked
-  if any(u.op is Ops.REDUCE_AXIS for u in values.toposort): return None
+  if any(u.op is Ops.REDUCE_AXIS for u in (cond, values) for u in u.toposort): return None
   for axis in range(len(shape)):
-    if axis in axes or shape[axis] == 1 or (found := _compared_with_arange(cond, axis)) is None: continue
-    e, n = found
+    if axis in axes or shape[axis] == 1 or (found := _target_of(cond, axis)) is None: continue
+    (e, n), rest = found
+    if rest is not None: values = rest.where(values, UOp.const(values.dtype, identity_element(op, values.dtype)))
     fold = _Fold(axis, e, n)  # values seen at target 0; a value that varies along the targets is read at e
     if fold.e is not None and (v := fold.at(values)) is not None: return _Scatter(axis, fold.e, v, n)
+  return None
+
+def _target_of(cond: UOp, axis: int) -> tuple[tuple[UOp, int], UOp | None] | None:
+  """((e, n), rest) where cond is `e == arange(n)` along `axis`, or that and a further condition `rest` (an entry that
+  passes only at some targets: the last write to each target, in scatter without a reduce)."""
+  if (found := _compared_with_arange(cond, axis)) is not None: return found, None
+  if cond.op is not Ops.AND: return None
+  for hit, rest in (cond.src, cond.src[::-1]):
+    if (found := _compared_with_arange(hit, axis)) is not None: return found, rest
   return None
 
 def _reduce_and_rest(value: UOp) -> tuple[UOp, UOp | None] | None:

@@ -315,9 +315,11 @@ def _scatter(x: TensorT, dim: int, index: TensorT, src: TensorT, reduce: str | N
   return _scatter_reduce(hit, vals, x, dim + 1, reduce, include_self)
 
 def _scatter_last(hit: TensorT, vals: TensorT, old: TensorT, axis: int, n: int) -> TensorT:
-  # each target takes the value of the last entry that names it: its position is a max, then a sum picks its value
+  # each target takes the value of the last entry that names it: its position is a max, then a sum picks its value.
+  # Both reduce from their identity where no entry matches (the smallest int for the max), so that the scheduler runs
+  # each as a scatter (engine/scatter.py)
   pos = _arange_at(n, axis, hit.ndim, old)
-  last = hit.where(pos, -1).max(axis, keepdim=True)
+  last = hit.where(pos, pos.dtype.min()).max(axis, keepdim=True)
   chosen = _sum_selected(hit & (pos == last), vals, axis)
   return (last.squeeze(axis) >= 0).where(chosen, old)
 
