@@ -326,7 +326,14 @@ def test_scatter_on_gpu_backends(device: str) -> None:
     emb.weight.requires_grad_()
     g, = (emb(Tensor(idx[:, 0])) * Tensor(src)).sum().gradient(emb.weight)
     out = Tensor.zeros(V, 8).scatter_reduce(0, Tensor(idx), Tensor(src), "sum")
-    assert _scatters(g) == 1 and _scatters(out) == 1
-    got_g, got = g.numpy(), out.numpy()
+    low = Tensor.zeros(V, 8).scatter_reduce(0, Tensor(idx), Tensor(src), "amin", include_self=False)  # max scatters
+    last = Tensor.zeros(V, 8).scatter(0, Tensor(idx), Tensor(src))
+    assert _scatters(g) == 1 and _scatters(out) == 1 and _scatters(low) == 2 and _scatters(last) == 2
+    got_g, got, got_low, got_last = g.numpy(), out.numpy(), low.numpy(), last.numpy()
   np.testing.assert_allclose(got_g, _add_at((V, 8), 0, np.repeat(idx[:, :1], 8, 1), src), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(got, _add_at((V, 8), 0, idx, src), rtol=1e-5, atol=1e-5)
+  want_low, want_last = np.full((V, 8), np.inf, np.float32), np.zeros((V, 8), np.float32)
+  for n, d in itertools.product(range(N), range(8)):
+    if 0 <= (row := idx[n, d]) < V: want_low[row, d], want_last[row, d] = min(want_low[row, d], src[n, d]), src[n, d]
+  np.testing.assert_array_equal(got_low, np.where(np.isinf(want_low), 0, want_low))
+  np.testing.assert_array_equal(got_last, want_last)
