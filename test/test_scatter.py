@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from lazytensor import Context, Device, Tensor, dtypes, nn
+from lazytensor import Context, Device, Tensor, TinyJit, dtypes, nn
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.dtype import DType
@@ -209,6 +209,21 @@ def test_dims_other_than_0(shape: tuple[int, ...], dim: int, entries: int) -> No
   want = torch.from_numpy(x).scatter_add(dim, torch.from_numpy(idx).long(), torch.from_numpy(src)).numpy()
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_shapes(seed: int) -> None:
+  torch = pytest.importorskip("torch")
+  r = np.random.default_rng(seed)
+  shape = tuple(int(s) for s in r.integers(1, 70, r.integers(1, 4)))
+  dim = int(r.integers(0, len(shape)))
+  ishape = tuple(int(r.integers(1, s + 1)) if d != dim else int(r.integers(1, 200)) for d, s in enumerate(shape))
+  idx = r.integers(0, shape[dim], ishape).astype(np.int64)
+  src, x = r.standard_normal(ishape).astype(np.float32), r.standard_normal(shape).astype(np.float32)
+  out = Tensor(x).scatter_add(dim, Tensor(idx), Tensor(src))
+  work = int(np.prod(shape)) * ishape[dim]  # entries x targets x x's other elements (the index is padded to them)
+  assert _scatters(out) == (1 if work >= SCATTER_MIN_WORK else 0)
+  want = torch.from_numpy(x).scatter_add(dim, torch.from_numpy(idx), torch.from_numpy(src)).numpy()
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5, err_msg=f"{shape} {dim} {ishape}")
+
 def test_embedding_of_a_batch_with_out_of_range_entries(monkeypatch: pytest.MonkeyPatch) -> None:
   # what the pattern computes: an index outside [0, V) (negative included) names no row, so its gradient goes nowhere
   idx = _index(-20, V + 20, (8, 40))
@@ -312,6 +327,27 @@ def test_threaded_scatter() -> None:
     assert k.scatter is not None and k.axes_of(AxisKind.THREAD)  # the output's columns split across the threads
     got = g.numpy()
   np.testing.assert_allclose(got, _add_at((50, big_d), 0, np.repeat(idx[:, None], big_d, 1), up), rtol=1e-4, atol=1e-4)
+
+def test_jit_replays_the_scatter_with_new_indices() -> None:
+  emb = nn.Embedding(V, D)
+  emb.weight.requires_grad_()
+  @TinyJit
+  def grad(idx: Tensor, up: Tensor) -> Tensor:
+    g, = (emb(idx) * up).sum().gradient(emb.weight)
+    return g.realize()
+  for _ in range(4):
+    idx, up = _index(-3, V, (N,)), rng.standard_normal((N, D)).astype(np.float32)
+    np.testing.assert_allclose(grad(Tensor(idx), Tensor(up)).numpy(),
+                               _add_at((V, D), 0, np.repeat(idx[:, None], D, 1), up), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_sharded_table_gradient(axis: int | None) -> None:
+  devices = ("CPU:0", "CPU:1")
+  idx, up = _index(-5, V, (N,)), rng.standard_normal((N, D)).astype(np.float32)
+  w = Tensor(rng.standard_normal((V, D)).astype(np.float32)).shard(devices, axis).requires_grad_()
+  g, = (w[Tensor(idx).shard(devices, None)] * Tensor(up).shard(devices, 1 if axis == 1 else None)).sum().gradient(w)
+  np.testing.assert_allclose(g.numpy(), _add_at((V, D), 0, np.repeat((idx % V)[:, None], D, 1), up), rtol=1e-5,
+                             atol=1e-5)
 
 # ---- GPU backends ----
 
