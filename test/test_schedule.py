@@ -157,6 +157,13 @@ def test_transposed_b_is_packed_too() -> None:
   assert len(create_schedule([(a @ b.T).lazydata])[0]) == 3
   np.testing.assert_allclose((a @ b.T).numpy(), a.numpy() @ b.numpy().T, rtol=1e-4)
 
+def test_packing_a_slice_copies_the_slice() -> None:
+  # a block of a larger matrix: the panels hold what the matmul reads, not the whole source buffer
+  big, b = Tensor.rand(1024, 2048).realize(), Tensor.rand(512, 1024).realize()
+  items, _ = create_schedule([(big[:512, 1024:1536] @ b).lazydata])
+  assert len(items) == 3 and sorted(it.bufs[0].size for it in items[:2]) == [512 * 512, 512 * 1024]
+  np.testing.assert_allclose((big[:512, 1024:1536] @ b).numpy(), big.numpy()[:512, 1024:1536] @ b.numpy(), rtol=1e-4)
+
 def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
   # fused into the matmul, (h > 0) * dh would be recomputed for every output column; stored once it is read instead
   rng = np.random.default_rng(1)

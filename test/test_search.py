@@ -20,14 +20,13 @@ import pytest
 
 from lazytensor import Context, Device, Tensor
 from lazytensor.codegen import heuristic
-from lazytensor.codegen.heuristic import Packing, PackOperand, hand_coded_optimizations, pack_candidates, pack_choice
+from lazytensor.codegen.heuristic import Packing, hand_coded_optimizations, pack_candidates, pack_choice
 from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
 from lazytensor.codegen.renderer.cpu_target import cpu_target
 from lazytensor.dtype import dtypes
 from lazytensor.engine import pack_search, schedule, search
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
 from lazytensor.engine.schedule import ScheduleItem, create_schedule, pm_resolve
-from lazytensor.helpers import prod
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 
 rng = np.random.default_rng(0)
@@ -198,14 +197,14 @@ def _reduce_of(t: Tensor) -> UOp:
   return next(u for u in sink.toposort if u.op is Ops.REDUCE_AXIS)
 
 def _candidates(r: UOp, target: str = "native") -> list[tuple[Packing, ...]]:
-  return pack_candidates(cpu_target(target), r.arg[1], [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src])
+  return pack_candidates(cpu_target(target), r.arg[1], [v.arg for v in r.src[0].src])
 
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
 @pytest.mark.parametrize("n", [256, 1024, 2048])
 def test_packing_candidates_start_with_the_heuristics_choice(target: str, n: int) -> None:
   r = _reduce_of(Tensor.empty(n, n) @ Tensor.empty(n, n))
   candidates = _candidates(r, target)
-  ops = [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src]
+  ops = [v.arg for v in r.src[0].src]
   assert candidates[0] == pack_choice(cpu_target(target), r.arg[1], ops)
   assert len(set(candidates)) == len(candidates) == 3  # none, B alone, A and B: one of them the heuristics' choice
   assert () in candidates and {len(c) for c in candidates} == {0, 1, 2}
@@ -218,9 +217,9 @@ def test_transposed_a_is_packed_in_rows_and_b_in_columns() -> None:
   r = _reduce_of(Tensor.empty(512, 512).T @ Tensor.empty(512, 1024))
   views = [v.arg.views[-1] for v in r.src[0].src]
   a_t = next(i for i, v in enumerate(views) if v.strides[1] == 0)  # broadcast along the output's columns
-  ops = [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src]
+  ops = [v.arg for v in r.src[0].src]
   packs = pack_choice(cpu_target("x86-64-v3"), r.arg[1], ops)
-  assert {(p.operand, p.stride, p.block) for p in packs} == {(1 - a_t, 1, 16), (a_t, 1, 4)}, packs
+  assert {(p.operand, p.axis, p.block) for p in packs} == {(1 - a_t, 1, 16), (a_t, 0, 4)}, packs
 
 def test_b_read_across_its_rows_is_packed_in_columns() -> None:
   # x @ w.T (a Linear's forward): w's rows are B's columns, gathered into panels as wide as the register tile (it was
@@ -228,9 +227,9 @@ def test_b_read_across_its_rows_is_packed_in_columns() -> None:
   r = _reduce_of(Tensor.empty(512, 768) @ Tensor.empty(1024, 768).T)
   views = [v.arg.views[-1] for v in r.src[0].src]
   w = next(i for i, v in enumerate(views) if v.strides[0] == 0)  # broadcast along the output's rows
-  ops = [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src]
+  ops = [v.arg for v in r.src[0].src]
   packs = pack_choice(cpu_target("x86-64-v3"), r.arg[1], ops)
-  assert {(p.operand, p.stride, p.size, p.block) for p in packs} == {(w, 768, 1024, 16), (1 - w, 768, 512, 4)}, packs
+  assert {(p.operand, p.axis, p.block) for p in packs} == {(w, 1, 16), (1 - w, 0, 4)}, packs
 
 def _conv() -> tuple[Tensor, Tensor]: return _t(4, 32, 28, 28), _t(32, 32, 3, 3)
 
@@ -261,7 +260,7 @@ def _torch_conv(x: Tensor, w: Tensor) -> np.ndarray:
 def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
   # kernels this small keep the heuristics' opts without a search (MIN_SEARCH_S): only the variants are timed
   r = _reduce_of(_t(64, 64) @ _t(64, 64))
-  ops = [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src]
+  ops = [v.arg for v in r.src[0].src]
   full = heuristic._packings(cpu_target("native"), r.arg[1], ops, force=True)
   variants = [(), full[:1], full]
   built: list[int] = []
@@ -283,7 +282,7 @@ def test_probe_kernels_compute_the_reduce_alone() -> None:
   # operands (here a + 1 and b * 2)
   r = _reduce_of((_t(128, 64) + 1) @ (_t(64, 96) * 2))
   full = heuristic._packings(cpu_target("native"), r.arg[1],
-                             [PackOperand(v.arg, prod(v.src[0].shape)) for v in r.src[0].src], force=True)
+                             [v.arg for v in r.src[0].src], force=True)
   assert len(full) == 2
   x, y = rng.standard_normal((128, 64), dtype=np.float32), rng.standard_normal((64, 96), dtype=np.float32)
   for packs in [(), full[:1], full]:

@@ -370,26 +370,16 @@ CHANNEL_BLOCK = 16
 CHANNEL_MIN_WORK = 1 << 24
 
 @dataclass(frozen=True)
-class PackOperand:
-  """How one operand of a reduce over products is read: its view over its source (of `source_size` elements)."""
-  st: ShapeTracker
-  source_size: int
-
-@dataclass(frozen=True)
 class Packing:
-  """Read operand `operand` from a copy of its source viewed as (-1, size, stride) whose middle dim is split in
-  blocks: (size/block, -1, stride, block)."""
+  """Read operand `operand` from a copy of the elements it reads (its broadcast axes taken once), laid out with axis
+  `axis` of the reduce's input split in blocks of `block`: the blocks outermost, then the operand's other axes in
+  order, then the block's elements innermost (a matmul's B (k, n) becomes (n/block, k, block): column panels)."""
   operand: int
-  stride: int
-  size: int
+  axis: int
   block: int
 
-def _clean_view(op: PackOperand) -> View | None:
-  return op.st.views[0] if len(op.st.views) == 1 and op.st.views[0].mask is None else None
-
-def _walks_whole(op: PackOperand, stride: int, size: int) -> bool:
-  """Whether an axis with this stride and size walks a whole dim of the source seen as (-1, size, stride)."""
-  return op.source_size % (stride * size) == 0
+def _clean_view(st: ShapeTracker) -> View | None:
+  return st.views[0] if len(st.views) == 1 and st.views[0].mask is None else None
 
 def _broadcast_size(v: View, out_axes: list[int]) -> int:
   return max((v.shape[a] for a in out_axes if v.strides[a] == 0), default=1)
@@ -399,7 +389,7 @@ def tile_rows(t: CPUTarget, size: int) -> int | None:
   return _rows_within(size, accumulators(t) // TILE_VECTORS)
 
 def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[int], reduce_size: int,
-                     operands: list[PackOperand], views: list[View | None], force: bool) -> tuple[Packing, ...] | None:
+                     views: list[View | None], force: bool) -> tuple[Packing, ...] | None:
   """B as column panels as wide as the register tile, and A as row panels as tall as it (so that a tile's rows of A
   are neighbours too: AVX2 at 2048, one thread, kernel alone: 0.65-0.69x -> 0.82-0.87x numpy); () for a matmul too
   small to pay (unless `force`: what BEAM may time); None for no matmul."""
@@ -415,40 +405,36 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
   panel = TILE_VECTORS * target.vector_floats
   small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
-  stride = v.strides[col]
-  if small or shape[col] % panel or shape[col] < 2 * panel or not _walks_whole(operands[i], stride, shape[col]):
-    return ()
-  packs = [Packing(i, stride, shape[col], panel)]
+  if small or shape[col] % panel or shape[col] < 2 * panel: return ()
+  packs = [Packing(i, col, panel)]
   # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
   rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
   rows = tile_rows(target, shape[rows_axis])
-  for j, (op_a, va) in enumerate(zip(operands, views)):
-    if j == i or va is None or rows is None or va.strides[rows_axis] == 0: continue
-    if _walks_whole(op_a, va.strides[rows_axis], shape[rows_axis]):
-      packs.append(Packing(j, va.strides[rows_axis], shape[rows_axis], rows))
+  packs += [Packing(j, rows_axis, rows) for j, va in enumerate(views)
+            if j != i and va is not None and rows is not None and va.strides[rows_axis] != 0]
   return tuple(packs)
 
-def _channel_packing(shape: tuple[int, ...], out_axes: list[int], operands: list[PackOperand],
-                     views: list[View | None], force: bool) -> tuple[Packing, ...]:
+def _channel_packing(shape: tuple[int, ...], out_axes: list[int], views: list[View | None],
+                     force: bool) -> tuple[Packing, ...]:
   """A convolution's weight in blocks of CHANNEL_BLOCK output channels, if large enough (or `force`)."""
-  for i, (op, v) in enumerate(zip(operands, views)):
+  for i, v in enumerate(views):
     if v is None or _broadcast_size(v, out_axes) == 1 or (not force and prod(shape) < CHANNEL_MIN_WORK): continue
-    if any(_clean_view(other) is not None for j, other in enumerate(operands) if j != i): continue
+    if any(other is not None for j, other in enumerate(views) if j != i): continue
     for a in reversed(out_axes):
-      if v.strides[a] in (0, 1) or shape[a] % CHANNEL_BLOCK or not _walks_whole(op, v.strides[a], shape[a]): continue
-      return (Packing(i, v.strides[a], shape[a], CHANNEL_BLOCK),)
+      if v.strides[a] in (0, 1) or shape[a] % CHANNEL_BLOCK: continue
+      return (Packing(i, a, CHANNEL_BLOCK),)
   return ()
 
-def _packings(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[PackOperand],
+def _packings(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[ShapeTracker],
               force: bool) -> tuple[Packing, ...]:
   views = [_clean_view(op) for op in operands]
   if (v0 := next((v for v in views if v is not None), None)) is None: return ()
   shape = v0.shape
   out_axes = [a for a in range(len(shape)) if a not in reduce_axes]
-  matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), operands, views, force)
-  return _channel_packing(shape, out_axes, operands, views, force) if matmul is None else matmul
+  matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), views, force)
+  return _channel_packing(shape, out_axes, views, force) if matmul is None else matmul
 
-def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[PackOperand]) -> tuple[Packing, ...]:
+def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[ShapeTracker]) -> tuple[Packing, ...]:
   """Which operands of a reduce over the products of `operands` (each viewed at the reduce's input shape) to read from
   a copy that has the blocks of one of their output axes innermost; () to read them as they are. An operand with a
   contiguous output axis along which the other is broadcast is a matmul's B (_matmul_packings). Without one (a
@@ -461,11 +447,11 @@ def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[
 PACK_SEARCH_MIN_WORK = 1 << 24
 
 def pack_candidates(target: CPUTarget, reduce_axes: tuple[int, ...],
-                    operands: list[PackOperand]) -> list[tuple[Packing, ...]]:
+                    operands: list[ShapeTracker]) -> list[tuple[Packing, ...]]:
   """The packings BEAM times for a reduce over products, the heuristics' choice (pack_choice) first: then none, every
   operand packed that the shape allows whatever its size, and a matmul's B alone. Only the heuristics' choice for a
   reduce too small to search."""
   choice = pack_choice(target, reduce_axes, operands)
-  if max((op.st.size for op in operands), default=0) < PACK_SEARCH_MIN_WORK: return [choice]
+  if max((st.size for st in operands), default=0) < PACK_SEARCH_MIN_WORK: return [choice]
   full = _packings(target, reduce_axes, operands, force=True)
   return list(dict.fromkeys([choice, (), full, full[:1]]))

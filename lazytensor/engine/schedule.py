@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazytensor.codegen.heuristic import Packing, PackOperand, pack_candidates, pack_choice
+from lazytensor.codegen.heuristic import Packing, pack_candidates, pack_choice
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine import schedule_cache as cache
@@ -26,7 +26,7 @@ from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.scatter import embedded_scatters, split_scatter
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
 from lazytensor.graph import const_like
-from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, knob_state, prod
+from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -61,14 +61,22 @@ pm_resolve: PatternMatcher[UOp] = PatternMatcher([
 ])
 
 def _blocked(v: UOp, p: Packing) -> UOp:
-  """The view `v` of x, reading instead a copy of x laid out as p says, in a buffer of its own."""
-  x = v.src[0]
-  outer = prod(x.shape) // (p.size * p.stride)
-  split = (outer, p.size // p.block, p.block, p.stride)
-  packed_st = ShapeTracker.from_shape(x.shape).reshape(split).permute((1, 0, 3, 2))
-  packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st),))
-  back = ShapeTracker.from_shape(packed_st.shape).permute((1, 0, 3, 2)).reshape(x.shape)
-  return UOp(Ops.VIEW, v.dtype, (packed,), (back + v.arg).simplify())
+  """The view `v` of x, reading instead a copy of the elements it reads, laid out as p says, in a buffer of its own.
+  Only those elements: a slice of a larger buffer copies the slice (it copied the whole buffer: 16x as much for a
+  1024 block of a 4096x4096 matrix)."""
+  x, st = v.src[0], v.arg
+  shape, strides = st.shape, st.views[-1].strides
+  own = [a for a in range(len(shape)) if strides[a] != 0 and shape[a] > 1]  # the broadcast axes are read once
+  reads = st.shrink(tuple((0, s) if a in own else (0, 1) for a, s in enumerate(shape))).reshape(tuple(shape[a]
+                                                                                                       for a in own))
+  j = own.index(p.axis)
+  split = reads.reshape(reads.shape[:j] + (shape[p.axis] // p.block, p.block) + reads.shape[j + 1:])
+  order = (j,) + tuple(i for i in range(len(split.shape)) if i not in (j, j + 1)) + (j + 1,)
+  packed_st = split.permute(order)
+  packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st.simplify()),))
+  back = ShapeTracker.from_shape(packed_st.shape).permute(tuple(argsort(order))).reshape(
+    tuple(s if a in own else 1 for a, s in enumerate(shape))).expand(shape)
+  return UOp(Ops.VIEW, v.dtype, (packed,), back.simplify())
 
 def _packed(r: UOp, packs: tuple[Packing, ...]) -> UOp:
   """`r`, reading the operands of its products that `packs` names from re-laid copies."""
@@ -96,7 +104,7 @@ def _pack_operand(r: UOp) -> UOp:
   if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
   device = Device[Device.first(r.device)]  # one device each, after the multi pass
   if (target := device.renderer.target) is None: return r
-  operands = [PackOperand(v.arg, prod(v.src[0].shape)) for v in mul.src]
+  operands = [v.arg for v in mul.src]
   if BEAM.value < 1: return _packed(r, pack_choice(target, r.arg[1], operands))
   candidates = pack_candidates(target, r.arg[1], operands)
   if len(candidates) == 1: return _packed(r, candidates[0])
