@@ -55,6 +55,9 @@ ORDINARY: dict[str, Callable[[], Tensor]] = {
   "arange": lambda: Tensor.arange(10_000) * 3,
   "one_hot": lambda: Tensor([3, 1, 4, 1]).one_hot(10),
   "gather": lambda: Tensor.rand(10, 12).gather(1, Tensor([[1, 2], [0, 11]] * 5)),
+  # a scatter's fill and scatter kernels (engine/scatter.py): the address at the index is clamped into the targets
+  "scatter_add": lambda: Tensor.rand(300, 64).scatter_reduce(
+    0, Tensor([[(7 * i + j) % 300 for j in range(64)] for i in range(40)]), Tensor.rand(40, 64), "sum"),
   "cumsum": lambda: Tensor.rand(50, 300).cumsum(1),
   "randn": lambda: Tensor.randn(4096),
   "strided": lambda: Tensor.rand(64, 64)[::3, 1::2].contiguous(),
@@ -74,6 +77,8 @@ LARGE: dict[str, Callable[[], Tensor]] = {
   "loop_of_2**32": lambda: Tensor.arange(2**32 + 10).max(),
   "arange_past_2**31": lambda: Tensor.arange(2**31 + 10)[-3:],
   "reduce_rows_past_2**31": lambda: Tensor.empty(3, 2**30, dtype=dtypes.uint8).sum(0),
+  "scatter_past_2**31": lambda: Tensor.empty(2**21 + 1, 1024, dtype=dtypes.uint8).scatter_reduce(
+    0, Tensor.empty(4, 1024, dtype=dtypes.int32), Tensor.empty(4, 1024, dtype=dtypes.uint8), "sum"),
 }
 
 @pytest.mark.parametrize("name", LARGE)
@@ -114,7 +119,7 @@ def realize_with_int64_index(t: Tensor) -> np.ndarray:
     step.run()
   return items[-1].bufs[0].numpy().reshape(t.shape)
 
-@pytest.mark.parametrize("name", ["conv2d", "pad_flip", "one_hot", "gather", "cumsum", "strided"])
+@pytest.mark.parametrize("name", ["conv2d", "pad_flip", "one_hot", "gather", "scatter_add", "cumsum", "strided"])
 def test_int64_index_math_computes_the_same(name: str) -> None:
   Tensor.manual_seed(1)
   wide = realize_with_int64_index(ORDINARY[name]())
@@ -194,6 +199,15 @@ def test_uint8_past_2_31(big_memory: None) -> None:
   assert x[2**31:2**31 + 4].tolist() == [0, 3, 0, 0]
   assert x.flip(0)[:2].tolist() == [7, 0]
   del x
+
+def test_scatter_past_2_31(big_memory: None) -> None:
+  # the scatter kernel's address (row index * 1024) passes 2**31 for the last row: int64 index math
+  v, d = 2**21 + 1, 1024
+  idx = Tensor([[v - 1] * d, [0] * d, [v - 1] * d, [-1] * d], dtype=dtypes.int32)  # -1: no target, writes nothing
+  out = Tensor.zeros(v, d, dtype=dtypes.uint8).scatter_reduce(0, idx, Tensor.ones(4, d, dtype=dtypes.uint8), "sum")
+  out.realize()
+  assert out[v - 1, -3:].tolist() == [2, 2, 2] and out[0, :2].tolist() == [1, 1] and out[v - 2, :2].tolist() == [0, 0]
+  del out
 
 def test_uint8_past_2_32(big_memory: None) -> None:
   # only the elements written are touched: the pages of the rest are never faulted in

@@ -148,10 +148,37 @@ def test_long_sort_numeric() -> None:
   check_grad_numeric(lambda x: x.sort(1, descending=True)[0] * Tensor.arange(300), _rand((2, 300)))
   check_grad_numeric(lambda x: x.topk(3)[0] * Tensor([1.0, 2.0, 3.0]), _rand((2, 300)))
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="compares with torch")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int16", "int8", "uint8",
+                                   "int64", "bool"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_long_sort_of_every_key_dtype(dtype: str, descending: bool) -> None:
+  # keys of up to 32 bits pack with their position into one uint64 (an order-preserving code of the key); the others
+  # (float64, int64) go through the network as key and position. Ties by position, NaN the largest, -0.0 == 0.0, the
+  # extremes of each dtype, against torch's stable sort
+  tdt = getattr(torch, dtype)
+  if dtype == "bool": base = torch.tensor([True, False, False, True])
+  elif tdt.is_floating_point:
+    base = torch.tensor([1.5, -0.0, 0.0, float("nan"), -2.0, float("inf"), -float("inf"), 1.5, -0.0, -float("nan")],
+                        dtype=tdt)
+  else:
+    info = torch.iinfo(tdt)
+    base = torch.tensor([3, info.min, info.max, 0, 3, -1 if info.min < 0 else 1, info.min], dtype=tdt)
+  x = base[torch.from_numpy(np.random.default_rng(3).integers(0, len(base), (2, 300)))]
+  v, i = Tensor(x.float().numpy() if dtype == "bfloat16" else x.numpy(), dtype=dtype).sort(1, descending=descending)
+  tv, ti = torch.sort(x, dim=1, descending=descending, stable=True)
+  np.testing.assert_array_equal(i.numpy(), ti.numpy())
+  np.testing.assert_array_equal(v.cast("float32" if dtype == "bfloat16" else dtype).numpy(),
+                                (tv.float() if dtype == "bfloat16" else tv).numpy())
+
 def test_long_sort_is_a_network_not_a_comparison_of_every_pair() -> None:
-  # 2 kernels per step (values, positions): 55 steps for 1024, and no kernel reduces over 1024 x 1024 pairs
-  items, _ = create_schedule([t.lazydata for t in _realized(4, 1024).sort()])
-  assert len(items) == 2 * 55 + 1 and not any(u.op is Ops.REDUCE_AXIS for it in items for u in it.ast.toposort)
+  # one kernel per step (a float32 key and its position packed in a uint64): 55 steps for 1024, then the positions
+  # unpacked and the values read at them; no kernel reduces over 1024 x 1024 pairs. A float64 key does not pack: 2
+  # kernels per step (key, position), then the values.
+  for dtype, count in ((dtypes.float32, 55 + 2), (dtypes.float64, 2 * 55 + 1)):
+    items, _ = create_schedule([t.lazydata for t in _realized(4, 1024).cast(dtype).sort()])
+    assert len(items) == count
+    assert not any(u.op is Ops.REDUCE_AXIS for it in items for u in it.ast.toposort)
 
 def test_sort_kernels() -> None:
   v, i = _realized(8, 32).sort()

@@ -257,7 +257,9 @@ def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
 
 def _cpu(k: Kernel) -> None:
   work = prod(k.full_shape)
-  if _is_matmul_like(k):
+  # a scatter's entries run in order (engine/scatter.py): vectors along the targets of one entry
+  if k.scatter is not None: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
+  elif _is_matmul_like(k):
     work //= MATMUL_SPEEDUP
     _register_tile(k)
   elif k.reduce_axes:
@@ -336,7 +338,7 @@ def _gpu(k: Kernel) -> None:
     for axis in (vec_axis, other):
       if axis is not None and (amt := _largest_divisor(k.full_shape[axis], (4, 2))) is not None:
         _try(k, Opt(OptOps.UPCAST, axis, amt))
-  elif k.reduce_axes and r.has_shared and _gpu_group(k): pass
+  elif k.scatter is None and k.reduce_axes and r.has_shared and _gpu_group(k): pass  # a scatter's entries run in order
   else: _gpu_vector(k)
   for a in reversed(k.axes_of(AxisKind.GLOBAL)):  # the innermost axis first: threadIdx.x walks it (coalesced)
     budget = GPU_BLOCK // max(1, k.local_size())

@@ -98,6 +98,15 @@ def _check(cond: bool, msg: str) -> None:
 def view_of(node: UOp) -> ShapeTracker:
   return next(s.arg for s in node.src if s.op is Ops.VIEW)
 
+def reach(node: UOp) -> int:
+  """How many elements of its buffer a load or store reaches: its view's, and past them the steps of a computed
+  index, a gather's LOAD arg (stride, n) (engine/gather.py) or a scatter's STORE arg (op, axes, stride, n)."""
+  size = view_of(node).real_size()
+  if node.op is Ops.LOAD and len(node.src) == 3: stride, count = node.arg
+  elif node.op is Ops.STORE and len(node.src) == 4: stride, count = node.arg[2:]
+  else: return size
+  return size + (count - 1) * stride
+
 # every AST that got a name, per name: a second different kernel with the same shape is called ...n1
 _names_seen: defaultdict[tuple, list[bytes]] = defaultdict(list)
 
@@ -108,7 +117,11 @@ class Kernel:
     # constants without a view (e.g. the zero outside a pushed-down pad) are the same everywhere: not part of the shape
     self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS and any(s.op is Ops.VIEW for s in u.src)]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
-    self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else ()
+    # a scatter (engine/scatter.py) stores each entry at its index: its entry axes are its reduce axes, run in order
+    self.scatter = next((u for u in ast.src if u.op is Ops.STORE and len(u.src) == 4), None)
+    assert self.scatter is None or (len(ast.src) == 1 and not reduces), "a scatter kernel is its one store alone"
+    self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else \
+      self.scatter.arg[1] if self.scatter is not None else ()
     assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"
     self.sts = [view_of(u) for u in self.view_nodes]
     ndim = len(self.sts[0].shape)
@@ -272,6 +285,12 @@ class Kernel:
       order[a], order[opt.amt] = order[opt.amt], order[a]
       self.permute(order)
       return
+    if self.scatter is not None:
+      # two entries may name one target: entries run one after another in one thread, never in lanes or threads at once
+      _check(opt.op not in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: a scatter kernel's entries "
+             "(its reduce axes) may name the same target, so they run in order: no UNROLL or GROUP")
+      _check(opt.op is not OptOps.PADTO or opt.axis is None or not 0 <= opt.axis < self.shape_len or
+             not self.kinds[opt.axis].is_reduce, f"{opt}: a scatter kernel's entries are not padded")
     if opt.op is OptOps.PADTO: return self._padto(opt)
     if opt.op is OptOps.TC: return self._tc(opt)
     if opt.op is OptOps.UPCAST:
@@ -364,8 +383,9 @@ class Kernel:
 
   @property
   def name(self) -> str:
-    """E_ for elementwise, r_ for reductions, then the shape; colored by axis kind, unique within the process."""
-    prefix = "r" if self.reduce_axes else "E"
+    """E_ for elementwise, r_ for reductions, S_ for scatters (engine/scatter.py), then the shape; colored by axis
+    kind, unique within the process."""
+    prefix = "S" if self.scatter is not None else "r" if self.reduce_axes else "E"
     base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
     # numbered by shape and axis kinds, so a kernel's number is the same whether its name prints in color or not
     seen = _names_seen[(prefix, tuple(self.full_shape), tuple(self.kinds))]
@@ -380,6 +400,7 @@ class Kernel:
     mem = 0
     for node in self.view_nodes:
       if node.op in (Ops.LOAD, Ops.STORE):
-        mem += min(prod(self.full_shape), view_of(node).real_size()) * node.src[0].dtype.itemsize
+        touched = min(prod(self.full_shape), reach(node)) * node.src[0].dtype.itemsize
+        mem += touched * 2 if node is self.scatter else touched  # a scatter reads what it updates
     return ops * prod(self.full_shape), mem
 

@@ -111,8 +111,11 @@ class _Lowerer:
     if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape, r.global_max))
     else:
       for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
-    for a in k.axes_of(AxisKind.REDUCE):
-      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
+    entries_outside = _entries_outside(k)
+    for j, a in enumerate(reduce_axes := k.axes_of(AxisKind.REDUCE)):
+      # loops run in the order of their numbers (linearize.py)
+      number = j - len(reduce_axes) if entries_outside else a
+      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (number, "reduce"))
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
     idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape, r.local_max))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
@@ -209,15 +212,30 @@ class _Lowerer:
     index that differs from lane to lane makes one load per lane."""
     stride, n = node.arg
     idx, valid = self.index_of(node, key)
-    def offset(e: UOp) -> UOp:
-      # min(max(e, 0), n - 1) in int64 (the bounds know MAX, and any index value converts), then an index: its bounds
-      # are then [0, n), so that a gather does not make the kernel's index math int64
-      low = e.cast(dtypes.int64).maximum(0)
-      return (-((-low).maximum(1 - n))).cast(dtypes.index) * stride
-    if at.dtype.count == 1: return self._load(node.src[0], node.dtype, simplify(idx + offset(at)), valid)
+    if at.dtype.count == 1: return self._load(node.src[0], node.dtype, simplify(idx + _offset(at, n, stride)), valid)
     lanes = zip(self.per_lane(idx), self.per_lane(valid), range(self.lanes.width))
     return UOp(Ops.VECTORIZE, node.dtype.vec(self.lanes.width),
-               tuple(_gated_load(node.src[0], node.dtype, simplify(i + offset(at.gep(j))), v) for i, v, j in lanes))
+               tuple(_gated_load(node.src[0], node.dtype, simplify(i + _offset(at.gep(j), n, stride)), v)
+                     for i, v, j in lanes))
+
+  def _scatter(self, node: UOp, idx: UOp, valid: UOp, value: UOp, at: UOp) -> list[UOp]:
+    """A store that combines `value` into the element `stride` times an index further on (engine/scatter.py): a load,
+    the op, a store, skipped where the index is outside [0, n) (no target matches it) and clamped for the address
+    all the same. The lanes of one thread are different targets (they split the output's axes, never the entries),
+    so they may load and store at once; an index that differs from lane to lane makes one access per lane."""
+    buf, (op, _, stride, n) = node.src[0], node.arg
+    def combined(addr: UOp, ok: UOp, v: UOp) -> UOp:
+      old = self._load(buf, value.dtype.scalar(), addr, ok)
+      lanes = max(old.dtype.count, v.dtype.count)
+      return self.splat(old, lanes).alu(op, self.splat(v, lanes))
+    if at.dtype.count == 1:
+      addr, ok = simplify(idx + _offset(at, n, stride)), simplify(valid & _inside(at, n))
+      return self._store_lane(buf, addr, ok, combined(addr, ok, value))
+    stores = []
+    for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid))):
+      addr, ok = simplify(i + _offset(at.gep(j), n, stride)), simplify(v & _inside(at.gep(j), n))
+      stores.append(_gated_store(buf, addr, combined(addr, ok, value.gep(j)), ok))
+    return stores
 
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
     if valid.op is Ops.CONST and valid.arg is False:  # nothing to read (e.g. all padding): zeros, as wide as the lanes
@@ -235,11 +253,14 @@ class _Lowerer:
 
   def _store(self, node: UOp) -> list[UOp]:
     buf, values = node.src[0], self.lower(node.src[2])
+    ats = self.lower(node.src[3]) if len(node.src) == 4 else None
     stores: dict[UOp, None] = {}
-    for key, value in zip(self.lanes.keys, values):
+    for n, (key, value) in enumerate(zip(self.lanes.keys, values)):
       idx, valid = self.index_of(node, key)
       if valid.op is Ops.CONST and valid.arg is False: continue
-      for s in self._store_lane(buf, idx, valid, value): stores[s] = None
+      lanes = self._store_lane(buf, idx, valid, value) if ats is None else \
+        self._scatter(node, idx, valid, value, ats[n])
+      for s in lanes: stores[s] = None
     return list(stores)
 
   def _store_lane(self, buf: UOp, idx: UOp, valid: UOp, value: UOp) -> list[UOp]:
@@ -251,6 +272,26 @@ class _Lowerer:
       return [_gated_store(buf, base, self.splat(value, width), valid)]
     return [_gated_store(buf, i, value.gep(n) if value.dtype.count > 1 else value, v)
             for n, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
+
+def _offset(e: UOp, n: int, stride: int) -> UOp:
+  """min(max(e, 0), n - 1) * stride: in int64 (the bounds know MAX, and any index value converts), then an index:
+  its bounds are then [0, n), so that a gather or scatter does not make the kernel's index math int64."""
+  low = e.cast(dtypes.int64).maximum(0)
+  return (-((-low).maximum(1 - n))).cast(dtypes.index) * stride
+
+def _inside(e: UOp, n: int) -> UOp:
+  """Whether the index e names one of n targets: 0 <= e < n, compared in int64 (n may not fit e's dtype)."""
+  wide = e.cast(dtypes.int64)
+  return wide.lt(0).logical_not() & wide.lt(n)
+
+def _entries_outside(k: Kernel) -> bool:
+  """Whether a scatter's entry loops go outside its other loops: where its store is contiguous along one of its other
+  axes (the embedding's D), one entry then updates its run of neighbouring targets at once, instead of one column of
+  every entry per pass. Elsewhere (a scatter along the last dim) the entries stay inside, where their values are
+  contiguous."""
+  if k.scatter is None: return False
+  strides = k.st_of(k.scatter).real_strides()
+  return any(strides[a] == 1 for a in range(k.shape_len) if not k.kinds[a].is_reduce)
 
 def _bits_sum(x: UOp, weights: list[int]) -> UOp:
   """The sum of weights[b] over the bits b set in x: each run of bits whose weights double is one (x // 2^b) % 2^n."""

@@ -86,17 +86,31 @@ def _compared_with_arange(cond: UOp, axis: int) -> tuple[UOp, int] | None:
 
 def _picked(red: UOp) -> tuple[UOp, UOp] | None:
   """(condition, values) of a reduce's source that keeps the values where the condition holds and the reduce's
-  identity elsewhere: where(c, v, identity), or (for a sum) a one-hot times the values."""
+  identity elsewhere: where(c, v, identity), or (for a sum) a one-hot times the values, or the one-hot alone."""
   src, op = red.src[0], red.arg[0]
   if op is Ops.ADD and src.op is Ops.CAST and src.src[0].op is Ops.WHERE:  # a half summed in float: zero casts to zero
     if (inner := _picked(red.replace(src=(src.src[0],)))) is not None: return inner[0], inner[1].cast(src.dtype)
   if src.op is Ops.WHERE:
     other = src.src[2]
     if other.op is Ops.CONST and other.arg == identity_element(op, other.dtype.scalar()): return src.src[0], src.src[1]
+  if op is Ops.MAX and (flipped := _flipped_where(src)) is not None: return flipped
+  if op is Ops.ADD and src.op is Ops.CAST and src.src[0].dtype == dtypes.bool:  # a count of the matches
+    return src.src[0], UOp.const(src.dtype, 1)
   if src.op is Ops.MUL and op is Ops.ADD:
     for hot, v in (src.src, src.src[::-1]):
       if hot.op is Ops.CAST and hot.src[0].dtype == dtypes.bool: return hot.src[0], v
   return None
+
+def _flipped_where(src: UOp) -> tuple[UOp, UOp] | None:
+  """(c, flip(v)) for a max over flip(where(c, v, o)) with flip(o) the max's identity: a min is written as the max of
+  the negated values, -x for floats (o = inf), ~x for ints (o = the largest int)."""
+  where = src.src[0] if src.op in (Ops.NEG, Ops.XOR) else None
+  if where is None or where.op is not Ops.WHERE or (other := where.src[2]).op is not Ops.CONST: return None
+  if src.op is Ops.NEG: flipped = -other.arg
+  elif src.src[1].op is Ops.CONST: flipped = other.arg ^ src.src[1].arg
+  else: return None
+  if flipped != identity_element(Ops.MAX, other.dtype.scalar()): return None
+  return where.src[0], src.replace(src=(where.src[1],) + src.src[1:])
 
 def _fold(red: UOp) -> UOp | None:
   op, axes = red.arg

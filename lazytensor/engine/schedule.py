@@ -23,6 +23,7 @@ from lazytensor.engine.gather import fold_gathers
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
+from lazytensor.engine.scatter import embedded_scatters, split_scatter
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
 from lazytensor.graph import const_like, is_own_value
 from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
@@ -237,9 +238,9 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   return cost >= RECOMPUTE_COST and prod(src.shape) <= MAX_GROWTH * largest_read and \
     (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK
 
-def _find_realizes(sink: UOp) -> _Graph:
-  """Grow the set of materialized nodes until every kernel obeys the fusion rules."""
-  g = _Graph(realize=_must_realize_roots(sink))
+def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
+  """Grow the set of materialized nodes (from the roots, and `also`) until every kernel obeys the fusion rules."""
+  g = _Graph(realize={**_must_realize_roots(sink), **dict.fromkeys(also)})
   while True:
     g.kernel_reduce = {}
     owner: dict[UOp, UOp] = {}
@@ -261,6 +262,7 @@ class _KernelBuilder:
     self.leaf_reads: set[int] = set()  # ids of buffers read as they were before this schedule (not its outputs)
     self.root_reads: set[UOp] = set()  # the other kernels of this schedule whose outputs it loads
     self.memo: dict[tuple[UOp, ShapeTracker | None], UOp] = {}
+    self.reduces: dict[UOp, UOp] = {}  # each REDUCE_AXIS of the kernel -> the graph's reduce it computes
 
   def define_global(self, buf: Buffer) -> UOp:
     idx = next((i for i, b in enumerate(self.bufs) if b is buf), None)
@@ -316,7 +318,9 @@ class _KernelBuilder:
     if node.op is Ops.REDUCE_AXIS:
       assert pending is None or (pending.contiguous and pending.shape == node.shape), (
         f"reduce reached through {pending}")
-      return UOp(Ops.REDUCE_AXIS, node.dtype, (self.visit(node.src[0], None),), node.arg)
+      red = UOp(Ops.REDUCE_AXIS, node.dtype, (self.visit(node.src[0], None),), node.arg)
+      self.reduces[red] = node
+      return red
     assert node.op in GroupOp.Elementwise, f"scheduler cannot put {node.op} in a kernel"
     ret = UOp(node.op, node.dtype, tuple(self.visit(s, pending) for s in node.src), node.arg)
     if pending is not None and any(v.mask is not None for v in pending.views):
@@ -350,19 +354,11 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   resolved = graph_rewrite(sink, pm_resolve, name="resolve")
   if pack: resolved = pack_operands(resolved)
   g = _find_realizes(resolved)
-  roots = _toposort_roots(resolved, g.realize)
-  outputs = {r: _output_buffer(r) for r in roots}
   leaf_buffers = {n: _buffer_of(n) for n in resolved.toposort if n.op is Ops.BUFFER}
-  built: dict[UOp, _Built] = {}
-  for root in roots:
-    if root.op is Ops.COPY:
-      src = root.src[0]
-      src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]
-      old_reads, root_reads = (set(), {src}) if src in outputs else ({id(src_buf)}, set())
-      built[root] = _Built(ScheduleItem(root.replace(src=()), (outputs[root], src_buf)), old_reads, root_reads)
-      continue
-    kb = _KernelBuilder(root, g, outputs, leaf_buffers)
-    built[root] = _Built(ScheduleItem(fold_gathers(kb.build()), tuple(kb.bufs)), kb.leaf_reads, kb.root_reads)
+  roots, outputs, built, scatters = _build_kernels(resolved, g, leaf_buffers)
+  if scatters:  # scatter reduces inside bigger expressions get buffers of their own: each a fill and a scatter kernel
+    g = _find_realizes(resolved, scatters)
+    roots, outputs, built, _ = _build_kernels(resolved, g, leaf_buffers)
   items = _order_items(roots, built, outputs)
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(sink, resolved, buffer_uops)
@@ -373,6 +369,37 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
   return items, becomes
+
+def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
+    tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:
+  """The roots in dependency order, their output buffers, what each runs, and the reduces of the graph that are
+  scatters inside bigger expressions (engine/scatter.py): they would run as one kernel each if materialized."""
+  roots = _toposort_roots(sink, g.realize)
+  outputs = {r: _output_buffer(r) for r in roots}
+  built: dict[UOp, _Built] = {}
+  scatters: dict[UOp, None] = {}
+  for root in roots:
+    if root.op is Ops.COPY:
+      src = root.src[0]
+      src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]
+      old_reads, root_reads = (set(), {src}) if src in outputs else ({id(src_buf)}, set())
+      built[root] = _Built((ScheduleItem(root.replace(src=()), (outputs[root], src_buf)),), old_reads, root_reads)
+      continue
+    kb = _KernelBuilder(root, g, outputs, leaf_buffers)
+    ast = kb.build()
+    scatters.update(dict.fromkeys(kb.reduces[r] for r in embedded_scatters(ast)))
+    ast = fold_gathers(ast)
+    asts = split_scatter(ast) or (ast,)  # a scatter: a fill, then the scatter kernel updating its output in place
+    built[root] = _Built(tuple(_item(a, kb.bufs) for a in asts), kb.leaf_reads, kb.root_reads)
+  return roots, outputs, built, tuple(scatters)
+
+def _item(ast: UOp, bufs: list[Buffer]) -> ScheduleItem:
+  """A kernel of the AST with the buffers it uses, renumbered 0..n-1 in their order (a kernel split in two uses part
+  of the buffers each)."""
+  used = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL})
+  if used == list(range(len(bufs))): return ScheduleItem(ast, tuple(bufs))
+  renumber = {u: u.replace(arg=used.index(u.arg)) for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}
+  return ScheduleItem(ast.substitute(renumber), tuple(bufs[i] for i in used))
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
@@ -420,7 +447,7 @@ def _instantiate(template: cache.Template, params: list[UOp],
 
 @dataclass(frozen=True)
 class _Built:
-  item: ScheduleItem
+  items: tuple[ScheduleItem, ...]  # the kernels of one root, in order
   leaf_reads: set[int]   # ids of buffers it reads as they were before the schedule
   root_reads: set[UOp]   # the roots whose outputs it reads
 
@@ -444,12 +471,12 @@ def _order_items(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, 
       for a in after_r: after[a].add(r)
   order: list[ScheduleItem] = []
   done: set[UOp] = set()
-  while len(order) < len(roots):
+  while len(done) < len(roots):
     ready = next((r for r in roots if r not in done and after[r] <= done), None)
     if ready is None:
       raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
                        "together), which one schedule cannot order; realize them one at a time")
-    order.append(built[ready].item)
+    order.extend(built[ready].items)
     done.add(ready)
   return order
 

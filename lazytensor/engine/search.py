@@ -68,7 +68,16 @@ import numpy as np
 from tqdm import tqdm
 
 from lazytensor.codegen.heuristic import blocks_may_pay, hand_coded_optimizations
-from lazytensor.codegen.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps, view_of
+from lazytensor.codegen.kernel import (
+  MAX_SHARES_PER_THREAD,
+  AxisKind,
+  Kernel,
+  KernelOptError,
+  Opt,
+  OptOps,
+  reach,
+  view_of,
+)
 from lazytensor.codegen.program import LaunchDims, get_program, program_key
 from lazytensor.device import Buffer, Compiled, Device
 from lazytensor.dtype import DType, from_storage, to_dtype, to_storage
@@ -247,11 +256,12 @@ def buffer_specs(ast: UOp) -> list[BufferSpec]:
   specs = []
   for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
     mine = [n for n in nodes if n.src[0] is g]
-    size = max(1, *(view_of(n).real_size() for n in mine))
+    size = max(1, *(reach(n) for n in mine))
     stores = [view_of(n) for n in mine if n.op is Ops.STORE]
     whole = any(st.size == size and all(v.mask is None for v in st.views) for st in stores)
-    specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), any(n.op is Ops.LOAD for n in mine), bool(stores),
-                            whole))
+    # a scatter's store reads what it updates
+    loaded = any(n.op is Ops.LOAD or len(n.src) == 4 for n in mine)
+    specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), loaded, bool(stores), whole))
   assert [s.index for s in specs] == list(range(len(specs))), "a kernel's buffers are numbered 0..n-1"
   return specs
 

@@ -7,7 +7,8 @@ fuses with whatever computes `x` and the index, its gradient is the same pattern
 and an index that is out of range matches nothing: it reads 0 and writes nothing, instead of reading out of bounds.
 The scheduler folds the gather's reduce into one load at the index (engine/gather.py): the kernel reads one candidate
 per output, not all of them.
-A scatter is the transposed pattern: each output element reduces the sources whose index names it.
+A scatter is the transposed pattern: each output element reduces the sources whose index names it. The scheduler
+runs it as a fill and a kernel that combines each source into the target its index names (engine/scatter.py).
 """
 from __future__ import annotations
 
@@ -314,9 +315,11 @@ def _scatter(x: TensorT, dim: int, index: TensorT, src: TensorT, reduce: str | N
   return _scatter_reduce(hit, vals, x, dim + 1, reduce, include_self)
 
 def _scatter_last(hit: TensorT, vals: TensorT, old: TensorT, axis: int, n: int) -> TensorT:
-  # each target takes the value of the last entry that names it: its position is a max, then a sum picks its value
+  # each target takes the value of the last entry that names it: its position is a max, then a sum picks its value.
+  # Both reduce from their identity where no entry matches (the smallest int for the max), so that the scheduler runs
+  # each as a scatter (engine/scatter.py)
   pos = _arange_at(n, axis, hit.ndim, old)
-  last = hit.where(pos, -1).max(axis, keepdim=True)
+  last = hit.where(pos, pos.dtype.min()).max(axis, keepdim=True)
   chosen = _sum_selected(hit & (pos == last), vals, axis)
   return (last.squeeze(axis) >= 0).where(chosen, old)
 
@@ -329,9 +332,12 @@ def _reduce_start(dt: DType, reduce: str) -> Any:
 
 def _scatter_reduce(hit: TensorT, vals: TensorT, old: TensorT, axis: int, reduce: str, include_self: bool) -> TensorT:
   terms = hit.where(vals, _zero(old, _reduce_start(old.dtype, reduce)))
-  # the old value is one more term of the reduce: ties between it and the sources share the gradient, as in torch
-  if include_self: terms = terms.cat(old.unsqueeze(axis), dim=axis)
-  out = _reduce_along(terms, axis, reduce)
+  # a sum adds the old value to the sources' sum: the reduce stays a scatter that the scheduler runs as one
+  # (engine/scatter.py). Elsewhere the old value is one more term of the reduce: ties between it and the sources
+  # share the gradient, as in torch
+  if not include_self: out = _reduce_along(terms, axis, reduce)
+  elif reduce in ("sum", "mean") and not old.dtype.is_bool: out = old + _reduce_along(terms, axis, reduce)
+  else: out = _reduce_along(terms.cat(old.unsqueeze(axis), dim=axis), axis, reduce)
   count = hit.sum(axis)
   if reduce == "mean":
     total = (count + 1) if include_self else count.maximum(1)  # never a division by 0, even where it is not used
@@ -457,6 +463,34 @@ class IndexMixin(ReduceMixin):
       raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
     d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
     return _scatter(self, d, index, value, reduce, include_self)
+
+  def scatter_add(self, dim: int, index: Self, src: Self) -> Self:
+    """Add src into a copy of self at the given indices along `dim`, as torch.scatter_add: out[index[i][j]][j] +=
+    src[i][j] for dim 0, repeated indices adding up. One pass over the entries (engine/scatter.py). An index out of
+    range writes nothing.
+
+    >>> Tensor.zeros(3).scatter_add(0, Tensor([0, 2, 0]), Tensor([1.0, 2.0, 3.0])).tolist()
+    [4.0, 0.0, 2.0]
+    """
+    return self.scatter_reduce(dim, index, src, "sum")
+
+  def index_add(self, dim: int, index: Self, source: Self, alpha: Any = 1) -> Self:
+    """Add alpha * source into a copy of self at the 1-d index's positions along `dim`, as torch.index_add:
+    out[index[i]] += alpha * source[i] for dim 0, repeated indices adding up; source is self's shape with `dim` of the
+    index's length. An index out of range writes nothing.
+
+    >>> Tensor.zeros(3, 2).index_add(0, Tensor([2, 0, 2]), Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])).tolist()
+    [[2.0, 2.0], [0.0, 0.0], [4.0, 4.0]]
+    """
+    d = self._resolve_axis(dim)
+    if not _is_tensor(index) or not index.dtype.is_int or index.ndim != 1:
+      raise ArgumentError(f"index_add: index must be a 1-d integer Tensor, got {getattr(index, 'shape', index)!r}")
+    want = self.shape[:d] + (index.shape[0],) + self.shape[d + 1:]
+    if not _is_tensor(source) or source.shape != want:
+      raise ArgumentError(f"index_add: source must be a Tensor of shape {want} (the tensor's {self.shape} with dim {d} "
+                          f"of the index's length), got {getattr(source, 'shape', type(source).__name__)}")
+    spread = index.reshape([-1 if i == d else 1 for i in range(self.ndim)]).expand(want)
+    return self.scatter_reduce(d, spread, source if alpha == 1 else source * alpha, "sum")
 
   def masked_fill(self, mask: Self, value: Any) -> Self:
     """`value` (a number or a 0-d tensor, cast to self's dtype) where the bool mask is True, self elsewhere; mask and

@@ -13,9 +13,10 @@ to a power of two) sort after everything, so no sentinel value is needed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from lazytensor.dtype import dtypes
+from lazytensor.dtype import DType, dtypes
 
 if TYPE_CHECKING:
   from lazytensor.mixin.reduce import ReduceMixin
@@ -51,6 +52,48 @@ def _halves(t: TensorT, lead: tuple[int, ...], d: int) -> tuple[TensorT, TensorT
   return (blocks.shrink(keep + [(0, 1), None]).reshape(*lead, -1, d),
           blocks.shrink(keep + [(1, 2), None]).reshape(*lead, -1, d))
 
+Exchange = Callable[[tuple[TensorT, ...], tuple[TensorT, ...]], tuple[tuple[TensorT, ...], tuple[TensorT, ...]]]
+
+def _network(parts: tuple[TensorT, ...], exchange: Exchange) -> tuple[TensorT, ...]:
+  """The bitonic network over the last axis (a power of two long) of `parts`, the tensors that together make up each
+  element, `exchange` ordering two sets of them element by element (first the one that sorts first)."""
+  lead, m = parts[0].shape[:-1], parts[0].shape[-1]
+  def step(d: int, merge: bool) -> None:
+    nonlocal parts
+    halves = [_halves(t, lead, d) for t in parts]
+    # a merge compares element i of each block with element size-1-i: the second half read reversed
+    lo, hi = exchange(tuple(h[0] for h in halves), tuple(h[1].flip(-1) if merge else h[1] for h in halves))
+    parts = tuple(type(a).stack(a, b.flip(-1) if merge else b, dim=-2).reshape(*lead, m).contiguous()
+                  for a, b in zip(lo, hi))
+  size = 2
+  while size <= m:
+    step(size // 2, True)
+    d = size // 4
+    while d >= 1:
+      step(d, False)
+      d //= 2
+    size *= 2
+  return parts
+
+# keys of these dtypes fit 32 bits in an order-preserving code, so that key and position pack into one uint64 whose
+# unsigned order is the sort's: each step is then a min and a max of one tensor, one kernel (two, and the comparison
+# computed twice, for a key and a position apart: sort of 1024x4096 on one AVX2 thread 1.2 s -> 0.39-0.65 s, torch 0.3)
+_PACKED_KEYS = (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.int16, dtypes.int8,
+                dtypes.uint32, dtypes.uint16, dtypes.uint8, dtypes.bool)
+
+def _key_code(x: TensorT, descending: bool) -> TensorT:
+  """uint32 codes of x whose unsigned order is the sort's order: floats by their bits with the sign flipped (negative
+  ones all flipped), NaN as one NaN (the largest), -0.0 as 0.0 (they are equal: their order is by position); ints
+  with the sign bit flipped. Descending inverts the code, so that positions still break ties ascending."""
+  if x.dtype.is_float:
+    f = x.cast(dtypes.float32)
+    f = (f != f).where(math.nan, (f == 0).where(0.0, f))
+    bits = f.bitcast(dtypes.uint32)
+    code = (bits >= 1 << 31).where(~bits, bits | (1 << 31))
+  elif x.dtype in (dtypes.uint32, dtypes.uint16, dtypes.uint8, dtypes.bool): code = x.cast(dtypes.uint32)
+  else: code = x.cast(dtypes.int32).bitcast(dtypes.uint32) ^ (1 << 31)
+  return ~code if descending else code
+
 def network_positions(x: TensorT, descending: bool) -> TensorT:
   """Where each element of a stable sort of x's last axis (NaN the largest) was, as dtypes.default_int. The network
   runs on x detached: the caller picks the values at these positions (one read each, engine/gather.py), so that the
@@ -58,23 +101,21 @@ def network_positions(x: TensorT, descending: bool) -> TensorT:
   the scheduler would fuse into one expression of 2**steps terms."""
   n, lead = x.shape[-1], x.shape[:-1]
   m = 1 << (n - 1).bit_length()
-  key = x.detach().pad([(0, 0)] * len(lead) + [(0, m - n)])
-  # positions in int32 where they fit: every step reads and writes them, half the bytes of int64
-  pos_dtype = dtypes.int32 if m <= dtypes.int32.max() else dtypes.int64
-  pos = type(x).arange(m, dtype=pos_dtype, device=x.device).reshape(*([1] * len(lead)), m).expand(*lead, m)
-  size = 2
-  while size <= m:
-    # merge: element i of each block against element size-1-i
-    (k0, k1), (p0, p1) = _halves(key, lead, size // 2), _halves(pos, lead, size // 2)
-    lo, hi = _exchange((k0, p0), (k1.flip(-1), p1.flip(-1)), n, descending)
-    key, pos = (type(x).stack(a, b.flip(-1), dim=-2).reshape(*lead, m).contiguous() for a, b in zip(lo, hi))
-    d = size // 4
-    while d >= 1:
-      (k0, k1), (p0, p1) = _halves(key, lead, d), _halves(pos, lead, d)
-      lo, hi = _exchange((k0, p0), (k1, p1), n, descending)
-      key, pos = (type(x).stack(a, b, dim=-2).reshape(*lead, m).contiguous() for a, b in zip(lo, hi))
-      d //= 2
-    size *= 2
+  padding = [(0, 0)] * len(lead) + [(0, m - n)]
+  def positions(dt: DType) -> TensorT:
+    return type(x).arange(m, dtype=dt, device=x.device).reshape(*([1] * len(lead)), m).expand(*lead, m)
+  if x.dtype in _PACKED_KEYS and m <= 1 << 32:
+    # padding takes the largest code and positions past the row: it sorts last
+    code = _key_code(x.detach(), descending).pad(padding, value=(1 << 32) - 1).cast(dtypes.uint64)
+    packed, = _network(((code << 32) | positions(dtypes.uint64),), lambda a, b: ((a[0].minimum(b[0]),),
+                                                                                  (a[0].maximum(b[0]),)))
+    pos = (packed & ((1 << 32) - 1)).cast(dtypes.int64)
+  else:
+    # positions in int32 where they fit: every step reads and writes them, half the bytes of int64
+    def exchange(lo: tuple[TensorT, ...], hi: tuple[TensorT, ...]) -> tuple[tuple[TensorT, ...], tuple[TensorT, ...]]:
+      return _exchange((lo[0], lo[1]), (hi[0], hi[1]), n, descending)
+    _, pos = _network((x.detach().pad(padding), positions(dtypes.int32 if m <= dtypes.int32.max() else dtypes.int64)),
+                      exchange)
   return pos.shrink([None] * len(lead) + [(0, n)]).cast(dtypes.default_int)
 
 # a topk of at most this many of a long row takes k passes over it (about 4 reduces each) instead of the network
