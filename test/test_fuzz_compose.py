@@ -736,6 +736,7 @@ def op_matmul(f: Fuzz, x: Val) -> Val:
   if x.ndim == 1: shape = f.pick([(k,), (k, n), (2, k, n)])
   else: shape = f.pick([(k,), (k, n), (*f.broadcast_shape(x.shape[:-2]), k, n)])
   w = f.leaf(shape, x.dtype)
+  if huge(w): raise Skip(ORDER)
   if f.chance(0.3):
     w2 = f.apply("{0}.T", [w], lambda t: t.T, lambda t: t.permute(*range(t.ndim - 1, -1, -1)))
     w = f.apply("{0}.T", [w2], lambda t: t.T, lambda t: t.permute(*range(t.ndim - 1, -1, -1)))
@@ -754,6 +755,7 @@ def op_conv(f: Fuzz, x: Val) -> Val:
   ks = tuple(f.randint(1, min(3, x.shape[2 + i] + 2)) for i in range(spatial))
   stride, dilation, padding = f.randint(1, 2), f.randint(1, 2), f.randint(0, 2)
   w = f.leaf((cout, cin // groups, *ks), x.dtype)
+  if huge(w): raise Skip(ORDER)
   bias = f.leaf((cout,), x.dtype) if f.chance(0.5) else None
   name = "conv1d" if spatial == 1 else "conv2d"
   kw = dict(groups=groups, stride=stride, dilation=dilation, padding=padding)
