@@ -11,7 +11,7 @@ from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import dim_alias, prod
 from lazytensor.mixin.products import _einsum, _matmul
-from lazytensor.mixin.sort_network import NETWORK_FROM, SELECT_UP_TO, network_positions, selection_positions
+from lazytensor.mixin.sort_network import network_pays, network_positions, selection_pays, selection_positions
 from lazytensor.mixin.unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
 
@@ -139,9 +139,9 @@ def _sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT
   kernel for short rows; for long ones by k selection passes when k is small, else through a bitonic network
   (mixin/sort_network.py)."""
   n = x.shape[-1]
-  if n <= NETWORK_FROM: return _take_ranked(x, _sort_ranks(x, descending), k)
   keys = x.cast(dtypes.int8) if x.dtype.is_bool else x
-  if k <= SELECT_UP_TO: positions = selection_positions(keys, descending, k)
+  if not network_pays(keys): return _take_ranked(x, _sort_ranks(x, descending), k)
+  if selection_pays(keys, k): positions = selection_positions(keys, descending, k)
   else: positions = network_positions(keys, descending).shrink([None] * (x.ndim - 1) + [(0, k)])
   return _select(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
 
