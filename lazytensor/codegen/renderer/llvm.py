@@ -146,6 +146,8 @@ def _cast(f: _Function, fr: DType, to: DType, x: str) -> str:
 
 # ---- the function being written ----
 
+def _loop_kind(r: UOp) -> str | None: return r.arg[-1] if isinstance(r.arg, tuple) else None
+
 class _Function:
   """The state of one render: lines of the body, allocas for the entry block, intrinsic declarations, value names."""
   def __init__(self, uops: list[UOp]) -> None:
@@ -156,6 +158,7 @@ class _Function:
     self.loop_ids: dict[UOp, int] = {}
     self.block, self.count = "entry", 0
     self.nsw = _address_math(uops)
+    self.has_reduce = any(u.op is Ops.RANGE and _loop_kind(u) == "reduce" for u in uops)
     # a float add/mul that updates an accumulator may be reassociated: that is what lets LLVM vectorize the reduction
     self.acc_updates = {u.src[1] for u in uops if u.op is Ops.ASSIGN}
     # and a multiply feeding that add may fuse with it into an FMA (a multiply-accumulate is the matmul inner loop)
@@ -227,12 +230,20 @@ def _range(f: _Function, u: UOp) -> str:
   f.label(f"body{i}")
   return name
 
+# the metadata a loop over outputs carries (see _endrange)
+_NO_LOOP_VECTORIZE = ('!0 = distinct !{!0, !1}', '!1 = !{!"llvm.loop.vectorize.enable", i1 false}')
+
 def _endrange(f: _Function, u: UOp) -> None:
   i, name = f.loop_ids[u.src[0]], f.r[u.src[0]]
   f.code(f"br label %latch{i}")
   f.label(f"latch{i}")
   f.code(f"{name}.next = add nuw nsw {ltype(u.src[0].dtype)} {name}, 1")
-  f.code(f"br label %loop{i}")
+  # in a kernel with a reduce, LLVM's loop vectorizer may vectorize the reduce loop (an odd length the kernel has no
+  # vectors for: 4x on sums of rows of 197) but not a loop over outputs: there, after unrolling the reduce loop inside,
+  # LLVM 22 miscompiled a reduce over padded windows (float64 logcumsumexp of 4 rows of 3 lost a term at the second
+  # position; the IR without it, EMU and CUDACPU were right). Elementwise kernels keep it (an exp over 50257: 5x)
+  outputs = f.has_reduce and _loop_kind(u.src[0]) != "reduce"
+  f.code(f"br label %loop{i}" + (", !llvm.loop !0" if outputs else ""))
   f.label(f"exit{i}")
 
 def _address(f: _Function, buf: UOp, idx: UOp) -> str:
@@ -349,7 +360,7 @@ class LLVMRenderer(Renderer):
     args = [f"ptr noalias %data{i}" for i in range(nbufs)] + ["i32 %core_id"]
     head = f'define void @"{name}"({", ".join(args)}) #0 {{'
     return "\n".join([head, "entry:", *f.allocas, *f.lines, "  ret void", "}", *f.decls,
-                      f"attributes #0 = {{ {self._attributes()} }}", ""])
+                      f"attributes #0 = {{ {self._attributes()} }}", *_NO_LOOP_VECTORIZE, ""])
 
   def _attributes(self) -> str:
     # the target's cpu, features and vector width go into the function attributes, so that they hold whoever
