@@ -28,7 +28,7 @@ def _invariant(st: ShapeTracker, axis: int) -> bool:
   last = st.views[-1]
   return last.strides[axis] == 0 and (last.mask is None or last.mask[axis] == (0, last.shape[axis]))
 
-class _Fold:
+class AxisFold:
   """One reduce over `axis` whose candidates are picked by `e == arange`: values seen at index `e` of the axis."""
   def __init__(self, axis: int, e: UOp, size: int) -> None:
     self.axis, self.size = axis, size
@@ -72,7 +72,7 @@ def _arange(u: UOp, axis: int) -> tuple[int, int] | None:
   if v.offset != 0 or v.mask is not None or any(s != (i == axis) for i, s in enumerate(v.strides)): return None
   return v.shape[axis], 0
 
-def _compared_with_arange(cond: UOp, axis: int) -> tuple[UOp, int] | None:
+def compared_with_arange(cond: UOp, axis: int) -> tuple[UOp, int] | None:
   """(i, n) where cond is `e == arange(start, start + n)` along `axis` (written `(e != arange) != True`), e any int
   expression that does not vary along it: i = e - start is the candidate it picks."""
   if cond.op is not Ops.CMPNE or cond.src[1].op is not Ops.CONST or cond.src[1].arg is not True: return None
@@ -84,12 +84,12 @@ def _compared_with_arange(cond: UOp, axis: int) -> tuple[UOp, int] | None:
       return (e - start if start else e), n
   return None
 
-def _picked(red: UOp) -> tuple[UOp, UOp] | None:
+def kept_values(red: UOp) -> tuple[UOp, UOp] | None:
   """(condition, values) of a reduce's source that keeps the values where the condition holds and the reduce's
   identity elsewhere: where(c, v, identity), or (for a sum) a one-hot times the values, or the one-hot alone."""
   src, op = red.src[0], red.arg[0]
   if op is Ops.ADD and src.op is Ops.CAST and src.src[0].op is Ops.WHERE:  # a half summed in float: zero casts to zero
-    if (inner := _picked(red.replace(src=(src.src[0],)))) is not None: return inner[0], inner[1].cast(src.dtype)
+    if (inner := kept_values(red.replace(src=(src.src[0],)))) is not None: return inner[0], inner[1].cast(src.dtype)
   if src.op is Ops.WHERE:
     other = src.src[2]
     if other.op is Ops.CONST and other.arg == identity_element(op, other.dtype.scalar()): return src.src[0], src.src[1]
@@ -114,11 +114,11 @@ def _flipped_where(src: UOp) -> tuple[UOp, UOp] | None:
 
 def _fold(red: UOp) -> UOp | None:
   op, axes = red.arg
-  if op not in (Ops.ADD, Ops.MAX) or len(axes) != 1 or (picked := _picked(red)) is None: return None
+  if op not in (Ops.ADD, Ops.MAX) or len(axes) != 1 or (picked := kept_values(red)) is None: return None
   cond, values = picked
-  if (found := _compared_with_arange(cond, axes[0])) is None: return None
+  if (found := compared_with_arange(cond, axes[0])) is None: return None
   e, n = found
-  fold = _Fold(axes[0], e, n)
+  fold = AxisFold(axes[0], e, n)
   if fold.e is None or (v := fold.at(values)) is None: return None
   inside = fold.e.lt(0).logical_not() & fold.e.lt(n)
   return inside.where(v, UOp.const(red.dtype, identity_element(op, red.dtype.scalar())))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lazytensor.dtype import dtypes
-from lazytensor.engine.gather import _compared_with_arange, _Fold, _picked
+from lazytensor.engine.gather import AxisFold, compared_with_arange, kept_values
 from lazytensor.helpers import prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp, identity_element
@@ -57,7 +57,7 @@ def _as_scatter(red: UOp, shape: tuple[int, ...]) -> _Scatter | None:
   on the target along a kept axis that their index names. None when it is not one, when it is too small to gain
   (SCATTER_MIN_WORK), or when its values hold another reduce (one kernel, one set of reduce axes)."""
   op, axes = red.arg
-  if op not in SCATTER_OPS or red.dtype == dtypes.bool or (picked := _picked(red)) is None: return None
+  if op not in SCATTER_OPS or red.dtype == dtypes.bool or (picked := kept_values(red)) is None: return None
   if max(prod(u.arg.shape) for u in red.toposort if u.op is Ops.VIEW) < SCATTER_MIN_WORK: return None
   cond, values = picked
   if any(u.op is Ops.REDUCE_AXIS for u in (cond, values) for u in u.toposort): return None
@@ -65,17 +65,17 @@ def _as_scatter(red: UOp, shape: tuple[int, ...]) -> _Scatter | None:
     if axis in axes or shape[axis] == 1 or (found := _target_of(cond, axis)) is None: continue
     (e, n), rest = found
     if rest is not None: values = rest.where(values, UOp.const(values.dtype, identity_element(op, values.dtype)))
-    fold = _Fold(axis, e, n)  # values seen at target 0; a value that varies along the targets is read at e
+    fold = AxisFold(axis, e, n)  # values seen at target 0; a value that varies along the targets is read at e
     if fold.e is not None and (v := fold.at(values)) is not None: return _Scatter(axis, fold.e, v, n)
   return None
 
 def _target_of(cond: UOp, axis: int) -> tuple[tuple[UOp, int], UOp | None] | None:
   """((e, n), rest) where cond is `e == arange(n)` along `axis`, or that and a further condition `rest` (an entry that
   passes only at some targets: the last write to each target, in scatter without a reduce)."""
-  if (found := _compared_with_arange(cond, axis)) is not None: return found, None
+  if (found := compared_with_arange(cond, axis)) is not None: return found, None
   if cond.op is not Ops.AND: return None
   for hit, rest in (cond.src, cond.src[::-1]):
-    if (found := _compared_with_arange(hit, axis)) is not None: return found, rest
+    if (found := compared_with_arange(hit, axis)) is not None: return found, rest
   return None
 
 def _reduce_and_rest(value: UOp) -> tuple[UOp, UOp | None] | None:
