@@ -11,7 +11,8 @@ from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
 from lazytensor.graph import const_uop
 from lazytensor.helpers import dim_alias, prod
 from lazytensor.mixin.products import _einsum, _matmul
-from lazytensor.mixin.sort_network import network_pays, network_positions, selection_pays, selection_positions
+from lazytensor.mixin.scans import cum_extreme_last, cumsum_float_last, cumsum_last, scan_last
+from lazytensor.mixin.sort_network import sorted_last
 from lazytensor.mixin.unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
 
@@ -22,135 +23,6 @@ TensorT = TypeVar("TensorT", bound="ReduceMixin")
 
 # the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
 Axis = int | Sequence[int] | None
-
-# ---- scans and sorting ----
-
-# a scan axis longer than SCAN_SPLIT runs in blocks of about sqrt(n), at most SCAN_BLOCK, instead of one O(n^2) reduce
-SCAN_SPLIT = 512
-SCAN_BLOCK = 256
-
-def _prefix_windows(x: TensorT, identity: Any) -> TensorT:
-  """(..., n) -> (..., n, n): row i holds x[..., :i+1] after n-1-i copies of identity, as a view."""
-  n = x.shape[-1]
-  return x.pad([(0, 0)] * (x.ndim - 1) + [(n - 1, 0)], value=identity)._pool_windows((n,), (1,), (1,))
-
-def _scan_last(x: TensorT, reduce: Callable[[TensorT, int], TensorT], identity: Any) -> TensorT:
-  """Inclusive scan of an associative `reduce` along the last axis.
-
-  Up to SCAN_SPLIT elements it is one reduce over each output's prefix window (O(n^2) work, one kernel). Longer axes
-  split into blocks of b = min(sqrt(n), SCAN_BLOCK): a scan inside each block, an exclusive scan of the block totals
-  (recursively), and each block's carry combined into it: O(n b) work in a few kernels per level."""
-  n = x.shape[-1]
-  if n <= SCAN_SPLIT: return reduce(_prefix_windows(x, identity), -1)
-  b = min(math.isqrt(n - 1) + 1, SCAN_BLOCK)
-  a = -(-n // b)
-  lead = [(0, 0)] * (x.ndim - 1)
-  blocks = x.pad(lead + [(0, a * b - n)], value=identity).reshape(*x.shape[:-1], a, b)
-  inner = reduce(_prefix_windows(blocks, identity), -1)
-  # shifting the totals by one makes the scan exclusive: block j gets the combination of blocks 0..j-1
-  carry = _scan_last(reduce(blocks, -1).pad(lead + [(1, -1)], value=identity), reduce, identity)
-  both = type(x).stack(carry.unsqueeze(-1).expand(inner.shape), inner, dim=-1)
-  return reduce(both, -1).reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
-
-# a cumsum is products with a triangle of ones: a block of b elements times the (b, b) upper triangle is the block's
-# scan, a matmul the heuristics tile into registers (the prefix-window reduce of _scan_last is a masked reduce per
-# output: cumsum of 64 x 50257 on one AVX2 thread 1.3 s -> 12-17 ms, numpy 12, torch 3.7)
-SCAN_TRIANGLE = 32
-
-def _triangle(like: TensorT, n: int) -> TensorT:
-  """(n, n) ones on and above the diagonal, in like's dtype: row j adds x[j] to the scans of positions j and after."""
-  pos = type(like)._iota(n, like.device)
-  return (pos.reshape(n, 1) <= pos.reshape(1, n)).cast(like.dtype)
-
-def _cumsum_last(x: TensorT) -> TensorT:
-  """Inclusive sum scan along the last axis: blocks of SCAN_TRIANGLE by the triangle (stored once, so that the blocks'
-  matmul loads it), then each block's carry, the exclusive scan of the block totals, added to it."""
-  n = x.shape[-1]
-  if n <= SCAN_TRIANGLE: return x @ _triangle(x, n)  # one kernel, the triangle computed in it
-  b, a, lead = SCAN_TRIANGLE, -(-n // SCAN_TRIANGLE), [(0, 0)] * (x.ndim - 1)
-  inner = x.pad(lead + [(0, a * b - n)]).reshape(*x.shape[:-1], a, b) @ _triangle(x, b).contiguous()
-  # the totals shifted by one: block j gets the sum of blocks 0..j-1, exactly (no subtraction)
-  totals = inner.shrink([None] * x.ndim + [(b - 1, b)]).squeeze(-1)
-  carry = _cumsum_last(totals.pad(lead + [(1, -1)]))
-  # the first n positions of both, so that the kernel that adds them writes the result and nothing else
-  def first_n(t: TensorT) -> TensorT: return t.reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
-  return first_n(inner) + first_n(carry.unsqueeze(-1).expand(inner.shape))
-
-def _cumsum_float_last(x: TensorT) -> TensorT:
-  """_cumsum_last of floats with infinities and NaN, as a sequential sum gives them. The triangle's zeros times an inf
-  or NaN are NaN, which reached the positions before it (cumsum([1, nan]) was [nan, nan]): the triangle scans the
-  finite values, and the others come after it from the first of each kind: from the first +inf the sum is +inf, from
-  the first -inf -inf, NaN from both and from the first NaN: one reduce over the axis on top of the scan's matmul.
-  A short axis is one reduce of each position's prefix, which only adds."""
-  n = x.shape[-1]
-  if n <= SCAN_TRIANGLE: return _scan_last(x, lambda t, ax: t.sum(ax, dtype=t.dtype), 0.0)  # adds only: one kernel
-  finite = x.isfinite()
-  # the finite values, with the whole gradient of x (which does not depend on the values)
-  kept = finite.where(x, 0)._apply_uop(lambda v, u, d: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, u, d)), x, x.ones_like())
-  pos = type(x).arange(n, device=x.device)
-  nan = x != x
-  # where the first +inf (or NaN) and the first -inf (or NaN) are: one reduce of the two
-  hits = type(x).stack((x == math.inf) | nan, (x == -math.inf) | nan)
-  reached = hits.where(pos, n).min(-1, keepdim=True) <= pos
-  up, down = (t.squeeze(0) for t in reached.split(1, 0))
-  return _cumsum_last(kept) + up.where(down.where(math.nan, math.inf), down.where(-math.inf, 0.0)).cast(x.dtype)
-
-def _select(values: TensorT, mask: TensorT, axis: int) -> TensorT:
-  """The one value along `axis` where mask is true: a sum for floats (so the gradient reaches only that value), a max
-  otherwise (no promotion of ints, and it works for bools)."""
-  if values.dtype.is_float: return mask.where(values, 0).sum(axis, dtype=values.dtype)
-  return mask.where(values, values.dtype.min() if values.dtype.is_int else False).max(axis)
-
-def _cum_extreme_last(x: TensorT, largest: bool) -> tuple[TensorT, TensorT]:
-  """cummax (cummin) along the last axis: the values and the index of the last element equal to each, NaN counting
-  as the largest, as torch. That index is the last position up to here whose element equals the running extreme
-  there (any later one would have raised it), so it is a running max of positions: both are scans."""
-  n = x.shape[-1]
-  key = x if largest else -x if x.dtype.is_float else x.logical_not() if x.dtype.is_bool else ~x
-  peak = _scan_last(key, lambda t, ax: t.max(ax), -math.inf if key.dtype.is_float else key.dtype.min() if
-              key.dtype.is_int else False)
-  same = (key == peak) | ((key != key) & (peak != peak)) if key.dtype.is_float else key == peak
-  positions = type(x).arange(n, device=x.device)
-  idx = _scan_last(same.where(positions, -1), lambda t, ax: t.max(ax), -1)
-  if n > SCAN_SPLIT:  # the running extreme itself: its gradient splits between equal elements
-    values = peak if largest else -peak if x.dtype.is_float else peak.logical_not() if x.dtype.is_bool else ~peak
-  else:  # picked from each prefix at the index, so that the gradient goes there alone, as torch's
-    values = _select(_prefix_windows(x, 0), _prefix_windows(positions, -1) == idx.unsqueeze(-1), -1)
-  return values, idx.cast(dtypes.default_int)
-
-def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
-  """Where each element along the last axis lands in a stable sort (NaN sorts as the largest, as torch): the number
-  of elements that sort before it. One O(n^2) comparison reduce."""
-  n = x.shape[-1]
-  if x.dtype.is_bool: x = x.cast(dtypes.int8)
-  mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # (..., i, 1) and (..., 1, j)
-  before = other > mine if descending else other < mine
-  same = mine == other
-  if x.dtype.is_float:
-    nan_mine, nan_other = mine != mine, other != other
-    before = before | ((nan_other & nan_mine.logical_not()) if descending else (nan_mine & nan_other.logical_not()))
-    same = same | (nan_mine & nan_other)
-  ar = type(x).arange(n, device=x.device)
-  earlier = ar.unsqueeze(0) < ar.unsqueeze(1)  # j < i
-  return (before | (same & earlier)).sum(-1)
-
-def _sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
-  """The first k elements of a stable sort of the last axis, and their positions: by comparing every pair in one
-  kernel for short rows; for long ones by k selection passes when k is small, else through a bitonic network
-  (mixin/sort_network.py)."""
-  n = x.shape[-1]
-  keys = x.cast(dtypes.int8) if x.dtype.is_bool else x
-  if not network_pays(keys): return _take_ranked(x, _sort_ranks(x, descending), k)
-  if selection_pays(keys, k): positions = selection_positions(keys, descending, k)
-  else: positions = network_positions(keys, descending).shrink([None] * (x.ndim - 1) + [(0, k)])
-  return _select(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
-
-def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
-  """The elements of ranks 0..k-1 along the last axis, and their indices."""
-  n = x.shape[-1]
-  slot = ranks.unsqueeze(-2) == type(x).arange(k, device=x.device).unsqueeze(-1)  # (..., k, n)
-  values = _select(x.unsqueeze(-2), slot, -1)
-  return values, _select(type(x).arange(n, device=x.device), slot, -1).cast(dtypes.default_int)
 
 class ReduceMixin(UnaryMixin):
   """Tensor's reductions, scans, sorting, matmul and einsum: on the unary mixin and those below it."""
@@ -438,7 +310,7 @@ class ReduceMixin(UnaryMixin):
   def _scan(self, axis: int, reduce: Callable[[Self, int], Self], identity: Any) -> Self:
     self._resolve_axis(axis)
     if self.numel() == 0: return self
-    return self._along(axis, lambda x: _scan_last(x, reduce, identity))
+    return self._along(axis, lambda x: scan_last(x, reduce, identity))
 
   def cumsum(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
     """Cumulative sum along `axis` (ints and bools sum as in sum): blocks of 32 elements times a triangle of ones (a
@@ -451,7 +323,7 @@ class ReduceMixin(UnaryMixin):
     out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
     x = self.cast(self._acc_dtype(out))
     x._resolve_axis(axis)
-    return (x if x.numel() == 0 else x._along(axis, _cumsum_float_last if x.dtype.is_float else _cumsum_last)).cast(out)
+    return (x if x.numel() == 0 else x._along(axis, cumsum_float_last if x.dtype.is_float else cumsum_last)).cast(out)
 
   def cumprod(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
     """Cumulative product along `axis` (ints and bools multiply as in prod).
@@ -475,7 +347,7 @@ class ReduceMixin(UnaryMixin):
   def _cum_extreme(self, axis: int, largest: bool) -> tuple[Self, Self]:
     self._resolve_axis(axis)
     if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
-    return self._along(axis, lambda x: _cum_extreme_last(x, largest))
+    return self._along(axis, lambda x: cum_extreme_last(x, largest))
 
   def cummax(self, axis: int = 0, *, dim: int | None = None,
              return_indices: bool = False) -> Self | tuple[Self, Self]:
@@ -516,7 +388,7 @@ class ReduceMixin(UnaryMixin):
     """
     self._resolve_axis(dim)
     if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
-    return self._along(dim, lambda x: _sorted_last(x, descending, x.shape[-1]))
+    return self._along(dim, lambda x: sorted_last(x, descending, x.shape[-1]))
 
   def argsort(self, dim: int = -1, descending: bool = False) -> Self:
     """The indices that sort the tensor along `dim` (stable; see sort).
@@ -541,7 +413,7 @@ class ReduceMixin(UnaryMixin):
     if k == 0 or self.numel() == 0:
       shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
       return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
-    return self._along(dim, lambda x: _sorted_last(x, largest, int(k)))
+    return self._along(dim, lambda x: sorted_last(x, largest, int(k)))
 
   # ---- matmul and einsum ----
 

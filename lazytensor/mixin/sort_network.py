@@ -1,9 +1,11 @@
-"""Sorting long rows with a bitonic network: O(n log^2 n) compare-exchanges in log2(n)(log2(n)+1)/2 steps.
+"""Sorting along the last axis (ReduceMixin's sort, argsort and topk move the axis there, `sorted_last` below).
 
-Comparing every pair of elements (mixin/reduce.py `_sort_ranks`) is one kernel and O(n^2) per row: fine for short
-rows, 17G comparisons for 1024 rows of 4096. A bitonic network does the same sort in elementwise steps, each one
-kernel over the row per output (keys and positions): 78 steps for 4096. It is written with views and `where`, no
-new ops.
+Comparing every pair of elements (`_sort_ranks`) is one kernel and O(n^2) per row: fine for short rows, 17G
+comparisons for 1024 rows of 4096. A bitonic network does the same sort in elementwise steps, O(n log^2 n) compare-
+exchanges in log2(n)(log2(n)+1)/2 steps: 78 for 4096. A key of up to 32 bits and its position pack into one uint64
+whose unsigned order is the stable sort's, so a step is one kernel (a min and a max); wider keys carry the position
+beside them (two kernels a step). It is written with views and `where`, no new ops. A topk of few elements takes
+selection passes instead.
 
 The network is the variant that sorts every block ascending: merging two sorted halves of a block compares element
 i with element size-1-i (the second half read reversed), then half-cleaners at distances size/4, ..., 1. Each element
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from lazytensor.dtype import DType, dtypes
+from lazytensor.mixin.scans import select_one
 
 if TYPE_CHECKING:
   from lazytensor.mixin.reduce import ReduceMixin
@@ -176,3 +179,38 @@ def selection_positions(x: TensorT, descending: bool, k: int) -> TensorT:
     prev = (picked, p)
     picks.append(p)
   return type(x).cat(*picks, dim=-1).reshape(*lead, k).cast(dtypes.default_int)
+
+# ---- the sort a Tensor method asks for ----
+
+def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
+  """Where each element along the last axis lands in a stable sort (NaN sorts as the largest, as torch): the number
+  of elements that sort before it. One O(n^2) comparison reduce."""
+  n = x.shape[-1]
+  if x.dtype.is_bool: x = x.cast(dtypes.int8)
+  mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # (..., i, 1) and (..., 1, j)
+  before = other > mine if descending else other < mine
+  same = mine == other
+  if x.dtype.is_float:
+    nan_mine, nan_other = mine != mine, other != other
+    before = before | ((nan_other & nan_mine.logical_not()) if descending else (nan_mine & nan_other.logical_not()))
+    same = same | (nan_mine & nan_other)
+  ar = type(x).arange(n, device=x.device)
+  earlier = ar.unsqueeze(0) < ar.unsqueeze(1)  # j < i
+  return (before | (same & earlier)).sum(-1)
+
+def sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
+  """The first k elements of a stable sort of the last axis, and their positions: by comparing every pair in one
+  kernel for short rows; for long ones by k selection passes when k is small, else through the bitonic network."""
+  n = x.shape[-1]
+  keys = x.cast(dtypes.int8) if x.dtype.is_bool else x
+  if not network_pays(keys): return _take_ranked(x, _sort_ranks(x, descending), k)
+  if selection_pays(keys, k): positions = selection_positions(keys, descending, k)
+  else: positions = network_positions(keys, descending).shrink([None] * (x.ndim - 1) + [(0, k)])
+  return select_one(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
+
+def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
+  """The elements of ranks 0..k-1 along the last axis, and their indices."""
+  n = x.shape[-1]
+  slot = ranks.unsqueeze(-2) == type(x).arange(k, device=x.device).unsqueeze(-1)  # (..., k, n)
+  values = select_one(x.unsqueeze(-2), slot, -1)
+  return values, select_one(type(x).arange(n, device=x.device), slot, -1).cast(dtypes.default_int)
