@@ -23,11 +23,21 @@ from lazytensor.engine import live
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import buffer_view, const_uop, copy_to, is_own_value, multi_leaves, shard_like
+from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.mixin.multi import MultiMixin, open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.views import (
+  assign_values,
+  host_values,
+  moved_buffer,
+  moved_onto,
+  moved_st,
+  moves_over,
+  unmoved,
+  writable_view,
+)
 
 # ---- Python and numpy data to buffers ----
 
@@ -76,91 +86,6 @@ def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]
   for t in tensors:
     found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
     out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
-  return out
-
-def _moved_buffer(ld: UOp) -> bool:
-  """Whether ld is movement ops over a realized buffer (a view of its memory)."""
-  ld = _unmoved(ld)
-  return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
-
-def _unmoved(ld: UOp) -> UOp:
-  """ld without the movement ops on top."""
-  while ld.op in MOVES: ld = ld.src[0]
-  return ld
-
-def _moved_onto(ld: UOp, old: UOp, new: UOp) -> UOp:
-  """ld's movement ops over `old`, replayed over `new`."""
-  if ld is old: return new
-  return ld.replace(src=(_moved_onto(ld.src[0], old, new),))
-
-def _moves_over(ld: UOp, base: UOp) -> bool:
-  """Whether ld is movement ops (or none) over `base`."""
-  while ld is not base and ld.op in MOVES: ld = ld.src[0]
-  return ld is base
-
-def _moved_st(ld: UOp) -> ShapeTracker:
-  """The view that movement ops over a VIEW of a buffer make of it."""
-  moves = []
-  while ld.op in MOVES:
-    moves.append(ld)
-    ld = ld.src[0]
-  st = ld.arg
-  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
-  return st
-
-def _assign_values(g: UOp) -> UOp:
-  """A gradient g with the in-place ops in it that a later one overwrites (x.add_(b).mul_(a): the gradient reads the
-  value of the add, which the mul's assign overwrites) replaced by their values: the gradient computes what it needs
-  instead of reading a buffer that holds something else by then, or running a write again."""
-  if not g.writes: return g
-  superseded: set[UOp] = set()
-  for n in g.toposort:
-    if n.op is Ops.ASSIGN and n.src[1].writes & n.src[0].reads:
-      superseded.update(m for m in n.src[1].toposort if m.op is Ops.ASSIGN and m.src[0].reads & n.src[0].reads)
-  if not superseded: return g
-  done: dict[UOp, UOp] = {}
-  for n in g.toposort:
-    src = tuple(done[s] for s in n.src)
-    # an assign whose value changed would be a second write of the buffer: its value alone
-    done[n] = n if src == n.src and n not in superseded else src[1] if n.op is Ops.ASSIGN else n.replace(src=src)
-  return done[g]
-
-def _writable_view(st: ShapeTracker) -> bool:
-  """Whether writes through this view of a buffer reach it, as writes through torch's views (a permute, a strided
-  slice) do: a single view where every element is one element of the buffer of its own. An expanded view (elements
-  that share one) or a padded one (elements outside the buffer) is written as a copy instead."""
-  if len(st.views) != 1: return False
-  v = st.views[0]
-  return v.mask is None and all(stride != 0 for size, stride in zip(v.shape, v.strides) if size > 1)
-
-def _host_values(ld: UOp) -> np.ndarray | None:
-  """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
-  None for a lazy one."""
-  moves = []
-  while ld.op in MOVES or is_own_value(ld):  # a copy op's result has the values of the view under it
-    if ld.op in MOVES: moves.append(ld)
-    ld = ld.src[0]
-  if ld.op is Ops.MULTI:
-    if (whole := _gathered(ld)) is None: return None
-    flat, st = whole.reshape(-1), ShapeTracker.from_shape(whole.shape)
-  elif ld.op is Ops.VIEW and ld.src[0].op in (Ops.BUFFER, Ops.CONST):
-    base = ld.src[0]
-    # from_storage: a bfloat16 buffer holds bits, shown as the float32 values they are
-    flat = from_storage(buffer_map[base].numpy(), ld.dtype) if base.op is Ops.BUFFER else \
-      np.array([base.arg], dtype=np.float32 if ld.dtype == dtypes.bfloat16 else ld.dtype.np)
-    st = ld.arg
-  else: return None
-  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
-  return st.gather(flat)
-
-def _gathered(m: UOp) -> np.ndarray | None:
-  """A sharded tensor's values: its pieces put together along the sharded axis (one piece when replicated)."""
-  pieces = [v for v in (_host_values(p) for p in m.src) if v is not None]
-  axis, bounds = m.arg
-  if len(pieces) < len(m.src): return None  # a piece is lazy
-  if axis is None: return pieces[0]
-  out = np.empty(m.shape, dtype=pieces[0].dtype)
-  for p, (lo, hi) in zip(pieces, bounds): out[(slice(None),) * axis + (slice(lo, hi),)] = p
   return out
 
 def _sum_uops(xs: list[UOp]) -> UOp | None:
@@ -313,7 +238,7 @@ class Tensor(MultiMixin):
     <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
     grad = ", requires_grad=True" if self._requires_grad else ""
-    if (values := _host_values(self.lazydata)) is None:
+    if (values := host_values(self.lazydata)) is None:
       return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
               f"it, .numpy() returns its values{grad}>")
     return f"Tensor({np.array2string(values, separator=', ', prefix='Tensor(')}, dtype={self.dtype.name}, " \
@@ -595,10 +520,10 @@ class Tensor(MultiMixin):
     [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
     if self._write_has_grad(value): return self._setitem_with_grad(indices, value)
-    if not _moved_buffer(self.lazydata): self._give_buffer()
-    if not _moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
+    if not moved_buffer(self.lazydata): self._give_buffer()
+    if not moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
     if not self._is_buffer_view(): self.realize()  # a view of a buffer: realizing it computes nothing
-    if not _writable_view(self.lazydata.arg):
+    if not writable_view(self.lazydata.arg):
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
@@ -625,15 +550,15 @@ class Tensor(MultiMixin):
     its lazy value would be realized into: another tensor computed alike holds the same (interned) node, and would
     share that one."""
     root = self._viewed if self._viewed is not None else self
-    if _moved_buffer(root.lazydata):  # realized since its views were taken
+    if moved_buffer(root.lazydata):  # realized since its views were taken
       old = root._lazy_before() if root._lazy_before is not None else None
     else:
       old = root.lazydata
       root.lazydata = root.contiguous().realize().lazydata
     if old is None: return
     for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is root and _unmoved(t.lazydata) is old:
-        t.lazydata = _moved_onto(t.lazydata, old, root.lazydata)
+      if isinstance(t, Tensor) and t._viewed is root and unmoved(t.lazydata) is old:
+        t.lazydata = moved_onto(t.lazydata, old, root.lazydata)
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients.
@@ -694,11 +619,11 @@ class Tensor(MultiMixin):
     root = self._viewed if self._viewed is not None else self
     old = root._grad_buffer()
     node = old if self is root else self.lazydata  # self's value in graphs
-    if not _moves_over(node, old):
+    if not moves_over(node, old):
       raise NotSupportedError("x[...] = value with gradients: x is a view that was realized on its own, which no "
                               "longer knows the graph of the tensor it views; write into that tensor, or take the view "
                               "again")
-    if self is not root and not _writable_view(_moved_st(_moved_onto(node, old, root.lazydata))):
+    if self is not root and not writable_view(moved_st(moved_onto(node, old, root.lazydata))):
       self._viewed = None  # an expanded or padded view: written as a copy of its own, as without gradients
       return self._setitem_with_grad(indices, value)
     view = Tensor._of(node)
@@ -709,13 +634,13 @@ class Tensor(MultiMixin):
     ones = const_uop(1.0, target.dtype, target.device, target.shape)
     placed, hit = (Tensor._of(compute_gradient(target.lazydata, g, {old})[old]) for g in (new.lazydata, ones))
     graph = (hit != 0).where(placed, Tensor._of(old)).lazydata
-    write = UOp(Ops.ASSIGN, target.dtype, (_moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
+    write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
     root.lazydata = UOp(Ops.VIEW, root.dtype, Tensor(write).realize().lazydata.src, root.lazydata.arg)
     commit_realized({graph: root.lazydata})
     root._graph, root._requires_grad = graph, True
     for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is root and _moves_over(t.lazydata, old):
-        t.lazydata, t._requires_grad = _moved_onto(t.lazydata, old, graph), True
+      if isinstance(t, Tensor) and t._viewed is root and moves_over(t.lazydata, old):
+        t.lazydata, t._requires_grad = moved_onto(t.lazydata, old, graph), True
 
   def _grad_buffer(self) -> UOp:
     """For a write with gradients into this tensor (one that views no other): it is given a buffer of its own if it
@@ -728,8 +653,8 @@ class Tensor(MultiMixin):
     graph = copy._graph_root()
     self._graph = graph if graph is not copy.lazydata else None
     for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is self and _moves_over(t.lazydata, lazy):
-        t.lazydata = _moved_onto(t.lazydata, lazy, graph)
+      if isinstance(t, Tensor) and t._viewed is self and moves_over(t.lazydata, lazy):
+        t.lazydata = moved_onto(t.lazydata, lazy, graph)
     return graph
 
   # ---- autograd ----
@@ -785,7 +710,7 @@ class Tensor(MultiMixin):
     root = self._graph_root()
     nodes = _nodes_standing_for(root, targets)
     grads = compute_gradient(root, seed, {n for ns in nodes for n in ns})
-    out = [_sum_uops([_assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
+    out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
     # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
     return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
             for t, g in zip(targets, out)]
