@@ -35,7 +35,6 @@ from lazytensor.views import (
   moved_onto,
   moved_st,
   moves_over,
-  unmoved,
   writable_view,
 )
 
@@ -556,9 +555,7 @@ class Tensor(MultiMixin):
       old = root.lazydata
       root.lazydata = root.contiguous().realize().lazydata
     if old is None: return
-    for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is root and unmoved(t.lazydata) is old:
-        t.lazydata = moved_onto(t.lazydata, old, root.lazydata)
+    root._rebase_views(old, root.lazydata)
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients.
@@ -638,9 +635,7 @@ class Tensor(MultiMixin):
     root.lazydata = UOp(Ops.VIEW, root.dtype, Tensor(write).realize().lazydata.src, root.lazydata.arg)
     commit_realized({graph: root.lazydata})
     root._graph, root._requires_grad = graph, True
-    for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is root and moves_over(t.lazydata, old):
-        t.lazydata, t._requires_grad = moved_onto(t.lazydata, old, graph), True
+    root._rebase_views(old, graph, requires_grad=True)
 
   def _grad_buffer(self) -> UOp:
     """For a write with gradients into this tensor (one that views no other): it is given a buffer of its own if it
@@ -652,10 +647,16 @@ class Tensor(MultiMixin):
     self.lazydata = copy.lazydata
     graph = copy._graph_root()
     self._graph = graph if graph is not copy.lazydata else None
-    for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is self and moves_over(t.lazydata, lazy):
-        t.lazydata = moved_onto(t.lazydata, lazy, graph)
+    self._rebase_views(lazy, graph)
     return graph
+
+  def _rebase_views(self, old: UOp, new: UOp, requires_grad: bool = False) -> None:
+    """Every live view taken from this tensor while it was `old` (movement ops over it) now makes the same moves over
+    `new`: the buffer a write gave it, or the graph that stands for the buffer's contents."""
+    for t in live.alive():
+      if isinstance(t, Tensor) and t._viewed is self and moves_over(t.lazydata, old):
+        t.lazydata = moved_onto(t.lazydata, old, new)
+        if requires_grad: t._requires_grad = True
 
   # ---- autograd ----
 
