@@ -396,12 +396,12 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   # B varies along the output's last axis, where the register tile puts its vectors, and is broadcast along another
   col = next((a for a in reversed(out_axes) if shape[a] > 1), None)
   if col is None: return None
-  bs = [i for i, v in enumerate(views) if v is not None and v.strides[col] != 0 and _broadcast_size(v, out_axes) > 1]
+  bs = [(i, v) for i, v in enumerate(views)
+        if v is not None and v.strides[col] != 0 and _broadcast_size(v, out_axes) > 1]
+  if not bs: return None
   # one contiguous along it is B as it is; one read across its rows (x @ w.T: a Linear's forward) is B transposed, its
   # panels gathered from rows (an operand contiguous along another output axis is an A read transposed, x.T @ y)
-  if not (bs := sorted(bs, key=lambda i: views[i].strides[col] != 1)): return None  # type: ignore[union-attr]
-  i, v = bs[0], views[bs[0]]
-  assert v is not None
+  i, v = min(bs, key=lambda b: b[1].strides[col] != 1)
   if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
   panel = TILE_VECTORS * target.vector_floats
   small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
