@@ -29,12 +29,16 @@ from lazytensor.mixin.multi import MultiMixin, open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 from lazytensor.views import (
+  Moves,
   assign_values,
+  detached,
   host_values,
   moved_buffer,
   moved_onto,
   moved_st,
+  moves_between,
   moves_over,
+  replayed,
   writable_view,
 )
 
@@ -72,6 +76,10 @@ _lazydata = operator.attrgetter("lazydata")
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
 # keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# the assigns not run yet, by the live serial of when each was made: the tensor holding it (weakly) and its ASSIGN node.
+# Realizing anything that reads the memory one writes runs it first, as torch's in-place op ran when it was called;
+# one whose tensor is gone (`x.T.add_(1)`: a view made for the write) runs at the next realize or assign
+_pending_writes: dict[int, tuple[weakref.ref[Tensor], UOp]] = {}
 
 def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
   """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
@@ -123,7 +131,9 @@ class Tensor(MultiMixin):
   [3, 7]
   """
   # _graph: what a tensor that needs gradients was computed from, kept when realize() swaps in its buffer
-  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_lazy_before", "__weakref__")
+  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_views", "_own_moves", "_lazy_before",
+               "_assigned_at", "__weakref__")
+  _assigned_at: int | None  # when its pending assign was made (a live serial number), set in _start and assign
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
@@ -284,14 +294,23 @@ class Tensor(MultiMixin):
     [2, 3]
     """
     tensors = (self,) + others
+    if _pending_writes: Tensor._run_pending_writes(tensors)
     # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
     if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
-    if readers := live.old_value_readers(tensors):
-      # the holders are Tensors
+    # the moment of the last assign realized here: values computed after it read what it writes, as in torch
+    made_before = max((t._assigned_at for t in tensors if t._assigned_at is not None), default=None)
+    if readers := live.old_value_readers(tensors, made_before):
+      # the holders are Tensors; one holding an assign is as old as the assign (the random count a captured program
+      # advances is a tensor made before it, assigned in it)
+      readers = [(n if t._assigned_at is None else t._assigned_at, t) for n, t in readers if isinstance(t, Tensor)]
       before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))
       if before:
         with paused_capture(): before[0].realize(*before[1:])
       tensors += tuple(inside)
+    # views of a lazy tensor realized into buffers of their own: what they view, for when that tensor gets a buffer
+    for t in tensors:
+      if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
+        t._own_moves = moves_between(t.lazydata, t._viewed.lazydata)
     items, becomes = create_schedule(list(map(_lazydata, tensors)))
     run_schedule(items)
     commit_realized(becomes)
@@ -301,8 +320,32 @@ class Tensor(MultiMixin):
       if new is not t.lazydata:
         if t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
         t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
-      t.lazydata = new
+      t.lazydata, t._assigned_at = new, None
     return self
+
+  @staticmethod
+  def _run_pending_writes(tensors: tuple[Tensor, ...]) -> None:
+    """Before realizing or assigning `tensors`: the assigns of other tensors not run yet into memory they read
+    (`v = x.T; v.add_(1); x.numpy()`) run first, as in torch, where an in-place op writes when it is called. Not those
+    their graphs hold (x.add_(1) * 2 runs the add in its own schedule). Each is taken from the pending ones before it
+    runs, so two that read each other's memory run once each."""
+    reads = writes = 0
+    for t in tensors:
+      reads |= t.lazydata.reads
+      writes |= t.lazydata.writes
+    reads &= ~writes
+    chosen = {id(t) for t in tensors}
+    due: list[tuple[int, Tensor]] = []
+    for key, (ref, node) in list(_pending_writes.items()):
+      t = ref()
+      # realized (or held by a later assign of the same tensor), or run in another graph
+      if (t.lazydata is not node) if t is not None else node in realized_map: del _pending_writes[key]
+      elif t is None or (id(t) not in chosen and node.writes & reads):
+        del _pending_writes[key]
+        if t is None: (t := Tensor._of(node))._assigned_at = key
+        due.append((key, t))
+    # one at a time, in the order they were made: a value computed between two of them reads the first one's write
+    for _, t in sorted(due, key=operator.itemgetter(0)): t.realize()
 
   def _buffer(self) -> tuple[Buffer, ShapeTracker]:
     self.realize()
@@ -415,12 +458,23 @@ class Tensor(MultiMixin):
     """
     value = self._as_value_for(x, self.shape)
     if self.numel() == 0: return self  # nothing to write
-    if not self._is_buffer_view() and self.lazydata.op is not Ops.ASSIGN:
-      self.lazydata = value.lazydata  # nothing to write into yet: the tensor simply becomes the new value
+    old = self.lazydata
+    if self._viewed is None and not self._is_buffer_view() and old.op is not Ops.ASSIGN:
+      # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
+      self.lazydata = value.lazydata
+      self._rebase_views(old, self.lazydata)
       return self
+    # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
+    if self._viewed is not None or old.op is not Ops.ASSIGN: self._give_buffer()
+    # the writes other tensors have pending into this memory, or into what the value reads, come first
+    if _pending_writes: Tensor._run_pending_writes((self, value))
     # a second assign before realizing writes the same buffer (its value may read the first one's result)
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
     self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
+    self._assigned_at = live.serial()  # values computed from now on read what it writes
+    _pending_writes[self._assigned_at] = (weakref.ref(self), self.lazydata)
+    # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
+    if self._viewed is None and old.op is Ops.ASSIGN: self._rebase_views(old, self.lazydata)
     return self
 
   # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
@@ -519,7 +573,7 @@ class Tensor(MultiMixin):
     [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
     if self._write_has_grad(value): return self._setitem_with_grad(indices, value)
-    if not moved_buffer(self.lazydata): self._give_buffer()
+    self._give_buffer()
     if not moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
     if not self._is_buffer_view(): self.realize()  # a view of a buffer: realizing it computes nothing
     if not writable_view(self.lazydata.arg):
@@ -535,7 +589,8 @@ class Tensor(MultiMixin):
     """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
     gradients or of a value that does. Into a leaf that requires gradients (or a view of one) it is an error, as in
     torch: the leaf's gradient would be that of a value it no longer holds."""
-    if Tensor.no_grad or not self.dtype.is_float: return False
+    # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
+    if Tensor.no_grad or not self.dtype.is_float or detached(self.lazydata): return False
     root = self._viewed if self._viewed is not None else self
     if root._requires_grad and id(root) in _grad_leaves:
       what = "a tensor" if root is self else "a view of a tensor"
@@ -544,26 +599,35 @@ class Tensor(MultiMixin):
     return bool(root._requires_grad or self._requires_grad or (isinstance(value, Tensor) and value._requires_grad))
 
   def _give_buffer(self) -> None:
-    """Before a write into a lazy tensor: the tensor it views (itself, or the one its movement ops were taken from)
-    gets a buffer of its own, and every live view of that tensor views the buffer, as torch's views do. Not the buffer
-    its lazy value would be realized into: another tensor computed alike holds the same (interned) node, and would
-    share that one."""
+    """Before a write: the tensor this one views (itself, or the one its movement ops were taken from) gets a buffer
+    of its own if it is lazy, and every live view of it taken while it was lazy views the buffer, as torch's views do:
+    after a write, the lazy node no longer stands for the buffer's contents. Not the buffer its lazy value would be
+    realized into: another tensor computed alike holds the same (interned) node, and would share that one."""
     root = self._viewed if self._viewed is not None else self
     if moved_buffer(root.lazydata):  # realized since its views were taken
       old = root._lazy_before() if root._lazy_before is not None else None
     else:
       old = root.lazydata
-      root.lazydata = root.contiguous().realize().lazydata
-    if old is None: return
+      copy = root.contiguous()
+      copy._assigned_at = root._assigned_at  # values computed after its pending assign read what it writes
+      root.lazydata = copy.realize().lazydata
+    root._lazy_before = None  # its views follow it from now on: the next write need not look for them
     root._rebase_views(old, root.lazydata)
 
   def detach(self) -> Tensor:
-    """The same values, cut off from gradients.
+    """The same values, cut off from gradients. As torch's, a view that shares the memory: a write into either
+    tensor (setitem, assign, add_, ...) is seen by the other, and records no gradient.
 
-    >>> Tensor([1.0]).detach().tolist()
-    [1.0]
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> d = w.detach()
+    >>> d[0] = 5.0
+    >>> w.tolist(), d.requires_grad
+    ([5.0, 2.0], False)
     """
-    return Tensor(UOp(Ops.DETACH, self.dtype, (self.lazydata,)), requires_grad=False)
+    out = Tensor._of(UOp(Ops.DETACH, self.dtype, (self.lazydata,)))
+    out._requires_grad = False
+    self._add_view(out)
+    return out
 
   # ---- what every op goes through ----
 
@@ -579,13 +643,20 @@ class Tensor(MultiMixin):
       if t._requires_grad: needs_grad = True
     out = fn(*srcs)
     if not needs_grad: ret = Tensor._of(out)
-    elif Tensor.no_grad: return Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
+    elif Tensor.no_grad: ret = Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
     else:
       ret = Tensor._of(out)
       if out.dtype.is_float: ret._requires_grad = True
-    if not others and (out is srcs[0] or out.op in MOVES):
-      ret._viewed = self._viewed if self._viewed is not None else self
+    if not others and (out is srcs[0] or out.op in MOVES): self._add_view(ret)
     return ret
+
+  def _add_view(self, view: Tensor) -> None:
+    """Record `view` (movement ops of self, or a detach) as a view of the tensor self views, or of self: writes into
+    either reach the other (_give_buffer, _rebase_views)."""
+    root = self._viewed if self._viewed is not None else self
+    view._viewed = root
+    if root._views is None: root._views = []
+    root._views.append(weakref.ref(view))
 
   @staticmethod
   def _of(uop: UOp) -> Tensor:
@@ -604,7 +675,10 @@ class Tensor(MultiMixin):
     # the tensor this one is a view of (made from it by movement ops), and the lazy value a realized tensor had:
     # what a write into a lazy view must reach (_give_buffer)
     self._viewed: Tensor | None = None
+    self._views: list[weakref.ref[Tensor]] | None = None  # the live views of this tensor, made by _add_view
+    self._own_moves: Moves | None = None  # a view realized on its own while its tensor was lazy: its view ops
     self._lazy_before: weakref.ref[UOp] | None = None
+    self._assigned_at = None
     live.track(self)
 
   # ---- writes recorded for autograd ----
@@ -650,13 +724,25 @@ class Tensor(MultiMixin):
     self._rebase_views(lazy, graph)
     return graph
 
-  def _rebase_views(self, old: UOp, new: UOp, requires_grad: bool = False) -> None:
-    """Every live view taken from this tensor while it was `old` (movement ops over it) now makes the same moves over
-    `new`: the buffer a write gave it, or the graph that stands for the buffer's contents."""
-    for t in live.alive():
-      if isinstance(t, Tensor) and t._viewed is self and moves_over(t.lazydata, old):
-        t.lazydata = moved_onto(t.lazydata, old, new)
-        if requires_grad: t._requires_grad = True
+  def _rebase_views(self, old: UOp | None, new: UOp, requires_grad: bool = False) -> None:
+    """Every live view taken from this tensor while it was `old` (movement ops over it), or realized into a buffer of
+    its own while this one was lazy, now makes the same moves over `new`: the buffer a write gave it, the value a lazy
+    tensor was assigned, or the graph that stands for the buffer's contents."""
+    if self._views is None: return
+    views = [t for ref in self._views if (t := ref()) is not None and t._viewed is self]
+    self._views = [weakref.ref(t) for t in views]
+    # (what views were made over, what they are made over now): the views taken of one realized on its own follow it
+    moved = [] if old is None else [(old, new)]
+    for t in views:
+      if t._own_moves is not None:
+        moved.append((t.lazydata, replayed(t._own_moves, new)))
+        t.lazydata, t._own_moves = moved[-1][1], None
+        if requires_grad and not detached(t.lazydata): t._requires_grad = True
+    for t in views:
+      if (pair := next(((o, n) for o, n in moved if moves_over(t.lazydata, o)), None)) is not None:
+        t.lazydata = moved_onto(t.lazydata, *pair)
+        # a detached view reads the new graph without its gradients
+        if requires_grad and not detached(t.lazydata): t._requires_grad = True
 
   # ---- autograd ----
 

@@ -3,6 +3,8 @@ make, whether writes through it reach the buffer, the same moves replayed over a
 ops a gradient must compute) and for reading values on the host without running a kernel."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from lazytensor.device import buffer_map
@@ -12,6 +14,9 @@ from lazytensor.graph import is_own_value
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
 
+# what a view is made of: movement ops, and DETACH (torch's detach() shares its input's memory: a view that moves
+# nothing and stops gradients)
+VIEW_OPS = frozenset(MOVES) | {Ops.DETACH}
 
 def moved_buffer(ld: UOp) -> bool:
   """Whether ld is movement ops over a realized buffer (a view of its memory)."""
@@ -19,25 +24,47 @@ def moved_buffer(ld: UOp) -> bool:
   return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
 
 def unmoved(ld: UOp) -> UOp:
-  """ld without the movement ops on top."""
-  while ld.op in MOVES: ld = ld.src[0]
+  """ld without the movement ops (and detaches) on top."""
+  while ld.op in VIEW_OPS: ld = ld.src[0]
   return ld
+
+def detached(ld: UOp) -> bool:
+  """Whether ld is a view whose ops include a detach (a write through it records no gradient)."""
+  while ld.op in VIEW_OPS:
+    if ld.op is Ops.DETACH: return True
+    ld = ld.src[0]
+  return False
 
 def moved_onto(ld: UOp, old: UOp, new: UOp) -> UOp:
   """ld's movement ops over `old`, replayed over `new`."""
   if ld is old: return new
   return ld.replace(src=(moved_onto(ld.src[0], old, new),))
 
+Moves = tuple[tuple[Ops, Any], ...]
+
+def moves_between(ld: UOp, base: UOp) -> Moves:
+  """The view ops (op and arg, the first applied first) that make ld of `base`, which ld moves over."""
+  out = []
+  while ld is not base:
+    out.append((ld.op, ld.arg))
+    ld = ld.src[0]
+  return tuple(reversed(out))
+
+def replayed(moves: Moves, base: UOp) -> UOp:
+  """The view ops `moves` applied to `base`."""
+  for op, arg in moves: base = UOp(op, base.dtype, (base,), arg)
+  return base
+
 def moves_over(ld: UOp, base: UOp) -> bool:
-  """Whether ld is movement ops (or none) over `base`."""
-  while ld is not base and ld.op in MOVES: ld = ld.src[0]
+  """Whether ld is movement ops and detaches (or none) over `base`."""
+  while ld is not base and ld.op in VIEW_OPS: ld = ld.src[0]
   return ld is base
 
 def moved_st(ld: UOp) -> ShapeTracker:
   """The view that movement ops over a VIEW of a buffer make of it."""
   moves = []
-  while ld.op in MOVES:
-    moves.append(ld)
+  while ld.op in VIEW_OPS:
+    if ld.op in MOVES: moves.append(ld)
     ld = ld.src[0]
   st = ld.arg
   for m in reversed(moves): st = MOVES[m.op](st, m.arg)
@@ -72,7 +99,7 @@ def host_values(ld: UOp) -> np.ndarray | None:
   """The values of a realized or constant tensor, or of views of one, read on the host without running a kernel;
   None for a lazy one."""
   moves = []
-  while ld.op in MOVES or is_own_value(ld):  # a copy op's result has the values of the view under it
+  while ld.op in VIEW_OPS or is_own_value(ld):  # a copy op's result has the values of the view under it
     if ld.op in MOVES: moves.append(ld)
     ld = ld.src[0]
   if ld.op is Ops.MULTI:

@@ -301,10 +301,18 @@ def test_setitem_into_a_leaf_that_requires_grad() -> None:
   with no_grad(): w[0] = 5.0
   assert w.tolist() == [5.0, 2.0, 3.0]
 
-def test_setitem_with_gradients_through_a_realized_view_is_an_error() -> None:
-  x = Tensor([1.0, 2.0], requires_grad=True) * 2
-  v = x[1:].realize()
-  with pytest.raises(NotImplementedError, match="realized"): v[0] = 3.0
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_setitem_with_gradients_through_a_view_realized_on_its_own() -> None:
+  # the view realized while x was lazy still views x (it raised: the view no longer knew x's graph)
+  def run(fw: Any) -> list[Any]:
+    a = Tensor([1.0, 2.0], requires_grad=True) if fw is Tensor else torch.tensor([1.0, 2.0], requires_grad=True)
+    x = a * 2
+    v = x[1:]
+    if fw is Tensor: v.realize()
+    v[0] = 3.0
+    (x * (Tensor if fw is Tensor else torch.tensor)([5.0, 7.0])).sum().backward()
+    return [x.tolist(), v.tolist(), a.grad.tolist()]
+  assert run(Tensor) == run(torch) == [[2.0, 3.0], [3.0], [10.0, 0.0]]
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
 def test_inplace_ops_on_a_realized_tensor_keep_gradients() -> None:
@@ -319,3 +327,80 @@ def test_inplace_ops_on_a_realized_tensor_keep_gradients() -> None:
   (tx * tx).sum().backward()
   assert a.grad is not None and b.grad is not None
   assert a.grad.tolist() == ta.grad.tolist() and b.grad.tolist() == tb.grad.tolist()
+
+# ---- views of lazy tensors and detach, against numpy's views (found by extra/fuzz_views.py) ----
+
+def _lazy_and_numpy() -> tuple[Tensor, np.ndarray]:
+  a = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+  return Tensor(a) + 1, a + 1
+
+# (name, fn(x, view of x, framework's setitem-free writes)): each writes into x or v after v = x[::-1] was taken from a
+# lazy x; v (and x) must show what numpy's view shows
+REVERSED_VIEW_WRITES: list[tuple[str, Callable[[Any, Any], None]]] = [
+  ("assign into the lazy tensor", lambda x, v: x.assign(x * 2) if isinstance(x, Tensor) else x.__setitem__(..., x * 2)),
+  ("realize, then setitem", lambda x, v: (x.realize() if isinstance(x, Tensor) else None, x.__setitem__(0, 5.0))),
+  ("realize, then add_", lambda x, v: (x.realize().add_(1) if isinstance(x, Tensor) else x.__iadd__(1))),
+  ("realize the view, the tensor, then write", lambda x, v: (
+    (v.realize(), x.realize()) if isinstance(x, Tensor) else None, x.__setitem__(1, 7.0))),
+  ("two assigns", lambda x, v: (x.assign(x * 2).assign(x + 1) if isinstance(x, Tensor) else
+                                 x.__setitem__(..., x * 2 + 1))),
+  ("through a view of the view", lambda x, v: (v[1:] if isinstance(x, Tensor) else v[1:]).__setitem__(0, 9.0)),
+  ("add_ on the view, the tensor read", lambda x, v: v.add_(10) if isinstance(x, Tensor) else v.__iadd__(10)),
+]
+
+@pytest.mark.parametrize("name,write", REVERSED_VIEW_WRITES, ids=[n for n, _ in REVERSED_VIEW_WRITES])
+def test_reversed_view_of_a_lazy_tensor_follows_writes(name: str, write: Callable[[Any, Any], None]) -> None:
+  # x[::-1] of a lazy x kept x's old values after x was assigned, or realized and then written (the view went on
+  # reading the lazy node, which the write no longer stood for)
+  x, ref = _lazy_and_numpy()
+  v, v_ref = x[::-1], ref[::-1]
+  write(x, v)
+  write(ref, v_ref)
+  assert v.tolist() == v_ref.tolist() and x.tolist() == ref.tolist()
+
+def test_strided_views_of_a_lazy_tensor_see_an_assign_and_a_later_write() -> None:
+  x = Tensor.arange(12).reshape(3, 4) * 1
+  ref = np.arange(12).reshape(3, 4)
+  views = [lambda t: t[::-1, ::2], lambda t: t.T[1::2], lambda t: t.transpose(1, 0)[::-1][1]]
+  vs, v_refs = [f(x) for f in views], [f(ref) for f in views]
+  vs[0].realize()  # one realized on its own while x is lazy: it still views x
+  x.assign(x * 10)
+  ref *= 10
+  vs[1][0, 0] = -1
+  v_refs[1][0, 0] = -1
+  for v, v_ref in zip(vs, v_refs): assert v.tolist() == v_ref.tolist()
+  assert x.tolist() == ref.tolist()
+
+def test_pending_assigns_through_views_run_in_order_before_reads() -> None:
+  # an add_ through a view was not run when the base was read, and assigns of two views of one buffer ran out of order
+  x = Tensor([1, 2, 3, 4]).realize()
+  x.T.add_(1)
+  assert x.tolist() == [2, 3, 4, 5]
+  d, r = x.detach(), x.reshape(2, 2)
+  r.assign(r * 3)
+  x.fill_(-1)
+  d.assign(d * 5)
+  assert x.tolist() == [-5] * 4 and r.tolist() == [[-5, -5], [-5, -5]]
+  y = x + 0  # made before the next assign: keeps the values it had
+  x.add_(1).add_(2)
+  z = x.reshape(4)  # a view taken of the pending assigns
+  assert z.tolist() == [-2] * 4 and y.tolist() == [-5] * 4 and x.tolist() == [-2] * 4
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("lazy", [False, True], ids=["realized", "lazy"])
+def test_detach_shares_memory_as_torch(lazy: bool) -> None:
+  # detach() was a copy for a lazy tensor, for in-place ops and for views: torch's shares the memory both ways
+  def run(fw: Any) -> list[Any]:
+    w = fw.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True) if fw is torch else \
+      Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    b = (w * 2 if lazy else w)
+    d = b.detach()
+    d[0, 1] = 9.0
+    d.T.mul_(3)
+    b.detach()[1].add_(1)
+    dt = b.T.detach()
+    dt[0] = -1.0
+    out = [b.tolist(), d.tolist(), dt.tolist(), d.requires_grad]
+    (w * w).sum().backward()  # the gradient of the values w holds now
+    return out + [w.grad.tolist()]
+  assert run(Tensor) == run(torch)

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 
 class Holder(Protocol):
@@ -42,22 +42,27 @@ def alive() -> Iterator[Holder]:
   for ref in list(_live):
     if (h := ref()) is not None: yield h
 
-def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
+def serial() -> int:
+  """A serial number from the sequence the holders get theirs from: holders made after this moment have larger ones."""
+  return next(_serials)
+
+def old_value_readers(holders: Sequence[Holder], made_before: int | None = None) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
   overwrite (a loss built before opt.step(), the gradients), with their serial numbers, and in turn the readers of what
   those write. Realized in the same schedule, before the assigns, they keep the values they had when they were built.
   Views (movement ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see
-  the new contents."""
+  the new contents. `made_before`: the serial of the assigns' moment; holders made after it see their writes."""
   targets = 0
   for holder in holders: targets |= holder.lazydata.writes
   if not targets: return []
   chosen = {id(h) for h in holders}
-  alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen]
+  last = made_before if made_before is not None else next(_serials)
+  alive = [(n, h) for ref, n in list(_live.items()) if n < last and (h := ref()) is not None and id(h) not in chosen]
   out: list[tuple[int, Holder]] = []
   seen = targets
   while targets:
     found = [(n, h) for n, h in alive if h.lazydata.reads & targets and id(h) not in chosen and
-             h.lazydata.base.op not in (Ops.BUFFER, Ops.CONST)]
+             _viewed_base(h.lazydata).op not in (Ops.BUFFER, Ops.CONST)]
     chosen |= {id(h) for _, h in found}
     out += found
     written = 0
@@ -65,6 +70,11 @@ def old_value_readers(holders: Sequence[Holder]) -> list[tuple[int, Holder]]:
     targets = written & ~seen
     seen |= targets
   return out
+
+def _viewed_base(u: UOp) -> UOp:
+  """u under its views: movement ops, VIEWs and detaches (a detached view shares its input's memory)."""
+  while u.op is Ops.DETACH or u.op is Ops.VIEW or u.op in GroupOp.Movement: u = u.src[0]
+  return u
 
 # while a TinyJit captures: the serial number of the first holder its function made
 _program_start: list[int] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -506,7 +506,13 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
   overwrote its buffer: the nodes realized into it before no longer stand for its contents, and are computed again
   where a graph built before the assign holds them (another value computed alike, a value computed from it)."""
   attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
-  for node, buf_view in becomes.items():
+  items: Iterable[tuple[UOp, UOp]] = becomes.items()
+  if sum(node.op is Ops.ASSIGN for node in becomes) > 1:
+    # assigns in the order they ran (one whose graph holds another ran after it), so that the last one into a buffer
+    # is the node that stands for its contents: x.add_(1).add_(2) committed the first add last, and a view of x read
+    # the second add's node as not computed, running it again
+    items = sorted(items, key=lambda kv: len(kv[0].toposort) if kv[0].op is Ops.ASSIGN else 0)
+  for node, buf_view in items:
     if node is buf_view: continue
     memory = buffer_map.get(buf_view.src[0]) if buf_view.op is Ops.VIEW else None
     if memory is not None and node.op is Ops.ASSIGN:
