@@ -76,8 +76,10 @@ def _slice(pr: Program, n: int) -> slice:
 # (name, fn(program, pair) -> (text, lt fn, numpy fn) or None): views that numpy also makes as views
 def view_index(pr: Program, p: Pair) -> tuple[str, Callable[[Any], Any], Callable[[Any], Any]] | None:
   if p.ref.ndim == 0: return None
-  idx = tuple(pr.pick([lambda n: _slice(pr, n), lambda n: pr.randint(-n, n - 1) if n else None, lambda n: None])(n)
-              for n in p.ref.shape[:pr.randint(1, p.ref.ndim)])
+  idx: tuple[Any, ...] = ()
+  for n in p.ref.shape[:pr.randint(1, p.ref.ndim)]:
+    if pr.chance(0.2): idx += (None,)  # a new dim, which indexes none
+    idx += (pr.randint(-n, n - 1) if n and pr.chance(0.4) else _slice(pr, n),)
   # numpy gives a scalar (a copy) where every dim has an int: the Ellipsis makes it a 0-d view
   return f"[{idx!r}]", lambda t: t[idx], lambda a: a[idx + (Ellipsis,)]
 
@@ -121,9 +123,9 @@ def take_view(pr: Program, p: Pair) -> None:
 def take_copy(pr: Program, p: Pair) -> None:
   r = pr.rng.random()
   if r < 0.25: pr.add(f"{p.name}.clone()", p.lt.clone(), p.ref.copy())
-  elif r < 0.5: pr.add(f"{p.name}.flip(0)", p.lt.flip(0), np.flip(p.ref, 0).copy())
+  elif r < 0.5 and p.ref.ndim: pr.add(f"{p.name}.flip(0)", p.lt.flip(0), np.flip(p.ref, 0).copy())
   elif r < 0.75: pr.add(f"{p.name} + 1", p.lt + 1, p.ref + 1)
-  else:
+  elif p.ref.ndim and p.ref.shape[0]:
     idx = pr.rng.integers(0, p.ref.shape[0], size=2)
     pr.add(f"{p.name}[Tensor({idx.tolist()})]", p.lt[Tensor(idx)], p.ref[idx])
 

@@ -320,6 +320,7 @@ class Tensor(MultiMixin):
       if new is not t.lazydata:
         if t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
         t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
+      if t._assigned_at is not None: _pending_writes.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
     return self
 
@@ -329,18 +330,16 @@ class Tensor(MultiMixin):
     (`v = x.T; v.add_(1); x.numpy()`) run first, as in torch, where an in-place op writes when it is called. Not those
     their graphs hold (x.add_(1) * 2 runs the add in its own schedule). Each is taken from the pending ones before it
     runs, so two that read each other's memory run once each."""
-    reads = writes = 0
-    for t in tensors:
-      reads |= t.lazydata.reads
-      writes |= t.lazydata.writes
-    reads &= ~writes
+    reads = 0
+    for t in tensors: reads |= t.lazydata.reads
     chosen = {id(t) for t in tensors}
+    def in_graphs(node: UOp) -> bool: return any(node in t.lazydata.toposort for t in tensors)
     due: list[tuple[int, Tensor]] = []
     for key, (ref, node) in list(_pending_writes.items()):
       t = ref()
       # realized (or held by a later assign of the same tensor), or run in another graph
       if (t.lazydata is not node) if t is not None else node in realized_map: del _pending_writes[key]
-      elif t is None or (id(t) not in chosen and node.writes & reads):
+      elif t is None or (id(t) not in chosen and node.writes & reads and not in_graphs(node)):
         del _pending_writes[key]
         if t is None: (t := Tensor._of(node))._assigned_at = key
         due.append((key, t))
@@ -450,7 +449,8 @@ class Tensor(MultiMixin):
     return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
 
   def assign(self, x: Any) -> Tensor:
-    """Write x into this tensor's memory when it is next realized (in place; views of it see the new values).
+    """Write x into this tensor's memory when it is next realized, or before anything that reads that memory is
+    (in place; views of it see the new values, values computed from it before keep the old ones, as in torch).
 
     >>> t = Tensor([1.0, 2.0]).realize()
     >>> t.assign(t * 10).tolist()
