@@ -336,15 +336,15 @@ class Tensor(MultiMixin):
     def in_graphs(node: UOp) -> bool: return any(node in t.lazydata.toposort for t in tensors)
     due: list[tuple[int, Tensor]] = []
     for key, (ref, node) in list(_pending_writes.items()):
-      t = ref()
+      holder = ref()
       # realized (or held by a later assign of the same tensor), or run in another graph
-      if (t.lazydata is not node) if t is not None else node in realized_map: del _pending_writes[key]
-      elif t is None or (id(t) not in chosen and node.writes & reads and not in_graphs(node)):
+      if (holder.lazydata is not node) if holder is not None else node in realized_map: del _pending_writes[key]
+      elif holder is None or (id(holder) not in chosen and node.writes & reads and not in_graphs(node)):
         del _pending_writes[key]
-        if t is None: (t := Tensor._of(node))._assigned_at = key
-        due.append((key, t))
+        if holder is None: (holder := Tensor._of(node))._assigned_at = key
+        due.append((key, holder))
     # one at a time, in the order they were made: a value computed between two of them reads the first one's write
-    for _, t in sorted(due, key=operator.itemgetter(0)): t.realize()
+    for _, writer in sorted(due, key=operator.itemgetter(0)): writer.realize()
 
   def _buffer(self) -> tuple[Buffer, ShapeTracker]:
     self.realize()
