@@ -124,7 +124,7 @@ def take_copy(pr: Program, p: Pair) -> None:
   r = pr.rng.random()
   if r < 0.25: pr.add(f"{p.name}.clone()", p.lt.clone(), p.ref.copy())
   elif r < 0.5 and p.ref.ndim: pr.add(f"{p.name}.flip(0)", p.lt.flip(0), np.flip(p.ref, 0).copy())
-  elif r < 0.75: pr.add(f"{p.name} + 1", p.lt + 1, p.ref + 1)
+  elif r < 0.75: pr.add(f"{p.name} + 1", p.lt + 1, np.array(p.ref + 1))  # numpy gives a 0-d sum as a scalar
   elif p.ref.ndim and p.ref.shape[0]:
     idx = pr.rng.integers(0, p.ref.shape[0], size=2)
     pr.add(f"{p.name}[Tensor({idx.tolist()})]", p.lt[Tensor(idx)], p.ref[idx])
@@ -204,7 +204,7 @@ def main() -> None:
     try: run(seed)
     except AssertionError as e:
       failed.append(seed)
-      if not args.quiet: print(e, "\n")
+      print(f"seed {seed} failed" if args.quiet else f"{e}\n", flush=True)
   print(f"{len(failed)} of {args.seeds} seeds failed: {failed[:50]}")
 
 if __name__ == "__main__":

@@ -325,13 +325,13 @@ class Tensor(MultiMixin):
     return self
 
   @staticmethod
-  def _run_pending_writes(tensors: tuple[Tensor, ...]) -> None:
-    """Before realizing or assigning `tensors`: the assigns of other tensors not run yet into memory they read
-    (`v = x.T; v.add_(1); x.numpy()`) run first, as in torch, where an in-place op writes when it is called. Not those
-    their graphs hold (x.add_(1) * 2 runs the add in its own schedule). Each is taken from the pending ones before it
-    runs, so two that read each other's memory run once each."""
-    reads = 0
-    for t in tensors: reads |= t.lazydata.reads
+  def _run_pending_writes(tensors: tuple[Tensor, ...], reads: int = 0) -> None:
+    """Before realizing `tensors`: the assigns of other tensors not run yet into memory they read (or into `reads`, a
+    mask of memory) run first, as in torch, where an in-place op writes when it is called (`v = x.T; v.add_(1);
+    x.numpy()`). Not those their graphs hold (x.add_(1) * 2 runs the add in its own schedule). Each is taken from the
+    pending ones before it runs, so two that read each other's memory run once each."""
+    if not reads:
+      for t in tensors: reads |= t.lazydata.reads
     chosen = {id(t) for t in tensors}
     def in_graphs(node: UOp) -> bool: return any(node in t.lazydata.toposort for t in tensors)
     due: list[tuple[int, Tensor]] = []
@@ -466,10 +466,12 @@ class Tensor(MultiMixin):
       return self
     # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
     if self._viewed is not None or old.op is not Ops.ASSIGN: self._give_buffer()
-    # the writes other tensors have pending into this memory, or into what the value reads, come first
-    if _pending_writes: Tensor._run_pending_writes((self, value))
     # a second assign before realizing writes the same buffer (its value may read the first one's result)
     target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
+    # the writes other tensors have pending into this memory come first (those into memory the value reads run before
+    # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
+    # old contents in the same schedule)
+    if _pending_writes: Tensor._run_pending_writes((self,), target.reads)
     self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
     self._assigned_at = live.serial()  # values computed from now on read what it writes
     _pending_writes[self._assigned_at] = (weakref.ref(self), self.lazydata)

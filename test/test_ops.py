@@ -587,6 +587,19 @@ def test_softmax_family_extremes() -> None:
   check_op([EXTREME * 0.5], lambda x: x.logsumexp(), np_fn=lambda x: _np_logsumexp(x), use_torch=False)
   check_op([(3, 4)], lambda x: x.logsumexp((0, 1), keepdim=True), np_fn=lambda x: _np_logsumexp(x, (0, 1), True))
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=str)
+def test_softmax_family_of_half_floats_is_computed_in_float32(dt: DType) -> None:
+  # as torch: one rounding at the end. In half steps the log of a sum near 1 was 0 or an ulp of 1: log_softmax of
+  # [[0, -7], [-7, 0]] along 0 gave -0.000977 (float16) where it is -0.000912
+  x = np.array([[0.0, -7.0], [-7.0, 0.0]], dtype=np.float32)
+  half = Tensor(x).cast(dt)
+  exact = torch.tensor(x, dtype=torch.float64)
+  for got, want in [(half.log_softmax(0), exact.log_softmax(0)), (half.softmax(0), exact.softmax(0)),
+                    (half.logsumexp(0), exact.logsumexp(0))]:
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got.numpy(), want.to(getattr(torch, dt.name)).float().numpy())
+
 # ---- movement ----
 
 MOVEMENT: list[tuple[str, tuple[int, ...], Callable[[Any], Any], Callable[[Any], Any] | None]] = [

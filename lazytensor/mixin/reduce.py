@@ -231,6 +231,7 @@ class ReduceMixin(UnaryMixin):
     axis = dim_alias("softmax", axis, dim, -1)
     x = self._to_float()
     if x.numel() == 0: return x._check_axis(axis)
+    if x.dtype.is_half: return x.float().softmax(axis).cast(x.dtype)  # see log_softmax
     # the shift by the max cancels out of the result, so it is detached: its gradient would be zero, at the cost of
     # two more backward kernels (the tie mask and its count)
     e = (x - x.max(axis, keepdim=True).detach()).exp()
@@ -245,6 +246,9 @@ class ReduceMixin(UnaryMixin):
     axis = dim_alias("log_softmax", axis, dim, -1)
     x = self._to_float()
     if x.numel() == 0: return x._check_axis(axis)
+    # 16-bit floats in float32, rounded once, as torch: the log of a sum near 1 rounded to half first was 0 or an ulp
+    # of 1 (float16 log_softmax of [[0, -7], [-7, 0]] gave -0.000977 where it is -0.000912)
+    if x.dtype.is_half: return x.float().log_softmax(axis).cast(x.dtype)
     # the shift cancels out (see softmax): no gradient through it
     shifted = x - x.max(axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
@@ -267,6 +271,7 @@ class ReduceMixin(UnaryMixin):
     axis = dim_alias("logsumexp", axis, dim, None)
     x = self._to_float()
     if x.numel() == 0: return x._empty_reduce(-math.inf, axis, keepdim, x.dtype)
+    if x.dtype.is_half: return x.float().logsumexp(axis, keepdim).cast(x.dtype)  # see log_softmax
     # the shift cancels out (see softmax): no gradient through it
     m = x.max(axis, keepdim=True).detach()
     m = (m.abs() == float("inf")).where(0, m)  # all -inf rows give -inf, not nan
