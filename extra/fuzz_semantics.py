@@ -67,8 +67,8 @@ def compare(what: str, got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e
     g = got.numpy()
     w = want.detach().float().numpy() if want.dtype == torch.bfloat16 else want.detach().numpy()
   else: g, w = np.asarray(got), np.asarray(want)
-  if g.dtype == np.float16 or w.dtype == np.float16:  # an ulp: torch's `3.0 / half` multiplies by a reciprocal
-    rtol = max(rtol, 1e-3)
+  # a few ulps: torch's `3.0 / half` multiplies by a reciprocal, its half log_softmax rounds on the way
+  if g.dtype == np.float16 or w.dtype == np.float16: rtol = max(rtol, 4e-3)
   if g.dtype.kind == "f" or w.dtype.kind == "f":
     g64, w64 = g.astype(np.float64), w.astype(np.float64)
     with np.errstate(invalid="ignore"):

@@ -482,7 +482,8 @@ class Tensor(MultiMixin):
   # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
 
   def add_(self, x: Any) -> Tensor:
-    """self += x in place (an assign); sub_, mul_ and div_ likewise.
+    """self += x in place (an assign); sub_, mul_ and div_ likewise. The operator `t += x` is not in place: Python
+    makes it `t = t + x` (a new tensor, as in tinygrad), which views of t and other names for it do not see.
 
     >>> t = Tensor([1.0, 2.0]).realize()
     >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
