@@ -31,7 +31,6 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 from lazytensor.views import (
   Moves,
   assign_values,
-  detached,
   host_values,
   moved_buffer,
   moved_onto,
@@ -131,8 +130,8 @@ class Tensor(MultiMixin):
   [3, 7]
   """
   # _graph: what a tensor that needs gradients was computed from, kept when realize() swaps in its buffer
-  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_views", "_own_moves", "_lazy_before",
-               "_assigned_at", "__weakref__")
+  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_views", "_own_moves", "_detached",
+               "_lazy_before", "_assigned_at", "__weakref__")
   _assigned_at: int | None  # when its pending assign was made (a live serial number), set in _start and assign
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   training: ClassVar[bool] = False
@@ -458,6 +457,11 @@ class Tensor(MultiMixin):
     """
     value = self._as_value_for(x, self.shape)
     if self.numel() == 0: return self  # nothing to write
+    if self._viewed is not None and self._write_has_grad(value):
+      # a view of a tensor that needs gradients (`x[::2].mul_(10)`): written now, as a setitem, which records the
+      # write in the gradients of the tensor it views
+      self[...] = value
+      return self
     old = self.lazydata
     if self._viewed is None and not self._is_buffer_view() and old.op is not Ops.ASSIGN:
       # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
@@ -587,13 +591,20 @@ class Tensor(MultiMixin):
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
+    root = self._viewed if self._viewed is not None else self
+    if root._graph is not None and root._requires_grad:
+      # written through a detached view: the graph that carries its gradients stands for the new contents, with the
+      # gradient of the old graph (torch's autograd does not see such a write either)
+      ones = const_uop(1.0, root.dtype, root.device, root.shape)
+      root._graph = UOp(Ops.CUSTOM_GRAD, root.dtype, (root.lazydata, root._graph, ones))
+      commit_realized({root._graph: root.lazydata})
 
   def _write_has_grad(self, value: Any) -> bool:
     """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
     gradients or of a value that does. Into a leaf that requires gradients (or a view of one) it is an error, as in
     torch: the leaf's gradient would be that of a value it no longer holds."""
     # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
-    if Tensor.no_grad or not self.dtype.is_float or detached(self.lazydata): return False
+    if Tensor.no_grad or not self.dtype.is_float or self._detached: return False
     root = self._viewed if self._viewed is not None else self
     if root._requires_grad and id(root) in _grad_leaves:
       what = "a tensor" if root is self else "a view of a tensor"
@@ -614,6 +625,7 @@ class Tensor(MultiMixin):
       copy = root.contiguous()
       copy._assigned_at = root._assigned_at  # values computed after its pending assign read what it writes
       root.lazydata = copy.realize().lazydata
+      if root._requires_grad and id(root) not in _grad_leaves: root._graph = copy._graph  # gradients flow on
     root._lazy_before = None  # its views follow it from now on: the next write need not look for them
     root._rebase_views(old, root.lazydata)
 
@@ -630,6 +642,7 @@ class Tensor(MultiMixin):
     out = Tensor._of(UOp(Ops.DETACH, self.dtype, (self.lazydata,)))
     out._requires_grad = False
     self._add_view(out)
+    out._detached = True
     return out
 
   # ---- what every op goes through ----
@@ -657,7 +670,7 @@ class Tensor(MultiMixin):
     """Record `view` (movement ops of self, or a detach) as a view of the tensor self views, or of self: writes into
     either reach the other (_give_buffer, _rebase_views)."""
     root = self._viewed if self._viewed is not None else self
-    view._viewed = root
+    view._viewed, view._detached = root, self._detached
     if root._views is None: root._views = []
     root._views.append(weakref.ref(view))
 
@@ -680,6 +693,7 @@ class Tensor(MultiMixin):
     self._viewed: Tensor | None = None
     self._views: list[weakref.ref[Tensor]] | None = None  # the live views of this tensor, made by _add_view
     self._own_moves: Moves | None = None  # a view realized on its own while its tensor was lazy: its view ops
+    self._detached = False  # made by detach() (or a view of such): writes through it record no gradient
     self._lazy_before: weakref.ref[UOp] | None = None
     self._assigned_at = None
     live.track(self)
@@ -740,12 +754,12 @@ class Tensor(MultiMixin):
       if t._own_moves is not None:
         moved.append((t.lazydata, replayed(t._own_moves, new)))
         t.lazydata, t._own_moves = moved[-1][1], None
-        if requires_grad and not detached(t.lazydata): t._requires_grad = True
+        if requires_grad and not t._detached: t._requires_grad = True
     for t in views:
       if (pair := next(((o, n) for o, n in moved if moves_over(t.lazydata, o)), None)) is not None:
         t.lazydata = moved_onto(t.lazydata, *pair)
         # a detached view reads the new graph without its gradients
-        if requires_grad and not detached(t.lazydata): t._requires_grad = True
+        if requires_grad and not t._detached: t._requires_grad = True
 
   # ---- autograd ----
 

@@ -28,13 +28,6 @@ def unmoved(ld: UOp) -> UOp:
   while ld.op in VIEW_OPS: ld = ld.src[0]
   return ld
 
-def detached(ld: UOp) -> bool:
-  """Whether ld is a view whose ops include a detach (a write through it records no gradient)."""
-  while ld.op in VIEW_OPS:
-    if ld.op is Ops.DETACH: return True
-    ld = ld.src[0]
-  return False
-
 def moved_onto(ld: UOp, old: UOp, new: UOp) -> UOp:
   """ld's movement ops over `old`, replayed over `new`."""
   if ld is old: return new

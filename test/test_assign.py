@@ -271,6 +271,9 @@ GRAD_WRITES: list[tuple[str, Callable[[Any, Any, Any], Any]]] = [
   ("int tensor", lambda x, b, fw: (x.__setitem__((slice(None), _index(fw, [2, 0])), b[:2].reshape(1, 2)), x)[1]),
   ("bool mask", lambda x, b, fw: (x.__setitem__(x > 3, b[0]), x)[1]),
   ("then read reversed", lambda x, b, fw: (x.__setitem__(0, b), x.exp().flip(1))[1]),
+  # in-place ops on views: their writes were lost with the gradient
+  ("mul_ on a strided view", lambda x, b, fw: (x[:, ::2].mul_(3), x)[1]),
+  ("add_ on a transposed view", lambda x, b, fw: (x.T[1].add_(b[:2] * b[1:]), x * x)[1]),
 ]
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
@@ -404,3 +407,16 @@ def test_detach_shares_memory_as_torch(lazy: bool) -> None:
     (w * w).sum().backward()  # the gradient of the values w holds now
     return out + [w.grad.tolist()]
   assert run(Tensor) == run(torch)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_write_through_detach_keeps_the_gradient_of_a_computed_tensor() -> None:
+  # y (lazy, computed from w) got a buffer for the write and lost its graph: w.grad was None. As torch: the write is
+  # invisible to autograd, y's gradient is the old graph's, and values computed from y after it read the new contents
+  def run(fw: Any) -> list[Any]:
+    w = Tensor([1.0, 2.0], requires_grad=True) if fw is Tensor else torch.tensor([1.0, 2.0], requires_grad=True)
+    y = w * 2
+    y.detach()[0] = 9.0
+    out = y * y
+    out.sum().backward()
+    return [out.tolist() if fw is Tensor else out.detach().tolist(), w.grad.tolist()]
+  assert run(Tensor) == run(torch) == [[81.0, 16.0], [36.0, 16.0]]
