@@ -462,6 +462,7 @@ class Tensor(MultiMixin):
       # write in the gradients of the tensor it views
       self[...] = value
       return self
+    if self.lazydata.op is Ops.ASSIGN and self._read_since_assigned((x, value)): self.realize()
     old = self.lazydata
     if self._viewed is None and not self._is_buffer_view() and old.op is not Ops.ASSIGN:
       # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
@@ -482,6 +483,15 @@ class Tensor(MultiMixin):
     # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
     if self._viewed is None and old.op is Ops.ASSIGN: self._rebase_views(old, self.lazydata)
     return self
+
+  def _read_since_assigned(self, exempt: tuple[Any, ...]) -> bool:
+    """Whether a value made since this tensor's pending assign (other than `exempt`) reads the memory it writes, other
+    than through the assign (the random bits a draw makes read the count's assign): that value must see this write and
+    not the next one, which therefore cannot join it in one schedule."""
+    if self._assigned_at is None: return False
+    pending = self.lazydata
+    return any(n > self._assigned_at and not any(t is e for e in exempt) and pending not in t.lazydata.toposort
+               for n, t in live.old_value_readers((self,)))
 
   # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
 

@@ -420,3 +420,12 @@ def test_write_through_detach_keeps_the_gradient_of_a_computed_tensor() -> None:
     out.sum().backward()
     return [out.tolist() if fw is Tensor else out.detach().tolist(), w.grad.tolist()]
   assert run(Tensor) == run(torch) == [[81.0, 16.0], [36.0, 16.0]]
+
+def test_a_value_made_between_two_pending_assigns_sees_the_first() -> None:
+  # y was computed before both (the two ran as one chain, after y), where it must see the first write only
+  x = Tensor([1, 2]).realize()
+  v = x[::-1]
+  v.mul_(2)
+  y = x + 1
+  v.add_(10)
+  assert y.tolist() == [3, 5] and x.tolist() == [12, 14] and v.tolist() == [14, 12]
