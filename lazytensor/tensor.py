@@ -133,6 +133,7 @@ class Tensor(MultiMixin):
   __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_views", "_own_moves", "_detached",
                "_lazy_before", "_assigned_at", "__weakref__")
   _assigned_at: int | None  # when its pending assign was made (a live serial number), set in _start and assign
+  _graph: UOp | None
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
@@ -246,6 +247,7 @@ class Tensor(MultiMixin):
     <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
     grad = ", requires_grad=True" if self._requires_grad else ""
+    if _pending_writes: Tensor._run_pending_writes((self,))  # an in-place op into its memory, written through a view
     if (values := host_values(self.lazydata)) is None:
       return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
               f"it, .numpy() returns its values{grad}>")
@@ -480,6 +482,7 @@ class Tensor(MultiMixin):
     self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
     self._assigned_at = live.serial()  # values computed from now on read what it writes
     _pending_writes[self._assigned_at] = (weakref.ref(self), self.lazydata)
+    if self._viewed is not None: self._viewed._written_unseen()
     # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
     if self._viewed is None and old.op is Ops.ASSIGN: self._rebase_views(old, self.lazydata)
     return self
@@ -601,13 +604,16 @@ class Tensor(MultiMixin):
     written = Tensor(write).realize().lazydata
     # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
     self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
-    root = self._viewed if self._viewed is not None else self
-    if root._graph is not None and root._requires_grad:
-      # written through a detached view: the graph that carries its gradients stands for the new contents, with the
-      # gradient of the old graph (torch's autograd does not see such a write either)
-      ones = const_uop(1.0, root.dtype, root.device, root.shape)
-      root._graph = UOp(Ops.CUSTOM_GRAD, root.dtype, (root.lazydata, root._graph, ones))
-      commit_realized({root._graph: root.lazydata})
+    (self._viewed if self._viewed is not None else self)._written_unseen()
+
+  def _written_unseen(self) -> None:
+    """After a write that autograd does not see (through a detached view, or under no_grad) into this tensor, which
+    keeps the graph that computed it: that graph stands for the new contents from now on (values computed from it read
+    them), with the old graph's gradient, as torch's autograd does not see such a write either."""
+    if self._graph is None or not self._requires_grad or not self._is_buffer_view(): return
+    ones = const_uop(1.0, self.dtype, self.device, self.shape)
+    self._graph = UOp(Ops.CUSTOM_GRAD, self.dtype, (self.lazydata, self._graph, ones))
+    commit_realized({self._graph: self.lazydata})
 
   def _write_has_grad(self, value: Any) -> bool:
     """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
@@ -638,6 +644,9 @@ class Tensor(MultiMixin):
       if root._requires_grad and id(root) not in _grad_leaves: root._graph = copy._graph  # gradients flow on
     root._lazy_before = None  # its views follow it from now on: the next write need not look for them
     root._rebase_views(old, root.lazydata)
+    # a view of a tensor that needs gradients reads it through its graph: a write that records none goes to the buffer
+    if self is not root and (graph := root._graph_root()) is not root.lazydata and moves_over(self.lazydata, graph):
+      self.lazydata = moved_onto(self.lazydata, graph, root.lazydata)
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients. As torch's, a view that shares the memory: a write into either
@@ -697,7 +706,7 @@ class Tensor(MultiMixin):
     """The fields every tensor starts with, and its entry in the live registry (for __init__ and _of)."""
     self.grad: Tensor | None = None
     self._requires_grad: bool | None = None
-    self._graph: UOp | None = None
+    self._graph = None
     # the tensor this one is a view of (made from it by movement ops), and the lazy value a realized tensor had:
     # what a write into a lazy view must reach (_give_buffer)
     self._viewed: Tensor | None = None

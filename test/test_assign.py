@@ -409,17 +409,25 @@ def test_detach_shares_memory_as_torch(lazy: bool) -> None:
   assert run(Tensor) == run(torch)
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
-def test_write_through_detach_keeps_the_gradient_of_a_computed_tensor() -> None:
-  # y (lazy, computed from w) got a buffer for the write and lost its graph: w.grad was None. As torch: the write is
-  # invisible to autograd, y's gradient is the old graph's, and values computed from y after it read the new contents
+@pytest.mark.parametrize("write", ["setitem", "add_"])
+def test_write_through_detach_keeps_the_gradient_of_a_computed_tensor(write: str) -> None:
+  # y (lazy, computed from w) got a buffer for the write and lost its graph: w.grad was None (setitem), or y * y read
+  # y's old values (add_). As torch: the write is invisible to autograd, y's gradient is the old graph's, and values
+  # computed from y after it read the new contents
   def run(fw: Any) -> list[Any]:
     w = Tensor([1.0, 2.0], requires_grad=True) if fw is Tensor else torch.tensor([1.0, 2.0], requires_grad=True)
     y = w * 2
-    y.detach()[0] = 9.0
+    if write == "setitem": y.detach()[0] = 9.0
+    else: y.detach().add_(1)
     out = y * y
     out.sum().backward()
     return [out.tolist() if fw is Tensor else out.detach().tolist(), w.grad.tolist()]
-  assert run(Tensor) == run(torch) == [[81.0, 16.0], [36.0, 16.0]]
+  assert run(Tensor) == run(torch)
+
+def test_repr_shows_an_in_place_op_written_through_a_view() -> None:
+  x = Tensor([[1.0, 2.0]]).realize()
+  x.T.add_(1)  # a pending write through a view made for it: repr read the buffer before it ran
+  assert "[[2., 3.]]" in repr(x)
 
 def test_a_value_made_between_two_pending_assigns_sees_the_first() -> None:
   # y was computed before both (the two ran as one chain, after y), where it must see the first write only
