@@ -38,6 +38,7 @@ from lazytensor.views import (
   moves_between,
   moves_over,
   replayed,
+  unmoved,
   writable_view,
 )
 
@@ -647,6 +648,10 @@ class Tensor(MultiMixin):
     # a view of a tensor that needs gradients reads it through its graph: a write that records none goes to the buffer
     if self is not root and (graph := root._graph_root()) is not root.lazydata and moves_over(self.lazydata, graph):
       self.lazydata = moved_onto(self.lazydata, graph, root.lazydata)
+    # a view taken of an assign (`d.mul_(2); d[0].add_(1)`) writes where that assign wrote, once it ran
+    if (write := unmoved(self.lazydata)).op is Ops.ASSIGN and moved_buffer(write.src[0]):
+      if write not in realized_map: Tensor._of(write).realize()  # (which may realize this view too)
+      if moves_over(self.lazydata, write): self.lazydata = moved_onto(self.lazydata, write, write.src[0])
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients. As torch's, a view that shares the memory: a write into either

@@ -437,3 +437,12 @@ def test_a_value_made_between_two_pending_assigns_sees_the_first() -> None:
   y = x + 1
   v.add_(10)
   assert y.tolist() == [3, 5] and x.tolist() == [12, 14] and v.tolist() == [14, 12]
+
+def test_write_through_a_view_of_a_pending_assign() -> None:
+  # t2 views d's pending mul_: its add_ was an assign into the mul's graph, which the scheduler could not place
+  t0 = Tensor([6.0, 5.0, 0.0]).realize()
+  d = t0.detach()
+  d.mul_(2)
+  t2 = d[1]
+  t2.add_(-31)
+  assert t0.tolist() == [12.0, -21.0, 0.0] and t2.item() == -21.0
