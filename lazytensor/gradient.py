@@ -65,7 +65,9 @@ def _sin_grad(ctx: UOp, x: UOp) -> Grads:
   return (ctx * (_c(x, 1) - _c(x, 2) * s * s),)
 
 def _custom_grad(ctx: UOp, c: UOp) -> Grads:
-  # src = (value, x1, d1, x2, d2, ...): each xi gets ctx * di; value and the derivatives get none
+  # with an arg, src = (value, *inputs) and the arg maps ctx to the inputs' gradients (mixin/conv.py's ConvGrad);
+  # without, src = (value, x1, d1, x2, d2, ...): each xi gets ctx * di. The value and the derivatives get none
+  if c.arg is not None: return (None, *c.arg(ctx, *c.src[1:]))
   return (None,) + tuple(ctx * c.src[p + 1] if p % 2 else None for p in range(1, len(c.src)))
 
 def _copy_grad(ctx: UOp, c: UOp) -> Grads:

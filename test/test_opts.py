@@ -154,6 +154,32 @@ def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
     np.testing.assert_allclose(_run(item, device, opts).reshape(x.shape[0], y.shape[1]), x.numpy() @ y.numpy(),
                                rtol=1e-5, atol=1e-5)
 
+def test_conv_weight_gradient_tiles_output_and_input_channels() -> None:
+  # the weights' gradient is a reduce of dot products along the rows (both operands contiguous there): its tile takes
+  # output channels (the input is broadcast along them) and input channels (the gradient is), not the 3 taps of the
+  # kernel that no tile amount divides (one output at a time: 8 GFLOP/s; 4x2: 30-40)
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  x, w = _t(2, 8, 16, 16).requires_grad_(), _t(16, 8, 3, 3).requires_grad_()
+  x.conv2d(w, padding=1).relu().sum().backward()
+  assert w.grad is not None
+  from lazytensor.engine.realize import run_schedule
+  *before, item = create_schedule([w.grad.lazydata])[0]
+  run_schedule(before)
+  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target("x86-64-v3"))))
+  assert len(k.axes_of(AxisKind.UPCAST)) == 2 and OptOps.UNROLL in [o.op for o in k.applied_opts], k.applied_opts
+  np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(w.shape), w.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_padding_a_reduce_and_an_output_axis_then_splitting_both(device: str) -> None:
+  # found by test_random_opt_chains: the output axis's padding tracker kept its old size when a reduce axis was padded
+  item = _last_item("matmul_odd", device)
+  ref = _run(item, device, [])
+  k = Kernel(item.ast, Device[device].renderer)
+  red, out = k.axes_of(AxisKind.REDUCE)[0], k.axes_of(AxisKind.GLOBAL)[0]
+  chain = [Opt(OptOps.PADTO, red, 8), Opt(OptOps.PADTO, out, 8), Opt(OptOps.UPCAST, out, 4), Opt(OptOps.UNROLL, red, 4)]
+  np.testing.assert_allclose(_run(item, device, chain), ref, rtol=1e-5, atol=1e-5)
+
 def test_heuristic_matmul_tiles_and_threads() -> None:
   item = _last_item("matmul")
   with Context(THREADS=2):

@@ -382,9 +382,13 @@ class Kernel:
     pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
     self.sts = [st if st.shape[axis] != size else st.grow(axis, new) if kind is AxisKind.GLOBAL and grown_load(node)
                 else st.pad(pad) for st, node in zip(self.sts, self.view_nodes)]
+    # the tracker of this kind masks the new positions; the other one, of positions on the other kind of axes, has
+    # them valid (it grows along: a later reshape of both needs the new size)
     padded = (self.reduce_pad if kind is AxisKind.REDUCE else self.out_pad) or ShapeTracker.from_shape(self.full_shape)
-    if kind is AxisKind.REDUCE: self.reduce_pad = padded.pad(pad)
-    else: self.out_pad = padded.pad(pad)
+    other = self.out_pad if kind is AxisKind.REDUCE else self.reduce_pad
+    other = None if other is None else other.grow(axis, new)
+    if kind is AxisKind.REDUCE: self.reduce_pad, self.out_pad = padded.pad(pad), other
+    else: self.out_pad, self.reduce_pad = padded.pad(pad), other
     self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
 
   # ---- naming ----
