@@ -35,9 +35,9 @@ loads read through a struct pointer cast from the element pointer (g++: -fno-str
 from __future__ import annotations
 
 from lazytensor.codegen.program import launch_dims
-from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
+from lazytensor.codegen.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
 from lazytensor.codegen.renderer.cstyle import CStyleRenderer
-from lazytensor.dtype import dtypes
+from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import TF32, prod
 from lazytensor.uop.ops import Ops, UOp
 
@@ -80,6 +80,14 @@ def _mma_of(u: UOp) -> tuple[str, str]:
     raise NotImplementedError(f"CUDA: no tensor core {u.arg!r} taking {a} to {u.dtype}; have {sorted(_MMA)}")
   return hit
 
+# the unsigned type atomicCAS swaps for a float of each size
+_CAS_TYPES = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+def _float_maxes(uops: list[UOp]) -> list[DType]:
+  """The float dtypes of the program's atomic MAX stores (each needs its compare-and-swap helper)."""
+  return list(dict.fromkeys(u.src[2].dtype for u in uops if u.op is Ops.STORE and u.arg is Ops.MAX and
+                            u.src[2].dtype.is_float))
+
 class CUDARenderer(CStyleRenderer):
   device = "CUDA"
   has_local = True
@@ -98,6 +106,7 @@ class CUDARenderer(CStyleRenderer):
   function_prefix = "__device__ __forceinline__"
   storage_floats = {"float16": ("__half", "__half2float", "__float2half"),
                     "bfloat16": ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16")}
+  atomics = NVIDIA_ATOMICS
 
   @property
   def tensor_cores(self) -> tuple[TensorCore, ...]:
@@ -112,6 +121,29 @@ class CUDARenderer(CStyleRenderer):
 
   def render_wmma(self, u: UOp, out: str, srcs: list[str]) -> str:
     return f"{_mma_of(u)[0]}({out}.v, {srcs[0]}.v, {srcs[1]}.v, {srcs[2]}.v);"
+
+  def atomic(self, op: Ops, dt: DType, ptr: str, value: str) -> str:
+    if (op, dt) not in self.atomics: return super().atomic(op, dt, ptr, value)
+    if op is Ops.MAX and dt.is_float: return f"lt_atomic_max_{dt.name}({ptr}, {value});"
+    if dt == dtypes.int64 and op is Ops.ADD:  # no signed 64-bit atomicAdd; the unsigned one adds the same bits
+      return f"atomicAdd((unsigned long long*)({ptr}), (unsigned long long)({value}));"
+    return f"atomic{'Add' if op is Ops.ADD else 'Max'}({ptr}, {value});"
+
+  def helpers(self, uops: list[UOp]) -> list[str]:
+    out, maxes = super().helpers(uops), _float_maxes(uops)
+    if maxes and not any(u.op is Ops.BITCAST for u in uops): out.append(self.bitcast_helper())
+    return out + [self._atomic_max(dt) for dt in maxes]
+
+  def _atomic_max(self, dt: DType) -> str:
+    """*p = max(*p, v) for a float type, as codegen/alu.py defines MAX (NaN in either gives NaN): a compare-and-swap of
+    its bits, retried while another thread changed them in between; nothing is written where *p already holds the
+    max."""
+    t, bits = self.scalar_type(dt), _CAS_TYPES[dt.itemsize]
+    cur, v = self.to_compute(dt, "cur"), self.to_compute(dt, "v")
+    return (f"{self.function_prefix} void lt_atomic_max_{dt.name}({t}* p, {t} v) {{\n"
+            f"  {bits}* at = ({bits}*)p;\n  {bits} old = *at, seen;\n  do {{\n"
+            f"    {t} cur = lt_bitcast<{t}>(old);\n    if (!({cur} < {v} || {v} != {v})) return;\n"
+            f"    seen = old;\n    old = atomicCAS(at, seen, lt_bitcast<{bits}>(v));\n  }} while (old != seen);\n}}")
 
   def render(self, name: str, uops: list[UOp]) -> str:
     self._check_limits(name, uops)
