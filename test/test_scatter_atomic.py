@@ -256,3 +256,13 @@ def test_garbage_indices_never_write_out_of_bounds() -> None:
     runner(item.bufs)
     got = item.bufs[0].numpy().reshape(V, D)
   np.testing.assert_array_equal(got, _add_at((V, D), junk, np.ones((N, D))))
+
+def test_beam_search_of_an_atomic_scatter(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+  from lazytensor.engine import search
+  monkeypatch.setattr(search, "MIN_SEARCH_S", 0.0)  # search this small kernel too
+  idx, src = _index(-5, 60, (N, D)), rng.standard_normal((N, D)).astype(np.float32)
+  with Context(DEV="EMU", BEAM=1, CACHEDB=str(tmp_path / "beam.db"), BEAM_TIMEOUT_SEC=5.0, PARALLEL=0,
+               IGNORE_BEAM_CACHE=1):
+    got = Tensor.zeros(V, D).scatter_reduce(0, Tensor(idx), Tensor(src), "sum").numpy()
+  search.close_pool()
+  np.testing.assert_allclose(got, _add_at((V, D), idx, src), rtol=1e-5, atol=1e-5)

@@ -8,6 +8,8 @@ Axis kinds lower as:
   REDUCE  a RANGE loop inside the globals
   UPCAST / UNROLL  registers: the kernel body is replicated per lane; the last such axis becomes SIMD vectors when
           the renderer has vectors of its size, so values are scalars or vectors ("lanes").
+A scatter's store (engine/scatter.py) is a load, the op and a store, its entries REDUCE loops; on a renderer with the
+atomic op, its entries are GLOBAL/LOCAL axes and each lane's update one STORE whose arg is the op (atomic).
 """
 from __future__ import annotations
 

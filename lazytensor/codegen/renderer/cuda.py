@@ -8,7 +8,8 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 sizes, 1 without any)
   launch ids    blockIdx.x/.y/.z (gidx0/1/2), threadIdx.x/.y/.z (lidx0/1/2), read once each into an int
   shared        __shared__ alignas(16) T name[size]; at the top of the body; __syncthreads(); as the barrier
-  helpers       __device__ __forceinline__ before the source's own helper functions (lt_bitcast, mma wrappers)
+  helpers       __device__ __forceinline__ before the source's own helper functions (lt_bitcast, lt_atomic_max_*, mma
+                wrappers)
   types         bool, signed char, unsigned char, short, unsigned short, int, unsigned int, long long, unsigned long
                 long, float, double; __half (#include <cuda_fp16.h>, only when the kernel uses float16) and
                 __nv_bfloat16 (#include <cuda_bf16.h>, only when it uses bfloat16); vectors are the source's own
@@ -19,7 +20,15 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 `(float)(x)`), ints through a C cast to float
   math          exp2f log2f sinf sqrtf truncf fmodf and the double versions exp2 log2 sin sqrt trunc fmod
   builtins      __builtin_inff() __builtin_nanf("") __builtin_inf() __builtin_nan("") for non-finite constants;
-                __builtin_memcpy in `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)`
+                __builtin_memcpy in `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)` (with
+                a BITCAST or an atomic float max)
+  atomics       a scatter's updates (a STORE whose arg is ADD or MAX; renderer.NVIDIA_ATOMICS lists the dtypes), return
+                values unused: `atomicAdd(p, v);` for float, double, __half, __nv_bfloat16, int, unsigned int,
+                unsigned long long, and for long long as `atomicAdd((unsigned long long*)(p), (unsigned long long)(v));`;
+                `atomicMax(p, v);` for int, unsigned int, long long, unsigned long long; a float max calls the source's
+                own `__device__ __forceinline__ void lt_atomic_max_<dtype>(T* p, T v)` (float16, bfloat16, float32,
+                float64), a loop of `atomicCAS(unsigned short* / unsigned int* / unsigned long long*, old, new)` on the
+                bits (read with `*p` first, converted with lt_bitcast). sm_80 and later, as the tensor cores
   tensor cores  __device__ __forceinline__ void lt_mma_m16n8k16_f16_f32(float* d, const __half* a, const __half* b,
                 const float* c), lt_mma_m16n8k16_bf16_f32(float* d, const __nv_bfloat16* a, const __nv_bfloat16* b,
                 const float* c), lt_mma_m16n8k8_tf32_f32(float* d, const float* a, const float* b, const float* c):
