@@ -24,7 +24,8 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 a BITCAST or an atomic float max)
   atomics       a scatter's updates (a STORE whose arg is ADD or MAX; renderer.NVIDIA_ATOMICS lists the dtypes), return
                 values unused: `atomicAdd(p, v);` for float, double, __half, __nv_bfloat16, int, unsigned int,
-                unsigned long long, and for long long as `atomicAdd((unsigned long long*)(p), (unsigned long long)(v));`;
+                unsigned long long, and for long long as
+                `atomicAdd((unsigned long long*)(p), (unsigned long long)(v));`;
                 `atomicMax(p, v);` for int, unsigned int, long long, unsigned long long; a float max calls the source's
                 own `__device__ __forceinline__ void lt_atomic_max_<dtype>(T* p, T v)` (float16, bfloat16, float32,
                 float64), a loop of `atomicCAS(unsigned short* / unsigned int* / unsigned long long*, old, new)` on the
