@@ -225,20 +225,38 @@ def test_last_write_wins_and_is_deterministic(device: str) -> None:
       np.testing.assert_array_equal(out.numpy(), want)
 
 @pytest.mark.parametrize("device", GPU_DEVICES)
-def test_embedding_gradient(device: str) -> None:
-  idx = _index(-20, V + 20, (N,))
-  up = rng.standard_normal((N, D)).astype(np.float32)
+def test_embedding_gradient_and_setitem(device: str) -> None:
+  idx = _index(-20, V + 20, (4, N // 4))  # a batch of sequences, some indices outside the table
+  up = rng.standard_normal((4, N // 4, D)).astype(np.float32)
+  x, rows, vals = rng.standard_normal((V, D)).astype(np.float32), _index(-V, V, (N,)), rng.standard_normal((N, D))
   with Context(DEV=device, THREADS=2):
-    w = Tensor(np.zeros((V, D), np.float32), requires_grad=True)
-    g, = (w[Tensor(idx).clip(0, V - 1)] * Tensor(up)).sum().gradient(w)
-    emb_idx = Tensor(idx)
     emb = nn.Embedding(V, D)
     emb.weight.requires_grad_()
-    g2, = (emb(emb_idx) * Tensor(up)).sum().gradient(emb.weight)
-    got, got2 = g.numpy(), g2.numpy()
-  np.testing.assert_allclose(got, _add_at((V, D), np.repeat(np.clip(idx, 0, V - 1)[:, None], D, 1), up), rtol=1e-5,
+    g, = (emb(Tensor(idx)) * Tensor(up)).sum().gradient(emb.weight)
+    assert [Kernel(a, Device[device].renderer).atomic for a in _scatter_asts(g)] == [True]
+    got = g.numpy()
+    t = Tensor(x).contiguous().realize()
+    t[Tensor(rows)] = Tensor(vals.astype(np.float32))  # the last write to a row wins
+    got_set = t.numpy()
+  np.testing.assert_allclose(got, _add_at((V, D), np.repeat(idx.reshape(-1, 1), D, 1), up.reshape(-1, D)), rtol=1e-5,
                              atol=1e-5)
-  np.testing.assert_allclose(got2, _add_at((V, D), np.repeat(idx[:, None], D, 1), up), rtol=1e-5, atol=1e-5)
+  want = x.copy()
+  want[rows] = vals
+  np.testing.assert_array_equal(got_set, want)
+
+@pytest.mark.parametrize("device", GPU_DEVICES)
+@pytest.mark.parametrize("shape,dim,entries", [((3, 200, 40), 1, 60), ((2, 20, 300), 2, 150)])
+def test_dims_other_than_0(device: str, shape: tuple[int, ...], dim: int, entries: int) -> None:
+  torch = pytest.importorskip("torch")
+  ishape = shape[:dim] + (entries,) + shape[dim + 1:]
+  idx = rng.integers(0, shape[dim], ishape).astype(np.int32)
+  src, x = rng.integers(-4, 5, ishape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+  with Context(DEV=device, THREADS=2):
+    out = Tensor(x).scatter_reduce(dim, Tensor(idx), Tensor(src), "sum")
+    assert [Kernel(a, Device[device].renderer).atomic for a in _scatter_asts(out)] == [True]
+    got = out.numpy()
+  want = torch.from_numpy(x).scatter_add(dim, torch.from_numpy(idx).long(), torch.from_numpy(src)).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 @needs_gxx
 def test_garbage_indices_never_write_out_of_bounds() -> None:
