@@ -8,17 +8,20 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import shutil
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes, nn
+from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import AxisKind, Kernel
 from lazytensor.codegen.program import get_program
 from lazytensor.codegen.renderer import NVIDIA_ATOMICS
 from lazytensor.codegen.renderer.cuda import CUDARenderer
 from lazytensor.codegen.renderer.emu import render_program
 from lazytensor.dtype import DType, from_storage, to_storage
+from lazytensor.engine import search
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.runtime.cuda_compiler import cuda_compiler, find_nvcc
@@ -66,13 +69,13 @@ def _expected(op: Ops, dt: DType, targets: np.ndarray, values: np.ndarray) -> np
   (np.add if op is Ops.ADD else np.maximum).at(out, np.arange(LANES) % TARGETS, from_storage(values, dt))
   return out
 
-def _check_all(run: object) -> None:
+def _check_all(run: Callable[[list[UOp], list[np.ndarray]], None]) -> None:
   """run(uops, arrays) launches the program on the arrays (in place); every target must hold what np.add.at and
   np.maximum.at compute."""
   arrays = [a for op, dt in ATOMICS for a in _inputs(op, dt)]
   with np.errstate(over="ignore", invalid="ignore"):  # the 64-bit sums wrap; NaN wins a max
     want = [_expected(op, dt, arrays[2 * k], arrays[2 * k + 1]) for k, (op, dt) in enumerate(ATOMICS)]
-    run(_all_atomics(), arrays)  # type: ignore[operator]
+    run(_all_atomics(), arrays)
   for k, (op, dt) in enumerate(ATOMICS):
     np.testing.assert_array_equal(from_storage(arrays[2 * k], dt), want[k], err_msg=f"{op.name} {dt.name}")
 
@@ -136,7 +139,6 @@ def _program(ast: UOp) -> str:
   return get_program(_heuristic(ast), "k").source
 
 def _heuristic(ast: UOp) -> Kernel:
-  from lazytensor.codegen.heuristic import hand_coded_optimizations
   return hand_coded_optimizations(Kernel(ast, CUDARenderer()))
 
 def test_embedding_backward_is_a_grid_of_atomic_adds() -> None:
@@ -276,7 +278,6 @@ def test_garbage_indices_never_write_out_of_bounds() -> None:
   np.testing.assert_array_equal(got, _add_at((V, D), junk, np.ones((N, D))))
 
 def test_beam_search_of_an_atomic_scatter(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-  from lazytensor.engine import search
   monkeypatch.setattr(search, "MIN_SEARCH_S", 0.0)  # search this small kernel too
   idx, src = _index(-5, 60, (N, D)), rng.standard_normal((N, D)).astype(np.float32)
   with Context(DEV="EMU", BEAM=1, CACHEDB=str(tmp_path / "beam.db"), BEAM_TIMEOUT_SEC=5.0, PARALLEL=0,

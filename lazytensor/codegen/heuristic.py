@@ -348,7 +348,7 @@ def _gpu_atomic_scatter(k: Kernel) -> None:
   neighbouring targets), else along one the values are read contiguously along; the rest of the block along the
   entries. No vectors: every lane's update is an atomic of its own. Embedding(32000, 256)'s backward over 4096
   indices: 4096 blocks of 256 threads, one update each, where in order 256 threads looped over all 4096 entries."""
-  globals_ = k.axes_of(AxisKind.GLOBAL)
+  if not (globals_ := k.axes_of(AxisKind.GLOBAL)): return
   inner = _output_contiguous_axis(k)
   if inner is None:
     inner = next((a for a in reversed(globals_) if any(_stride(k, i, a) == 1 for i in _loads(k))), globals_[-1])
