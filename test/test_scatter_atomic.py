@@ -15,7 +15,7 @@ import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes, nn
 from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import AxisKind, Kernel
+from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.codegen.program import get_program
 from lazytensor.codegen.renderer import NVIDIA_ATOMICS
 from lazytensor.codegen.renderer.cuda import CUDARenderer
@@ -285,3 +285,23 @@ def test_beam_search_of_an_atomic_scatter(tmp_path, monkeypatch: pytest.MonkeyPa
     got = Tensor.zeros(V, D).scatter_reduce(0, Tensor(idx), Tensor(src), "sum").numpy()
   search.close_pool()
   np.testing.assert_allclose(got, _add_at((V, D), idx, src), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("device", GPU_DEVICES)
+def test_padded_targets_are_never_updated(device: str) -> None:
+  # PADTO of the output's other axis (30 columns to 32): the padded columns' loads read on (or are masked), their
+  # atomic updates are gated off; the entries themselves are never padded
+  idx = _index(-5, V + 5, (N, 30))
+  with Context(DEV=device, THREADS=2):
+    out = Tensor.zeros(V, 30).contiguous().scatter_reduce(0, Tensor(idx), Tensor.ones(N, 30), "sum")
+    items, _ = create_schedule([out.lazydata])
+    run_schedule(items[:-1])
+    item, dev = items[-1], Device[device]
+    assert Kernel(item.ast, dev.renderer).entry_axes() == [1]
+    for opts in ([Opt(OptOps.PADTO, 0, 8)], [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.UPCAST, 0, 8)],
+                 [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 16)]):
+      item.bufs[0].copyin(memoryview(np.zeros(V * 30, np.float32).view(np.uint8)))
+      compile_kernel(item.ast, dev, opts)(item.bufs)
+      np.testing.assert_array_equal(item.bufs[0].numpy().reshape(V, 30), _add_at((V, 30), idx, np.ones((N, 30))),
+                                    err_msg=str(opts))
+    with pytest.raises(KernelOptError, match="neither padded nor upcast"):
+      Kernel(item.ast, dev.renderer).apply_opt(Opt(OptOps.PADTO, 1, 300))
