@@ -134,6 +134,16 @@ def test_padded_reduce_axis_stays_masked_once_split(device: str) -> None:
     np.testing.assert_array_equal(_run(item, device, chain), ref, err_msg=str(chain))
 
 @pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_padding_a_reduce_and_an_output_axis(device: str) -> None:
+  # each padding's mask keeps the kernel's shape when the other kind of axis is padded after it (a found example of
+  # test_random_opt_chains: the reduce's mask stayed 5 rows long)
+  item = _last_item("matmul_odd", device)
+  ref = _run(item, device, [])
+  for chain in ([Opt(OptOps.PADTO, 2, 8), Opt(OptOps.PADTO, 0, 8)], [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.PADTO, 2, 8)],
+                [Opt(OptOps.PADTO, 2, 8), Opt(OptOps.PADTO, 0, 8), Opt(OptOps.UPCAST, 0, 8)]):
+    np.testing.assert_allclose(_run(item, device, chain), ref, rtol=1e-5, atol=1e-5, err_msg=str(chain))
+
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
 def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
   # PADTO on an output axis: its loads read on past their views at the padded positions (whose results are never
   # stored), unmasked where the address stays in the buffer (a slice of a wider matrix) or in the bytes the device keeps

@@ -394,9 +394,11 @@ class Kernel:
     pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
     self.sts = [st if st.shape[axis] != size else st.grow(axis, new) if kind is AxisKind.GLOBAL and grown_load(node)
                 else st.pad(pad) for st, node in zip(self.sts, self.view_nodes)]
-    padded = (self.reduce_pad if kind is AxisKind.REDUCE else self.out_pad) or ShapeTracker.from_shape(self.full_shape)
-    if kind is AxisKind.REDUCE: self.reduce_pad = padded.pad(pad)
-    else: self.out_pad = padded.pad(pad)
+    if kind is AxisKind.REDUCE: self.reduce_pad = self.reduce_pad or ShapeTracker.from_shape(self.full_shape)
+    else: self.out_pad = self.out_pad or ShapeTracker.from_shape(self.full_shape)
+    # both masks keep the kernel's shape: the other's new positions are padding too (a padded reduce position is
+    # never stored, a padded output position's reduce adds the identity), so each masks them as well
+    self._map_pads(lambda st: st.pad(pad))
     self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
 
   # ---- naming ----
