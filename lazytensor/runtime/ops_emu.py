@@ -322,7 +322,7 @@ _ATOMIC_OPS: dict[Ops, Callable[[Any, Any], Any]] = {Ops.ADD: np.add, Ops.MAX: n
 def _atomic_global(L: Launch, mem: np.ndarray, x: Any, val: Any, act: np.ndarray | None, op: Ops, dt: DType) -> None:
   """Every running lane's atomic update of mem[x] with op, one after another: lanes naming one element take turns in
   lane order (any order is one a GPU may take), each round updating one lane of every element named, rounded to dt."""
-  lanes, elem, vals = _sites(L, x, val, np.arange(1), act, mem.dtype)
+  _, elem, vals = _sites(L, x, val, np.arange(1), act, mem.dtype)
   flat, vals = elem[:, 0], vals[:, 0]
   order = np.argsort(flat, kind="stable")
   ranked = flat[order]
