@@ -360,8 +360,28 @@ def _gpu_vector(k: Kernel) -> None:
   if axis is None or vec < 2 or k.full_shape[axis] % vec: return
   if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, vec))
 
+_LOCAL_AMTS = (256, 128, 64, 32, 16, 8, 4, 2)
+
+def _gpu_atomic_scatter(k: Kernel) -> None:
+  """A scatter whose entries run in parallel as atomic updates: blocks of GPU_BLOCK threads, threadIdx.x along the axis
+  the output is contiguous along (the embedding's D: neighbouring threads read neighbouring values and update
+  neighbouring targets), else along one the values are read contiguously along; the rest of the block along the
+  entries. No vectors: every lane's update is an atomic of its own. Embedding(32000, 256)'s backward over 4096
+  indices: 4096 blocks of 256 threads, one update each, where in order 256 threads looped over all 4096 entries."""
+  if not (globals_ := k.axes_of(AxisKind.GLOBAL)): return
+  inner = _output_contiguous_axis(k)
+  if inner is None:
+    inner = next((a for a in reversed(globals_) if any(_stride(k, i, a) == 1 for i in _loads(k))), globals_[-1])
+  inner_amt = _largest_divisor(k.full_shape[inner], _LOCAL_AMTS) or 1
+  # split first, so that it lands before inner's threads: the last LOCAL axis is threadIdx.x (lowerer._specials)
+  outer = next((a for a in reversed(k.entry_axes()) if a != inner), None)
+  fits = tuple(c for c in _LOCAL_AMTS if c <= GPU_BLOCK // inner_amt)
+  if outer is not None and (amt := _largest_divisor(k.full_shape[outer], fits)): _try(k, Opt(OptOps.LOCAL, outer, amt))
+  if inner_amt > 1: _try(k, Opt(OptOps.LOCAL, inner, inner_amt))
+
 def _gpu(k: Kernel) -> None:
   r = k.renderer
+  if k.atomic: return _gpu_atomic_scatter(k)
   if any(_try(k, Opt(OptOps.TC, i, 0)) for i in range(len(r.tensor_cores))): return
   if _is_matmul_like(k):
     # a 4x4 register tile: each B vector serves 4 rows, each A value 4 columns
@@ -375,7 +395,7 @@ def _gpu(k: Kernel) -> None:
   for a in reversed(k.axes_of(AxisKind.GLOBAL)):  # the innermost axis first: threadIdx.x walks it (coalesced)
     budget = GPU_BLOCK // max(1, k.local_size())
     if budget < 2: break
-    if (amt := _largest_divisor(k.full_shape[a], tuple(c for c in (256, 128, 64, 32, 16, 8, 4, 2) if c <= budget))):
+    if (amt := _largest_divisor(k.full_shape[a], tuple(c for c in _LOCAL_AMTS if c <= budget))):
       _try(k, Opt(OptOps.LOCAL, a, amt))
 
 def hand_coded_optimizations(k: Kernel) -> Kernel:
