@@ -2,8 +2,9 @@
 
 This module holds the class itself: construction from data, properties, realization, writes, autograd and the funnel
 every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (lazytensor/mixin/:
-movement, elementwise, create, unary, reduce, index, random, nn, multi), each building only on those below it and on
-the primitives that the chain's base declares and this class implements.
+movement, shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi,
+aliases), each building only on those below it and on the primitives that the chain's base declares and this class
+implements.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, 
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import ArgumentError, NotSupportedError
-from lazytensor.mixin.multi import MultiMixin, open_devices
+from lazytensor.mixin.aliases import AliasMixin
+from lazytensor.mixin.multi import open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 from lazytensor.views import (
@@ -35,6 +37,7 @@ from lazytensor.views import (
   moved_onto,
   moved_st,
   moves_over,
+  row_major,
   writable_view,
 )
 
@@ -72,6 +75,29 @@ _lazydata = operator.attrgetter("lazydata")
 # tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
 # keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+# non-leaf tensors whose .grad backward fills too (retain_grad), and the gradient hooks of tensors (register_hook),
+# both keyed by id as _grad_leaves; a hook list leaves with its tensor
+_retained: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+GradHook = Callable[["Tensor"], "Tensor | None"]
+_hooks: dict[int, tuple[weakref.ref[Tensor], list[GradHook]]] = {}
+
+class RemovableHandle:
+  """What register_hook returns: remove() unregisters the hook."""
+  def __init__(self, hooks: list[GradHook], hook: GradHook) -> None: self._hooks, self._hook = hooks, hook
+  def remove(self) -> None:
+    if self._hook in self._hooks: self._hooks.remove(self._hook)
+
+def _hooked(t: Tensor, g: UOp) -> UOp:
+  """g, the gradient with respect to t, after t's hooks: each may return a replacement of t's shape."""
+  for hook in list(_hooks[id(t)][1]) if id(t) in _hooks else []:
+    out = hook(Tensor(g))
+    if out is None: continue
+    if not isinstance(out, Tensor) or out.shape != t.shape:
+      raise ValueError(f"register_hook: a hook returned {getattr(out, 'shape', type(out).__name__)}; expected None "
+                       f"or a Tensor of the gradient's shape {t.shape}")
+    g = out.cast(t.dtype).lazydata
+  return g
 
 def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
   """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
@@ -116,7 +142,7 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(MultiMixin):
+class Tensor(AliasMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -400,6 +426,17 @@ class Tensor(MultiMixin):
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
   # ---- writing into realized tensors ----
+
+  def is_contiguous(self) -> bool:
+    """Whether the elements lie in row-major order in the memory they are (or will be) computed into, as torch's:
+    False for views that permute, stride, expand or pad it (x.T, x[:, ::2]); True for what ops compute, for dense
+    slices and for constants (zeros, full), which lazytensor never lays out in memory.
+
+    >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> x.is_contiguous(), x.T.is_contiguous(), x[1:].is_contiguous(), x[:, :2].is_contiguous()
+    (True, False, True, False)
+    """
+    return all(map(row_major, multi_leaves(self.lazydata)))
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
@@ -691,6 +728,62 @@ class Tensor(MultiMixin):
     self.requires_grad = requires_grad
     return self
 
+  @property
+  def is_leaf(self) -> bool:
+    """Whether this tensor is a leaf of the autograd graph, as torch's: one that needs no gradient, or one that
+    requires_grad was set on (whose .grad backward fills); results of ops on tensors that need gradients are not.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> w.is_leaf, (w * 2).is_leaf, Tensor([1.0]).is_leaf
+    (True, False, True)
+    """
+    return not self._requires_grad or id(self) in _grad_leaves
+
+  def retain_grad(self) -> None:
+    """Have backward() fill .grad of this non-leaf tensor too (a leaf's is filled anyway), as torch's.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> h = w * 3
+    >>> h.retain_grad()
+    >>> _ = (h * h).sum().backward()
+    >>> h.grad.tolist(), h.retains_grad
+    ([6.0, 12.0], True)
+    """
+    if not self._requires_grad:
+      raise ArgumentError("retain_grad: this tensor needs no gradient (requires_grad is not set on it or on what it "
+                          "was computed from)")
+    if not self.is_leaf: _retained[id(self)] = self
+
+  @property
+  def retains_grad(self) -> bool:
+    """Whether retain_grad() was called on this non-leaf tensor.
+
+    >>> Tensor([1.0], requires_grad=True).retains_grad
+    False
+    """
+    return id(self) in _retained
+
+  def register_hook(self, hook: GradHook) -> RemovableHandle:
+    """Call hook(grad) each time a gradient with respect to this tensor is computed (backward, gradient). A tensor it
+    returns replaces the gradient: in .grad for a leaf, and in what flows on to the tensors this one was computed
+    from otherwise, as torch's register_hook. Returns a handle whose remove() unregisters the hook.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> handle = w.register_hook(lambda g: g * 10)
+    >>> _ = (w * w).sum().backward()
+    >>> w.grad.tolist()
+    [20.0, 40.0]
+    >>> handle.remove()
+    """
+    if not self._requires_grad:
+      raise ArgumentError("register_hook: this tensor needs no gradient (requires_grad is not set on it or on what it "
+                          "was computed from)")
+    if not callable(hook): raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
+    key = id(self)
+    if key not in _hooks: _hooks[key] = (weakref.ref(self, lambda _: _hooks.pop(key, None)), [])
+    _hooks[key][1].append(hook)
+    return RemovableHandle(_hooks[key][1], hook)
+
   def _graph_root(self) -> UOp:
     """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
     if self._graph is not None and realized_map.get(self._graph) is self.lazydata: return self._graph
@@ -710,8 +803,12 @@ class Tensor(MultiMixin):
       seed = gradient.cast(self.dtype).lazydata
     root = self._graph_root()
     nodes = _nodes_standing_for(root, targets)
-    grads = compute_gradient(root, seed, {n for ns in nodes for n in ns})
+    # a non-leaf's hooks act inside the backward pass, on what flows on; a leaf's on its gradient, below
+    inner = [t for ref, _ in list(_hooks.values()) if (t := ref()) is not None and not t.is_leaf]
+    hooks = {n: functools.partial(_hooked, t) for t, ns in zip(inner, _nodes_standing_for(root, inner)) for n in ns}
+    grads = compute_gradient(root, seed, {n for ns in nodes for n in ns}, hooks)
     out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
+    out = [_hooked(t, g) if g is not None and t.is_leaf else g for t, g in zip(targets, out)]
     # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
     return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
             for t, g in zip(targets, out)]
@@ -748,7 +845,7 @@ class Tensor(MultiMixin):
     every .grad as it is, as in tinygrad.
     """
     if not self._requires_grad: return self
-    leaves = list(_grad_leaves.values())
+    leaves = list(_grad_leaves.values()) + list(_retained.values())
     for t, g in zip(leaves, self._grads(leaves, gradient)):
       if g is None: continue
       t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.helpers import prod
-from lazytensor.mixin.index import IndexMixin
+from lazytensor.mixin.stats import StatsMixin
 from lazytensor.uop.ops import DeviceLike
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def _threefry_bits(counter: TensorT, seed: TensorT, stream: TensorT) -> TensorT:
     x1 = x1 + ((ks[(block + 2) % 3] + block + 1) & mask)
   return x0 ^ x1
 
-class RandomMixin(IndexMixin):
+class RandomMixin(StatsMixin):
   """Tensor's random constructors (classmethods), the *_like ones, multinomial and the weight initializers: on the
   index mixin and those below it."""
   __slots__ = ()
