@@ -24,7 +24,7 @@ class DType:
   ident: str = field(init=False, repr=False, compare=False)
 
   def __post_init__(self) -> None:  # dtypes key every interned UOp: hash once, not per lookup
-    ident = (type(self).__name__, self.name, self.count, getattr(self, "local", False))
+    ident = (type(self).__name__, self.name, self.count, getattr(self, "local", False), getattr(self, "size", -1))
     object.__setattr__(self, "_hash", hash(ident))
     object.__setattr__(self, "ident", " ".join(map(str, ident)))
   def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
@@ -34,8 +34,8 @@ class DType:
     return self if n == 1 else DType(self.name, self.itemsize, self.kind, self.fmt, n)
 
   def scalar(self) -> DType: return DType(self.name, self.itemsize, self.kind, self.fmt) if self.count > 1 else self
-  def ptr(self, local: bool = False) -> PtrDType:
-    return PtrDType(self.name, self.itemsize, self.kind, self.fmt, 1, local)
+  def ptr(self, local: bool = False, size: int = -1) -> PtrDType:
+    return PtrDType(self.name, self.itemsize, self.kind, self.fmt, 1, local, size)
 
   @property
   def is_float(self) -> bool: return self.kind == "f"
@@ -71,8 +71,10 @@ class DType:
 
 @dataclass(frozen=True, eq=True)
 class PtrDType(DType):
-  """A pointer to global (or, with local=True, shared) memory, used by DEFINE_GLOBAL / DEFINE_LOCAL."""
+  """A pointer to global (or, with local=True, shared) memory, used by DEFINE_GLOBAL / DEFINE_LOCAL. `size`: the
+  elements behind it where known (-1 if not), so that a kernel may read past a view where that stays in bounds."""
   local: bool = False
+  size: int = -1
   def __repr__(self) -> str: return f"dtypes.{self.name}.ptr({'local' if self.local else ''})"
 
 class dtypes:

@@ -133,6 +133,23 @@ def test_padded_reduce_axis_stays_masked_once_split(device: str) -> None:
   for chain in ([pad, unroll], [pad, Opt(OptOps.UNROLL, 1, 0)], [pad4, unroll4, pad]):
     np.testing.assert_array_equal(_run(item, device, chain), ref, err_msg=str(chain))
 
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
+  # PADTO on an output axis: its loads read on past their views at the padded positions (whose results are never
+  # stored), unmasked where the address stays in the buffer (a slice of a wider matrix), masked where it could leave
+  # it (the last row of a 20x30 B). EMU raises on any access out of bounds.
+  from lazytensor.codegen.lowerer import lower_kernel
+  with Context(DEV=device): a, wide, narrow = _t(6, 20), _t(20, 32), _t(20, 30)
+  for b, size, gated in ((wide[:, :30], 640, False), (narrow, 600, True)):
+    with Context(DEV=device): item = create_schedule([(a @ b).lazydata])[0][-1]
+    k = Kernel(item.ast, Device[device].renderer)
+    axis = k.full_shape.index(30)
+    opts = [Opt(OptOps.PADTO, axis, 8), Opt(OptOps.UPCAST, axis, 8)]
+    for o in opts: k.apply_opt(o)
+    loads = [u for u in lower_kernel(k).toposort if u.op is Ops.LOAD and getattr(u.src[0].dtype, "size", -1) == size]
+    assert loads and any(len(u.src) > 2 for u in loads) == gated, loads
+    np.testing.assert_allclose(_run(item, device, opts).reshape(6, 30), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+
 def test_heuristic_matmul_tiles_and_threads() -> None:
   item = _last_item("matmul")
   with Context(THREADS=2):
@@ -253,10 +270,11 @@ def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   assert [o.op for o in k.applied_opts][:1] == [OptOps.UPCAST], k.applied_opts
   np.testing.assert_allclose(_run(item, "CPU", k.applied_opts), x.numpy().sum(0), rtol=1e-4, atol=1e-4)
 
-@pytest.mark.parametrize("target", ["x86-64-v4", "x86-64-v3"])
-def test_odd_matmul_pads_its_columns_to_vectors(target: str) -> None:
+@pytest.mark.parametrize("target, rows", [("x86-64-v4", 16), ("x86-64-v3", 6)])
+def test_odd_matmul_pads_its_columns_to_vectors(target: str, rows: int) -> None:
   # 197 columns (a ViT's tokens): no vector divides them; padded to 208, 16 lanes (224 for 32 would add more than
-  # 1/8), the tile is vectors with masked loads instead of scalar code. 20 columns would need 60% more: left alone.
+  # 1/8), the tile is vectors instead of scalar code. 197 rows are padded to rows of the tile (one row at a time
+  # reloads B for each). 20 columns would need 60% more: left alone.
   pad, vectors = Opt(OptOps.PADTO, 2, 16), Opt(OptOps.UPCAST, 2, 16)
   from lazytensor.codegen.renderer.cpu_target import cpu_target
   from lazytensor.codegen.renderer.llvm import LLVMRenderer
@@ -264,6 +282,7 @@ def test_odd_matmul_pads_its_columns_to_vectors(target: str) -> None:
   item = create_schedule([(a @ b).lazydata])[0][-1]
   k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target(target))))
   assert pad in k.applied_opts and vectors in k.applied_opts, k.applied_opts
+  assert Opt(OptOps.PADTO, 1, rows) in k.applied_opts and Opt(OptOps.UPCAST, 1, rows) in k.applied_opts
   np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(4, 197, 197), a.numpy() @ b.numpy(), rtol=1e-4,
                              atol=1e-4)
   narrow = create_schedule([(_t(64, 64) @ _t(64, 20)).lazydata])[0][-1]

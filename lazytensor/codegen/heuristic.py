@@ -115,8 +115,9 @@ def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
   return axis, amt
 
 # an output axis no vector divides (197 tokens, a 50257-word vocabulary) is padded to one vector when that adds at
-# most 1/MAX_PAD_FRACTION of the work: its loads get a mask that does not change along the reduce, the stores a gate.
-# 32 matmuls of 197x64x197 on one AVX2 thread: 8 -> 24 GFLOP/s (scalar code without; divisible 192: 76)
+# most 1/MAX_PAD_FRACTION of the work: its loads read on past the row where that stays in the buffer (a mask that does
+# not change along the reduce where it does not), the stores get a gate. 32 matmuls of 197x64x197 on one AVX2 thread:
+# 8 -> 24 GFLOP/s (scalar code without), 45-49 with the rows padded too (_pad_for_rows); divisible 192: 76
 MAX_PAD_FRACTION = 8
 
 def _pad_for_vectors(k: Kernel, axis: int) -> None:
@@ -139,6 +140,16 @@ def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | N
     odd = next((c for c in range(budget, max(budget // 2, 2) - 1, -1) if size % c == 0 and c & (c - 1)), None)
     if odd is not None: return odd
   return _rows_within(size, budget)
+
+def _pad_for_rows(k: Kernel, axis: int, budget: int, rows: int | None) -> int | None:
+  """Rows of a tile along an axis with no divisor near the budget (197 tokens) after a PADTO to a multiple of more
+  rows, within the padding limit: each B vector then serves that many rows (32 x 197x64x197 on one AVX2 thread, one row
+  at a time: 22 GFLOP/s). The padded rows' loads of A read on past them, or are masked at the end of the buffer."""
+  size = k.full_shape[axis]
+  if rows is not None and 2 * rows >= budget: return rows
+  amt = next((a for a in range(min(budget, 16), (rows or 1), -1)
+              if -size % a <= size // MAX_PAD_FRACTION and _try(k, Opt(OptOps.PADTO, axis, a))), None)
+  return rows if amt is None else amt
 
 def _rows_within(size: int, budget: int) -> int | None:
   # any divisor: 6 rows of 2 AVX2 vectors fill 12 accumulators where 1024 rows allow only 4
@@ -169,6 +180,7 @@ def _register_tile(k: Kernel) -> None:
     # None with a mask: a padded view (a conv's input); without one, rows packed in panels (schedule.pack_operands)
     consecutive = any(_stride(k, i, other) == 1 or (_stride(k, i, other) is None and _masked(k, i)) for i in loads)
     rows = _row_amount(k, other, rows_budget, consecutive)
+    if not consecutive: rows = _pad_for_rows(k, other, rows_budget, rows)
   # the upcast applied first is the outer one. Rows outside vectors: the code takes one row at a time (broadcast its
   # value, an FMA into each vector of the row), one broadcast live; vectors outside rows keep every row's broadcast
   # live across the vectors. Matmul, AVX2, one thread: 4x16 at 2048 86 -> 93 GFLOP/s, 6x16 66 -> 96 (it spilled
@@ -405,7 +417,8 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
   panel = TILE_VECTORS * target.vector_floats
   small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
-  if small or shape[col] % panel or shape[col] < 2 * panel: return ()
+  # panels past the last column are zeros: at most 1/MAX_PAD_FRACTION more work, as _pad_for_vectors pads the kernel
+  if small or shape[col] < 2 * panel or -shape[col] % panel > shape[col] // MAX_PAD_FRACTION: return ()
   packs = [Packing(i, col, panel)]
   # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
   rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)

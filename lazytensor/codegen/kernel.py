@@ -95,6 +95,12 @@ def _find_mma(ast: UOp, dtype_in: Any, dtype_out: Any) -> tuple[UOp, UOp] | None
 def _check(cond: bool, msg: str) -> None:
   if not cond: raise KernelOptError(msg)
 
+def grown_load(node: UOp) -> bool:
+  """Whether PADTO on an output axis lengthens this node's view instead of masking it (ShapeTracker.grow): a plain
+  load, whose value at a padded position is never stored, and which the lowerer masks after all where reading on
+  could leave its buffer. (A gather's address depends on a loaded index; a store must not write there.)"""
+  return node.op is Ops.LOAD and len(node.src) == 2
+
 def view_of(node: UOp) -> ShapeTracker:
   return next(s.arg for s in node.src if s.op is Ops.VIEW)
 
@@ -132,9 +138,11 @@ class Kernel:
     self.kinds: list[AxisKind] = [kinds[i] for i in order]
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self.applied_opts: list[Opt] = []
-    # over full_shape, its mask False where PADTO added positions to a reduce axis (they must add the reduce's
-    # identity); a view, so that it follows the splits and permutes of the axes as the buffers' views do
+    # over full_shape, masks False where PADTO added positions to a reduce axis (they must add the reduce's identity)
+    # and to an output axis (its loads read past their views there, where that stays in bounds: grown_load); views,
+    # so that they follow the splits and permutes of the axes as the buffers' views do
     self.reduce_pad: ShapeTracker | None = None
+    self.out_pad: ShapeTracker | None = None
     self.tensor_core: TensorCoreUse | None = None
     self.dont_use_locals = False
     self._drop_ones()
@@ -151,8 +159,12 @@ class Kernel:
 
   def _reshape_all(self, new_full: tuple[int, ...], per_st: list[tuple[int, ...]]) -> None:
     self.sts = [st.reshape(shape) for st, shape in zip(self.sts, per_st)]
-    if self.reduce_pad is not None: self.reduce_pad = self.reduce_pad.reshape(new_full)
+    self._map_pads(lambda st: st.reshape(new_full))
     self.full_shape = new_full
+
+  def _map_pads(self, f: Callable[[ShapeTracker], ShapeTracker]) -> None:
+    if self.reduce_pad is not None: self.reduce_pad = f(self.reduce_pad)
+    if self.out_pad is not None: self.out_pad = f(self.out_pad)
 
   def _drop_ones(self) -> None:
     keep = [i for i, s in enumerate(self.full_shape) if s != 1]
@@ -204,9 +216,8 @@ class Kernel:
     full = self.full_shape[axis]
     self.sts = [st.shrink(tuple((0, size) if i == axis and s == full else (0, s) for i, s in enumerate(st.shape)))
                 for st in self.sts]
-    if self.reduce_pad is not None:
-      self.reduce_pad = self.reduce_pad.shrink(tuple((0, size) if i == axis else (0, s)
-                                                     for i, s in enumerate(self.full_shape)))
+    kept = tuple((0, size) if i == axis else (0, s) for i, s in enumerate(self.full_shape))
+    self._map_pads(lambda st: st.shrink(kept))
     self.full_shape = self.full_shape[:axis] + (size,) + self.full_shape[axis + 1:]
 
   def _move_into_place(self, pos: int) -> int:
@@ -219,7 +230,7 @@ class Kernel:
 
   def permute(self, order: list[int]) -> None:
     self.sts = [st.permute(tuple(order)) for st in self.sts]
-    if self.reduce_pad is not None: self.reduce_pad = self.reduce_pad.permute(tuple(order))
+    self._map_pads(lambda st: st.permute(tuple(order)))
     self.full_shape = tuple(self.full_shape[i] for i in order)
     self.kinds = [self.kinds[i] for i in order]
 
@@ -245,14 +256,15 @@ class Kernel:
 
   def apply_opt(self, opt: Opt) -> None:
     """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
-    saved = (self.full_shape, list(self.kinds), list(self.sts), self.reduce_pad, self.tensor_core,
+    saved = (self.full_shape, list(self.kinds), list(self.sts), self.reduce_pad, self.out_pad, self.tensor_core,
              self.dont_use_locals)
     try:
       self._apply_opt(opt)
       _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
              f"a block has at most {self.renderer.shared_max}")
     except KernelOptError:
-      self.full_shape, self.kinds, self.sts, self.reduce_pad, self.tensor_core, self.dont_use_locals = saved
+      (self.full_shape, self.kinds, self.sts, self.reduce_pad, self.out_pad, self.tensor_core,
+       self.dont_use_locals) = saved
       raise
     self.applied_opts.append(opt)
 
@@ -368,8 +380,11 @@ class Kernel:
     _check(new != size, f"{opt}: axis {axis} of size {size} is already a multiple of {opt.amt}")
     _check(new <= size * 2, f"{opt}: padding {size} to {new} more than doubles the work")
     pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
-    self.sts = [st.pad(pad if st.shape[axis] == size else tuple((0, 0) for _ in pad)) for st in self.sts]
-    if kind is AxisKind.REDUCE: self.reduce_pad = (self.reduce_pad or ShapeTracker.from_shape(self.full_shape)).pad(pad)
+    self.sts = [st if st.shape[axis] != size else st.grow(axis, new) if kind is AxisKind.GLOBAL and grown_load(node)
+                else st.pad(pad) for st, node in zip(self.sts, self.view_nodes)]
+    padded = (self.reduce_pad if kind is AxisKind.REDUCE else self.out_pad) or ShapeTracker.from_shape(self.full_shape)
+    if kind is AxisKind.REDUCE: self.reduce_pad = padded.pad(pad)
+    else: self.out_pad = padded.pad(pad)
     self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
 
   # ---- naming ----

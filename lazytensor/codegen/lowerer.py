@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from lazytensor.codegen.kernel import AxisKind, Kernel, TensorCoreUse
+from lazytensor.codegen.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
 from lazytensor.codegen.renderer import Fragment
-from lazytensor.dtype import DType, dtypes
+from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
 from lazytensor.uop.symbolic import simplify, symbolic
@@ -194,9 +194,18 @@ class _Lowerer:
     return UOp(node.op, dtype, vsrcs, node.arg)
 
   def index_of(self, node: UOp, key: tuple[int, ...]) -> tuple[UOp, UOp]:
-    st = self.k.st_of(node)
-    idx, valid = st.to_indexed_uops(self.idxs_for(key, st.shape))
-    return simplify(idx), simplify(valid)
+    return self.indexed(node, self.idxs_for(key, self.k.st_of(node).shape))
+
+  def indexed(self, node: UOp, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    """(address, validity) of `node`'s view at `idxs`. A load that PADTO grew along an output axis (grown_load)
+    reads on past its view at the padded positions, unmasked (a plain vector load where the edge of a row needed a
+    masked one each step), unless the address could then leave the buffer: then those positions are masked."""
+    idx, valid = self.k.st_of(node).to_indexed_uops(idxs)
+    idx, valid = simplify(idx), simplify(valid)
+    if self.k.out_pad is None or not grown_load(node): return idx, valid
+    size = node.src[0].dtype.size if isinstance(node.src[0].dtype, PtrDType) else -1
+    if 0 <= idx.vmin and idx.vmax < size: return idx, valid
+    return idx, simplify(valid & self.k.out_pad.to_indexed_uops(idxs)[1])
 
   def _view_value(self, node: UOp, key: tuple[int, ...]) -> UOp:
     idx, valid = self.index_of(node, key)
@@ -364,8 +373,7 @@ class _ReduceLowerer:
         row, col = _fragment_coords(f, lw.tc_lane, _const(j))
         at = {axes[0]: base[0] + row, axes[1]: base[1] + col}
         idxs = [_const(0) if st.shape[a] == 1 else at.get(a, lw.axis_idx.get(a, _const(0))) for a in range(k.shape_len)]
-        idx, valid = st.to_indexed_uops(idxs)
-        elems.append(_gated_load(load.src[0], load.dtype, simplify(idx), simplify(valid)))
+        elems.append(_gated_load(load.src[0], load.dtype, *lw.indexed(load, idxs)))
       return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), tuple(elems))
     tile_m, tile_n = lw.tc_tile[use.axis_m], lw.tc_tile[use.axis_n]
     a = frag(use.load_a, tc.a, (use.axis_m, use.axis_k), (tile_m, k0))

@@ -83,13 +83,16 @@ def _blocked(v: UOp, p: Packing) -> UOp:
   own = [a for a in range(len(shape)) if strides[a] != 0 and shape[a] > 1]  # the broadcast axes are read once
   reads = st.shrink(tuple((0, s) if a in own else (0, 1) for a, s in enumerate(shape))).reshape(tuple(shape[a]
                                                                                                        for a in own))
-  j = own.index(p.axis)
-  split = reads.reshape(reads.shape[:j] + (shape[p.axis] // p.block, p.block) + reads.shape[j + 1:])
+  # the last block is filled up with zeros where the axis is no multiple of it
+  j, n, blocks = own.index(p.axis), shape[p.axis], -(-shape[p.axis] // p.block)
+  reads = reads.pad(tuple((0, blocks * p.block - n) if i == j else (0, 0) for i in range(len(reads.shape))))
+  split = reads.reshape(reads.shape[:j] + (blocks, p.block) + reads.shape[j + 1:])
   order = (j,) + tuple(i for i in range(len(split.shape)) if i not in (j, j + 1)) + (j + 1,)
   packed_st = split.permute(order)
   packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st.simplify()),))
   back = ShapeTracker.from_shape(packed_st.shape).permute(tuple(argsort(order))).reshape(
-    tuple(s if a in own else 1 for a, s in enumerate(shape))).expand(shape)
+    tuple((blocks * p.block if a == p.axis else s) if a in own else 1 for a, s in enumerate(shape)))
+  back = back.shrink(tuple((0, n) if a == p.axis else (0, back.shape[a]) for a in range(len(shape)))).expand(shape)
   return UOp(Ops.VIEW, v.dtype, (packed,), back.simplify())
 
 def _packed(r: UOp, packs: tuple[Packing, ...]) -> UOp:
@@ -269,7 +272,7 @@ class _KernelBuilder:
     if idx is None:
       self.bufs.append(buf)
       idx = len(self.bufs) - 1
-    return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), idx)
+    return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(size=buf.size), (), idx)
 
   def load(self, buf: Buffer, st: ShapeTracker) -> UOp:
     return UOp(Ops.LOAD, buf.dtype, (self.define_global(buf), UOp(Ops.VIEW, dtypes.void, (), st)))

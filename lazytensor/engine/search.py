@@ -179,7 +179,7 @@ def edits(opts: Sequence[Opt]) -> list[list[Opt]]:
 
 def _state(k: Kernel) -> tuple:
   """What decides the code a kernel lowers to: two kernels with the same state are the same candidate."""
-  return (k.full_shape, tuple(k.kinds), tuple(k.sts), k.reduce_pad, k.tensor_core)
+  return (k.full_shape, tuple(k.kinds), tuple(k.sts), k.reduce_pad, k.out_pad, k.tensor_core)
 
 def body_ops(ast: UOp) -> int:
   """ALU ops per output element, transcendentals counted as the polynomials they lower to."""

@@ -101,6 +101,15 @@ class View:
     offset = self.offset - sum(before * st for (before, _), st in zip(arg, self.strides))
     return View.create(tuple(s + b + a for s, (b, a) in zip(self.shape, arg)), self.strides, offset, mask)
 
+  def grow(self, axis: int, size: int) -> View:
+    """This view with `axis` lengthened to `size`, reading on with the same strides past its end (unmasked there
+    where it was unmasked up to the end): a kernel that pads an output axis (PADTO) computes results there that it
+    never stores, so what those positions read does not matter, as long as it is in bounds (codegen/lowerer.py)."""
+    assert size >= self.shape[axis], f"grow: axis {axis} of {self.shape} to {size}"
+    mask = None if self.mask is None else tuple((lo, size if hi == self.shape[axis] else hi) if i == axis else (lo, hi)
+                                                for i, (lo, hi) in enumerate(self.mask))
+    return View.create(self.shape[:axis] + (size,) + self.shape[axis + 1:], self.strides, self.offset, mask)
+
   def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
     assert len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)), \
       f"shrink: {arg} for {self.shape}"
@@ -312,6 +321,7 @@ class ShapeTracker:
   def expand(self, new_shape: tuple[int, ...]) -> ShapeTracker: return self._with_last(self.views[-1].expand(new_shape))
   def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._with_last(self.views[-1].pad(arg))
   def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._with_last(self.views[-1].shrink(arg))
+  def grow(self, axis: int, size: int) -> ShapeTracker: return self._with_last(self.views[-1].grow(axis, size))
   def flip(self, arg: tuple[bool, ...]) -> ShapeTracker: return self._with_last(self.views[-1].flip(arg))
 
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
