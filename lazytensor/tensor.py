@@ -9,7 +9,6 @@ implements.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import operator
 import weakref
@@ -18,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lazytensor.autograd import GradHook, RemovableHandle, add_hook, grad_leaves, gradients_of, retained
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, to_dtype, to_storage
 from lazytensor.engine import live
@@ -31,7 +31,6 @@ from lazytensor.mixin.multi import open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 from lazytensor.views import (
-  assign_values,
   host_values,
   moved_buffer,
   moved_onto,
@@ -71,50 +70,6 @@ def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
-
-# tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
-# keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
-_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
-
-# non-leaf tensors whose .grad backward fills too (retain_grad), and the gradient hooks of tensors (register_hook),
-# both keyed by id as _grad_leaves; a hook list leaves with its tensor
-_retained: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
-GradHook = Callable[["Tensor"], "Tensor | None"]
-_hooks: dict[int, tuple[weakref.ref[Tensor], list[GradHook]]] = {}
-
-class RemovableHandle:
-  """What register_hook returns: remove() unregisters the hook."""
-  def __init__(self, hooks: list[GradHook], hook: GradHook) -> None: self._hooks, self._hook = hooks, hook
-  def remove(self) -> None:
-    if self._hook in self._hooks: self._hooks.remove(self._hook)
-
-def _hooked(t: Tensor, g: UOp) -> UOp:
-  """g, the gradient with respect to t, after t's hooks: each may return a replacement of t's shape."""
-  for hook in list(_hooks[id(t)][1]) if id(t) in _hooks else []:
-    out = hook(Tensor(g))
-    if out is None: continue
-    if not isinstance(out, Tensor) or out.shape != t.shape:
-      raise ValueError(f"register_hook: a hook returned {getattr(out, 'shape', type(out).__name__)}; expected None "
-                       f"or a Tensor of the gradient's shape {t.shape}")
-    g = out.cast(t.dtype).lazydata
-  return g
-
-def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
-  """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
-  into its buffer after the graph was built. A node whose graph contains another such node is left out: the gradient
-  of that other node already includes it."""
-  nodes = root.toposort
-  realized_into: dict[UOp, list[UOp]] = {}
-  for n in nodes:
-    if (buf := realized_map.get(n)) is not None: realized_into.setdefault(buf, []).append(n)
-  out = []
-  for t in tensors:
-    found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
-    out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
-  return out
-
-def _sum_uops(xs: list[UOp]) -> UOp | None:
-  return functools.reduce(lambda a, b: a + b, xs) if xs else None
 
 class TensorFlag(contextlib.ContextDecorator):
   """Sets a Tensor class flag (training, no_grad) for a `with` block or a decorated function, and restores it after.
@@ -325,7 +280,7 @@ class Tensor(AliasMixin):
       new = becomes.get(t.lazydata, t.lazydata)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
-        if t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
+        if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
         t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
       t.lazydata = new
     return self
@@ -574,7 +529,7 @@ class Tensor(AliasMixin):
     torch: the leaf's gradient would be that of a value it no longer holds."""
     if Tensor.no_grad or not self.dtype.is_float: return False
     root = self._viewed if self._viewed is not None else self
-    if root._requires_grad and id(root) in _grad_leaves:
+    if root._requires_grad and id(root) in grad_leaves:
       what = "a tensor" if root is self else "a view of a tensor"
       raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
                           "be written in place, as in torch; write under no_grad(), or into a clone")
@@ -716,8 +671,8 @@ class Tensor(AliasMixin):
     if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
       self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
     self._requires_grad = value
-    if value: _grad_leaves[id(self)] = self
-    else: _grad_leaves.pop(id(self), None)
+    if value: grad_leaves[id(self)] = self
+    else: grad_leaves.pop(id(self), None)
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     """Set requires_grad in place; returns self.
@@ -737,7 +692,7 @@ class Tensor(AliasMixin):
     >>> w.is_leaf, (w * 2).is_leaf, Tensor([1.0]).is_leaf
     (True, False, True)
     """
-    return not self._requires_grad or id(self) in _grad_leaves
+    return not self._requires_grad or id(self) in grad_leaves
 
   def retain_grad(self) -> None:
     """Have backward() fill .grad of this non-leaf tensor too (a leaf's is filled anyway), as torch's.
@@ -752,7 +707,7 @@ class Tensor(AliasMixin):
     if not self._requires_grad:
       raise ArgumentError("retain_grad: this tensor needs no gradient (requires_grad is not set on it or on what it "
                           "was computed from)")
-    if not self.is_leaf: _retained[id(self)] = self
+    if not self.is_leaf: retained[id(self)] = self
 
   @property
   def retains_grad(self) -> bool:
@@ -761,7 +716,7 @@ class Tensor(AliasMixin):
     >>> Tensor([1.0], requires_grad=True).retains_grad
     False
     """
-    return id(self) in _retained
+    return id(self) in retained
 
   def register_hook(self, hook: GradHook) -> RemovableHandle:
     """Call hook(grad) each time a gradient with respect to this tensor is computed (backward, gradient). A tensor it
@@ -779,10 +734,7 @@ class Tensor(AliasMixin):
       raise ArgumentError("register_hook: this tensor needs no gradient (requires_grad is not set on it or on what it "
                           "was computed from)")
     if not callable(hook): raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
-    key = id(self)
-    if key not in _hooks: _hooks[key] = (weakref.ref(self, lambda _: _hooks.pop(key, None)), [])
-    _hooks[key][1].append(hook)
-    return RemovableHandle(_hooks[key][1], hook)
+    return add_hook(self, hook)
 
   def _graph_root(self) -> UOp:
     """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
@@ -801,14 +753,7 @@ class Tensor(AliasMixin):
       if gradient.shape != self.shape:
         raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
       seed = gradient.cast(self.dtype).lazydata
-    root = self._graph_root()
-    nodes = _nodes_standing_for(root, targets)
-    # a non-leaf's hooks act inside the backward pass, on what flows on; a leaf's on its gradient, below
-    inner = [t for ref, _ in list(_hooks.values()) if (t := ref()) is not None and not t.is_leaf]
-    hooks = {n: functools.partial(_hooked, t) for t, ns in zip(inner, _nodes_standing_for(root, inner)) for n in ns}
-    grads = compute_gradient(root, seed, {n for ns in nodes for n in ns}, hooks)
-    out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
-    out = [_hooked(t, g) if g is not None and t.is_leaf else g for t, g in zip(targets, out)]
+    out = gradients_of(self._graph_root(), seed, targets)
     # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
     return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
             for t, g in zip(targets, out)]
@@ -845,7 +790,7 @@ class Tensor(AliasMixin):
     every .grad as it is, as in tinygrad.
     """
     if not self._requires_grad: return self
-    leaves = list(_grad_leaves.values()) + list(_retained.values())
+    leaves = list(grad_leaves.values()) + list(retained.values())
     for t, g in zip(leaves, self._grads(leaves, gradient)):
       if g is None: continue
       t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)

@@ -206,6 +206,13 @@ def test_stats_match_torch(name: str, shapes: list[Any], fn: Callable[..., Any],
                            kw: dict[str, Any]) -> None:
   check_op(shapes, fn, torch_fn=torch_fn, **kw)
 
+@needs_torch
+def test_equal_matches_torch() -> None:
+  pairs = [([1.0, 2.0], [1.0, 2.0]), ([1, 2], [1.0, 2.0]), ([1.0, float("nan")], [1.0, float("nan")]),
+           ([1, 2], [[1, 2]]), ([1, 2], [1, 3]), ([], [])]
+  for a, b in pairs: assert Tensor(a).equal(Tensor(b)) == torch.tensor(a).equal(torch.tensor(b)), (a, b)
+  raises_at_build(TypeError, lambda: lazy(2).equal([1, 2]), "equal", "list")
+
 def test_unique_consecutive_with_size_needs_no_sync() -> None:
   values, counts = Tensor([5, 5, 1, 1, 1, 5]).unique_consecutive(return_counts=True, size=5, fill_value=-1)
   assert values.tolist() == [5, 1, 5, -1, -1] and counts.tolist() == [2, 3, 1, 0, 0]

@@ -104,6 +104,8 @@ NUMERIC: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = 
   ("ldexp_grad", [(3, 4), np.arange(-6, 6, dtype=np.float32).reshape(3, 4)], lambda x, e: x.ldexp(e), None, {}),
   ("ldexp_ints", [np.array([1, 3], np.int32), np.array([2, -1], np.int32)], lambda x, e: x.ldexp(e), None, {}),
   ("ldexp_float64", [(4,), (4,)], lambda x, e: x.ldexp(e), None, {"dtype": F64}),
+  ("float_power", [(3, 4), (4,)], lambda x, e: x.float_power(e), None, {"low": 0.5, "high": 3.0}),
+  ("float_power_int_scalar", [np.array([2, 3, -4], np.int32)], lambda x: x.float_power(3), None, {}),
   ("gcd_int32", _fib_pair(np.int32), lambda a, b: a.gcd(b), None, {}),
   ("gcd_int64", _fib_pair(np.int64), lambda a, b: a.gcd(b), None, {}),
   ("gcd_int8", _fib_pair(np.int8), lambda a, b: a.gcd(b), None, {}),
@@ -157,6 +159,7 @@ def test_errors() -> None:
   raises_at_build(TypeError, lambda: lazy(3).atan2("a"), "atan2", "str")
   raises_at_build(TypeError, lambda: lazy(3).heaviside(None), "heaviside", "NoneType")
   raises_at_build(TypeError, lambda: lazy(3).fmax({}), "fmax", "dict")
+  raises_at_build(TypeError, lambda: lazy(3).float_power("2"), "float_power", "str")
   raises_at_build(ValueError, lambda: lazy(3).hardshrink(-1.0), "hardshrink", "-1.0")
   raises_at_build(ValueError, lambda: lazy(2, 3, 4).prelu(lazy(4)), "prelu", "(4,)", "3")
   raises_at_build(ValueError, lambda: lazy(2, 3).prelu(lazy(3, 1)), "prelu", "(3, 1)")

@@ -192,6 +192,16 @@ class ReduceMixin(SpecialMixin):
     """
     return bool(self.isclose(x, rtol, atol, equal_nan).all().item())
 
+  def equal(self, x: Self) -> bool:
+    """Whether x has the same shape and the same values (NaN equals nothing; dtypes may differ), as torch.equal;
+    runs now.
+
+    >>> Tensor([1, 2]).equal(Tensor([1.0, 2.0])), Tensor([1, 2]).equal(Tensor([[1, 2]]))
+    (True, False)
+    """
+    if not self._is_tensor(x): raise TypeError(f"equal: expected a Tensor, got {type(x).__name__}")
+    return self.shape == x.shape and bool(self.eq(x).all().item())
+
   def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
     """The index of the first largest value (dtypes.default_int); with axis None, into the flattened tensor.
 

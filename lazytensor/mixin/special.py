@@ -267,6 +267,16 @@ class SpecialMixin(UnaryMixin):
     x, e = self._broadcasted_float(other)
     return x * e.exp2()
 
+  def float_power(self, exponent: Self | Any) -> Self:
+    """self ** exponent computed in float64, whatever the dtypes, as torch.float_power.
+
+    >>> Tensor([2, 4]).float_power(0.5).tolist()
+    [1.4142135623730951, 2.0]
+    """
+    _check_operand("float_power", "exponent", exponent)
+    e = exponent.cast(dtypes.float64) if self._is_tensor(exponent) else exponent
+    return self.cast(dtypes.float64).pow(e)
+
   def gcd(self, other: Self | Any) -> Self:
     """The greatest common divisor of ints (never negative; gcd(0, 0) = 0), by Euclid's algorithm unrolled to its
     worst case for the dtype's width.
