@@ -64,8 +64,18 @@ def test_other_names_match_torch() -> None:
   check_op([(7, 2)], lambda x: x.split_with_sizes([2, 5]))
   check_op([(3,), (4,)], lambda x, y: x.ger(y))
   check_op([np.array([[0, 3], [5, 0]], np.int64)], lambda x: x.argwhere())
+  check_op([(7, 2)], lambda x: x.unsafe_split(3))
+  check_op([(7, 2)], lambda x: x.unsafe_chunk(3, 1))
+  check_op([np.array([0, 3, 0, 5], np.int64)], lambda x: x.nonzero_static(size=3))
+  check_op([(3,)], lambda x: x.byte(), low=0, high=200)
+  check_op([(3,)], lambda x: x.char(), low=-100, high=100)
+  for name in ("conj", "resolve_conj", "resolve_neg", "conj_physical", "cpu"):
+    check_op([(2, 3)], lambda x, name=name: getattr(x, name)())
   x = Tensor.zeros(2, 3, 4)
   assert (x.dim(), x.ndimension(), x.nelement()) == (3, 3, 24) and (+Tensor([1, -2])).tolist() == [1, -2]
+  for dt in ("bool", "uint8", "int8", "int32", "int64", "float16", "float32", "float64"):
+    assert Tensor([1], dtype=dt).is_signed() == torch.tensor([1], dtype=getattr(torch, dt)).is_signed(), dt
+    assert Tensor([1], dtype=dt).is_complex() is False
 
 # ---- splits, selections, transposes and diagonal embeddings ----
 
@@ -135,6 +145,17 @@ TAKE_PUT: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] =
    lambda x, i, v: x.index_put((i,), v), None, {}),
   ("index_put_broadcast_indices", [(3, 4, 2), np.array([[0], [2]], np.int64), np.array([1, 3], np.int64), (2,)],
    lambda x, i, j, v: x.index_put([i, j], v, True), None, {}),
+  ("put", [(3, 4), np.array([[0, -1], [5, 2]], np.int64), (2, 2)], lambda x, i, v: x.put(i, v), None, {}),
+  ("put_accumulate", [(3, 4), np.array([0, 0, 11, -1], np.int64), (4,)], lambda x, i, v: x.put(i, v, True), None, {}),
+  *[(f"index_reduce_{r}_{inc}", [(4, 3), np.array([3, 0, 3], np.int64), (3, 3)],
+     lambda x, i, s, r=r, inc=inc: x.index_reduce(0, i, s, r, include_self=inc), None, {})
+    for r in ("prod", "mean", "amax", "amin") for inc in (True, False)],
+  ("index_reduce_dim1_int", [np.arange(8, dtype=np.int64).reshape(2, 4), np.array([1, 1, 3], np.int64),
+                             np.array([[5, 2, 9], [1, 7, 0]], np.int64)],
+   lambda x, i, s: x.index_reduce(1, i, s, "mean"), None, {}),
+  ("select_scatter", [(3, 4), (3,)], lambda x, s: x.select_scatter(s, 1, -2), None, {}),
+  ("slice_scatter", [(6, 2), (2, 2)], lambda x, s: x.slice_scatter(s, 0, 1, None, 3), None, {}),
+  ("slice_scatter_dim1", [(2, 5), (2, 2)], lambda x, s: x.slice_scatter(s, dim=1, start=-2), None, {}),
   ("masked_scatter", [(3, 4), np.random.default_rng(1).random((3, 4)) < 0.5, (20,)],
    lambda x, m, s: x.masked_scatter(m, s), None, {}),
   ("masked_scatter_broadcast", [(3, 4), np.array([True, False, False, True]), (2, 4)],
@@ -144,6 +165,7 @@ TAKE_PUT: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] =
 ]
 
 @needs_torch
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
 @pytest.mark.parametrize("name,shapes,fn,torch_fn,kw", named(TAKE_PUT))
 def test_take_put_match_torch(name: str, shapes: list[Any], fn: Callable[..., Any], torch_fn: Any,
                               kw: dict[str, Any]) -> None:
@@ -166,6 +188,12 @@ STATS: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = [
   ("histc_constant", [np.full(5, 2.0, np.float32)], lambda x: x.histc(bins=3), None, {"grad": False}),
   ("histc_float64", [(30,)], lambda x: x.histc(bins=5, min=-3, max=0.5), None, {"dtype": dtypes.float64,
                                                                                "grad": False}),
+  ("histogram", [(40,)], lambda x: x.histogram(6), lambda x: tuple(torch.histogram(x, 6)), {"grad": False}),
+  ("histogram_range_weight_density", [(5, 8), (5, 8)],
+   lambda x, w: x.histogram(4, range=(-1.0, 1.5), weight=w.abs(), density=True),
+   lambda x, w: tuple(torch.histogram(x, 4, range=(-1.0, 1.5), weight=w.abs(), density=True)), {"grad": False}),
+  ("histogram_constant", [np.full(3, 2.0, np.float32)], lambda x: x.histogram(2),
+   lambda x: tuple(torch.histogram(x, 2)), {"grad": False}),
   ("mode", [np.array([[1, 2, 2, 3, 3], [5, 5, 4, 4, 1], [7, 7, 7, 0, 0]], np.int64)], lambda x: x.mode(),
    lambda x: tuple(x.mode()), {}),
   ("mode_dim0_keepdim", [np.random.default_rng(2).integers(0, 3, (9, 4)).astype(np.float32)],
@@ -212,6 +240,16 @@ def test_equal_matches_torch() -> None:
            ([1, 2], [[1, 2]]), ([1, 2], [1, 3]), ([], [])]
   for a, b in pairs: assert Tensor(a).equal(Tensor(b)) == torch.tensor(a).equal(torch.tensor(b)), (a, b)
   raises_at_build(TypeError, lambda: lazy(2).equal([1, 2]), "equal", "list")
+
+def test_bernoulli() -> None:
+  assert Tensor([0.0, 1.0, 0.0, 1.0]).bernoulli().tolist() == [0.0, 1.0, 0.0, 1.0]
+  Tensor.manual_seed(0)
+  draws = Tensor.full((20000,), 0.3).bernoulli()
+  assert draws.dtype == dtypes.float32 and abs(draws.mean().item() - 0.3) < 0.015
+  assert Tensor.zeros(4, dtype="float16").bernoulli(1.0).dtype == dtypes.float16
+  assert set(Tensor.zeros(1000).bernoulli(0.5).numpy().tolist()) == {0.0, 1.0}
+  raises_at_build(TypeError, lambda: Tensor([1, 0]).bernoulli(), "bernoulli", "int64")
+  raises_at_build(ValueError, lambda: lazy(3).bernoulli(1.5), "bernoulli", "1.5")
 
 def test_unique_consecutive_with_size_needs_no_sync() -> None:
   values, counts = Tensor([5, 5, 1, 1, 1, 5]).unique_consecutive(return_counts=True, size=5, fill_value=-1)
@@ -295,13 +333,21 @@ def test_errors() -> None:
   raises_at_build(TypeError, lambda: lazy(3, 4).index_put(Tensor([0]), 1.0), "index_put", "tuple")
   raises_at_build(ValueError, lambda: lazy(3, 4).index_put((Tensor([0, 1]),), lazy(3, 4)), "index_put", "(3, 4)",
                   "(2, 4)")
+  raises_at_build(ValueError, lambda: lazy(3, 4).put(Tensor([0, 1]), lazy(3)), "put", "(2)", "(3,)")
+  raises_at_build(ValueError, lambda: lazy(3).index_reduce(0, Tensor([0]), lazy(1), "sum"), "index_reduce", "sum")
+  raises_at_build(IndexError, lambda: lazy(3, 4).select_scatter(lazy(3), 1, 4), "select_scatter", "4", "size 4")
+  raises_at_build(ValueError, lambda: lazy(3, 4).select_scatter(lazy(4), 1, 0), "select_scatter", "(3,)", "(4,)")
+  raises_at_build(ValueError, lambda: lazy(6).slice_scatter(lazy(2), 0, 0, 6, 2), "slice_scatter", "(3,)", "(2,)")
+  raises_at_build(ValueError, lambda: lazy(6).slice_scatter(lazy(2), step=0), "slice_scatter", "step", "0")
+  raises_at_build(ValueError, lambda: lazy(6).histogram(3, weight=lazy(5)), "histogram", "(6,)", "(5,)")
+  raises_at_build(ValueError, lambda: lazy(6).histogram(3, range=(1.0,)), "histogram", "(1.0,)")
   raises_at_build(TypeError, lambda: lazy(3).masked_scatter(Tensor([1, 0, 1]), lazy(3)), "masked_scatter", "int64")
   raises_at_build(ValueError, lambda: lazy(3).masked_scatter(Tensor([True, False]), lazy(3)), "masked_scatter",
                   "(2,)", "(3,)")
   raises_at_build(ValueError, lambda: lazy(2, 2, 2).cov(), "cov", "(2, 2, 2)")
   raises_at_build(ValueError, lambda: lazy(2, 3).cov(fweights=Tensor([1.0, 2.0, 1.0])), "fweights", "float32")
   raises_at_build(ValueError, lambda: lazy(5).histc(bins=0), "histc", "0")
-  raises_at_build(ValueError, lambda: lazy(5).histc(min=2, max=1), "histc", "min=2", "max=1")
+  raises_at_build(ValueError, lambda: lazy(5).histc(min=2, max=1), "histc", "(2, 1)")
   raises_at_build(TypeError, lambda: Tensor([1, 2]).histc(), "histc", "int64")
   raises_at_build(TypeError, lambda: lazy(5).nanquantile(1.5), "nanquantile", "1.5")
   raises_at_build(ValueError, lambda: lazy(5).nanquantile(0.5, interpolation="cubic"), "nanquantile", "cubic")

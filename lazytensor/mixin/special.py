@@ -314,6 +314,16 @@ class SpecialMixin(UnaryMixin):
     if not self.dtype.is_float: raise TypeError(f"frac: needs a float tensor, got {self.dtype}")
     return self - self.trunc()
 
+  def angle(self) -> Self:
+    """The argument of each value as a complex number: pi for negative values, 0 otherwise (NaN stays NaN), as
+    torch.angle of a real tensor. Ints become float.
+
+    >>> [round(v, 6) for v in Tensor([-2.0, 0.0, 3.0]).angle().tolist()]
+    [3.141593, 0.0, 0.0]
+    """
+    x = self._to_float()
+    return x.isnan().where(x, (x < 0).where(math.pi, 0.0))
+
   def deg2rad(self) -> Self:
     """Degrees to radians (ints become float).
 

@@ -78,6 +78,29 @@ class StatsMixin(TakePutMixin):
 
   # ---- histograms and the mode ----
 
+  def _bins_and_range(self, name: str, bins: Any, lo: float, hi: float, widen: float) -> tuple[Self, Self, Self]:
+    """For histc and histogram: self flattened, and the range's ends as 0-d tensors: [lo, hi], or self's smallest
+    and largest values when lo == hi (widened by `widen` each way when they are equal too)."""
+    if not self.dtype.is_float: raise TypeError(f"{name}: needs a float tensor, got {self.dtype}")
+    if not isinstance(bins, int) or isinstance(bins, bool) or bins <= 0:
+      raise ValueError(f"{name}: bins must be a positive int, got {bins!r}")
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo, hi)) or lo > hi:
+      raise ValueError(f"{name}: the range ({lo!r}, {hi!r}) must be two finite numbers, the first no larger")
+    x = self.reshape(-1)
+    if lo != hi: return x, x.full((), lo), x.full((), hi)
+    if not x.numel(): return x, x.full((), lo - widen), x.full((), hi + widen)
+    smallest, largest = x.min(), x.max()
+    same = smallest.eq(largest)
+    return x, same.where(smallest - widen, smallest), same.where(largest + widen, largest)
+
+  def _bin_counts(self, bins: int, lo: Self, hi: Self, weight: Self | None = None) -> Self:
+    """How many of self's elements (or how much of their weights) fall in each of `bins` equal bins over [lo, hi]:
+    the last bin includes hi, values outside count nowhere. One scatter-add."""
+    inside = (self >= lo) & (self <= hi)
+    b = ((self - lo) * bins / (hi - lo)).floor().cast(dtypes.default_int).minimum(bins - 1)
+    amount = inside.cast(self.dtype) if weight is None else inside.where(weight.cast(self.dtype), 0)
+    return self.zeros(bins, dtype=self.dtype, device=self.device).scatter_add(0, inside.where(b, -1), amount)
+
   def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Self:
     """The counts of the elements in `bins` equal bins over [min, max] (self's own smallest and largest values when
     min == max, widened by 1 each way if those are equal too), as torch.histc: the last bin includes max, values
@@ -86,20 +109,29 @@ class StatsMixin(TakePutMixin):
     >>> Tensor([1.0, 2.0, 1.0, 7.0]).histc(bins=4, min=0, max=4).tolist()
     [0.0, 2.0, 1.0, 0.0]
     """
-    if not self.dtype.is_float: raise TypeError(f"histc: needs a float tensor, got {self.dtype}")
-    if not isinstance(bins, int) or isinstance(bins, bool) or bins <= 0:
-      raise ValueError(f"histc: bins must be a positive int, got {bins!r}")
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (min, max)) or min > max:
-      raise ValueError(f"histc: min={min!r} and max={max!r} must be finite numbers with min <= max")
-    x = self.reshape(-1)
-    if min == max and x.numel():
-      lo, hi = x.min(), x.max()
-      same = lo.eq(hi)
-      lo, hi = same.where(lo - 1, lo), same.where(hi + 1, hi)
-    else: lo, hi = x.full((), min if min != max else min - 1), x.full((), max if min != max else max + 1)
-    inside = (x >= lo) & (x <= hi)
-    b = ((x - lo) * bins / (hi - lo)).floor().cast(dtypes.default_int).minimum(bins - 1)
-    return x.zeros(bins, dtype=x.dtype, device=x.device).scatter_add(0, inside.where(b, -1), inside.cast(x.dtype))
+    x, lo, hi = self._bins_and_range("histc", bins, min, max, 1.0)
+    return x._bin_counts(bins, lo, hi)
+
+  def histogram(self, bins: int = 100, range: tuple[float, float] | None = None, weight: Self | None = None,
+                density: bool = False) -> tuple[Self, Self]:
+    """(counts, bin edges) of `bins` equal bins over `range` (self's smallest and largest values when None, widened
+    by 0.5 each way if they are equal), as torch.histogram: with `weight` (self's shape) each element counts its
+    weight; with density the counts are scaled to integrate to 1. Float tensors only.
+
+    >>> [t.tolist() for t in Tensor([1.0, 2.0, 1.0, 7.0]).histogram(bins=3, range=(0.0, 3.0))]
+    [[0.0, 2.0, 1.0], [0.0, 1.0, 2.0, 3.0]]
+    """
+    lo_hi = (0.0, 0.0) if range is None else range
+    if not isinstance(lo_hi, (tuple, list)) or len(lo_hi) != 2:
+      raise ValueError(f"histogram: range must be a pair (min, max) or None, got {range!r}")
+    x, lo, hi = self._bins_and_range("histogram", bins, lo_hi[0], lo_hi[1], 0.5)
+    if weight is not None and (not _is_tensor(weight) or weight.shape != self.shape):
+      raise ArgumentError(f"histogram: weight must be a Tensor of the input's shape {self.shape}, got "
+                          f"{getattr(weight, 'shape', type(weight).__name__)}")
+    counts = x._bin_counts(bins, lo, hi, None if weight is None else weight.reshape(-1))
+    edges = lo + (hi - lo) * (x._iota(bins + 1, x.device).cast(x.dtype) / bins)
+    if density: counts = counts / (counts.sum() * (hi - lo) / bins)
+    return counts, edges
 
   def mode(self, dim: int = -1, keepdim: bool = False) -> tuple[Self, Self]:
     """The most frequent value along `dim` (the smallest of those tied) and the index of its last occurrence, as

@@ -1,6 +1,6 @@
 """torch's ways of reading and writing by index, on top of index.py's indexing, gather and scatter: take and
-take_along_dim; index_add, index_copy and index_fill (whole slices of one dim); index_put (elements named by a tuple
-of index tensors); masked_scatter.
+take_along_dim; index_add, index_copy, index_reduce and index_fill (whole slices of one dim) and the functional
+select_scatter and slice_scatter built on them; index_put and put (elements named by index tensors); masked_scatter.
 
 As in index.py, index values are read when the kernel runs, so they are not checked: an index out of range reads 0
 and writes nothing (torch raises). Where torch wraps negative indices, so do these.
@@ -104,6 +104,20 @@ class TakePutMixin(IndexMixin):
     d, spread = self._spread_index("index_copy", dim, index, source)
     return self.scatter(d, spread, source)
 
+  def index_reduce(self, dim: int, index: Self, source: Self, reduce: str, include_self: bool = True) -> Self:
+    """Reduce the slices of source into a copy of self at the 1-d index's positions along `dim`, as
+    torch.index_reduce: reduce is "prod", "mean", "amax" or "amin", and include_self counts self's old slice as one
+    of the reduced values (slices that no index names keep theirs). An index out of range writes nothing.
+
+    >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> x.index_reduce(0, Tensor([1, 1]), Tensor([[5.0, 5.0], [6.0, 1.0]]), "amax").tolist()
+    [[1.0, 2.0], [6.0, 5.0]]
+    """
+    if reduce not in ("prod", "mean", "amax", "amin"):
+      raise ArgumentError(f"index_reduce: reduce must be one of prod, mean, amax, amin, got {reduce!r}")
+    d, spread = self._spread_index("index_reduce", dim, index, source)
+    return self.scatter_reduce(d, spread, source, reduce, include_self)
+
   def index_fill(self, dim: int, index: Self, value: Any) -> Self:
     """`value` (a number or a 0-d tensor) in the slices of `dim` at the index's positions (0-d or 1-d; negative
     counts from the end), self elsewhere, as torch.index_fill.
@@ -117,7 +131,54 @@ class TakePutMixin(IndexMixin):
     hit = (_wrapped(index, n) == type(self)._iota(n, self.device)).any(0)
     return self.masked_fill(hit.reshape([n if i == d else 1 for i in range(self.ndim)]), value)
 
+  def select_scatter(self, src: Self, dim: int, index: int) -> Self:
+    """A copy of self with the slice at `index` of `dim` replaced by src (self's shape without that dim), as
+    torch.select_scatter: the functional form of `x.select(dim, index)[...] = src`.
+
+    >>> Tensor.zeros(2, 3).select_scatter(Tensor([1.0, 2.0]), 1, -1).tolist()
+    [[0.0, 0.0, 1.0], [0.0, 0.0, 2.0]]
+    """
+    d = self._resolve_axis(dim)
+    n = self.shape[d] if self.ndim else 0
+    if not isinstance(index, int) or not -n <= index < n:
+      raise IndexError(f"select_scatter: index {index!r} is out of range for dim {d} of size {n}")
+    if not _is_tensor(src) or src.shape != self.shape[:d] + self.shape[d + 1:]:
+      raise ArgumentError(f"select_scatter: src must be a Tensor of shape {self.shape[:d] + self.shape[d + 1:]}, got "
+                          f"{getattr(src, 'shape', type(src).__name__)}")
+    return self.index_copy(d, self.full((1,), index % n, dtype=dtypes.default_int), src.unsqueeze(d))
+
+  def slice_scatter(self, src: Self, dim: int = 0, start: int | None = None, end: int | None = None,
+                    step: int = 1) -> Self:
+    """A copy of self with the slice start:end:step of `dim` replaced by src, as torch.slice_scatter: the functional
+    form of `x[..., start:end:step, ...] = src`.
+
+    >>> Tensor.zeros(5).slice_scatter(Tensor([1.0, 2.0]), 0, 1, 5, 2).tolist()
+    [0.0, 1.0, 0.0, 2.0, 0.0]
+    """
+    d = self._resolve_axis(dim)
+    if not isinstance(step, int) or step <= 0:
+      raise ValueError(f"slice_scatter: step must be a positive int, got {step!r}")
+    rows = range(*slice(start, end, step).indices(self.shape[d]))
+    want = self.shape[:d] + (len(rows),) + self.shape[d + 1:]
+    if not _is_tensor(src) or src.shape != want:
+      raise ArgumentError(f"slice_scatter: src must be a Tensor of the slice's shape {want}, got "
+                          f"{getattr(src, 'shape', type(src).__name__)}")
+    return self.index_copy(d, type(self)(list(rows), dtype=dtypes.default_int, device=self.device), src)
+
   # ---- writing elements ----
+
+  def put(self, index: Self, source: Self, accumulate: bool = False) -> Self:
+    """A copy of self with source's elements written at the flat positions in `index` (negative counting from the
+    end; one per source element), as torch.put: index_put on the flattened tensor.
+
+    >>> Tensor([[1, 2], [3, 4]]).put(Tensor([0, -1]), Tensor([9, 8])).tolist()
+    [[9, 2], [3, 8]]
+    """
+    index = self._int_index("put", index)
+    if not _is_tensor(source) or source.numel() != index.numel():
+      raise ArgumentError(f"put: source must be a Tensor of as many elements as the index ({index.numel()}), got "
+                          f"{getattr(source, 'shape', type(source).__name__)}")
+    return self.reshape(-1).index_put((index.reshape(-1),), source.reshape(-1), accumulate).reshape(self.shape)
 
   def index_put(self, indices: Sequence[Self], values: Self | Any, accumulate: bool = False) -> Self:
     """A copy of self with values written at the elements that the int index tensors name in its first dims, as
