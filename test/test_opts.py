@@ -136,19 +136,23 @@ def test_padded_reduce_axis_stays_masked_once_split(device: str) -> None:
 @pytest.mark.parametrize("device", ["CPU", "EMU"])
 def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
   # PADTO on an output axis: its loads read on past their views at the padded positions (whose results are never
-  # stored), unmasked where the address stays in the buffer (a slice of a wider matrix), masked where it could leave
-  # it (the last row of a 20x30 B). EMU raises on any access out of bounds.
+  # stored), unmasked where the address stays in the buffer (a slice of a wider matrix) or in the bytes the device keeps
+  # readable past its end (the CPU's, not EMU's: the last row of a 20x30 B reads 2 floats on), masked where it could go
+  # further (2 rows of 200 past A's 6). EMU raises on any access out of bounds.
   from lazytensor.codegen.lowerer import lower_kernel
-  with Context(DEV=device): a, wide, narrow = _t(6, 20), _t(20, 32), _t(20, 30)
-  for b, size, gated in ((wide[:, :30], 640, False), (narrow, 600, True)):
-    with Context(DEV=device): item = create_schedule([(a @ b).lazydata])[0][-1]
+  with Context(DEV=device):
+    a, wide, narrow, long_rows, tall = _t(6, 20), _t(20, 32), _t(20, 30), _t(6, 200), _t(200, 32)
+  cases = [(a, wide[:, :30], 30, 640, False), (a, narrow, 30, 600, device == "EMU"), (long_rows, tall, 6, 1200, True)]
+  for x, y, padded, size, gated in cases:
+    with Context(DEV=device): item = create_schedule([(x @ y).lazydata])[0][-1]
     k = Kernel(item.ast, Device[device].renderer)
-    axis = k.full_shape.index(30)
+    axis = k.full_shape.index(padded)
     opts = [Opt(OptOps.PADTO, axis, 8), Opt(OptOps.UPCAST, axis, 8)]
     for o in opts: k.apply_opt(o)
     loads = [u for u in lower_kernel(k).toposort if u.op is Ops.LOAD and getattr(u.src[0].dtype, "size", -1) == size]
     assert loads and any(len(u.src) > 2 for u in loads) == gated, loads
-    np.testing.assert_allclose(_run(item, device, opts).reshape(6, 30), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(item, device, opts).reshape(x.shape[0], y.shape[1]), x.numpy() @ y.numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 def test_heuristic_matmul_tiles_and_threads() -> None:
   item = _last_item("matmul")

@@ -96,29 +96,33 @@ def vector_amounts(t: CPUTarget, vectors: int = 1) -> tuple[int, ...]:
   top = vectors * t.vector_floats
   return tuple(top >> i for i in range(top.bit_length()) if top >> i >= 4)
 
-def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
-  """(axis, amount) for the SIMD vectors of a register tile: an output axis along which, once the vector is split off,
-  every operand is contiguous or broadcast (one at least contiguous). The widest vector wins (up to a register), then
-  the axis the output is contiguous along. None when no axis qualifies (x @ W.T: see _dot_tile)."""
-  out_axis, options, floats = _output_contiguous_axis(k), [], _target(k).vector_floats
-  for a in k.axes_of(AxisKind.GLOBAL):
-    for amt in vector_amounts(_target(k), TILE_VECTORS):
-      trial = k.copy()
-      if k.full_shape[a] % amt or not _try(trial, Opt(OptOps.UPCAST, a, amt)): continue
-      lane = trial.axes_of(AxisKind.UPCAST)[-1]
-      strides = [_stride(trial, i, lane) for i in loads]
-      if all(st in (0, 1) for st in strides) and 1 in strides:
-        options.append((min(amt, floats), a == out_axis, a, amt))
-        break
-  if not options: return None
-  _, _, axis, amt = max(options)
-  return axis, amt
-
 # an output axis no vector divides (197 tokens, a 50257-word vocabulary) is padded to one vector when that adds at
 # most 1/MAX_PAD_FRACTION of the work: its loads read on past the row where that stays in the buffer (a mask that does
 # not change along the reduce where it does not), the stores get a gate. 32 matmuls of 197x64x197 on one AVX2 thread:
 # 8 -> 24 GFLOP/s (scalar code without), 45-49 with the rows padded too (_pad_for_rows); divisible 192: 76
 MAX_PAD_FRACTION = 8
+
+def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
+  """(axis, amount) for the SIMD vectors of a register tile, applied (with a PADTO first where the amount does not
+  divide the axis, within the padding limit): an output axis along which, once the vector is split off, every operand
+  is contiguous or broadcast (one at least contiguous). The widest vector wins (up to a register), then the axis the
+  output is contiguous along, then one that needs no padding. None when no axis qualifies (x @ W.T: see _dot_tile).
+  (B packed in panels padded past an odd column count is contiguous along the columns only once they are padded.)"""
+  out_axis, options, floats = _output_contiguous_axis(k), [], _target(k).vector_floats
+  for a in k.axes_of(AxisKind.GLOBAL):
+    for amt in vector_amounts(_target(k), TILE_VECTORS):
+      trial, size = k.copy(), k.full_shape[a]
+      if size % amt and (-size % amt > size // MAX_PAD_FRACTION or not _try(trial, Opt(OptOps.PADTO, a, amt))): continue
+      if not _try(trial, Opt(OptOps.UPCAST, a, amt)): continue
+      lane = trial.axes_of(AxisKind.UPCAST)[-1]
+      strides = [_stride(trial, i, lane) for i in loads]
+      if all(st in (0, 1) for st in strides) and 1 in strides:
+        options.append((min(amt, floats), a == out_axis, size % amt == 0, a, amt))
+        break
+  if not options: return None
+  *_, axis, amt = max(options)
+  if k.full_shape[axis] % amt: _try(k, Opt(OptOps.PADTO, axis, amt))
+  return axis, amt
 
 def _pad_for_vectors(k: Kernel, axis: int) -> None:
   """PADTO `axis` up to the widest vector within the padding limit, if no vector divides it."""
@@ -370,8 +374,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
 # matmul: B (k, m) as column panels (m/p, k, p), p the register tile's width. A tile reads p columns of B for every k;
 # in B's own layout each read is a new row, often a new page, so large matmuls become TLB- and cache-bound (AVX-512
 # at 2048: 50 -> 96 GFLOP/s packed) for a copy of about 1% of the matmul. Worth it from this many multiply-adds, with
-# at least PANEL_MIN_REDUCE rows of B and PANEL_MIN_ROWS rows of A.
-PANEL_MIN_WORK = 1 << 27
+# at least PANEL_MIN_REDUCE rows of B and PANEL_MIN_ROWS rows of A (the copies hold only what the matmul reads: on one
+# AVX2 thread, 64x1024 @ 1024x1024 0.45x -> ~0.9x torch, 256x1024 @ 1024x256 0.5x -> ~0.85x, packed from 2**24).
+PANEL_MIN_WORK = 1 << 24
 PANEL_MIN_REDUCE = 256
 PANEL_MIN_ROWS = 64
 # conv: weight (cout, cin, *k) as (cout/16, cin, *k, 16). In its own layout neighbouring output channels' weights are

@@ -199,12 +199,15 @@ class _Lowerer:
   def indexed(self, node: UOp, idxs: list[UOp]) -> tuple[UOp, UOp]:
     """(address, validity) of `node`'s view at `idxs`. A load that PADTO grew along an output axis (grown_load)
     reads on past its view at the padded positions, unmasked (a plain vector load where the edge of a row needed a
-    masked one each step), unless the address could then leave the buffer: then those positions are masked."""
+    masked one each step), unless the address could then leave the buffer and the bytes the device keeps readable
+    past it (Renderer.readable_past): then those positions are masked."""
     idx, valid = self.k.st_of(node).to_indexed_uops(idxs)
     idx, valid = simplify(idx), simplify(valid)
     if self.k.out_pad is None or not grown_load(node): return idx, valid
-    size = node.src[0].dtype.size if isinstance(node.src[0].dtype, PtrDType) else -1
-    if 0 <= idx.vmin and idx.vmax < size: return idx, valid
+    buf = node.src[0].dtype
+    if isinstance(buf, PtrDType) and buf.size >= 0:
+      readable = buf.size + self.k.renderer.readable_past(buf.size * buf.itemsize) // buf.itemsize
+      if 0 <= idx.vmin and idx.vmax < readable: return idx, valid
     return idx, simplify(valid & self.k.out_pad.to_indexed_uops(idxs)[1])
 
   def _view_value(self, node: UOp, key: tuple[int, ...]) -> UOp:

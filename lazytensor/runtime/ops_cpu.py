@@ -21,7 +21,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from lazytensor.codegen.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
-from lazytensor.codegen.renderer.llvm import LLVMRenderer
+from lazytensor.codegen.renderer.llvm import LLVMRenderer, cpu_readable_past
 from lazytensor.device import Allocator, Compiled, Compiler
 from lazytensor.helpers import CPU_TARGET, THREADS
 from lazytensor.runtime import cpu_threads
@@ -43,7 +43,7 @@ class CPUAllocator(Allocator):
   # freed memory is kept for reuse by Allocator.free_cached (BUFFER_CACHE): dropping a handle frees it
   def alloc(self, nbytes: int) -> CPUMemory:
     align = _alignment()
-    raw = np.empty(nbytes + align, dtype=np.uint8)
+    raw = np.empty(nbytes + align + cpu_readable_past(nbytes), dtype=np.uint8)  # kernels may read on past the end
     addr = raw.ctypes.data  # each .ctypes builds an object: a replay of TinyJit allocates its outputs, so read it once
     start = -addr % align
     return CPUMemory(raw[start:start + nbytes], addr + start)

@@ -105,4 +105,9 @@ class Renderer:
     renderer with a target, the target). Part of every cache key of programs and of searched opts."""
     return type(self).__name__
 
+  def readable_past(self, nbytes: int) -> int:
+    """Bytes past the end of a buffer of `nbytes` that this device's allocator keeps readable: a kernel may read there
+    what it then discards (the positions PADTO adds to an output axis: codegen/lowerer.py)."""
+    return 0
+
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError
