@@ -421,6 +421,7 @@ class ElementwiseMixin(ShapesMixin):
     return self._cmp_or_equal(x, reverse=True)
 
   __lt__, __gt__, __ge__, __le__ = lt, gt, ge, le
+
   def ne(self, x: Self | Any) -> Self:
     """Elementwise `!=` (bool).
 
