@@ -7,6 +7,7 @@ one and fuses the same way: a relu's backward is a WHERE inside whatever kernel 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lazytensor.dtype import dtypes
@@ -65,7 +66,9 @@ def _sin_grad(ctx: UOp, x: UOp) -> Grads:
   return (ctx * (_c(x, 1) - _c(x, 2) * s * s),)
 
 def _custom_grad(ctx: UOp, c: UOp) -> Grads:
-  # src = (value, x1, d1, x2, d2, ...): each xi gets ctx * di; value and the derivatives get none
+  # with an arg, src = (value, *inputs) and the arg maps ctx to the inputs' gradients (mixin/conv.py's ConvGrad);
+  # without, src = (value, x1, d1, x2, d2, ...): each xi gets ctx * di. The value and the derivatives get none
+  if c.arg is not None: return (None, *c.arg(ctx, *c.src[1:]))
   return (None,) + tuple(ctx * c.src[p + 1] if p % 2 else None for p in range(1, len(c.src)))
 
 def _copy_grad(ctx: UOp, c: UOp) -> Grads:
@@ -122,12 +125,16 @@ def _on_path(root: UOp, targets: set[UOp]) -> list[UOp]:
     reaches[node] = node in targets or any(reaches[s] for s in node.src)
   return [n for n in root.toposort if reaches[n]]
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
-  """The gradient of `root` (seeded with `root_grad`) with respect to each target it depends on."""
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
+                     hooks: Mapping[UOp, Callable[[UOp], UOp]] | None = None) -> dict[UOp, UOp]:
+  """The gradient of `root` (seeded with `root_grad`) with respect to each target it depends on. A node's hook
+  replaces its gradient once that is complete (all its uses seen), before it flows on (Tensor.register_hook)."""
   grads: dict[UOp, UOp] = {root: root_grad}
   for node in reversed(_on_path(root, targets)):
+    if (g := grads.get(node)) is None: continue
+    if hooks and node in hooks: g = grads[node] = hooks[node](g)
     # a VIEW of the tensor graph reads a buffer or a constant: nothing below it has a gradient
-    if (g := grads.get(node)) is None or node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
+    if node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
     src_grads = pm_gradient.rewrite(node, ctx=g)
     if src_grads is None: raise NotImplementedError(f"no derivative rule for {node.op}")
     for s, sg in zip(node.src, src_grads):

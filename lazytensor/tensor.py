@@ -2,13 +2,13 @@
 
 This module holds the class itself: construction from data, properties, realization, writes, autograd and the funnel
 every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (lazytensor/mixin/:
-movement, elementwise, create, unary, reduce, index, random, nn, multi), each building only on those below it and on
-the primitives that the chain's base declares and this class implements.
+movement, shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi,
+aliases), each building only on those below it and on the primitives that the chain's base declares and this class
+implements.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import operator
 import weakref
@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lazytensor.autograd import GradHook, RemovableHandle, add_hook, grad_leaves, gradients_of, retained
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, to_dtype, to_storage
 from lazytensor.engine import live
@@ -25,12 +26,12 @@ from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, 
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import ArgumentError, NotSupportedError
-from lazytensor.mixin.multi import MultiMixin, open_devices
+from lazytensor.mixin.aliases import AliasMixin
+from lazytensor.mixin.multi import open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 from lazytensor.views import (
   Moves,
-  assign_values,
   host_values,
   moved_buffer,
   moved_onto,
@@ -38,6 +39,7 @@ from lazytensor.views import (
   moves_between,
   moves_over,
   replayed,
+  row_major,
   unmoved,
   writable_view,
 )
@@ -73,30 +75,10 @@ def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
 
-# tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
-# keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering
-_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 # the assigns not run yet, by the live serial of when each was made: the tensor holding it (weakly) and its ASSIGN node.
 # Realizing anything that reads the memory one writes runs it first, as torch's in-place op ran when it was called;
 # one whose tensor is gone (`x.T.add_(1)`: a view made for the write) runs at the next realize or assign
 _pending_writes: dict[int, tuple[weakref.ref[Tensor], UOp]] = {}
-
-def _nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
-  """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
-  into its buffer after the graph was built. A node whose graph contains another such node is left out: the gradient
-  of that other node already includes it."""
-  nodes = root.toposort
-  realized_into: dict[UOp, list[UOp]] = {}
-  for n in nodes:
-    if (buf := realized_map.get(n)) is not None: realized_into.setdefault(buf, []).append(n)
-  out = []
-  for t in tensors:
-    found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
-    out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
-  return out
-
-def _sum_uops(xs: list[UOp]) -> UOp | None:
-  return functools.reduce(lambda a, b: a + b, xs) if xs else None
 
 class TensorFlag(contextlib.ContextDecorator):
   """Sets a Tensor class flag (training, no_grad) for a `with` block or a decorated function, and restores it after.
@@ -124,7 +106,7 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(MultiMixin):
+class Tensor(AliasMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -320,7 +302,7 @@ class Tensor(MultiMixin):
       new = becomes.get(t.lazydata, t.lazydata)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
-        if t._requires_grad and id(t) not in _grad_leaves: t._graph = t.lazydata
+        if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
         t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
       if t._assigned_at is not None: _pending_writes.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
@@ -444,6 +426,17 @@ class Tensor(MultiMixin):
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
   # ---- writing into realized tensors ----
+
+  def is_contiguous(self) -> bool:
+    """Whether the elements lie in row-major order in the memory they are (or will be) computed into, as torch's:
+    False for views that permute, stride, expand or pad it (x.T, x[:, ::2]); True for what ops compute, for dense
+    slices and for constants (zeros, full), which lazytensor never lays out in memory.
+
+    >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> x.is_contiguous(), x.T.is_contiguous(), x[1:].is_contiguous(), x[:, :2].is_contiguous()
+    (True, False, True, False)
+    """
+    return all(map(row_major, multi_leaves(self.lazydata)))
 
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
@@ -623,7 +616,7 @@ class Tensor(MultiMixin):
     # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
     if Tensor.no_grad or not self.dtype.is_float or self._detached: return False
     root = self._viewed if self._viewed is not None else self
-    if root._requires_grad and id(root) in _grad_leaves:
+    if root._requires_grad and id(root) in grad_leaves:
       what = "a tensor" if root is self else "a view of a tensor"
       raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
                           "be written in place, as in torch; write under no_grad(), or into a clone")
@@ -642,7 +635,7 @@ class Tensor(MultiMixin):
       copy = root.contiguous()
       copy._assigned_at = root._assigned_at  # values computed after its pending assign read what it writes
       root.lazydata = copy.realize().lazydata
-      if root._requires_grad and id(root) not in _grad_leaves: root._graph = copy._graph  # gradients flow on
+      if root._requires_grad and id(root) not in grad_leaves: root._graph = copy._graph  # gradients flow on
     root._lazy_before = None  # its views follow it from now on: the next write need not look for them
     root._rebase_views(old, root.lazydata)
     # a view of a tensor that needs gradients reads it through its graph: a write that records none goes to the buffer
@@ -806,8 +799,8 @@ class Tensor(MultiMixin):
     if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
       self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
     self._requires_grad = value
-    if value: _grad_leaves[id(self)] = self
-    else: _grad_leaves.pop(id(self), None)
+    if value: grad_leaves[id(self)] = self
+    else: grad_leaves.pop(id(self), None)
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     """Set requires_grad in place; returns self.
@@ -817,6 +810,59 @@ class Tensor(MultiMixin):
     """
     self.requires_grad = requires_grad
     return self
+
+  @property
+  def is_leaf(self) -> bool:
+    """Whether this tensor is a leaf of the autograd graph, as torch's: one that needs no gradient, or one that
+    requires_grad was set on (whose .grad backward fills); results of ops on tensors that need gradients are not.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> w.is_leaf, (w * 2).is_leaf, Tensor([1.0]).is_leaf
+    (True, False, True)
+    """
+    return not self._requires_grad or id(self) in grad_leaves
+
+  def retain_grad(self) -> None:
+    """Have backward() fill .grad of this non-leaf tensor too (a leaf's is filled anyway), as torch's.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> h = w * 3
+    >>> h.retain_grad()
+    >>> _ = (h * h).sum().backward()
+    >>> h.grad.tolist(), h.retains_grad
+    ([6.0, 12.0], True)
+    """
+    if not self._requires_grad:
+      raise ArgumentError("retain_grad: this tensor needs no gradient (requires_grad is not set on it or on what it "
+                          "was computed from)")
+    if not self.is_leaf: retained[id(self)] = self
+
+  @property
+  def retains_grad(self) -> bool:
+    """Whether retain_grad() was called on this non-leaf tensor.
+
+    >>> Tensor([1.0], requires_grad=True).retains_grad
+    False
+    """
+    return id(self) in retained
+
+  def register_hook(self, hook: GradHook) -> RemovableHandle:
+    """Call hook(grad) each time a gradient with respect to this tensor is computed (backward, gradient). A tensor it
+    returns replaces the gradient: in .grad for a leaf, and in what flows on to the tensors this one was computed
+    from otherwise, as torch's register_hook. Returns a handle whose remove() unregisters the hook.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> handle = w.register_hook(lambda g: g * 10)
+    >>> _ = (w * w).sum().backward()
+    >>> w.grad.tolist()
+    [20.0, 40.0]
+    >>> handle.remove()
+    """
+    if not self._requires_grad:
+      raise ArgumentError("register_hook: this tensor needs no gradient (requires_grad is not set on it or on what it "
+                          "was computed from)")
+    if not callable(hook): raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
+    return add_hook(self, hook)
 
   def _graph_root(self) -> UOp:
     """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
@@ -835,10 +881,7 @@ class Tensor(MultiMixin):
       if gradient.shape != self.shape:
         raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
       seed = gradient.cast(self.dtype).lazydata
-    root = self._graph_root()
-    nodes = _nodes_standing_for(root, targets)
-    grads = compute_gradient(root, seed, {n for ns in nodes for n in ns})
-    out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
+    out = gradients_of(self._graph_root(), seed, targets)
     # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
     return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
             for t, g in zip(targets, out)]
@@ -875,7 +918,7 @@ class Tensor(MultiMixin):
     every .grad as it is, as in tinygrad.
     """
     if not self._requires_grad: return self
-    leaves = list(_grad_leaves.values())
+    leaves = list(grad_leaves.values()) + list(retained.values())
     for t, g in zip(leaves, self._grads(leaves, gradient)):
       if g is None: continue
       t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)

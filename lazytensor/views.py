@@ -1,6 +1,6 @@
 """A tensor's graph read as views of buffers: for writes (whether a node is movement ops over a buffer, the view they
 make, whether writes through it reach the buffer, the same moves replayed over another base, the values of in-place
-ops a gradient must compute) and for reading values on the host without running a kernel."""
+ops a gradient must compute), for reading values on the host without running a kernel, and for is_contiguous."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +11,7 @@ from lazytensor.device import buffer_map
 from lazytensor.dtype import dtypes, from_storage
 from lazytensor.engine.schedule import MOVES
 from lazytensor.graph import is_own_value
-from lazytensor.shape.view import ShapeTracker
+from lazytensor.shape.view import ShapeTracker, strides_for_shape
 from lazytensor.uop.ops import Ops, UOp
 
 # what a view is made of: movement ops, and DETACH (torch's detach() shares its input's memory: a view that moves
@@ -62,6 +62,21 @@ def moved_st(ld: UOp) -> ShapeTracker:
   st = ld.arg
   for m in reversed(moves): st = MOVES[m.op](st, m.arg)
   return st
+
+def row_major(ld: UOp) -> bool:
+  """Whether ld's elements lie in row-major order in the memory they are (or will be) computed into: its movement
+  ops over a buffer or a computed value make one view of it without masks, whose strides are the dense ones (an
+  offset is allowed). A constant has one value, laid out however it is moved: always row-major."""
+  moves = []
+  while ld.op in MOVES:
+    moves.append(ld)
+    ld = ld.src[0]
+  if ld.op is Ops.VIEW and ld.src[0].op is Ops.CONST: return True
+  st = ld.arg if ld.op is Ops.VIEW else ShapeTracker.from_shape(ld.shape)
+  for m in reversed(moves): st = MOVES[m.op](st, m.arg)
+  if len(st.views) != 1 or st.views[0].mask is not None: return False
+  v = st.views[0]
+  return all(st1 == st2 for size, st1, st2 in zip(v.shape, v.strides, strides_for_shape(v.shape)) if size > 1)
 
 def assign_values(g: UOp) -> UOp:
   """A gradient g with the in-place ops in it that a later one overwrites (x.add_(b).mul_(a): the gradient reads the

@@ -857,6 +857,7 @@ def test_docstring_examples() -> None:
   # every example in a Tensor docstring runs and prints what it says
   import doctest
 
+  import lazytensor.mixin.aliases
   import lazytensor.mixin.create
   import lazytensor.mixin.elementwise
   import lazytensor.mixin.index
@@ -864,11 +865,16 @@ def test_docstring_examples() -> None:
   import lazytensor.mixin.nn
   import lazytensor.mixin.random
   import lazytensor.mixin.reduce
+  import lazytensor.mixin.shapes
+  import lazytensor.mixin.special
+  import lazytensor.mixin.stats
+  import lazytensor.mixin.take_put
   import lazytensor.mixin.unary
   import lazytensor.tensor
   modules = [lazytensor.tensor, lazytensor.mixin.create, lazytensor.mixin.elementwise, lazytensor.mixin.index,
              lazytensor.mixin.movement, lazytensor.mixin.nn, lazytensor.mixin.random, lazytensor.mixin.reduce,
-             lazytensor.mixin.unary]
+             lazytensor.mixin.unary, lazytensor.mixin.shapes, lazytensor.mixin.special, lazytensor.mixin.take_put,
+             lazytensor.mixin.stats, lazytensor.mixin.aliases]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 

@@ -261,6 +261,17 @@ def test_conv_flat_padding_is_torch_order() -> None:
 def test_conv_one_kernel(name: str, x: tuple[int, ...], w: tuple[int, ...], kw: dict[str, Any]) -> None:
   assert kernels(getattr(_realized(*x), name)(_realized(*w), **kw)) == 1
 
+def test_conv_input_gradient_is_a_transposed_convolution() -> None:
+  # ConvGrad: the input's gradient is one transposed convolution of the output's, never the gradient times the weights
+  # at every tap of every window (a buffer 9x the input's, summed back over the windows that overlap each position)
+  rng = np.random.default_rng(0)
+  x = Tensor(rng.standard_normal((2, 8, 16, 16), dtype=np.float32), requires_grad=True)
+  w = Tensor(rng.standard_normal((16, 8, 3, 3), dtype=np.float32), requires_grad=True)
+  x.conv2d(w, padding=1).relu().sum().backward()
+  assert x.grad is not None and w.grad is not None
+  items, _ = create_schedule([x.grad.lazydata, w.grad.lazydata])
+  assert max(b.size for it in items for b in it.bufs) <= 2 * 16 * 16 * 16  # the conv's output, not 2*8*16*16*9
+
 TRANSPOSED: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
   ("plain", (2, 3, 4, 5), (3, 2, 3, 3), {}),
   ("stride", (1, 2, 4, 4), (2, 3, 3, 2), {"stride": 2}),

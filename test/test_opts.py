@@ -134,6 +134,17 @@ def test_padded_reduce_axis_stays_masked_once_split(device: str) -> None:
     np.testing.assert_array_equal(_run(item, device, chain), ref, err_msg=str(chain))
 
 @pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_padding_a_reduce_and_an_output_axis(device: str) -> None:
+  # each padding's mask keeps the kernel's shape when the other kind of axis is padded after it (a found example of
+  # test_random_opt_chains: the reduce's mask stayed 5 rows long)
+  item = _last_item("matmul_odd", device)
+  ref = _run(item, device, [])
+  for chain in ([Opt(OptOps.PADTO, 2, 8), Opt(OptOps.PADTO, 0, 8)], [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.PADTO, 2, 8)],
+                [Opt(OptOps.PADTO, 2, 8), Opt(OptOps.PADTO, 0, 8), Opt(OptOps.UPCAST, 0, 8)],
+                [Opt(OptOps.PADTO, 2, 8), Opt(OptOps.PADTO, 0, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 2, 4)]):
+    np.testing.assert_allclose(_run(item, device, chain), ref, rtol=1e-5, atol=1e-5, err_msg=str(chain))
+
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
 def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
   # PADTO on an output axis: its loads read on past their views at the padded positions (whose results are never
   # stored), unmasked where the address stays in the buffer (a slice of a wider matrix) or in the bytes the device keeps
@@ -153,6 +164,22 @@ def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
     assert loads and any(len(u.src) > 2 for u in loads) == gated, loads
     np.testing.assert_allclose(_run(item, device, opts).reshape(x.shape[0], y.shape[1]), x.numpy() @ y.numpy(),
                                rtol=1e-5, atol=1e-5)
+
+def test_conv_weight_gradient_tiles_output_and_input_channels() -> None:
+  # the weights' gradient is a reduce of dot products along the rows (both operands contiguous there): its tile takes
+  # output channels (the input is broadcast along them) and input channels (the gradient is), not the 3 taps of the
+  # kernel that no tile amount divides (one output at a time: 8 GFLOP/s; 4x2: 30-40)
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  x, w = _t(2, 8, 16, 16).requires_grad_(), _t(16, 8, 3, 3).requires_grad_()
+  x.conv2d(w, padding=1).relu().sum().backward()
+  assert w.grad is not None
+  from lazytensor.engine.realize import run_schedule
+  *before, item = create_schedule([w.grad.lazydata])[0]
+  run_schedule(before)
+  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target("x86-64-v3"))))
+  assert len(k.axes_of(AxisKind.UPCAST)) == 2 and OptOps.UNROLL in [o.op for o in k.applied_opts], k.applied_opts
+  np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(w.shape), w.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 def test_heuristic_matmul_tiles_and_threads() -> None:
   item = _last_item("matmul")

@@ -254,20 +254,22 @@ def test_garbage_indices_never_write_out_of_bounds() -> None:
 
 # ---- every opt the optimizer and BEAM may take is race-free ----
 
-def _scatter_item(idx: np.ndarray, device: str = "CPU") -> tuple[UOp, tuple]:
+def _scatter_item(idx: np.ndarray, device: str = "CPU", dtype: DType = dtypes.float32) -> tuple[UOp, tuple]:
   """The scatter kernel of a scatter-add of ones into zeros, and its buffers with the inputs in place."""
   with Context(DEV=device):
-    out = Tensor.zeros(V, D).contiguous().scatter_reduce(0, Tensor(idx), Tensor.ones(*idx.shape), "sum")
+    out = Tensor.zeros(V, D, dtype=dtype).contiguous().scatter_reduce(0, Tensor(idx), Tensor.ones(*idx.shape,
+                                                                                                   dtype=dtype), "sum")
     items, _ = create_schedule([out.lazydata])
     run_schedule(items[:-1])
   return items[-1].ast, items[-1].bufs
 
-@pytest.mark.parametrize("device", ["CPU", "EMU"])
-def test_kernel_refuses_opts_that_run_entries_together(device: str) -> None:
-  ast, _ = _scatter_item(_index(0, V, (N, D)))
+# EMU has atomics (as CUDA) for float32 adds, none for int16 (test_scatter_atomic.py has the parallel entries)
+@pytest.mark.parametrize("device,dtype", [("CPU", dtypes.float32), ("EMU", dtypes.int16)])
+def test_kernel_refuses_opts_that_run_entries_together(device: str, dtype: DType) -> None:
+  ast, _ = _scatter_item(_index(0, V, (N, D)), device, dtype)
   k = Kernel(ast, Device[device].renderer)
   entry = k.axes_of(AxisKind.REDUCE)[0]
-  assert k.scatter is not None and k.full_shape[entry] == N
+  assert k.scatter is not None and not k.atomic and k.full_shape[entry] == N
   for opt in [Opt(OptOps.UNROLL, entry, 4), Opt(OptOps.GROUP, entry, 16), Opt(OptOps.GROUPTOP, entry, 16),
               Opt(OptOps.PADTO, entry, 300)]:
     with pytest.raises(KernelOptError): k.apply_opt(opt)
@@ -275,21 +277,26 @@ def test_kernel_refuses_opts_that_run_entries_together(device: str) -> None:
   k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
   assert k.full_shape[k.axes_of(AxisKind.REDUCE)[0]] == N
 
-@pytest.mark.parametrize("device,every", [("CPU", 7), ("EMU", 23)])
-def test_every_search_action_computes_the_same(device: str, every: int) -> None:
+@pytest.mark.parametrize("device,every,dtype", [("CPU", 7, dtypes.float32), ("EMU", 23, dtypes.int16),
+                                                ("EMU", 23, dtypes.float32), ("CUDACPU", 97, dtypes.int32)])
+def test_every_search_action_computes_the_same(device: str, every: int, dtype: DType) -> None:
   # every opt BEAM tries first, and some of the pairs of them, either is refused or adds each entry once, duplicates
-  # included; EMU has local threads and shared memory (LOCAL, GROUP) and reports races
+  # included: entries in order (CPU; int16 on EMU, which has no 16-bit atomics) or in parallel threads and blocks with
+  # atomic adds (float32 on EMU, int32 on CUDACPU, whose blocks run at once on 2 OS threads). EMU has local threads and
+  # shared memory (LOCAL, GROUP) and reports races
+  try: dev = Device[device]
+  except Exception as e: pytest.skip(f"{device}: {e}")
   idx = _index(0, 40, (N, D))
-  ast, bufs = _scatter_item(idx, device)
-  want = _add_at((V, D), 0, idx, np.ones((N, D)))
-  dev = Device[device]
+  ast, bufs = _scatter_item(idx, device, dtype)
+  want = _add_at((V, D), 0, idx, np.ones((N, D)), dtype.np)
   with Context(THREADS=2):
+    assert Kernel(ast, dev.renderer).atomic == (device != "CPU" and dtype != dtypes.int16)
     first = [o for o in search.actions(Kernel(ast, dev.renderer)) if _legal(ast, dev.renderer, [o])]
     pairs = itertools.islice(itertools.product(first, first), 0, None, every)
     tried = [[o] for o in first] + [[a, b] for a, b in pairs if _legal(ast, dev.renderer, [a, b])]
     assert len(tried) > 10
     for opts in tried:
-      bufs[0].copyin(memoryview(np.zeros(V * D, np.float32).view(np.uint8)))
+      bufs[0].copyin(memoryview(np.zeros(V * D, dtype.np).view(np.uint8)))
       compile_kernel(ast, dev, opts)(bufs)
       np.testing.assert_array_equal(bufs[0].numpy().reshape(V, D), want, err_msg=str(opts))
 
@@ -298,7 +305,10 @@ def _legal(ast: UOp, renderer: Renderer, opts: list[Opt]) -> bool:
   try:
     for o in opts: k.apply_opt(o)
   except KernelOptError: return False
+  # entries run in order in one thread (REDUCE loops), or as threads and blocks with atomic updates: never as lanes
   assert not k.axes_of(AxisKind.UNROLL, AxisKind.GROUP)
+  assert all(k.kinds[a] in ((AxisKind.GLOBAL, AxisKind.LOCAL) if k.atomic else (AxisKind.REDUCE,))
+             for a in k.entry_axes())
   return True
 
 @pytest.mark.parametrize("beam", [1, 2])

@@ -1,8 +1,8 @@
 """lazytensor on a CUDA GPU next to torch (cuBLAS, cuDNN) measured in the same run: fp32 and fp16 (tensor core) matmul
-4096, softmax, layernorm, conv2d (fp32, and fp16 on tensor cores), and an elementwise chain against the GPU's memory
-bandwidth; each with the heuristics (BEAM=0) and with BEAM=2. Kernel times come from CUDA events around each launch
-(the sum over a schedule's kernels, best of several runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of
-bandwidth.
+4096, softmax, layernorm, conv2d (fp32, and fp16 on tensor cores), an elementwise chain against the GPU's memory
+bandwidth, and index_add (nn.Embedding's backward: a scatter of atomic adds); each with the heuristics (BEAM=0) and
+with BEAM=2. Kernel times come from CUDA events around each launch (the sum over a schedule's kernels, best of several
+runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of bandwidth.
 
 Usage: python extra/bench/gpu.py [--quick] [--beam N] [--device CUDA:1]
 Needs a GPU, pycuda (pip install -e ".[cuda]") and, for the comparisons, a CUDA build of torch; exits with a message
@@ -65,6 +65,7 @@ def items(quick: bool) -> list[Item]:
   n = 256 if quick else 4096
   chain = 1 << (18 if quick else 26)
   batch, ch, hw = (2, 16, 16) if quick else (32, 64, 56)
+  vocab, dim, rows = (1000, 64, 512) if quick else (32000, 256, 4096)
   return [
     Item(f"matmul fp32 {n}", "GFLOP/s", 2 * n**3, lambda m: m.rand(n, n) @ m.rand(n, n)),
     Item(f"matmul fp16 {n} (tensor cores)", "GFLOP/s", 2 * n**3,
@@ -77,6 +78,10 @@ def items(quick: bool) -> list[Item]:
          lambda m: m.rand(batch, ch, hw, hw, half=True).conv2d(m.rand(ch, ch, 3, 3, half=True), padding=1)),
     Item(f"elementwise chain {chain}", "GB/s", 4 * 4 * chain,
          lambda m: ((m.rand(chain) * m.rand(chain) + m.rand(chain)).exp() * 0.5).sqrt()),
+    # nn.Embedding's backward: rows of the gradient added into a table at their indices (atomicAdd, entries in
+    # parallel); bytes: each row read, and its target read and written
+    Item(f"index_add {vocab}x{dim} <- {rows} rows", "GB/s", 3 * 4 * rows * dim,
+         lambda m: m.zeros(vocab, dim).index_add(0, m.indices(vocab, rows), m.rand(rows, dim))),
   ]
 
 class _Torch:
@@ -84,6 +89,13 @@ class _Torch:
   def __init__(self, torch: Any) -> None: self.torch = torch
   def rand(self, *shape: int, half: bool = False) -> Any:
     return _TorchT(self.torch.rand(*shape, device="cuda", dtype=self.torch.float16 if half else self.torch.float32))
+  def zeros(self, *shape: int) -> Any: return _TorchT(self.torch.zeros(*shape, device="cuda"))
+  def indices(self, high: int, n: int) -> Any: return _TorchT(self.torch.from_numpy(_indices(high, n)).cuda())
+
+def _indices(high: int, n: int) -> Any:
+  """n indices in [0, high), the same for both frameworks (repeats included, as a batch of tokens has them)."""
+  import numpy as np
+  return np.random.default_rng(0).integers(0, high, n).astype(np.int64)
 
 class _TorchT:
   def __init__(self, t: Any) -> None: self.t = t
@@ -99,6 +111,8 @@ class _TorchT:
   def conv2d(self, w: _TorchT, padding: int) -> _TorchT:
     import torch.nn.functional as F
     return _TorchT(F.conv2d(self.t, w.t, padding=padding))
+  def index_add(self, dim: int, index: _TorchT, source: _TorchT) -> _TorchT:
+    return _TorchT(self.t.index_add(dim, index.t, source.t))
 
 def main() -> None:
   ap = argparse.ArgumentParser()
@@ -143,6 +157,8 @@ class _Lazy:
   def __init__(self, tensor: Any, device: str) -> None: self.Tensor, self.device = tensor, device
   def rand(self, *shape: int, half: bool = False) -> Any:
     return self.Tensor.rand(*shape, device=self.device, dtype="float16" if half else "float32").realize()
+  def zeros(self, *shape: int) -> Any: return self.Tensor.zeros(*shape, device=self.device)
+  def indices(self, high: int, n: int) -> Any: return self.Tensor(_indices(high, n), device=self.device).realize()
 
 if __name__ == "__main__":
   main()

@@ -123,17 +123,20 @@ class Kernel:
     # constants without a view (e.g. the zero outside a pushed-down pad) are the same everywhere: not part of the shape
     self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS and any(s.op is Ops.VIEW for s in u.src)]
     reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
-    # a scatter (engine/scatter.py) stores each entry at its index: its entry axes are its reduce axes, run in order
+    # a scatter (engine/scatter.py) stores each entry at its index. Where the renderer combines its op into memory
+    # atomically, its entry axes are parallel (GLOBAL) axes and every entry an atomic update; elsewhere they are its
+    # reduce axes, run in order
     self.scatter = next((u for u in ast.src if u.op is Ops.STORE and len(u.src) == 4), None)
     assert self.scatter is None or (len(ast.src) == 1 and not reduces), "a scatter kernel is its one store alone"
-    self.reduce_axes: tuple[int, ...] = reduces[0].arg[1] if reduces else \
-      self.scatter.arg[1] if self.scatter is not None else ()
+    self.atomic = self.scatter is not None and (self.scatter.arg[0], self.scatter.src[2].dtype) in renderer.atomics
+    last: tuple[int, ...] = reduces[0].arg[1] if reduces else self.scatter.arg[1] if self.scatter is not None else ()
+    self.reduce_axes: tuple[int, ...] = () if self.atomic else last
     assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"
     self.sts = [view_of(u) for u in self.view_nodes]
     ndim = len(self.sts[0].shape)
     full = tuple(max(st.shape[i] for st in self.sts) for i in range(ndim))
     kinds = [AxisKind.REDUCE if i in self.reduce_axes else AxisKind.GLOBAL for i in range(ndim)]
-    order = [i for i in range(ndim) if i not in self.reduce_axes] + list(self.reduce_axes)
+    order = [i for i in range(ndim) if i not in last] + list(last)
     self.full_shape: tuple[int, ...] = tuple(full[i] for i in order)
     self.kinds: list[AxisKind] = [kinds[i] for i in order]
     self.sts = [st.permute(tuple(order)) for st in self.sts]
@@ -156,6 +159,12 @@ class Kernel:
   def st_of(self, node: UOp) -> ShapeTracker: return self.sts[self.view_nodes.index(node)]
 
   def axes_of(self, *kinds: AxisKind) -> list[int]: return [i for i, k in enumerate(self.kinds) if k in kinds]
+
+  def entry_axes(self) -> list[int]:
+    """A scatter kernel's entry axes (whatever their kind now): the axes its store's view does not walk."""
+    if self.scatter is None: return []
+    st = self.st_of(self.scatter)
+    return [a for a in range(self.shape_len) if st.shape[a] == 1 and self.full_shape[a] > 1]
 
   def _reshape_all(self, new_full: tuple[int, ...], per_st: list[tuple[int, ...]]) -> None:
     self.sts = [st.reshape(shape) for st, shape in zip(self.sts, per_st)]
@@ -298,11 +307,14 @@ class Kernel:
       self.permute(order)
       return
     if self.scatter is not None:
-      # two entries may name one target: entries run one after another in one thread, never in lanes or threads at once
-      _check(opt.op not in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: a scatter kernel's entries "
-             "(its reduce axes) may name the same target, so they run in order: no UNROLL or GROUP")
-      _check(opt.op is not OptOps.PADTO or opt.axis is None or not 0 <= opt.axis < self.shape_len or
-             not self.kinds[opt.axis].is_reduce, f"{opt}: a scatter kernel's entries are not padded")
+      # two entries may name one target: without atomics, entries run one after another in one thread, never in lanes
+      # or threads at once
+      _check(self.atomic or opt.op not in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: a scatter kernel's "
+             "entries (its reduce axes) may name the same target, so they run in order: no UNROLL or GROUP")
+      # a padded entry would still update the target its masked index reads as (0); lanes of one thread naming one
+      # target would be one store (the same node), so even atomic entries are never lanes
+      _check(opt.op not in (OptOps.PADTO, OptOps.UPCAST) or opt.axis not in self.entry_axes(), f"{opt}: a scatter "
+             "kernel's entries are neither padded nor upcast")
     if opt.op is OptOps.PADTO: return self._padto(opt)
     if opt.op is OptOps.TC: return self._tc(opt)
     if opt.op is OptOps.UPCAST:
@@ -382,9 +394,13 @@ class Kernel:
     pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
     self.sts = [st if st.shape[axis] != size else st.grow(axis, new) if kind is AxisKind.GLOBAL and grown_load(node)
                 else st.pad(pad) for st, node in zip(self.sts, self.view_nodes)]
+    # the tracker of this kind masks the new positions; the other one, of positions on the other kind of axes, has
+    # them valid (it grows along: a later reshape of both needs the new size)
     padded = (self.reduce_pad if kind is AxisKind.REDUCE else self.out_pad) or ShapeTracker.from_shape(self.full_shape)
-    if kind is AxisKind.REDUCE: self.reduce_pad = padded.pad(pad)
-    else: self.out_pad = padded.pad(pad)
+    other = self.out_pad if kind is AxisKind.REDUCE else self.reduce_pad
+    other = None if other is None else other.grow(axis, new)
+    if kind is AxisKind.REDUCE: self.reduce_pad, self.out_pad = padded.pad(pad), other
+    else: self.out_pad, self.reduce_pad = padded.pad(pad), other
     self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
 
   # ---- naming ----

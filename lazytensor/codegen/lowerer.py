@@ -8,6 +8,8 @@ Axis kinds lower as:
   REDUCE  a RANGE loop inside the globals
   UPCAST / UNROLL  registers: the kernel body is replicated per lane; the last such axis becomes SIMD vectors when
           the renderer has vectors of its size, so values are scalars or vectors ("lanes").
+A scatter's store (engine/scatter.py) is a load, the op and a store, its entries REDUCE loops; on a renderer with the
+atomic op, its entries are GLOBAL/LOCAL axes and each lane's update one STORE whose arg is the op (atomic).
 """
 from __future__ import annotations
 
@@ -236,6 +238,7 @@ class _Lowerer:
     all the same. The lanes of one thread are different targets (they split the output's axes, never the entries),
     so they may load and store at once; an index that differs from lane to lane makes one access per lane."""
     buf, (op, _, stride, n) = node.src[0], node.arg
+    if self.k.atomic: return self._atomic_scatter(buf, op, stride, n, idx, valid, value, at)
     def combined(addr: UOp, ok: UOp, v: UOp) -> UOp:
       old = self._load(buf, value.dtype.scalar(), addr, ok)
       lanes = max(old.dtype.count, v.dtype.count)
@@ -248,6 +251,16 @@ class _Lowerer:
       addr, ok = simplify(i + _offset(at.gep(j), n, stride)), simplify(v & _inside(at.gep(j), n))
       stores.append(_gated_store(buf, addr, combined(addr, ok, value.gep(j)), ok))
     return stores
+
+  def _atomic_scatter(self, buf: UOp, op: Ops, stride: int, n: int, idx: UOp, valid: UOp, value: UOp,
+                      at: UOp) -> list[UOp]:
+    """The scatter as atomic updates (STOREs whose arg is the op), one a lane: entries run in parallel, so threads or
+    blocks may name one target at once. The lanes split the output's other axes (apply_opt keeps them off the
+    entries), so each updates a target of its own, but no vector store exists that is atomic."""
+    def lane(x: UOp, j: int) -> UOp: return x.gep(j) if x.dtype.count > 1 else x
+    return [_gated_store(buf, simplify(i + _offset(lane(at, j), n, stride)), lane(value, j),
+                         simplify(v & _inside(lane(at, j), n)), op)
+            for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
 
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
     if valid.op is Ops.CONST and valid.arg is False:  # nothing to read (e.g. all padding): zeros, as wide as the lanes
@@ -334,9 +347,10 @@ def _gated_load(buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
   if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.LOAD, dtype, (buf, idx))
   return UOp(Ops.LOAD, dtype, (buf, idx, valid, UOp.const(dtype, 0)))
 
-def _gated_store(buf: UOp, idx: UOp, value: UOp, valid: UOp) -> UOp:
-  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.STORE, dtypes.void, (buf, idx, value))
-  return UOp(Ops.STORE, dtypes.void, (buf, idx, value, valid))
+def _gated_store(buf: UOp, idx: UOp, value: UOp, valid: UOp, atomic: Ops | None = None) -> UOp:
+  """A store where valid holds; with `atomic` (an op), buf[idx] = buf[idx] atomic value as one atomic update."""
+  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.STORE, dtypes.void, (buf, idx, value), atomic)
+  return UOp(Ops.STORE, dtypes.void, (buf, idx, value, valid), atomic)
 
 class _ReduceLowerer:
   """One REDUCE_AXIS: unrolled lanes are combined, looped axes accumulate, a GROUP finishes through shared memory."""

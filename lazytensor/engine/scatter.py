@@ -16,12 +16,28 @@ indices: 1.2 s).
   outside [0, n) writes nothing, which is what the reduce computes (no target matches it).
 Two kernels rather than one: the fill covers the whole output, which the scatter kernel does not walk (its target
 axis became the computed address), so one kernel would need a loop nest of a second shape; as two, each is an
-ordinary kernel the optimizer and the renderers already handle, and the scatter needs nothing new from a renderer.
+ordinary kernel the optimizer and the renderers already handle, and the in-order scatter needs nothing new from a
+renderer.
 
-Two entries may name one target, so the entry axes stay REDUCE axes of the kernel: loops that run in order within one
-thread. `Kernel.apply_opt` refuses every opt that would run two entries at once (UNROLL, GROUP/GROUPTOP) or pad them
-(PADTO); the others (GLOBAL, THREAD, LOCAL, UPCAST) split the output's other axes, whose elements are different
-targets whatever the indices hold: a store view maps distinct positions to distinct elements.
+Two entries may name one target. Where the renderer combines the op into memory atomically (its `atomics`: CUDA's
+atomicAdd of float, double, half, bfloat16 and 32/64-bit ints, atomicMax of 32/64-bit ints, an atomicCAS loop for a
+float max; so CUDA, CUDACPU, which compiles the same source, and EMU), the entry axes are parallel axes (GLOBAL,
+split into LOCAL threads as any other) and each entry's update is one atomic read-modify-write: the lowerer emits a
+STORE whose arg is the op, and the renderer writes it (`atomicAdd(data0+i, v);`). nn.Embedding(32000, 256)'s
+backward over 4096 indices is then 4096 blocks of 256 threads, one update each, instead of 256 threads each looping
+over all 4096 entries. Elsewhere (8- and 16-bit ints, which CUDA has no atomic add or max for; LLVM on the CPU,
+where a 1-d scatter-add of 4M entries with `atomicrmw fadd` on 2 threads took 2-6x as long as the in-order loop on
+one: extra/bench/cpu_atomics.py) the entry axes stay REDUCE axes of the kernel: loops that run in order within one
+thread. Either way `Kernel.apply_opt` refuses every opt that would put two entries in the lanes of one thread
+(UNROLL, GROUP/GROUPTOP without atomics; UPCAST of an entry axis with them: two lanes naming one target would be one
+store) or pad them (PADTO: a padded entry would update target 0); the others (GLOBAL, THREAD, LOCAL, UPCAST of the
+other axes) split the output's other axes, whose elements are different targets whatever the indices hold: a store
+view maps distinct positions to distinct elements.
+
+What the atomic kernels compute is what the in-order ones do: a sum of ints, a max and the positions of
+`scatter`'s last write (an int max) are exact in any order, and so are the value of the last write (its value added to
+zeros) and every sum whose terms add exactly; only a float sum that rounds (the gradient of an embedding) may round
+differently from run to run, as torch's on a GPU does.
 
 The graph a Tensor builds is unchanged, and so are its gradients: only the kernels differ. A scatter reduce inside a
 bigger expression (scatter_reduce's `(count > 0).where(out, old)`) is found by `embedded_scatters`, and the scheduler

@@ -21,7 +21,7 @@ from lazytensor.dtype import (
 )
 from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, DTypeError
-from lazytensor.mixin.movement import MovementMixin
+from lazytensor.mixin.shapes import ShapesMixin
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def _check_operand(op: str, name: str, v: Any) -> None:
   if not isinstance(v, (ElementwiseMixin, bool, int, float, np.generic, list, np.ndarray)):
     raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
 
-class ElementwiseMixin(MovementMixin):
+class ElementwiseMixin(ShapesMixin):
   """Tensor's elementwise methods, its casts, pad, cat and stack: on the movement mixin and the primitives."""
   __slots__ = ()
 
@@ -388,10 +388,40 @@ class ElementwiseMixin(MovementMixin):
   def _cmp(self, op: Ops, y: Self | Any, reverse: bool = False) -> Self:
     return self._binop(op, y, reverse)
 
-  def __lt__(self, x: Self | Any) -> Self: return self._cmp(Ops.CMPLT, x)
-  def __gt__(self, x: Self | Any) -> Self: return self._cmp(Ops.CMPLT, x, reverse=True)
-  def __ge__(self, x: Self | Any) -> Self: return self._cmp_or_equal(x, reverse=False)
-  def __le__(self, x: Self | Any) -> Self: return self._cmp_or_equal(x, reverse=True)
+  def lt(self, x: Self | Any) -> Self:
+    """Elementwise `<` (bool); also `less`.
+
+    >>> Tensor([1, 2, 3]).lt(2).tolist()
+    [True, False, False]
+    """
+    return self._cmp(Ops.CMPLT, x)
+
+  def gt(self, x: Self | Any) -> Self:
+    """Elementwise `>` (bool); also `greater`.
+
+    >>> Tensor([1, 2, 3]).gt(2).tolist()
+    [False, False, True]
+    """
+    return self._cmp(Ops.CMPLT, x, reverse=True)
+
+  def ge(self, x: Self | Any) -> Self:
+    """Elementwise `>=` (bool; False at NaN); also `greater_equal`.
+
+    >>> Tensor([1, 2, 3]).ge(2).tolist()
+    [False, True, True]
+    """
+    return self._cmp_or_equal(x, reverse=False)
+
+  def le(self, x: Self | Any) -> Self:
+    """Elementwise `<=` (bool; False at NaN); also `less_equal`.
+
+    >>> Tensor([1, 2, 3]).le(2).tolist()
+    [True, True, False]
+    """
+    return self._cmp_or_equal(x, reverse=True)
+
+  __lt__, __gt__, __ge__, __le__ = lt, gt, ge, le
+
   def ne(self, x: Self | Any) -> Self:
     """Elementwise `!=` (bool).
 
@@ -658,7 +688,7 @@ class ElementwiseMixin(MovementMixin):
     if not self.dtype.is_float: return self.eq(self)
     return (self < math.inf) & (self > -math.inf)
 
-  # ---- torch's conveniences on top of clamp and cast ----
+  # ---- torch's conveniences on top of cast ----
 
   def type_as(self, other: Self) -> Self:
     """Cast to other's dtype, as torch's type_as.
@@ -668,54 +698,6 @@ class ElementwiseMixin(MovementMixin):
     """
     if not self._is_tensor(other): raise TypeError(f"type_as: expected a Tensor, got {type(other).__name__}")
     return self.cast(other.dtype)
-
-  def clamp_min(self, min: Self | Any) -> Self:
-    """clamp(min=min): the values below `min` raised to it.
-
-    >>> Tensor([-1.0, 2.0]).clamp_min(0).tolist()
-    [0.0, 2.0]
-    """
-    return self.clamp(min=min)
-
-  def clamp_max(self, max: Self | Any) -> Self:
-    """clamp(max=max): the values above `max` lowered to it.
-
-    >>> Tensor([-1.0, 2.0]).clamp_max(0).tolist()
-    [-1.0, 0.0]
-    """
-    return self.clamp(max=max)
-
-  def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Self:
-    """NaN replaced by `nan`, +inf by `posinf` and -inf by `neginf` (by default the dtype's largest and lowest finite
-    values), as torch.nan_to_num; ints and bools have none of them and come back as they are.
-
-    >>> Tensor([float("nan"), float("inf"), -float("inf"), 1.5]).nan_to_num(posinf=9.0).tolist()
-    [0.0, 9.0, -3.4028234663852886e+38, 1.5]
-    """
-    for name, v in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
-      if v is not None and (not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool)):
-        raise TypeError(f"nan_to_num: {name} must be a number, got {v!r}")
-    if not self.dtype.is_float: return self
-    big = _largest_finite(self.dtype)
-    x = self.isnan().where(nan, self)
-    x = (self == math.inf).where(big if posinf is None else posinf, x)
-    return (self == -math.inf).where(-big if neginf is None else neginf, x)
-
-  def addcmul(self, tensor1: Self | Any, tensor2: Self | Any, *, value: float = 1.0) -> Self:
-    """self + value * tensor1 * tensor2, as torch.addcmul (the operands broadcast).
-
-    >>> Tensor([1.0, 1.0]).addcmul(Tensor([2.0, 3.0]), Tensor([4.0, 5.0]), value=0.5).tolist()
-    [5.0, 8.5]
-    """
-    return self + value * (self._broadcasted(tensor1)[1] * tensor2)
-
-  def addcdiv(self, tensor1: Self | Any, tensor2: Self | Any, *, value: float = 1.0) -> Self:
-    """self + value * tensor1 / tensor2, as torch.addcdiv (the operands broadcast; ints divide as floats).
-
-    >>> Tensor([1.0, 1.0]).addcdiv(Tensor([2.0, 3.0]), Tensor([4.0, 6.0]), value=2.0).tolist()
-    [2.0, 2.0]
-    """
-    return self + value * (self._broadcasted(tensor1)[1] / tensor2)
 
   # ---- dtype shortcuts, defined last: in the class body `int`, `bool` and `float` would shadow the builtins in
   # every annotation that follows them ----

@@ -41,7 +41,7 @@ def _is_tensor(x: Any) -> bool: return isinstance(x, IndexMixin)
 class _Advanced:
   """An integer index array into one dim of the basic view: numpy values known now (in bounds, non-negative) or an
   integer Tensor (checked when it is read: out-of-range entries match nothing)."""
-  dim: int
+  axis: int
   index: Any
 
 @dataclass
@@ -164,7 +164,7 @@ def _wrapped(t: TensorT, n: int) -> tuple[TensorT, TensorT]:
 
 def _rows(p: _Parsed[TensorT]) -> _Rows[TensorT]:
   x, adv = p.view, p.advanced
-  dims = [a.dim for a in adv]
+  dims = [a.axis for a in adv]
   try: shape = broadcast_shape(*[tuple(a.index.shape) for a in adv])
   except ValueError:
     raise IndexError("shape mismatch: index arrays of shapes " + ", ".join(str(tuple(a.index.shape)) for a in adv) +
@@ -189,7 +189,7 @@ def _rows(p: _Parsed[TensorT]) -> _Rows[TensorT]:
   flat = x.permute(order).reshape(prod(sizes), *[x.shape[d] for d in rest])
   # a 0-d index takes its dim away as an int does (torch reads it as one), so it neither places the index dims nor
   # parts them: x[t0, :, [0, 1]] puts them after the slice's dim, as x[0, :, [0, 1]] does
-  placed = [d - sum(z.dim < d for z in adv if z.index.ndim == 0) for a, d in zip(adv, dims) if a.index.ndim]
+  placed = [d - sum(z.axis < d for z in adv if z.index.ndim == 0) for a, d in zip(adv, dims) if a.index.ndim]
   adjacent = placed == list(range(placed[0], placed[0] + len(placed))) if placed else True
   return _Rows(flat, row, order, (placed[0] if placed else 0) if adjacent else None)
 
@@ -215,7 +215,7 @@ def _progression(p: _Parsed[TensorT]) -> _Parsed[TensorT]:
   if step == 0 or (idx.size > 2 and (np.diff(idx) != step).any()): return p
   start = int(idx[0]) if idx.size else 0
   stop = start + step * idx.size
-  return _Parsed(p.view._take_strided(a.dim, start, stop, step), [], [])
+  return _Parsed(p.view._take_strided(a.axis, start, stop, step), [], [])
 
 def getitem(x: TensorT, indices: Any) -> TensorT:
   p = _progression(_parse(x, indices))
@@ -473,24 +473,6 @@ class IndexMixin(ReduceMixin):
     [4.0, 0.0, 2.0]
     """
     return self.scatter_reduce(dim, index, src, "sum")
-
-  def index_add(self, dim: int, index: Self, source: Self, alpha: Any = 1) -> Self:
-    """Add alpha * source into a copy of self at the 1-d index's positions along `dim`, as torch.index_add:
-    out[index[i]] += alpha * source[i] for dim 0, repeated indices adding up; source is self's shape with `dim` of the
-    index's length. An index out of range writes nothing.
-
-    >>> Tensor.zeros(3, 2).index_add(0, Tensor([2, 0, 2]), Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])).tolist()
-    [[2.0, 2.0], [0.0, 0.0], [4.0, 4.0]]
-    """
-    d = self._resolve_axis(dim)
-    if not _is_tensor(index) or not index.dtype.is_int or index.ndim != 1:
-      raise ArgumentError(f"index_add: index must be a 1-d integer Tensor, got {getattr(index, 'shape', index)!r}")
-    want = self.shape[:d] + (index.shape[0],) + self.shape[d + 1:]
-    if not _is_tensor(source) or source.shape != want:
-      raise ArgumentError(f"index_add: source must be a Tensor of shape {want} (the tensor's {self.shape} with dim {d} "
-                          f"of the index's length), got {getattr(source, 'shape', type(source).__name__)}")
-    spread = index.reshape([-1 if i == d else 1 for i in range(self.ndim)]).expand(want)
-    return self.scatter_reduce(d, spread, source if alpha == 1 else source * alpha, "sum")
 
   def masked_fill(self, mask: Self, value: Any) -> Self:
     """`value` (a number or a 0-d tensor, cast to self's dtype) where the bool mask is True, self elsewhere; mask and

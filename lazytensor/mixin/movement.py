@@ -545,23 +545,6 @@ class MovementMixin:
     return flat.reshape(*lead, size, size + 1).shrink([None] * len(lead) + [None, (0, min(1, size + 1))]) \
       .reshape(*lead, size)
 
-  def diag(self, diagonal: int = 0) -> Self:
-    """As torch.diag: a 1-D tensor becomes a square matrix with it on the `diagonal`-th diagonal (zeros elsewhere); a
-    2-D tensor gives its `diagonal`-th diagonal. Both are views.
-
-    >>> Tensor([1, 2]).diag().tolist(), Tensor([[1, 2], [3, 4]]).diag(-1).tolist()
-    ([[1, 0], [0, 2]], [3])
-    """
-    if self.ndim == 2: return self.diagonal(diagonal)
-    if self.ndim != 1: raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {self.shape}")
-    if not _is_int(diagonal): raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
-    n = self.shape[0]
-    # each value followed by n zeros, read in rows of n: value i lands at (i, i)
-    spaced = self.reshape(n, 1)._pad_zeros(((0, 0), (0, n))).reshape(n * (n + 1))
-    square = spaced.shrink(((0, n * n),)).reshape(n, n)
-    k = abs(int(diagonal))
-    return square._pad_zeros(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
-
   # ---- torch's shape conveniences: views named after the tensor whose shape they take, tiles, moved dims ----
 
   def _shape_of(self, name: str, other: Any) -> tuple[int, ...]:

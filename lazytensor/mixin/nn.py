@@ -13,6 +13,7 @@ import numpy as np
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
+from lazytensor.mixin.conv import Padding, conv, conv_padding, conv_params, conv_transpose
 from lazytensor.mixin.random import RandomMixin
 
 if TYPE_CHECKING:
@@ -69,98 +70,7 @@ def _class_loss(logp: TensorT, target: TensorT, axis: int, weight: TensorT | Non
     target.ones_like(dtype=dtypes.float32)
   return loss.sum() / (valid.where(counts, 0) if valid is not None else counts).sum()
 
-# ---- convolution and pooling ----
-
-Padding = int | Sequence[int] | str
-
-def _conv_padding(padding: Padding, kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int],
-                 name: str = "conv", crop: bool = False) -> list[tuple[int, int]]:
-  """(before, after) for each spatial dim, from torch's forms: an int, one int per dim, 2 ints per dim in torch's
-  flat order (last dim first: left, right, top, bottom, ...), or "valid" / "same" (odd totals pad one more after,
-  as torch). With crop, negative amounts are allowed and crop the input (as tinygrad's conv2d)."""
-  nk = len(kernel)
-  if isinstance(padding, str):
-    if padding == "valid": return [(0, 0)] * nk
-    if padding != "same": raise ValueError(f"{name}: padding {padding!r} must be 'same', 'valid' or ints")
-    if any(s != 1 for s in stride): raise ValueError(f"{name}: padding='same' needs stride 1, got stride {stride}")
-    totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
-    return [(t // 2, t - t // 2) for t in totals]
-  flat = (padding,) * nk if isinstance(padding, int) else tuple(padding)
-  if any(not isinstance(p, int) or (p < 0 and not crop) for p in flat) or len(flat) not in (nk, 2 * nk):
-    raise ValueError(f"{name}: padding {padding} must be {'an' if crop else 'a non-negative'} int, {nk} of them, or "
-                     f"{2 * nk} (torch's flat order, last dim first)")
-  if len(flat) == nk: return [(p, p) for p in flat]
-  return [(flat[2 * j], flat[2 * j + 1]) for j in reversed(range(nk))]
-
-def _conv_params(v: int | Sequence[int], nk: int, what: str, name: str = "conv") -> tuple[int, ...]:
-  """stride or dilation: one positive int for every spatial dim, or one each."""
-  vals = make_tuple(v, nk)
-  if len(vals) != nk or any(not isinstance(x, int) or x <= 0 for x in vals):
-    raise ValueError(f"{name}: {what} {v} must be positive ints, one or {nk} of them")
-  return vals
-
-def _check_conv_ranks(x: TensorT, weight: TensorT, name: str) -> int:
-  nk = weight.ndim - 2
-  if nk < 1 or x.ndim != nk + 2:
-    raise ValueError(f"{name}: input {x.shape} and weight {weight.shape} do not match: a weight of {weight.ndim} dims "
-                     f"needs an input of {weight.ndim} dims (batch, channels, *spatial)")
-  return nk
-
-def _conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: int | Sequence[int],
-         dilation: int | Sequence[int], padding: Padding, name: str = "conv") -> TensorT:
-  """N-d convolution (cross-correlation) of x (bs, cin, *spatial) with weight (cout, cin/groups, *kernel)."""
-  nk = _check_conv_ranks(x, weight, name)
-  bs, cin = x.shape[:2]
-  cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
-  if not isinstance(groups, int) or groups <= 0 or cin != cin_g * groups or cout % groups:
-    raise ValueError(f"{name}: input channels {cin} != weight channels {cin_g} * groups {groups} "
-                     f"(weight {weight.shape})")
-  strides, dilations = _conv_params(stride, nk, "stride", name), _conv_params(dilation, nk, "dilation", name)
-  if bias is not None and bias.shape != (cout,):
-    raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
-                     f"of weight {weight.shape}")
-  xp = x.pad([(0, 0), (0, 0)] + _conv_padding(padding, kernel, dilations, strides, name, crop=True))
-  win = xp._pool_windows(kernel, strides, dilations)  # (bs, cin, *o, *k)
-  outs = win.shape[2:2 + nk]
-  rcout = cout // groups
-  # (bs, groups, rcout, *o, cin_g, *k) against weight (1, groups, rcout, *1, cin_g, *k), summed over cin_g and k
-  win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
-  win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
-  w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
-  out = win._sum_of_products(w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
-  return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
-
-def _conv_transpose(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: int | Sequence[int],
-                   dilation: int | Sequence[int], padding: int | Sequence[int],
-                   output_padding: int | Sequence[int]) -> TensorT:
-  """The transpose (gradient) of conv: x (bs, cin, *spatial), weight (cin, cout/groups, *kernel). The input is spread
-  out by the stride (zeros between its elements, as views), then convolved with the flipped kernel."""
-  name = "conv_transpose"
-  nk = _check_conv_ranks(x, weight, name)
-  cin, kernel = weight.shape[0], weight.shape[2:]
-  if not isinstance(groups, int) or groups <= 0 or x.shape[1] != cin or cin % groups:
-    raise ValueError(f"{name}: input channels {x.shape[1]} do not match weight {weight.shape} with groups {groups}")
-  strides, dilations = _conv_params(stride, nk, "stride", name), _conv_params(dilation, nk, "dilation", name)
-  pads = make_tuple(padding, nk) if isinstance(padding, (int, tuple, list)) else ()
-  if len(pads) != nk or any(not isinstance(p, int) or p < 0 for p in pads):
-    raise ValueError(f"{name}: padding {padding} must be a non-negative int or {nk} of them")
-  out_pads = make_tuple(output_padding, nk)
-  if len(out_pads) != nk or any(not 0 <= op < max(s, d) for op, s, d in zip(out_pads, strides, dilations)):
-    raise ValueError(f"{name}: output_padding {output_padding} must be non-negative and smaller than the stride "
-                     f"{strides} or the dilation {dilations}")
-  bs, spatial = x.shape[0], x.shape[2:]
-  if any(s > 1 for s in strides):
-    x = x.reshape(bs, cin, *flatten((i, 1) for i in spatial))
-    x = x.pad([(0, 0), (0, 0)] + flatten(((0, 0), (0, s - 1)) for s in strides))
-    x = x.reshape(bs, cin, *[i * s for i, s in zip(spatial, strides)])
-    x = x.shrink([None, None] + [(0, (i - 1) * s + 1) for i, s in zip(spatial, strides)])
-  cin_g, cout_g = cin // groups, weight.shape[1]
-  w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin_g, *kernel)
-  w = w.flip(tuple(range(2, 2 + nk)))
-  # the flipped kernel slides over the spread input with d*(k-1) - p more on each side (negative: cropped)
-  edges = [d * (k - 1) - p for k, d, p in zip(kernel, dilations, pads)]
-  x = x.pad([(0, 0), (0, 0)] + [(e, e + op) for e, op in zip(edges, out_pads)])
-  return _conv(x, w, bias, groups, 1, dilations, 0, name)
+# ---- pooling ----
 
 def _pool_setup(x: TensorT, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
                dilation: int | Sequence[int], padding: int | Sequence[int], ceil_mode: bool,
@@ -168,14 +78,14 @@ def _pool_setup(x: TensorT, kernel_size: int | Sequence[int], stride: int | Sequ
   """kernel, strides, dilations, the (before, after) padding of each pooled dim, and the extra padding after each
   that ceil_mode adds so that a last partial window counts (as torch: only if it starts inside input or padding)."""
   # an int pools the last 2 dims; a sequence pools as many trailing dims as it has entries (1-d, 2-d or 3-d pooling)
-  kernel = _conv_params(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size", name)
+  kernel = conv_params(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size", name)
   nk = len(kernel)
   if x.ndim < nk + 1:
     raise ValueError(f"{name}: input {x.shape} needs at least {nk + 1} dims (channels, *spatial) for a {nk}-d kernel")
-  strides = _conv_params(kernel if stride is None else stride, nk, "stride", name)
-  dilations = _conv_params(dilation, nk, "dilation", name)
+  strides = conv_params(kernel if stride is None else stride, nk, "stride", name)
+  dilations = conv_params(dilation, nk, "dilation", name)
   if isinstance(padding, str): raise ValueError(f"{name}: padding {padding!r} must be an int or ints")
-  pads = _conv_padding(padding, kernel, dilations, strides, name)
+  pads = conv_padding(padding, kernel, dilations, strides, name)
   extras = []
   for (b, a), i, k, s, d in zip(pads, x.shape[-nk:], kernel, strides, dilations):
     eff = d * (k - 1) + 1
@@ -321,14 +231,14 @@ class NNMixin(RandomMixin):
     >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]
     """
-    return _conv(self, weight, bias, groups, stride, dilation, padding, "conv2d")
+    return conv(self, weight, bias, groups, stride, dilation, padding, "conv2d")
 
   def _conv_nd(self, nk: int, weight: Self, bias: Self | None, groups: int, stride: int | Sequence[int],
                dilation: int | Sequence[int], padding: Padding) -> Self:
     name = f"conv{nk}d"
     if weight.ndim != nk + 2:
       raise ValueError(f"{name}: weight of shape {weight.shape} must have {nk + 2} dims (out, in/groups, *kernel)")
-    return _conv(self, weight, bias, groups, stride, dilation, padding, name)
+    return conv(self, weight, bias, groups, stride, dilation, padding, name)
 
   def conv1d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: Padding = 0) -> Self:
@@ -357,7 +267,7 @@ class NNMixin(RandomMixin):
     >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2), stride=2).shape
     (1, 1, 4, 4)
     """
-    return _conv_transpose(self, weight, bias, groups, stride, dilation, padding, output_padding)
+    return conv_transpose(self, weight, bias, groups, stride, dilation, padding, output_padding)
 
   def linear(self, weight: Self, bias: Self | None = None) -> Self:
     """x @ weight + bias (weight is (in, out), as tinygrad's).
@@ -427,15 +337,15 @@ class NNMixin(RandomMixin):
     [[[[0.0, 0.0], [0.0, 4.0]]]]
     """
     x = self
-    kernel = _conv_params(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size",
+    kernel = conv_params(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size",
                          "max_unpool2d")
     nk = len(kernel)
     if indices.shape != x.shape or indices.dtype.is_float or x.ndim < nk + 1:
       raise ValueError(f"max_unpool2d: indices ({indices.shape}, {indices.dtype}) must be ints of the input's shape "
                        f"{x.shape}, which needs at least {nk + 1} dims")
-    strides = _conv_params(kernel if stride is None else stride, nk, "stride", "max_unpool2d")
-    dilations = _conv_params(dilation, nk, "dilation", "max_unpool2d")
-    pads = _conv_padding(padding, kernel, dilations, strides, "max_unpool2d")
+    strides = conv_params(kernel if stride is None else stride, nk, "stride", "max_unpool2d")
+    dilations = conv_params(dilation, nk, "dilation", "max_unpool2d")
+    pads = conv_padding(padding, kernel, dilations, strides, "max_unpool2d")
     default = [(i - 1) * s - b - a + d * (k - 1) + 1
                for i, s, (b, a), d, k in zip(x.shape[-nk:], strides, pads, dilations, kernel)]
     size = tuple(default if output_size is None else output_size[-nk:])

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.helpers import prod
-from lazytensor.mixin.index import IndexMixin
+from lazytensor.mixin.stats import StatsMixin
 from lazytensor.uop.ops import DeviceLike
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def _threefry_bits(counter: TensorT, seed: TensorT, stream: TensorT) -> TensorT:
     x1 = x1 + ((ks[(block + 2) % 3] + block + 1) & mask)
   return x0 ^ x1
 
-class RandomMixin(IndexMixin):
+class RandomMixin(StatsMixin):
   """Tensor's random constructors (classmethods), the *_like ones, multinomial and the weight initializers: on the
   index mixin and those below it."""
   __slots__ = ()
@@ -180,6 +180,18 @@ class RandomMixin(IndexMixin):
     if not isinstance(n, int) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
     order = cls.rand(n, device=device).argsort()
     return order.cast(to_dtype(dtype) if dtype is not None else dtypes.default_int)
+
+  def bernoulli(self, p: float | None = None) -> Self:
+    """1 with probability p (each element's own value when p is None), else 0, in self's float dtype, as
+    torch.bernoulli.
+
+    >>> Tensor([0.0, 1.0, 1.0]).bernoulli().tolist(), Tensor.zeros(2).bernoulli(1.0).tolist()
+    ([0.0, 1.0, 1.0], [1.0, 1.0])
+    """
+    if not self.dtype.is_float: raise TypeError(f"bernoulli: needs a float tensor of probabilities, got {self.dtype}")
+    if p is not None and (not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p <= 1):
+      raise ValueError(f"bernoulli: p must be a number in [0, 1] or None, got {p!r}")
+    return (self.rand_like() < (self if p is None else p)).cast(self.dtype)
 
   def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
     """Draw `num_samples` class indices (dtypes.default_int) from each row of non-negative weights (1-D or 2-D), as

@@ -13,7 +13,7 @@ from lazytensor.helpers import dim_alias, prod
 from lazytensor.mixin.products import _einsum, _matmul
 from lazytensor.mixin.scans import cum_extreme_last, cumsum_float_last, cumsum_last, scan_last
 from lazytensor.mixin.sort_network import sorted_last
-from lazytensor.mixin.unary import UnaryMixin
+from lazytensor.mixin.special import SpecialMixin
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ TensorT = TypeVar("TensorT", bound="ReduceMixin")
 # the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
 Axis = int | Sequence[int] | None
 
-class ReduceMixin(UnaryMixin):
+class ReduceMixin(SpecialMixin):
   """Tensor's reductions, scans, sorting, matmul and einsum: on the unary mixin and those below it."""
   __slots__ = ()
 
@@ -191,6 +191,16 @@ class ReduceMixin(UnaryMixin):
     True
     """
     return bool(self.isclose(x, rtol, atol, equal_nan).all().item())
+
+  def equal(self, x: Self) -> bool:
+    """Whether x has the same shape and the same values (NaN equals nothing; dtypes may differ), as torch.equal;
+    runs now.
+
+    >>> Tensor([1, 2]).equal(Tensor([1.0, 2.0])), Tensor([1, 2]).equal(Tensor([[1, 2]]))
+    (True, False)
+    """
+    if not self._is_tensor(x): raise TypeError(f"equal: expected a Tensor, got {type(x).__name__}")
+    return self.shape == x.shape and bool(self.eq(x).all().item())
 
   def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
     """The index of the first largest value (dtypes.default_int); with axis None, into the flattened tensor.
@@ -650,6 +660,35 @@ class ReduceMixin(UnaryMixin):
     """
     self._check_ndims("outer", vec2, (1, 1))
     return self.unsqueeze(1) * vec2.unsqueeze(0)
+
+  def inner(self, other: Self) -> Self:
+    """The sums of products over the last dims, as torch.inner: shape self.shape[:-1] + other.shape[:-1] (a matmul);
+    a 0-d operand multiplies.
+
+    >>> Tensor([[1, 2], [3, 4]]).inner(Tensor([1, 10])).tolist()
+    [21, 43]
+    """
+    if not self._is_tensor(other): raise TypeError(f"inner: expected a Tensor, got {type(other).__name__}")
+    if self.ndim == 0 or other.ndim == 0: return self * other
+    if self.shape[-1] != other.shape[-1]:
+      raise ValueError(f"inner: the last dims of {self.shape} and {other.shape} differ: {self.shape[-1]} != "
+                       f"{other.shape[-1]}")
+    n = self.shape[-1]
+    return (self.reshape(-1, n) @ other.reshape(-1, n).transpose(0, 1)).reshape(self.shape[:-1] + other.shape[:-1])
+
+  def kron(self, other: Self) -> Self:
+    """The Kronecker product, as torch.kron: each element of self times all of other, in blocks of other's shape
+    (the operand with fewer dims gets leading 1s); a broadcast multiply.
+
+    >>> Tensor([[1, 2], [3, 4]]).kron(Tensor([[1, 10]])).tolist()
+    [[1, 10, 2, 20], [3, 30, 4, 40]]
+    """
+    if not self._is_tensor(other): raise TypeError(f"kron: expected a Tensor, got {type(other).__name__}")
+    nd = max(self.ndim, other.ndim)
+    a, b = self.reshape((1,) * (nd - self.ndim) + self.shape), other.reshape((1,) * (nd - other.ndim) + other.shape)
+    # (a0, 1, a1, 1, ...) * (1, b0, 1, b1, ...): element (i0, j0, i1, j1, ...) is a[i] * b[j]
+    spread = a.reshape([s for n in a.shape for s in (n, 1)]) * b.reshape([s for n in b.shape for s in (1, n)])
+    return spread.reshape([m * n for m, n in zip(a.shape, b.shape)])
 
   def mm(self, mat2: Self) -> Self:
     """The product of two matrices, as torch.mm: the same as matmul, for 2-d tensors only.

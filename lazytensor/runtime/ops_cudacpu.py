@@ -7,6 +7,8 @@ directory holds CPU versions of cuda_fp16.h and cuda_bf16.h (round-to-nearest-ev
 LT_CUDACPU swaps the inline-PTX mma.sync wrappers for ones that exchange fragments between the 32 lanes of a warp.
 runtime.cpp (built once per machine into the cache directory) runs the kernel: blocks spread over THREADS OS threads,
 the threads of a block as fibers with real barriers and really shared `__shared__` memory (see its header comment).
+Blocks run at once, so the prelude's atomicAdd/atomicMax/atomicCAS (a scatter's updates) are real atomic operations;
+the threads of one block take turns (a fiber runs until it waits at a barrier or ends), never at once.
 
 With NVCC_CHECK=1 every kernel is also compiled by nvcc for sm_80 and sm_90, and an nvcc error fails the compile: the
 source must be valid CUDA, not just valid C++ for g++ with this prelude.

@@ -10,6 +10,8 @@ fastest. The program runs once, op by op, each op compiled beforehand into a sma
     assign (lanes that do not run never touch memory, so they cannot go out of bounds).
   * shared memory (DEFINE_LOCAL) is one array for all blocks; a lane addresses the part of its own block.
   * lanes run in lockstep, so a BARRIER has nothing to wait for: it starts a new epoch for the race detector.
+  * an atomic STORE (arg ADD or MAX) applies the lanes' updates one after another, lanes naming one element in lane
+    order.
 
 It is strict where a GPU is undefined: a load or store out of bounds raises IndexError naming the buffer, the index and
 the thread; two threads storing different values to one element in one STORE, or touching one shared element (read
@@ -315,6 +317,23 @@ def _write_shared(L: Launch, sh: Shared, name: str, x: Any, val: Any, offs: np.n
 
 _MEMORY = {Ops.DEFINE_GLOBAL: (_read_global, _write_global), Ops.DEFINE_LOCAL: (_read_shared, _write_shared)}
 
+_ATOMIC_OPS: dict[Ops, Callable[[Any, Any], Any]] = {Ops.ADD: np.add, Ops.MAX: np.maximum}  # np.maximum: NaN wins
+
+def _atomic_global(L: Launch, mem: np.ndarray, x: Any, val: Any, act: np.ndarray | None, op: Ops, dt: DType) -> None:
+  """Every running lane's atomic update of mem[x] with op, one after another: lanes naming one element take turns in
+  lane order (any order is one a GPU may take), each round updating one lane of every element named, rounded to dt."""
+  _, elem, vals = _sites(L, x, val, np.arange(1), act, mem.dtype)
+  flat, vals = elem[:, 0], vals[:, 0]
+  order = np.argsort(flat, kind="stable")
+  ranked = flat[order]
+  starts = np.maximum.accumulate(np.where(np.r_[True, ranked[1:] != ranked[:-1]], np.arange(ranked.size), 0))
+  turn = np.empty(ranked.size, np.int64)
+  turn[order] = np.arange(ranked.size) - starts  # how many lanes before this one name its element
+  fn = _ATOMIC_OPS[op]
+  for t in range(int(turn.max(initial=-1)) + 1):
+    at, v = flat[turn == t], vals[turn == t]
+    mem[at] = to_storage(np.asarray(fn(from_storage(mem[at], dt), from_storage(v, dt))), dt)
+
 def _memory(u: UOp) -> tuple[Any, Any, str]:
   """How op u reaches the memory of its first source: reader, writer, and the buffer's name in error messages."""
   buf, value = u.src[0], u if u.op is Ops.LOAD else u.src[2]
@@ -440,11 +459,16 @@ def _store(ex: Executable, i: int, u: UOp) -> Step:
   _, write, name = _memory(u)
   mem, idx, val, offs = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], np.arange(u.src[2].dtype.count)
   gate = ex.pos[u.src[3]] if len(u.src) == 4 else None
+  if u.arg is not None and ((u.arg, u.src[2].dtype) not in EmuRenderer.atomics or u.src[0].op is not Ops.DEFINE_GLOBAL):
+    raise ValueError(f"EMU: an atomic {u.arg} STORE of {u.src[2].dtype} to a {u.src[0].op.name}; EMU has "
+                     f"{sorted((op.name, dt.name) for op, dt in EmuRenderer.atomics)} on global memory")
+  atomic, dt = u.arg, u.src[2].dtype
   def store(L: Launch) -> None:
     v = L.v
     x, act = v[idx], _active(L, gate)
     _check_bounds(L, "stores to", name, v[mem].size, x, offs.size, act)
-    write(L, v[mem], name, x, v[val], offs, act)
+    if atomic is None: write(L, v[mem], name, x, v[val], offs, act)
+    else: _atomic_global(L, v[mem], x, v[val], act, atomic, dt)
   return store
 
 def _assign(ex: Executable, i: int, u: UOp) -> Step:

@@ -59,7 +59,8 @@ class Ops(enum.Enum):
   ENDRANGE = enum.auto()       # src=(range,) closes a loop in the linear program
   REDUCE = enum.auto()         # arg=op; src=(value, *ranges): loop-level reduction over the ranges
   LOAD = enum.auto()           # src=(buffer, index, [gate, alt]) or, in the AST, (buffer, VIEW)
-  STORE = enum.auto()          # src=(buffer, index, value, [gate]) or, in the AST, (buffer, VIEW, value)
+  STORE = enum.auto()          # src=(buffer, index, value, [gate]) or, in the AST, (buffer, VIEW, value); a loop-level
+                               # one with arg=op (ADD, MAX) is atomic: buffer[index] op= value in one step
   IF = enum.auto()
   ENDIF = enum.auto()
   BARRIER = enum.auto()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.uop.ops import PatternMatcher, UOp
+from lazytensor.uop.ops import Ops, PatternMatcher, UOp
 
 if TYPE_CHECKING:
   from lazytensor.codegen.renderer.cpu_target import CPUTarget
@@ -78,6 +78,15 @@ TC_NV_BF16 = TensorCore("m16n8k16_bf16_f32", (16, 8, 16), dtypes.bfloat16, dtype
 TC_NV_TF32 = TensorCore("m16n8k8_tf32_f32", (16, 8, 8), dtypes.float32, dtypes.float32, *_NV_K8, _NV_C)
 NVIDIA_TENSOR_CORES: tuple[TensorCore, ...] = (TC_NV_F16, TC_NV_BF16, TC_NV_TF32)
 
+# the (op, dtype) read-modify-writes CUDA does atomically on sm_80 and later (which the tensor cores above need too):
+# atomicAdd of float, double (sm_60), __half (sm_70), __nv_bfloat16 (sm_80), int, unsigned and unsigned long long (int64
+# as well: two's complement adds the same bits); atomicMax of the 32- and 64-bit ints; float MAX as an atomicCAS loop
+# (16 bits: sm_70). Each step rounds as the in-order kernel's does; only the order of the steps is not fixed. Not 8-
+# and 16-bit ints: CUDA has no 8-bit atomics and no 16-bit integer add or max.
+NVIDIA_ATOMICS: frozenset[tuple[Ops, DType]] = frozenset(
+  (op, dt) for op in (Ops.ADD, Ops.MAX) for dt in (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
+                                                   dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64))
+
 class Renderer:
   device: str = ""
   has_local: bool = False       # GPU threads within a block (LOCAL, GROUP)
@@ -91,6 +100,9 @@ class Renderer:
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
   target: CPUTarget | None = None      # the CPU a CPU renderer compiles for: vector width, registers, caches
+  # (op, dtype) that a loop-level STORE with arg op combines into memory atomically (old op value, one step no other
+  # thread splits): a scatter kernel of those runs its entries in parallel (engine/scatter.py); () runs them in order
+  atomics: frozenset[tuple[Ops, DType]] = frozenset()
   # rules run on the loop-level graph before linearizing: decompositions the target needs
   extra_matcher: PatternMatcher[UOp] | None = None
 

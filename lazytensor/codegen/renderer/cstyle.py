@@ -13,7 +13,8 @@ Everything else is here:
   * loops: RANGE/ENDRANGE become `for` blocks, IF/ENDIF `if` blocks; a DEFINE_ACC is a variable declared where the
     linearizer placed it (so it is re-initialized in every iteration of the loops around it), ASSIGN writes it.
   * gated loads are `gate ? load : alt` (C evaluates only the branch taken, so a masked-off address is never read);
-    gated stores are `if (gate) ...`.
+    gated stores are `if (gate) ...`. A STORE with an op as its arg is an atomic update, a statement the subclass
+    writes (`atomic`).
   * fixed-width integers wrap: every result is stored in a variable of its own type, and results narrower than int
     are cast back explicitly (C computes them in int).
 """
@@ -89,6 +90,11 @@ class CStyleRenderer(Renderer):
   def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
     raise NotImplementedError
 
+  def atomic(self, op: Ops, dt: DType, ptr: str, value: str) -> str:
+    """The statement that combines `value` into *ptr with op atomically (a STORE with arg op: the renderer's
+    `atomics` say which)."""
+    raise NotImplementedError(f"{type(self).__name__}: no atomic {op.name} of {dt.name}")
+
   # ---- types and constants ----
 
   def scalar_type(self, dt: DType) -> str:
@@ -117,10 +123,12 @@ class CStyleRenderer(Renderer):
     """Declarations the body needs: vector structs, and the bit cast helper when a BITCAST is used (copying the bytes
     is the one form of bit cast that both device code and C++ define)."""
     out = self.vector_types(uops)
-    if any(u.op is Ops.BITCAST for u in uops):
-      out.append(f"template <class T, class F> {self.function_prefix} T lt_bitcast(F x) "
-                 "{ T t; __builtin_memcpy(&t, &x, sizeof(T)); return t; }")
+    if any(u.op is Ops.BITCAST for u in uops): out.append(self.bitcast_helper())
     return out
+
+  def bitcast_helper(self) -> str:
+    return (f"template <class T, class F> {self.function_prefix} T lt_bitcast(F x) "
+            "{ T t; __builtin_memcpy(&t, &x, sizeof(T)); return t; }")
 
   def const(self, dt: DType, v: float | int | bool) -> str:
     """A constant of a scalar type, exact: floats through their shortest round-trip decimal, inf/nan as builtins."""
@@ -238,9 +246,11 @@ class _Writer:
 
   def store(self, u: UOp) -> None:
     buf, idx, val = u.src[:3]
-    where = self.address(buf, idx, val.dtype, "")
-    values = [self.r[val]] if len(where) == 1 else [self.lane(val, n) for n in range(val.dtype.count)]
-    stmts = " ".join(f"{w} = {v};" for w, v in zip(where, values))
+    if u.arg is not None: stmts = self.lang.atomic(u.arg, val.dtype, f"{self.r[buf]}+{self.r[idx]}", self.r[val])
+    else:
+      where = self.address(buf, idx, val.dtype, "")
+      values = [self.r[val]] if len(where) == 1 else [self.lane(val, n) for n in range(val.dtype.count)]
+      stmts = " ".join(f"{w} = {v};" for w, v in zip(where, values))
     self.emit(f"if ({self.r[u.src[3]]}) {{ {stmts} }}" if len(u.src) == 4 else stmts)
 
   # ---- values ----

@@ -8,7 +8,8 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 sizes, 1 without any)
   launch ids    blockIdx.x/.y/.z (gidx0/1/2), threadIdx.x/.y/.z (lidx0/1/2), read once each into an int
   shared        __shared__ alignas(16) T name[size]; at the top of the body; __syncthreads(); as the barrier
-  helpers       __device__ __forceinline__ before the source's own helper functions (lt_bitcast, mma wrappers)
+  helpers       __device__ __forceinline__ before the source's own helper functions (lt_bitcast, lt_atomic_max_*, mma
+                wrappers)
   types         bool, signed char, unsigned char, short, unsigned short, int, unsigned int, long long, unsigned long
                 long, float, double; __half (#include <cuda_fp16.h>, only when the kernel uses float16) and
                 __nv_bfloat16 (#include <cuda_bf16.h>, only when it uses bfloat16); vectors are the source's own
@@ -19,7 +20,16 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 `(float)(x)`), ints through a C cast to float
   math          exp2f log2f sinf sqrtf truncf fmodf and the double versions exp2 log2 sin sqrt trunc fmod
   builtins      __builtin_inff() __builtin_nanf("") __builtin_inf() __builtin_nan("") for non-finite constants;
-                __builtin_memcpy in `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)`
+                __builtin_memcpy in `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)` (with
+                a BITCAST or an atomic float max)
+  atomics       a scatter's updates (a STORE whose arg is ADD or MAX; renderer.NVIDIA_ATOMICS lists the dtypes), return
+                values unused: `atomicAdd(p, v);` for float, double, __half, __nv_bfloat16, int, unsigned int,
+                unsigned long long, and for long long as
+                `atomicAdd((unsigned long long*)(p), (unsigned long long)(v));`;
+                `atomicMax(p, v);` for int, unsigned int, long long, unsigned long long; a float max calls the source's
+                own `__device__ __forceinline__ void lt_atomic_max_<dtype>(T* p, T v)` (float16, bfloat16, float32,
+                float64), a loop of `atomicCAS(unsigned short* / unsigned int* / unsigned long long*, old, new)` on the
+                bits (read with `*p` first, converted with lt_bitcast). sm_80 and later, as the tensor cores
   tensor cores  __device__ __forceinline__ void lt_mma_m16n8k16_f16_f32(float* d, const __half* a, const __half* b,
                 const float* c), lt_mma_m16n8k16_bf16_f32(float* d, const __nv_bfloat16* a, const __nv_bfloat16* b,
                 const float* c), lt_mma_m16n8k8_tf32_f32(float* d, const float* a, const float* b, const float* c):
@@ -35,9 +45,9 @@ loads read through a struct pointer cast from the element pointer (g++: -fno-str
 from __future__ import annotations
 
 from lazytensor.codegen.program import launch_dims
-from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
+from lazytensor.codegen.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
 from lazytensor.codegen.renderer.cstyle import CStyleRenderer
-from lazytensor.dtype import dtypes
+from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import TF32, prod
 from lazytensor.uop.ops import Ops, UOp
 
@@ -80,6 +90,14 @@ def _mma_of(u: UOp) -> tuple[str, str]:
     raise NotImplementedError(f"CUDA: no tensor core {u.arg!r} taking {a} to {u.dtype}; have {sorted(_MMA)}")
   return hit
 
+# the unsigned type atomicCAS swaps for a float of each size
+_CAS_TYPES = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+def _float_maxes(uops: list[UOp]) -> list[DType]:
+  """The float dtypes of the program's atomic MAX stores (each needs its compare-and-swap helper)."""
+  return list(dict.fromkeys(u.src[2].dtype for u in uops if u.op is Ops.STORE and u.arg is Ops.MAX and
+                            u.src[2].dtype.is_float))
+
 class CUDARenderer(CStyleRenderer):
   device = "CUDA"
   has_local = True
@@ -98,6 +116,7 @@ class CUDARenderer(CStyleRenderer):
   function_prefix = "__device__ __forceinline__"
   storage_floats = {"float16": ("__half", "__half2float", "__float2half"),
                     "bfloat16": ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16")}
+  atomics = NVIDIA_ATOMICS
 
   @property
   def tensor_cores(self) -> tuple[TensorCore, ...]:
@@ -112,6 +131,29 @@ class CUDARenderer(CStyleRenderer):
 
   def render_wmma(self, u: UOp, out: str, srcs: list[str]) -> str:
     return f"{_mma_of(u)[0]}({out}.v, {srcs[0]}.v, {srcs[1]}.v, {srcs[2]}.v);"
+
+  def atomic(self, op: Ops, dt: DType, ptr: str, value: str) -> str:
+    if (op, dt) not in self.atomics: return super().atomic(op, dt, ptr, value)
+    if op is Ops.MAX and dt.is_float: return f"lt_atomic_max_{dt.name}({ptr}, {value});"
+    if dt == dtypes.int64 and op is Ops.ADD:  # no signed 64-bit atomicAdd; the unsigned one adds the same bits
+      return f"atomicAdd((unsigned long long*)({ptr}), (unsigned long long)({value}));"
+    return f"atomic{'Add' if op is Ops.ADD else 'Max'}({ptr}, {value});"
+
+  def helpers(self, uops: list[UOp]) -> list[str]:
+    out, maxes = super().helpers(uops), _float_maxes(uops)
+    if maxes and not any(u.op is Ops.BITCAST for u in uops): out.append(self.bitcast_helper())
+    return out + [self._atomic_max(dt) for dt in maxes]
+
+  def _atomic_max(self, dt: DType) -> str:
+    """*p = max(*p, v) for a float type, as codegen/alu.py defines MAX (NaN in either gives NaN): a compare-and-swap of
+    its bits, retried while another thread changed them in between; nothing is written where *p already holds the
+    max."""
+    t, bits = self.scalar_type(dt), _CAS_TYPES[dt.itemsize]
+    cur, v = self.to_compute(dt, "cur"), self.to_compute(dt, "v")
+    return (f"{self.function_prefix} void lt_atomic_max_{dt.name}({t}* p, {t} v) {{\n"
+            f"  {bits}* at = ({bits}*)p;\n  {bits} old = *at, seen;\n  do {{\n"
+            f"    {t} cur = lt_bitcast<{t}>(old);\n    if (!({cur} < {v} || {v} != {v})) return;\n"
+            f"    seen = old;\n    old = atomicCAS(at, seen, lt_bitcast<{bits}>(v));\n  }} while (old != seen);\n}}")
 
   def render(self, name: str, uops: list[UOp]) -> str:
     self._check_limits(name, uops)

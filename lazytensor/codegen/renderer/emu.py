@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, Renderer, TensorCore
+from lazytensor.codegen.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, Renderer, TensorCore
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
 from lazytensor.uop.ops import Ops, UOp
 
@@ -110,6 +110,7 @@ class EmuRenderer(Renderer):
   shared_max = 48 * 1024
   vector_widths = (2, 4)
   threads_max = 1024  # threads in one block, whatever their shape
+  atomics = NVIDIA_ATOMICS  # the GPU's, so that EMU runs the scatter kernels CUDA runs
 
   def __init__(self, tf32: bool = False) -> None:
     # float32 matmuls on tf32 tensor cores round their inputs: only when asked for, as torch's allow_tf32

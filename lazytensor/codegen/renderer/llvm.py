@@ -281,6 +281,7 @@ def _load(f: _Function, u: UOp) -> str:
   return f.emit(f"phi {ltype(u.dtype)} [{v}, %{end}], [{f.r[u.src[3]]}, %{pred}]")
 
 def _store(f: _Function, u: UOp) -> None:
+  if u.arg is not None: raise NotImplementedError(f"LLVM renderer: no atomic {u.arg} store (it declares no atomics)")
   buf, idx, val = u.src[:3]
   i = f.fresh()
   if len(u.src) == 4:

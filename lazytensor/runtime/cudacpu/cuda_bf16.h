@@ -26,3 +26,5 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float x, float y) {
   return __nv_bfloat162(__nv_bfloat16(x), __nv_bfloat16(y));
 }
 inline float2 __bfloat1622float2(__nv_bfloat162 v) { return float2{float(v.x), float(v.y)}; }
+// sm_80 and later; rounded once, as a + b is (lt::atomic_update is the prelude's)
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { return lt::atomic_add(p, v); }

@@ -27,3 +27,5 @@ inline __half2 __float2half2_rn(float f) { return __half2(__half(f), __half(f));
 inline float2 __half22float2(__half2 v) { return float2{float(v.x), float(v.y)}; }
 inline __half __low2half(__half2 v) { return v.x; }
 inline __half __high2half(__half2 v) { return v.y; }
+// sm_70 and later; rounded once, as a + b is (lt::atomic_update is the prelude's)
+inline __half atomicAdd(__half* p, __half v) { return lt::atomic_add(p, v); }

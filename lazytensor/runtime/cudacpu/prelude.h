@@ -60,6 +60,51 @@ inline void __syncwarp(unsigned = 0xffffffffu) {}  // the lanes of a warp only m
 inline void __threadfence_block() {}
 inline void __threadfence() {}
 
+// ---- atomics ----
+// runtime.cpp runs the blocks of a launch at once on several OS threads (the threads of one block are fibers of one OS
+// thread, switched only at barriers), so these are real atomic read-modify-writes (GCC's __atomic builtins, relaxed as
+// CUDA's are), not plain updates. Each returns the old value, as CUDA's do. cuda_fp16.h and cuda_bf16.h add atomicAdd
+// of __half and __nv_bfloat16 with lt::atomic_update.
+
+namespace lt {
+// *p = f(*p) as one atomic step: a compare-and-swap of the bytes, retried while another thread changed them between
+// the read and the swap (any trivially copyable T of 1, 2, 4 or 8 bytes: floats and 16-bit float structs too)
+template <class T, class F> inline T atomic_update(T* p, F f) {
+  T old, want;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
+  do want = f(old);
+  while (!__atomic_compare_exchange(p, &old, &want, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return old;
+}
+template <class T> inline T atomic_add(T* p, T v) { return atomic_update(p, [v](T x) { return T(x + v); }); }
+template <class T> inline T atomic_max(T* p, T v) { return atomic_update(p, [v](T x) { return x > v ? x : v; }); }
+}  // namespace lt
+
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+inline float atomicAdd(float* p, float v) { return lt::atomic_add(p, v); }
+inline double atomicAdd(double* p, double v) { return lt::atomic_add(p, v); }
+inline int atomicMax(int* p, int v) { return lt::atomic_max(p, v); }
+inline unsigned atomicMax(unsigned* p, unsigned v) { return lt::atomic_max(p, v); }
+inline long long atomicMax(long long* p, long long v) { return lt::atomic_max(p, v); }
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) { return lt::atomic_max(p, v); }
+// *p = (*p == compare ? v : *p), returning the old *p
+template <class T> inline T lt_atomic_cas(T* p, T compare, T v) {
+  __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return compare;  // unchanged where the swap happened, else the value found
+}
+inline unsigned short atomicCAS(unsigned short* p, unsigned short compare, unsigned short v) {
+  return lt_atomic_cas(p, compare, v);
+}
+inline int atomicCAS(int* p, int compare, int v) { return lt_atomic_cas(p, compare, v); }
+inline unsigned atomicCAS(unsigned* p, unsigned compare, unsigned v) { return lt_atomic_cas(p, compare, v); }
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long compare, unsigned long long v) {
+  return lt_atomic_cas(p, compare, v);
+}
+
 // ---- math and bit functions CUDA has and C++ lacks ----
 
 template <class T> inline T max(T a, T b) { return a > b ? a : b; }

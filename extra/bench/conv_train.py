@@ -1,0 +1,68 @@
+"""A convolution's training step on the CPU: forward, relu, and both gradients (input and weights), end to end with a
+fresh input each call, next to torch measured in the same run (float32).
+
+Usage: python extra/bench/conv_train.py [--threads N] [--quick] [--clock wall|cpu]
+Prints GFLOP/s (three convolutions' worth of multiply-adds: the forward and the two gradients) and the ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import bench_clock
+
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--threads", type=int, default=1)
+  ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+  bench_clock.add_argument(ap)
+  args = ap.parse_args()
+  bench_clock.use(ap, args)
+  for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(args.threads)
+  import numpy as np
+
+  from lazytensor import Context
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  try:
+    import torch
+    torch.set_num_threads(args.threads)
+  except ImportError: torch = None
+
+  shapes = [(4, 16, 16, 16, 32)] if args.quick else [(16, 32, 32, 32, 64), (8, 64, 56, 56, 64), (32, 128, 14, 14, 128)]
+  print(f"threads={args.threads}  host {cpu_target('native').describe()}"
+        f"{'  (torch ' + torch.__version__ + ')' if torch else ''}")
+  print(f"{'conv 3x3 pad 1, relu, x.grad and w.grad':44s} {'lazytensor':>11s} {'torch':>8s} {'vs torch':>9s}")
+  with Context(THREADS=args.threads):
+    for bs, cin, h, w, cout in shapes:
+      lt, tt = _times(np.random.default_rng(0), (bs, cin, h, w), (cout, cin, 3, 3), torch)
+      work = 3 * 2 * bs * cout * cin * h * w * 9
+      ratio = f"{tt / lt:8.2f}x" if tt else f"{'-':>9s}"
+      torch_col = f"{work / tt * 1e-9:8.1f}" if tt else f"{'-':>8s}"
+      print(f"{f'{bs}x{cin}x{h}x{w} -> {cout}':44s} {work / lt * 1e-9:11.1f} {torch_col} {ratio}   GFLOP/s")
+
+def _times(rng: Any, x_shape: tuple[int, ...], w_shape: tuple[int, ...], torch: Any) -> tuple[float, float | None]:
+  """Best times of a step of lazytensor and of torch, each on one of two inputs in turn."""
+  from lazytensor import Tensor
+  xs = [rng.standard_normal(x_shape, dtype="float32") for _ in range(2)]
+  wn = rng.standard_normal(w_shape, dtype="float32") * 0.1
+  weight, turn = Tensor(wn, requires_grad=True).realize(), [0]
+  def ours() -> None:
+    turn[0] += 1
+    x = Tensor(xs[turn[0] % 2], requires_grad=True)
+    weight.grad = None
+    x.conv2d(weight, padding=1).relu().sum().backward()
+    assert x.grad is not None and weight.grad is not None
+    Tensor.realize(x.grad, weight.grad)
+  lt = bench_clock.best_time(ours, 3)
+  if torch is None: return lt, None
+  tw = torch.from_numpy(wn).requires_grad_()
+  def theirs() -> None:
+    turn[0] += 1
+    tw.grad = None
+    x = torch.from_numpy(xs[turn[0] % 2]).requires_grad_()
+    torch.nn.functional.conv2d(x, tw, padding=1).relu().sum().backward()
+  return lt, bench_clock.best_time(theirs, 3)
+
+if __name__ == "__main__": main()

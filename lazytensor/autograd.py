@@ -1,0 +1,78 @@
+"""What Tensor's backward() and gradient() keep about tensors, on top of the graph rules of gradient.py: which tensors
+are leaves (their .grad is filled), which non-leaves keep their gradient too (retain_grad), the hooks on tensors
+(register_hook), and the nodes of a graph that stand for a tensor.
+
+Every registry is keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from lazytensor.engine.schedule import realized_map
+from lazytensor.gradient import compute_gradient
+from lazytensor.uop.ops import UOp
+from lazytensor.views import assign_values
+
+if TYPE_CHECKING:
+  from lazytensor.tensor import Tensor
+
+# tensors whose .grad backward() fills: the ones a user marked requires_grad=True (results of ops are not leaves)
+grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# non-leaf tensors whose .grad backward() fills too
+retained: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# each tensor's gradient hooks; an entry leaves with its tensor
+GradHook = Callable[["Tensor"], "Tensor | None"]
+_hooks: dict[int, tuple[weakref.ref[Tensor], list[GradHook]]] = {}
+
+class RemovableHandle:
+  """What register_hook returns: remove() unregisters the hook."""
+  def __init__(self, hooks: list[GradHook], hook: GradHook) -> None: self._hooks, self._hook = hooks, hook
+  def remove(self) -> None:
+    if self._hook in self._hooks: self._hooks.remove(self._hook)
+
+def add_hook(t: Tensor, hook: GradHook) -> RemovableHandle:
+  key = id(t)
+  if key not in _hooks: _hooks[key] = (weakref.ref(t, lambda _: _hooks.pop(key, None)), [])
+  _hooks[key][1].append(hook)
+  return RemovableHandle(_hooks[key][1], hook)
+
+def _hooked(t: Tensor, g: UOp) -> UOp:
+  """g, the gradient with respect to t, after t's hooks: each may return a replacement of t's shape."""
+  for hook in list(_hooks[id(t)][1]) if id(t) in _hooks else []:
+    out = hook(type(t)(g))
+    if out is None: continue
+    if not isinstance(out, type(t)) or out.shape != t.shape:
+      raise ValueError(f"register_hook: a hook returned {getattr(out, 'shape', type(out).__name__)}; expected None "
+                       f"or a Tensor of the gradient's shape {t.shape}")
+    g = out.cast(t.dtype).lazydata
+  return g
+
+def nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
+  """For each tensor, the nodes of root's graph that hold its value: its own node, and the nodes that were realized
+  into its buffer after the graph was built. A node whose graph contains another such node is left out: the gradient
+  of that other node already includes it."""
+  nodes = root.toposort
+  realized_into: dict[UOp, list[UOp]] = {}
+  for n in nodes:
+    if (buf := realized_map.get(n)) is not None: realized_into.setdefault(buf, []).append(n)
+  out = []
+  for t in tensors:
+    found = ([t.lazydata] if t.lazydata in nodes else []) + realized_into.get(t.lazydata, [])
+    out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
+  return out
+
+def _sum_uops(xs: list[UOp]) -> UOp | None:
+  return functools.reduce(lambda a, b: a + b, xs) if xs else None
+
+def gradients_of(root: UOp, seed: UOp, targets: Sequence[Tensor]) -> list[UOp | None]:
+  """The gradient of root's graph, seeded with `seed`, with respect to each target (None where root does not depend
+  on it), after the hooks: a non-leaf's act inside the backward pass, on what flows on; a leaf's on its gradient."""
+  nodes = nodes_standing_for(root, targets)
+  inner = [t for ref, _ in list(_hooks.values()) if (t := ref()) is not None and not t.is_leaf]
+  hooks = {n: functools.partial(_hooked, t) for t, ns in zip(inner, nodes_standing_for(root, inner)) for n in ns}
+  grads = compute_gradient(root, seed, {n for ns in nodes for n in ns}, hooks)
+  out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
+  return [_hooked(t, g) if g is not None and t.is_leaf else g for t, g in zip(targets, out)]
