@@ -918,10 +918,15 @@ class Tensor(AliasMixin):
     every .grad as it is, as in tinygrad.
     """
     if not self._requires_grad: return self
+    # in-place writes pending into memory the graph reads run first: the gradients are of the values it reads now
+    if _pending_writes: Tensor._run_pending_writes((self,))
     leaves = list(grad_leaves.values()) + list(retained.values())
     for t, g in zip(leaves, self._grads(leaves, gradient)):
       if g is None: continue
       t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)
+      # a gradient reads the memory as the graph it differentiates read it (in-place values a later write overwrote
+      # are recomputed from it): for a write made after, it is a value made before
+      live.as_old(t.grad)
     return self
 
   @staticmethod

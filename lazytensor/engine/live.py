@@ -46,18 +46,27 @@ def serial() -> int:
   """A serial number from the sequence the holders get theirs from: holders made after this moment have larger ones."""
   return next(_serials)
 
+def as_old(holder: Holder) -> None:
+  """Count `holder` as made before every assign there is: old_value_readers keeps it with the values of before."""
+  _old[id(holder)] = holder
+
+# holders that count as made before every assign (gradients), by id
+_old: weakref.WeakValueDictionary[int, Holder] = weakref.WeakValueDictionary()
+
 def old_value_readers(holders: Sequence[Holder], made_before: int | None = None) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
   overwrite (a loss built before opt.step(), the gradients), with their serial numbers, and in turn the readers of what
   those write. Realized in the same schedule, before the assigns, they keep the values they had when they were built.
   Views (movement ops of a buffer, no arithmetic) are not values of their own: they go on reading the buffer and see
-  the new contents. `made_before`: the serial of the assigns' moment; holders made after it see their writes."""
+  the new contents. `made_before`: the serial of the assigns' moment; holders made after it see their writes, unless
+  their graphs hold the assigns themselves (random bits drawn through the count's assign) or they count as old."""
   targets = 0
   for holder in holders: targets |= holder.lazydata.writes
   if not targets: return []
   chosen = {id(h) for h in holders}
   last = made_before if made_before is not None else next(_serials)
-  alive = [(n, h) for ref, n in list(_live.items()) if n < last and (h := ref()) is not None and id(h) not in chosen]
+  alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen and
+           (n < last or h.lazydata.writes & targets or id(h) in _old)]
   out: list[tuple[int, Holder]] = []
   seen = targets
   while targets:
