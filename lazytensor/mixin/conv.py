@@ -69,13 +69,16 @@ def conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride:
   if bias is not None and bias.shape != (cout,):
     raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
                      f"of weight {weight.shape}")
-  xp = x.pad([(0, 0), (0, 0)] + conv_padding(padding, kernel, dilations, strides, name, crop=True))
-  out = _conv_padded(xp, weight, groups, strides, dilations)
+  pads = tuple(conv_padding(padding, kernel, dilations, strides, name, crop=True))
+  out = _windows_times_weights(x.pad([(0, 0), (0, 0), *pads]), weight, groups, strides, dilations)
+  if x.requires_grad or weight.requires_grad:
+    grad = ConvGrad(type(x), groups, strides, dilations, pads)
+    out = out._apply_uop(lambda v, xu, wu: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, xu, wu), grad), x, weight)
   return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
 
-def _conv_padded(xp: TensorT, weight: TensorT, groups: int, strides: tuple[int, ...],
-                 dilations: tuple[int, ...]) -> TensorT:
-  """The convolution of an input already padded, with its gradients (ConvGrad) where either operand needs them."""
+def _windows_times_weights(xp: TensorT, weight: TensorT, groups: int, strides: tuple[int, ...],
+                           dilations: tuple[int, ...]) -> TensorT:
+  """The convolution of an input already padded: its windows times the weights, summed over each window."""
   nk, bs, (cout, cin_g, *kernel) = weight.ndim - 2, xp.shape[0], weight.shape
   win = xp._pool_windows(kernel, strides, dilations)  # (bs, cin, *o, *k)
   outs = win.shape[2:2 + nk]
@@ -84,35 +87,37 @@ def _conv_padded(xp: TensorT, weight: TensorT, groups: int, strides: tuple[int, 
   win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
   win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
   w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
-  out = win._sum_of_products(w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
-  if not (xp.requires_grad or weight.requires_grad): return out
-  grad = ConvGrad(type(xp), groups, strides, dilations)
-  return out._apply_uop(lambda v, xu, wu: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, xu, wu), grad), xp, weight)
+  return win._sum_of_products(w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
 
 @dataclass(frozen=True)
 class ConvGrad:
-  """The vector-Jacobian product of a convolution of a padded input `xp` with `w` (a CUSTOM_GRAD's arg, called by
-  gradient.py with the output's gradient): the input's gradient as one transposed convolution, the weights' as one
-  reduce. `tensor` is the class that wraps the graph nodes, so that both are written with tensor ops."""
+  """The vector-Jacobian product of a convolution of `x`, padded by `pads` ((before, after) per spatial dim, negative
+  to crop), with `w` (a CUSTOM_GRAD's arg, called by gradient.py with the output's gradient): the input's gradient as
+  one transposed convolution, the weights' as one reduce. `tensor` is the class that wraps the graph nodes, so that
+  both are written with tensor ops."""
   tensor: type
   groups: int
   strides: tuple[int, ...]
   dilations: tuple[int, ...]
+  pads: tuple[tuple[int, int], ...]
 
   def __call__(self, ctx: UOp, xu: UOp, wu: UOp) -> tuple[UOp, UOp]:
-    # both stored once: the gradient feeds two reduces, and a padded input in a buffer of its own is read through
-    # plain views (through the padding's mask the weights' gradient ran scalar code: 1.5 GFLOP/s)
-    g, xp, w = self.tensor(ctx).contiguous(), self.tensor(xu).contiguous(), self.tensor(wu)
+    # the gradient and the padded input stored once: the gradient feeds two reduces, and a padded input in a buffer of
+    # its own is read through plain views (through the padding's mask the weights' gradient ran scalar code)
+    g, x, w = self.tensor(ctx).contiguous(), self.tensor(xu), self.tensor(wu)
+    xp = x.pad([(0, 0), (0, 0), *self.pads]).contiguous()
     nk, bs, (cout, cin_g, *kernel), outs = w.ndim - 2, xp.shape[0], w.shape, g.shape[2:]
-    # the transposed convolution covers (o-1)*s + d*(k-1) + 1 positions: the rest of the input (fewer than a stride,
-    # read by no window) has gradient 0, as output_padding gives it
+    # the transposed convolution reaches (o-1)*s + d*(k-1) + 1 positions of the padded input (the rest, fewer than a
+    # stride, is read by no window: gradient 0); of those, only x's are computed (not the padding's: 58x58 for 56x56,
+    # whose rows of 2 made a thin register tile)
     rest = [p - ((o - 1) * s + d * (k - 1) + 1)
             for p, o, s, d, k in zip(xp.shape[2:], outs, self.strides, self.dilations, kernel)]
-    dx = conv_transpose(g, w, None, self.groups, self.strides, self.dilations, 0, rest)
+    edges = [(d * (k - 1) - b, d * (k - 1) - a + r) for (b, a), r, d, k in zip(self.pads, rest, self.dilations, kernel)]
+    dx = _transposed(g, w, None, self.groups, self.strides, self.dilations, edges)
     win = xp._pool_windows(kernel, self.strides, self.dilations).reshape(bs, self.groups, 1, cin_g, *outs, *kernel)
     per_window = g.reshape(bs, self.groups, cout // self.groups, 1, *outs, *[1] * nk)
     dw = win._sum_of_products(per_window, [0, *range(4, 4 + nk)]).reshape(cout, cin_g, *kernel)
-    return dx.cast(xp.dtype).lazydata, dw.cast(w.dtype).lazydata
+    return dx.cast(x.dtype).lazydata, dw.cast(w.dtype).lazydata
 
 def conv_transpose(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: int | Sequence[int],
                    dilation: int | Sequence[int], padding: int | Sequence[int],
@@ -132,7 +137,14 @@ def conv_transpose(x: TensorT, weight: TensorT, bias: TensorT | None, groups: in
   if len(out_pads) != nk or any(not 0 <= op < max(s, d) for op, s, d in zip(out_pads, strides, dilations)):
     raise ValueError(f"{name}: output_padding {output_padding} must be non-negative and smaller than the stride "
                      f"{strides} or the dilation {dilations}")
-  bs, spatial = x.shape[0], x.shape[2:]
+  edges = [(d * (k - 1) - p, d * (k - 1) - p + op) for k, d, p, op in zip(kernel, dilations, pads, out_pads)]
+  return _transposed(x, weight, bias, groups, strides, dilations, edges)
+
+def _transposed(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, strides: tuple[int, ...],
+               dilations: tuple[int, ...], edges: Sequence[tuple[int, int]]) -> TensorT:
+  """conv_transpose's computation: x spread out by the stride (zeros between its elements, as views), widened by
+  `edges` (before, after) per spatial dim (negative: cropped), convolved with the flipped kernel."""
+  nk, (bs, cin, *spatial), kernel = weight.ndim - 2, x.shape, weight.shape[2:]
   if any(s > 1 for s in strides):
     x = x.reshape(bs, cin, *flatten((i, 1) for i in spatial))
     x = x.pad([(0, 0), (0, 0)] + flatten(((0, 0), (0, s - 1)) for s in strides))
@@ -141,8 +153,4 @@ def conv_transpose(x: TensorT, weight: TensorT, bias: TensorT | None, groups: in
   cin_g, cout_g = cin // groups, weight.shape[1]
   w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin_g, *kernel)
   w = w.flip(tuple(range(2, 2 + nk)))
-  # the flipped kernel slides over the spread input with d*(k-1) - p more on each side (negative: cropped)
-  edges = [d * (k - 1) - p for k, d, p in zip(kernel, dilations, pads)]
-  x = x.pad([(0, 0), (0, 0)] + [(e, e + op) for e, op in zip(edges, out_pads)])
-  return conv(x, w, bias, groups, 1, dilations, 0, name)
-
+  return conv(x.pad([(0, 0), (0, 0), *edges]), w, bias, groups, 1, dilations, 0, "conv_transpose")

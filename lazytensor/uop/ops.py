@@ -46,7 +46,8 @@ class Ops(enum.Enum):
   DETACH = enum.auto()        # stops gradients
   # src=(value, x1, d1, x2, d2, ...): value, whose gradient reaches each xi times di, a stated derivative (of the same
   # shape), instead of through value's own graph (pow: torch's rule where the formula's chain rule gives NaN or 0);
-  # the scheduler keeps value alone
+  # with an arg, src=(value, x1, x2, ...) and arg(gradient, x1, x2, ...) gives the xi's gradients (mixin/conv.py's
+  # ConvGrad). The scheduler keeps value alone
   CUSTOM_GRAD = enum.auto()
   IOTA = enum.auto()          # a virtual buffer whose element i is i: arange and random counters, made on the device
   VALID = enum.auto()         # src=(VIEW,): whether a position is inside a view's mask (pushed-down pads)
