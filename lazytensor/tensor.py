@@ -3,8 +3,8 @@
 This module holds the class itself: construction from data, properties, realization, writes, autograd and the funnel
 every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (lazytensor/mixin/:
 movement, shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi,
-aliases), each building only on those below it and on the primitives that the chain's base declares and this class
-implements.
+aliases, inplace), each building only on those below it and on the primitives that the chain's base declares and this
+class implements.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, 
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.helpers import ArgumentError, NotSupportedError
-from lazytensor.mixin.aliases import AliasMixin
+from lazytensor.mixin.inplace import InPlaceMixin
 from lazytensor.mixin.multi import open_devices
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
@@ -106,7 +106,7 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(AliasMixin):
+class Tensor(InPlaceMixin):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -489,82 +489,6 @@ class Tensor(AliasMixin):
     pending = self.lazydata
     return any(n > self._assigned_at and not any(t is e for e in exempt) and pending not in t.lazydata.toposort
                for n, t in live.old_value_readers((self,)))
-
-  # ---- torch's in-place ops: each an assign, so it writes this tensor's buffer when realized ----
-
-  def add_(self, x: Any) -> Tensor:
-    """self += x in place (an assign); sub_, mul_ and div_ likewise. The operator `t += x` is not in place: Python
-    makes it `t = t + x` (a new tensor, as in tinygrad), which views of t and other names for it do not see.
-
-    >>> t = Tensor([1.0, 2.0]).realize()
-    >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
-    [2.5, 4.0]
-    """
-    return self.assign(self + x)
-
-  def sub_(self, x: Any) -> Tensor: return self.assign(self - x)
-  def mul_(self, x: Any) -> Tensor: return self.assign(self * x)
-  def div_(self, x: Any) -> Tensor: return self.assign(self / x)
-
-  def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
-    """clamp in place (an assign).
-
-    >>> Tensor([-1.0, 0.5, 2.0]).realize().clamp_(0, 1).tolist()
-    [0.0, 0.5, 1.0]
-    """
-    return self.assign(self.clamp(min, max))
-
-  def fill_(self, value: Any) -> Tensor:
-    """Every element set to value, in place (an assign); zero_() sets them to 0.
-
-    >>> t = Tensor([1, 2, 3]).realize()
-    >>> t.fill_(7).tolist(), t.zero_().tolist()
-    ([7, 7, 7], [0, 0, 0])
-    """
-    return self.assign(self.full_like(value))
-
-  def zero_(self) -> Tensor: return self.fill_(0)
-
-  def lerp_(self, end: Any, weight: Any) -> Tensor:
-    """lerp in place (an assign): the step of an exponential moving average, `ema.lerp_(w, 1 - decay)`.
-
-    >>> Tensor([0.0, 10.0]).realize().lerp_(Tensor([10.0, 0.0]), 0.25).tolist()
-    [2.5, 7.5]
-    """
-    return self.assign(self.lerp(end, weight))
-
-  def _random_fill(self, name: str) -> None:
-    if not self.dtype.is_float: raise TypeError(f"{name}: fills float tensors, got {self.dtype}")
-
-  def uniform_(self, low: float = 0.0, high: float = 1.0) -> Tensor:
-    """Uniform random numbers in [low, high) written into this float tensor, in place (an assign), as torch's
-    uniform_ (the initializers of torch.nn.init).
-
-    >>> v = Tensor.zeros(1000).contiguous().realize().uniform_(-2.0, 2.0).numpy()
-    >>> bool(-2 <= v.min() and v.max() < 2 and v.std() > 1)
-    True
-    """
-    self._random_fill("uniform_")
-    return self.assign(self.rand_like() * (high - low) + low)
-
-  def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    """Normal random numbers with `mean` and `std` written into this float tensor, in place (an assign), as torch's
-    normal_.
-
-    >>> v = Tensor.zeros(1000).contiguous().realize().normal_(5.0, 0.5).numpy()
-    >>> bool(4.9 < v.mean() < 5.1 and 0.4 < v.std() < 0.6)
-    True
-    """
-    self._random_fill("normal_")
-    return self.assign(self.randn_like() * std + mean)
-
-  def copy_(self, src: Any) -> Tensor:
-    """src's values (broadcast to this shape, cast to this dtype) written into this tensor, in place (an assign).
-
-    >>> Tensor.zeros(2, 2).contiguous().realize().copy_(Tensor([1, 2])).tolist()
-    [[1.0, 2.0], [1.0, 2.0]]
-    """
-    return self.assign(src)
 
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
