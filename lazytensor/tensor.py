@@ -516,6 +516,8 @@ class Tensor(InPlaceMixin):
     if not self._is_buffer_view(): self.realize()  # a view of a buffer: realizing it computes nothing
     if not writable_view(self.lazydata.arg):
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
+    # in-place writes pending into this memory (through a view) run first: the value written reads what they wrote
+    if _pending_writes: Tensor._run_pending_writes((self,))
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
     write = UOp(Ops.ASSIGN, target.dtype, (target.lazydata, new.lazydata))

@@ -389,6 +389,16 @@ def test_pending_assigns_through_views_run_in_order_before_reads() -> None:
   z = x.reshape(4)  # a view taken of the pending assigns
   assert z.tolist() == [-2] * 4 and y.tolist() == [-5] * 4 and x.tolist() == [-2] * 4
 
+def test_index_setitem_after_an_in_place_op_through_a_view() -> None:
+  # fuzz_views seed 3046: a mul_ pending through t.permute(...), then t[int tensor] = v, which writes a value computed
+  # from all of t: the rows it did not name lost the mul_ (it read t before the mul_ ran)
+  t = Tensor(np.array([[2, 2], [-1, 2], [-2, -2], [-7, 1]], dtype=np.int32)).realize()
+  view = t.permute(1, 0)
+  view.mul_(2)
+  t[Tensor([1, 2])] = Tensor([[0, 16], [24, 24]])
+  assert t.tolist() == [[4, 4], [0, 16], [24, 24], [-14, 2]]
+  assert view.tolist() == [[4, 0, 24, -14], [4, 16, 24, 2]]
+
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
 @pytest.mark.parametrize("lazy", [False, True], ids=["realized", "lazy"])
 def test_detach_shares_memory_as_torch(lazy: bool) -> None:
