@@ -18,9 +18,6 @@ from typing import Any
 import bench_clock
 
 
-def _set_threads(n: int) -> None:
-  for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
-
 @dataclass
 class Item:
   name: str
@@ -97,7 +94,7 @@ def main() -> None:
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
   ap.add_argument("--width", type=int, default=2, help="beam width")
   args = ap.parse_args()
-  _set_threads(args.threads)
+  bench_clock.set_threads(args.threads)
   import numpy as np
 
   from lazytensor import Context, Device, Tensor

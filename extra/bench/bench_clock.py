@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import time
 from collections.abc import Callable
 
@@ -13,6 +14,10 @@ now: Callable[[], float] = time.perf_counter
 def add_argument(ap: argparse.ArgumentParser) -> None:
   ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                   help="cpu: this thread's CPU time instead of wall time (a machine shared with other jobs)")
+
+def set_threads(n: int) -> None:
+  """numpy's BLAS (and torch's OpenMP) on n threads, as lazytensor's THREADS: set before they are imported."""
+  for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
 
 def use(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
   """Read the clock that --clock names from now on."""

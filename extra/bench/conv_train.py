@@ -7,7 +7,6 @@ Prints GFLOP/s (three convolutions' worth of multiply-adds: the forward and the 
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import bench_clock
@@ -20,7 +19,7 @@ def main() -> None:
   bench_clock.add_argument(ap)
   args = ap.parse_args()
   bench_clock.use(ap, args)
-  for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(args.threads)
+  bench_clock.set_threads(args.threads)
   import numpy as np
 
   from lazytensor import Context

@@ -11,15 +11,11 @@ caches), and the CPU_TARGET kernels are compiled for when it is another.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 
 import bench_clock
 
-
-def _set_threads(n: int) -> None:
-  for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
 
 def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
   """Schedule the tensor once, return a function that runs its kernels.
@@ -47,7 +43,7 @@ def main() -> None:
   bench_clock.add_argument(ap)
   args = ap.parse_args()
   bench_clock.use(ap, args)
-  _set_threads(args.threads)
+  bench_clock.set_threads(args.threads)
   import numpy as np
 
   from lazytensor import Context, Device, Tensor

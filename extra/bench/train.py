@@ -10,7 +10,6 @@ torch ~670 steps/s on one thread, tinygrad ~175 with its JIT and ~20 without.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,9 +20,6 @@ if TYPE_CHECKING:  # numpy is imported in main(), after the thread count is set 
   Batch = tuple[np.ndarray, np.ndarray]
 
 BATCH, IN, HIDDEN, CLASSES, LR = 128, 784, 256, 10, 0.01
-
-def _set_threads(n: int) -> None:
-  for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
 
 def steps_per_second(step: Callable[[int], object], steps: int, warmup: int, repeats: int = 3) -> float:
   """The best of `repeats` timed runs of `steps` steps each, after `warmup` untimed ones (compiling, capturing)."""
@@ -73,7 +69,7 @@ def main() -> None:
   bench_clock.add_argument(ap)
   args = ap.parse_args()
   bench_clock.use(ap, args)
-  _set_threads(args.threads)
+  bench_clock.set_threads(args.threads)
   import numpy as np
 
   from lazytensor import Context
