@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from lazytensor.engine.schedule import realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.uop.ops import UOp
+from lazytensor.graph import const_uop, shard_like
+from lazytensor.uop.ops import Ops, UOp
 from lazytensor.views import assign_values
 
 if TYPE_CHECKING:
@@ -76,3 +77,20 @@ def gradients_of(root: UOp, seed: UOp, targets: Sequence[Tensor]) -> list[UOp | 
   grads = compute_gradient(root, seed, {n for ns in nodes for n in ns}, hooks)
   out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
   return [_hooked(t, g) if g is not None and t.is_leaf else g for t, g in zip(targets, out)]
+
+def gradients(out: Tensor, targets: Sequence[Tensor], gradient: Tensor | None) -> list[UOp | None]:
+  """d(out)/d(target) for each target (None where out does not depend on it), seeded with `gradient`."""
+  if not out.dtype.is_float: raise TypeError(f"gradient of a {out.dtype} tensor; only float outputs have gradients")
+  if gradient is None:
+    if out.numel() != 1:
+      raise ValueError(f"gradient of a tensor of shape {out.shape} needs an explicit gradient= of that shape; "
+                       "only a one-element output has an implicit gradient of 1")
+    seed = const_uop(1.0, out.dtype, out.device, out.shape)
+  else:
+    if gradient.shape != out.shape:
+      raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {out.shape}")
+    seed = gradient.cast(out.dtype).lazydata
+  grads = gradients_of(out._graph_root(), seed, targets)
+  # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
+  return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
+          for t, g in zip(targets, grads)]

@@ -230,3 +230,31 @@ def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
   """The values of a buffer of `dt`: bfloat16 bits widened to float32 (exact), anything else as it is."""
   if dt.scalar() != dtypes.bfloat16: return stored
   return (np.asarray(stored, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+# ---- Python and numpy data to buffers ----
+
+def np_from_data(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
+  """data as a C-contiguous numpy array as a buffer of `dtype` holds it, and that dtype: by default numpy's own dtype
+  for numpy data and torch's defaults (float32, int64) for Python numbers."""
+  # a numpy array of boxed Python objects is read as the nested list it holds
+  if isinstance(data, np.ndarray) and data.dtype == object: return np_from_data(data.tolist(), dtype)
+  try: arr = np.asarray(data)
+  except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
+  if arr.dtype == object:
+    kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
+    # numpy falls back to objects for Python ints beyond 64 bits
+    if not kinds and arr.size: raise ValueError("cannot make a Tensor from integers outside the int64 range")
+    raise TypeError(f"cannot make a Tensor from elements of type {', '.join(kinds) or 'object'}; "
+                    "expected bool, int or float")
+  if dtype is None: dtype = _default_dtype(arr, from_numpy=isinstance(data, (np.ndarray, np.generic)))
+  # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
+  return to_storage(arr, dtype), dtype
+
+def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
+  if arr.dtype.kind not in "biuf":
+    raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float")
+  if from_numpy or arr.dtype.kind == "b": return dtypes.from_np(arr.dtype)
+  if arr.dtype.kind == "f": return dtypes.default_float
+  if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
+    raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
+  return dtypes.default_int

@@ -12,19 +12,20 @@ import contextlib
 import itertools
 import operator
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 
-from lazytensor.autograd import GradHook, RemovableHandle, add_hook, grad_leaves, gradients_of, retained
+from lazytensor import pending
+from lazytensor.autograd import GradHook, RemovableHandle, add_hook, grad_leaves, gradients, retained
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, from_storage, to_dtype, to_storage
+from lazytensor.dtype import DType, dtypes, from_storage, np_from_data, to_dtype
 from lazytensor.engine import live
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
+from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.mixin.inplace import InPlaceMixin
 from lazytensor.mixin.multi import open_devices
@@ -44,41 +45,9 @@ from lazytensor.views import (
   writable_view,
 )
 
-# ---- Python and numpy data to buffers ----
-
-def _np_from_data(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
-  """data as a C-contiguous numpy array as a buffer of `dtype` holds it, and that dtype: by default numpy's own dtype
-  for numpy data and torch's defaults (float32, int64) for Python numbers."""
-  # a numpy array of boxed Python objects is read as the nested list it holds
-  if isinstance(data, np.ndarray) and data.dtype == object: return _np_from_data(data.tolist(), dtype)
-  try: arr = np.asarray(data)
-  except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
-  if arr.dtype == object:
-    kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
-    # numpy falls back to objects for Python ints beyond 64 bits
-    if not kinds and arr.size: raise ValueError("cannot make a Tensor from integers outside the int64 range")
-    raise TypeError(f"cannot make a Tensor from elements of type {', '.join(kinds) or 'object'}; "
-                    "expected bool, int or float")
-  if dtype is None: dtype = _default_dtype(arr, from_numpy=isinstance(data, (np.ndarray, np.generic)))
-  # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
-  return to_storage(arr, dtype), dtype
-
-def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
-  if arr.dtype.kind not in "biuf":
-    raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float")
-  if from_numpy or arr.dtype.kind == "b": return dtypes.from_np(arr.dtype)
-  if arr.dtype.kind == "f": return dtypes.default_float
-  if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
-    raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
-  return dtypes.default_int
-
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
 
-# the assigns not run yet, by the live serial of when each was made: the tensor holding it (weakly) and its ASSIGN node.
-# Realizing anything that reads the memory one writes runs it first, as torch's in-place op ran when it was called;
-# one whose tensor is gone (`x.T.add_(1)`: a view made for the write) runs at the next realize or assign
-_pending_writes: dict[int, tuple[weakref.ref[Tensor], UOp]] = {}
 
 class TensorFlag(contextlib.ContextDecorator):
   """Sets a Tensor class flag (training, no_grad) for a `with` block or a decorated function, and restores it after.
@@ -143,7 +112,7 @@ class Tensor(InPlaceMixin):
       dt = dt or dtypes.from_py(data)
       self.lazydata = const_uop(data, dt, dev, ())
     elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
-      arr, dt = _np_from_data(data, dt)
+      arr, dt = np_from_data(data, dt)
       buf = Buffer(dev, arr.size, dt).copyin(arr.reshape(-1).data.cast("B"))
       buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
       self.lazydata = buffer_view(buf_uop, arr.shape)
@@ -230,7 +199,7 @@ class Tensor(InPlaceMixin):
     <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
     grad = ", requires_grad=True" if self._requires_grad else ""
-    if _pending_writes: Tensor._run_pending_writes((self,))  # an in-place op into its memory, written through a view
+    if pending.writes: pending.run_before((self,))  # an in-place op into its memory, written through a view
     if (values := host_values(self.lazydata)) is None:
       return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
               f"it, .numpy() returns its values{grad}>")
@@ -278,7 +247,7 @@ class Tensor(InPlaceMixin):
     [2, 3]
     """
     tensors = (self,) + others
-    if _pending_writes: Tensor._run_pending_writes(tensors)
+    if pending.writes: pending.run_before(tensors)
     # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
     if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
     # the moment of the last assign realized here: values computed after it read what it writes, as in torch
@@ -304,31 +273,9 @@ class Tensor(InPlaceMixin):
       if new is not t.lazydata:
         if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
         t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
-      if t._assigned_at is not None: _pending_writes.pop(t._assigned_at, None)  # done: its graph can go
+      if t._assigned_at is not None: pending.writes.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
     return self
-
-  @staticmethod
-  def _run_pending_writes(tensors: tuple[Tensor, ...], reads: int = 0) -> None:
-    """Before realizing `tensors`: the assigns of other tensors not run yet into memory they read (or into `reads`, a
-    mask of memory) run first, as in torch, where an in-place op writes when it is called (`v = x.T; v.add_(1);
-    x.numpy()`). Not those their graphs hold (x.add_(1) * 2 runs the add in its own schedule). Each is taken from the
-    pending ones before it runs, so two that read each other's memory run once each."""
-    if not reads:
-      for t in tensors: reads |= t.lazydata.reads
-    chosen = {id(t) for t in tensors}
-    def in_graphs(node: UOp) -> bool: return any(node in t.lazydata.toposort for t in tensors)
-    due: list[tuple[int, Tensor]] = []
-    for key, (ref, node) in list(_pending_writes.items()):
-      holder = ref()
-      # realized (or held by a later assign of the same tensor), or run in another graph
-      if (holder.lazydata is not node) if holder is not None else node in realized_map: del _pending_writes[key]
-      elif holder is None or (id(holder) not in chosen and node.writes & reads and not in_graphs(node)):
-        del _pending_writes[key]
-        if holder is None: (holder := Tensor._of(node))._assigned_at = key
-        due.append((key, holder))
-    # one at a time, in the order they were made: a value computed between two of them reads the first one's write
-    for _, writer in sorted(due, key=operator.itemgetter(0)): writer.realize()
 
   def _buffer(self) -> tuple[Buffer, ShapeTracker]:
     self.realize()
@@ -472,10 +419,10 @@ class Tensor(InPlaceMixin):
     # the writes other tensors have pending into this memory come first (those into memory the value reads run before
     # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
     # old contents in the same schedule)
-    if _pending_writes: Tensor._run_pending_writes((self,), target.reads)
+    if pending.writes: pending.run_before((self,), target.reads)
     self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
     self._assigned_at = live.serial()  # values computed from now on read what it writes
-    _pending_writes[self._assigned_at] = (weakref.ref(self), self.lazydata)
+    pending.writes[self._assigned_at] = (weakref.ref(self), self.lazydata)
     if self._viewed is not None: self._viewed._written_unseen()
     # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
     if self._viewed is None and old.op is Ops.ASSIGN: self._rebase_views(old, self.lazydata)
@@ -517,7 +464,7 @@ class Tensor(InPlaceMixin):
     if not writable_view(self.lazydata.arg):
       self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
     # in-place writes pending into this memory (through a view) run first: the value written reads what they wrote
-    if _pending_writes: Tensor._run_pending_writes((self,))
+    if pending.writes: pending.run_before((self,))
     target, new = self._setitem_parts(indices, value)
     if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
     write = UOp(Ops.ASSIGN, target.dtype, (target.lazydata, new.lazydata))
@@ -795,23 +742,6 @@ class Tensor(InPlaceMixin):
     if self._graph is not None and realized_map.get(self._graph) is self.lazydata: return self._graph
     return self.lazydata
 
-  def _grads(self, targets: Sequence[Tensor], gradient: Tensor | None) -> list[UOp | None]:
-    """d(self)/d(target) for each target (None where self does not depend on it), seeded with `gradient`."""
-    if not self.dtype.is_float: raise TypeError(f"gradient of a {self.dtype} tensor; only float outputs have gradients")
-    if gradient is None:
-      if self.numel() != 1:
-        raise ValueError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient= of that shape; "
-                         "only a one-element output has an implicit gradient of 1")
-      seed = const_uop(1.0, self.dtype, self.device, self.shape)
-    else:
-      if gradient.shape != self.shape:
-        raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
-      seed = gradient.cast(self.dtype).lazydata
-    out = gradients_of(self._graph_root(), seed, targets)
-    # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
-    return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
-            for t, g in zip(targets, out)]
-
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet). Any float tensor can
     be a target, whether it requires gradients or not; but once realized, only a tensor that requires gradients keeps
@@ -827,7 +757,7 @@ class Tensor(InPlaceMixin):
     """
     for t in targets:
       if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
-    grads = self._grads(targets, gradient)
+    grads = gradients(self, targets, gradient)
     return [t.zeros_like() if g is None else Tensor(g) for t, g in zip(targets, grads)]
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -845,9 +775,9 @@ class Tensor(InPlaceMixin):
     """
     if not self._requires_grad: return self
     # in-place writes pending into memory the graph reads run first: the gradients are of the values it reads now
-    if _pending_writes: Tensor._run_pending_writes((self,))
+    if pending.writes: pending.run_before((self,))
     leaves = list(grad_leaves.values()) + list(retained.values())
-    for t, g in zip(leaves, self._grads(leaves, gradient)):
+    for t, g in zip(leaves, gradients(self, leaves, gradient)):
       if g is None: continue
       t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)
       # a gradient reads the memory as the graph it differentiates read it (in-place values a later write overwrote
