@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lazytensor.codegen.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps
@@ -102,6 +103,16 @@ def vector_amounts(t: CPUTarget, vectors: int = 1) -> tuple[int, ...]:
 # 8 -> 24 GFLOP/s (scalar code without), 45-49 with the rows padded too (_pad_for_rows); divisible 192: 76
 MAX_PAD_FRACTION = 8
 
+def _pads_little(size: int, amt: int, fraction: int = MAX_PAD_FRACTION) -> bool:
+  """Whether padding `size` up to a multiple of `amt` adds at most 1/fraction of it."""
+  return -size % amt <= size // fraction
+
+def _pad_to(k: Kernel, axis: int, amounts: Iterable[int], fraction: int = MAX_PAD_FRACTION) -> int | None:
+  """PADTO `axis` to a multiple of the first of `amounts` that adds at most 1/fraction of it (and applies); that
+  amount, or None."""
+  size = k.full_shape[axis]
+  return next((a for a in amounts if _pads_little(size, a, fraction) and _try(k, Opt(OptOps.PADTO, axis, a))), None)
+
 def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
   """(axis, amount) for the SIMD vectors of a register tile, applied (with a PADTO first where the amount does not
   divide the axis, within the padding limit): an output axis along which, once the vector is split off, every operand
@@ -112,7 +123,7 @@ def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
   for a in k.axes_of(AxisKind.GLOBAL):
     for amt in vector_amounts(_target(k), TILE_VECTORS):
       trial, size = k.copy(), k.full_shape[a]
-      if size % amt and (-size % amt > size // MAX_PAD_FRACTION or not _try(trial, Opt(OptOps.PADTO, a, amt))): continue
+      if size % amt and _pad_to(trial, a, (amt,)) is None: continue
       if not _try(trial, Opt(OptOps.UPCAST, a, amt)): continue
       lane = trial.axes_of(AxisKind.UPCAST)[-1]
       strides = [_stride(trial, i, lane) for i in loads]
@@ -126,10 +137,8 @@ def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
 
 def _pad_for_vectors(k: Kernel, axis: int) -> None:
   """PADTO `axis` up to the widest vector within the padding limit, if no vector divides it."""
-  size, amts = k.full_shape[axis], vector_amounts(_target(k), TILE_VECTORS)
-  if any(size % amt == 0 for amt in amts): return
-  amt = next((a for a in amts if -(-size // a) * a - size <= size // MAX_PAD_FRACTION), None)
-  if amt is not None: _try(k, Opt(OptOps.PADTO, axis, amt))
+  amts = vector_amounts(_target(k), TILE_VECTORS)
+  if all(k.full_shape[axis] % amt for amt in amts): _pad_to(k, axis, amts)
 
 CONSECUTIVE_ROWS = 8
 
@@ -149,10 +158,8 @@ def _pad_for_rows(k: Kernel, axis: int, budget: int, rows: int | None) -> int | 
   """Rows of a tile along an axis with no divisor near the budget (197 tokens) after a PADTO to a multiple of more
   rows, within the padding limit: each B vector then serves that many rows (32 x 197x64x197 on one AVX2 thread, one row
   at a time: 22 GFLOP/s). The padded rows' loads of A read on past them, or are masked at the end of the buffer."""
-  size = k.full_shape[axis]
   if rows is not None and 2 * rows >= budget: return rows
-  amt = next((a for a in range(min(budget, 16), (rows or 1), -1)
-              if -size % a <= size // MAX_PAD_FRACTION and _try(k, Opt(OptOps.PADTO, axis, a))), None)
+  amt = _pad_to(k, axis, range(min(budget, 16), (rows or 1), -1))
   return rows if amt is None else amt
 
 def _rows_within(size: int, budget: int) -> int | None:
@@ -221,8 +228,7 @@ def _dot_tile(k: Kernel, loads: list[int]) -> bool:
   if (amt := _largest_divisor(size, amts)) is None:
     # rows no vector divides (a conv's weight gradient over 14-wide rows): padded, each padded product masked to 0
     # (one output at a time, scalar: 0.4 GFLOP/s; padded 14 -> 16: 5-11)
-    amt = next((a for a in amts if -size % a <= size // DOT_PAD_FRACTION and _try(k, Opt(OptOps.PADTO, red[-1], a))),
-               None)
+    amt = _pad_to(k, red[-1], amts, DOT_PAD_FRACTION)
   if amt is None or not _try(k, Opt(OptOps.UNROLL, red[-1], amt)): return False
   room = accumulators(_target(k))
   for i, a in enumerate(_dot_axes(k, loads)):
@@ -459,7 +465,7 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   panel = TILE_VECTORS * target.vector_floats
   small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
   # panels past the last column are zeros: at most 1/MAX_PAD_FRACTION more work, as _pad_for_vectors pads the kernel
-  if small or shape[col] < 2 * panel or -shape[col] % panel > shape[col] // MAX_PAD_FRACTION: return ()
+  if small or shape[col] < 2 * panel or not _pads_little(shape[col], panel): return ()
   packs = [Packing(i, col, panel)]
   # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
   rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
