@@ -1,7 +1,7 @@
 """Tensor: a lazy, numpy-like array. Every operation builds UOps; realize() schedules, compiles and runs them.
 
-This module holds the class itself: construction from data, properties, realization, writes, autograd and the funnel
-every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (lazytensor/mixin/:
+This module holds the class itself: construction from data, properties, realization, autograd and the funnel
+every op goes through (_apply_uop); how writes into a tensor's memory reach the views that share it is in writes.py. The ops come from a chain of mixins, one module per area (lazytensor/mixin/:
 movement, shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi,
 aliases, inplace), each building only on those below it and on the primitives that the chain's base declares and this
 class implements.
@@ -17,16 +17,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lazytensor import pending
+from lazytensor import pending, writes
 from lazytensor.autograd import GradHook, RemovableHandle, add_hook, grad_leaves, gradients, retained
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, np_from_data, to_dtype
 from lazytensor.engine import live
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
-from lazytensor.gradient import compute_gradient
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves
-from lazytensor.helpers import ArgumentError, NotSupportedError
+from lazytensor.helpers import ArgumentError
 from lazytensor.mixin.inplace import InPlaceMixin
 from lazytensor.mixin.multi import open_devices
 from lazytensor.shape.view import ShapeTracker
@@ -34,15 +33,9 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 from lazytensor.views import (
   Moves,
   host_values,
-  moved_buffer,
-  moved_onto,
-  moved_st,
   moves_between,
   moves_over,
-  replayed,
   row_major,
-  unmoved,
-  writable_view,
 )
 
 _contiguous_ids = itertools.count()
@@ -398,44 +391,8 @@ class Tensor(InPlaceMixin):
     >>> t.assign(t * 10).tolist()
     [10.0, 20.0]
     """
-    value = self._as_value_for(x, self.shape)
-    if self.numel() == 0: return self  # nothing to write
-    if self._viewed is not None and self._write_has_grad(value):
-      # a view of a tensor that needs gradients (`x[::2].mul_(10)`): written now, as a setitem, which records the
-      # write in the gradients of the tensor it views
-      self[...] = value
-      return self
-    if self.lazydata.op is Ops.ASSIGN and self._read_since_assigned((x, value)): self.realize()
-    old = self.lazydata
-    if self._viewed is None and not self._is_buffer_view() and old.op is not Ops.ASSIGN:
-      # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
-      self.lazydata = value.lazydata
-      self._rebase_views(old, self.lazydata)
-      return self
-    # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
-    if self._viewed is not None or old.op is not Ops.ASSIGN: self._give_buffer()
-    # a second assign before realizing writes the same buffer (its value may read the first one's result)
-    target = self.lazydata.src[0] if self.lazydata.op is Ops.ASSIGN else self.lazydata
-    # the writes other tensors have pending into this memory come first (those into memory the value reads run before
-    # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
-    # old contents in the same schedule)
-    if pending.writes: pending.run_before((self,), target.reads)
-    self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
-    self._assigned_at = live.serial()  # values computed from now on read what it writes
-    pending.writes[self._assigned_at] = (weakref.ref(self), self.lazydata)
-    if self._viewed is not None: self._viewed._written_unseen()
-    # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
-    if self._viewed is None and old.op is Ops.ASSIGN: self._rebase_views(old, self.lazydata)
-    return self
+    return writes.assign(self, x)
 
-  def _read_since_assigned(self, exempt: tuple[Any, ...]) -> bool:
-    """Whether a value made since this tensor's pending assign (other than `exempt`) reads the memory it writes, other
-    than through the assign (the random bits a draw makes read the count's assign): that value must see this write and
-    not the next one, which therefore cannot join it in one schedule."""
-    if self._assigned_at is None: return False
-    pending = self.lazydata
-    return any(n > self._assigned_at and not any(t is e for e in exempt) and pending not in t.lazydata.toposort
-               for n, t in live.old_value_readers((self,)))
 
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
@@ -457,67 +414,10 @@ class Tensor(InPlaceMixin):
     >>> t.tolist()
     [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
     """
-    if self._write_has_grad(value): return self._setitem_with_grad(indices, value)
-    self._give_buffer()
-    if not moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
-    if not self._is_buffer_view(): self.realize()  # a view of a buffer: realizing it computes nothing
-    if not writable_view(self.lazydata.arg):
-      self.lazydata = self.contiguous().realize().lazydata  # a dense buffer of its own to write into
-    # in-place writes pending into this memory (through a view) run first: the value written reads what they wrote
-    if pending.writes: pending.run_before((self,))
-    target, new = self._setitem_parts(indices, value)
-    if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not self's
-    write = UOp(Ops.ASSIGN, target.dtype, (target.lazydata, new.lazydata))
-    written = Tensor(write).realize().lazydata
-    # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
-    self.lazydata = UOp(Ops.VIEW, self.dtype, written.src, self.lazydata.arg)
-    (self._viewed if self._viewed is not None else self)._written_unseen()
+    return writes.setitem(self, indices, value)
 
-  def _written_unseen(self) -> None:
-    """After a write that autograd does not see (through a detached view, or under no_grad) into this tensor, which
-    keeps the graph that computed it: that graph stands for the new contents from now on (values computed from it read
-    them), with the old graph's gradient, as torch's autograd does not see such a write either."""
-    if self._graph is None or not self._requires_grad or not self._is_buffer_view(): return
-    ones = const_uop(1.0, self.dtype, self.device, self.shape)
-    self._graph = UOp(Ops.CUSTOM_GRAD, self.dtype, (self.lazydata, self._graph, ones))
-    commit_realized({self._graph: self.lazydata})
 
-  def _write_has_grad(self, value: Any) -> bool:
-    """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
-    gradients or of a value that does. Into a leaf that requires gradients (or a view of one) it is an error, as in
-    torch: the leaf's gradient would be that of a value it no longer holds."""
-    # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
-    if Tensor.no_grad or not self.dtype.is_float or self._detached: return False
-    root = self._viewed if self._viewed is not None else self
-    if root._requires_grad and id(root) in grad_leaves:
-      what = "a tensor" if root is self else "a view of a tensor"
-      raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
-                          "be written in place, as in torch; write under no_grad(), or into a clone")
-    return bool(root._requires_grad or self._requires_grad or (isinstance(value, Tensor) and value._requires_grad))
 
-  def _give_buffer(self) -> None:
-    """Before a write: the tensor this one views (itself, or the one its movement ops were taken from) gets a buffer
-    of its own if it is lazy, and every live view of it taken while it was lazy views the buffer, as torch's views do:
-    after a write, the lazy node no longer stands for the buffer's contents. Not the buffer its lazy value would be
-    realized into: another tensor computed alike holds the same (interned) node, and would share that one."""
-    root = self._viewed if self._viewed is not None else self
-    if moved_buffer(root.lazydata):  # realized since its views were taken
-      old = root._lazy_before() if root._lazy_before is not None else None
-    else:
-      old = root.lazydata
-      copy = root.contiguous()
-      copy._assigned_at = root._assigned_at  # values computed after its pending assign read what it writes
-      root.lazydata = copy.realize().lazydata
-      if root._requires_grad and id(root) not in grad_leaves: root._graph = copy._graph  # gradients flow on
-    root._lazy_before = None  # its views follow it from now on: the next write need not look for them
-    root._rebase_views(old, root.lazydata)
-    # a view of a tensor that needs gradients reads it through its graph: a write that records none goes to the buffer
-    if self is not root and (graph := root._graph_root()) is not root.lazydata and moves_over(self.lazydata, graph):
-      self.lazydata = moved_onto(self.lazydata, graph, root.lazydata)
-    # a view taken of an assign (`d.mul_(2); d[0].add_(1)`) writes where that assign wrote, once it ran
-    if (write := unmoved(self.lazydata)).op is Ops.ASSIGN and moved_buffer(write.src[0]):
-      if write not in realized_map: Tensor._of(write).realize()  # (which may realize this view too)
-      if moves_over(self.lazydata, write): self.lazydata = moved_onto(self.lazydata, write, write.src[0])
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients. As torch's, a view that shares the memory: a write into either
@@ -531,7 +431,7 @@ class Tensor(InPlaceMixin):
     """
     out = Tensor._of(UOp(Ops.DETACH, self.dtype, (self.lazydata,)))
     out._requires_grad = False
-    self._add_view(out)
+    writes.add_view(self, out)
     out._detached = True
     return out
 
@@ -553,16 +453,9 @@ class Tensor(InPlaceMixin):
     else:
       ret = Tensor._of(out)
       if out.dtype.is_float: ret._requires_grad = True
-    if not others and (out is srcs[0] or out.op in MOVES): self._add_view(ret)
+    if not others and (out is srcs[0] or out.op in MOVES): writes.add_view(self, ret)
     return ret
 
-  def _add_view(self, view: Tensor) -> None:
-    """Record `view` (movement ops of self, or a detach) as a view of the tensor self views, or of self: writes into
-    either reach the other (_give_buffer, _rebase_views)."""
-    root = self._viewed if self._viewed is not None else self
-    view._viewed, view._detached = root, self._detached
-    if root._views is None: root._views = []
-    root._views.append(weakref.ref(view))
 
   @staticmethod
   def _of(uop: UOp) -> Tensor:
@@ -579,9 +472,9 @@ class Tensor(InPlaceMixin):
     self._requires_grad: bool | None = None
     self._graph = None
     # the tensor this one is a view of (made from it by movement ops), and the lazy value a realized tensor had:
-    # what a write into a lazy view must reach (_give_buffer)
+    # what a write into a lazy view must reach (writes.give_buffer)
     self._viewed: Tensor | None = None
-    self._views: list[weakref.ref[Tensor]] | None = None  # the live views of this tensor, made by _add_view
+    self._views: list[weakref.ref[Tensor]] | None = None  # the live views of this tensor, made by writes.add_view
     self._own_moves: Moves | None = None  # a view realized on its own while its tensor was lazy: its view ops
     self._detached = False  # made by detach() (or a view of such): writes through it record no gradient
     self._lazy_before: weakref.ref[UOp] | None = None
@@ -590,66 +483,8 @@ class Tensor(InPlaceMixin):
 
   # ---- writes recorded for autograd ----
 
-  def _setitem_with_grad(self, indices: Any, value: Any) -> None:
-    """__setitem__ recorded for autograd. The buffer is written as without gradients; the graph of the tensor written
-    into (self, or the tensor it views) becomes `where(written, value placed there, old graph)`, standing for the
-    buffer's new contents, and its live views (self among them) read it through that graph."""
-    root = self._viewed if self._viewed is not None else self
-    old = root._grad_buffer()
-    node = old if self is root else self.lazydata  # self's value in graphs
-    if not moves_over(node, old):
-      raise NotSupportedError("x[...] = value with gradients: x is a view that was realized on its own, which no "
-                              "longer knows the graph of the tensor it views; write into that tensor, or take the view "
-                              "again")
-    if self is not root and not writable_view(moved_st(moved_onto(node, old, root.lazydata))):
-      self._viewed = None  # an expanded or padded view: written as a copy of its own, as without gradients
-      return self._setitem_with_grad(indices, value)
-    view = Tensor._of(node)
-    view._requires_grad = True
-    target, new = view._setitem_parts(indices, value)
-    if target.numel() == 0: return
-    # the write's adjoint places the value (and ones, for where it goes) in the written tensor's shape
-    ones = const_uop(1.0, target.dtype, target.device, target.shape)
-    placed, hit = (Tensor._of(compute_gradient(target.lazydata, g, {old})[old]) for g in (new.lazydata, ones))
-    graph = (hit != 0).where(placed, Tensor._of(old)).lazydata
-    write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
-    root.lazydata = UOp(Ops.VIEW, root.dtype, Tensor(write).realize().lazydata.src, root.lazydata.arg)
-    commit_realized({graph: root.lazydata})
-    root._graph, root._requires_grad = graph, True
-    root._rebase_views(old, graph, requires_grad=True)
 
-  def _grad_buffer(self) -> UOp:
-    """For a write with gradients into this tensor (one that views no other): it is given a buffer of its own if it
-    has none, keeping the graph that computed it; returns the node that stands for the buffer's contents in graphs
-    (that graph, or the buffer's view), which the views taken from it read it through from now on."""
-    if self._is_buffer_view(): return self._graph_root()
-    lazy = self.lazydata
-    copy = self.contiguous().realize()
-    self.lazydata = copy.lazydata
-    graph = copy._graph_root()
-    self._graph = graph if graph is not copy.lazydata else None
-    self._rebase_views(lazy, graph)
-    return graph
 
-  def _rebase_views(self, old: UOp | None, new: UOp, requires_grad: bool = False) -> None:
-    """Every live view taken from this tensor while it was `old` (movement ops over it), or realized into a buffer of
-    its own while this one was lazy, now makes the same moves over `new`: the buffer a write gave it, the value a lazy
-    tensor was assigned, or the graph that stands for the buffer's contents."""
-    if self._views is None: return
-    views = [t for ref in self._views if (t := ref()) is not None and t._viewed is self]
-    self._views = [weakref.ref(t) for t in views]
-    # (what views were made over, what they are made over now): the views taken of one realized on its own follow it
-    moved = [] if old is None else [(old, new)]
-    for t in views:
-      if t._own_moves is not None:
-        moved.append((t.lazydata, replayed(t._own_moves, new)))
-        t.lazydata, t._own_moves = moved[-1][1], None
-        if requires_grad and not t._detached: t._requires_grad = True
-    for t in views:
-      if (pair := next(((o, n) for o, n in moved if moves_over(t.lazydata, o)), None)) is not None:
-        t.lazydata = moved_onto(t.lazydata, *pair)
-        # a detached view reads the new graph without its gradients
-        if requires_grad and not t._detached: t._requires_grad = True
 
   # ---- autograd ----
 

@@ -1,0 +1,196 @@
+"""Writes into a tensor's memory (assign, setitem) and the views that share it: what Tensor.assign, __setitem__ and
+detach do. A view (movement ops of a tensor, or a detach) is recorded on the tensor it views (add_view); a write gives
+that tensor a buffer of its own if it is lazy (give_buffer) and moves its live views onto what now stands for its
+contents (rebase_views). Writes recorded for autograd make the written tensor's graph `where(written, value, old)`
+(setitem_with_grad); writes autograd does not see keep the old graph's gradient (written_unseen)."""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from lazytensor import pending
+from lazytensor.autograd import grad_leaves
+from lazytensor.engine import live
+from lazytensor.engine.schedule import commit_realized, realized_map
+from lazytensor.gradient import compute_gradient
+from lazytensor.graph import const_uop
+from lazytensor.helpers import ArgumentError, NotSupportedError
+from lazytensor.uop.ops import Ops, UOp
+from lazytensor.views import moved_buffer, moved_onto, moved_st, moves_over, replayed, unmoved, writable_view
+
+if TYPE_CHECKING:
+  from lazytensor.tensor import Tensor
+
+def assign(t: Tensor, x: Any) -> Tensor:
+  """Tensor.assign: the write recorded as a pending ASSIGN of t\'s memory."""
+  value = t._as_value_for(x, t.shape)
+  if t.numel() == 0: return t  # nothing to write
+  if t._viewed is not None and write_has_grad(t, value):
+    # a view of a tensor that needs gradients (`x[::2].mul_(10)`): written now, as a setitem, which records the
+    # write in the gradients of the tensor it views
+    t[...] = value
+    return t
+  if t.lazydata.op is Ops.ASSIGN and read_since_assigned(t, (x, value)): t.realize()
+  old = t.lazydata
+  if t._viewed is None and not t._is_buffer_view() and old.op is not Ops.ASSIGN:
+    # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
+    t.lazydata = value.lazydata
+    rebase_views(t, old, t.lazydata)
+    return t
+  # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
+  if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
+  # a second assign before realizing writes the same buffer (its value may read the first one's result)
+  target = t.lazydata.src[0] if t.lazydata.op is Ops.ASSIGN else t.lazydata
+  # the writes other tensors have pending into this memory come first (those into memory the value reads run before
+  # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
+  # old contents in the same schedule)
+  if pending.writes: pending.run_before((t,), target.reads)
+  t.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
+  t._assigned_at = live.serial()  # values computed from now on read what it writes
+  pending.writes[t._assigned_at] = (weakref.ref(t), t.lazydata)
+  if t._viewed is not None: written_unseen(t._viewed)
+  # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
+  if t._viewed is None and old.op is Ops.ASSIGN: rebase_views(t, old, t.lazydata)
+  return t
+
+def setitem(t: Tensor, indices: Any, value: Any) -> None:
+  """Tensor.__setitem__: the write, run now."""
+  if write_has_grad(t, value): return setitem_with_grad(t, indices, value)
+  give_buffer(t)
+  if not moved_buffer(t.lazydata): t.lazydata = t.contiguous().realize().lazydata
+  if not t._is_buffer_view(): t.realize()  # a view of a buffer: realizing it computes nothing
+  if not writable_view(t.lazydata.arg):
+    t.lazydata = t.contiguous().realize().lazydata  # a dense buffer of its own to write into
+  # in-place writes pending into this memory (through a view) run first: the value written reads what they wrote
+  if pending.writes: pending.run_before((t,))
+  target, new = t._setitem_parts(indices, value)
+  if target.numel() == 0: return  # nothing to write; an empty assign realizes into a new empty buffer, not t's
+  write = UOp(Ops.ASSIGN, target.dtype, (target.lazydata, new.lazydata))
+  written = type(t)(write).realize().lazydata
+  # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
+  t.lazydata = UOp(Ops.VIEW, t.dtype, written.src, t.lazydata.arg)
+  written_unseen(t._viewed if t._viewed is not None else t)
+
+def read_since_assigned(t: Tensor, exempt: tuple[Any, ...]) -> bool:
+  """Whether a value made since this tensor's pending assign (other than `exempt`) reads the memory it writes, other
+  than through the assign (the random bits a draw makes read the count's assign): that value must see this write and
+  not the next one, which therefore cannot join it in one schedule."""
+  if t._assigned_at is None: return False
+  write = t.lazydata
+  return any(n > t._assigned_at and not any(r is e for e in exempt) and write not in r.lazydata.toposort
+             for n, r in live.old_value_readers((t,)))
+
+def written_unseen(t: Tensor) -> None:
+  """After a write that autograd does not see (through a detached view, or under no_grad) into this tensor, which
+  keeps the graph that computed it: that graph stands for the new contents from now on (values computed from it read
+  them), with the old graph's gradient, as torch's autograd does not see such a write either."""
+  if t._graph is None or not t._requires_grad or not t._is_buffer_view(): return
+  ones = const_uop(1.0, t.dtype, t.device, t.shape)
+  t._graph = UOp(Ops.CUSTOM_GRAD, t.dtype, (t.lazydata, t._graph, ones))
+  commit_realized({t._graph: t.lazydata})
+
+def write_has_grad(t: Tensor, value: Any) -> bool:
+  """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
+  gradients or of a value that does. Into a leaf that requires gradients (or a view of one) it is an error, as in
+  torch: the leaf's gradient would be that of a value it no longer holds."""
+  # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
+  if t.no_grad or not t.dtype.is_float or t._detached: return False
+  root = t._viewed if t._viewed is not None else t
+  if root._requires_grad and id(root) in grad_leaves:
+    what = "a tensor" if root is t else "a view of a tensor"
+    raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
+                        "be written in place, as in torch; write under no_grad(), or into a clone")
+  return bool(root._requires_grad or t._requires_grad or (isinstance(value, type(t)) and value._requires_grad))
+
+def give_buffer(t: Tensor) -> None:
+  """Before a write: the tensor this one views (itself, or the one its movement ops were taken from) gets a buffer
+  of its own if it is lazy, and every live view of it taken while it was lazy views the buffer, as torch's views do:
+  after a write, the lazy node no longer stands for the buffer's contents. Not the buffer its lazy value would be
+  realized into: another tensor computed alike holds the same (interned) node, and would share that one."""
+  root = t._viewed if t._viewed is not None else t
+  if moved_buffer(root.lazydata):  # realized since its views were taken
+    old = root._lazy_before() if root._lazy_before is not None else None
+  else:
+    old = root.lazydata
+    copy = root.contiguous()
+    copy._assigned_at = root._assigned_at  # values computed after its pending assign read what it writes
+    root.lazydata = copy.realize().lazydata
+    if root._requires_grad and id(root) not in grad_leaves: root._graph = copy._graph  # gradients flow on
+  root._lazy_before = None  # its views follow it from now on: the next write need not look for them
+  rebase_views(root, old, root.lazydata)
+  # a view of a tensor that needs gradients reads it through its graph: a write that records none goes to the buffer
+  if t is not root and (graph := root._graph_root()) is not root.lazydata and moves_over(t.lazydata, graph):
+    t.lazydata = moved_onto(t.lazydata, graph, root.lazydata)
+  # a view taken of an assign (`d.mul_(2); d[0].add_(1)`) writes where that assign wrote, once it ran
+  if (write := unmoved(t.lazydata)).op is Ops.ASSIGN and moved_buffer(write.src[0]):
+    if write not in realized_map: type(t)._of(write).realize()  # (which may realize this view too)
+    if moves_over(t.lazydata, write): t.lazydata = moved_onto(t.lazydata, write, write.src[0])
+
+def add_view(t: Tensor, view: Tensor) -> None:
+  """Record `view` (movement ops of t, or a detach) as a view of the tensor t views, or of t: writes into
+  either reach the other (give_buffer, rebase_views)."""
+  root = t._viewed if t._viewed is not None else t
+  view._viewed, view._detached = root, t._detached
+  if root._views is None: root._views = []
+  root._views.append(weakref.ref(view))
+
+def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
+  """__setitem__ recorded for autograd. The buffer is written as without gradients; the graph of the tensor written
+  into (t, or the tensor it views) becomes `where(written, value placed there, old graph)`, standing for the
+  buffer's new contents, and its live views (t among them) read it through that graph."""
+  root = t._viewed if t._viewed is not None else t
+  old = grad_buffer(root)
+  node = old if t is root else t.lazydata  # t's value in graphs
+  if not moves_over(node, old):
+    raise NotSupportedError("x[...] = value with gradients: x is a view that was realized on its own, which no "
+                            "longer knows the graph of the tensor it views; write into that tensor, or take the view "
+                            "again")
+  if t is not root and not writable_view(moved_st(moved_onto(node, old, root.lazydata))):
+    t._viewed = None  # an expanded or padded view: written as a copy of its own, as without gradients
+    return setitem_with_grad(t, indices, value)
+  view = type(t)._of(node)
+  view._requires_grad = True
+  target, new = view._setitem_parts(indices, value)
+  if target.numel() == 0: return
+  # the write's adjoint places the value (and ones, for where it goes) in the written tensor's shape
+  ones = const_uop(1.0, target.dtype, target.device, target.shape)
+  placed, hit = (type(t)._of(compute_gradient(target.lazydata, g, {old})[old]) for g in (new.lazydata, ones))
+  graph = (hit != 0).where(placed, type(t)._of(old)).lazydata
+  write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
+  root.lazydata = UOp(Ops.VIEW, root.dtype, type(t)(write).realize().lazydata.src, root.lazydata.arg)
+  commit_realized({graph: root.lazydata})
+  root._graph, root._requires_grad = graph, True
+  rebase_views(root, old, graph, requires_grad=True)
+
+def grad_buffer(t: Tensor) -> UOp:
+  """For a write with gradients into this tensor (one that views no other): it is given a buffer of its own if it
+  has none, keeping the graph that computed it; returns the node that stands for the buffer's contents in graphs
+  (that graph, or the buffer's view), which the views taken from it read it through from now on."""
+  if t._is_buffer_view(): return t._graph_root()
+  lazy = t.lazydata
+  copy = t.contiguous().realize()
+  t.lazydata = copy.lazydata
+  graph = copy._graph_root()
+  t._graph = graph if graph is not copy.lazydata else None
+  rebase_views(t, lazy, graph)
+  return graph
+
+def rebase_views(t: Tensor, old: UOp | None, new: UOp, requires_grad: bool = False) -> None:
+  """Every live view taken from this tensor while it was `old` (movement ops over it), or realized into a buffer of
+  its own while this one was lazy, now makes the same moves over `new`: the buffer a write gave it, the value a lazy
+  tensor was assigned, or the graph that stands for the buffer's contents."""
+  if t._views is None: return
+  views = [v for ref in t._views if (v := ref()) is not None and v._viewed is t]
+  t._views = [weakref.ref(v) for v in views]
+  # (what views were made over, what they are made over now): the views taken of one realized on its own follow it
+  moved = [] if old is None else [(old, new)]
+  for v in views:
+    if v._own_moves is not None:
+      moved.append((v.lazydata, replayed(v._own_moves, new)))
+      v.lazydata, v._own_moves = moved[-1][1], None
+      if requires_grad and not v._detached: v._requires_grad = True
+  for v in views:
+    if (pair := next(((o, n) for o, n in moved if moves_over(v.lazydata, o)), None)) is not None:
+      v.lazydata = moved_onto(v.lazydata, *pair)
+      # a detached view reads the new graph without its gradients
+      if requires_grad and not v._detached: v._requires_grad = True
