@@ -361,20 +361,19 @@ def _lanes_of(x: UOp, n: int) -> tuple[UOp, ...] | None:
 
 def _and_terms(x: UOp) -> list[UOp]: return _and_terms(x.src[0]) + _and_terms(x.src[1]) if x.op is Ops.AND else [x]
 
-def _implies(gate: UOp, cond: UOp) -> bool:
-  """Whether `gate` is False in every lane where `cond` is: each lane of cond is True or one of the gate's terms."""
-  n = cond.dtype.count
-  if (gates := _lanes_of(gate, n)) is None or (conds := _lanes_of(cond, n)) is None: return False
-  return all(c.op is Ops.CONST and c.arg is True or c in _and_terms(g) for g, c in zip(gates, conds))
-
-def _zero_unless(v: UOp, cond: UOp) -> bool:
-  """Whether `v` is exactly 0 wherever `cond` is False: a load gated at least by cond that reads 0 elsewhere, a cast of
-  one, or a product of two (0 * 0; 0 times an ungated value could be 0 * inf)."""
-  if v.op is Ops.CAST: return _zero_unless(v.src[0], cond)
-  if v.op is Ops.MUL: return all(_zero_unless(s, cond) for s in v.src)
+def _zero_unless(v: UOp, conds: tuple[UOp, ...]) -> bool:
+  """Whether each lane of `v` is exactly 0 where its lane of `conds` is False: a load gated at least by that condition
+  (each lane of it True or one of the gate's terms) that reads 0 elsewhere, a cast or a vector of such, or a product
+  of two (0 * 0; 0 times an ungated value could be 0 * inf)."""
+  if all(c.op is Ops.CONST and c.arg is True for c in conds): return True
+  if v.op is Ops.CAST: return _zero_unless(v.src[0], conds)
+  if v.op is Ops.MUL: return all(_zero_unless(s, conds) for s in v.src)
+  if v.op is Ops.VECTORIZE and len(v.src) == len(conds):
+    return all(_zero_unless(s, (c,)) for s, c in zip(v.src, conds))
   if v.op is not Ops.LOAD or len(v.src) != 4: return False
-  alts = _lanes_of(v.src[3], v.dtype.count)
-  return alts is not None and all(a.op is Ops.CONST and a.arg == 0 for a in alts) and _implies(v.src[2], cond)
+  alts, gates = _lanes_of(v.src[3], v.dtype.count), _lanes_of(v.src[2], len(conds))
+  return alts is not None and gates is not None and all(a.op is Ops.CONST and a.arg == 0 for a in alts) and \
+    all(c.op is Ops.CONST and c.arg is True or c in _and_terms(g) for g, c in zip(gates, conds))
 
 class _ReduceLowerer:
   """One REDUCE_AXIS: unrolled lanes are combined, looped axes accumulate, a GROUP finishes through shared memory."""
@@ -453,7 +452,8 @@ class _ReduceLowerer:
     # a product of loads that all read 0 there adds 0 already: the select would stand between the multiply and the
     # add, which then cannot fuse into an FMA (a conv's weight gradient over 14-wide rows padded to 16, AVX2 one
     # thread: 56 -> 41 ms)
-    if self.op is Ops.ADD and _zero_unless(v, cond): return v
+    if self.op is Ops.ADD and (conds := _lanes_of(cond, cond.dtype.count)) is not None and _zero_unless(v, conds):
+      return v
     return UOp(Ops.WHERE, v.dtype, (cond, v, ident))
 
   def _group(self, results: dict[tuple[int, ...], UOp]) -> dict[tuple[int, ...], UOp]:
