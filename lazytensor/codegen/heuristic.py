@@ -447,6 +447,9 @@ PANEL_MIN_ROWS = 64
 # cin*k apart, so the tile vectorizes along the output width instead, every input load masked by the padding; in
 # blocks, one vector load gives 16 output channels and each input is a broadcast scalar (32x64x56x56 by 64x3x3 on one
 # AVX-512 thread: 44 -> ~100 GFLOP/s). 16 channels are one AVX-512 vector or two AVX2 ones, both measured best.
+# A conv's weight gradient (cout, cin, *k) reads the output's gradient in blocks of output channels the same way: 32 x
+# 128x14x14 by 128x3x3 on one AVX2 thread, 16 channels x 4 input channels: 44-56 ms (dot products along 14-wide rows
+# padded to 16, masked) -> 23-30 ms, torch 34; the copy ~0.2-2 ms.
 CHANNEL_BLOCK = 16
 CHANNEL_MIN_WORK = 1 << 24
 
@@ -537,8 +540,8 @@ def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[
   """Which operands of a reduce over the products of `operands` (each viewed at the reduce's input shape) to read from
   a copy that has the blocks of one of their output axes innermost; () to read them as they are. An operand with a
   contiguous output axis along which the other is broadcast is a matmul's B (_matmul_packings). Without one (a
-  convolution, whose input windows are masked by the padding), the operand broadcast along the output positions gets
-  blocks of channels."""
+  convolution, whose input windows are masked by the padding), or where that axis is narrower than a vector (a conv
+  weight gradient's taps), the operand broadcast along the others gets blocks of channels (_channel_packing)."""
   return _packings(target, reduce_axes, operands, force=False)
 
 # BEAM times the packings of a reduce over products from this many multiply-adds (~0.5 ms on one thread); below, a
