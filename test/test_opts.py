@@ -442,6 +442,16 @@ def test_padded_dot_products_of_loads_need_no_select(device: str) -> None:
     assert any(u.op is Ops.WHERE and u.dtype.scalar() == x.dtype for u in lower_kernel(k).toposort) == selects
     np.testing.assert_allclose(_run(item, device, [pad, unroll]).reshape(16, 8), want, rtol=1e-4, atol=1e-4)
 
+def test_flops_count_ops_after_a_reduce_once_per_output() -> None:
+  # DEBUG=2's GFLOPS: a matmul is 2 ops per multiply-add; a relu on its result adds a few ops per output, not per
+  # multiply-add (a conv's relu mask counted so showed 3.5x the speed it ran at)
+  a, b = _t(16, 64), _t(64, 32)
+  def flops(t: Tensor) -> int:
+    return Kernel(create_schedule([t.lazydata])[0][-1].ast, Device["CPU"].renderer).flops_and_mem()[0]
+  plain = flops(a @ b)
+  assert plain == 2 * 16 * 64 * 32
+  assert plain < flops((a @ b).relu()) <= plain + 8 * 16 * 32
+
 @pytest.mark.parametrize("target, cols, rows", [("x86-64-v3", 16, 6), ("x86-64-v4", 32, 8), ("aarch64", 8, 8)])
 def test_large_matmul_reads_operands_in_panels_of_the_tile(target: str, cols: int, rows: int) -> None:
   # the tensor graph has no copy; a CPU's schedule adds two (B as column panels two vectors wide, A as row panels as
