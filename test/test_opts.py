@@ -401,28 +401,32 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   for opts in (tile, vec.applied_opts):
     np.testing.assert_allclose(_run(items[-1], "CPU", opts).reshape(w.shape), want, rtol=1e-4, atol=1e-3)
 
-@pytest.mark.parametrize("xs, ws, kw", [
-  ((2, 16, 14, 14), (32, 16, 3, 3), {"padding": 1}),
-  ((3, 16, 9, 11), (16, 16, 3, 3), {"padding": 1, "stride": 2}),
-  ((2, 32, 10, 10), (32, 16, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
-  ((2, 16, 7, 13), (16, 16, 3, 1), {"padding": (1, 0)}),
-  ((1, 16, 12, 12), (48, 16, 5, 5), {"stride": 3, "padding": 2}),
-  ((5, 16, 6, 6), (16, 16, 2, 2), {}),
+@pytest.mark.parametrize("op, xs, ws, kw", [
+  ("conv2d", (2, 16, 14, 14), (32, 16, 3, 3), {"padding": 1}),
+  ("conv2d", (3, 16, 9, 11), (16, 16, 3, 3), {"padding": 1, "stride": 2}),
+  ("conv2d", (2, 32, 10, 10), (32, 16, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
+  ("conv2d", (2, 16, 7, 13), (16, 16, 3, 1), {"padding": (1, 0)}),
+  ("conv2d", (1, 16, 12, 12), (48, 16, 5, 5), {"stride": 3, "padding": 2}),
+  ("conv2d", (5, 16, 6, 6), (16, 16, 2, 2), {}),
+  ("conv1d", (3, 16, 30), (32, 16, 3), {"padding": 1}),
+  ("conv3d", (2, 16, 5, 6, 7), (16, 16, 3, 3, 3), {"padding": 1}),
+  ("conv_transpose2d", (2, 32, 7, 9), (32, 16, 3, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
 ], ids=str)
-def test_packed_conv_training_matches_torch(monkeypatch, xs: tuple[int, ...], ws: tuple[int, ...], kw: dict) -> None:
+def test_packed_conv_training_matches_torch(monkeypatch, op: str, xs: tuple[int, ...], ws: tuple[int, ...],
+                                            kw: dict) -> None:
   # every conv packed as a large one is (weights and the weights' gradient's output gradient in blocks of channels),
-  # with the heuristics' tiles: odd sizes, strides, groups, dilation, non-square kernels
+  # with the heuristics' tiles: odd sizes, strides, groups, dilation, non-square kernels, other ranks, transposed
   torch = pytest.importorskip("torch")
   monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
   xn, wn = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32)
   with Context(SCHEDULE_CACHE=0):
     x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
-    out = x.conv2d(w, **kw).relu()
+    out = getattr(x, op)(w, **kw).relu()
     out.sum().backward()
     assert x.grad is not None and w.grad is not None
     got = [out.numpy(), x.grad.numpy(), w.grad.numpy()]
   tx, tw = torch.from_numpy(xn).requires_grad_(), torch.from_numpy(wn).requires_grad_()
-  tout = torch.nn.functional.conv2d(tx, tw, **kw).relu()
+  tout = getattr(torch.nn.functional, op)(tx, tw, **kw).relu()
   tout.sum().backward()
   for ours, theirs in zip(got, [tout.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()]):
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-3)
