@@ -340,6 +340,122 @@ def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeyp
   want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
   np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), want, rtol=1e-4, atol=1e-4)
 
+def _packed_conv_schedule(monkeypatch, x: Tensor, w: Tensor, **kw) -> tuple[list, list]:
+  """The schedules of a conv's output and of its weights' gradient, with every conv large enough to pack."""
+  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  with Context(SCHEDULE_CACHE=0):
+    out = create_schedule([x.conv2d(w, **kw).lazydata])[0]
+    x.conv2d(w, **kw).relu().sum().backward()
+    assert w.grad is not None
+    return out, create_schedule([w.grad.lazydata])[0]
+
+@pytest.mark.parametrize("target, tile", [("x86-64-v3", [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 2),
+                                                          Opt(OptOps.UPCAST, 0, 2)]),
+                                          ("x86-64-v4", [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 7)])])
+def test_narrow_conv_takes_rows_from_two_images(monkeypatch, target: str, tile: list[Opt]) -> None:
+  # 14-wide rows give 2 rows of the 6 that AVX2's 12 accumulators allow (16 channels = 2 vectors): a second axis of
+  # rows, the batch (no window overlaps it, no padding's mask varies along it); AVX-512's 7 rows are left alone
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.engine.realize import run_schedule
+  x, w = _t(4, 32, 14, 14).requires_grad_(), _t(32, 32, 3, 3).requires_grad_()
+  items, _ = _packed_conv_schedule(monkeypatch, x, w, padding=1)
+  k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(cpu_target(target))))
+  upcasts = [o for o in k.applied_opts if o.op is OptOps.UPCAST]
+  assert upcasts == tile and k.applied_opts[:len(tile)] == tile, k.applied_opts
+  torch = pytest.importorskip("torch")
+  run_schedule(items[:-1])
+  want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
+  got = _run(items[-1], "CPU", tile).reshape(want.shape)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("target, tile", [("x86-64-v3", [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 16)]),
+                                          ("x86-64-v4", [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 16)])])
+def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkeypatch, target: str,
+                                                                          tile: list[Opt]) -> None:
+  # the weights' gradient ends in the kernel's 3 taps, too narrow for vectors: the output's gradient is copied in
+  # blocks of 16 output channels and the tile is vectors of them by rows of input channels (not of the 3 taps), with
+  # no dot products along the 14-wide rows (padded to 16, masked)
+  from lazytensor.codegen.lowerer import lower_kernel
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  x, w = _t(4, 32, 14, 14).requires_grad_(), _t(32, 32, 3, 3).requires_grad_()
+  _, items = _packed_conv_schedule(monkeypatch, x, w, padding=1)
+  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 1 << 62)
+  with Context(SCHEDULE_CACHE=0):
+    w.grad = None
+    x.conv2d(w, padding=1).relu().sum().backward()
+    assert w.grad is not None
+    # two copies in blocks: the forward's weights, and the output's gradient that the weights' gradient reads
+    assert len(create_schedule([w.grad.lazydata])[0]) == len(items) - 2
+  renderer = LLVMRenderer(cpu_target(target))
+  k = hand_coded_optimizations(Kernel(items[-1].ast, renderer))
+  assert k.applied_opts[:2] == tile and OptOps.UNROLL not in [o.op for o in k.applied_opts], k.applied_opts
+  # the vectors run along the 16 channels (a lane axis that vectors divide), not along the 3 taps beside them
+  vec = Kernel(items[-1].ast, renderer)
+  for o in [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 3, 3)]: vec.apply_opt(o)
+  assert any(u.op is Ops.LOAD and u.dtype.count > 1 for u in lower_kernel(vec).toposort)
+  from lazytensor.engine.realize import run_schedule
+  run_schedule(items[:-1])
+  want = w.grad.numpy()
+  for opts in (tile, vec.applied_opts):
+    np.testing.assert_allclose(_run(items[-1], "CPU", opts).reshape(w.shape), want, rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("op, xs, ws, kw", [
+  ("conv2d", (2, 16, 14, 14), (32, 16, 3, 3), {"padding": 1}),
+  ("conv2d", (3, 16, 9, 11), (16, 16, 3, 3), {"padding": 1, "stride": 2}),
+  ("conv2d", (2, 32, 10, 10), (32, 16, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
+  ("conv2d", (2, 16, 7, 13), (16, 16, 3, 1), {"padding": (1, 0)}),
+  ("conv2d", (1, 16, 12, 12), (48, 16, 5, 5), {"stride": 3, "padding": 2}),
+  ("conv2d", (5, 16, 6, 6), (16, 16, 2, 2), {}),
+  ("conv1d", (3, 16, 30), (32, 16, 3), {"padding": 1}),
+  ("conv3d", (2, 16, 5, 6, 7), (16, 16, 3, 3, 3), {"padding": 1}),
+  ("conv_transpose2d", (2, 32, 7, 9), (32, 16, 3, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
+], ids=str)
+def test_packed_conv_training_matches_torch(monkeypatch, op: str, xs: tuple[int, ...], ws: tuple[int, ...],
+                                            kw: dict) -> None:
+  # every conv packed as a large one is (weights and the weights' gradient's output gradient in blocks of channels),
+  # with the heuristics' tiles: odd sizes, strides, groups, dilation, non-square kernels, other ranks, transposed
+  torch = pytest.importorskip("torch")
+  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  xn, wn = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32)
+  with Context(SCHEDULE_CACHE=0):
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    out = getattr(x, op)(w, **kw).relu()
+    out.sum().backward()
+    assert x.grad is not None and w.grad is not None
+    got = [out.numpy(), x.grad.numpy(), w.grad.numpy()]
+  tx, tw = torch.from_numpy(xn).requires_grad_(), torch.from_numpy(wn).requires_grad_()
+  tout = getattr(torch.nn.functional, op)(tx, tw, **kw).relu()
+  tout.sum().backward()
+  for ours, theirs in zip(got, [tout.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()]):
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_padded_dot_products_of_loads_need_no_select(device: str) -> None:
+  # x @ W.T with K = 102: the dot tile pads K to 104, both loads read 0 there (gated), so the product is 0 and needs no
+  # select between the multiply and the add (which keeps them one FMA); exp(x) is 1 there: it keeps the select
+  from lazytensor.codegen.lowerer import lower_kernel
+  with Context(DEV=device): x, w = _t(16, 102), _t(8, 102)
+  pad, unroll = Opt(OptOps.PADTO, 2, 8), Opt(OptOps.UNROLL, 2, 8)
+  for fn, selects, want in [(lambda a: a, False, x.numpy() @ w.numpy().T),
+                            (lambda a: a.exp(), True, np.exp(x.numpy()) @ w.numpy().T)]:
+    with Context(DEV=device): item = create_schedule([(fn(x) @ w.T).lazydata])[0][-1]
+    k = Kernel(item.ast, Device[device].renderer)
+    for o in (pad, unroll): k.apply_opt(o)
+    assert any(u.op is Ops.WHERE and u.dtype.scalar() == x.dtype for u in lower_kernel(k).toposort) == selects
+    np.testing.assert_allclose(_run(item, device, [pad, unroll]).reshape(16, 8), want, rtol=1e-4, atol=1e-4)
+
+def test_flops_count_ops_after_a_reduce_once_per_output() -> None:
+  # DEBUG=2's GFLOPS: a matmul is 2 ops per multiply-add; a relu on its result adds a few ops per output, not per
+  # multiply-add (a conv's relu mask counted so showed 3.5x the speed it ran at)
+  a, b = _t(16, 64), _t(64, 32)
+  def flops(t: Tensor) -> int:
+    return Kernel(create_schedule([t.lazydata])[0][-1].ast, Device["CPU"].renderer).flops_and_mem()[0]
+  plain = flops(a @ b)
+  assert plain == 2 * 16 * 64 * 32
+  assert plain < flops((a @ b).relu()) <= plain + 8 * 16 * 32
+
 @pytest.mark.parametrize("target, cols, rows", [("x86-64-v3", 16, 6), ("x86-64-v4", 32, 8), ("aarch64", 8, 8)])
 def test_large_matmul_reads_operands_in_panels_of_the_tile(target: str, cols: int, rows: int) -> None:
   # the tensor graph has no copy; a CPU's schedule adds two (B as column panels two vectors wide, A as row panels as

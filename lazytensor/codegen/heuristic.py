@@ -183,9 +183,7 @@ def _register_tile(k: Kernel) -> None:
   vec_axis, vec_amt = choice
   vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
   rows_budget = accumulators(_target(k)) // -(-vec_amt // _target(k).vector_floats)
-  candidates = [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1
-                                                              for i in vec_loads)]
-  other = candidates[-1] if candidates else next((a for a in _reused_axes(k) if a != vec_axis), None)
+  candidates, other = _row_axis(k, vec_axis, vec_loads, rows_budget)
   rows, consecutive = None, False
   if other is not None:
     # None with a mask: a padded view (a conv's input); without one, rows packed in panels (schedule.pack_operands)
@@ -199,10 +197,34 @@ def _register_tile(k: Kernel) -> None:
   # vector and shuffles, and that code is faster with the vectors outside (4x16: 66 vs 63 GFLOP/s).
   tile = [(vec_axis, vec_amt), (other, rows)]
   if not consecutive: tile.reverse()
+  # rows of consecutive values stay within CONSECUTIVE_ROWS in all (AVX-512's 7 output positions are not doubled:
+  # 14 of them were slower than 7, and 7 x 2 images is unmeasured)
+  tile.append(_more_rows(k, candidates, other, min(rows_budget, CONSECUTIVE_ROWS if consecutive else rows_budget)
+                         // (rows or 1)))
   for axis, amt in tile:
     if axis is None or amt is None: continue
     if not _try(k, Opt(OptOps.UPCAST, axis, amt)) and axis == vec_axis: return  # no vectors: no tile
   _panel_loop_outside(k, vec_loads)
+
+def _row_axis(k: Kernel, vec_axis: int, vec_loads: list[int], budget: int) -> tuple[list[int], int | None]:
+  """The axes along which the vector operand is broadcast (each of its loads serves a row of the tile along any of
+  them), and the one for the rows: the last, of those at least as long as the budget where there are some. A shorter
+  one (a conv weight gradient's 3 taps) caps the rows at its length, and a second axis of rows beside it spilled (16
+  output channels x 3 taps x 2 input channels, AVX2: 53 ms where 16 x 4 input channels took 27-30)."""
+  candidates = [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1
+                                                              for i in vec_loads)]
+  if not candidates: return [], next((a for a in _reused_axes(k) if a != vec_axis), None)
+  return candidates, ([a for a in candidates if k.full_shape[a] >= budget] or candidates)[-1]
+
+def _more_rows(k: Kernel, candidates: list[int], other: int | None, room: int) -> tuple[int | None, int | None]:
+  """A second axis of rows, innermost, where the first leaves room for at least twice its rows: the outermost other axis
+  along which the vector operand is broadcast (a convolution's batch: whole images apart, no window overlaps it and
+  no padding's mask varies along it). A 14-wide conv on AVX2 has rows of 2 of the 6 that 12 accumulators allow: 16
+  output channels x 2 positions x 2 images, 32x128x14x14 by 128x3x3 on one thread: 40 -> 25 ms (torch 26); 2 rows of
+  the output height instead: 58 ms (its rows' padding masks differ)."""
+  axis = next((a for a in candidates if a != other and k.full_shape[a] > 1), None)
+  if room < 2 or axis is None: return None, None
+  return axis, _rows_within(k.full_shape[axis], room)
 
 DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators where the target has them
 DOT_PAD_FRACTION = 4  # a reduce axis no vector divides is padded by at most a quarter of it for the dot tile
@@ -425,6 +447,9 @@ PANEL_MIN_ROWS = 64
 # cin*k apart, so the tile vectorizes along the output width instead, every input load masked by the padding; in
 # blocks, one vector load gives 16 output channels and each input is a broadcast scalar (32x64x56x56 by 64x3x3 on one
 # AVX-512 thread: 44 -> ~100 GFLOP/s). 16 channels are one AVX-512 vector or two AVX2 ones, both measured best.
+# A conv's weight gradient (cout, cin, *k) reads the output's gradient in blocks of output channels the same way: 32 x
+# 128x14x14 by 128x3x3 on one AVX2 thread, 16 channels x 4 input channels: 44-56 ms (dot products along 14-wide rows
+# padded to 16, masked) -> 23-30 ms, torch 34; the copy ~0.2-2 ms.
 CHANNEL_BLOCK = 16
 CHANNEL_MIN_WORK = 1 << 24
 
@@ -474,14 +499,26 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
             if j != i and va is not None and rows is not None and va.strides[rows_axis] != 0]
   return tuple(packs)
 
+def _reads_once(v: View) -> bool:
+  """Whether the view reads no element twice: its axes, by stride, each step past all the smaller ones (a
+  convolution's windows overlap: a copy of what they read would hold the input kernel-size times)."""
+  axes = sorted((abs(st), n) for st, n in zip(v.strides, v.shape) if st != 0 and n > 1)
+  return all(st >= prev_st * prev_n for (prev_st, prev_n), (st, _) in zip(axes, axes[1:]))
+
 def _channel_packing(shape: tuple[int, ...], out_axes: list[int], views: list[View | None],
                      force: bool) -> tuple[Packing, ...]:
-  """A convolution's weight in blocks of CHANNEL_BLOCK output channels, if large enough (or `force`)."""
+  """An operand in blocks of CHANNEL_BLOCK along an output axis it is not contiguous along and every other readable
+  operand is broadcast along, if large enough (or `force`): a convolution's weight along the output channels; its
+  weight gradient's output gradient along them too (the tile then runs vectors of output channels by rows of input
+  channels and taps instead of dot products along the image rows). The operand must be read at least CHANNEL_BLOCK
+  times (its broadcast axes) and read once by the view (no overlapping windows to copy many times)."""
+  if not force and prod(shape) < CHANNEL_MIN_WORK: return ()
   for i, v in enumerate(views):
-    if v is None or _broadcast_size(v, out_axes) == 1 or (not force and prod(shape) < CHANNEL_MIN_WORK): continue
-    if any(other is not None for j, other in enumerate(views) if j != i): continue
+    if v is None or prod(v.shape[a] for a in out_axes if v.strides[a] == 0) < CHANNEL_BLOCK or not _reads_once(v):
+      continue
     for a in reversed(out_axes):
       if v.strides[a] in (0, 1) or shape[a] % CHANNEL_BLOCK: continue
+      if any(o is not None and o.strides[a] != 0 for j, o in enumerate(views) if j != i): continue
       return (Packing(i, a, CHANNEL_BLOCK),)
   return ()
 
@@ -492,14 +529,19 @@ def _packings(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[Sh
   shape = v0.shape
   out_axes = [a for a in range(len(shape)) if a not in reduce_axes]
   matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), views, force)
-  return _channel_packing(shape, out_axes, views, force) if matmul is None else matmul
+  # a matmul whose last output axis is narrower than a vector (a conv's weight gradient ends in the kernel's 3 taps)
+  # has no room for vectors there: blocks of another axis give them
+  last = next((shape[a] for a in reversed(out_axes) if shape[a] > 1), 1)
+  if matmul is None or (not matmul and last < target.vector_floats): return _channel_packing(shape, out_axes, views,
+                                                                                             force)
+  return matmul
 
 def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[ShapeTracker]) -> tuple[Packing, ...]:
   """Which operands of a reduce over the products of `operands` (each viewed at the reduce's input shape) to read from
   a copy that has the blocks of one of their output axes innermost; () to read them as they are. An operand with a
   contiguous output axis along which the other is broadcast is a matmul's B (_matmul_packings). Without one (a
-  convolution, whose input windows are masked by the padding), the operand broadcast along the output positions gets
-  blocks of channels."""
+  convolution, whose input windows are masked by the padding), or where that axis is narrower than a vector (a conv
+  weight gradient's taps), the operand broadcast along the others gets blocks of channels (_channel_packing)."""
   return _packings(target, reduce_axes, operands, force=False)
 
 # BEAM times the packings of a reduce over products from this many multiply-adds (~0.5 ms on one thread); below, a
