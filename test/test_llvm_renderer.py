@@ -11,7 +11,7 @@ import pytest
 
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
-from lazytensor.codegen.transcendental import pm_fast_math, xexp2, xlog2
+from lazytensor.codegen.transcendental import SIN_REDUCED_UP_TO, pm_fast_math, xexp2, xlog2, xmod, xsin
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.helpers import Context
 from lazytensor.runtime.ops_cpu import (
@@ -369,11 +369,66 @@ def test_fast_float32(name: str, width: int) -> None:
   err = ulp_error(got[finite], exact[finite])
   assert err.max() <= 1.5, f"{name}: {err.max():.2f} ulp at x={x[finite][err.argmax()]!r}"
 
-@pytest.mark.parametrize("name", ["exp2", "log2"])
+def sweep_sin() -> np.ndarray:
+  gen = np.random.default_rng(9)
+  mags = np.exp2(gen.uniform(-149, 128, 1 << 16)) * np.sign(gen.standard_normal(1 << 16))  # every exponent
+  near = np.float32(SIN_REDUCED_UP_TO) + np.arange(-64, 64, dtype=np.float32) * 0.125  # both sides of the libm switch
+  pi_multiples = (np.arange(-1000, 1000) * (np.pi / 2)).astype(np.float32)  # the remainder cancels most here
+  return np.concatenate([EDGES, near, -near, pi_multiples, mags.astype(np.float32), np.linspace(-100, 100, 1 << 18,
+                         dtype=np.float32), gen.uniform(-3e6, 3e6, 1 << 18).astype(np.float32)])
+
+@pytest.mark.parametrize("width", [1, 8])
+def test_fast_sin_float32(width: int) -> None:
+  """Vectors that mix lanes below and above SIN_REDUCED_UP_TO take the branch to libm for the latter: every lane
+  within half an ulp (plus the float64 evaluation's 1e-11), -0.0 kept, NaN for infinities and NaN."""
+  x = sweep_sin()
+  x = x[:len(x) // width * width]
+  got = run_unary(xsin, x, width)
+  with np.errstate(invalid="ignore"): exact = np.sin(x.astype(np.float64))
+  finite = check_special(got, exact, "sin")
+  err = ulp_error(got[finite], exact[finite])
+  assert err.max() <= 0.501, f"sin: {err.max():.4f} ulp at x={x[finite][err.argmax()]!r}"
+  np.testing.assert_array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))
+
+def test_sin_libm_call_is_branched() -> None:
+  """The libm sin of the lanes past the reduction sits behind a branch on any lane needing it: as a select, all eight
+  lanes would call it for every vector."""
+  src = DEV.renderer.render("kernel", alu_semantics(elementwise([xsin], [F32], [F32], 64, 8)))
+  lines = src.splitlines()
+  call = next(i for i, line in enumerate(lines) if "call <8 x double> @llvm.sin.v8f64" in line)
+  assert lines[call - 1].startswith("call") and lines[call - 2].startswith("  br i1")
+  assert "llvm.vector.reduce.or.v8i1" in lines[call - 3]
+
+def fmod_operands(dt: type) -> tuple[np.ndarray, np.ndarray]:
+  gen = np.random.default_rng(10)
+  n = 1 << 16
+  def wide() -> np.ndarray: return np.exp2(gen.uniform(-149, 128, n)) * np.sign(gen.standard_normal(n))
+  special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.0, -3.0]
+  pairs = [(x, y) for x in special for y in special]
+  a = np.concatenate([[p[0] for p in pairs], gen.standard_normal(n) * 100, wide(), np.arange(-64, 64) * 0.5])
+  b = np.concatenate([[p[1] for p in pairs], gen.standard_normal(n), wide(), np.full(128, -1.5)])
+  with np.errstate(over="ignore"): return a.astype(dt), b.astype(dt)
+
+@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_fast_fmod_is_exact(width: int, dt: type) -> None:
+  """fmod in float64 arithmetic, and libm's behind a branch for quotients from 2^29, infinities, NaN and zero divisors:
+  bit for bit C's fmod (numpy's), the sign of zero remainders included."""
+  a, b = fmod_operands(dt)
+  n = len(a) // width * width
+  a, b = a[:n], b[:n]
+  d = dtypes.from_np(a.dtype)
+  got = run(elementwise([xmod], [d, d], [d], n, width), [np.zeros_like(a), a, b])[0]
+  with np.errstate(all="ignore"): want = np.fmod(a, b)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(np.signbit(got)[~np.isnan(want)], np.signbit(want)[~np.isnan(want)])
+
+@pytest.mark.parametrize("name", ["exp2", "log2", "sin"])
 def test_fast_float16_exhaustive(name: str) -> None:
   x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-  got = run_unary(xexp2 if name == "exp2" else xlog2, x, 8)
-  with np.errstate(all="ignore"): want = (np.exp2 if name == "exp2" else np.log2)(x.astype(np.float64)).astype(x.dtype)
+  fn, ref = {"exp2": (xexp2, np.exp2), "log2": (xlog2, np.log2), "sin": (xsin, np.sin)}[name]
+  got = run_unary(fn, x, 8)
+  with np.errstate(all="ignore"): want = ref(x.astype(np.float64)).astype(x.dtype)
   finite = np.isfinite(want) & (want != 0)
   np.testing.assert_array_equal(got[~finite], want[~finite])
   diff = np.abs(got[finite].view(np.int16).astype(np.int32) - want[finite].view(np.int16).astype(np.int32))
@@ -385,5 +440,11 @@ def test_fast_math_rewrite() -> None:
     for op in (Ops.EXP2, Ops.LOG2):
       out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
       assert out.dtype == dt and not any(u.op in (Ops.EXP2, Ops.LOG2) for u in out.toposort)
+    out = graph_rewrite(UOp(Ops.MOD, dt, (load(glob(0, dt.scalar()), c(0), dt), load(glob(1, dt.scalar()), c(0), dt))),
+                        pm_fast_math)
+    assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.MOD)
+    # SIN keeps a float64 SIN for the lanes past the reduction
+    out = graph_rewrite(UOp(Ops.SIN, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
+    assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.SIN)
   f64 = UOp(Ops.EXP2, dtypes.float64, (load(glob(0, dtypes.float64), c(0), dtypes.float64),))
   assert graph_rewrite(f64, pm_fast_math) is f64
