@@ -11,7 +11,7 @@ import pytest
 
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
-from lazytensor.codegen.transcendental import SIN_REDUCED_UP_TO, pm_fast_math, xexp2, xlog2, xmod, xsin
+from lazytensor.codegen.transcendental import SIN_REDUCED_UP_TO, pm_fast_math, xcos, xexp2, xlog2, xmod, xsin
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.helpers import Context
 from lazytensor.runtime.ops_cpu import (
@@ -378,26 +378,34 @@ def sweep_sin() -> np.ndarray:
                          dtype=np.float32), gen.uniform(-3e6, 3e6, 1 << 18).astype(np.float32)])
 
 @pytest.mark.parametrize("width", [1, 8])
-def test_fast_sin_float32(width: int) -> None:
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_fast_sin_cos_float32(name: str, width: int) -> None:
   """Vectors that mix lanes below and above SIN_REDUCED_UP_TO take the branch to libm for the latter: every lane
-  within half an ulp (plus the float64 evaluation's 1e-11), -0.0 kept, NaN for infinities and NaN."""
+  within half an ulp (plus the float64 evaluation's 1e-11), cos near its zeros too, sin keeps -0.0, NaN for
+  infinities and NaN."""
   x = sweep_sin()
   x = x[:len(x) // width * width]
-  got = run_unary(xsin, x, width)
-  with np.errstate(invalid="ignore"): exact = np.sin(x.astype(np.float64))
-  finite = check_special(got, exact, "sin")
+  got = run_unary(xsin if name == "sin" else xcos, x, width)
+  with np.errstate(invalid="ignore"): exact = (np.sin if name == "sin" else np.cos)(x.astype(np.float64))
+  finite = check_special(got, exact, name)
   err = ulp_error(got[finite], exact[finite])
-  assert err.max() <= 0.501, f"sin: {err.max():.4f} ulp at x={x[finite][err.argmax()]!r}"
-  np.testing.assert_array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))
+  assert err.max() <= 0.501, f"{name}: {err.max():.4f} ulp at x={x[finite][err.argmax()]!r}"
+  if name == "sin": np.testing.assert_array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))
 
-def test_sin_libm_call_is_branched() -> None:
-  """The libm sin of the lanes past the reduction sits behind a branch on any lane needing it: as a select, all eight
-  lanes would call it for every vector."""
-  src = DEV.renderer.render("kernel", alu_semantics(elementwise([xsin], [F32], [F32], 64, 8)))
+@pytest.mark.parametrize("fns", [[xsin], [xsin, xcos]])
+def test_libm_calls_are_branched(fns: list[Callable[[UOp], UOp]]) -> None:
+  """The libm calls for the lanes past the reduction sit behind a branch on any lane needing them: as a select, all
+  eight lanes would call it for every vector. They call the C functions (not llvm.sin/llvm.cos, which LLVM turned into
+  an unconditional sincos when both were there)."""
+  src = DEV.renderer.render("kernel", alu_semantics(elementwise(fns, [F32], [F32] * len(fns), 64, 8)))
   lines = src.splitlines()
-  call = next(i for i, line in enumerate(lines) if "call <8 x double> @llvm.sin.v8f64" in line)
-  assert lines[call - 1].startswith("call") and lines[call - 2].startswith("  br i1")
-  assert "llvm.vector.reduce.or.v8i1" in lines[call - 3]
+  assert not any("@llvm.sin" in line or "@llvm.cos" in line for line in lines)
+  calls = [i for i, line in enumerate(lines) if "call double @sin(" in line or "call double @cos(" in line]
+  assert len(calls) == 8 * len(fns)
+  for i in calls:
+    block = max(j for j in range(i) if lines[j].endswith(":"))  # the label of the call's block
+    assert lines[block].startswith("call") and lines[block - 1].startswith("  br i1")
+    assert "llvm.vector.reduce.or.v8i1" in lines[block - 2]
 
 def fmod_operands(dt: type) -> tuple[np.ndarray, np.ndarray]:
   gen = np.random.default_rng(10)
@@ -423,10 +431,10 @@ def test_fast_fmod_is_exact(width: int, dt: type) -> None:
   np.testing.assert_array_equal(got, want)
   np.testing.assert_array_equal(np.signbit(got)[~np.isnan(want)], np.signbit(want)[~np.isnan(want)])
 
-@pytest.mark.parametrize("name", ["exp2", "log2", "sin"])
+@pytest.mark.parametrize("name", ["exp2", "log2", "sin", "cos"])
 def test_fast_float16_exhaustive(name: str) -> None:
   x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-  fn, ref = {"exp2": (xexp2, np.exp2), "log2": (xlog2, np.log2), "sin": (xsin, np.sin)}[name]
+  fn, ref = {"exp2": (xexp2, np.exp2), "log2": (xlog2, np.log2), "sin": (xsin, np.sin), "cos": (xcos, np.cos)}[name]
   got = run_unary(fn, x, 8)
   with np.errstate(all="ignore"): want = ref(x.astype(np.float64)).astype(x.dtype)
   finite = np.isfinite(want) & (want != 0)
@@ -443,8 +451,9 @@ def test_fast_math_rewrite() -> None:
     out = graph_rewrite(UOp(Ops.MOD, dt, (load(glob(0, dt.scalar()), c(0), dt), load(glob(1, dt.scalar()), c(0), dt))),
                         pm_fast_math)
     assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.MOD)
-    # SIN keeps a float64 SIN for the lanes past the reduction
-    out = graph_rewrite(UOp(Ops.SIN, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
-    assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.SIN)
+    # SIN and COS keep a float64 op for the lanes past the reduction
+    for op in (Ops.SIN, Ops.COS):
+      out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
+      assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is op)
   f64 = UOp(Ops.EXP2, dtypes.float64, (load(glob(0, dtypes.float64), c(0), dtypes.float64),))
   assert graph_rewrite(f64, pm_fast_math) is f64

@@ -1,5 +1,5 @@
-"""exp2, log2, sin and fmod as plain UOp arithmetic, so that they vectorize: libm's exp2f/log2f/sinf/fmodf are scalar
-calls, and they made softmax exp-bound and sin, cos, tan and fmod 4-9x torch's time on the CPU.
+"""exp2, log2, sin, cos and fmod as plain UOp arithmetic, so that they vectorize: libm's exp2f/log2f/sinf/fmodf are
+scalar calls, and they made softmax exp-bound and sin, cos, tan and fmod 4-9x torch's time on the CPU.
 
 exp2 and log2 are computed in float32 (float16 and bfloat16 inputs are widened, then rounded back) to within 1 ulp of
 the exact result over the whole float32 range (measured: 0.93 ulp exp2, 0.87 ulp log2), with IEEE behaviour at the
@@ -10,13 +10,14 @@ The polynomial coefficients are minimax fits (Lawson's iteratively reweighted le
 float64): 2^f on f in [-1/2, 1/2] to 2e-9 relative error, and log2(1+y)/y - 1.5 on y in [sqrt(1/2)-1, sqrt(2)-1] to 6e-9
 absolute, both well under float32's half ulp (6e-8), so float32 rounding dominates the error.
 
-sin of float32 is reduced and evaluated in float64 (x is exact there): x - k pi/2 by fdlibm's three-part pi/2 (two
-33-bit heads, so that k times them is exact for k < 2^20), then sin or cos of the remainder on [-pi/4, pi/4] by their
-Taylor series (the first term left out is under 1e-11 of the result), rounded to float32 once: within half an ulp and
-a 1e-11 relative error. Past 2^20 the three parts would not be exact: those lanes keep the SIN op (libm's exact
-reduction), which the LLVM renderer calls only when a vector holds one (a WHERE whose true side is a libm call).
-fmod of float32 (MOD, also behind % and //) is exact the same way: float64 arithmetic for quotients below 2^29, libm's
-fmod for the rest (10.9 -> 1.6 ms for 1M on one AVX2 core, torch 1.5).
+sin and cos of float32 are reduced and evaluated in float64 (x is exact there): x - k pi/2 by fdlibm's three-part
+pi/2 (two 33-bit heads, so that k times them is exact for k < 2^20), then sin or cos of the remainder on [-pi/4, pi/4]
+by their Taylor series (the first term left out is under 1e-11 of the result), rounded to float32 once: within half an
+ulp and a 1e-11 relative error (cos near its zeros too: it is sin of the remainder there). Past 2^20 the three parts
+would not be exact: those lanes keep the SIN (COS) op, libm's exact reduction, which the LLVM renderer calls only
+when a vector holds one (a WHERE whose true side is a libm call). fmod of float32 (MOD, also behind % and //) is exact
+the same way: float64 arithmetic for quotients below 2^29, libm's fmod for the rest (10.9 -> 1.6 ms for 1M on one AVX2
+core, torch 1.5).
 """
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ _COS_POLY = tuple((-1) ** k / math.factorial(2 * k) for k in range(7, 1, -1))
 
 def _fabs(x: UOp) -> UOp: return x.lt(0.0).where(-x, x)
 
-def _sin_f32(x: UOp) -> UOp:
+def _sin_f32(x: UOp, quarter_turns: int) -> UOp:
+  """sin(x + quarter_turns * pi/2), exactly so: the quarter turns are added to k, not to x (cos is one of them)."""
   d = x.cast(_like(dtypes.float64, x))
   n = (d * (2 / math.pi) + _ROUNDER_F64).bitcast(_like(dtypes.int64, x)) - _ROUNDER_F64_BITS  # round(x * 2/pi)
   k = n.cast(d.dtype)
@@ -94,12 +96,13 @@ def _sin_f32(x: UOp) -> UOp:
   sin_r = UOp(Ops.MULACC, d.dtype, (r2, _horner(r2, _SIN_POLY), d.const_like(1.0))) * r  # keeps the sign of -0.0
   cos_r = UOp(Ops.MULACC, d.dtype, (r2 * r2, _horner(r2, _COS_POLY), UOp(Ops.MULACC, d.dtype, (r2, d.const_like(-0.5),
                                                                                               d.const_like(1.0)))))
-  # sin(r + k pi/2) is sin r, cos r, -sin r, -cos r as k mod 4 is 0, 1, 2, 3
-  v = (n & 1).ne(0).where(cos_r, sin_r)
-  v = (n & 2).ne(0).where(-v, v)
-  # NaN takes the fast side (and stays NaN); infinities and large values libm's sin of the exact float64 value
+  # sin(r + q pi/2) is sin r, cos r, -sin r, -cos r as q mod 4 is 0, 1, 2, 3
+  q = n + quarter_turns if quarter_turns else n
+  v = (q & 1).ne(0).where(cos_r, sin_r)
+  v = (q & 2).ne(0).where(-v, v)
+  # NaN takes the fast side (and stays NaN); infinities and large values libm's of the exact float64 value
   big = d.const_like(SIN_REDUCED_UP_TO).lt(_fabs(d))
-  return big.where(UOp(Ops.SIN, d.dtype, (d,)), v).cast(x.dtype)
+  return big.where(UOp(Ops.COS if quarter_turns else Ops.SIN, d.dtype, (d,)), v).cast(x.dtype)
 
 # below this quotient, trunc(a / b) * b is exact in float64 for float32 a and b (29 + 24 bits), and so is a minus it
 MOD_EXACT_BELOW = 2.0 ** 29
@@ -132,7 +135,11 @@ def xlog2(x: UOp) -> UOp:
 
 def xsin(x: UOp) -> UOp:
   """sin(x) for float16/bfloat16/float32 (scalar or vector): vectorizable float64 arithmetic below 2^20, SIN above."""
-  return _in_float32(_sin_f32, x)
+  return _in_float32(lambda v: _sin_f32(v, 0), x)
+
+def xcos(x: UOp) -> UOp:
+  """cos(x) = sin(x + pi/2), the quarter turn added exactly: as xsin, COS above 2^20."""
+  return _in_float32(lambda v: _sin_f32(v, 1), x)
 
 def xmod(a: UOp, b: UOp) -> UOp:
   """fmod(a, b) for float16/bfloat16/float32 (scalar or vector): exact float64 arithmetic, MOD where it would not be."""
@@ -145,5 +152,6 @@ pm_fast_math: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.EXP2, dtype=_FAST, src=(UPat.var("x"),)), xexp2),  # exp2(x) -> polynomial
   (UPat(Ops.LOG2, dtype=_FAST, src=(UPat.var("x"),)), xlog2),  # log2(x) -> polynomial
   (UPat(Ops.SIN, dtype=_FAST, src=(UPat.var("x"),)), xsin),    # sin(x) -> reduction and polynomials
+  (UPat(Ops.COS, dtype=_FAST, src=(UPat.var("x"),)), xcos),    # cos(x) -> reduction and polynomials
   (UPat(Ops.MOD, dtype=_FAST, src=(UPat.var("a"), UPat.var("b"))), xmod),  # fmod(a, b) -> float64 arithmetic
 ])

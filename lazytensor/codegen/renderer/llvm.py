@@ -75,7 +75,8 @@ _ALU: dict[Ops, dict[str, Builder]] = {
   Ops.NEG: {"f": _ins("fneg {t} {0}"), "iu": _ins("sub {t} zeroinitializer, {0}"),
             "b": _ins("icmp eq {t} {0}, zeroinitializer")},
   Ops.EXP2: {"f": _intr("exp2")}, Ops.LOG2: {"f": _intr("log2")}, Ops.SIN: {"f": _intr("sin")},
-  Ops.SQRT: {"f": _intr("sqrt")}, Ops.TRUNC: {"f": _intr("trunc")}, Ops.RECIP: {"f": _ins("fdiv {t} {one}, {0}")},
+  Ops.COS: {"f": _intr("cos")}, Ops.SQRT: {"f": _intr("sqrt")}, Ops.TRUNC: {"f": _intr("trunc")},
+  Ops.RECIP: {"f": _ins("fdiv {t} {one}, {0}")},
   Ops.ADD: {"f": _bin("fadd{fl}"), "iu": _bin("add{nw}"), "b": _bin("or")},
   Ops.SUB: {"f": _bin("fsub"), "iu": _bin("sub{nw}"), "b": _bin("xor")},
   Ops.MUL: {"f": _bin("fmul{fl}"), "iu": _bin("mul{nw}"), "b": _bin("and")},
@@ -314,18 +315,32 @@ def _alu(f: _Function, u: UOp) -> str:
          "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "", "nw": " nsw" if u in f.nsw else ""}
   return fn(f, env, [f.r[s] for s in u.src])
 
-# ops LLVM lowers to a libm call per lane
-_LIBM_CALLS = (Ops.SIN, Ops.EXP2, Ops.LOG2, Ops.MOD)
+# ops LLVM lowers to a libm call per lane, and the C function of each
+_LIBM_CALLS = {Ops.SIN: "sin", Ops.COS: "cos", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.MOD: "fmod"}
 
 def _branched_calls(uops: list[UOp]) -> set[UOp]:
-  """The float libm calls that only the true side of one WHERE reads: rendered there, behind a branch taken when any
-  lane of its condition holds. A fast path (transcendental.py's sin) leaves the call to rare lanes it does not cover;
-  as a select, every lane would make the call (8 sin calls per vector of 8, to pick none of them)."""
+  """The float32/float64 libm calls that only the true side of one WHERE reads: rendered there, behind a branch taken
+  when any lane of its condition holds. A fast path (transcendental.py's sin) leaves the call to rare lanes it does not
+  cover; as a select, every lane would make the call (8 sin calls per vector of 8, to pick none of them)."""
   users: dict[UOp, int] = {}
   for u in uops:
     for s in u.src: users[s] = users.get(s, 0) + 1
-  return {c for u in uops if u.op is Ops.WHERE and (c := u.src[1]).op in _LIBM_CALLS and c.dtype.scalar().is_float
-          and users[c] == 1}
+  return {c for u in uops if u.op is Ops.WHERE and (c := u.src[1]).op in _LIBM_CALLS and users[c] == 1
+          and c.dtype.scalar() in (dtypes.float32, dtypes.float64)}
+
+def _libm_lanes(f: _Function, call: UOp) -> str:
+  """call as a libm call per lane, to the C function itself: LLVM may hoist its intrinsics (llvm.sin and llvm.cos of
+  one value become an unconditional sincos: tan 2.9 -> 20 ms for 1M), a call to a function that may set errno it
+  keeps where it is."""
+  dt = call.dtype.scalar()
+  fn, t = _LIBM_CALLS[call.op] + ("f" if dt == dtypes.float32 else ""), ltype(dt)
+  def lane(args: list[str]) -> str: return f.call(fn, t, [(t, a) for a in args])
+  if call.dtype.count == 1: return lane([f.r[s] for s in call.src])
+  vec = f"{ltype(call.dtype)} poison"
+  for j in range(call.dtype.count):
+    v = lane([f.emit(f"extractelement {ltype(s.dtype)} {f.r[s]}, i32 {j}") for s in call.src])
+    vec = f"{ltype(call.dtype)} {f.emit(f'insertelement {vec}, {t} {v}, i32 {j}')}"
+  return vec.split(" ")[-1]
 
 def _where(f: _Function, u: UOp) -> str:
   if (call := u.src[1]) not in f.branched: return _alu(f, u)
@@ -334,7 +349,7 @@ def _where(f: _Function, u: UOp) -> str:
     f.call(f"llvm.vector.reduce.or.{suffix(cond.dtype)}", "i1", [(ltype(cond.dtype), f.r[cond])])
   f.code(f"br i1 {taken}, label %call{i}, label %called{i}")
   f.label(f"call{i}")
-  v, end = _alu(f, call), f.block
+  v, end = _libm_lanes(f, call), f.block
   f.code(f"br label %called{i}")
   f.label(f"called{i}")
   # lanes whose condition is false take the other side: the call's value there is never read
