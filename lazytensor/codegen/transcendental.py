@@ -119,9 +119,10 @@ def _mod_f32(a: UOp, b: UOp) -> UOp:
   exact = abs_a.lt(abs_b * MOD_EXACT_BELOW) & abs_b.lt(math.inf)  # false for NaN
   return exact.ne(True).where(UOp(Ops.MOD, ad.dtype, (ad, bd)), r).cast(a.dtype)
 
-def _in_float32(fn: Callable[[UOp], UOp], x: UOp) -> UOp:
-  if x.dtype.scalar() == dtypes.float32: return fn(x)
-  return fn(x.cast(_like(dtypes.float32, x))).cast(x.dtype)
+def _in_float32(fn: Callable[..., UOp], x: UOp, *more: UOp) -> UOp:
+  """fn of float32 operands: float16 and bfloat16 ones are widened, and the result rounded back once."""
+  if x.dtype.scalar() == dtypes.float32: return fn(x, *more)
+  return fn(*(v.cast(_like(dtypes.float32, v)) for v in (x, *more))).cast(x.dtype)
 
 def xexp2(x: UOp) -> UOp:
   """2^x for float16/bfloat16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the EXP2 op."""
@@ -143,9 +144,7 @@ def xcos(x: UOp) -> UOp:
 
 def xmod(a: UOp, b: UOp) -> UOp:
   """fmod(a, b) for float16/bfloat16/float32 (scalar or vector): exact float64 arithmetic, MOD where it would not be."""
-  if a.dtype.scalar() == dtypes.float32: return _mod_f32(a, b)
-  f32 = _like(dtypes.float32, a)
-  return _mod_f32(a.cast(f32), b.cast(f32)).cast(a.dtype)
+  return _in_float32(_mod_f32, a, b)
 
 _FAST = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 pm_fast_math: PatternMatcher[UOp] = PatternMatcher([

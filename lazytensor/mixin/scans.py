@@ -1,5 +1,5 @@
 """Scans along the last axis (ReduceMixin's cumsum, cumprod, logcumsumexp, cummax, cummin move the axis there): a
-reduce over each position's prefix window for short axes, blocks and carries for long ones, and cumsum as blocks times
+reduce over each position's prefix for short axes, blocks and carries for long ones, and cumsum as blocks times
 a triangle of ones (a matmul)."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _prefix_columns(x: TensorT, identity: Any) -> TensorT:
 def scan_last(x: TensorT, reduce: Callable[[TensorT, int], TensorT], identity: Any) -> TensorT:
   """Inclusive scan of an associative `reduce` along the last axis.
 
-  Up to SCAN_SPLIT elements it is one reduce over each output's prefix window (O(n^2) work, one kernel). Longer axes
+  Up to SCAN_SPLIT elements it is one reduce over each output's prefix (O(n^2) work, one kernel). Longer axes
   split into blocks of b = min(sqrt(n), SCAN_BLOCK): a scan inside each block, an exclusive scan of the block totals
   (recursively), and each block's carry combined into it: O(n b) work in a few kernels per level."""
   n = x.shape[-1]
@@ -53,8 +53,8 @@ def scan_last(x: TensorT, reduce: Callable[[TensorT, int], TensorT], identity: A
   return reduce(both, -1).reshape(*x.shape[:-1], a * b).shrink([None] * (x.ndim - 1) + [(0, n)])
 
 # a cumsum is products with a triangle of ones: a block of b elements times the (b, b) upper triangle is the block's
-# scan, a matmul the heuristics tile into registers (the prefix-window reduce of scan_last is a masked reduce per
-# output: cumsum of 64 x 50257 on one AVX2 thread 1.3 s -> 12-17 ms, numpy 12, torch 3.7)
+# scan, a matmul the heuristics tile into registers (scan_last's prefix reduce, then over pooled windows, was a masked
+# reduce per output: cumsum of 64 x 50257 on one AVX2 thread 1.3 s -> 12-17 ms, numpy 12, torch 3.7)
 SCAN_TRIANGLE = 32
 
 def _triangle(like: TensorT, n: int) -> TensorT:
