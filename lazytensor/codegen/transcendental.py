@@ -3,8 +3,8 @@ scalar calls, and they made softmax exp-bound and sin, cos, tan and fmod 4-9x to
 
 exp2 and log2 are computed in float32 (float16 and bfloat16 inputs are widened, then rounded back) to within 1 ulp of
 the exact result over the whole float32 range (measured: 0.93 ulp exp2, 0.87 ulp log2), with IEEE behaviour at the
-edges. float64 is left to the llvm intrinsics (libm): its polynomials would need twice the terms, and no kernel we know
-of is float64-exp-bound.
+edges. float64 takes twice the terms (a Taylor series of 2^f, fdlibm's log), within 1 ulp too: float32 functions
+that are computed in float64 for their accuracy (pow, erfc, lgamma) were bound by libm's scalar calls (2-6x torch).
 
 The polynomial coefficients are minimax fits (Lawson's iteratively reweighted least squares on Chebyshev nodes, in
 float64): 2^f on f in [-1/2, 1/2] to 2e-9 relative error, and log2(1+y)/y - 1.5 on y in [sqrt(1/2)-1, sqrt(2)-1] to 6e-9
@@ -119,20 +119,50 @@ def _mod_f32(a: UOp, b: UOp) -> UOp:
   exact = abs_a.lt(abs_b * MOD_EXACT_BELOW) & abs_b.lt(math.inf)  # false for NaN
   return exact.ne(True).where(UOp(Ops.MOD, ad.dtype, (ad, bd)), r).cast(a.dtype)
 
+# float64: 2^f = sum (f ln 2)^k / k! on f in [-1/2, 1/2], to k = 13 (the next term is under 4e-18 of the result)
+_EXP2_F64_POLY = tuple(math.log(2) ** k / math.factorial(k) for k in range(13, -1, -1))
+# fdlibm's log: log(1 + f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f / (2 + f), R = Lg1 z + ... + Lg7 z^7, z = s^2
+_LG = (1.479819860511658591e-01, 1.531383769920937332e-01, 1.818357216161805012e-01, 2.222219843214978396e-01,
+       2.857142874366239149e-01, 3.999999999940941908e-01, 6.666666666666735130e-01, 0.0)
+_SQRT_HALF_BITS_F64 = 0x3FE6A09E667F3BCD  # float64 bits of sqrt(1/2)
+
+def _pow2i_f64(n: UOp) -> UOp:
+  """2^n for an int64 n in [-1022, 1023], built from its exponent bits."""
+  return ((n + 1023) << 52).bitcast(_like(dtypes.float64, n))
+
+def _exp2_f64(x: UOp) -> UOp:
+  # below -1080 every result rounds to 0, from 1025 to inf; the clamps keep NaN
+  x = x.lt(-1080.0).where(-1080.0, x)
+  x = x.const_like(1025.0).lt(x).where(1025.0, x)
+  n = (x + _ROUNDER_F64).bitcast(_like(dtypes.int64, x)) - _ROUNDER_F64_BITS
+  f = x - n.cast(x.dtype)
+  half = n >> 1
+  return _horner(f, _EXP2_F64_POLY) * _pow2i_f64(half) * _pow2i_f64(n - half)
+
+def _log2_f64(x: UOp) -> UOp:
+  denormal = x.lt(2.0 ** -1022)
+  bits = denormal.where(x * 2.0 ** 52, x).bitcast(_like(dtypes.int64, x)) - _SQRT_HALF_BITS_F64
+  exponent = (bits >> 52).cast(x.dtype) + denormal.where(x.const_like(-52.0), 0.0)
+  f = ((bits & ((1 << 52) - 1)) + _SQRT_HALF_BITS_F64).bitcast(x.dtype) - 1.0  # m - 1, m in [sqrt(1/2), sqrt(2))
+  s = f / (f + 2.0)
+  hfsq = f * f * 0.5
+  log_m = f - (hfsq - s * (hfsq + _horner(s * s, _LG)))
+  r = UOp(Ops.MULACC, x.dtype, (log_m, x.const_like(1 / math.log(2)), exponent))
+  r = x.ne(math.inf).where(r, math.inf)
+  return x.const_like(0.0).lt(x).where(r, x.ne(0.0).where(x.const_like(math.nan), -math.inf))
+
 def _in_float32(fn: Callable[..., UOp], x: UOp, *more: UOp) -> UOp:
   """fn of float32 operands: float16 and bfloat16 ones are widened, and the result rounded back once."""
   if x.dtype.scalar() == dtypes.float32: return fn(x, *more)
   return fn(*(v.cast(_like(dtypes.float32, v)) for v in (x, *more))).cast(x.dtype)
 
 def xexp2(x: UOp) -> UOp:
-  """2^x for float16/bfloat16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the EXP2 op."""
-  if x.dtype.scalar() == dtypes.float64: return UOp(Ops.EXP2, x.dtype, (x,))
-  return _in_float32(_exp2_f32, x)
+  """2^x (scalar or vector) as vectorizable arithmetic: float64 in float64, the other floats in float32."""
+  return _exp2_f64(x) if x.dtype.scalar() == dtypes.float64 else _in_float32(_exp2_f32, x)
 
 def xlog2(x: UOp) -> UOp:
-  """log2(x) for float16/bfloat16/float32 (scalar or vector) as vectorizable arithmetic; float64 keeps the LOG2 op."""
-  if x.dtype.scalar() == dtypes.float64: return UOp(Ops.LOG2, x.dtype, (x,))
-  return _in_float32(_log2_f32, x)
+  """log2(x) (scalar or vector) as vectorizable arithmetic: float64 in float64, the other floats in float32."""
+  return _log2_f64(x) if x.dtype.scalar() == dtypes.float64 else _in_float32(_log2_f32, x)
 
 def xsin(x: UOp) -> UOp:
   """sin(x) for float16/bfloat16/float32 (scalar or vector): vectorizable float64 arithmetic below 2^20, SIN above."""
@@ -148,8 +178,8 @@ def xmod(a: UOp, b: UOp) -> UOp:
 
 _FAST = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 pm_fast_math: PatternMatcher[UOp] = PatternMatcher([
-  (UPat(Ops.EXP2, dtype=_FAST, src=(UPat.var("x"),)), xexp2),  # exp2(x) -> polynomial
-  (UPat(Ops.LOG2, dtype=_FAST, src=(UPat.var("x"),)), xlog2),  # log2(x) -> polynomial
+  (UPat(Ops.EXP2, dtype=_FAST + (dtypes.float64,), src=(UPat.var("x"),)), xexp2),  # exp2(x) -> polynomial
+  (UPat(Ops.LOG2, dtype=_FAST + (dtypes.float64,), src=(UPat.var("x"),)), xlog2),  # log2(x) -> polynomial
   (UPat(Ops.SIN, dtype=_FAST, src=(UPat.var("x"),)), xsin),    # sin(x) -> reduction and polynomials
   (UPat(Ops.COS, dtype=_FAST, src=(UPat.var("x"),)), xcos),    # cos(x) -> reduction and polynomials
   (UPat(Ops.MOD, dtype=_FAST, src=(UPat.var("a"), UPat.var("b"))), xmod),  # fmod(a, b) -> float64 arithmetic
