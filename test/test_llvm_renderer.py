@@ -431,6 +431,18 @@ def test_libm_calls_are_branched(fns: list[Callable[[UOp], UOp]]) -> None:
     assert lines[block].startswith("call") and lines[block - 1].startswith("  br i1")
     assert "llvm.vector.reduce.or.v8i1" in lines[block - 2]
 
+@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("dt", [F32, dtypes.float64])
+@pytest.mark.parametrize("op", [Ops.SIN, Ops.COS, Ops.EXP2, Ops.LOG2])
+def test_branched_libm_calls_link(op: Ops, dt: DType, width: int) -> None:
+  """A WHERE that reads a libm call on its true side calls the C function (sinf, cos, ...) for its lanes alone."""
+  x = np.linspace(-3, 3, 64).astype(dt.np)
+  got = run(elementwise([lambda v: v.lt(1.0).where(UOp(op, v.dtype, (v,)), v)], [dt], [dt], 64, width),
+            [np.zeros_like(x), x])[0]
+  ref = {Ops.SIN: np.sin, Ops.COS: np.cos, Ops.EXP2: np.exp2, Ops.LOG2: np.log2}[op]
+  with np.errstate(invalid="ignore"): want = np.where(x < 1.0, ref(x), x)
+  np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
 def fmod_operands(dt: type) -> tuple[np.ndarray, np.ndarray]:
   gen = np.random.default_rng(10)
   n = 1 << 16
