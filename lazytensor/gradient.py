@@ -60,10 +60,8 @@ def _cast_grad(ctx: UOp, c: UOp) -> Grads:
   x = c.src[0]
   return (ctx.cast(x.dtype) if x.dtype.is_float and c.dtype.is_float else None,)
 
-def _sin_grad(ctx: UOp, x: UOp) -> Grads:
-  # cos x = 1 - 2 sin(x/2)^2, as the forward cos: sin(pi/2 - x) would round pi/2 - x and lose every digit for large x
-  s = (x * _c(x, 0.5)).alu(Ops.SIN)
-  return (ctx * (_c(x, 1) - _c(x, 2) * s * s),)
+def _sin_grad(ctx: UOp, x: UOp) -> Grads: return (ctx * x.alu(Ops.COS),)
+def _cos_grad(ctx: UOp, x: UOp) -> Grads: return (-(ctx * x.alu(Ops.SIN)),)
 
 def _custom_grad(ctx: UOp, c: UOp) -> Grads:
   # with an arg, src = (value, *inputs) and the arg maps ctx to the inputs' gradients (mixin/conv.py's ConvGrad);
@@ -96,6 +94,7 @@ pm_gradient: PatternMatcher[Grads] = PatternMatcher([
   (UPat(Ops.EXP2, name="y"), lambda ctx, y: (ctx * y * _c(y, LN2),)),                      # d 2^x = 2^x ln2
   (UPat(Ops.LOG2, src=(UPat.var("x"),)), lambda ctx, x: (ctx / (x * _c(x, LN2)),)),        # d log2 x = 1/(x ln2)
   (UPat(Ops.SIN, src=(UPat.var("x"),)), _sin_grad),                                        # d sin x = cos x
+  (UPat(Ops.COS, src=(UPat.var("x"),)), _cos_grad),                                        # d cos x = -sin x
   (UPat(Ops.SQRT, name="y"), lambda ctx, y: (ctx / (y * _c(y, 2)),)),                      # d sqrt x = 1/(2 sqrt x)
   (UPat(Ops.RECIP, name="y"), lambda ctx, y: (-ctx * y * y,)),                             # d 1/x = -1/x^2
   (UPat(Ops.TRUNC), lambda ctx: (_c(ctx, 0),)),                                            # d trunc x = 0

@@ -104,7 +104,7 @@ CPU_TARGET = ContextVar("CPU_TARGET", "native", "the CPU that CPU kernels are co
                         "this host cannot run is for compiling only")
 NVCC_CHECK = ContextVar("NVCC_CHECK", False,
                         "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
-FASTMATH = ContextVar("FASTMATH", True, "polynomial exp2/log2 on the CPU instead of libm calls", code=True)
+FASTMATH = ContextVar("FASTMATH", True, "vectorized exp2/log2/sin/fmod on the CPU instead of libm calls", code=True)
 SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 512, "schedules remembered by graph structure, buffers as parameters "
                             "(an eager step repeated with new buffers skips scheduling); 0 schedules every graph anew")
 BUFFER_CACHE = ContextVar("BUFFER_CACHE", 1 << 30, "bytes of freed memory a device keeps for the next allocation of "

@@ -11,7 +11,7 @@ import pytest
 
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
-from lazytensor.codegen.transcendental import pm_fast_math, xexp2, xlog2
+from lazytensor.codegen.transcendental import SIN_REDUCED_UP_TO, pm_fast_math, xcos, xexp2, xlog2, xmod, xsin
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.helpers import Context
 from lazytensor.runtime.ops_cpu import (
@@ -369,11 +369,110 @@ def test_fast_float32(name: str, width: int) -> None:
   err = ulp_error(got[finite], exact[finite])
   assert err.max() <= 1.5, f"{name}: {err.max():.2f} ulp at x={x[finite][err.argmax()]!r}"
 
+def sweep_sin() -> np.ndarray:
+  gen = np.random.default_rng(9)
+  mags = np.exp2(gen.uniform(-149, 128, 1 << 16)) * np.sign(gen.standard_normal(1 << 16))  # every exponent
+  near = np.float32(SIN_REDUCED_UP_TO) + np.arange(-64, 64, dtype=np.float32) * 0.125  # both sides of the libm switch
+  pi_multiples = (np.arange(-1000, 1000) * (np.pi / 2)).astype(np.float32)  # the remainder cancels most here
+  return np.concatenate([EDGES, near, -near, pi_multiples, mags.astype(np.float32), np.linspace(-100, 100, 1 << 18,
+                         dtype=np.float32), gen.uniform(-3e6, 3e6, 1 << 18).astype(np.float32)])
+
+def sweep_f64(name: str) -> np.ndarray:
+  gen = np.random.default_rng(11)
+  edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1023.0, 1023.999, 1024.0, 1025.0, -1022.0,
+                    -1022.5, -1074.0, -1074.5, -1075.0, -1076.0, -2000.0, 1e300, 5e-324, -5e-324, 2.0 ** -1022, 0.5])
+  if name == "exp2":
+    return np.concatenate([edges, np.linspace(-1080, 1030, 1 << 18), gen.uniform(-1, 1, 1 << 16),
+                           gen.standard_normal(1 << 14) * 1e-10])
+  every = gen.integers(0, 0x7FF0000000000000, 1 << 18, dtype=np.uint64).view(np.float64)  # denormals included
+  return np.concatenate([edges, np.abs(edges) * 3, every, np.linspace(0.9, 1.1, 1 << 16),
+                         1 + gen.standard_normal(1 << 14) * 1e-12])
+
+@pytest.mark.parametrize("width", [1, 4])
 @pytest.mark.parametrize("name", ["exp2", "log2"])
+def test_fast_float64(name: str, width: int) -> None:
+  """float64 exp2/log2 as arithmetic: within 1 ulp of numpy's (libm), infinities, NaN, zeros and denormals alike."""
+  x = sweep_f64(name)
+  x = x[:len(x) // width * width]
+  got = run_unary(xexp2 if name == "exp2" else xlog2, x, width)
+  with np.errstate(all="ignore"): want = (np.exp2 if name == "exp2" else np.log2)(x)
+  normal = np.isfinite(want) & (want != 0)
+  np.testing.assert_array_equal(got[~normal], want[~normal])
+  err = np.abs(got[normal] - want[normal]) / np.spacing(np.abs(want[normal]))
+  assert err.max() <= 1.0, f"{name}: {err.max():.2f} ulp at x={x[normal][err.argmax()]!r}"
+
+@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_fast_sin_cos_float32(name: str, width: int) -> None:
+  """Vectors that mix lanes below and above SIN_REDUCED_UP_TO take the branch to libm for the latter: every lane
+  within half an ulp (plus the float64 evaluation's 1e-11), cos near its zeros too, sin keeps -0.0, NaN for
+  infinities and NaN."""
+  x = sweep_sin()
+  x = x[:len(x) // width * width]
+  got = run_unary(xsin if name == "sin" else xcos, x, width)
+  with np.errstate(invalid="ignore"): exact = (np.sin if name == "sin" else np.cos)(x.astype(np.float64))
+  finite = check_special(got, exact, name)
+  err = ulp_error(got[finite], exact[finite])
+  assert err.max() <= 0.501, f"{name}: {err.max():.4f} ulp at x={x[finite][err.argmax()]!r}"
+  if name == "sin": np.testing.assert_array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))
+
+@pytest.mark.parametrize("fns", [[xsin], [xsin, xcos]])
+def test_libm_calls_are_branched(fns: list[Callable[[UOp], UOp]]) -> None:
+  """The libm calls for the lanes past the reduction sit behind a branch on any lane needing them: as a select, all
+  eight lanes would call it for every vector. They call the C functions (not llvm.sin/llvm.cos, which LLVM turned into
+  an unconditional sincos when both were there)."""
+  src = DEV.renderer.render("kernel", alu_semantics(elementwise(fns, [F32], [F32] * len(fns), 64, 8)))
+  lines = src.splitlines()
+  assert not any("@llvm.sin" in line or "@llvm.cos" in line for line in lines)
+  calls = [i for i, line in enumerate(lines) if "call double @sin(" in line or "call double @cos(" in line]
+  assert len(calls) == 8 * len(fns)
+  for i in calls:
+    block = max(j for j in range(i) if lines[j].endswith(":"))  # the label of the call's block
+    assert lines[block].startswith("call") and lines[block - 1].startswith("  br i1")
+    assert "llvm.vector.reduce.or.v8i1" in lines[block - 2]
+
+@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("dt", [F32, dtypes.float64])
+@pytest.mark.parametrize("op", [Ops.SIN, Ops.COS, Ops.EXP2, Ops.LOG2])
+def test_branched_libm_calls_link(op: Ops, dt: DType, width: int) -> None:
+  """A WHERE that reads a libm call on its true side calls the C function (sinf, cos, ...) for its lanes alone."""
+  x = np.linspace(-3, 3, 64).astype(dt.np)
+  got = run(elementwise([lambda v: v.lt(1.0).where(UOp(op, v.dtype, (v,)), v)], [dt], [dt], 64, width),
+            [np.zeros_like(x), x])[0]
+  ref = {Ops.SIN: np.sin, Ops.COS: np.cos, Ops.EXP2: np.exp2, Ops.LOG2: np.log2}[op]
+  with np.errstate(invalid="ignore"): want = np.where(x < 1.0, ref(x), x)
+  np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+def fmod_operands(dt: type) -> tuple[np.ndarray, np.ndarray]:
+  gen = np.random.default_rng(10)
+  n = 1 << 16
+  def wide() -> np.ndarray: return np.exp2(gen.uniform(-149, 128, n)) * np.sign(gen.standard_normal(n))
+  special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.0, -3.0]
+  pairs = [(x, y) for x in special for y in special]
+  a = np.concatenate([[p[0] for p in pairs], gen.standard_normal(n) * 100, wide(), np.arange(-64, 64) * 0.5])
+  b = np.concatenate([[p[1] for p in pairs], gen.standard_normal(n), wide(), np.full(128, -1.5)])
+  with np.errstate(over="ignore"): return a.astype(dt), b.astype(dt)
+
+@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_fast_fmod_is_exact(width: int, dt: type) -> None:
+  """fmod in float64 arithmetic, and libm's behind a branch for quotients from 2^29, infinities, NaN and zero divisors:
+  bit for bit C's fmod (numpy's), the sign of zero remainders included."""
+  a, b = fmod_operands(dt)
+  n = len(a) // width * width
+  a, b = a[:n], b[:n]
+  d = dtypes.from_np(a.dtype)
+  got = run(elementwise([xmod], [d, d], [d], n, width), [np.zeros_like(a), a, b])[0]
+  with np.errstate(all="ignore"): want = np.fmod(a, b)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(np.signbit(got)[~np.isnan(want)], np.signbit(want)[~np.isnan(want)])
+
+@pytest.mark.parametrize("name", ["exp2", "log2", "sin", "cos"])
 def test_fast_float16_exhaustive(name: str) -> None:
   x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-  got = run_unary(xexp2 if name == "exp2" else xlog2, x, 8)
-  with np.errstate(all="ignore"): want = (np.exp2 if name == "exp2" else np.log2)(x.astype(np.float64)).astype(x.dtype)
+  fn, ref = {"exp2": (xexp2, np.exp2), "log2": (xlog2, np.log2), "sin": (xsin, np.sin), "cos": (xcos, np.cos)}[name]
+  got = run_unary(fn, x, 8)
+  with np.errstate(all="ignore"): want = ref(x.astype(np.float64)).astype(x.dtype)
   finite = np.isfinite(want) & (want != 0)
   np.testing.assert_array_equal(got[~finite], want[~finite])
   diff = np.abs(got[finite].view(np.int16).astype(np.int32) - want[finite].view(np.int16).astype(np.int32))
@@ -385,5 +484,12 @@ def test_fast_math_rewrite() -> None:
     for op in (Ops.EXP2, Ops.LOG2):
       out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
       assert out.dtype == dt and not any(u.op in (Ops.EXP2, Ops.LOG2) for u in out.toposort)
+    out = graph_rewrite(UOp(Ops.MOD, dt, (load(glob(0, dt.scalar()), c(0), dt), load(glob(1, dt.scalar()), c(0), dt))),
+                        pm_fast_math)
+    assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.MOD)
+    # SIN and COS keep a float64 op for the lanes past the reduction
+    for op in (Ops.SIN, Ops.COS):
+      out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
+      assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is op)
   f64 = UOp(Ops.EXP2, dtypes.float64, (load(glob(0, dtypes.float64), c(0), dtypes.float64),))
-  assert graph_rewrite(f64, pm_fast_math) is f64
+  assert not any(u.op is Ops.EXP2 for u in graph_rewrite(f64, pm_fast_math).toposort)  # float64 too

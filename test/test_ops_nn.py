@@ -64,6 +64,13 @@ SCANS: list[tuple[str, list[Any], Callable[..., Any], Any, Any]] = [
   ("logcumsumexp", [(3, 8)], lambda x: (x * 300).logcumsumexp(1), lambda x: torch.logcumsumexp(x * 300, 1), None),
   ("logcumsumexp_long", [(1, 700)], lambda x: (x * 30).logcumsumexp(1), lambda x: torch.logcumsumexp(x * 30, 1),
    None),
+  # blocks and carries with NaN, infinities and a length no block size divides
+  ("cummax_long_special", [np.tile(ANY, (1, 149))], lambda x: x.cummax(1), lambda x: torch.cummax(x, 1).values, None),
+  ("cummin_long_axis0", [np.tile(ANY, (1, 149)).T.copy()], lambda x: x.cummin(0), lambda x: torch.cummin(x, 0).values,
+   None),
+  ("cumprod_long", [(2, 1031)], lambda x: (x * 0.01 + 1).cumprod(1), lambda x: (x * 0.01 + 1).cumprod(1), None),
+  ("cummax_long_bool", [np.random.default_rng(1).random((2, 777)) < 0.001], lambda x: x.cummax(1),
+   lambda x: torch.cummax(x, 1).values, None),
 ]
 
 @pytest.mark.parametrize("name,shapes,fn,torch_fn,dtype", named(SCANS))

@@ -47,6 +47,9 @@ SPECIAL: list[tuple[str, list[Any], Callable[..., Any], Any, dict[str, Any]]] = 
   ("erfc_int", [np.array([-1, 0, 3], np.int64)], lambda x: x.erfc(), None, {}),
   ("erfinv", [_between(-0.999, 0.999)], lambda x: x.erfinv(), None, {"rtol": 1e-5}),
   ("erfinv_edges", [ERFINV_EDGES], lambda x: x.erfinv(), None, {"grad": False}),
+  ("erfinv_near_one", [(1 - np.logspace(-7, -2, 64)).astype(np.float32)], lambda x: x.erfinv(), None, {"rtol": 1e-5}),
+  ("erfinv_float16", [_between(-0.99, 0.99, np.float16)], lambda x: x.erfinv(), None, {"dtype": F16}),
+  ("erfinv_int", [np.array([-1, 0, 1, 2], np.int64)], lambda x: x.erfinv(), None, {"grad": False}),
   ("erfinv_float64", [_between(-1, 1, np.float64)], lambda x: x.erfinv(), None, {"rtol": 1e-13, "atol": 1e-15}),
   ("erfinv_float64_tail", [ERFINV_TAIL64], lambda x: x.erfinv(), None, {"rtol": 1e-13, "grad": False}),
   ("lgamma", [_between(0.05, 40)], lambda x: x.lgamma(), None, {}),
@@ -140,6 +143,16 @@ def test_frexp_matches_torch(dt: Any) -> None:
   # subnormals of each width included: 3e-39 and 1e-45 in float32, 6e-8 in float16, 5e-324 in float64
   with np.errstate(over="ignore"): x = np.concatenate([FREXP, [6e-8, 5e-324, 1e300]]).astype(dt)
   check_op([x], lambda t: t.frexp(), torch_fn=lambda t: tuple(torch.frexp(t)), grad=False)
+
+def test_erfinv_float32_within_4_ulp() -> None:
+  """Giles' float32 polynomials: within 4 ulp of the exact value everywhere in (-1, 1), tails and tiny values too."""
+  x = np.concatenate([np.linspace(-1, 1, 200001)[1:-1], 1 - np.logspace(-7.2, -1, 3000), np.logspace(-38, -1, 3000),
+                      -np.logspace(-30, -1, 300)]).astype(np.float32)
+  x = x[np.abs(x) < 1]
+  want = Tensor(x.astype(np.float64)).erfinv().numpy()  # float64: within 2e-15, checked against torch above
+  got = Tensor(x).erfinv().numpy().astype(np.float64)
+  ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32))
+  assert ulps.max() < 4, (x[ulps.argmax()], ulps.max())
 
 def test_frexp_of_bfloat16_is_exact() -> None:
   x = Tensor([8.0, -0.75, 1e-39, 3.0]).bfloat16()

@@ -359,6 +359,38 @@ def test_sharded_table_gradient(axis: int | None) -> None:
   np.testing.assert_allclose(g.numpy(), _add_at((V, D), 0, np.repeat((idx % V)[:, None], D, 1), up), rtol=1e-5,
                              atol=1e-5)
 
+# ---- selections whose slots are found by a scatter ----
+
+@pytest.mark.parametrize("n", [1 << 16, (1 << 16) + 40])
+def test_masked_select_nonzero_unique_scatter_their_slots(n: int) -> None:
+  """masked_select, nonzero and unique place each selected element in its slot with a scatter: work O(numel), not
+  slots x numel (a 1024x1024 half-true mask took minutes as the reduce)."""
+  x = rng.standard_normal(n).astype(np.float32)
+  x[:5] = [-0.0, np.nan, np.inf, -np.inf, 0.0]
+  mask = rng.random(n) < 0.5
+  mask[:5] = True
+  mask[-1] = True  # the last element fills the last slot
+  sel, nz = Tensor(x).masked_select(Tensor(mask)), Tensor(mask.reshape(-1, 8)).nonzero()
+  assert _scatters(sel) == 1 and _scatters(nz) == 1
+  assert _scans(sel, nz) < 64 * n  # the cumsum: blocks times a 32x32 triangle; slots x entries would be n^2/2
+  got = sel.numpy()
+  np.testing.assert_array_equal(got, x[mask])
+  assert np.signbit(got[0]) and not np.signbit(got[4])  # values are read, not summed: -0.0 stays -0.0
+  np.testing.assert_array_equal(nz.numpy(), np.argwhere(mask.reshape(-1, 8)))
+  short = Tensor(x).masked_select(Tensor(mask), size=int(mask.sum()) + 3, fill_value=7.0).numpy()
+  np.testing.assert_array_equal(short, np.append(x[mask], [7.0] * 3).astype(np.float32))
+  ints = rng.integers(-50, 50, n).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(ints).unique().numpy(), np.unique(ints))
+
+def test_masked_select_gradient() -> None:
+  x = Tensor(rng.standard_normal((300, 300)).astype(np.float32), requires_grad=True)
+  mask = rng.random((300, 300)) < 0.3
+  w = rng.standard_normal(int(mask.sum())).astype(np.float32)
+  g, = (x.masked_select(Tensor(mask)) * Tensor(w)).sum().gradient(x)
+  want = np.zeros((300, 300), np.float32)
+  want[mask] = w
+  np.testing.assert_array_equal(g.numpy(), want)
+
 # ---- GPU backends ----
 
 @pytest.mark.parametrize("device", ["EMU", "CUDACPU"])

@@ -115,7 +115,7 @@ CHECK_RUN_S = 0.05      # the unoptimized reference of the output check runs on 
 MIN_SEARCH_S = 20e-6    # kernels faster than this keep the heuristics' opts
 MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
 MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled bodies mostly cost compile time
-EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32}  # about this many ALU ops each once lowered
+EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32, Ops.COS: 32}  # about this many ALU ops each once lowered
 TIE_RATIO = 0.02        # candidates this close to the fastest are a tie, won by the one cheaper to lower and compile
 KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load the program) before it is killed
 # relative; exact for ints and bools

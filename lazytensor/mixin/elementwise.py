@@ -40,9 +40,10 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
-  """C's fmod (floor: Python's %) of two float tensors, exactly: MOD renders to the libm fmod (LLVM's frem). MOD has
-  no derivative rule, so its gradient, (1, -trunc(a / b)), rides on t - stop(t) for t = trunc(a / b) * b - a: that
-  is exactly +0.0 in value (subtracting it keeps the sign of a zero remainder), and has the gradient of t."""
+  """C's fmod (floor: Python's %) of two float tensors, exactly: MOD is C's fmod (on the CPU float64 arithmetic where
+  that is exact, codegen/transcendental.py; libm's elsewhere). MOD has no derivative rule, so its gradient,
+  (1, -trunc(a / b)), rides on t - stop(t) for t = trunc(a / b) * b - a: that is exactly +0.0 in value (subtracting
+  it keeps the sign of a zero remainder), and has the gradient of t."""
   dt = a.dtype
   if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
   r = a._apply_uop(lambda p, q: p.alu(Ops.MOD, q), b)

@@ -1,7 +1,8 @@
 """Elementwise math functions: roots, exponentials and logarithms, powers, trigonometry and activations.
 
-Everything is composed from the primitive ops (EXP2, LOG2, SIN, SQRT, RECIP, TRUNC, arithmetic, comparisons, WHERE),
-so it fuses into one kernel and gets its gradient from the rules of those ops. Three habits run through the file:
+Everything is composed from the primitive ops (EXP2, LOG2, SIN, COS, SQRT, RECIP, TRUNC, arithmetic, comparisons,
+WHERE), so it fuses into one kernel and gets its gradient from the rules of those ops. Three habits run through the
+file:
   * float functions take ints and bools as the default float, and compute float16 in float32, rounding once at the
     end (as torch does on the CPU): intermediates such as x*x overflow float16 at x = 256;
   * a branch chosen by `where` gets an input clamped into its own domain: the unchosen branch still runs, and an inf
@@ -120,16 +121,6 @@ def _erf(x: TensorT) -> TensorT:
     tail = 1 - (-(xt * xt)).exp() * _poly(xt * (2 / (hi - 1)) - (hi + 1) / (hi - 1), tail_c)
     return small.where(xs * _poly(xs * xs, small_c), tail)
   return _odd(x, on_positive)
-
-def _cos(x: TensorT) -> TensorT:
-  """cos x = 1 - 2 sin(x/2)^2 (x/2 is exact; pi/2 - x would lose every digit for large x). That cancels near the zeros
-  of cos, where it is replaced by sin(2x) / (2 sin x): 2x is exact, and sin reduces its argument exactly, so the
-  result keeps its relative accuracy (and its sign) there. The sines come from SIN, whose libm calls reduce exactly."""
-  s = (x * 0.5).sin()
-  c = 1 - 2 * s * s
-  near_zero = (c < 0.5) & (c > -0.5) & (x.abs() < (8.9e307 if _f64(x) else 1.7e38))  # 2x is finite
-  xs = near_zero.where(x, 1.0)
-  return near_zero.where((xs * 2).sin() / (xs.sin() * 2), c)
 
 def _sinh(x: TensorT) -> TensorT:
   def on_positive(a: TensorT) -> TensorT:
@@ -409,12 +400,12 @@ class UnaryMixin(CreationMixin):
     return self._to_float()._unary(Ops.SIN)
 
   def cos(self) -> Self:
-    """The cosine (radians), accurate near its zeros too (see _cos).
+    """The cosine (radians), accurate near its zeros too (its own op: sin(x + pi/2) would round x + pi/2).
 
     >>> Tensor([0.0]).cos().tolist()
     [1.0]
     """
-    return self._float_op(_cos)
+    return self._to_float()._unary(Ops.COS)
 
   def tan(self) -> Self:
     """The tangent, sin(x) / cos(x), accurate near its poles too.
@@ -422,7 +413,7 @@ class UnaryMixin(CreationMixin):
     >>> round(Tensor([math.pi / 4]).tan().item(), 6)
     1.0
     """
-    return self._float_op(lambda x: x.sin() / _cos(x))
+    return self._float_op(lambda x: x.sin() / x.cos())
 
   def atan(self) -> Self:
     """The arctangent, in (-pi/2, pi/2): a polynomial on [0, 1], and pi/2 - atan(1/x) beyond.

@@ -146,7 +146,8 @@ def _shift(a: Any, b: Any, left: bool) -> Any:
 
 _ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
   Ops.NEG: {"fiu": np.negative, "b": np.logical_not},
-  Ops.EXP2: {"f": np.exp2}, Ops.LOG2: {"f": np.log2}, Ops.SIN: {"f": np.sin}, Ops.SQRT: {"f": np.sqrt},
+  Ops.EXP2: {"f": np.exp2}, Ops.LOG2: {"f": np.log2}, Ops.SIN: {"f": np.sin}, Ops.COS: {"f": np.cos},
+  Ops.SQRT: {"f": np.sqrt},
   Ops.RECIP: {"f": np.reciprocal}, Ops.TRUNC: {"f": np.trunc},
   Ops.ADD: {"fiu": np.add, "b": np.logical_or}, Ops.SUB: {"fiu": np.subtract, "b": np.logical_xor},
   Ops.MUL: {"fiu": np.multiply, "b": np.logical_and}, Ops.FDIV: {"f": np.divide},

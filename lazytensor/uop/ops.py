@@ -75,6 +75,7 @@ class Ops(enum.Enum):
   EXP2 = enum.auto()
   LOG2 = enum.auto()
   SIN = enum.auto()
+  COS = enum.auto()
   SQRT = enum.auto()
   RECIP = enum.auto()
   TRUNC = enum.auto()
@@ -103,7 +104,7 @@ class Ops(enum.Enum):
   __hash__ = object.__hash__
 
 class GroupOp:
-  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
+  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
   Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR,
             Ops.XOR, Ops.SHL, Ops.SHR}
   Ternary = {Ops.WHERE, Ops.MULACC}
@@ -144,6 +145,7 @@ def _safe_div(a: float, b: float) -> float:
 python_alu: dict[Ops, Callable[..., Any]] = {
   Ops.NEG: lambda x: not x if isinstance(x, bool) else -x, Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2,
   Ops.SIN: lambda x: math.sin(x) if math.isfinite(x) else math.nan,
+  Ops.COS: lambda x: math.cos(x) if math.isfinite(x) else math.nan,
   Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan, Ops.RECIP: lambda x: _safe_div(1.0, x),
   Ops.TRUNC: lambda x: x if not math.isfinite(x) else float(math.trunc(x)),
   Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _safe_div,

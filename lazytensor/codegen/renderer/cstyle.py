@@ -41,6 +41,7 @@ _INT_SUFFIX = {"int32": "", "uint32": "u", "int64": "ll", "uint64": "ull"}
 _OPS: dict[Ops, dict[str, str]] = {
   Ops.NEG: {"fiu": "(-{0})", "b": "(!{0})"},
   Ops.EXP2: {"f": "exp2{f}({0})"}, Ops.LOG2: {"f": "log2{f}({0})"}, Ops.SIN: {"f": "sin{f}({0})"},
+  Ops.COS: {"f": "cos{f}({0})"},
   Ops.SQRT: {"f": "sqrt{f}({0})"}, Ops.TRUNC: {"f": "trunc{f}({0})"}, Ops.RECIP: {"f": "(1/{0})"},
   Ops.ADD: {"fiu": "({0}+{1})", "b": "({0}||{1})"}, Ops.SUB: {"fiu": "({0}-{1})", "b": "({0}!={1})"},
   Ops.MUL: {"fiu": "({0}*{1})", "b": "({0}&&{1})"}, Ops.FDIV: {"f": "({0}/{1})"}, Ops.IDIV: {"iu": "({0}/{1})"},

@@ -18,7 +18,7 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
   half/bf16     only stored: every op converts to float and back, with __half2float, __float2half (round to nearest
                 even), __bfloat162float, __float2bfloat16; a double converts through float (the C cast
                 `(float)(x)`), ints through a C cast to float
-  math          exp2f log2f sinf sqrtf truncf fmodf and the double versions exp2 log2 sin sqrt trunc fmod
+  math          exp2f log2f sinf cosf sqrtf truncf fmodf and the double versions exp2 log2 sin cos sqrt trunc fmod
   builtins      __builtin_inff() __builtin_nanf("") __builtin_inf() __builtin_nan("") for non-finite constants;
                 __builtin_memcpy in `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)` (with
                 a BITCAST or an atomic float max)

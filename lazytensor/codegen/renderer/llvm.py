@@ -75,7 +75,8 @@ _ALU: dict[Ops, dict[str, Builder]] = {
   Ops.NEG: {"f": _ins("fneg {t} {0}"), "iu": _ins("sub {t} zeroinitializer, {0}"),
             "b": _ins("icmp eq {t} {0}, zeroinitializer")},
   Ops.EXP2: {"f": _intr("exp2")}, Ops.LOG2: {"f": _intr("log2")}, Ops.SIN: {"f": _intr("sin")},
-  Ops.SQRT: {"f": _intr("sqrt")}, Ops.TRUNC: {"f": _intr("trunc")}, Ops.RECIP: {"f": _ins("fdiv {t} {one}, {0}")},
+  Ops.COS: {"f": _intr("cos")}, Ops.SQRT: {"f": _intr("sqrt")}, Ops.TRUNC: {"f": _intr("trunc")},
+  Ops.RECIP: {"f": _ins("fdiv {t} {one}, {0}")},
   Ops.ADD: {"f": _bin("fadd{fl}"), "iu": _bin("add{nw}"), "b": _bin("or")},
   Ops.SUB: {"f": _bin("fsub"), "iu": _bin("sub{nw}"), "b": _bin("xor")},
   Ops.MUL: {"f": _bin("fmul{fl}"), "iu": _bin("mul{nw}"), "b": _bin("and")},
@@ -163,6 +164,7 @@ class _Function:
     self.acc_updates = {u.src[1] for u in uops if u.op is Ops.ASSIGN}
     # and a multiply feeding that add may fuse with it into an FMA (a multiply-accumulate is the matmul inner loop)
     self.acc_updates |= {s for u in list(self.acc_updates) for s in u.src if s.op is Ops.MUL}
+    self.branched = _branched_calls(uops)
 
   def fresh(self) -> int:
     self.count += 1
@@ -313,6 +315,47 @@ def _alu(f: _Function, u: UOp) -> str:
          "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "", "nw": " nsw" if u in f.nsw else ""}
   return fn(f, env, [f.r[s] for s in u.src])
 
+# ops LLVM lowers to a libm call per lane, and the C function of each
+_LIBM_CALLS = {Ops.SIN: "sin", Ops.COS: "cos", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.MOD: "fmod"}
+
+def _branched_calls(uops: list[UOp]) -> set[UOp]:
+  """The float32/float64 libm calls that only the true side of one WHERE reads: rendered there, behind a branch taken
+  when any lane of its condition holds. A fast path (transcendental.py's sin) leaves the call to rare lanes it does not
+  cover; as a select, every lane would make the call (8 sin calls per vector of 8, to pick none of them)."""
+  users: dict[UOp, int] = {}
+  for u in uops:
+    for s in u.src: users[s] = users.get(s, 0) + 1
+  return {c for u in uops if u.op is Ops.WHERE and (c := u.src[1]).op in _LIBM_CALLS and users[c] == 1
+          and c.dtype.scalar() in (dtypes.float32, dtypes.float64)}
+
+def _libm_lanes(f: _Function, call: UOp) -> str:
+  """call as a libm call per lane, to the C function itself: LLVM may hoist its intrinsics (llvm.sin and llvm.cos of
+  one value become an unconditional sincos: tan 2.9 -> 20 ms for 1M), a call to a function that may set errno it
+  keeps where it is."""
+  dt = call.dtype.scalar()
+  fn, t = _LIBM_CALLS[call.op] + ("f" if dt == dtypes.float32 else ""), ltype(dt)
+  def lane(args: list[str]) -> str: return f.call(fn, t, [(t, a) for a in args])
+  if call.dtype.count == 1: return lane([f.r[s] for s in call.src])
+  vec = f"{ltype(call.dtype)} poison"
+  for j in range(call.dtype.count):
+    v = lane([f.emit(f"extractelement {ltype(s.dtype)} {f.r[s]}, i32 {j}") for s in call.src])
+    vec = f"{ltype(call.dtype)} {f.emit(f'insertelement {vec}, {t} {v}, i32 {j}')}"
+  return vec.split(" ")[-1]
+
+def _where(f: _Function, u: UOp) -> str:
+  if (call := u.src[1]) not in f.branched: return _alu(f, u)
+  cond, i, pred = u.src[0], f.fresh(), f.block
+  taken = f.r[cond] if cond.dtype.count == 1 else \
+    f.call(f"llvm.vector.reduce.or.{suffix(cond.dtype)}", "i1", [(ltype(cond.dtype), f.r[cond])])
+  f.code(f"br i1 {taken}, label %call{i}, label %called{i}")
+  f.label(f"call{i}")
+  v, end = _libm_lanes(f, call), f.block
+  f.code(f"br label %called{i}")
+  f.label(f"called{i}")
+  # lanes whose condition is false take the other side: the call's value there is never read
+  f.r[call] = f.emit(f"phi {ltype(call.dtype)} [{v}, %{end}], [{lconst_vec(call.dtype, 0.0)}, %{pred}]")
+  return _alu(f, u)
+
 def _unsupported(f: _Function, u: UOp) -> None: raise NotImplementedError(f"LLVM renderer: {u.op} has no CPU lowering")
 
 _HANDLERS: dict[Ops, Callable[[_Function, UOp], str | None]] = {
@@ -321,7 +364,7 @@ _HANDLERS: dict[Ops, Callable[[_Function, UOp], str | None]] = {
   Ops.STORE: _store, Ops.DEFINE_ACC: _define_acc, Ops.ASSIGN: _assign,
   Ops.CAST: lambda f, u: _cast(f, u.src[0].dtype, u.dtype, f.r[u.src[0]]),
   Ops.BITCAST: lambda f, u: f.emit(f"bitcast {ltype(u.src[0].dtype)} {f.r[u.src[0]]} to {ltype(u.dtype)}"),
-  **{op: _alu for op in GroupOp.ALU},
+  **{op: _alu for op in GroupOp.ALU}, Ops.WHERE: _where,
 }
 
 # every CPU buffer is followed by this many readable bytes (runtime/ops_cpu.py allocates them), an eighth of its size up
@@ -364,6 +407,7 @@ class LLVMRenderer(Renderer):
   def render(self, name: str, uops: list[UOp]) -> str:
     f = _Function(uops)
     for u in uops:
+      if u in f.branched: continue  # rendered by the WHERE that reads it
       if (v := _HANDLERS.get(u.op, _unsupported)(f, u)) is not None: f.r[u] = v
     # every argument index up to the highest, so that a buffer the program does not touch still has its slot
     nbufs = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_GLOBAL), default=0)
