@@ -15,6 +15,7 @@ from lazytensor.engine.schedule import commit_realized, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, NotSupportedError
+from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
 from lazytensor.views import moved_buffer, moved_onto, moved_st, moves_over, replayed, unmoved, writable_view
 
@@ -39,6 +40,9 @@ def assign(t: Tensor, x: Any) -> Tensor:
     return t
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
+  if t._viewed is not None and moved_buffer(t.lazydata) and _shares_elements(moved_st(t.lazydata)):
+    raise ArgumentError(f"assign (or an in-place op) into an expanded view of shape {t.shape}: several of its elements "
+                        "are one element of memory, as in torch this is not supported; clone() the view first")
   # a second assign before realizing writes the same buffer (its value may read the first one's result)
   target = t.lazydata.src[0] if t.lazydata.op is Ops.ASSIGN else t.lazydata
   # the writes other tensors have pending into this memory come first (those into memory the value reads run before
@@ -70,6 +74,11 @@ def setitem(t: Tensor, indices: Any, value: Any) -> None:
   # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
   t.lazydata = UOp(Ops.VIEW, t.dtype, written.src, t.lazydata.arg)
   written_unseen(t._viewed if t._viewed is not None else t)
+
+def _shares_elements(st: ShapeTracker) -> bool:
+  """Whether two elements of this view are one element of the memory it views (an expand)."""
+  return len(st.views) == 1 and any(stride == 0 for size, stride in zip(st.views[0].shape, st.views[0].strides)
+                                    if size > 1)
 
 def read_since_assigned(t: Tensor, exempt: tuple[Any, ...]) -> bool:
   """Whether a value made since this tensor's pending assign (other than `exempt`) reads the memory it writes, other

@@ -7,6 +7,7 @@ import pytest
 from helpers import HAVE_TORCH, torch
 
 from lazytensor import GlobalCounters, Tensor, no_grad
+from lazytensor.helpers import ArgumentError
 
 
 def test_assign_writes_in_place_and_views_see_it() -> None:
@@ -456,3 +457,15 @@ def test_write_through_a_view_of_a_pending_assign() -> None:
   t2 = d[1]
   t2.add_(-31)
   assert t0.tolist() == [12.0, -21.0, 0.0] and t2.item() == -21.0
+
+def test_in_place_op_into_an_expanded_view_raises_as_in_torch() -> None:
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  with pytest.raises(ArgumentError, match=r"expanded view of shape \(2, 3\)"): x.expand(2, 3).add_(1)
+  with pytest.raises(ArgumentError, match="expanded view"): (Tensor([1.0, 2.0]) + 1).reshape(2, 1).expand(2, 4).mul_(2)
+  assert x.tolist() == [1.0, 2.0, 3.0]  # nothing written
+  # views whose elements are each one element of memory still write through
+  z = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+  z[:, 0].add_(1)
+  z.T.mul_(2)
+  z.reshape(4)[1:].add_(1)
+  assert z.tolist() == [[4.0, 5.0], [9.0, 9.0]]
