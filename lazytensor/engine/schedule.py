@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -362,7 +362,8 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   if scatters:  # scatter reduces inside bigger expressions get buffers of their own: each a fill and a scatter kernel
     g = _find_realizes(resolved, scatters)
     roots, outputs, built, _ = _build_kernels(resolved, g, leaf_buffers)
-  items = _order_items(roots, built, outputs)
+  ran = _order_roots(roots, built, outputs)
+  items = [it for r in ran for it in built[r].items]
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(sink, resolved, buffer_uops)
   # an output's buffer holds its base, or itself when it was computed through its view (_computes_part)
@@ -371,7 +372,10 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
-  return items, becomes
+  # the order commit_realized records them in: the values, then the assigns in the order they run, so that the last
+  # one into a buffer is the node that stands for its contents (each assign's value is a BUFFER node of its own)
+  run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
+  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] + 1 if kv[0].op is Ops.ASSIGN else 0))
 
 def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
     tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:
@@ -454,9 +458,9 @@ class _Built:
   leaf_reads: set[int]   # ids of buffers it reads as they were before the schedule
   root_reads: set[UOp]   # the roots whose outputs it reads
 
-def _order_items(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, Buffer]) -> list[ScheduleItem]:
-  """Dependency order, plus: a kernel that reads a buffer's contents (from before the schedule, or as one assign left
-  them) runs before any other assign overwrites them."""
+def _order_roots(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, Buffer]) -> list[UOp]:
+  """The order the roots' kernels run in: dependency order, plus: a kernel that reads a buffer's contents (from before
+  the schedule, or as one assign left them) runs before any other assign overwrites them."""
   after: dict[UOp, set[UOp]] = {r: set(built[r].root_reads) for r in roots}  # root -> roots that must run before it
   needs: dict[UOp, set[UOp]] = {}  # root -> every root it depends on, transitively (roots come in dependency order)
   for r in roots: needs[r] = set().union(*(needs[d] | {d} for d in after[r]))
@@ -472,14 +476,14 @@ def _order_items(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, 
         after_r = [a for a in writers if a is not r and a not in read_from and
                    (a not in needs[r] or any(w in needs[a] for w in read_from))] if read_from else []
       for a in after_r: after[a].add(r)
-  order: list[ScheduleItem] = []
+  order: list[UOp] = []
   done: set[UOp] = set()
   while len(done) < len(roots):
     ready = next((r for r in roots if r not in done and after[r] <= done), None)
     if ready is None:
       raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
                        "together), which one schedule cannot order; realize them one at a time")
-    order.extend(built[ready].items)
+    order.append(ready)
     done.add(ready)
   return order
 
@@ -507,15 +511,13 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
 def commit_realized(becomes: dict[UOp, UOp]) -> None:
   """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing. An assign
   overwrote its buffer: the nodes realized into it before no longer stand for its contents, and are computed again
-  where a graph built before the assign holds them (another value computed alike, a value computed from it)."""
+  where a graph built before the assign holds them (another value computed alike, a value computed from it).
+
+  `becomes` is recorded in its order, which create_schedule makes the one the assigns ran in: the last one into a
+  buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
+  add standing for x, and a view of x read the second add's node as not computed, running it again)."""
   attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
-  items: Iterable[tuple[UOp, UOp]] = becomes.items()
-  if sum(node.op is Ops.ASSIGN for node in becomes) > 1:
-    # assigns in the order they ran (one whose graph holds another ran after it), so that the last one into a buffer
-    # is the node that stands for its contents: x.add_(1).add_(2) committed the first add last, and a view of x read
-    # the second add's node as not computed, running it again
-    items = sorted(items, key=lambda kv: len(kv[0].toposort) if kv[0].op is Ops.ASSIGN else 0)
-  for node, buf_view in items:
+  for node, buf_view in becomes.items():
     if node is buf_view: continue
     memory = buffer_map.get(buf_view.src[0]) if buf_view.op is Ops.VIEW else None
     if memory is not None and node.op is Ops.ASSIGN:
