@@ -1,6 +1,7 @@
 """Elementwise arithmetic: the arithmetic of two (or three) tensors with its operators (add, sub, mul, div, floordiv,
-mod, maximum, clamp, lerp, isclose), and negation, rounding, sign and tests of values of one. Operands broadcast and promote as
-operands.py does it; comparisons, where, logic and bits are in compare.py, padding and joining tensors in join.py.
+mod, maximum, clamp, lerp, isclose), and negation, rounding, sign and tests of values of one. Operands broadcast
+and promote as operands.py does it; comparisons, where, logic and bits are in compare.py, padding and joining tensors
+in join.py.
 """
 from __future__ import annotations
 
