@@ -864,6 +864,7 @@ def test_docstring_examples() -> None:
   import lazytensor.mixin.inplace
   import lazytensor.mixin.movement
   import lazytensor.mixin.nn
+  import lazytensor.mixin.order
   import lazytensor.mixin.random
   import lazytensor.mixin.reduce
   import lazytensor.mixin.shapes
@@ -874,8 +875,8 @@ def test_docstring_examples() -> None:
   import lazytensor.tensor
   modules = [lazytensor.tensor, lazytensor.mixin.create, lazytensor.mixin.elementwise, lazytensor.mixin.index,
              lazytensor.mixin.movement, lazytensor.mixin.nn, lazytensor.mixin.random, lazytensor.mixin.reduce,
-             lazytensor.mixin.unary, lazytensor.mixin.shapes, lazytensor.mixin.special, lazytensor.mixin.take_put,
-             lazytensor.mixin.stats, lazytensor.mixin.aliases, lazytensor.mixin.inplace]
+             lazytensor.mixin.order, lazytensor.mixin.unary, lazytensor.mixin.shapes, lazytensor.mixin.special,
+             lazytensor.mixin.take_put, lazytensor.mixin.stats, lazytensor.mixin.aliases, lazytensor.mixin.inplace]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 
