@@ -26,11 +26,14 @@ from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.scatter import embedded_scatters, split_scatter
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
 from lazytensor.graph import const_like, is_own_value
-from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
+from lazytensor.helpers import BEAM, CPU_TARGET, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
+
+# the walks of deep graphs (a chain of 10**4 ops) recurse past Python's default limit of 1000 frames
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 
 def _is_plain_buffer_view(u: UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
@@ -414,18 +417,14 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
   reuses that schedule with its own buffers (engine/schedule_cache.py). Nothing is recorded until the caller has run
   the items and calls `commit_realized(becomes)`."""
-  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
   if seen is not None:
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
     key, walk = (seen[0], knob_state()), seen[1]
-    if (found := cache.structures.get(key)) is not None and \
-       (template := cache.templates.get(found.template_key)) is not None and \
-       (origins := cache.origins(walk, found)) is not None:
+    if (found := cache.structures.get(key)) is not None and (origins := cache.origins(walk, found)) is not None:
       cache.structures.move_to_end(key)
-      cache.templates.move_to_end(found.template_key)
-      return _instantiate(template, walk.params, origins)
+      return found.template.instantiate(walk.params, origins)
   abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   template_key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
@@ -440,17 +439,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     if cap > 0: cache.remember(cache.templates, template_key, template, cap)
   else: cache.templates.move_to_end(template_key)
   if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
-    cache.remember(cache.structures, key, cache.Found(template_key, entries), cap)
-  return _instantiate(template, abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
-
-def _instantiate(template: cache.Template, params: list[UOp],
-                 origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  cache.schedule_stats["reused" if template.uses else "scheduled"] += 1
-  items, becomes = template.instantiate(params, origins)
-  if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
-    print(f"scheduled {len(items)} items from {len(template.sink.toposort)} nodes"
-          f"{' (schedule cache hit)' if template.uses > 1 else ''}")
-  return items, becomes
+    cache.remember(cache.structures, key, cache.Found(template, entries), cap)
+  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
 
 @dataclass(frozen=True)
 class _Built:
@@ -516,10 +506,11 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
   `becomes` is recorded in its order, which create_schedule makes the one the assigns ran in: the last one into a
   buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
   add standing for x, and a view of x read the second add's node as not computed, running it again)."""
-  attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
+  # the maps' own methods, inlined: an eager step commits every output
+  attr, buffer_attr = realized_map.attr, buffer_map.attr
   for node, buf_view in becomes.items():
     if node is buf_view: continue
-    memory = buffer_map.get(buf_view.src[0]) if buf_view.op is Ops.VIEW else None
+    memory = buf_view.src[0].__dict__.get(buffer_attr) if buf_view.op is Ops.VIEW else None
     if memory is not None and node.op is Ops.ASSIGN:
       for ref in memory.realized_nodes:
         if (old := ref()) is not None: old.__dict__.pop(attr, None)
