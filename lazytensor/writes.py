@@ -141,6 +141,9 @@ def add_view(t: Tensor, view: Tensor) -> None:
   root = t._viewed if t._viewed is not None else t
   view._viewed, view._detached = root, t._detached
   if root._views is None: root._views = []
+  elif (n := len(root._views)) >= 64 and n & (n - 1) == 0:
+    # the dead ones go at each power of two: a tensor broadcast at every step (a learning rate) gained one a use
+    root._views = [ref for ref in root._views if ref() is not None]
   root._views.append(weakref.ref(view))
 
 def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
