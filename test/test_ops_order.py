@@ -121,6 +121,17 @@ def test_selected_gradients(name: str, fn: Callable[[Any], Any]) -> None:
   fn(tx).sum().backward()
   np.testing.assert_array_equal(lx.grad.numpy(), tx.grad.numpy())
 
+@pytest.mark.parametrize("n", [65, 1000, 4096])
+def test_fused_network_steps_sort_as_torch(n: int) -> None:
+  # the network's close steps run three to a kernel (sort_network.FUSED_STEPS): rows padded to a power of two, ties,
+  # NaN, both zeros and infinities, both directions
+  x = _rows("float32", (2, n), seed=n)
+  for descending in (False, True):
+    v, i = _lazy(x, "float32").sort(1, descending=descending)
+    tv, ti = torch.sort(x, dim=1, descending=descending, stable=True)
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    _same(v, tv)
+
 def _kernels(*ts: Tensor) -> list[Any]:
   return create_schedule([t.lazydata for t in ts])[0]
 

@@ -106,8 +106,9 @@ class OrderMixin(ReduceMixin):
 
   def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
     """The values along `dim` in order, and their indices (dtypes.default_int). The sort is stable and NaN
-    sorts as the largest, as torch's stable sort. Rows of up to 256 compare every pair of elements (O(n^2), two or
-    three kernels); longer rows go through a bitonic network (O(n log^2 n), two kernels per step: 55 for 1024).
+    sorts as the largest, as torch's stable sort. Short rows compare every pair of elements (O(n^2), two or three
+    kernels); longer rows go through a bitonic network (O(n log^2 n): 55 steps for 1024, in 39 kernels for keys of
+    up to 32 bits, 111 for wider ones).
 
     >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).sort()]
     [[1, 1, 2, 3], [1, 3, 2, 0]]
@@ -126,8 +127,9 @@ class OrderMixin(ReduceMixin):
 
   def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Self, Self]:
     """The k largest (or smallest) values along `dim`, in order, and their indices (dtypes.default_int). Ties keep
-    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). Rows of up to
-    256 compare every pair; longer rows take k selection passes for k up to 16, else the bitonic network of sort.
+    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). Short rows
+    compare every pair; longer rows take k selection passes for a few, a radix select of the k-th and a sort of the
+    k kept ones for k up to 512 (mixin/select.py), else the bitonic network of sort.
 
     >>> [t.tolist() for t in Tensor([1, 5, 3, 4]).topk(2)]
     [[5, 4], [1, 3]]
