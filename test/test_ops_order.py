@@ -151,3 +151,37 @@ def test_selection_is_linear_passes_not_a_sort() -> None:
 def test_short_rows_still_compare_pairs() -> None:
   x = Tensor(np.random.default_rng(9).standard_normal((4, SELECT_FROM)).astype(np.float32)).realize()
   assert len(_kernels(*x.kthvalue(3))) <= 3
+
+# ---- scans in blocks (mixin/scans.py) ----
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8", "bool"])
+def test_cummax_cummin_of_long_rows_against_torch(dtype: str) -> None:
+  # running extremes of order codes in blocks of 8 (two levels for 1000): ties give the last equal index, NaN
+  # propagates (in cummin too) from its first index on to the last NaN, -0.0 and 0.0 are equal and read back with
+  # their own sign
+  x = _rows(dtype, (2, 1000), seed=11)
+  for name in ("cummax", "cummin"):
+    v, i = getattr(_lazy(x, dtype), name)(1, return_indices=True)
+    tv, ti = getattr(torch, name)(x, 1)
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    _same(v, tv)
+
+def test_blocked_scans_against_torch_and_their_gradients() -> None:
+  x = np.random.default_rng(12).uniform(0.5, 1.5, (3, 700))
+  tx = torch.from_numpy(x).requires_grad_()
+  for name in ("cumprod", "logcumsumexp", "cummax"):
+    lx = Tensor(x, requires_grad=True)
+    out, ref = getattr(lx, name)(1), getattr(torch, name)(tx, 1)
+    ref = ref.values if name == "cummax" else ref
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-10)
+    weights = np.random.default_rng(13).standard_normal(x.shape)
+    (out * Tensor(weights)).sum().backward()
+    tx.grad = None
+    (ref * torch.from_numpy(weights)).sum().backward()
+    np.testing.assert_allclose(lx.grad.numpy(), tx.grad.numpy(), rtol=1e-8, atol=1e-10)
+
+def test_cummax_kernels() -> None:
+  # two scans of int32 codes, each 3 levels of blocks of 8 for 1024 (a kernel for the blocks' scans, one for their
+  # totals, one to combine, down to 16 totals scanned in one), the codes, and the values read at the indices
+  x = Tensor(np.random.default_rng(14).standard_normal((4, 1024)).astype(np.float32)).realize()
+  assert len(_kernels(*x.cummax(1, return_indices=True))) <= 17

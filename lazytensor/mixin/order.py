@@ -12,7 +12,14 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.helpers import dim_alias
 from lazytensor.mixin.reduce import ReduceMixin
-from lazytensor.mixin.scans import cum_extreme_last, cumsum_float_last, cumsum_last, scan_last
+from lazytensor.mixin.scans import (
+  LOGSUMEXP_SCAN_BLOCK,
+  SCAN_BLOCK,
+  cum_extreme_last,
+  cumsum_float_last,
+  cumsum_last,
+  scan_last,
+)
 from lazytensor.mixin.select import kth_last, selects, topk_last, topk_selects
 from lazytensor.mixin.sort_network import sorted_last
 
@@ -33,10 +40,10 @@ class OrderMixin(ReduceMixin):
     back = (lambda t: t.reshape(())) if self.ndim == 0 else (lambda t: t.transpose(d, -1))
     return tuple(back(t) for t in out) if isinstance(out, tuple) else back(out)
 
-  def _scan(self, axis: int, reduce: Callable[[Self, int], Self], identity: Any) -> Self:
+  def _scan(self, axis: int, reduce: Callable[[Self, int], Self], identity: Any, block: int = SCAN_BLOCK) -> Self:
     self._resolve_axis(axis)
     if self.numel() == 0: return self
-    return self._along(axis, lambda x: scan_last(x, reduce, identity))
+    return self._along(axis, lambda x: scan_last(x, reduce, identity, block))
 
   def cumsum(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
     """Cumulative sum along `axis` (ints and bools sum as in sum): blocks of 32 elements times a triangle of ones (a
@@ -68,7 +75,7 @@ class OrderMixin(ReduceMixin):
     [0.0, 0.6931, 1000.0]
     """
     axis = dim_alias("logcumsumexp", axis, dim, 0)
-    return self._to_float()._scan(axis, lambda t, ax: t.logsumexp(ax), -math.inf)
+    return self._to_float()._scan(axis, lambda t, ax: t.logsumexp(ax), -math.inf, LOGSUMEXP_SCAN_BLOCK)
 
   def _cum_extreme(self, axis: int, largest: bool) -> tuple[Self, Self]:
     self._resolve_axis(axis)
@@ -78,8 +85,8 @@ class OrderMixin(ReduceMixin):
   def cummax(self, axis: int = 0, *, dim: int | None = None,
              return_indices: bool = False) -> Self | tuple[Self, Self]:
     """The running maximum along `axis` (NaN propagates), as tinygrad; with return_indices=True also, as torch's
-    (values, indices), the index of the last element equal to it. Scans as cumsum; the gradient goes to that index,
-    except on axes longer than 512, where equal elements share it.
+    (values, indices), the index of the last element equal to it. Scans of order codes (ints) in blocks; the value
+    is read at that index, and the gradient goes there, as torch's.
 
     >>> Tensor([1, 3, 2, 3]).cummax().tolist()
     [1, 3, 3, 3]

@@ -1,7 +1,7 @@
 """Order statistics along the last axis without sorting (OrderMixin's kthvalue, median and topk move the axis there).
 
 A radix select: the element of rank r (0-based) in a stable sort is found digit by digit on an order-preserving
-unsigned code of the keys (sort_network._key_code: floats by their bits, NaN the largest, -0.0 as 0.0). Each pass
+unsigned code of the keys (keys.order_code: floats by their bits, NaN the largest, -0.0 as 0.0). Each pass
 fixes RADIX_BITS more bits of the answer's code from counts of the keys below 2**RADIX_BITS - 1 thresholds (one reduce
 over the row, then one over the thresholds): 8 passes for a 32-bit code. Equal codes rank by position, so a second
 select over the positions of the elements equal to the answer, at the rank that remains, gives which one it is: the
@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from lazytensor.dtype import dtypes
-from lazytensor.mixin.scans import cumsum_last, select_one
-from lazytensor.mixin.sort_network import SELECT_UP_TO, _key_code, _packs
+from lazytensor.mixin.keys import order_code
+from lazytensor.mixin.scans import cumsum_last, read_at, select_one
+from lazytensor.mixin.sort_network import SELECT_UP_TO, _packs
 
 if TYPE_CHECKING:
   from lazytensor.mixin.reduce import ReduceMixin
@@ -40,18 +41,6 @@ SELECT_RANKS = 4
 # or the network: k=16 19 and 9 ms, 48 18 and 27, 128 24 and 196, 512 67 and 174, 1024 209 and 159 (sorting the k
 # kept ones compares their k**2 pairs)
 TOPK_FROM, TOPK_UP_TO = 40, 512
-
-def _code(x: TensorT, descending: bool) -> TensorT:
-  """An unsigned code of x whose order is the sort's (NaN the largest, -0.0 equal to 0.0; inverted when descending):
-  uint32 for keys of up to 32 bits (sort_network._key_code), uint64 for the others."""
-  if x.dtype.itemsize <= 4: return _key_code(x, descending)
-  if x.dtype.is_float:
-    f = (x != x).where(float("nan"), (x == 0).where(0.0, x))
-    bits = f.bitcast(dtypes.uint64)
-    code = (bits >= 1 << 63).where(~bits, bits | (1 << 63))
-  elif x.dtype == dtypes.uint64: code = x
-  else: code = x.bitcast(dtypes.uint64) ^ (1 << 63)
-  return ~code if descending else code
 
 def _count(mask: TensorT) -> TensorT:
   return mask.sum(-1, keepdim=True, dtype=dtypes.int32)
@@ -76,7 +65,7 @@ def select_position(x: TensorT, descending: bool, rank: int) -> tuple[TensorT, T
   """The element of rank `rank` in a stable sort of x's last axis: its code (_code) and its position (int32),
   each (..., 1)."""
   n = x.shape[-1]
-  code = _code(x.detach(), descending).contiguous()
+  code = order_code(x.detach(), descending).contiguous()
   target = radix_select(code, rank, code.dtype.itemsize * 8)
   # equal codes sort by position: the one of rank (rank - the count below them) among their positions
   # (the others at 2**bits - 1, past every position: never of that rank; a mask in each pass's count was 3x slower)
@@ -89,13 +78,13 @@ def kth_last(x: TensorT, rank: int) -> tuple[TensorT, TensorT]:
   """The value of rank `rank` (0-based) in a stable ascending sort of x's last axis and its position
   (dtypes.default_int), each (..., 1): the value read at the position, so that the gradient goes there."""
   _, at = select_position(x, False, rank)
-  return _read_at(x, at), at.cast(dtypes.default_int)
+  return read_at(x, at), at.cast(dtypes.default_int)
 
 def topk_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
   """The first k elements of a stable sort of x's last axis and their positions (dtypes.default_int)."""
   n = x.shape[-1]
   target, at = select_position(x, descending, k - 1)
-  code = _code(x.detach(), descending)
+  code = order_code(x.detach(), descending)
   pos = type(x).arange(n, dtype=dtypes.int32, device=x.device)
   kept = (code < target) | ((code == target) & (pos <= at))  # exactly k per row
   # each kept element's slot among them, in position order (-1 for the others): a scatter of their positions into
@@ -107,19 +96,13 @@ def topk_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
   fills = slot.unsqueeze(-2) == type(x).arange(k, device=x.device).unsqueeze(-1)
   positions = select_one(pos, fills, -1)
   # then sorted by (code, position), all different pairs: a kept element's rank is the count of kept ones before it
-  codes = _code(_read_at(x.detach(), positions), descending)
+  codes = order_code(read_at(x.detach(), positions), descending)
   before = (codes.unsqueeze(-2) < codes.unsqueeze(-1)) | \
     ((codes.unsqueeze(-2) == codes.unsqueeze(-1)) & (positions.unsqueeze(-2) < positions.unsqueeze(-1)))
   ranked = before.sum(-1, dtype=dtypes.int32).unsqueeze(-2) == \
     type(x).arange(k, device=x.device).unsqueeze(-1)  # (..., slot, kept element)
   order = select_one(positions.unsqueeze(-2), ranked, -1)
-  return _read_at(x, order), order.cast(dtypes.default_int)
-
-def _read_at(x: TensorT, positions: TensorT) -> TensorT:
-  """x's values along the last axis at `positions` (..., m): one load each (engine/gather.py reads the one-hot reduce
-  against a default_int arange as a load at the index), so -0.0 stays -0.0 (a sum of it onto 0.0 did not), and the
-  gradient goes to each position alone."""
-  return select_one(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(x.shape[-1], device=x.device), -1)
+  return read_at(x, order), order.cast(dtypes.default_int)
 
 def selects(n: int, ranks: int) -> bool:
   """Whether `ranks` radix selections in rows of n cost less than a sort."""

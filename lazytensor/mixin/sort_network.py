@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.mixin.scans import select_one
+from lazytensor.mixin.keys import order_code
+from lazytensor.mixin.scans import read_at, select_one
 
 if TYPE_CHECKING:
   from lazytensor.mixin.reduce import ReduceMixin
@@ -90,19 +91,6 @@ def _network(parts: tuple[TensorT, ...], exchange: Exchange, fuse: bool) -> tupl
 _PACKED_KEYS = (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.int16, dtypes.int8,
                 dtypes.uint32, dtypes.uint16, dtypes.uint8, dtypes.bool)
 
-def _key_code(x: TensorT, descending: bool) -> TensorT:
-  """uint32 codes of x whose unsigned order is the sort's order: floats by their bits with the sign flipped (negative
-  ones all flipped), NaN as one NaN (the largest), -0.0 as 0.0 (they are equal: their order is by position); ints
-  with the sign bit flipped. Descending inverts the code, so that positions still break ties ascending."""
-  if x.dtype.is_float:
-    f = x.cast(dtypes.float32)
-    f = (f != f).where(math.nan, (f == 0).where(0.0, f))
-    bits = f.bitcast(dtypes.uint32)
-    code = (bits >= 1 << 31).where(~bits, bits | (1 << 31))
-  elif x.dtype in (dtypes.uint32, dtypes.uint16, dtypes.uint8, dtypes.bool): code = x.cast(dtypes.uint32)
-  else: code = x.cast(dtypes.int32).bitcast(dtypes.uint32) ^ (1 << 31)
-  return ~code if descending else code
-
 _LOW = (1 << 32) - 1  # the position bits of a packed key
 
 def _packs(x: TensorT, size: int) -> bool: return x.dtype in _PACKED_KEYS and size <= 1 << 32
@@ -112,7 +100,7 @@ def _packed_keys(x: TensorT, descending: bool, n: int) -> TensorT:
   on (padding) take the largest code, so that they sort last."""
   size = x.shape[-1]
   pos = type(x).arange(size, dtype=dtypes.uint64, device=x.device).reshape(*([1] * (x.ndim - 1)), size)
-  code = (pos < n).where(_key_code(x, descending), _LOW).cast(dtypes.uint64)
+  code = (pos < n).where(order_code(x, descending), _LOW).cast(dtypes.uint64)
   return (code << 32) | pos
 
 def network_pays(x: TensorT) -> bool:
@@ -205,12 +193,11 @@ def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
 def sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
   """The first k elements of a stable sort of the last axis, and their positions: by comparing every pair in one
   kernel for short rows; for long ones by k selection passes when k is small, else through the bitonic network."""
-  n = x.shape[-1]
   keys = x.cast(dtypes.int8) if x.dtype.is_bool else x
   if not network_pays(keys): return _take_ranked(x, _sort_ranks(x, descending), k)
   if selection_pays(keys, k): positions = selection_positions(keys, descending, k)
   else: positions = network_positions(keys, descending).shrink([None] * (x.ndim - 1) + [(0, k)])
-  return select_one(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
+  return read_at(x, positions), positions
 
 def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
   """The elements of ranks 0..k-1 along the last axis, and their indices."""
