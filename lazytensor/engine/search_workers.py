@@ -177,6 +177,7 @@ class JobFailed:
 def _serve(conn: Connection) -> None:
   """A worker: run (function, job, knob values) messages one at a time and answer each."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the searching process, which then stops its workers
+  conn.send(True)  # started: a job's time limit counts from here, not from the (maybe slow) start of the process
   while True:
     try: fn, job, knobs = conn.recv()
     except EOFError: return
@@ -206,11 +207,20 @@ def _main_script_hidden() -> Iterator[None]:
     if path is not None: main.__file__ = path
 
 class _Worker:
+  START_TIMEOUT = 120.0  # seconds for a worker process to start: a loaded machine's fork and imports, not a job's time
+
   def __init__(self, ctx: Any) -> None:
     self.conn, child = ctx.Pipe()
     self.proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="lazytensor-beam")
     with _main_script_hidden(): self.proc.start()
     child.close()
+
+  def wait_started(self) -> None:
+    try: started = self.conn.poll(self.START_TIMEOUT) and self.conn.recv() is True
+    except (EOFError, OSError): started = False  # it died while starting
+    if not started:
+      self.stop()
+      raise RuntimeError(f"a BEAM worker process did not start within {self.START_TIMEOUT:.0f} s")
 
   def stop(self) -> None:
     if self.proc.is_alive(): self.proc.kill()
@@ -222,11 +232,13 @@ class WorkerPool:
   worker alone is killed and replaced, the job fails, the others go on."""
   def __init__(self, size: int) -> None:
     self.ctx = _mp_context()
-    self.workers = [_Worker(self.ctx) for _ in range(size)]
+    self.workers = [_Worker(self.ctx) for _ in range(size)]  # all start at once, then each is waited for
+    for w in self.workers: w.wait_started()
 
   def _replace(self, slot: int) -> None:
     self.workers[slot].stop()
     self.workers[slot] = _Worker(self.ctx)
+    self.workers[slot].wait_started()
 
   def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], timeout: float, workers: int = 0) -> list[Any]:
     """fn(job) for each job on the first `workers` workers (0: all), results in order; JobFailed for failures."""
