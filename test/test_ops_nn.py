@@ -110,8 +110,8 @@ def test_float64_logcumsumexp_of_short_rows(shape: tuple[int, ...]) -> None:
 
 def test_scan_kernels() -> None:
   assert kernels(_realized(4, 32).cumsum(1)) == 1 and kernels(_realized(4, 64).cumprod(0)) == 1
-  # blocks of 32 by a triangle stored once, 63 block totals scanned the same way (2 totals in one kernel), two adds,
-  # and where the first infinities or NaN are (the triangle's zeros times them would be NaN)
+  # blocks of 8 by a triangle stored once, the 250 block totals scanned the same way (their 32 totals in one kernel),
+  # two adds, and where the first infinities or NaN are (the triangle's zeros times them would be NaN)
   assert kernels(_realized(2, 2000).cumsum(1)) == 7
 
 # ---- sorting ----

@@ -185,3 +185,12 @@ def test_cummax_kernels() -> None:
   # totals, one to combine, down to 16 totals scanned in one), the codes, and the values read at the indices
   x = Tensor(np.random.default_rng(14).standard_normal((4, 1024)).astype(np.float32)).realize()
   assert len(_kernels(*x.cummax(1, return_indices=True))) <= 17
+
+def test_cumsum_in_blocks_of_8_over_three_levels() -> None:
+  # 3000 = 375 blocks of 8, whose totals are 47 blocks, whose totals are 6: sums against numpy's sequential ones,
+  # infinities and NaN from where they first appear, ints exactly
+  x = np.random.default_rng(15).standard_normal((2, 3000))
+  x[0, 1234], x[1, 100], x[1, 2000] = np.nan, np.inf, -np.inf
+  np.testing.assert_allclose(Tensor(x).cumsum(1).numpy(), np.cumsum(x, 1), rtol=1e-9, atol=1e-9)
+  ints = np.random.default_rng(16).integers(-1000, 1000, (3, 3000)).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(ints).cumsum(1).numpy(), np.cumsum(ints, 1, dtype=np.int64))
