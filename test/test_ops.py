@@ -858,13 +858,16 @@ def test_docstring_examples() -> None:
   import doctest
 
   import lazytensor.mixin.aliases
+  import lazytensor.mixin.compare
   import lazytensor.mixin.create
   import lazytensor.mixin.elementwise
   import lazytensor.mixin.index
   import lazytensor.mixin.inplace
   import lazytensor.mixin.movement
   import lazytensor.mixin.nn
+  import lazytensor.mixin.operands
   import lazytensor.mixin.random
+  import lazytensor.mixin.rearrange
   import lazytensor.mixin.reduce
   import lazytensor.mixin.shapes
   import lazytensor.mixin.special
@@ -875,7 +878,8 @@ def test_docstring_examples() -> None:
   modules = [lazytensor.tensor, lazytensor.mixin.create, lazytensor.mixin.elementwise, lazytensor.mixin.index,
              lazytensor.mixin.movement, lazytensor.mixin.nn, lazytensor.mixin.random, lazytensor.mixin.reduce,
              lazytensor.mixin.unary, lazytensor.mixin.shapes, lazytensor.mixin.special, lazytensor.mixin.take_put,
-             lazytensor.mixin.stats, lazytensor.mixin.aliases, lazytensor.mixin.inplace]
+             lazytensor.mixin.stats, lazytensor.mixin.aliases, lazytensor.mixin.inplace, lazytensor.mixin.operands,
+             lazytensor.mixin.compare, lazytensor.mixin.rearrange]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 

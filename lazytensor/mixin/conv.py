@@ -1,4 +1,4 @@
-"""Convolutions: views of the input plus one reduce (MovementMixin._pool_windows), never an im2col buffer, with
+"""Convolutions: views of the input plus one reduce (RearrangeMixin._pool_windows), never an im2col buffer, with
 their gradients stated as convolutions.
 
 Through the chain rule alone, the gradient of a convolution's input is the gradient times the weights at every

@@ -23,7 +23,7 @@ from lazytensor.engine.realize import capturing
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
 from lazytensor.mixin.elementwise import broadcast_shape
 from lazytensor.mixin.movement import _is_int
-from lazytensor.mixin.reduce import ReduceMixin
+from lazytensor.mixin.order import OrderMixin
 
 if TYPE_CHECKING:
   from typing import Self
@@ -423,8 +423,8 @@ def _count_now(name: str, m: TensorT) -> int:
   _check_not_capturing(name)
   return int(m.sum().item())
 
-class IndexMixin(ReduceMixin):
-  """Tensor's indexing methods: on the reduce mixin and those below it."""
+class IndexMixin(OrderMixin):
+  """Tensor's indexing methods: on the order mixin and those below it."""
   __slots__ = ()
 
   def __getitem__(self, indices: Any) -> Self:

@@ -1,7 +1,7 @@
 """Neural-network functions: convolutions, pooling, resampling, normalization, dropout, attention and losses.
 
 Each is composed from other tensor ops, so it fuses and has gradients: a convolution or a pool is views of its input
-plus one reduce (MovementMixin._pool_windows), never an im2col buffer.
+plus one reduce (RearrangeMixin._pool_windows), never an im2col buffer.
 """
 from __future__ import annotations
 

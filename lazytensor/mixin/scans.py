@@ -1,4 +1,4 @@
-"""Scans along the last axis (ReduceMixin's cumsum, cumprod, logcumsumexp, cummax, cummin move the axis there): a
+"""Scans along the last axis (OrderMixin's cumsum, cumprod, logcumsumexp, cummax, cummin move the axis there): a
 reduce over each position's prefix for short axes, blocks and carries for long ones, and cumsum as blocks times
 a triangle of ones (a matmul)."""
 from __future__ import annotations

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from lazytensor.mixin.movement import MovementMixin, _is_int
+from lazytensor.mixin.movement import _is_int
+from lazytensor.mixin.rearrange import RearrangeMixin
 
 if TYPE_CHECKING:
   from typing import Self
@@ -27,8 +28,8 @@ def _on_diagonal(x: TensorT, offset: int) -> TensorT:
 def _check_offset(name: str, offset: int) -> None:
   if not _is_int(offset): raise TypeError(f"{name}: offset must be an int, got {offset!r}")
 
-class ShapesMixin(MovementMixin):
-  """Tensor's splits, selections, matrix transposes and diagonal embeddings: on the movement mixin."""
+class ShapesMixin(RearrangeMixin):
+  """Tensor's splits, selections, matrix transposes and diagonal embeddings: on the rearrange and movement mixins."""
   __slots__ = ()
 
   # ---- splits ----

@@ -1,4 +1,4 @@
-"""Sorting along the last axis (ReduceMixin's sort, argsort and topk move the axis there, `sorted_last` below).
+"""Sorting along the last axis (OrderMixin's sort, argsort and topk move the axis there, `sorted_last` below).
 
 Comparing every pair of elements (`_sort_ranks`) is one kernel and O(n^2) per row: fine for short rows, 17G
 comparisons for 1024 rows of 4096. A bitonic network does the same sort in elementwise steps, O(n log^2 n) compare-

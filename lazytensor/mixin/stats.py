@@ -1,7 +1,7 @@
 """Statistics on top of the reductions, sorting and scatter: covariance and correlation, histograms, the mode, the
 NaN-ignoring median and quantiles, and torch's small conveniences around them (msort, aminmax, unique_consecutive).
 
-The NaN-ignoring order statistics differ from median and quantile (reduce.py) in one way: where each row's answer
+The NaN-ignoring order statistics differ from median and quantile (order.py) in one way: where each row's answer
 sits in sorted order depends on how many NaNs the row holds, so it is picked by a gather at a computed position
 rather than by a fixed slice.
 """

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError, DTypeError, prod
-from lazytensor.mixin.elementwise import broadcast_shape
 from lazytensor.mixin.index import IndexMixin, _is_tensor
+from lazytensor.mixin.operands import broadcast_shape
 
 if TYPE_CHECKING:
   from typing import Self

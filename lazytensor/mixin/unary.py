@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError
 from lazytensor.mixin.create import CreationMixin
-from lazytensor.mixin.elementwise import _check_operand
+from lazytensor.mixin.operands import _check_operand
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import inspect
 from lazytensor import Tensor
 from lazytensor.mixin.movement import MovementMixin
 
-CHAIN = ["movement", "shapes", "elementwise", "join", "create", "unary", "special", "reduce", "index", "take_put",
-         "stats", "random", "nn", "multi", "aliases", "inplace"]
+CHAIN = ["movement", "rearrange", "shapes", "operands", "compare", "elementwise", "join", "create", "unary", "special",
+         "reduce", "order", "index", "take_put", "stats", "random", "nn", "multi", "aliases", "inplace"]
 # modules whose attributes share names with Tensor methods (np.arange, math.floor, dtypes.float32, ...)
 NOT_TENSORS = {"np", "math", "dtypes", "functools", "itertools", "re", "Device", "Ops", "UOp"}
 
