@@ -351,12 +351,24 @@ def test_unique_with_size_reads_nothing() -> None:
   assert out.shape == (4,) and out.tolist() == [1, 3, 5, -1]
   assert Tensor(np.array([], np.int32)).unique().shape == (0,)
 
-@pytest.mark.parametrize("n", [1, 1000, 5000])
-def test_masked_select_and_nonzero_read_the_count_once(n: int) -> None:
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 64, 1000, 5000])
+@pytest.mark.parametrize("density", [0.0, 0.3, 1.0])
+def test_masked_select_and_nonzero_across_packed_words(n: int, density: float) -> None:
+  # the mask's running count is taken from words of 32 bits: sizes at and around a word, all False and all True
   rng = np.random.default_rng(n)
-  x, mask = rng.standard_normal(n).astype(np.float32), rng.random(n) < 0.3
+  x, mask = rng.standard_normal(n).astype(np.float32), rng.random(n) < density
   np.testing.assert_array_equal(Tensor(x).masked_select(Tensor(mask)).numpy(), x[mask])
   np.testing.assert_array_equal(Tensor(mask).nonzero().numpy(), np.argwhere(mask))
+  k = int(mask.sum())
+  got = Tensor(x).masked_select(Tensor(mask), size=k // 2 + 3, fill_value=-7.0).numpy()
+  np.testing.assert_array_equal(got, np.concatenate([x[mask], np.full(3, -7.0, np.float32)])[:k // 2 + 3])
+
+def test_running_count_of_packed_words() -> None:
+  from lazytensor.mixin.index import WORD_BITS, _packed_counts, _running_count
+  m = np.random.default_rng(5).random(3 * WORD_BITS + 7) < 0.5
+  words, upto = _packed_counts(Tensor(m))
+  assert words.dtype == dtypes.uint32 and words.shape == (4,)  # numel / 32 words: the scan is 32x shorter
+  np.testing.assert_array_equal(_running_count(words, upto, m.size).numpy(), np.cumsum(m))
 
 # ---- roll, repeat_interleave, unfold, meshgrid, unflatten ----
 

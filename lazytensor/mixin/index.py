@@ -33,6 +33,8 @@ TensorT = TypeVar("TensorT", bound="IndexMixin")
 # unique of ints counts them into one bin per value in their range when it has at most this many bins per element:
 # a scatter-add and a compaction of the bins, O(numel + bins), beat a sort's O(numel log^2 numel) passes far beyond it
 UNIQUE_BINS_PER_ELEMENT = 4
+# a mask is packed into words of this many bits for its running count (uint32: the widest that vectorizes well)
+WORD_BITS = 32
 # the reductions of scatter_reduce
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
@@ -367,16 +369,49 @@ def _first_selected(name: str, m: TensorT, size: int | None, keep: tuple[TensorT
   otherwise run twice, once for the count and again for the values (1M ints: 0.96 s, twice the sort's time)."""
   if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
     raise ValueError(f"{name}: size must be a non-negative int, got {size!r}")
-  rank = m.cast(dtypes.int32).cumsum(0) if m.numel() else m.cast(dtypes.int32)
+  n = m.numel()
+  words, upto = _packed_counts(m)
   if size is None:
     _check_not_capturing(name)
-    size = int(rank.realize(*keep)[-1].item()) if m.numel() else 0
+    size = int(upto.realize(words, *keep)[-1].item()) if n else 0
+  rank = _running_count(words, upto, n)
   slot = m.where(rank - 1, -1)  # a False entry names no slot
   slots = type(m).arange(size, device=m.device, dtype=slot.dtype)
-  pos = type(m).arange(m.numel(), device=m.device)
+  pos = type(m).arange(n, device=m.device)
   flat = (slot == slots.unsqueeze(-1)).where(pos, 0).sum(-1)
-  count = rank[-1] if m.numel() else rank.sum()
+  count = upto[-1] if n else upto.sum()
   return flat, slots < count
+
+def _packed_counts(m: TensorT) -> tuple[TensorT, TensorT]:
+  """The 1-d bool m as words of WORD_BITS bits (uint32, element 32g + j at bit j of word g, the last word padded with
+  False) and the count of True values in the words up to and including each (int32): the running count of a mask
+  is a scan of numel / 32 counts, not of numel values (nonzero of a 1024x1024 mask: the scan of 1M values took most
+  of its time, 3.6x torch's)."""
+  n = m.numel()
+  groups = -(-n // WORD_BITS)
+  padded = m.pad(((0, groups * WORD_BITS - n),)).reshape(groups, WORD_BITS)
+  bit = type(m)._iota(WORD_BITS, m.device).cast(dtypes.uint32)
+  words = padded.where(1 << bit, 0).cast(dtypes.uint32).sum(-1, dtype=dtypes.uint32)
+  counts = padded.cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
+  return words, counts.cumsum(0) if groups else counts
+
+def _running_count(words: TensorT, upto: TensorT, n: int) -> TensorT:
+  """The count of True values up to and including each of the n elements packed in `words` (int32): the count of the
+  words before its own, and the set bits of its own word at and below its bit (a population count)."""
+  if n == 0: return upto
+  groups = words.shape[0]
+  bit = type(words)._iota(WORD_BITS, words.device).cast(dtypes.uint32)
+  below = words.unsqueeze(-1) & (0xFFFFFFFF >> (WORD_BITS - 1 - bit))  # the bits at and below each element's
+  before = (upto - _popcount(words)).unsqueeze(-1)
+  return (before + _popcount(below).cast(dtypes.int32)).reshape(groups * WORD_BITS)[:n]
+
+def _popcount(x: TensorT) -> TensorT:
+  """The set bits of each uint32, by adding them in pairs, nibbles and bytes (Hacker's Delight 5-1): ALU ops that
+  vectorize; the sum of the four byte counts lands in the top byte of the product."""
+  x = x - ((x >> 1) & 0x55555555)
+  x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+  x = (x + (x >> 4)) & 0x0F0F0F0F
+  return (x * 0x01010101) >> 24
 
 def _compacted(name: str, x: TensorT, m: TensorT, size: int | None, fill_value: Any,
                keep: tuple[TensorT, ...] = ()) -> TensorT:
