@@ -363,6 +363,19 @@ def test_masked_select_and_nonzero_across_packed_words(n: int, density: float) -
   got = Tensor(x).masked_select(Tensor(mask), size=k // 2 + 3, fill_value=-7.0).numpy()
   np.testing.assert_array_equal(got, np.concatenate([x[mask], np.full(3, -7.0, np.float32)])[:k // 2 + 3])
 
+def test_compaction_is_one_scatter_of_every_entry() -> None:
+  # the first `size` selected positions are a scatter kernel (a STORE at an index), not every slot scanning every
+  # entry; every entry stores (False ones after the True ones), so the kernel's in-range test never mispredicts
+  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.helpers import prod
+  from lazytensor.uop.ops import Ops
+  mask = Tensor(np.random.default_rng(3).random(4096) < 0.5).realize()
+  items, _ = create_schedule([mask.nonzero(size=3000).lazydata])
+  stores = [u for it in items if it.ast.op is Ops.SINK for u in it.ast.src if u.op is Ops.STORE]
+  assert sum(len(u.src) == 4 for u in stores) == 1
+  work = max(prod(s.arg.shape) for it in items for s in it.ast.toposort if s.op is Ops.VIEW)
+  assert work <= 4096, work  # O(numel): no kernel of 3000 slots x 4096 entries
+
 def test_running_count_of_packed_words() -> None:
   from lazytensor.mixin.index import WORD_BITS, _packed_counts, _running_count
   m = np.random.default_rng(5).random(3 * WORD_BITS + 7) < 0.5
