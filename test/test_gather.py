@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes, nn
-from lazytensor.engine import search
+from lazytensor.engine import search_workers
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.uop.ops import Ops, UOp
@@ -121,7 +121,7 @@ def test_beam_searches_a_gather(tmp_path) -> None:
   with Context(BEAM=1, CACHEDB=str(tmp_path / "beam.db"), BEAM_TIMEOUT_SEC=5.0, PARALLEL=0, IGNORE_BEAM_CACHE=1):
     got = Tensor(np.tile(TABLE, (40, 1)))[Tensor(rng.integers(-2000, 2000, 4096).astype(np.int32))].numpy()
   assert got.shape == (4096, 24)
-  search.close_pool()
+  search_workers.close_pool()
 
 @pytest.mark.parametrize("device", ["EMU", "CUDACPU"])
 def test_gather_on_gpu_backends(device: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from lazytensor import Context, Tensor
 from lazytensor.device import compile_stats
-from lazytensor.engine import realize, search
+from lazytensor.engine import realize, search, search_workers
 
 _consts = itertools.count(1)
 
@@ -159,8 +159,8 @@ def _search_big_kernel(**knobs: object) -> None:
 def test_parallel_0_searches_in_this_process_with_a_progress_bar(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
   for key in search.beam_stats: search.beam_stats[key] = 0
-  search.close_pool()
-  monkeypatch.setattr(search, "_Worker", None)  # starting a worker process would raise
+  search_workers.close_pool()
+  monkeypatch.setattr(search_workers, "_Worker", None)  # starting a worker process would raise
   term = Terminal()
   with contextlib.redirect_stderr(term): _search_big_kernel(PARALLEL=0, CACHEDB=str(tmp_path / "c.db"))
   assert search.beam_stats["searches"] == 1 and search.beam_stats["timed"] >= 2

@@ -20,7 +20,7 @@ from lazytensor.codegen.renderer.emu import EmuRenderer
 from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.engine import realize
 from lazytensor.engine.schedule import create_schedule
-from lazytensor.engine.search import beam_cache_key
+from lazytensor.engine.search_cache import beam_cache_key
 from lazytensor.helpers import ContextVar
 
 

@@ -15,7 +15,7 @@ from lazytensor import Context, Device, Tensor, TinyJit, dtypes, nn
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.codegen.renderer import Renderer
 from lazytensor.dtype import DType
-from lazytensor.engine import search
+from lazytensor.engine import search, search_actions, search_workers
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.scatter import SCATTER_MIN_WORK
 from lazytensor.engine.schedule import create_schedule
@@ -291,7 +291,7 @@ def test_every_search_action_computes_the_same(device: str, every: int, dtype: D
   want = _add_at((V, D), 0, idx, np.ones((N, D)), dtype.np)
   with Context(THREADS=2):
     assert Kernel(ast, dev.renderer).atomic == (device != "CPU" and dtype != dtypes.int16)
-    first = [o for o in search.actions(Kernel(ast, dev.renderer)) if _legal(ast, dev.renderer, [o])]
+    first = [o for o in search_actions.actions(Kernel(ast, dev.renderer)) if _legal(ast, dev.renderer, [o])]
     pairs = itertools.islice(itertools.product(first, first), 0, None, every)
     tried = [[o] for o in first] + [[a, b] for a, b in pairs if _legal(ast, dev.renderer, [a, b])]
     assert len(tried) > 10
@@ -321,7 +321,7 @@ def test_beam_searched_scatters(beam: int, tmp_path, monkeypatch: pytest.MonkeyP
     g, = (emb(Tensor(idx[:, 0])) * Tensor(src)).sum().gradient(emb.weight)
     out = Tensor.zeros(V, D).scatter_reduce(0, Tensor(idx), Tensor(src), "sum")
     got_g, got = g.numpy(), out.numpy()
-  search.close_pool()
+  search_workers.close_pool()
   np.testing.assert_allclose(got_g, _add_at((V, D), 0, np.repeat(idx[:, :1], D, 1), src), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(got, _add_at((V, D), 0, idx, src), rtol=1e-5, atol=1e-5)
 

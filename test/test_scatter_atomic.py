@@ -21,7 +21,7 @@ from lazytensor.codegen.renderer import NVIDIA_ATOMICS
 from lazytensor.codegen.renderer.cuda import CUDARenderer
 from lazytensor.codegen.renderer.emu import render_program
 from lazytensor.dtype import DType, from_storage, to_storage
-from lazytensor.engine import search
+from lazytensor.engine import search, search_workers
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.runtime.cuda_compiler import cuda_compiler, find_nvcc
@@ -283,7 +283,7 @@ def test_beam_search_of_an_atomic_scatter(tmp_path, monkeypatch: pytest.MonkeyPa
   with Context(DEV="EMU", BEAM=1, CACHEDB=str(tmp_path / "beam.db"), BEAM_TIMEOUT_SEC=5.0, PARALLEL=0,
                IGNORE_BEAM_CACHE=1):
     got = Tensor.zeros(V, D).scatter_reduce(0, Tensor(idx), Tensor(src), "sum").numpy()
-  search.close_pool()
+  search_workers.close_pool()
   np.testing.assert_allclose(got, _add_at((V, D), idx, src), rtol=1e-5, atol=1e-5)
 
 @pytest.mark.parametrize("device", GPU_DEVICES)

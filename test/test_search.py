@@ -24,9 +24,10 @@ from lazytensor.codegen.heuristic import Packing, hand_coded_optimizations, pack
 from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
 from lazytensor.codegen.renderer.cpu_target import cpu_target
 from lazytensor.dtype import dtypes
-from lazytensor.engine import pack_search, schedule, search
+from lazytensor.engine import pack_search, schedule, search, search_actions, search_workers
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
 from lazytensor.engine.schedule import ScheduleItem, create_schedule, pm_resolve
+from lazytensor.engine.search_workers import Binary, CompileJob
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 
 rng = np.random.default_rng(0)
@@ -67,7 +68,7 @@ def beam(tmp_path: Path) -> Iterator[Path]:
   for key in search.beam_stats: search.beam_stats[key] = 0
   db = tmp_path / "c.db"
   with Context(BEAM=2, CACHEDB=str(db), BEAM_TIMEOUT_SEC=5.0, PARALLEL=2, THREADS=2): yield db
-  search.close_pool()
+  search_workers.close_pool()
 
 def _search(item: ScheduleItem, device: str) -> Kernel: return optimize_kernel(item.ast, Device[device])
 
@@ -96,11 +97,11 @@ def test_second_run_searches_nothing(beam: Path) -> None:
   item = _item("row_sum", "CPU")
   first = _search(item, "CPU").applied_opts
   assert search.beam_stats["searches"] == 1 and search.beam_stats["compiled"] > 0
-  search.close_pool()
+  search_workers.close_pool()
   for key in search.beam_stats: search.beam_stats[key] = 0
   assert _search(item, "CPU").applied_opts == first
   assert search.beam_stats == {**search.beam_stats, "searches": 0, "compiled": 0, "timed": 0, "cache_hits": 1}
-  assert not search._pools, "a cache hit starts no workers"
+  assert not search_workers._pools, "a cache hit starts no workers"
 
 def test_corrupt_cache_file_is_survived(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
   beam.write_bytes(b"this is not a database" * 100)
@@ -121,7 +122,7 @@ def test_corrupt_cache_rows_are_searched_again(beam: Path, capsys: pytest.Captur
 
 # ---- injected faults: these run in the worker processes ----
 
-def faulty_compile_job(job: search.CompileJob) -> search.Binary:
+def faulty_compile_job(job: CompileJob) -> Binary:
   """UNROLL candidates fail to compile, UPCAST-by-2 candidates crash their worker, UPCAST-by-16 ones hang."""
   if any(o.op is OptOps.UNROLL for o in job.opts): raise RuntimeError("injected compile failure")
   if any(o.op is OptOps.UPCAST and o.amt == 2 for o in job.opts): os._exit(3)
@@ -139,25 +140,25 @@ def test_failing_candidates_are_survived(beam: Path, monkeypatch: pytest.MonkeyP
   for why in ("injected compile failure", "the worker died", "took longer than"): assert why in out
   np.testing.assert_allclose(_output(item, "CPU", k.applied_opts), _output(item, "CPU", []), rtol=1e-4, atol=1e-4)
 
-def _is_heuristic(job: search.CompileJob) -> bool:
+def _is_heuristic(job: CompileJob) -> bool:
   k = Kernel(job.ast, Device[job.device].renderer)
   return list(job.opts) == hand_coded_optimizations(k).applied_opts
 
-def incomplete_compile_job(job: search.CompileJob) -> search.Binary:
+def incomplete_compile_job(job: CompileJob) -> Binary:
   """Candidates other than the heuristics' and the reference compute only the first quarter of their outer axis:
   faster than any correct kernel, and wrong."""
   k = Kernel(job.ast, Device[job.device].renderer)
   for o in job.opts: k.apply_opt(o)
   if not job.opts or _is_heuristic(job) or job.keep: return real_compile_job(job)
   axis = k.axes_of(AxisKind.GLOBAL)[0]
-  return real_compile_job(search.CompileJob(job.device, job.ast, job.opts, ((axis, max(1, k.full_shape[axis] // 4)),)))
+  return real_compile_job(CompileJob(job.device, job.ast, job.opts, ((axis, max(1, k.full_shape[axis] // 4)),)))
 
-def doubled_compile_job(job: search.CompileJob) -> search.Binary:
+def doubled_compile_job(job: CompileJob) -> Binary:
   """Every optimized candidate stores twice the right value."""
   if not job.opts: return real_compile_job(job)
   store = next(u for u in job.ast.toposort if u.op is Ops.STORE)
   doubled = job.ast.substitute({store: store.replace(src=(*store.src[:2], store.src[2] * 2.0))})
-  return real_compile_job(search.CompileJob(job.device, doubled, job.opts, job.keep))
+  return real_compile_job(CompileJob(job.device, doubled, job.opts, job.keep))
 
 @pytest.mark.parametrize("fault", [incomplete_compile_job, doubled_compile_job])
 def test_winner_check_discards_wrong_candidates(beam: Path, monkeypatch: pytest.MonkeyPatch,
@@ -307,7 +308,7 @@ def test_one_thread_tries_thread_shares_only_where_cache_blocks_may_pay() -> Non
   avx2 = cpu_target("x86-64-v3")
   small_l3 = dataclasses.replace(avx2, l3_bytes=a.nbytes())
   def threads(ast, target) -> bool:  # type: ignore[no-untyped-def]
-    return any(o.op is OptOps.THREAD for o in search.actions(Kernel(ast, LLVMRenderer(target))))
+    return any(o.op is OptOps.THREAD for o in search_actions.actions(Kernel(ast, LLVMRenderer(target))))
   with Context(THREADS=1):
     assert threads(matmul, small_l3) and not threads(matmul, avx2) and not threads(add, small_l3)
   with Context(THREADS=2): assert threads(add, avx2)

@@ -14,17 +14,9 @@ from typing import Any
 from lazytensor.codegen.kernel import Kernel
 from lazytensor.codegen.program import get_program
 from lazytensor.device import Buffer, Compiled
-from lazytensor.engine.search import (
-  CANDIDATE_NAME,
-  TIE_RATIO,
-  beam_cache_key,
-  beam_search,
-  buffer_specs,
-  fmt_time,
-  input_values,
-  raw_bytes,
-  report_once,
-)
+from lazytensor.engine.search import TIE_RATIO, beam_search, fmt_time
+from lazytensor.engine.search_cache import beam_cache_key, report_once
+from lazytensor.engine.search_workers import CANDIDATE_NAME, buffer_specs, input_values, raw_bytes
 from lazytensor.helpers import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, diskcache_get, diskcache_put
 from lazytensor.uop.ops import UOp
 

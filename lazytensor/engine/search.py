@@ -19,6 +19,10 @@
 The scheduler asks one more question under BEAM, answered by timing in `engine/pack_search.py`: which packing copies
 a large reduce over products reads from.
 
+This module is the search loop; the candidates (`actions`, `edits`, the pruning) are in `search_actions.py`, the
+cache in `search_cache.py`, and the jobs that compile, time and check candidates in worker processes, with the pool
+that runs them, in `search_workers.py`.
+
 Failures are ordinary outcomes: a candidate whose compile raises, crashes its worker or takes longer than
 BEAM_TIMEOUT_SEC, or whose run crashes or overruns, counts as infinitely slow. Workers run one job at a time, so the
 job that hung or crashed is known; only its worker is killed and replaced. Runs also happen in a worker (always the
@@ -51,71 +55,55 @@ What keeps the search cheap:
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import math
-import multiprocessing
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
-from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from lazytensor.codegen.heuristic import blocks_may_pay, hand_coded_optimizations
-from lazytensor.codegen.kernel import (
-  MAX_SHARES_PER_THREAD,
-  AxisKind,
-  Kernel,
-  KernelOptError,
-  Opt,
-  OptOps,
-  reach,
-  view_of,
+from lazytensor.codegen.heuristic import hand_coded_optimizations
+from lazytensor.codegen.kernel import AxisKind, Kernel
+from lazytensor.device import Compiled
+from lazytensor.dtype import from_storage
+from lazytensor.engine.search_actions import actions, body_ops, edits, hopeless, kernel_state, replay
+from lazytensor.engine.search_cache import beam_cache_key, cache_put, cached_kernel, shape_signature
+from lazytensor.engine.search_workers import (
+  MIN_RUNS,
+  MIN_TIMED_S,
+  Binary,
+  BufferSpec,
+  CompileJob,
+  JobFailed,
+  RunJob,
+  buffer_specs,
+  compile_job,
+  duel_job,
+  get_pool,
+  output_job,
+  prepare_job,
+  release_job,
+  time_job,
 )
-from lazytensor.codegen.program import LaunchDims, get_program, program_key
-from lazytensor.device import Buffer, Compiled, Device
-from lazytensor.dtype import DType, from_storage, to_dtype, to_storage
 from lazytensor.helpers import (
   BEAM_DEBUG,
-  BEAM_LOCAL_MAX,
   BEAM_MIN_PROGRESS,
   BEAM_TIMEOUT_SEC,
-  BEAM_UPCAST_MAX,
-  CACHELEVEL,
   DEBUG,
   IGNORE_BEAM_CACHE,
-  PARALLEL,
-  THREADS,
-  Context,
-  ContextVar,
   ansistrip,
-  diskcache_get,
-  diskcache_put,
   prod,
 )
-from lazytensor.uop.ops import GroupOp, Ops, UOp
 
-CANDIDATE_NAME = "beam_candidate"  # every candidate renders under one name, so equal code is equal text
 ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
 HOPELESS_RATIO = 4.0    # beam members this much slower than the best are not expanded
 PATIENCE = 2            # rounds in a row without progress that end the search: a step that does not pay alone (a
                         # narrower tile) may make room for one that does (a wider unroll), and old members' children
                         # are not tried twice, so the extra round costs only the new members' children
-MIN_RUNS, MAX_RUNS = 3, 20
-DUEL_RUNS = 5           # turns each when the winner and the heuristics' kernel are timed side by side
-MIN_TIMED_S = 0.005     # short kernels run more than MIN_RUNS times, until this much run time is summed
 TARGET_RUN_S = 0.01     # kernels slower than this are timed on a slice that runs about this long
 CHECK_RUN_S = 0.05      # the unoptimized reference of the output check runs on a slice about this long
 MIN_SEARCH_S = 20e-6    # kernels faster than this keep the heuristics' opts
-MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
-MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled bodies mostly cost compile time
-EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32, Ops.COS: 32}  # about this many ALU ops each once lowered
 TIE_RATIO = 0.02        # candidates this close to the fastest are a tie, won by the one cheaper to lower and compile
 KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load the program) before it is killed
 # relative; exact for ints and bools
@@ -124,389 +112,6 @@ CHECK_TOLERANCE = {"float16": 2e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64"
 # what searching has done in this process: tests and benchmarks read it
 beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "duplicates": 0, "timed": 0, "failed": 0,
                               "rejected": 0}
-
-# ---- the action list ----
-
-# 6: rows of an AVX2 register tile (6 x 2 <8 x float> fill 12 of 16 registers); 7: a conv's 56-wide rows
-UPCAST_AMTS = (0, 2, 3, 4, 6, 7, 8, 16, 32)
-UNROLL_AMTS = (0, 2, 3, 4, 8, 16)
-LOCAL_AMTS = (2, 4, 8, 16, 32)
-GROUP_AMTS = (0, 4, 8, 16)
-GROUPTOP_AMTS = (16, 32, 64, 128, 256)
-PADTO_AMTS = (4, 8, 16, 32)
-
-def _thread_amts() -> tuple[int, ...]:
-  """THREAD shares to try: powers of two and the thread count's multiples, up to MAX_SHARES_PER_THREAD per thread (on
-  one thread, shares are blocks of the output that run in order: heuristic._cache_blocks)."""
-  cores = max(1, int(THREADS.value))
-  return tuple(sorted({n for n in (2, 4, 8, 16, 32, 64, 128) if n <= cores * MAX_SHARES_PER_THREAD} |
-                      {cores * m for m in (1, 2, 4) if cores * m > 1}))
-
-def actions(k: Kernel) -> list[Opt]:
-  """Every opt worth trying next on `k`: by the kind of each axis and by what its renderer can do."""
-  r, out = k.renderer, []
-  for axis, kind in enumerate(k.kinds):
-    if kind in (AxisKind.GLOBAL, AxisKind.LOCAL): out += [Opt(OptOps.UPCAST, axis, a) for a in UPCAST_AMTS]
-    if kind is AxisKind.GLOBAL:
-      out += [Opt(OptOps.SWAP, axis, other) for other in range(axis + 1, k.shape_len)
-              if k.kinds[other] is AxisKind.GLOBAL]
-      # on one thread, shares are only cache blocks
-      if r.has_threads and (int(THREADS.value) > 1 or blocks_may_pay(k)):
-        out += [Opt(OptOps.THREAD, axis, a) for a in _thread_amts()]
-      if r.has_local: out += [Opt(OptOps.LOCAL, axis, a) for a in LOCAL_AMTS]
-    if kind is AxisKind.REDUCE:
-      out += [Opt(OptOps.UNROLL, axis, a) for a in UNROLL_AMTS]
-      if r.has_shared:
-        out += [Opt(OptOps.GROUP, axis, a) for a in GROUP_AMTS] + [Opt(OptOps.GROUPTOP, axis, a) for a in GROUPTOP_AMTS]
-    if kind in (AxisKind.GLOBAL, AxisKind.REDUCE): out += [Opt(OptOps.PADTO, axis, a) for a in PADTO_AMTS]
-  if not k.applied_opts: out += [Opt(OptOps.TC, i, 0) for i in range(len(r.tensor_cores))]
-  return out
-
-def _amounts(op: OptOps) -> tuple[int, ...]:
-  table = {OptOps.UPCAST: UPCAST_AMTS, OptOps.UNROLL: UNROLL_AMTS, OptOps.LOCAL: LOCAL_AMTS, OptOps.GROUP: GROUP_AMTS,
-           OptOps.GROUPTOP: GROUPTOP_AMTS, OptOps.PADTO: PADTO_AMTS, OptOps.THREAD: _thread_amts()}
-  return table.get(op, ())
-
-def edits(opts: Sequence[Opt]) -> list[list[Opt]]:
-  """Opt lists one edit away: one opt dropped, or one opt with another amount. Appending only ever adds to a beam
-  member; edits let the search leave a good start (the heuristics' tile) for a neighbouring one (a narrower tile that
-  leaves registers for an unroll, threads on another axis)."""
-  out = []
-  for i, o in enumerate(opts):
-    out.append([*opts[:i], *opts[i + 1:]])
-    out += [[*opts[:i], Opt(o.op, o.axis, amt), *opts[i + 1:]] for amt in _amounts(o.op) if amt != o.amt]
-  return out
-
-def _state(k: Kernel) -> tuple:
-  """What decides the code a kernel lowers to: two kernels with the same state are the same candidate."""
-  return (k.full_shape, tuple(k.kinds), tuple(k.sts), k.reduce_pad, k.out_pad, k.tensor_core)
-
-def body_ops(ast: UOp) -> int:
-  """ALU ops per output element, transcendentals counted as the polynomials they lower to."""
-  return sum(EXPANDING_OPS.get(u.op, 1) for u in ast.toposort if u.op in GroupOp.ALU or u.op is Ops.REDUCE_AXIS)
-
-def _hopeless(k: Kernel, work: int, ops: int) -> bool:
-  """Too many register lanes or local threads, a register body so long that it only costs compile time, or padding
-  that adds too much work."""
-  lanes = k.upcast_size()
-  return lanes > int(BEAM_UPCAST_MAX.value) or k.local_size() > int(BEAM_LOCAL_MAX.value) or \
-    (lanes > 1 and lanes * ops > MAX_BODY_OPS) or prod(k.full_shape) > MAX_PAD_WORK * work
-
-def _replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
-  """`k` with `opts` applied, or None when one of them is illegal for it."""
-  out = k.copy()
-  try:
-    for o in opts: out.apply_opt(o)
-  except KernelOptError: return None
-  return out
-
-# ---- the cache: opts as JSON rows, under a key that names everything the choice depends on ----
-
-def beam_cache_key(device: Compiled, width: int, what: bytes) -> str:
-  return program_key(device.renderer, device.compiler.cache_key, what, ("BEAM", width))
-
-def _shape_signature(k: Kernel) -> bytes:
-  """The loop structure of a kernel without its arithmetic: shape, axis kinds, how each buffer is walked."""
-  access = [(n.op.name, n.src[0].dtype.name, st.shape, st.real_strides()) for n, st in zip(k.view_nodes, k.sts)
-            if n.op in (Ops.LOAD, Ops.STORE)]
-  return repr((k.full_shape, [kind.name for kind in k.kinds], access)).encode()
-
-def encode_opts(opts: Sequence[Opt]) -> bytes: return json.dumps([[o.op.name, o.axis, o.amt] for o in opts]).encode()
-
-def decode_opts(raw: bytes) -> list[Opt] | None:
-  """The opts of a cache row, or None when the row is not what encode_opts writes."""
-  try:
-    rows = json.loads(raw)
-    assert isinstance(rows, list) and all(isinstance(r, list) and len(r) == 3 for r in rows)
-    assert all(isinstance(a, (int, type(None))) and isinstance(n, int) for _, a, n in rows)
-    return [Opt(OptOps[name], axis, amt) for name, axis, amt in rows]
-  except (ValueError, KeyError, TypeError, AssertionError): return None
-
-_reported: set[str] = set()
-
-def report_once(msg: str) -> None:
-  if msg not in _reported:
-    _reported.add(msg)
-    print(f"lazytensor: {msg}", file=sys.stderr)
-
-def _cached(table: str, key: str, k: Kernel) -> Kernel | None:
-  if CACHELEVEL.value < 2 or (raw := diskcache_get(table, key)) is None: return None
-  if (opts := decode_opts(raw)) is None:
-    report_once(f"BEAM cache: ignoring corrupt entries in table {table!r}; they are searched again")
-    return None
-  return _replay(k, opts)
-
-def _cache_put(table: str, key: str, k: Kernel) -> None:
-  if CACHELEVEL.value >= 2: diskcache_put(table, key, encode_opts(k.applied_opts))
-
-# ---- scratch buffers and the jobs that workers run ----
-
-@dataclass(frozen=True)
-class BufferSpec:
-  """One buffer argument of a kernel: how large the kernel's views need it, and how the kernel uses it."""
-  index: int
-  size: int
-  dtype: DType
-  loaded: bool
-  stored: bool
-  whole: bool  # the kernel stores every element (an unmasked store view with one position per element)
-
-def buffer_specs(ast: UOp) -> list[BufferSpec]:
-  nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL]
-  specs = []
-  for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
-    mine = [n for n in nodes if n.src[0] is g]
-    size = max(1, *(reach(n) for n in mine))
-    stores = [view_of(n) for n in mine if n.op is Ops.STORE]
-    whole = any(st.size == size and all(v.mask is None for v in st.views) for st in stores)
-    # a scatter's store reads what it updates
-    loaded = any(n.op is Ops.LOAD or len(n.src) == 4 for n in mine)
-    specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), loaded, bool(stores), whole))
-  assert [s.index for s in specs] == list(range(len(specs))), "a kernel's buffers are numbered 0..n-1"
-  return specs
-
-def input_values(spec: BufferSpec) -> np.ndarray:
-  """Fixed random values for an input buffer: the same in every process, so timing and checks see the same data."""
-  rng = np.random.default_rng(spec.index)
-  if spec.dtype.is_bool: return rng.random(spec.size) < 0.5
-  if spec.dtype.is_int: return rng.integers(0 if spec.dtype.is_unsigned else -8, 9, spec.size).astype(spec.dtype.np)
-  return to_storage(rng.random(spec.size, dtype=np.float32) * 4 - 2, spec.dtype)
-
-def raw_bytes(x: np.ndarray) -> memoryview: return np.ascontiguousarray(x).view(np.uint8).data
-
-@dataclass
-class _Scratch:
-  key: tuple[str, bytes]
-  specs: list[BufferSpec]
-  bufs: list[Buffer]
-  inputs: dict[int, np.ndarray]
-
-# the buffers of the kernel this process is timing; one kernel's at a time
-_scratch: list[_Scratch] = []
-
-def _scratch_for(device: str, ast: UOp) -> _Scratch:
-  if not _scratch or _scratch[0].key != (device, ast.key):
-    _scratch.clear()  # free the last kernel's buffers first
-    specs = buffer_specs(ast)
-    bufs = [Buffer(device, s.size, s.dtype) for s in specs]
-    inputs = {s.index: input_values(s) for s in specs if s.loaded}
-    for s, b in zip(specs, bufs): b.copyin(raw_bytes(inputs[s.index]) if s.loaded else memoryview(bytes(b.nbytes)))
-    _scratch.append(_Scratch((device, ast.key), specs, bufs, inputs))
-  return _scratch[0]
-
-@dataclass(frozen=True)
-class Binary:
-  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch dims, and how
-  long lowering and compiling it took."""
-  digest: bytes
-  lib: bytes
-  launch: LaunchDims
-  compile_s: float
-
-@dataclass(frozen=True)
-class CompileJob:
-  device: str
-  ast: UOp
-  opts: tuple[Opt, ...]
-  keep: tuple[tuple[int, int], ...] = ()  # (axis, size): GLOBAL axes cut to a prefix, for timing a slice
-
-@dataclass(frozen=True)
-class RunJob:
-  device: str
-  ast: UOp
-  binary: Binary
-  cutoff: float = math.inf  # seconds: a run slower than this ends the timing
-  fill: int = 0             # output runs: the byte that output buffers hold before the run
-
-def compile_job(job: CompileJob) -> Binary:
-  """Kernel -> opts -> (slice) -> ProgramSpec -> binary, all in a worker."""
-  start, dev = time.perf_counter(), Device[job.device]
-  k = Kernel(job.ast, dev.renderer)
-  for o in job.opts: k.apply_opt(o)
-  for axis, size in job.keep: k.keep_prefix(axis, size)
-  spec = get_program(k, CANDIDATE_NAME)
-  lib = dev.compiler.compile(spec.source)
-  return Binary(hashlib.sha256(spec.source.encode()).digest(), lib, spec.launch, time.perf_counter() - start)
-
-def prepare_job(job: RunJob) -> None:
-  """Allocate and fill the scratch buffers (outputs too: their pages get touched here, not in a timed run), so that
-  the time limits of the runs that follow do not count it."""
-  _scratch_for(job.device, job.ast)
-
-def release_job(job: None) -> None:
-  """Free the scratch buffers once a kernel's search is over."""
-  _scratch.clear()
-
-def _launch(job: RunJob) -> Callable[[], float]:
-  scratch = _scratch_for(job.device, job.ast)
-  program = Device[job.device].load(CANDIDATE_NAME, job.binary.lib)
-  handles = [b.handle for b in scratch.bufs]
-  launch = job.binary.launch.kwargs()
-  return lambda: float(program(*handles, wait=True, **launch) or 0.0)
-
-def time_job(job: RunJob) -> list[float]:
-  """Run times in seconds: at least MIN_RUNS (more for short kernels), fewer once a run is slower than the cutoff."""
-  run, times = _launch(job), list[float]()
-  while len(times) < MAX_RUNS:
-    times.append(run())
-    # two runs over the cutoff, not one: a first run pays for cold caches and page faults
-    if (len(times) >= 2 and min(times) > job.cutoff) or (len(times) >= MIN_RUNS and sum(times) >= MIN_TIMED_S): break
-  return times
-
-def duel_job(jobs: tuple[RunJob, RunJob]) -> tuple[float, float]:
-  """The best times of two programs run in turns on the same buffers, so that drift in the machine hits both: at least
-  DUEL_RUNS turns (two for kernels so long that those would not fit in a third of BEAM_TIMEOUT_SEC), more for short
-  kernels until MIN_TIMED_S."""
-  a, b = _launch(jobs[0]), _launch(jobs[1])
-  ta, tb, start = [a()], [b()], time.perf_counter()
-  budget = float(BEAM_TIMEOUT_SEC.value) / 3
-  while len(ta) < MAX_RUNS and (len(ta) < DUEL_RUNS or sum(ta) + sum(tb) < MIN_TIMED_S):
-    if time.perf_counter() - start > budget and len(ta) >= 2: break
-    ta.append(a())
-    tb.append(b())
-  return min(ta), min(tb)
-
-def output_job(job: RunJob) -> list[bytes]:
-  """The stored buffers after one run, from the fixed inputs; outputs start as `fill` bytes, so that comparing two
-  runs with different fills shows which elements the kernel wrote."""
-  scratch = _scratch_for(job.device, job.ast)
-  for s, b in zip(scratch.specs, scratch.bufs):
-    if s.loaded and s.stored: b.copyin(raw_bytes(scratch.inputs[s.index]))  # an earlier run changed it
-    elif s.stored: b.copyin(memoryview(bytes([job.fill]) * b.nbytes))
-  _launch(job)()
-  return [b.numpy().tobytes() for s, b in zip(scratch.specs, scratch.bufs) if s.stored]
-
-# ---- the worker pool ----
-
-class JobFailed:
-  """What a job that raised, killed its worker or ran out of time returns instead of a result."""
-  def __init__(self, why: str) -> None: self.why = why
-  def __repr__(self) -> str: return f"JobFailed({self.why})"
-
-def _serve(conn: Connection) -> None:
-  """A worker: run (function, job, knob values) messages one at a time and answer each."""
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the searching process, which then stops its workers
-  while True:
-    try: fn, job, knobs = conn.recv()
-    except EOFError: return
-    try:
-      with Context(**knobs): reply: tuple[bool, Any] = (True, fn(job))
-    except Exception as e: reply = (False, f"{type(e).__name__}: {e}")
-    conn.send(reply)
-
-def _mp_context() -> Any:
-  """forkserver: workers fork from a clean server with lazytensor imported (fast to replace after a kill, and safe with
-  threads or a GPU context in this process); spawn where there is no forkserver."""
-  if "forkserver" not in multiprocessing.get_all_start_methods(): return multiprocessing.get_context("spawn")
-  ctx = multiprocessing.get_context("forkserver")
-  ctx.set_forkserver_preload([__name__, "lazytensor.runtime.ops_cpu", "lazytensor.runtime.ops_emu"])
-  return ctx
-
-@contextlib.contextmanager
-def _main_script_hidden() -> Iterator[None]:
-  """Workers need nothing from the user's script, but spawn and forkserver children import `__main__` again (and run
-  all of it when it has no `if __name__ == "__main__":` guard) unless it looks like an interactive session."""
-  main = sys.modules["__main__"]
-  spec, path = getattr(main, "__spec__", None), main.__dict__.pop("__file__", None)
-  main.__spec__ = None
-  try: yield
-  finally:
-    main.__spec__ = spec
-    if path is not None: main.__file__ = path
-
-class _Worker:
-  def __init__(self, ctx: Any) -> None:
-    self.conn, child = ctx.Pipe()
-    self.proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="lazytensor-beam")
-    with _main_script_hidden(): self.proc.start()
-    child.close()
-
-  def stop(self) -> None:
-    if self.proc.is_alive(): self.proc.kill()
-    self.proc.join()
-    self.conn.close()
-
-class WorkerPool:
-  """Worker processes, each running one job at a time, so a job that hangs or crashes is known by its worker: that
-  worker alone is killed and replaced, the job fails, the others go on."""
-  def __init__(self, size: int) -> None:
-    self.ctx = _mp_context()
-    self.workers = [_Worker(self.ctx) for _ in range(size)]
-
-  def _replace(self, slot: int) -> None:
-    self.workers[slot].stop()
-    self.workers[slot] = _Worker(self.ctx)
-
-  def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], timeout: float, workers: int = 0) -> list[Any]:
-    """fn(job) for each job on the first `workers` workers (0: all), results in order; JobFailed for failures."""
-    knobs = {key: var.value for key, var in ContextVar.registry.items()} | {"DEBUG": 0}  # the bar owns the terminal
-    todo, results = list(enumerate(jobs))[::-1], [JobFailed("not run")] * len(jobs)
-    busy: dict[int, tuple[int, float]] = {}  # worker slot -> (job index, deadline)
-    try:
-      while todo or busy:
-        for slot in range(workers or len(self.workers)):
-          if slot not in busy and todo:
-            i, job = todo.pop()
-            self._send(slot, (fn, job, knobs))
-            busy[slot] = (i, time.monotonic() + timeout)
-        self._collect(busy, results, timeout)
-    finally:  # interrupted: answers still on their way would be read as answers to later jobs
-      for slot in busy: self._replace(slot)
-    return results
-
-  def _send(self, slot: int, msg: tuple) -> None:
-    try: self.workers[slot].conn.send(msg)
-    except OSError:  # the worker died while idle (killed from outside): a fresh one takes the job
-      self._replace(slot)
-      self.workers[slot].conn.send(msg)
-
-  def _collect(self, busy: dict[int, tuple[int, float]], results: list[Any], timeout: float) -> None:
-    next_deadline = min(deadline for _, deadline in busy.values())
-    ready = wait([self.workers[slot].conn for slot in busy], timeout=max(0.0, next_deadline - time.monotonic()))
-    for slot, (i, deadline) in list(busy.items()):
-      w = self.workers[slot]
-      if w.conn in ready:
-        try:
-          ok, val = w.conn.recv()
-          results[i] = val if ok else JobFailed(val)
-        except (EOFError, OSError):
-          w.proc.join()
-          results[i] = JobFailed(f"the worker died (exit code {w.proc.exitcode})")
-          self._replace(slot)
-      elif time.monotonic() >= deadline:
-        results[i] = JobFailed(f"took longer than {timeout:.3g} s")
-        self._replace(slot)
-      else: continue
-      del busy[slot]
-
-  def close(self) -> None:
-    for w in self.workers: w.stop()
-    self.workers = []
-
-class InlinePool:
-  """PARALLEL=0: jobs run in this process one after another, with no time limit and no protection from crashes."""
-  def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], timeout: float, workers: int = 0) -> list[Any]:
-    out: list[Any] = []
-    for job in jobs:
-      try: out.append(fn(job))
-      except Exception as e: out.append(JobFailed(f"{type(e).__name__}: {e}"))
-    return out
-
-  def close(self) -> None: pass
-
-_pools: dict[int, WorkerPool | InlinePool] = {}  # one pool per process, of PARALLEL workers
-
-def get_pool() -> WorkerPool | InlinePool:
-  size = max(0, int(PARALLEL.value))
-  if size not in _pools:
-    close_pool()
-    _pools[size] = WorkerPool(size) if size > 0 else InlinePool()
-  return _pools[size]
-
-def close_pool() -> None:
-  for pool in _pools.values(): pool.close()
-  _pools.clear()
-
 
 # ---- the search ----
 
@@ -641,9 +246,9 @@ class _Search:
   def children(self, k: Kernel) -> list[Kernel]:
     """Every action appended to `k`, and every edit of its opts; the new, legal, not hopeless ones."""
     out = []
-    for child in [_replay(k, [opt]) for opt in actions(k)] + [_replay(self.root, e) for e in edits(k.applied_opts)]:
-      if child is None or _hopeless(child, self.work, self.ops): continue
-      if (state := _state(child)) in self.seen_states: continue
+    for child in [replay(k, [opt]) for opt in actions(k)] + [replay(self.root, e) for e in edits(k.applied_opts)]:
+      if child is None or hopeless(child, self.work, self.ops): continue
+      if (state := kernel_state(child)) in self.seen_states: continue
       self.seen_states.add(state)
       out.append(child)
     return out
@@ -655,7 +260,7 @@ class _Search:
 
   def run(self, starts: list[Kernel]) -> list[Candidate]:
     """Rounds until PATIENCE rounds in a row gain less than BEAM_MIN_PROGRESS; the last beam, fastest first."""
-    for k in starts: self.seen_states.add(_state(k))
+    for k in starts: self.seen_states.add(kernel_state(k))
     beam, stale = self.select(self.evaluate(starts)), 0
     while beam and stale < PATIENCE:
       self.round += 1
@@ -750,7 +355,7 @@ class _Search:
       if DEBUG >= 1: self.say(f"beam: {name}: {fmt_time(base.time)} with the heuristics' opts, too short to search")
       return heuristic
     self.fraction = min(1.0, TARGET_RUN_S / base.time) if base is not None and base.time > 0 else 1.0
-    starts = list({_state(x): x for x in (heuristic, sibling, self.root) if x is not None}.values())
+    starts = list({kernel_state(x): x for x in (heuristic, sibling, self.root) if x is not None}.values())
     winner = self.pick(cheapest_among_ties(self.confirm(self.run(starts), heuristic)))
     if winner is None:
       if DEBUG >= 1: self.say(f"beam: {name}: no candidate passed the output check; using the heuristics' opts")
@@ -770,15 +375,15 @@ def _search(k: Kernel, device: Compiled, width: int, sibling: Kernel | None) -> 
 
 def beam_search(k: Kernel, device: Compiled, width: int) -> Kernel:
   """`k` with the opts that a beam search of this width finds fastest on `device`; from the cache when it can."""
-  key, sibling_key = beam_cache_key(device, width, k.ast.key), beam_cache_key(device, width, _shape_signature(k))
-  if not IGNORE_BEAM_CACHE and (hit := _cached("beam", key, k)) is not None:
+  key, sibling_key = beam_cache_key(device, width, k.ast.key), beam_cache_key(device, width, shape_signature(k))
+  if not IGNORE_BEAM_CACHE and (hit := cached_kernel("beam", key, k)) is not None:
     beam_stats["cache_hits"] += 1
     if DEBUG >= 1: print(f"beam: {k.name}: from the cache: {hit.applied_opts}")
     return hit
   beam_stats["searches"] += 1
   start = time.perf_counter()
-  best = _search(k, device, width, _cached("beam_shape", sibling_key, k))
+  best = _search(k, device, width, cached_kernel("beam_shape", sibling_key, k))
   if DEBUG >= 1: print(f"beam: {k.name}: searched in {time.perf_counter() - start:.2f} s")
-  _cache_put("beam", key, best)
-  _cache_put("beam_shape", sibling_key, best)
+  cache_put("beam", key, best)
+  cache_put("beam_shape", sibling_key, best)
   return best

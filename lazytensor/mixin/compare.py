@@ -15,7 +15,6 @@ from lazytensor.uop.ops import Ops, UOp
 if TYPE_CHECKING:
   from typing import Self
 
-
 def _float_ge(a: UOp, b: UOp) -> UOp:
   """a >= b of floats, false where either is NaN: (b < a) | a.eq(b), as the nodes of one op."""
   eq = a.alu(Ops.CMPNE, b).alu(Ops.CMPNE, const_uop(True, dtypes.bool, a.device, a.shape))

@@ -24,7 +24,6 @@ from lazytensor.uop.ops import Ops, UOp
 if TYPE_CHECKING:
   from typing import Self
 
-
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   nd = max(len(s) for s in shapes)
   padded = [(1,) * (nd - len(s)) + s for s in shapes]
@@ -34,7 +33,6 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(non1) > 1: raise ValueError(f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
     out.append(non1.pop() if non1 else 1)
   return tuple(out)
-
 
 def _tensor_result_type(a: Any, b: Any) -> DType:
   """The dtype of an op between two tensors, as torch's: a 0-d one is weak against one with dims (promote_with_0d)."""
@@ -138,6 +136,7 @@ class OperandsMixin(ShapesMixin):
     for x in xs: t, _ = t._broadcasted(x)
     return [t] + [t._broadcasted(x)[1] for x in xs]
 
+  # one tensor's op on its node, of its dtype (neg, trunc and the shifts' sign fill)
   def _unary(self, op: Ops) -> Self: return self._apply_uop(lambda x: UOp(op, x.dtype, (x,)))
 
   # ---- torch's conveniences on top of cast ----

@@ -17,6 +17,13 @@ SPIN_CYCLES goes back to Python and sleeps on an Event until the next post, so i
 joins a job by an atomic exchange on its control block, and the launching thread, done with the shares, makes the same
 exchange for each worker that has not joined yet, so a launch never waits for a sleeping worker to wake up.
 
+A worker that sleeps joins late: from the post to it running, GIL included, 44-64 us at best on the shared 2-vCPU Zen 3
+VM, but 0.14-0.57 ms in the median and 2.5-4.3 ms at the 75th percentile under a load of 4-5, the OS's delay in giving
+it a CPU. Short kernels show it: extra/bench/ops.py --threads 2 times each 2T run right after a 1T run that outlasts
+the spin, so each timed 512 matmul (2.9 ms of work in 8 equal shares of 0.34 ms) began with its worker asleep (38 of
+40 runs) and scaled 1.38-1.60x, where the same runs right after another 2T launch (the worker spinning) scaled
+1.73-1.85x. Smaller shares would not recover it: a worker that joins w late leaves about (work + w) / 2 either way.
+
 Workers are not pinned to CPUs: pinned, a worker shares its CPU with the launching thread whenever the OS put that
 one there (another process on the other CPU, say), and a launch then ran no faster than one thread (1024 matmul on a
 shared 2-vCPU VM: 0.84-0.99x one thread in 2 of 3 rounds pinned, 1.55-1.85x unpinned); unpinned, the OS moves a
