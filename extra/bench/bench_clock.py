@@ -38,14 +38,18 @@ def best_time(fn: Callable[[], object], runs: int, collect: bool = False) -> flo
     best = min(best, now() - start)
   return best
 
-def best_times(fns: list[Callable[[], object] | None], runs: int) -> list[float | None]:
+def best_times(fns: list[Callable[[], object] | None], runs: int,
+               before: dict[int, Callable[[], object]] | None = None) -> list[float | None]:
   """The best time of each function; runs alternate between them, so that a noisy moment hits all of them. (Only for
-  lazytensor's kernels: BLAS and OpenMP threads keep spinning after a call and would slow whatever runs next.)"""
+  lazytensor's kernels: BLAS and OpenMP threads keep spinning after a call and would slow whatever runs next.)
+  `before` maps a function's place in fns to an untimed call made right before each of its timed ones."""
   live = [fn for fn in fns if fn is not None]
   for fn in live: fn()  # warm up
   times: dict[int, list[float]] = {id(fn): [] for fn in live}
   for _ in range(runs):
-    for fn in live:
+    for i, fn in enumerate(fns):
+      if fn is None: continue
+      if before and i in before: before[i]()
       start = now()
       fn()
       times[id(fn)].append(now() - start)

@@ -2,7 +2,8 @@
 
 Usage: python extra/bench/ops.py [--threads N] [--quick] [--clock wall|cpu]
 Prints GB/s or GFLOP/s for each item and the ratio against numpy and torch: "kernels" runs the scheduled kernels
-alone (with --threads N > 1, "vs 1T" is their speed-up over the same kernels on one thread, timed in turns);
+alone (with --threads N > 1, "vs 1T" is their speed-up over the same kernels on one thread, timed in turns, each
+threaded run right after another as in a loop of kernels, its worker threads awake);
 "eager" is what a user's call costs end to end (build the graph from realized inputs, schedule it, allocate the
 output, run, free it), with other input tensors at every call (two sets, alternating). The header names the
 host's CPU as lazytensor's native CPU target sees it (its x86-64 level: v3 is AVX2, v4 AVX-512; vector width, FMA,
@@ -111,10 +112,13 @@ def main() -> None:
     for name, unit, work, build, np_fn, torch_fn in items:
       kernels = kernels_of(lambda build=build: build(sets[0]))
       if args.threads > 1:
-        # the same kernels on one thread, in turns with these: the scaling, with the same noise on both
+        # the same kernels on one thread, in turns with these: the scaling, with the same noise on both. Each timed
+        # threaded run follows an untimed one, as kernels follow each other in a user's step: the one-thread run in
+        # between outlasts the workers' spin, and a sleeping worker's wake-up (0.1-0.6 ms under load) is not the
+        # kernel's cost
         def one_thread(kernels: Callable[[], None] = kernels) -> None:
           with Context(THREADS=1): kernels()
-        lt, lt1 = bench_clock.best_times([kernels, one_thread], runs)
+        lt, lt1 = bench_clock.best_times([kernels, one_thread], runs, before={0: kernels})
         assert lt is not None and lt1 is not None
         scaling = f" {lt1 / lt:7.2f}x"
       else: lt, scaling = bench_clock.best_time(kernels, runs), ""
