@@ -33,6 +33,7 @@ class AliasMixin(MultiMixin):
   negative = ElementwiseMixin.neg
   absolute = ElementwiseMixin.abs
   fix = ElementwiseMixin.trunc
+  sgn = ElementwiseMixin.sign  # torch's sign for complex numbers too; the same op for real ones
   bitwise_left_shift, bitwise_right_shift = ElementwiseMixin.lshift, ElementwiseMixin.rshift
   # inverse trigonometric and hyperbolic functions, numpy's spelling
   arcsin, arccos, arctan = UnaryMixin.asin, UnaryMixin.acos, UnaryMixin.atan
