@@ -13,13 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from lazytensor.dtype import DType
-from lazytensor.mixin.aliases import AliasMixin
+from lazytensor.mixin.linalg import LinalgMixin
 
 if TYPE_CHECKING:
   from typing import Self
 
 P = ParamSpec("P")
-T = TypeVar("T", bound=AliasMixin)
+T = TypeVar("T", bound=LinalgMixin)
 
 def can_cast(src: DType, dst: DType) -> bool:
   """Whether an in-place op may write a result of dtype src into a tensor of dtype dst, as torch.can_cast: not into a
@@ -40,10 +40,11 @@ def _inplace(op: Callable[Concatenate[T, P], T], exact: bool = False) -> Callabl
   # inspect.signature (help, docs/api.md) follows __wrapped__: it shows op's parameters, not *args, **kwargs
   return functools.update_wrapper(method, op, assigned=(), updated=())
 
-class InPlaceMixin(AliasMixin):
-  """Tensor's in-place ops (add_, exp_, masked_fill_, scatter_, fill_, uniform_, copy_, ...): on the alias mixin and
-  those below it. Each writes the tensor's memory, so views of it and other names for it see the write. The operator
-  `t += x` is not in place: Python makes it `t = t + x` (a new tensor, as in tinygrad), which views of t do not see.
+class InPlaceMixin(LinalgMixin):
+  """Tensor's in-place ops (add_, exp_, masked_fill_, scatter_, fill_, uniform_, copy_, ...): on the linear algebra
+  mixin and those below it. Each writes the tensor's memory, so views of it and other names for it see the write.
+  The operator `t += x` is not in place: Python makes it `t = t + x` (a new tensor, as in tinygrad), which views of t
+  do not see.
 
   >>> t = Tensor([1.0, 2.0]).realize()
   >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
@@ -59,67 +60,71 @@ class InPlaceMixin(AliasMixin):
   __slots__ = ()
 
   # functions of the tensor alone
-  abs_, absolute_, neg_, negative_ = _inplace(AliasMixin.abs), _inplace(AliasMixin.absolute), \
-    _inplace(AliasMixin.neg), _inplace(AliasMixin.negative)
-  sign_, sgn_, square_ = _inplace(AliasMixin.sign), _inplace(AliasMixin.sgn), _inplace(AliasMixin.square)
-  sqrt_, rsqrt_, reciprocal_ = _inplace(AliasMixin.sqrt), _inplace(AliasMixin.rsqrt), _inplace(AliasMixin.reciprocal)
-  exp_, exp2_, expm1_ = _inplace(AliasMixin.exp), _inplace(AliasMixin.exp2), _inplace(AliasMixin.expm1)
-  log_, log2_, log10_, log1p_ = _inplace(AliasMixin.log), _inplace(AliasMixin.log2), _inplace(AliasMixin.log10), \
-    _inplace(AliasMixin.log1p)
-  sin_, cos_, tan_ = _inplace(AliasMixin.sin), _inplace(AliasMixin.cos), _inplace(AliasMixin.tan)
-  asin_, acos_, atan_ = _inplace(AliasMixin.asin), _inplace(AliasMixin.acos), _inplace(AliasMixin.atan)
-  arcsin_, arccos_, arctan_ = _inplace(AliasMixin.arcsin), _inplace(AliasMixin.arccos), _inplace(AliasMixin.arctan)
-  sinh_, cosh_, tanh_ = _inplace(AliasMixin.sinh), _inplace(AliasMixin.cosh), _inplace(AliasMixin.tanh)
-  asinh_, acosh_, atanh_ = _inplace(AliasMixin.asinh), _inplace(AliasMixin.acosh), _inplace(AliasMixin.atanh)
-  arcsinh_, arccosh_, arctanh_ = _inplace(AliasMixin.arcsinh), _inplace(AliasMixin.arccosh), \
-    _inplace(AliasMixin.arctanh)
-  deg2rad_, rad2deg_, sinc_ = _inplace(AliasMixin.deg2rad), _inplace(AliasMixin.rad2deg), _inplace(AliasMixin.sinc)
-  erf_, erfc_, erfinv_ = _inplace(AliasMixin.erf), _inplace(AliasMixin.erfc), _inplace(AliasMixin.erfinv)
-  lgamma_, digamma_ = _inplace(AliasMixin.lgamma), _inplace(AliasMixin.digamma)
-  sigmoid_, logit_, relu_ = _inplace(AliasMixin.sigmoid), _inplace(AliasMixin.logit), _inplace(AliasMixin.relu)
-  floor_, ceil_, round_ = _inplace(AliasMixin.floor), _inplace(AliasMixin.ceil), _inplace(AliasMixin.round)
-  trunc_, fix_, frac_ = _inplace(AliasMixin.trunc), _inplace(AliasMixin.fix), _inplace(AliasMixin.frac)
-  nan_to_num_ = _inplace(AliasMixin.nan_to_num)
-  logical_not_, bitwise_not_ = _inplace(AliasMixin.logical_not), _inplace(AliasMixin.bitwise_not)
+  abs_, absolute_, neg_, negative_ = _inplace(LinalgMixin.abs), _inplace(LinalgMixin.absolute), \
+    _inplace(LinalgMixin.neg), _inplace(LinalgMixin.negative)
+  sign_, sgn_, square_ = _inplace(LinalgMixin.sign), _inplace(LinalgMixin.sgn), _inplace(LinalgMixin.square)
+  sqrt_, rsqrt_, reciprocal_ = _inplace(LinalgMixin.sqrt), _inplace(LinalgMixin.rsqrt), _inplace(LinalgMixin.reciprocal)
+  exp_, exp2_, expm1_ = _inplace(LinalgMixin.exp), _inplace(LinalgMixin.exp2), _inplace(LinalgMixin.expm1)
+  log_, log2_, log10_, log1p_ = _inplace(LinalgMixin.log), _inplace(LinalgMixin.log2), _inplace(LinalgMixin.log10), \
+    _inplace(LinalgMixin.log1p)
+  sin_, cos_, tan_ = _inplace(LinalgMixin.sin), _inplace(LinalgMixin.cos), _inplace(LinalgMixin.tan)
+  asin_, acos_, atan_ = _inplace(LinalgMixin.asin), _inplace(LinalgMixin.acos), _inplace(LinalgMixin.atan)
+  arcsin_, arccos_, arctan_ = _inplace(LinalgMixin.arcsin), _inplace(LinalgMixin.arccos), _inplace(LinalgMixin.arctan)
+  sinh_, cosh_, tanh_ = _inplace(LinalgMixin.sinh), _inplace(LinalgMixin.cosh), _inplace(LinalgMixin.tanh)
+  asinh_, acosh_, atanh_ = _inplace(LinalgMixin.asinh), _inplace(LinalgMixin.acosh), _inplace(LinalgMixin.atanh)
+  arcsinh_, arccosh_, arctanh_ = _inplace(LinalgMixin.arcsinh), _inplace(LinalgMixin.arccosh), \
+    _inplace(LinalgMixin.arctanh)
+  deg2rad_, rad2deg_, sinc_ = _inplace(LinalgMixin.deg2rad), _inplace(LinalgMixin.rad2deg), _inplace(LinalgMixin.sinc)
+  erf_, erfc_, erfinv_ = _inplace(LinalgMixin.erf), _inplace(LinalgMixin.erfc), _inplace(LinalgMixin.erfinv)
+  lgamma_, digamma_ = _inplace(LinalgMixin.lgamma), _inplace(LinalgMixin.digamma)
+  sigmoid_, logit_, relu_ = _inplace(LinalgMixin.sigmoid), _inplace(LinalgMixin.logit), _inplace(LinalgMixin.relu)
+  floor_, ceil_, round_ = _inplace(LinalgMixin.floor), _inplace(LinalgMixin.ceil), _inplace(LinalgMixin.round)
+  trunc_, fix_, frac_ = _inplace(LinalgMixin.trunc), _inplace(LinalgMixin.fix), _inplace(LinalgMixin.frac)
+  nan_to_num_ = _inplace(LinalgMixin.nan_to_num)
+  logical_not_, bitwise_not_ = _inplace(LinalgMixin.logical_not), _inplace(LinalgMixin.bitwise_not)
   # arithmetic with operands
-  add_, sub_, mul_, div_ = _inplace(AliasMixin.add), _inplace(AliasMixin.sub), _inplace(AliasMixin.mul), \
-    _inplace(AliasMixin.div)
-  subtract_, multiply_ = _inplace(AliasMixin.subtract), _inplace(AliasMixin.multiply)
-  divide_, true_divide_ = _inplace(AliasMixin.divide), _inplace(AliasMixin.true_divide)
-  floor_divide_, remainder_ = _inplace(AliasMixin.floor_divide), _inplace(AliasMixin.remainder)
-  fmod_, pow_ = _inplace(AliasMixin.fmod), _inplace(AliasMixin.pow)
-  float_power_ = _inplace(AliasMixin.float_power, exact=True)
-  xlogy_, hypot_, ldexp_ = _inplace(AliasMixin.xlogy), _inplace(AliasMixin.hypot), _inplace(AliasMixin.ldexp)
-  atan2_, arctan2_ = _inplace(AliasMixin.atan2), _inplace(AliasMixin.arctan2)
-  copysign_, heaviside_ = _inplace(AliasMixin.copysign), _inplace(AliasMixin.heaviside)
-  gcd_, lcm_ = _inplace(AliasMixin.gcd), _inplace(AliasMixin.lcm)
-  addcmul_, addcdiv_ = _inplace(AliasMixin.addcmul), _inplace(AliasMixin.addcdiv)
-  lerp_ = _inplace(AliasMixin.lerp)
-  clamp_, clip_ = _inplace(AliasMixin.clamp), _inplace(AliasMixin.clip)
-  clamp_min_, clamp_max_ = _inplace(AliasMixin.clamp_min), _inplace(AliasMixin.clamp_max)
+  add_, sub_, mul_, div_ = _inplace(LinalgMixin.add), _inplace(LinalgMixin.sub), _inplace(LinalgMixin.mul), \
+    _inplace(LinalgMixin.div)
+  subtract_, multiply_ = _inplace(LinalgMixin.subtract), _inplace(LinalgMixin.multiply)
+  divide_, true_divide_ = _inplace(LinalgMixin.divide), _inplace(LinalgMixin.true_divide)
+  floor_divide_, remainder_ = _inplace(LinalgMixin.floor_divide), _inplace(LinalgMixin.remainder)
+  fmod_, pow_ = _inplace(LinalgMixin.fmod), _inplace(LinalgMixin.pow)
+  float_power_ = _inplace(LinalgMixin.float_power, exact=True)
+  xlogy_, hypot_, ldexp_ = _inplace(LinalgMixin.xlogy), _inplace(LinalgMixin.hypot), _inplace(LinalgMixin.ldexp)
+  atan2_, arctan2_ = _inplace(LinalgMixin.atan2), _inplace(LinalgMixin.arctan2)
+  copysign_, heaviside_ = _inplace(LinalgMixin.copysign), _inplace(LinalgMixin.heaviside)
+  gcd_, lcm_ = _inplace(LinalgMixin.gcd), _inplace(LinalgMixin.lcm)
+  addcmul_, addcdiv_ = _inplace(LinalgMixin.addcmul), _inplace(LinalgMixin.addcdiv)
+  lerp_ = _inplace(LinalgMixin.lerp)
+  clamp_, clip_ = _inplace(LinalgMixin.clamp), _inplace(LinalgMixin.clip)
+  clamp_min_, clamp_max_ = _inplace(LinalgMixin.clamp_min), _inplace(LinalgMixin.clamp_max)
   # comparisons (the bool result written as 0 and 1 into a number tensor)
-  eq_, ne_, not_equal_ = _inplace(AliasMixin.eq), _inplace(AliasMixin.ne), _inplace(AliasMixin.not_equal)
-  lt_, le_, gt_, ge_ = _inplace(AliasMixin.lt), _inplace(AliasMixin.le), _inplace(AliasMixin.gt), \
-    _inplace(AliasMixin.ge)
-  less_, less_equal_ = _inplace(AliasMixin.less), _inplace(AliasMixin.less_equal)
-  greater_, greater_equal_ = _inplace(AliasMixin.greater), _inplace(AliasMixin.greater_equal)
+  eq_, ne_, not_equal_ = _inplace(LinalgMixin.eq), _inplace(LinalgMixin.ne), _inplace(LinalgMixin.not_equal)
+  lt_, le_, gt_, ge_ = _inplace(LinalgMixin.lt), _inplace(LinalgMixin.le), _inplace(LinalgMixin.gt), \
+    _inplace(LinalgMixin.ge)
+  less_, less_equal_ = _inplace(LinalgMixin.less), _inplace(LinalgMixin.less_equal)
+  greater_, greater_equal_ = _inplace(LinalgMixin.greater), _inplace(LinalgMixin.greater_equal)
   # logic and bits
-  logical_and_, logical_or_ = _inplace(AliasMixin.logical_and), _inplace(AliasMixin.logical_or)
-  logical_xor_ = _inplace(AliasMixin.logical_xor)
-  bitwise_and_, bitwise_or_ = _inplace(AliasMixin.bitwise_and), _inplace(AliasMixin.bitwise_or)
-  bitwise_xor_ = _inplace(AliasMixin.bitwise_xor)
-  bitwise_left_shift_ = _inplace(AliasMixin.bitwise_left_shift)
-  bitwise_right_shift_ = _inplace(AliasMixin.bitwise_right_shift)
+  logical_and_, logical_or_ = _inplace(LinalgMixin.logical_and), _inplace(LinalgMixin.logical_or)
+  logical_xor_ = _inplace(LinalgMixin.logical_xor)
+  bitwise_and_, bitwise_or_ = _inplace(LinalgMixin.bitwise_and), _inplace(LinalgMixin.bitwise_or)
+  bitwise_xor_ = _inplace(LinalgMixin.bitwise_xor)
+  bitwise_left_shift_ = _inplace(LinalgMixin.bitwise_left_shift)
+  bitwise_right_shift_ = _inplace(LinalgMixin.bitwise_right_shift)
   # writes into parts of the tensor
-  masked_fill_, masked_scatter_ = _inplace(AliasMixin.masked_fill), _inplace(AliasMixin.masked_scatter)
-  scatter_, scatter_add_ = _inplace(AliasMixin.scatter), _inplace(AliasMixin.scatter_add)
-  scatter_reduce_ = _inplace(AliasMixin.scatter_reduce)
-  index_add_, index_copy_ = _inplace(AliasMixin.index_add), _inplace(AliasMixin.index_copy)
-  index_fill_, index_put_ = _inplace(AliasMixin.index_fill), _inplace(AliasMixin.index_put)
-  index_reduce_ = _inplace(AliasMixin.index_reduce)
-  tril_, triu_ = _inplace(AliasMixin.tril), _inplace(AliasMixin.triu)
+  masked_fill_, masked_scatter_ = _inplace(LinalgMixin.masked_fill), _inplace(LinalgMixin.masked_scatter)
+  scatter_, scatter_add_ = _inplace(LinalgMixin.scatter), _inplace(LinalgMixin.scatter_add)
+  scatter_reduce_ = _inplace(LinalgMixin.scatter_reduce)
+  index_add_, index_copy_ = _inplace(LinalgMixin.index_add), _inplace(LinalgMixin.index_copy)
+  index_fill_, index_put_ = _inplace(LinalgMixin.index_fill), _inplace(LinalgMixin.index_put)
+  index_reduce_ = _inplace(LinalgMixin.index_reduce)
+  tril_, triu_ = _inplace(LinalgMixin.tril), _inplace(LinalgMixin.triu)
   # scans
-  cumsum_, cumprod_ = _inplace(AliasMixin.cumsum), _inplace(AliasMixin.cumprod)
+  cumsum_, cumprod_ = _inplace(LinalgMixin.cumsum), _inplace(LinalgMixin.cumprod)
+  # products with an added term, and the norms of slices
+  addmm_, addmv_, addr_ = _inplace(LinalgMixin.addmm), _inplace(LinalgMixin.addmv), _inplace(LinalgMixin.addr)
+  baddbmm_, addbmm_ = _inplace(LinalgMixin.baddbmm), _inplace(LinalgMixin.addbmm)
+  renorm_ = _inplace(LinalgMixin.renorm)
 
   def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Self:
     """The main diagonal (the elements whose indices are all equal) set to fill_value, in place (an assign), as
