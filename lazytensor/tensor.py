@@ -244,8 +244,8 @@ class Tensor(InPlaceMixin):
     # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
     if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
     # the moment of the last assign realized here: values computed after it read what it writes, as in torch
-    made_before = max((t._assigned_at for t in tensors if t._assigned_at is not None), default=None)
-    if readers := live.old_value_readers(tensors, made_before):
+    assigned = [t._assigned_at for t in tensors if t._assigned_at is not None]
+    if readers := live.old_value_readers(tensors, max(assigned) if assigned else None):
       # the holders are Tensors; one holding an assign is as old as the assign (the random count a captured program
       # advances is a tensor made before it, assigned in it)
       readers = [(n if t._assigned_at is None else t._assigned_at, t) for n, t in readers if isinstance(t, Tensor)]
@@ -265,7 +265,9 @@ class Tensor(InPlaceMixin):
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
         if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
-        t._lazy_before = weakref.ref(t.lazydata)  # weakly: it must not keep the node alive (it would be found again)
+        # what its views taken while lazy were made over (writes.give_buffer); weakly: it must not keep the node alive
+        # (it would be found again)
+        if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
       if t._assigned_at is not None: pending.writes.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
     return self

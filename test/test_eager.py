@@ -140,6 +140,23 @@ def test_the_structure_walk_numbers_parameters_as_the_abstract_walk() -> None:
     assert seen is not None
     assert seen[1].params == schedule_cache.abstract(outs).params
 
+def test_becomes_lists_the_assigns_last_in_the_order_they_run() -> None:
+  # commit_realized records `becomes` in its order: the last assign into a buffer must be the one that stands for its
+  # contents, without the commit looking at the graphs (it sorted them by the size of their graphs at every step)
+  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.uop.ops import Ops
+  for seed in (80, 81):  # scheduled, then reused by structure
+    x, _ = _realized(4, seed=seed)
+    x.add_(1).add_(2)
+    outer = x.lazydata
+    inner, last = [n for n in outer.toposort if n.op is Ops.ASSIGN]  # the second assign's graph holds the first
+    assert last is outer
+    _, becomes = create_schedule([outer, (x * 2).lazydata])
+    keys = list(becomes)
+    assert [k.op is Ops.ASSIGN for k in keys] == [False] * (len(keys) - 2) + [True, True]
+    assert keys[-2:] == [inner, outer]
+    x.realize()
+
 def test_a_tensor_whose_construction_failed_reads_nothing() -> None:
   # kept alive by a reference cycle until the garbage collector runs, it must not break the next assign's realize
   def fail() -> None:

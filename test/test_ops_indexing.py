@@ -307,6 +307,82 @@ def test_diag_diagonal_numeric_and_views() -> None:
   x = Tensor.ones(6, 6).contiguous().realize()
   assert kernels(lambda: x.diagonal() + 1) == 1 and kernels(lambda: x[0].diag(2) * 2) == 1
 
+# ---- unique, masked_select, nonzero: results whose size is read from the values ----
+
+def kernels_of_call(fn: Callable[[], Tensor]) -> int:
+  """How many kernels a call that reads values to learn its result's size runs, the result's included."""
+  GlobalCounters.reset()
+  fn().realize()
+  return GlobalCounters.kernel_count
+
+@pytest.mark.parametrize("values", [
+  np.array([3, -128, 127, 3, 0, -128], np.int8), np.array([255, 0, 7, 7], np.uint8),
+  np.array([-30000, 5, 5, 29000], np.int16), np.random.default_rng(0).integers(-50, 50, 4096).astype(np.int32),
+  np.array([7], np.int64), np.array([True, False, True]), np.array([True, True]),
+  np.array([2 ** 63 - 5, 2 ** 63 + 7, 2 ** 63 - 5], np.uint64)], ids=lambda v: f"{v.dtype}{v.shape}")
+def test_unique_of_ints_counts_into_bins(values: np.ndarray) -> None:
+  t = Tensor(values).realize()
+  got = t.unique()
+  assert got.dtype == t.dtype and got.tolist() == np.unique(values).tolist()
+  # a range this narrow is counted into bins: no sort, whose bitonic network alone is ~80 kernels for 4096 values
+  assert kernels_of_call(t.unique) <= 12
+
+@pytest.mark.parametrize("values", [np.array([0, 2 ** 40, 5, 0], np.int64),
+                                    np.array([-2 ** 63, 2 ** 63 - 1, 0, -2 ** 63], np.int64),
+                                    np.array([2 ** 31 - 1, -2 ** 31, 1], np.int32)], ids=str)
+def test_unique_of_a_wide_range_sorts(values: np.ndarray) -> None:
+  # more bins than UNIQUE_BINS_PER_ELEMENT per value (and ranges past int64: hi - lo is taken in Python): the sort
+  assert Tensor(values).unique().tolist() == np.unique(values).tolist()
+
+def test_unique_sorts_once() -> None:
+  # the sort runs once: the values and the running count of the first of each run are computed in the same schedule
+  # as the count that is read (computing the count alone, then the values, sorted twice)
+  x = Tensor(np.random.default_rng(1).standard_normal(2048).astype(np.float32).round(1)).realize()
+  sort_kernels = kernels_of_call(lambda: x.sort()[0])
+  assert sort_kernels > 30 and kernels_of_call(x.unique) <= sort_kernels + 15  # the scan, scatter and gather
+  np.testing.assert_array_equal(x.unique().numpy(), np.unique(x.numpy()))
+  edges = np.array([np.nan, 1.0, -0.0, 0.0, np.inf, np.nan, -np.inf, 1.0], np.float32)
+  if HAVE_TORCH: np.testing.assert_array_equal(Tensor(edges).unique().numpy(), torch.tensor(edges).unique().numpy())
+
+def test_unique_with_size_reads_nothing() -> None:
+  # with size the result's shape is known: the bins (which need the range) are not used, nothing is read
+  t = Tensor(np.array([5, 1, 5, 3], np.int32))
+  out = t.unique(size=4, fill_value=-1)
+  assert out.shape == (4,) and out.tolist() == [1, 3, 5, -1]
+  assert Tensor(np.array([], np.int32)).unique().shape == (0,)
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 64, 1000, 5000])
+@pytest.mark.parametrize("density", [0.0, 0.3, 1.0])
+def test_masked_select_and_nonzero_across_packed_words(n: int, density: float) -> None:
+  # the mask's running count is taken from words of 32 bits: sizes at and around a word, all False and all True
+  rng = np.random.default_rng(n)
+  x, mask = rng.standard_normal(n).astype(np.float32), rng.random(n) < density
+  np.testing.assert_array_equal(Tensor(x).masked_select(Tensor(mask)).numpy(), x[mask])
+  np.testing.assert_array_equal(Tensor(mask).nonzero().numpy(), np.argwhere(mask))
+  k = int(mask.sum())
+  got = Tensor(x).masked_select(Tensor(mask), size=k // 2 + 3, fill_value=-7.0).numpy()
+  np.testing.assert_array_equal(got, np.concatenate([x[mask], np.full(3, -7.0, np.float32)])[:k // 2 + 3])
+
+def test_compaction_is_one_scatter_of_every_entry() -> None:
+  # the first `size` selected positions are a scatter kernel (a STORE at an index), not every slot scanning every
+  # entry; every entry stores (False ones after the True ones), so the kernel's in-range test never mispredicts
+  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.helpers import prod
+  from lazytensor.uop.ops import Ops
+  mask = Tensor(np.random.default_rng(3).random(4096) < 0.5).realize()
+  items, _ = create_schedule([mask.nonzero(size=3000).lazydata])
+  stores = [u for it in items if it.ast.op is Ops.SINK for u in it.ast.src if u.op is Ops.STORE]
+  assert sum(len(u.src) == 4 for u in stores) == 1
+  work = max(prod(s.arg.shape) for it in items for s in it.ast.toposort if s.op is Ops.VIEW)
+  assert work <= 4096, work  # O(numel): no kernel of 3000 slots x 4096 entries
+
+def test_running_count_of_packed_words() -> None:
+  from lazytensor.mixin.index import WORD_BITS, _packed_counts, _running_count
+  m = np.random.default_rng(5).random(3 * WORD_BITS + 7) < 0.5
+  words, upto = _packed_counts(Tensor(m))
+  assert words.dtype == dtypes.uint32 and words.shape == (4,)  # numel / 32 words: the scan is 32x shorter
+  np.testing.assert_array_equal(_running_count(words, upto, m.size).numpy(), np.cumsum(m))
+
 # ---- roll, repeat_interleave, unfold, meshgrid, unflatten ----
 
 MOVES: list[tuple[str, tuple[int, ...], Callable[[Any], Any], Any]] = [

@@ -110,8 +110,8 @@ def test_float64_logcumsumexp_of_short_rows(shape: tuple[int, ...]) -> None:
 
 def test_scan_kernels() -> None:
   assert kernels(_realized(4, 32).cumsum(1)) == 1 and kernels(_realized(4, 64).cumprod(0)) == 1
-  # blocks of 32 by a triangle stored once, 63 block totals scanned the same way (2 totals in one kernel), two adds,
-  # and where the first infinities or NaN are (the triangle's zeros times them would be NaN)
+  # blocks of 8 by a triangle stored once, the 250 block totals scanned the same way (their 32 totals in one kernel),
+  # two adds, and where the first infinities or NaN are (the triangle's zeros times them would be NaN)
   assert kernels(_realized(2, 2000).cumsum(1)) == 7
 
 # ---- sorting ----
@@ -189,10 +189,11 @@ def test_long_sort_of_every_key_dtype(dtype: str, descending: bool) -> None:
   np.testing.assert_array_equal(ki.numpy(), ti[:, :20].numpy())
 
 def test_long_sort_is_a_network_not_a_comparison_of_every_pair() -> None:
-  # one kernel per step (a float32 key and its position packed in a uint64): 55 steps for 1024, then the positions
-  # unpacked and the values read at them; no kernel reduces over 1024 x 1024 pairs. A float64 key does not pack: 2
-  # kernels per step (key, position), then the values.
-  for dtype, count in ((dtypes.float32, 55 + 2), (dtypes.float64, 2 * 55 + 1)):
+  # a float32 key and its position packed in a uint64: of the 55 steps for 1024, the 28 whose partners are 8 or more
+  # apart one kernel each, the 27 closer ones three at a time in one (9 kernels: sort_network.FUSED_STEPS), then the
+  # positions unpacked and the values read at them; no kernel reduces over 1024 x 1024 pairs. A float64 key does not
+  # pack: 2 kernels per step (key, position), then the values.
+  for dtype, count in ((dtypes.float32, 28 + 9 + 2), (dtypes.float64, 2 * 55 + 1)):
     items, _ = create_schedule([t.lazydata for t in _realized(4, 1024).cast(dtype).sort()])
     assert len(items) == count
     assert not any(u.op is Ops.REDUCE_AXIS for it in items for u in it.ast.toposort)

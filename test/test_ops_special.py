@@ -3,6 +3,7 @@ values over wide ranges and at the edges (poles, signed zeros, infinities, NaN, 
 the bad inputs users make."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -143,6 +144,38 @@ def test_frexp_matches_torch(dt: Any) -> None:
   # subnormals of each width included: 3e-39 and 1e-45 in float32, 6e-8 in float16, 5e-324 in float64
   with np.errstate(over="ignore"): x = np.concatenate([FREXP, [6e-8, 5e-324, 1e300]]).astype(dt)
   check_op([x], lambda t: t.frexp(), torch_fn=lambda t: tuple(torch.frexp(t)), grad=False)
+
+ERFC_GRID = np.concatenate([np.linspace(-10, 10.6, 40001), np.linspace(8.5, 10.1, 20001),  # the subnormal tail
+                            np.logspace(-30, 0, 300), -np.logspace(-30, 1, 300)]).astype(np.float32)
+
+def test_erfc_float32_within_5_ulp() -> None:
+  """float32 polynomials and an exp(-x^2) without the rounding of x*x: within a few ulp of math.erfc (float64, within
+  1e-15 of the exact value) everywhere, where it shrinks towards the smallest subnormal (x near 10) too."""
+  got = Tensor(ERFC_GRID).erfc().numpy().astype(np.float64)
+  want = np.array([math.erfc(float(v)) for v in ERFC_GRID])
+  ulps = np.abs(got - want) / np.maximum(np.spacing(want.astype(np.float32)).astype(np.float64), 2.0 ** -149)
+  assert ulps.max() < 5, (ERFC_GRID[ulps.argmax()], ulps.max())
+  assert (got[ERFC_GRID > 10.07] == 0).all() and got[np.argmin(np.abs(ERFC_GRID - 10.0))] > 0  # 1.4e-45 at 10.0
+
+def test_erfc_float32_gradients() -> None:
+  """The stated derivative -2/sqrt(pi) exp(-x^2), within a few ulp where it is tiny, and its own derivative (double
+  backward) 4x/sqrt(pi) exp(-x^2)."""
+  x = ERFC_GRID[::7]
+  t = Tensor(x, requires_grad=True)
+  g, = t.erfc().sum().gradient(t)
+  gg, = g.sum().gradient(t)
+  want = np.array([-2 / math.sqrt(math.pi) * math.exp(-float(v) ** 2) for v in x])
+  ulps = np.abs(g.numpy() - want) / np.maximum(np.spacing(np.abs(want).astype(np.float32)), 2.0 ** -149)
+  assert ulps.max() < 5, (x[ulps.argmax()], ulps.max())
+  np.testing.assert_allclose(gg.numpy(), -2 * x.astype(np.float64) * want, rtol=1e-5, atol=1e-30)
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=str)
+def test_erfc_half_types_round_the_float32_result(dt: Any) -> None:
+  x = Tensor(ERFC_GRID[::50]).cast(dt)
+  want = Tensor(x.float().numpy()).erfc().cast(dt).numpy()
+  got = x.erfc()
+  assert got.dtype == dt
+  np.testing.assert_array_equal(got.numpy(), want)
 
 def test_erfinv_float32_within_4_ulp() -> None:
   """Giles' float32 polynomials: within 4 ulp of the exact value everywhere in (-1, 1), tails and tiny values too."""

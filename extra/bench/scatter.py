@@ -1,6 +1,7 @@
-"""Scatter-adds (engine/scatter.py): nn.Embedding forward + backward and scatter_reduce "sum", each step on fresh
-inputs, against numpy (`np.add.at`) and torch (`F.embedding` backward, `scatter_add_`) where installed, timed in the
-same run; `--unfolded` also times the reduce as written (every target scanning every entry: slow, one step).
+"""Scatters (engine/scatter.py): nn.Embedding forward + backward, scatter_reduce "sum" and scatter without a reduce
+(the last write to a target wins), each step on fresh inputs, against numpy (`np.add.at`, fancy assignment) and torch
+(`F.embedding` backward, `scatter_add_`, `scatter_`) where installed, timed in the same run, with the kernels each
+lazytensor step runs; `--unfolded` also times the reduce as written (every target scanning every entry: slow).
 
 Usage: python extra/bench/scatter.py [--vocab V] [--dim D] [--tokens N] [--steps S] [--unfolded]
   e.g. --vocab 50257 --dim 768 --tokens 8192 for GPT-2's embedding.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from lazytensor import Tensor, nn
+from lazytensor import GlobalCounters, Tensor, nn
 from lazytensor.engine import schedule
 from lazytensor.helpers import THREADS, Context
 
@@ -87,13 +88,35 @@ def scatter_steps(v: int, d: int, n: int) -> tuple[dict[str, Step], Callable[[],
     steps["torch"] = torch_step
   return steps, inputs
 
+def last_write_steps(v: int, d: int, n: int) -> tuple[dict[str, Step], Callable[[], Inputs]]:
+  rng = np.random.default_rng(2)
+  base = rng.standard_normal((v, d)).astype(np.float32)
+  x = Tensor(base).realize()
+  def inputs() -> Inputs:
+    return rng.integers(0, v, (n, d)).astype(np.int32), rng.standard_normal((n, d)).astype(np.float32)
+  def lazy(args: Inputs) -> Tensor: return x.scatter(0, Tensor(args[0]), Tensor(args[1])).realize()
+  def numpy_step(args: Inputs) -> np.ndarray:
+    out = base.copy()
+    out[args[0], np.arange(d)[None, :]] = args[1]  # numpy's fancy assignment: the last write wins too
+    return out
+  steps: dict[str, Step] = {"lazytensor": lazy, "numpy": numpy_step}
+  with contextlib.suppress(ImportError):
+    import torch
+    tx = torch.from_numpy(base)
+    def torch_step(args: Inputs) -> object:
+      return tx.scatter(0, torch.from_numpy(args[0]).long(), torch.from_numpy(args[1]))
+    steps["torch"] = torch_step
+  return steps, inputs
+
 def report(name: str, case: tuple[dict[str, Step], Callable[[], Inputs]], runs: int, with_unfolded: bool) -> None:
   steps, inputs = case
   times = {who: best(fn, inputs, runs) for who, fn in steps.items()}
   if with_unfolded:
     with unfolded(): times["lazytensor unfolded"] = best(steps["lazytensor"], inputs, 1)
   ours = times["lazytensor"]
-  print(f"{name}: lazytensor {ours * 1e3:.2f} ms")
+  GlobalCounters.reset()
+  steps["lazytensor"](inputs())
+  print(f"{name}: lazytensor {ours * 1e3:.2f} ms, {GlobalCounters.kernel_count} kernels")
   for who, t in times.items():
     if who != "lazytensor": print(f"  {who:20s} {t * 1e3:9.2f} ms   lazytensor / {who}: {ours / t:.3g}x")
 
@@ -105,11 +128,16 @@ def main() -> None:
   ap.add_argument("--steps", type=int, default=5)
   ap.add_argument("--unfolded", action="store_true", help="also time the reduce as written (one step, slow)")
   args = ap.parse_args()
-  print(f"{platform.processor() or platform.machine()}, THREADS={THREADS.value}")
+  print(f"{platform.processor() or platform.machine()}, THREADS={THREADS.value} (torch too)")
+  with contextlib.suppress(ImportError):
+    import torch
+    torch.set_num_threads(THREADS.value)
   v, d, n = args.vocab, args.dim, args.tokens
   report(f"nn.Embedding({v}, {d}) forward+backward, {n} indices", embedding_steps(v, d, n), args.steps,
          args.unfolded)
   report(f"scatter_reduce sum of ({n}, {d}) into ({v}, {d})", scatter_steps(v, d, n), args.steps, args.unfolded)
+  report(f"scatter (last write wins) of ({n}, {d}) into ({v}, {d})", last_write_steps(v, d, n), args.steps,
+         args.unfolded)
 
 if __name__ == "__main__":
   main()

@@ -150,16 +150,29 @@ class ExecItem(NamedTuple):
     _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value)
 
 def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int) -> None:
-  """Run one step: a kernel, or a copy where runner is None. The buffers are allocated as the copy or the launch reads
-  their handles."""
+  """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are
+  allocated as the copy or the launch reads their handles."""
   if runner is None:
     st = time.perf_counter()
     _copy(bufs[0], bufs[1])
-    _account(f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}", bufs, 0, bufs[0].nbytes * 2,
-             time.perf_counter() - st, debug)
-    return
-  et = runner(bufs, wait=debug >= 2)
-  _account(runner.display_name, bufs, runner.flops, runner.mem, et, debug)
+    et: float | None = time.perf_counter() - st
+    flops, mem = 0, bufs[0].nbytes * 2
+  else:
+    et = runner(bufs, wait=debug >= 2)
+    flops, mem = runner.flops, runner.mem
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_ops += flops
+  GlobalCounters.global_mem += mem
+  if et is not None: GlobalCounters.time_sum_s += et
+  if debug >= 2:
+    name = runner.display_name if runner is not None else \
+      f"copy {bufs[0].nbytes:8d}, {bufs[0].device} <- {bufs[1].device}"
+    t = et or 0.0
+    pad = " " * max(0, 40 - ansilen(name))
+    perf = f"({flops / t * 1e-9:9.2f} GFLOPS {mem / t * 1e-9:7.2f} GB/s)" if t > 0 else ""
+    print(f"*** {bufs[0].device:6s} {GlobalCounters.kernel_count:4d} {name}{pad} arg {len(bufs):2d} mem "
+          f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/"
+          f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")
 
 # while a TinyJit captures, every step that runs is also recorded here
 _capturing: list[list[ExecItem]] = []
@@ -195,16 +208,3 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")
-
-def _account(name: str, bufs: tuple[Buffer, ...], flops: int, mem: int, et: float | None, debug: int) -> None:
-  GlobalCounters.kernel_count += 1
-  GlobalCounters.global_ops += flops
-  GlobalCounters.global_mem += mem
-  if et is not None: GlobalCounters.time_sum_s += et
-  if debug >= 2:
-    t = et or 0.0
-    pad = " " * max(0, 40 - ansilen(name))
-    perf = f"({flops / t * 1e-9:9.2f} GFLOPS {mem / t * 1e-9:7.2f} GB/s)" if t > 0 else ""
-    print(f"*** {bufs[0].device:6s} {GlobalCounters.kernel_count:4d} {name}{pad} arg {len(bufs):2d} mem "
-          f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/"
-          f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")

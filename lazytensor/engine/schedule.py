@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +26,14 @@ from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.scatter import embedded_scatters, split_scatter
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
 from lazytensor.graph import const_like, is_own_value
-from lazytensor.helpers import BEAM, CPU_TARGET, DEBUG, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
+from lazytensor.helpers import BEAM, CPU_TARGET, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
+
+# the walks of deep graphs (a chain of 10**4 ops) recurse past Python's default limit of 1000 frames
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 
 def _is_plain_buffer_view(u: UOp) -> bool:
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
@@ -362,7 +365,8 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   if scatters:  # scatter reduces inside bigger expressions get buffers of their own: each a fill and a scatter kernel
     g = _find_realizes(resolved, scatters)
     roots, outputs, built, _ = _build_kernels(resolved, g, leaf_buffers)
-  items = _order_items(roots, built, outputs)
+  ran = _order_roots(roots, built, outputs)
+  items = [it for r in ran for it in built[r].items]
   buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
   becomes = _becomes(sink, resolved, buffer_uops)
   # an output's buffer holds its base, or itself when it was computed through its view (_computes_part)
@@ -371,7 +375,10 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
-  return items, becomes
+  # the order commit_realized records them in: the values, then the assigns in the order they run, so that the last
+  # one into a buffer is the node that stands for its contents (each assign's value is a BUFFER node of its own)
+  run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
+  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] + 1 if kv[0].op is Ops.ASSIGN else 0))
 
 def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
     tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:
@@ -410,18 +417,14 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
   reuses that schedule with its own buffers (engine/schedule_cache.py). Nothing is recorded until the caller has run
   the items and calls `commit_realized(becomes)`."""
-  if sys.getrecursionlimit() < 10000: sys.setrecursionlimit(10000)
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
   if seen is not None:
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
     key, walk = (seen[0], knob_state()), seen[1]
-    if (found := cache.structures.get(key)) is not None and \
-       (template := cache.templates.get(found.template_key)) is not None and \
-       (origins := cache.origins(walk, found)) is not None:
+    if (found := cache.structures.get(key)) is not None and (origins := cache.origins(walk, found)) is not None:
       cache.structures.move_to_end(key)
-      cache.templates.move_to_end(found.template_key)
-      return _instantiate(template, walk.params, origins)
+      return found.template.instantiate(walk.params, origins)
   abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   template_key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
@@ -436,17 +439,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     if cap > 0: cache.remember(cache.templates, template_key, template, cap)
   else: cache.templates.move_to_end(template_key)
   if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
-    cache.remember(cache.structures, key, cache.Found(template_key, entries), cap)
-  return _instantiate(template, abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
-
-def _instantiate(template: cache.Template, params: list[UOp],
-                 origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  cache.schedule_stats["reused" if template.uses else "scheduled"] += 1
-  items, becomes = template.instantiate(params, origins)
-  if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
-    print(f"scheduled {len(items)} items from {len(template.sink.toposort)} nodes"
-          f"{' (schedule cache hit)' if template.uses > 1 else ''}")
-  return items, becomes
+    cache.remember(cache.structures, key, cache.Found(template, entries), cap)
+  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
 
 @dataclass(frozen=True)
 class _Built:
@@ -454,9 +448,9 @@ class _Built:
   leaf_reads: set[int]   # ids of buffers it reads as they were before the schedule
   root_reads: set[UOp]   # the roots whose outputs it reads
 
-def _order_items(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, Buffer]) -> list[ScheduleItem]:
-  """Dependency order, plus: a kernel that reads a buffer's contents (from before the schedule, or as one assign left
-  them) runs before any other assign overwrites them."""
+def _order_roots(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, Buffer]) -> list[UOp]:
+  """The order the roots' kernels run in: dependency order, plus: a kernel that reads a buffer's contents (from before
+  the schedule, or as one assign left them) runs before any other assign overwrites them."""
   after: dict[UOp, set[UOp]] = {r: set(built[r].root_reads) for r in roots}  # root -> roots that must run before it
   needs: dict[UOp, set[UOp]] = {}  # root -> every root it depends on, transitively (roots come in dependency order)
   for r in roots: needs[r] = set().union(*(needs[d] | {d} for d in after[r]))
@@ -472,14 +466,14 @@ def _order_items(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, 
         after_r = [a for a in writers if a is not r and a not in read_from and
                    (a not in needs[r] or any(w in needs[a] for w in read_from))] if read_from else []
       for a in after_r: after[a].add(r)
-  order: list[ScheduleItem] = []
+  order: list[UOp] = []
   done: set[UOp] = set()
   while len(done) < len(roots):
     ready = next((r for r in roots if r not in done and after[r] <= done), None)
     if ready is None:
       raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
                        "together), which one schedule cannot order; realize them one at a time")
-    order.extend(built[ready].items)
+    order.append(ready)
     done.add(ready)
   return order
 
@@ -507,17 +501,16 @@ def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict
 def commit_realized(becomes: dict[UOp, UOp]) -> None:
   """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing. An assign
   overwrote its buffer: the nodes realized into it before no longer stand for its contents, and are computed again
-  where a graph built before the assign holds them (another value computed alike, a value computed from it)."""
-  attr = realized_map.attr  # the map's own __setitem__, inlined: an eager step commits every output
-  items: Iterable[tuple[UOp, UOp]] = becomes.items()
-  if sum(node.op is Ops.ASSIGN for node in becomes) > 1:
-    # assigns in the order they ran (one whose graph holds another ran after it), so that the last one into a buffer
-    # is the node that stands for its contents: x.add_(1).add_(2) committed the first add last, and a view of x read
-    # the second add's node as not computed, running it again
-    items = sorted(items, key=lambda kv: len(kv[0].toposort) if kv[0].op is Ops.ASSIGN else 0)
-  for node, buf_view in items:
+  where a graph built before the assign holds them (another value computed alike, a value computed from it).
+
+  `becomes` is recorded in its order, which create_schedule makes the one the assigns ran in: the last one into a
+  buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
+  add standing for x, and a view of x read the second add's node as not computed, running it again)."""
+  # the maps' own methods, inlined: an eager step commits every output
+  attr, buffer_attr = realized_map.attr, buffer_map.attr
+  for node, buf_view in becomes.items():
     if node is buf_view: continue
-    memory = buffer_map.get(buf_view.src[0]) if buf_view.op is Ops.VIEW else None
+    memory = buf_view.src[0].__dict__.get(buffer_attr) if buf_view.op is Ops.VIEW else None
     if memory is not None and node.op is Ops.ASSIGN:
       for ref in memory.realized_nodes:
         if (old := ref()) is not None: old.__dict__.pop(attr, None)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
+from lazytensor.helpers import DEBUG
 from lazytensor.uop.ops import NodeMap, Ops, UOp
 
 
@@ -28,6 +29,9 @@ class ScheduleItem(NamedTuple):
   eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
   ast: UOp
   bufs: tuple[Buffer, ...]
+
+# a ScheduleItem made without the Python __new__ of a NamedTuple: an eager step makes one per kernel
+_new_item = tuple.__new__
 
 # read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
 _BUFFER, _CONTIGUOUS, _VIEW = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW
@@ -172,11 +176,14 @@ class Template:
     for each value of `becomes` (None where its graph has none)."""
     # loops rather than comprehensions: each of those is a function call on Python 3.11, and an eager step has a
     # handful of buffers
+    schedule_stats["reused" if self.uses else "scheduled"] += 1
     self.uses += 1
     bufs: list[Buffer] = []
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
     for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
-    items = [ScheduleItem(ast, tuple(map(bufs.__getitem__, positions))) for ast, positions in self.item_bufs]
+    items: list[ScheduleItem] = []
+    for ast, positions in self.item_bufs: items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__,
+                                                                                                 positions)))))
     names: dict[UOp, UOp] = {}
     for n, slot in self.param_names: names[n] = params[slot]
     for n, i in self.fresh_names:
@@ -187,6 +194,9 @@ class Template:
       if orig is None: continue
       becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
         value.substitute(names)
+    if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
+      print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
+            f"{' (schedule cache hit)' if self.uses > 1 else ''}")
     return items, becomes
 
 # a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
@@ -206,15 +216,18 @@ class Structure:
     self.slots: dict[UOp, int] = {}
     self.aliases: dict[int, int] = {}
 
+  def param(self, node: UOp) -> int:
+    """The entry of a BUFFER node: its parameter's, made when the walk first meets it."""
+    if (i := self.slots.get(node)) is None:
+      alias = self.aliases.setdefault(node.reads, len(self.aliases))
+      self.params.append(node)
+      i = self.slots[node] = len(self.entries)
+      self.entries.append((_BUFFER, node.dtype.ident, node.arg[0], node.arg[1], alias))
+    return i
+
   def convert(self, node: UOp, src: tuple[int, ...]) -> int:
     op, entries = node.op, self.entries
-    if op is _BUFFER:
-      if (i := self.slots.get(node)) is None:
-        alias = self.aliases.setdefault(node.reads, len(self.aliases))
-        self.params.append(node)
-        i = self.slots[node] = len(entries)
-        entries.append((op, node.dtype.ident, node.arg[0], node.arg[1], alias))
-      return i
+    if op is _BUFFER: return self.param(node)
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
     # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
     entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
@@ -228,15 +241,16 @@ class Structure:
   def visit(self, node: UOp, depth: int) -> int:
     """The entry of a node not in `done` yet, after those of its sources. The loop every eager realize runs over its new
     nodes: its callers look nodes up in `done`, and the sources are gathered in a loop, not a comprehension (a
-    function call on Python 3.11)."""
+    function call on Python 3.11). A buffer among them is a parameter, taken where it is met rather than visited (each
+    realized input is one): its entry is found by `slots`, not `done`."""
     done = self.done
     if (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
     else:
       if depth > _MAX_RECURSION: raise _TooDeep
       src = []
       for s in node.src:
-        if (j := done.get(s)) is None: j = self.visit(s, depth + 1)
-        src.append(j)
+        if s.op is _BUFFER: src.append(self.param(s))
+        else: src.append(j if (j := done.get(s)) is not None else self.visit(s, depth + 1))
       i = self.convert(node, tuple(src))
     done[node] = i
     self.node_of[i] = node
@@ -255,9 +269,10 @@ def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure] | None:
   return (tuple(s.entries), tuple(roots)), s
 
 class Found(NamedTuple):
-  """What a structure names: the key of its template in `templates`, and for each value of the template's `becomes`
-  the entry of the caller's node it stands for (None: the graph has no such node)."""
-  template_key: tuple[Any, ...]
+  """What a structure names: its template (held here too: a structure seen again finds it without the abstract graph,
+  even once `templates` has dropped it), and for each value of the template's `becomes` the entry of the caller's node
+  it stands for (None: the graph has no such node)."""
+  template: Template
   entries: list[int | None]
 
 def found_entries(s: Structure, a: Abstract, template: Template) -> list[int | None] | None:

@@ -12,7 +12,15 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes, to_dtype
 from lazytensor.helpers import dim_alias
 from lazytensor.mixin.reduce import ReduceMixin
-from lazytensor.mixin.scans import cum_extreme_last, cumsum_float_last, cumsum_last, scan_last
+from lazytensor.mixin.scans import (
+  LOGSUMEXP_SCAN_BLOCK,
+  SCAN_BLOCK,
+  cum_extreme_last,
+  cumsum_float_last,
+  cumsum_last,
+  scan_last,
+)
+from lazytensor.mixin.select import kth_last, selects, topk_last, topk_selects
 from lazytensor.mixin.sort_network import sorted_last
 
 if TYPE_CHECKING:
@@ -32,10 +40,10 @@ class OrderMixin(ReduceMixin):
     back = (lambda t: t.reshape(())) if self.ndim == 0 else (lambda t: t.transpose(d, -1))
     return tuple(back(t) for t in out) if isinstance(out, tuple) else back(out)
 
-  def _scan(self, axis: int, reduce: Callable[[Self, int], Self], identity: Any) -> Self:
+  def _scan(self, axis: int, reduce: Callable[[Self, int], Self], identity: Any, block: int = SCAN_BLOCK) -> Self:
     self._resolve_axis(axis)
     if self.numel() == 0: return self
-    return self._along(axis, lambda x: scan_last(x, reduce, identity))
+    return self._along(axis, lambda x: scan_last(x, reduce, identity, block))
 
   def cumsum(self, axis: int = 0, dtype: DType | str | None = None, *, dim: int | None = None) -> Self:
     """Cumulative sum along `axis` (ints and bools sum as in sum): blocks of 32 elements times a triangle of ones (a
@@ -67,7 +75,7 @@ class OrderMixin(ReduceMixin):
     [0.0, 0.6931, 1000.0]
     """
     axis = dim_alias("logcumsumexp", axis, dim, 0)
-    return self._to_float()._scan(axis, lambda t, ax: t.logsumexp(ax), -math.inf)
+    return self._to_float()._scan(axis, lambda t, ax: t.logsumexp(ax), -math.inf, LOGSUMEXP_SCAN_BLOCK)
 
   def _cum_extreme(self, axis: int, largest: bool) -> tuple[Self, Self]:
     self._resolve_axis(axis)
@@ -77,8 +85,8 @@ class OrderMixin(ReduceMixin):
   def cummax(self, axis: int = 0, *, dim: int | None = None,
              return_indices: bool = False) -> Self | tuple[Self, Self]:
     """The running maximum along `axis` (NaN propagates), as tinygrad; with return_indices=True also, as torch's
-    (values, indices), the index of the last element equal to it. Scans as cumsum; the gradient goes to that index,
-    except on axes longer than 512, where equal elements share it.
+    (values, indices), the index of the last element equal to it. Scans of order codes (ints) in blocks; the value
+    is read at that index, and the gradient goes there, as torch's.
 
     >>> Tensor([1, 3, 2, 3]).cummax().tolist()
     [1, 3, 3, 3]
@@ -105,8 +113,9 @@ class OrderMixin(ReduceMixin):
 
   def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
     """The values along `dim` in order, and their indices (dtypes.default_int). The sort is stable and NaN
-    sorts as the largest, as torch's stable sort. Rows of up to 256 compare every pair of elements (O(n^2), two or
-    three kernels); longer rows go through a bitonic network (O(n log^2 n), two kernels per step: 55 for 1024).
+    sorts as the largest, as torch's stable sort. Short rows compare every pair of elements (O(n^2), two or three
+    kernels); longer rows go through a bitonic network (O(n log^2 n): 55 steps for 1024, in 39 kernels for keys of
+    up to 32 bits, 111 for wider ones).
 
     >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).sort()]
     [[1, 1, 2, 3], [1, 3, 2, 0]]
@@ -125,8 +134,9 @@ class OrderMixin(ReduceMixin):
 
   def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Self, Self]:
     """The k largest (or smallest) values along `dim`, in order, and their indices (dtypes.default_int). Ties keep
-    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). Rows of up to
-    256 compare every pair; longer rows take k selection passes for k up to 16, else the bitonic network of sort.
+    their original order; the result is always sorted (`sorted_` is accepted for torch's signature). Short rows
+    compare every pair; longer rows take k selection passes for a few, a radix select of the k-th and a sort of the
+    k kept ones for k up to 512 (mixin/select.py), else the bitonic network of sort.
 
     >>> [t.tolist() for t in Tensor([1, 5, 3, 4]).topk(2)]
     [[5, 4], [1, 3]]
@@ -138,15 +148,27 @@ class OrderMixin(ReduceMixin):
     if k == 0 or self.numel() == 0:
       shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
       return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
-    return self._along(dim, lambda x: sorted_last(x, largest, int(k)))
+    return self._along(dim, lambda x: topk_last(x, largest, int(k)) if topk_selects(x, int(k)) else
+                       sorted_last(x, largest, int(k)))
 
   # ---- order statistics ----
+
+  def _ranked(self, d: int, ranks: Sequence[int]) -> list[tuple[Self, Self]]:
+    """The elements of the given ranks (0-based) in a stable sort along dim d and their indices, each of size 1 along
+    d: selected by radix passes for a few ranks of long rows, else read from the sort."""
+    if self.ndim == 0: return [(self, type(self).zeros((), dtype=dtypes.default_int, device=self.device))] * len(ranks)
+    if selects(self.shape[d], len(ranks)):
+      def kth(rank: int) -> tuple[Self, Self]: return self._along(d, lambda x: kth_last(x, rank))
+      return [kth(r) for r in ranks]
+    values, indices = self.sort(d)
+    return [(values.narrow(d, r, 1), indices.narrow(d, r, 1)) for r in ranks]
 
   def median(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None,
              return_indices: bool = False) -> Self | tuple[Self, Self]:
     """The lower median along `axis` (of the flattened tensor when None): the ((n - 1) // 2)-th value in sorted
     order, as torch.median; a NaN anywhere along the axis gives NaN (and its first index). With return_indices=True
-    also its index (dtypes.default_int), as torch's (values, indices). Sorts, so O(n^2) comparisons per row.
+    also its index (dtypes.default_int), as torch's (values, indices). Long rows select it by radix passes (O(n) each,
+mixin/select.py) instead of sorting.
 
     >>> Tensor([3.0, 1.0, 4.0, 2.0]).median().item()
     2.0
@@ -162,9 +184,7 @@ class OrderMixin(ReduceMixin):
       raise TypeError(f"median: axis must be an int or None, got {axis!r}")
     d = self._resolve_axis(axis)
     self._check_nonempty("median", d)
-    values, indices = self.sort(d)
-    k = ((self.shape[d] if self.ndim else 1) - 1) // 2
-    value, index = values.narrow(d, k, 1) if self.ndim else values, indices.narrow(d, k, 1) if self.ndim else indices
+    (value, index), = self._ranked(d, [((self.shape[d] if self.ndim else 1) - 1) // 2])
     if self.dtype.is_float:
       nan = self.isnan()
       has_nan = nan.any(d, keepdim=True)
@@ -176,8 +196,8 @@ class OrderMixin(ReduceMixin):
                interpolation: str = "linear", *, dim: int | None = None) -> Self:
     """The q-th quantiles along `axis` (of the flattened tensor when None), as torch.quantile: position q * (n - 1)
     in sorted order, between neighbours by `interpolation` ("linear", "lower", "higher", "nearest", "midpoint"). A
-    sequence of q gives a first dim of one quantile each; a NaN along the axis gives NaN. Ints become float. Sorts,
-    so O(n^2) comparisons per row.
+    sequence of q gives a first dim of one quantile each; a NaN along the axis gives NaN. Ints become float. The
+    neighbours of a q or two along long rows are selected (mixin/select.py), those of more from a sort.
 
     >>> Tensor([1.0, 2.0, 3.0, 4.0]).quantile(0.5).item(), Tensor([1.0, 2.0, 3.0, 4.0]).quantile([0.0, 1.0]).tolist()
     (2.5, [1.0, 4.0])
@@ -197,15 +217,19 @@ class OrderMixin(ReduceMixin):
     d = 0 if axis is None or x.ndim == 0 else x._resolve_axis(axis)
     n = flat.shape[d]
     if n == 0: raise ValueError(f"quantile: cannot take quantiles over a zero-size dimension of {self.shape}")
-    ordered = flat.sort(d)[0]
     has_nan = flat.isnan().any(d, keepdim=True)
+    def ranks(v: float) -> list[int]:
+      pos = float(v) * (n - 1)
+      return [round(pos)] if interpolation == "nearest" else [math.floor(pos), math.ceil(pos)]
+    needed = sorted({r for v in qs for r in ranks(v)})
+    at = dict(zip(needed, (value for value, _ in flat._ranked(d, needed))))
     outs = []
     for v in qs:
       pos = float(v) * (n - 1)
       lo, hi = math.floor(pos), math.ceil(pos)
-      below, above = ordered.narrow(d, lo, 1), ordered.narrow(d, hi, 1)
-      picked = {"lower": below, "higher": above, "nearest": ordered.narrow(d, round(pos), 1),
-                "midpoint": (below + above) * 0.5}.get(interpolation)
+      if interpolation == "nearest": below = above = at[round(pos)]
+      else: below, above = at[lo], at[hi]
+      picked = {"lower": below, "higher": above, "nearest": below, "midpoint": (below + above) * 0.5}.get(interpolation)
       out = has_nan.where(math.nan, below.lerp(above, pos - lo) if picked is None else picked)
       if axis is None: out = out.reshape((1,) * self.ndim if keepdim else ())
       elif not keepdim: out = out.squeeze(d)
@@ -213,8 +237,9 @@ class OrderMixin(ReduceMixin):
     return outs[0] if one_q else outs[0].stack(*outs[1:])
 
   def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Self, Self]:
-    """The k-th smallest value along `dim` (k counts from 1) and its index (dtypes.default_int), as torch.kthvalue.
-    Sorts, so O(n^2) comparisons per row.
+    """The k-th smallest value along `dim` (k counts from 1) and its index (dtypes.default_int), as torch.kthvalue:
+    the element a stable sort puts there (NaN the largest). Long rows select it by radix passes (O(n) each,
+    mixin/select.py) instead of sorting.
 
     >>> [t.tolist() for t in Tensor([[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]]).kthvalue(2)]
     [[2.0, 8.0], [2, 2]]
@@ -224,6 +249,5 @@ class OrderMixin(ReduceMixin):
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= n:
       raise ValueError(f"kthvalue: k={k!r} must be an int in [1, {n}] for dim {d} of {self.shape}")
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.default_int, device=self.device)
-    values, indices = self.sort(d)
-    value, index = values.narrow(d, int(k) - 1, 1), indices.narrow(d, int(k) - 1, 1)
+    (value, index), = self._ranked(d, [int(k) - 1])
     return (value, index) if keepdim else (value.squeeze(d), index.squeeze(d))

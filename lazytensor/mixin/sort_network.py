@@ -3,9 +3,10 @@
 Comparing every pair of elements (`_sort_ranks`) is one kernel and O(n^2) per row: fine for short rows, 17G
 comparisons for 1024 rows of 4096. A bitonic network does the same sort in elementwise steps, O(n log^2 n) compare-
 exchanges in log2(n)(log2(n)+1)/2 steps: 78 for 4096. A key of up to 32 bits and its position pack into one uint64
-whose unsigned order is the stable sort's, so a step is one kernel (a min and a max); wider keys carry the position
-beside them (two kernels a step). It is written with views and `where`, no new ops. A topk of few elements takes
-selection passes instead.
+whose unsigned order is the stable sort's, so a step is a min and a max of one tensor, and the steps whose partners
+are less than FUSE_BELOW apart run three at a time in one kernel (4096: 58 kernels for 78 steps); wider keys carry the
+position beside them (two kernels a step). It is written with views and `where`, no new ops. A topk of few elements
+takes selection passes instead, of more a radix select (select.py).
 
 The network is the variant that sorts every block ascending: merging two sorted halves of a block compares element
 i with element size-1-i (the second half read reversed), then half-cleaners at distances size/4, ..., 1. Each element
@@ -19,7 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.mixin.scans import select_one
+from lazytensor.mixin.keys import order_code
+from lazytensor.mixin.scans import read_at, select_one
 
 if TYPE_CHECKING:
   from lazytensor.mixin.reduce import ReduceMixin
@@ -50,34 +52,37 @@ def _exchange(lo: tuple[TensorT, TensorT], hi: tuple[TensorT, TensorT], n: int,
   swap = _before(hi, lo, n, descending).detach()
   return ((swap.where(hi[0], lo[0]), swap.where(hi[1], lo[1])), (swap.where(lo[0], hi[0]), swap.where(lo[1], hi[1])))
 
-def _halves(t: TensorT, lead: tuple[int, ...], d: int) -> tuple[TensorT, TensorT]:
-  """The first and second half of every block of 2*d along the last axis, as (..., blocks, d)."""
-  blocks = t.reshape(*lead, t.shape[-1] // (2 * d), 2, d)
-  keep = [None] * (len(lead) + 1)
-  return (blocks.shrink(keep + [(0, 1), None]).reshape(*lead, -1, d),
-          blocks.shrink(keep + [(1, 2), None]).reshape(*lead, -1, d))
-
 Exchange = Callable[[tuple[TensorT, ...], tuple[TensorT, ...]], tuple[tuple[TensorT, ...], tuple[TensorT, ...]]]
 
-def _network(parts: tuple[TensorT, ...], exchange: Exchange) -> tuple[TensorT, ...]:
+# packed keys: steps whose partners are closer than this run FUSED_STEPS at a time in one kernel, each output element
+# computed from the 2**steps inputs of its block (the network restricted to it), reading and writing the row once
+# instead of once per step. One AVX2 thread, sort of 4096 and of 256 rows of 4096 (torch 0.23 and 160 ms): a kernel
+# a step (80 kernels) 0.38 and 88 ms; 8 and 3 (58) 0.30 and 84-98 ms; 16 and 4 (49) 0.46 and 141 ms (each output
+# then computes 15 min/max pairs where a step computes one). Keys and positions apart fuse no steps: their exchange
+# compares both in each of the 2**steps terms
+FUSE_BELOW = 8
+FUSED_STEPS = 3
+
+def _network(parts: tuple[TensorT, ...], exchange: Exchange, fuse: bool) -> tuple[TensorT, ...]:
   """The bitonic network over the last axis (a power of two long) of `parts`, the tensors that together make up each
-  element, `exchange` ordering two sets of them element by element (first the one that sorts first)."""
+  element, `exchange` ordering two sets of them element by element (first the one that sorts first).
+
+  A step sees the row as blocks of (2, d): element (h, j) of a block meets (1 - h, j), the block flipped along its
+  first axis, or in a merge (1 - h, d - 1 - j), flipped along both; the first half keeps what sorts first. A view
+  and a `where` on h, so that steps chain into one expression with no concatenation."""
   lead, m = parts[0].shape[:-1], parts[0].shape[-1]
-  def step(d: int, merge: bool) -> None:
-    nonlocal parts
-    halves = [_halves(t, lead, d) for t in parts]
-    # a merge compares element i of each block with element size-1-i: the second half read reversed
-    lo, hi = exchange(tuple(h[0] for h in halves), tuple(h[1].flip(-1) if merge else h[1] for h in halves))
-    parts = tuple(type(a).stack(a, b.flip(-1) if merge else b, dim=-2).reshape(*lead, m).contiguous()
-                  for a, b in zip(lo, hi))
-  size = 2
-  while size <= m:
-    step(size // 2, True)
-    d = size // 4
-    while d >= 1:
-      step(d, False)
-      d //= 2
-    size *= 2
+  steps = [(size // 2 >> i, i == 0) for size in (2 << s for s in range(m.bit_length() - 1))
+           for i in range(size.bit_length() - 1)]
+  pending = 0
+  for i, (d, merge) in enumerate(steps):
+    blocks = tuple(t.reshape(*lead, m // (2 * d), 2, d) for t in parts)
+    first, second = exchange(blocks, tuple(b.flip(-2, -1) if merge else b.flip(-2) for b in blocks))
+    upper = type(parts[0])._iota(2, parts[0].device).reshape(2, 1) == 1
+    parts = tuple(upper.where(b, a).reshape(*lead, m) for a, b in zip(first, second))
+    pending += 1
+    # a run of close partners ends at FUSED_STEPS steps, before a far one, and at the end
+    if not fuse or pending == FUSED_STEPS or d >= FUSE_BELOW or i + 1 == len(steps) or steps[i + 1][0] >= FUSE_BELOW:
+      parts, pending = tuple(t.contiguous() for t in parts), 0
   return parts
 
 # keys of these dtypes fit 32 bits in an order-preserving code, so that key and position pack into one uint64 whose
@@ -85,19 +90,6 @@ def _network(parts: tuple[TensorT, ...], exchange: Exchange) -> tuple[TensorT, .
 # computed twice, for a key and a position apart: sort of 1024x4096 on one AVX2 thread 1.2 s -> 0.39-0.65 s, torch 0.3)
 _PACKED_KEYS = (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.int16, dtypes.int8,
                 dtypes.uint32, dtypes.uint16, dtypes.uint8, dtypes.bool)
-
-def _key_code(x: TensorT, descending: bool) -> TensorT:
-  """uint32 codes of x whose unsigned order is the sort's order: floats by their bits with the sign flipped (negative
-  ones all flipped), NaN as one NaN (the largest), -0.0 as 0.0 (they are equal: their order is by position); ints
-  with the sign bit flipped. Descending inverts the code, so that positions still break ties ascending."""
-  if x.dtype.is_float:
-    f = x.cast(dtypes.float32)
-    f = (f != f).where(math.nan, (f == 0).where(0.0, f))
-    bits = f.bitcast(dtypes.uint32)
-    code = (bits >= 1 << 31).where(~bits, bits | (1 << 31))
-  elif x.dtype in (dtypes.uint32, dtypes.uint16, dtypes.uint8, dtypes.bool): code = x.cast(dtypes.uint32)
-  else: code = x.cast(dtypes.int32).bitcast(dtypes.uint32) ^ (1 << 31)
-  return ~code if descending else code
 
 _LOW = (1 << 32) - 1  # the position bits of a packed key
 
@@ -108,7 +100,7 @@ def _packed_keys(x: TensorT, descending: bool, n: int) -> TensorT:
   on (padding) take the largest code, so that they sort last."""
   size = x.shape[-1]
   pos = type(x).arange(size, dtype=dtypes.uint64, device=x.device).reshape(*([1] * (x.ndim - 1)), size)
-  code = (pos < n).where(_key_code(x, descending), _LOW).cast(dtypes.uint64)
+  code = (pos < n).where(order_code(x, descending), _LOW).cast(dtypes.uint64)
   return (code << 32) | pos
 
 def network_pays(x: TensorT) -> bool:
@@ -128,14 +120,14 @@ def network_positions(x: TensorT, descending: bool) -> TensorT:
   if _packs(x, m):
     # padding takes the largest code and positions past the row: it sorts last
     packed, = _network((_packed_keys(x.detach().pad(padding), descending, n),),
-                       lambda a, b: ((a[0].minimum(b[0]),), (a[0].maximum(b[0]),)))
+                       lambda a, b: ((a[0].minimum(b[0]),), (a[0].maximum(b[0]),)), fuse=True)
     pos = (packed & _LOW).cast(dtypes.int64)
   else:
     # positions in int32 where they fit: every step reads and writes them, half the bytes of int64
     def exchange(lo: tuple[TensorT, ...], hi: tuple[TensorT, ...]) -> tuple[tuple[TensorT, ...], tuple[TensorT, ...]]:
       return _exchange((lo[0], lo[1]), (hi[0], hi[1]), n, descending)
     _, pos = _network((x.detach().pad(padding), positions(dtypes.int32 if m <= dtypes.int32.max() else dtypes.int64)),
-                      exchange)
+                      exchange, fuse=False)
   return pos.shrink([None] * len(lead) + [(0, n)]).cast(dtypes.default_int)
 
 # a topk of at most this many of a long row takes k passes over it (about 4 reduces each) instead of the network; of
@@ -201,12 +193,11 @@ def _sort_ranks(x: TensorT, descending: bool) -> TensorT:
 def sorted_last(x: TensorT, descending: bool, k: int) -> tuple[TensorT, TensorT]:
   """The first k elements of a stable sort of the last axis, and their positions: by comparing every pair in one
   kernel for short rows; for long ones by k selection passes when k is small, else through the bitonic network."""
-  n = x.shape[-1]
   keys = x.cast(dtypes.int8) if x.dtype.is_bool else x
   if not network_pays(keys): return _take_ranked(x, _sort_ranks(x, descending), k)
   if selection_pays(keys, k): positions = selection_positions(keys, descending, k)
   else: positions = network_positions(keys, descending).shrink([None] * (x.ndim - 1) + [(0, k)])
-  return select_one(x.unsqueeze(-2), positions.unsqueeze(-1) == type(x).arange(n, device=x.device), -1), positions
+  return read_at(x, positions), positions
 
 def _take_ranked(x: TensorT, ranks: TensorT, k: int) -> tuple[TensorT, TensorT]:
   """The elements of ranks 0..k-1 along the last axis, and their indices."""

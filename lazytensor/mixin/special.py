@@ -37,6 +37,18 @@ ERFCX_CHEB = (1.1540674772329393, -0.7108738425409971, 0.1301903176575729, -0.00
               -2.664535259100376e-16)
 # past this erfc(x) is below the smallest float64 (erfc(27.3) = 5e-326): x is clamped to it, keeping t below 1
 ERFC_ZERO_FROM = 27.5
+# erfc of float32 and the half types: (x + 2) * exp(x^2) * erfc(x) as a polynomial in t = (x - 2) / (x + 2), for
+# x in [0, ERFC_F32_ZERO_FROM] (t in [-1, 0.68]), fit by Lawson's reweighted least squares on 600 Chebyshev nodes to
+# 40-digit values (mpmath) for this file: relative error 4e-9, a 15th of float32's half ulp. Past 10.5 erfc(x) is
+# below half the smallest float32 subnormal (erfc(10.06) = 7e-46) and exp(-x^2) rounds to 0: x is clamped there.
+ERFCX_F32 = (1.021582708835326, -0.6871606962906793, 0.27947175735983876, -0.03644181930397086, -0.02150555923379857,
+             0.006476270275762003, 0.0030620767917092645, -0.0008335547613382704, -0.0005924284314535178,
+             4.875084109693534e-05, 7.040259369159307e-05)
+ERFC_F32_ZERO_FROM = 10.5
+# ln 2 in two parts for exp(-x^2) = 2^-n exp(-(x^2 - n ln 2)) (Cody and Waite): the head has 16 bits, so n * LN2_HI
+# (n < 2^8) is exact and so is x_hi^2 - n * LN2_HI (both multiples of 2^-16 below 2^8)
+LN2_HI = 45426 / 65536
+LN2_LO = math.log(2) - LN2_HI
 # the Stirling series of lgamma and the asymptotic series of digamma, in 1/z^2: B_2k / (2k (2k - 1)) and B_2k / 2k.
 # For z >= 8 the first left out is below 4e-16 of the result; smaller arguments are moved up by the recurrences
 STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156, -3617 / 122400)
@@ -76,6 +88,38 @@ def _erfc(x: TensorT) -> TensorT:
   neg = x < 0
   r = _erfc_nonneg(neg.where(-x, x))
   return neg.where(2 - r, r)
+
+def _exp_neg_square(a: TensorT) -> tuple[TensorT, TensorT]:
+  """exp(-a^2) = m * 2^-n for float32 a in [0, ERFC_F32_ZERO_FROM], to a few ulp: exp(-(a * a)) would carry the
+  rounding of a * a, up to 100 times 2^-24 relative at a = 10 (60 ulp), and exp's own reduction of the product by
+  ln 2 as much again. a = hi + lo with hi on a grid of 2^-8, so hi^2 is exact (12 bits squared) and a^2 = hi^2 +
+  (a - hi)(a + hi), the second term small; n is hi^2 / ln 2 rounded, and the rest, under 0.45, is what exp2 takes."""
+  hi = (a * 256).trunc() * (1 / 256)
+  s_hi, s_lo = hi * hi, (a - hi) * (a + hi)
+  n = (s_hi * (1 / math.log(2)) + 0.5).trunc()
+  rest = (s_hi - n * LN2_HI) - n * LN2_LO + s_lo
+  return (rest * (-1 / math.log(2))).exp2(), n
+
+def _times_pow2_neg(m: TensorT, n: TensorT) -> TensorT:
+  """m * 2^-n for float32 m and integral n in [0, 160]: two halves, each a power of two built from its exponent bits,
+  that stay normal, so that a result below the normal range rounds once."""
+  half = (n * 0.5).trunc().cast(dtypes.int32)
+  rest = n.cast(dtypes.int32) - half
+  return m * ((127 - half) << 23).bitcast(dtypes.float32) * ((127 - rest) << 23).bitcast(dtypes.float32)
+
+def _erfc_f32(x: TensorT) -> TensorT:
+  """erfc of float32 from exp(-a^2) (_exp_neg_square) and the polynomial ERFCX_F32 for a = |x|, 2 - erfc(a) for
+  negative x: within 4.3 ulp of the exact value (0.4 on average) over the whole range, subnormal results included
+  (measured against mpmath on 150,000 points; torch's: 0.84 ulp), in float32 arithmetic that vectorizes: the float64
+  series took 8.7x torch's time, this 1.3-1.5x (one AVX2 core). The derivative -2/sqrt(pi) exp(-x^2) is stated, from
+  the same exp(-x^2): the polynomial's own would be less accurate."""
+  xd = x.detach()
+  a = xd.abs().minimum(ERFC_F32_ZERO_FROM)
+  m, n = _exp_neg_square(a)
+  r = _times_pow2_neg(m * _poly((a - 2) / (a + 2), ERFCX_F32) / (a + 2), n)
+  y = (xd < 0).where(2 - r, r)
+  d = _times_pow2_neg(*_exp_neg_square(x.abs().minimum(ERFC_F32_ZERO_FROM))) * (-2 / math.sqrt(math.pi))
+  return y._apply_uop(lambda v, u, du: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, u, du)), x, d)
 
 def _erfinv(x: TensorT) -> TensorT:
   a = x.abs()
@@ -182,12 +226,14 @@ class SpecialMixin(UnaryMixin):
   # ---- special functions ----
 
   def erfc(self) -> Self:
-    """The complementary error function 1 - erf(x), accurate where it is tiny (about 1e-14 relative in float64).
+    """The complementary error function 1 - erf(x), accurate where it is tiny: within 4.3 ulp in float32 (subnormal
+    results included) from a polynomial and an exp(-x^2) without the rounding of x^2, about 1e-14 relative in float64.
 
     >>> [f"{v:.4e}" for v in Tensor([0.0, 5.0, -1.0]).erfc().tolist()]
     ['1.0000e+00', '1.5375e-12', '1.8427e+00']
     """
-    return self._in_float64(_erfc)
+    x = self._to_float()
+    return _erfc(x) if x.dtype == dtypes.float64 else x._float_op(_erfc_f32)
 
   def erfinv(self) -> Self:
     """The inverse error function on [-1, 1] (+-inf at +-1, NaN outside): float64 by Winitzki's approximation and two

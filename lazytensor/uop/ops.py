@@ -189,8 +189,9 @@ class _InternRef(weakref.ref):
   key: tuple
 
 def _forget(ref: _InternRef) -> None:
-  # a node of this structure made after this one died may hold the entry now
-  if _uop_cache.get(ref.key) is ref: del _uop_cache[ref.key]
+  # the entry goes with its node (one lookup of the key), unless a node of this structure made after this one died
+  # holds it now
+  if (entry := _uop_cache.pop(ref.key, None)) is not ref and entry is not None: _uop_cache[ref.key] = entry
 
 # the intern table: structure -> weak reference; a node lives as long as something holds it
 _uop_cache: dict[tuple, _InternRef] = {}
@@ -315,9 +316,11 @@ class UOp:
   def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype, value)
 
   def alu(self, op: Ops, *srcs: UOp | int | float | bool) -> UOp:
-    usrcs = (self, *[s if isinstance(s, UOp) else self.const_like(s) for s in srcs])
+    # a loop, not a comprehension (a function call on Python 3.11): every elementwise op of a Tensor comes here
+    usrcs = [self]
+    for s in srcs: usrcs.append(s if isinstance(s, UOp) else self.const_like(s))
     out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else usrcs[-1].dtype
-    return UOp(op, out_dtype, usrcs)
+    return UOp(op, out_dtype, tuple(usrcs))
 
   def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
   def bitcast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
