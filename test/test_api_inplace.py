@@ -53,7 +53,11 @@ CASES += [
   ("index_put", X, ((ROWS[0, :3],), Y[0]), {"accumulate": True}),
   ("index_reduce", X, (1, COLS, POS[:, :3], "prod"), {}),
   ("tril", X, (), {}), ("triu", X, (1,), {}), ("cumsum", X, (1,), {}), ("cumprod", POS, (0,), {}),
-  ("cumsum", I, (1,), {}), ("fill_diagonal", X, (5.0,), {}), ("fill_diagonal", np.zeros((7, 2), np.float32), (3.0,),
+  ("cumsum", I, (1,), {}), ("fill_diagonal", X, (5.0,), {}),
+  ("addmm", X, (POS[:, :2], Y[:2]), {"beta": 0.5}), ("addmv", X[0], (Y.T, X[:, 0]), {"alpha": 2.0}),
+  ("addr", X, (X[:, 0], Y[0]), {}), ("baddbmm", X.reshape(3, 2, 2), (POS.reshape(3, 2, 2), Y.reshape(3, 2, 2)), {}),
+  ("addbmm", X, (POS.reshape(2, 3, 2), Y.reshape(2, 2, 3)[:, :, :1].repeat(4, 2)), {"beta": 2.0}),
+  ("renorm", X, (2.0, 0, 3.0), {}), ("fill_diagonal", np.zeros((7, 2), np.float32), (3.0,),
                                                                {"wrap": True}),
 ]
 
@@ -97,12 +101,12 @@ VIEW_CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason="sche
 @pytest.mark.parametrize("name,x,args,kwargs", VIEW_CASES, ids=_ids(CASES))
 def test_inplace_through_a_view(name: str, x: np.ndarray, args: tuple, kwargs: dict) -> None:
   # the op on a transposed view of a buffer (and a slice of a wider one) writes the buffer, as in torch
-  def base_of(new: Any) -> Any: return new(np.ascontiguousarray(np.concatenate([x, x[:1]]).T))
+  def base_of(new: Any) -> Any: return new(np.ascontiguousarray(np.swapaxes(np.concatenate([x, x[:1]]), 0, -1)))
   ref = base_of(torch.tensor)
-  try: _run("torch", ref.T[:x.shape[0]], name, args, kwargs)
+  try: _run("torch", ref.transpose(0, -1)[:x.shape[0]], name, args, kwargs)
   except RuntimeError as e: pytest.skip(f"torch refuses this view: {e}")
   t = base_of(lambda a: Tensor(a).realize())
-  _run("lt", t.T[:x.shape[0]], name, args, kwargs)
+  _run("lt", t.transpose(0, -1)[:x.shape[0]], name, args, kwargs)
   _assert_same(t, ref)
 
 GRAD_CASES = [c for c in CASES if c[1].dtype == np.float32]
