@@ -65,13 +65,15 @@ def test_beta_zero_does_not_read_the_input() -> None:
   _same(out, torch.tensor(nan).addmm(torch.ones(2, 2), torch.ones(2, 2), beta=0))
 
 def test_add_products_bad_shapes() -> None:
-  with pytest.raises(ValueError, match=r"addmm: mat1 must have 2 dims, got shape \(3,\)"):
-    Tensor.zeros(3, 3).addmm(Tensor.ones(3), Tensor.ones(3, 3))
-  with pytest.raises(ValueError, match=r"addmm: input of shape \(2, 3\) does not broadcast to the product's shape "
+  with pytest.raises(ValueError, match=r"addmv: expected 2-d and 1-d tensors, got shapes \(3, 3\) and \(3, 1\)"):
+    Tensor.zeros(3).addmv(Tensor.ones(3, 3), Tensor.ones(3, 1))
+  with pytest.raises(ValueError, match=r"addr: input of shape \(2, 3\) does not broadcast to the product's shape "
                      r"\(3, 3\)"):
-    Tensor.zeros(2, 3).addmm(Tensor.ones(3, 3), Tensor.ones(3, 3))
-  with pytest.raises(ValueError, match="baddbmm: batch2 must have 3 dims"):
+    Tensor.zeros(2, 3).addr(Tensor.ones(3), Tensor.ones(3))
+  with pytest.raises(ValueError, match=r"baddbmm: expected 3-d and 3-d tensors, got shapes \(1, 3, 3\) and \(3, 3\)"):
     Tensor.zeros(3, 3).baddbmm(Tensor.ones(1, 3, 3), Tensor.ones(3, 3))
+  with pytest.raises(TypeError, match="addbmm: expected a Tensor, got list"):
+    Tensor.zeros(3, 3).addbmm([[1.0]], Tensor.ones(3, 3))
 
 def test_products_in_place() -> None:
   c, a, b = _arr(3, 4), _arr(3, 5), _arr(5, 4)

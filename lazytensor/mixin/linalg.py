@@ -17,7 +17,7 @@ class LinalgMixin(AliasMixin):
   """Tensor's matrix products with an added term and its dense linear algebra: on the alias mixin and those below."""
   __slots__ = ()
 
-  # products with an added term: beta * self + alpha * product, as torch's addmm family
+  # products with an added term: beta * self + alpha * product, as torch's addmm family (addmm is reduce.py's)
   def _plus_scaled(self, prod: Self, beta: Any, alpha: Any, name: str) -> Self:
     """beta * self + alpha * prod; self must broadcast to prod's shape, and is not read when beta is 0 (as torch: its
     NaNs and infs do not reach the result)."""
@@ -29,26 +29,14 @@ class LinalgMixin(AliasMixin):
     if beta == 0: return self.zeros_like() + scaled
     return (self if beta == 1 else self * beta) + scaled
 
-  def _need_dims(self, name: str, **tensors: tuple[Self, int]) -> None:
-    for arg, (t, ndim) in tensors.items():
-      if t.ndim != ndim: raise ValueError(f"{name}: {arg} must have {ndim} dims, got shape {t.shape}")
-
-  def addmm(self, mat1: Self, mat2: Self, *, beta: Any = 1, alpha: Any = 1) -> Self:
-    """beta * self + alpha * (mat1 @ mat2), as torch.addmm; self broadcasts to the product's shape.
-
-    >>> Tensor([[1.0, 1.0]]).addmm(Tensor([[1.0, 2.0]]), Tensor([[3.0, 4.0], [5.0, 6.0]]), beta=2, alpha=0.5).tolist()
-    [[8.5, 10.0]]
-    """
-    self._need_dims("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
-    return self._plus_scaled(mat1 @ mat2, beta, alpha, "addmm")
-
   def addmv(self, mat: Self, vec: Self, *, beta: Any = 1, alpha: Any = 1) -> Self:
     """beta * self + alpha * (mat @ vec), as torch.addmv.
 
     >>> Tensor([1.0, 1.0]).addmv(Tensor([[1.0, 2.0], [3.0, 4.0]]), Tensor([1.0, 1.0]), alpha=2).tolist()
     [7.0, 15.0]
     """
-    self._need_dims("addmv", mat=(mat, 2), vec=(vec, 1))
+    self._check_ndims("addmv", mat, (self.ndim, 2))
+    mat._check_ndims("addmv", vec, (2, 1))
     return self._plus_scaled(mat @ vec, beta, alpha, "addmv")
 
   def addr(self, vec1: Self, vec2: Self, *, beta: Any = 1, alpha: Any = 1) -> Self:
@@ -57,7 +45,8 @@ class LinalgMixin(AliasMixin):
     >>> Tensor.zeros(2, 2).addr(Tensor([1.0, 2.0]), Tensor([3.0, 4.0])).tolist()
     [[3.0, 4.0], [6.0, 8.0]]
     """
-    self._need_dims("addr", vec1=(vec1, 1), vec2=(vec2, 1))
+    self._check_ndims("addr", vec1, (self.ndim, 1))
+    vec1._check_ndims("addr", vec2, (1, 1))
     return self._plus_scaled(vec1.outer(vec2), beta, alpha, "addr")
 
   def baddbmm(self, batch1: Self, batch2: Self, *, beta: Any = 1, alpha: Any = 1) -> Self:
@@ -66,7 +55,8 @@ class LinalgMixin(AliasMixin):
     >>> Tensor([[[1.0]], [[2.0]]]).baddbmm(Tensor([[[1.0, 2.0]], [[3.0, 4.0]]]), Tensor.ones(2, 2, 1)).tolist()
     [[[4.0]], [[9.0]]]
     """
-    self._need_dims("baddbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    self._check_ndims("baddbmm", batch1, (self.ndim, 3))
+    batch1._check_ndims("baddbmm", batch2, (3, 3))
     return self._plus_scaled(batch1.bmm(batch2), beta, alpha, "baddbmm")
 
   def addbmm(self, batch1: Self, batch2: Self, *, beta: Any = 1, alpha: Any = 1) -> Self:
@@ -75,7 +65,8 @@ class LinalgMixin(AliasMixin):
     >>> Tensor([[1.0]]).addbmm(Tensor([[[1.0, 2.0]], [[3.0, 4.0]]]), Tensor.ones(2, 2, 1)).tolist()
     [[11.0]]
     """
-    self._need_dims("addbmm", batch1=(batch1, 3), batch2=(batch2, 3))
+    self._check_ndims("addbmm", batch1, (self.ndim, 3))
+    batch1._check_ndims("addbmm", batch2, (3, 3))
     return self._plus_scaled(batch1.bmm(batch2).sum(0), beta, alpha, "addbmm")
 
   # vectors
