@@ -1,4 +1,5 @@
 """Writing into realized tensors: assign (lazy, in place) and __setitem__ (now), with the hazards they bring."""
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -138,11 +139,15 @@ def test_an_assign_in_the_graph_of_a_reader_is_counted_as_its_write() -> None:
 def test_the_live_registry_forgets_tensors_as_they_die() -> None:
   from lazytensor.engine import live
   t = Tensor([1.0, 2.0]).realize()
-  before = len(live._live)
-  kept = [t * i for i in range(100)]
-  assert len(live._live) == before + 100
-  del kept
-  assert len(live._live) == before
+  gc.collect()  # tensors left in reference cycles by earlier tests would otherwise leave the registry mid-count
+  gc.disable()
+  try:
+    before = len(live._live)
+    kept = [t * i for i in range(100)]
+    assert len(live._live) == before + 100
+    del kept
+    assert len(live._live) == before
+  finally: gc.enable()
 
 # ---- values that must not share memory, and writes through views (found by test/test_fuzz_compose.py) ----
 

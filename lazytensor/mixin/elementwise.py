@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import ArgumentError
 from lazytensor.mixin.compare import CompareMixin
-from lazytensor.mixin.operands import _check_operand
-from lazytensor.mixin.operands import broadcast_shape as broadcast_shape  # index.py imports it from here
+from lazytensor.mixin.operands import check_operand
 from lazytensor.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -189,7 +188,7 @@ class ElementwiseMixin(CompareMixin):
     x = self
     for name, bound in (("min", min), ("max", max)):
       if bound is None: continue
-      _check_operand("clamp", name, bound)
+      check_operand("clamp", name, bound)
       a, b = x._broadcasted(bound)
       out = (a < b) if name == "min" else (b < a)
       x = (out | b.ne(b) if a.dtype.is_float else out).where(b, a)
@@ -209,7 +208,7 @@ class ElementwiseMixin(CompareMixin):
     >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
     [-1.0, 2.0, -3.0]
     """
-    _check_operand("copysign", "the sign source", x)
+    check_operand("copysign", "the sign source", x)
     a, b = self._broadcasted_float(x)
     mag = a.abs()
     return b.signbit().where(-mag, mag)
@@ -221,8 +220,8 @@ class ElementwiseMixin(CompareMixin):
     >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
     [2.5, 12.5]
     """
-    _check_operand("lerp", "end", end)
-    _check_operand("lerp", "weight", weight)
+    check_operand("lerp", "end", end)
+    check_operand("lerp", "weight", weight)
     x, e, w = (t._to_float() for t in self._broadcast_all(end, weight))
     dt = x.dtype
     # float16 from float32 operands, so that a Python weight is not rounded to float16 first
@@ -237,7 +236,7 @@ class ElementwiseMixin(CompareMixin):
     >>> Tensor([1.0, 1.0, float('nan')]).isclose(Tensor([1.0 + 1e-6, 1.1, float('nan')]), equal_nan=True).tolist()
     [True, False, True]
     """
-    _check_operand("isclose", "x", x)
+    check_operand("isclose", "x", x)
     if rtol < 0 or atol < 0: raise ValueError(f"isclose: rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
     a, b = self._broadcasted(x)
     if not a.dtype.is_float: a, b = a.cast(dtypes.float64), b.cast(dtypes.float64)

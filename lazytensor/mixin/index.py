@@ -21,8 +21,8 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.realize import capturing
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
-from lazytensor.mixin.elementwise import broadcast_shape
 from lazytensor.mixin.movement import _is_int
+from lazytensor.mixin.operands import broadcast_shape
 from lazytensor.mixin.order import OrderMixin
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ def _tensor_result_type(a: Any, b: Any) -> DType:
   if (a.ndim == 0) == (b.ndim == 0): return promote_types(a.dtype, b.dtype)
   return promote_with_0d(a.dtype, b.dtype) if b.ndim == 0 else promote_with_0d(b.dtype, a.dtype)
 
-def _check_operand(op: str, name: str, v: Any) -> None:
+def check_operand(op: str, name: str, v: Any) -> None:
   if not isinstance(v, (OperandsMixin, bool, int, float, np.generic, list, np.ndarray)):
     raise TypeError(f"{op}: {name} must be a Tensor or a number, got {type(v).__name__}")
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from lazytensor.dtype import dtypes
-from lazytensor.mixin.elementwise import _FLOAT_BITS, _check_operand, _largest_finite
+from lazytensor.mixin.elementwise import _FLOAT_BITS, _largest_finite
+from lazytensor.mixin.operands import check_operand
 from lazytensor.mixin.unary import UnaryMixin
 from lazytensor.uop.ops import Ops, UOp
 
@@ -292,7 +293,7 @@ class SpecialMixin(UnaryMixin):
     >>> Tensor([1.0, 100.0]).logaddexp2(Tensor([1.0, 0.0])).tolist()
     [2.0, 100.0]
     """
-    _check_operand("logaddexp2", "other", other)
+    check_operand("logaddexp2", "other", other)
     return (self._to_float() * math.log(2)).logaddexp(other * math.log(2)) / math.log(2)
 
   def heaviside(self, values: Self | Any) -> Self:
@@ -302,7 +303,7 @@ class SpecialMixin(UnaryMixin):
     >>> Tensor([-2.0, 0.0, 3.0]).heaviside(0.5).tolist()
     [0.0, 0.5, 1.0]
     """
-    _check_operand("heaviside", "values", values)
+    check_operand("heaviside", "values", values)
     x, v = self._broadcasted(values)
     return x.eq(0).where(v, (x > 0).cast(x.dtype))
 
@@ -323,7 +324,7 @@ class SpecialMixin(UnaryMixin):
     return self._nan_ignoring("fmin", other, lambda a, b: a.minimum(b))
 
   def _nan_ignoring(self, name: str, other: Self | Any, fn: Callable[[Self, Self], Self]) -> Self:
-    _check_operand(name, "other", other)
+    check_operand(name, "other", other)
     a, b = self._broadcasted(other)
     if not a.dtype.is_float: return fn(a, b)
     return a.isnan().where(b, b.isnan().where(a, fn(a, b)))
@@ -334,7 +335,7 @@ class SpecialMixin(UnaryMixin):
     >>> Tensor([1.0, 3.0]).ldexp(Tensor([3, -1])).tolist()
     [8.0, 1.5]
     """
-    _check_operand("ldexp", "other", other)
+    check_operand("ldexp", "other", other)
     x, e = self._broadcasted_float(other)
     return x * e.exp2()
 
@@ -344,7 +345,7 @@ class SpecialMixin(UnaryMixin):
     >>> Tensor([2, 4]).float_power(0.5).tolist()
     [1.4142135623730951, 2.0]
     """
-    _check_operand("float_power", "exponent", exponent)
+    check_operand("float_power", "exponent", exponent)
     e = exponent.cast(dtypes.float64) if self._is_tensor(exponent) else exponent
     return self.cast(dtypes.float64).pow(e)
 
@@ -355,7 +356,7 @@ class SpecialMixin(UnaryMixin):
     >>> Tensor([12, 0, -7]).gcd(Tensor([18, 5, 21])).tolist()
     [6, 5, 7]
     """
-    _check_operand("gcd", "other", other)
+    check_operand("gcd", "other", other)
     a, b = self._broadcasted(other)
     if not a.dtype.is_int: raise TypeError(f"gcd: needs int tensors, got {a.dtype}")
     a, b = a.abs(), b.abs()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError
 from lazytensor.mixin.create import CreationMixin
-from lazytensor.mixin.operands import _check_operand
+from lazytensor.mixin.operands import check_operand
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ class UnaryMixin(CreationMixin):
     >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
     1000.693
     """
-    _check_operand("logaddexp", "x", x)
+    check_operand("logaddexp", "x", x)
     a, b = self._broadcasted_float(x)
     dt = a.dtype
     if dt.is_half: a, b = a.cast(dtypes.float32), b.cast(dtypes.float32)
@@ -663,7 +663,7 @@ class UnaryMixin(CreationMixin):
 
   def _float_pair(self, name: str, x: Self | Any, fn: Callable[[Self, Self], Self]) -> Self:
     """fn of self and x broadcast as floats (ints become the default float); float16 and bfloat16 in float32."""
-    _check_operand(name, "the second operand", x)
+    check_operand(name, "the second operand", x)
     a, b = (t._to_float() for t in self._broadcasted(x))
     if a.dtype.is_half: return fn(a.cast(dtypes.float32), b.cast(dtypes.float32)).cast(a.dtype)
     return fn(a, b)
