@@ -128,9 +128,8 @@ def test_sizes_and_sgn() -> None:
 # ---- dense linear algebra ----
 
 # (matrix shape, dtype, tolerance): each step of the elimination is a few kernels, so the matrices are small
-SQUARE = [((1, 1), np.float64, 1e-9), ((4, 4), np.float64, 1e-9), ((2, 3, 3, 3), np.float64, 1e-9),
-          ((3, 4, 4), np.float32, 2e-4)]
-SQUARE_IDS = ["1x1-f64", "4x4-f64", "2x3x3x3-f64", "3x4x4-f32"]
+SQUARE = [((1, 1), np.float64, 1e-9), ((2, 3, 3, 3), np.float64, 1e-9), ((3, 4, 4), np.float32, 2e-4)]
+SQUARE_IDS = ["1x1-f64", "2x3x3x3-f64", "3x4x4-f32"]
 
 @pytest.mark.parametrize("shape,dtype,tol", SQUARE, ids=SQUARE_IDS)
 def test_det_slogdet_inverse(shape: tuple[int, ...], dtype: Any, tol: float) -> None:
