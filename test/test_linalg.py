@@ -152,6 +152,7 @@ def test_solve_broadcasts_the_batch() -> None:
   a, b = _well_conditioned(3, 1, 4, 4), rng.standard_normal((2, 4, 2))
   _same(Tensor(a).solve(Tensor(b)), torch.linalg.solve(torch.tensor(a), torch.tensor(b)), 1e-9)
 
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")  # the oracle: Tensor.cholesky, as lazytensor's
 @pytest.mark.parametrize("shape,dtype,tol", SQUARE, ids=SQUARE_IDS)
 def test_cholesky(shape: tuple[int, ...], dtype: Any, tol: float) -> None:
   a = _spd(*shape, dtype=dtype)
