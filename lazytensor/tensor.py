@@ -3,8 +3,8 @@
 This module holds the class itself: construction from data, properties, realization, autograd and the funnel
 every op goes through (_apply_uop); how writes into a tensor's memory reach the views that share it is in writes.py.
 The ops come from a chain of mixins, one module per area (lazytensor/mixin/: movement, shapes, elementwise, join,
-create, unary, special, reduce, index, take_put, stats, random, nn, multi, aliases, inplace), each building only on
-those below it and on the primitives that the chain's base declares and this class implements.
+create, unary, special, reduce, index, take_put, stats, random, nn, multi, aliases, linalg, inplace), each building
+only on those below it and on the primitives that the chain's base declares and this class implements.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ code written for either runs unchanged; and torch's small call forms around them
 The top of the chain of mixins, above every op it names."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lazytensor.dtype import dtypes
 from lazytensor.mixin.elementwise import ElementwiseMixin
@@ -33,6 +33,7 @@ class AliasMixin(MultiMixin):
   negative = ElementwiseMixin.neg
   absolute = ElementwiseMixin.abs
   fix = ElementwiseMixin.trunc
+  sgn = ElementwiseMixin.sign  # torch's sign for complex numbers too; the same op for real ones
   bitwise_left_shift, bitwise_right_shift = ElementwiseMixin.lshift, ElementwiseMixin.rshift
   # inverse trigonometric and hyperbolic functions, numpy's spelling
   arcsin, arccos, arctan = UnaryMixin.asin, UnaryMixin.acos, UnaryMixin.atan
@@ -89,6 +90,49 @@ class AliasMixin(MultiMixin):
     'CUDA'
     """
     return self.to("CUDA")
+
+  # questions about the shape and the values
+  def is_same_size(self, other: Self) -> bool:
+    """Whether other has this tensor's shape, as torch's is_same_size.
+
+    >>> Tensor.zeros(2, 3).is_same_size(Tensor.ones(2, 3)), Tensor.zeros(2, 3).is_same_size(Tensor.ones(3, 2))
+    (True, False)
+    """
+    return self.shape == other.shape
+
+  def is_nonzero(self) -> bool:
+    """Whether the one element of this tensor is not zero (reads it), as torch's is_nonzero; a ValueError for a
+    tensor of another number of elements.
+
+    >>> Tensor([0.0]).is_nonzero(), Tensor([[3]]).is_nonzero()
+    (False, True)
+    """
+    if self.numel() != 1:
+      raise ValueError(f"is_nonzero: needs a tensor of one element, got shape {self.shape} ({self.numel()} elements)")
+    return bool(self.item() != 0)
+
+  @property
+  def itemsize(self) -> int:
+    """The size of one element in bytes, as torch's (and numpy's) itemsize; element_size() is the method.
+
+    >>> Tensor([1.0]).itemsize, Tensor([1], dtype="int8").itemsize
+    (4, 1)
+    """
+    return self.dtype.itemsize
+
+  def sum_to_size(self, *size: Any) -> Self:
+    """The sum over the dims that broadcasting `size` to this shape would expand (leading dims, and dims of size 1
+    in `size`), as torch's sum_to_size: the gradient of a broadcast, reduced back.
+
+    >>> Tensor.ones(2, 3, 4).sum_to_size(3, 1).tolist()
+    [[8.0], [8.0], [8.0]]
+    """
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    lead = self.ndim - len(shape)
+    if lead < 0 or any(s not in (1, t) for s, t in zip(shape, self.shape[lead:])):
+      raise ValueError(f"sum_to_size: size {shape} does not expand to this tensor's shape {self.shape}")
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and self.shape[lead + i] != 1)
+    return (self.sum(axes, keepdim=True) if axes else self).reshape(shape)
 
   # questions about the dtype, and the identities that complex numbers would need
   def is_signed(self) -> bool:

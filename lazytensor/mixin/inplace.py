@@ -1,39 +1,152 @@
 """torch's in-place ops: each an assign of the op's result (Tensor.assign), so it writes the tensor's memory when it is
-realized, or before anything reads that memory. The top of the mixin chain: they use any op below."""
+realized, or before anything reads that memory. The top of the mixin chain: they use any op below.
+
+Most are made by one factory from the op they run (one table, the class attributes below): `t.exp_()` is
+`t.assign(t.exp())`, in t's dtype. As in torch, a result that t's dtype cannot hold (a float result in an int tensor,
+an int one in a bool tensor) is a TypeError, not a silent cast. torch's squeeze_, unsqueeze_, t_, transpose_,
+swapaxes_ and swapdims_ are left out: they change the shape of the tensor object itself, and here a tensor's pending
+writes and the views taken of it (lazytensor/writes.py) are tracked against a tensor whose shape never changes."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from lazytensor.mixin.aliases import AliasMixin
+from lazytensor.dtype import DType
+from lazytensor.mixin.linalg import LinalgMixin
 
 if TYPE_CHECKING:
   from typing import Self
 
-class InPlaceMixin(AliasMixin):
-  """Tensor's in-place ops (add_, mul_, fill_, uniform_, copy_, ...): on the alias mixin and those below it."""
+P = ParamSpec("P")
+T = TypeVar("T", bound=LinalgMixin)
+
+def can_cast(src: DType, dst: DType) -> bool:
+  """Whether an in-place op may write a result of dtype src into a tensor of dtype dst, as torch.can_cast: not into a
+  lower kind (float -> int or bool, int -> bool); a narrower dtype of the same kind is fine (float64 -> float32)."""
+  return dst.is_float or (not src.is_float and (dst.is_int or src.is_bool))
+
+def _write_result(t: T, result: T, name: str, exact: bool = False) -> T:
+  if not (result.dtype == t.dtype if exact else can_cast(result.dtype, t.dtype)):
+    raise TypeError(f"{name}: the result has dtype {result.dtype.name}, which cannot be written into this tensor of "
+                    f"dtype {t.dtype.name} in place (as in torch); use the out-of-place op, or cast the tensor first")
+  return t.assign(result)
+
+def _inplace(op: Callable[Concatenate[T, P], T], exact: bool = False) -> Callable[Concatenate[T, P], T]:
+  """torch's in-place form of op (named and documented by _name_inplace_ops after the class is made). exact: the
+  result must have the tensor's dtype (float_power_ computes in float64 and takes only float64 tensors, as torch)."""
+  def method(self: T, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    return _write_result(self, op(self, *args, **kwargs), method.__name__, exact)
+  # inspect.signature (help, docs/api.md) follows __wrapped__: it shows op's parameters, not *args, **kwargs
+  return functools.update_wrapper(method, op, assigned=(), updated=())
+
+class InPlaceMixin(LinalgMixin):
+  """Tensor's in-place ops (add_, exp_, masked_fill_, scatter_, fill_, uniform_, copy_, ...): on the linear algebra
+  mixin and those below it. Each writes the tensor's memory, so views of it and other names for it see the write.
+  The operator `t += x` is not in place: Python makes it `t = t + x` (a new tensor, as in tinygrad), which views of t
+  do not see.
+
+  >>> t = Tensor([1.0, 2.0]).realize()
+  >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
+  [2.5, 4.0]
+  >>> m = Tensor([[1.0, 4.0], [9.0, 16.0]]).realize()
+  >>> _ = m[:, 1].sqrt_().neg_()  # a write through a view reaches m
+  >>> m.tolist()
+  [[1.0, -2.0], [9.0, -4.0]]
+  >>> Tensor([1, 2]).realize().sqrt_()
+  Traceback (most recent call last):
+  TypeError: sqrt_: the result has dtype float32, which cannot be written into this tensor of dtype int... in place ...
+  """
   __slots__ = ()
 
-  def add_(self, x: Any) -> Self:
-    """self += x in place (an assign); sub_, mul_ and div_ likewise. The operator `t += x` is not in place: Python
-    makes it `t = t + x` (a new tensor, as in tinygrad), which views of t and other names for it do not see.
+  # functions of the tensor alone
+  abs_, absolute_, neg_, negative_ = _inplace(LinalgMixin.abs), _inplace(LinalgMixin.absolute), \
+    _inplace(LinalgMixin.neg), _inplace(LinalgMixin.negative)
+  sign_, sgn_, square_ = _inplace(LinalgMixin.sign), _inplace(LinalgMixin.sgn), _inplace(LinalgMixin.square)
+  sqrt_, rsqrt_, reciprocal_ = _inplace(LinalgMixin.sqrt), _inplace(LinalgMixin.rsqrt), _inplace(LinalgMixin.reciprocal)
+  exp_, exp2_, expm1_ = _inplace(LinalgMixin.exp), _inplace(LinalgMixin.exp2), _inplace(LinalgMixin.expm1)
+  log_, log2_, log10_, log1p_ = _inplace(LinalgMixin.log), _inplace(LinalgMixin.log2), _inplace(LinalgMixin.log10), \
+    _inplace(LinalgMixin.log1p)
+  sin_, cos_, tan_ = _inplace(LinalgMixin.sin), _inplace(LinalgMixin.cos), _inplace(LinalgMixin.tan)
+  asin_, acos_, atan_ = _inplace(LinalgMixin.asin), _inplace(LinalgMixin.acos), _inplace(LinalgMixin.atan)
+  arcsin_, arccos_, arctan_ = _inplace(LinalgMixin.arcsin), _inplace(LinalgMixin.arccos), _inplace(LinalgMixin.arctan)
+  sinh_, cosh_, tanh_ = _inplace(LinalgMixin.sinh), _inplace(LinalgMixin.cosh), _inplace(LinalgMixin.tanh)
+  asinh_, acosh_, atanh_ = _inplace(LinalgMixin.asinh), _inplace(LinalgMixin.acosh), _inplace(LinalgMixin.atanh)
+  arcsinh_, arccosh_, arctanh_ = _inplace(LinalgMixin.arcsinh), _inplace(LinalgMixin.arccosh), \
+    _inplace(LinalgMixin.arctanh)
+  deg2rad_, rad2deg_, sinc_ = _inplace(LinalgMixin.deg2rad), _inplace(LinalgMixin.rad2deg), _inplace(LinalgMixin.sinc)
+  erf_, erfc_, erfinv_ = _inplace(LinalgMixin.erf), _inplace(LinalgMixin.erfc), _inplace(LinalgMixin.erfinv)
+  lgamma_, digamma_ = _inplace(LinalgMixin.lgamma), _inplace(LinalgMixin.digamma)
+  sigmoid_, logit_, relu_ = _inplace(LinalgMixin.sigmoid), _inplace(LinalgMixin.logit), _inplace(LinalgMixin.relu)
+  floor_, ceil_, round_ = _inplace(LinalgMixin.floor), _inplace(LinalgMixin.ceil), _inplace(LinalgMixin.round)
+  trunc_, fix_, frac_ = _inplace(LinalgMixin.trunc), _inplace(LinalgMixin.fix), _inplace(LinalgMixin.frac)
+  nan_to_num_ = _inplace(LinalgMixin.nan_to_num)
+  logical_not_, bitwise_not_ = _inplace(LinalgMixin.logical_not), _inplace(LinalgMixin.bitwise_not)
+  # arithmetic with operands
+  add_, sub_, mul_, div_ = _inplace(LinalgMixin.add), _inplace(LinalgMixin.sub), _inplace(LinalgMixin.mul), \
+    _inplace(LinalgMixin.div)
+  subtract_, multiply_ = _inplace(LinalgMixin.subtract), _inplace(LinalgMixin.multiply)
+  divide_, true_divide_ = _inplace(LinalgMixin.divide), _inplace(LinalgMixin.true_divide)
+  floor_divide_, remainder_ = _inplace(LinalgMixin.floor_divide), _inplace(LinalgMixin.remainder)
+  fmod_, pow_ = _inplace(LinalgMixin.fmod), _inplace(LinalgMixin.pow)
+  float_power_ = _inplace(LinalgMixin.float_power, exact=True)
+  xlogy_, hypot_, ldexp_ = _inplace(LinalgMixin.xlogy), _inplace(LinalgMixin.hypot), _inplace(LinalgMixin.ldexp)
+  atan2_, arctan2_ = _inplace(LinalgMixin.atan2), _inplace(LinalgMixin.arctan2)
+  copysign_, heaviside_ = _inplace(LinalgMixin.copysign), _inplace(LinalgMixin.heaviside)
+  gcd_, lcm_ = _inplace(LinalgMixin.gcd), _inplace(LinalgMixin.lcm)
+  addcmul_, addcdiv_ = _inplace(LinalgMixin.addcmul), _inplace(LinalgMixin.addcdiv)
+  lerp_ = _inplace(LinalgMixin.lerp)
+  clamp_, clip_ = _inplace(LinalgMixin.clamp), _inplace(LinalgMixin.clip)
+  clamp_min_, clamp_max_ = _inplace(LinalgMixin.clamp_min), _inplace(LinalgMixin.clamp_max)
+  # comparisons (the bool result written as 0 and 1 into a number tensor)
+  eq_, ne_, not_equal_ = _inplace(LinalgMixin.eq), _inplace(LinalgMixin.ne), _inplace(LinalgMixin.not_equal)
+  lt_, le_, gt_, ge_ = _inplace(LinalgMixin.lt), _inplace(LinalgMixin.le), _inplace(LinalgMixin.gt), \
+    _inplace(LinalgMixin.ge)
+  less_, less_equal_ = _inplace(LinalgMixin.less), _inplace(LinalgMixin.less_equal)
+  greater_, greater_equal_ = _inplace(LinalgMixin.greater), _inplace(LinalgMixin.greater_equal)
+  # logic and bits
+  logical_and_, logical_or_ = _inplace(LinalgMixin.logical_and), _inplace(LinalgMixin.logical_or)
+  logical_xor_ = _inplace(LinalgMixin.logical_xor)
+  bitwise_and_, bitwise_or_ = _inplace(LinalgMixin.bitwise_and), _inplace(LinalgMixin.bitwise_or)
+  bitwise_xor_ = _inplace(LinalgMixin.bitwise_xor)
+  bitwise_left_shift_ = _inplace(LinalgMixin.bitwise_left_shift)
+  bitwise_right_shift_ = _inplace(LinalgMixin.bitwise_right_shift)
+  # writes into parts of the tensor
+  masked_fill_, masked_scatter_ = _inplace(LinalgMixin.masked_fill), _inplace(LinalgMixin.masked_scatter)
+  scatter_, scatter_add_ = _inplace(LinalgMixin.scatter), _inplace(LinalgMixin.scatter_add)
+  scatter_reduce_ = _inplace(LinalgMixin.scatter_reduce)
+  index_add_, index_copy_ = _inplace(LinalgMixin.index_add), _inplace(LinalgMixin.index_copy)
+  index_fill_, index_put_ = _inplace(LinalgMixin.index_fill), _inplace(LinalgMixin.index_put)
+  index_reduce_ = _inplace(LinalgMixin.index_reduce)
+  tril_, triu_ = _inplace(LinalgMixin.tril), _inplace(LinalgMixin.triu)
+  # scans
+  cumsum_, cumprod_ = _inplace(LinalgMixin.cumsum), _inplace(LinalgMixin.cumprod)
+  # products with an added term, and the norms of slices
+  addmm_, addmv_, addr_ = _inplace(LinalgMixin.addmm), _inplace(LinalgMixin.addmv), _inplace(LinalgMixin.addr)
+  baddbmm_, addbmm_ = _inplace(LinalgMixin.baddbmm), _inplace(LinalgMixin.addbmm)
+  renorm_ = _inplace(LinalgMixin.renorm)
 
-    >>> t = Tensor([1.0, 2.0]).realize()
-    >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
-    [2.5, 4.0]
+  def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Self:
+    """The main diagonal (the elements whose indices are all equal) set to fill_value, in place (an assign), as
+    torch's fill_diagonal_: a tensor of 3 or more dims must have all dims equal. wrap: in a matrix taller than it is
+    wide, the diagonal starts again in column 0 after a row left out (numpy's fill_diagonal).
+
+    >>> Tensor.zeros(3, 2).contiguous().realize().fill_diagonal_(5).tolist()
+    [[5.0, 0.0], [0.0, 5.0], [0.0, 0.0]]
+    >>> Tensor.zeros(5, 2).contiguous().realize().fill_diagonal_(5, wrap=True).tolist()
+    [[5.0, 0.0], [0.0, 5.0], [0.0, 0.0], [5.0, 0.0], [0.0, 5.0]]
     """
-    return self.assign(self + x)
-
-  def sub_(self, x: Any) -> Self: return self.assign(self - x)
-  def mul_(self, x: Any) -> Self: return self.assign(self * x)
-  def div_(self, x: Any) -> Self: return self.assign(self / x)
-
-  def clamp_(self, min: Any = None, max: Any = None) -> Self:
-    """clamp in place (an assign).
-
-    >>> Tensor([-1.0, 0.5, 2.0]).realize().clamp_(0, 1).tolist()
-    [0.0, 0.5, 1.0]
-    """
-    return self.assign(self.clamp(min, max))
+    if self.ndim < 2: raise ValueError(f"fill_diagonal_: needs a tensor of at least 2 dims, got shape {self.shape}")
+    if self.ndim > 2 and len(set(self.shape)) > 1:
+      raise ValueError(f"fill_diagonal_: a tensor of more than 2 dims must have all dims equal, got shape {self.shape}")
+    if wrap and self.ndim == 2:
+      # the flat index steps by one row and one column from each diagonal element to the next, past the end of a row
+      mask = self.arange(self.numel(), device=self.device).reshape(self.shape) % (self.shape[1] + 1) == 0
+    else:
+      idx = [self.arange(s, device=self.device).reshape((s,) + (1,) * (self.ndim - 1 - d)) for d, s in
+             enumerate(self.shape)]
+      mask = functools.reduce(lambda m, i: m & (i == idx[0]), idx[1:], idx[0] == idx[0])
+    return _write_result(self, self.masked_fill(mask, fill_value), "fill_diagonal_")
 
   def fill_(self, value: Any) -> Self:
     """Every element set to value, in place (an assign); zero_() sets them to 0.
@@ -45,14 +158,6 @@ class InPlaceMixin(AliasMixin):
     return self.assign(self.full_like(value))
 
   def zero_(self) -> Self: return self.fill_(0)
-
-  def lerp_(self, end: Any, weight: Any) -> Self:
-    """lerp in place (an assign): the step of an exponential moving average, `ema.lerp_(w, 1 - decay)`.
-
-    >>> Tensor([0.0, 10.0]).realize().lerp_(Tensor([10.0, 0.0]), 0.25).tolist()
-    [2.5, 7.5]
-    """
-    return self.assign(self.lerp(end, weight))
 
   def _random_fill(self, name: str) -> None:
     if not self.dtype.is_float: raise TypeError(f"{name}: fills float tensors, got {self.dtype}")
@@ -86,3 +191,15 @@ class InPlaceMixin(AliasMixin):
     [[1.0, 2.0], [1.0, 2.0]]
     """
     return self.assign(src)
+
+def _name_inplace_ops(cls: type) -> None:
+  """Name and document the in-place ops the table above made, each after the attribute that holds it."""
+  for name, fn in vars(cls).items():
+    if getattr(fn, "__qualname__", "").startswith("_inplace."):
+      op = fn.__wrapped__.__name__
+      fn.__name__, fn.__qualname__ = name, f"{cls.__name__}.{name}"
+      fn.__doc__ = (f"{op} in place (an assign): `t.{name}(...)` writes `t.{op}(...)` into t, in t's dtype (a "
+                    f"TypeError where that dtype cannot hold the result, as in torch). help(Tensor.{op}) shows the op "
+                    "with an example; help(InPlaceMixin), writes through views.")
+
+_name_inplace_ops(InPlaceMixin)

@@ -11,7 +11,8 @@ from lazytensor import Tensor
 from lazytensor.mixin.movement import MovementMixin
 
 CHAIN = ["movement", "rearrange", "shapes", "operands", "compare", "elementwise", "join", "create", "unary", "special",
-         "reduce", "order", "index", "take_put", "stats", "random", "nn", "multi", "aliases", "inplace"]
+         "reduce", "order", "index", "take_put", "stats", "random", "nn", "multi", "aliases", "linalg",
+         "inplace"]
 # modules whose attributes share names with Tensor methods (np.arange, math.floor, dtypes.float32, ...)
 NOT_TENSORS = {"np", "math", "dtypes", "functools", "itertools", "re", "Device", "Ops", "UOp"}
 
