@@ -91,14 +91,7 @@ def test_inplace(name: str, x: np.ndarray, args: tuple, kwargs: dict) -> None:
   _assert_same(t, ref)
   assert t.__class__.__dict__.get(name + "_") is None and getattr(Tensor, name + "_").__name__ == name + "_"
 
-# a known scheduler bug (not of the in-place ops): the assign of a cast int64 cumsum into a transposed view runs as one
-# kernel that reads elements of the row it has already written (`v = base.T[:3]; v.assign(v.cast("int64").cumsum(1)
-# .cast(base.dtype))` is wrong for any dtype of base)
-VIEW_CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason="scheduler: assign into a transposed view "
-              "fused with a scan that reads the row it writes")) if c[0] == "cumsum" and c[1].dtype == np.int32 else c
-              for c in CASES]
-
-@pytest.mark.parametrize("name,x,args,kwargs", VIEW_CASES, ids=_ids(CASES))
+@pytest.mark.parametrize("name,x,args,kwargs", CASES, ids=_ids(CASES))
 def test_inplace_through_a_view(name: str, x: np.ndarray, args: tuple, kwargs: dict) -> None:
   # the op on a transposed view of a buffer (and a slice of a wider one) writes the buffer, as in torch
   def base_of(new: Any) -> Any: return new(np.ascontiguousarray(np.swapaxes(np.concatenate([x, x[:1]]), 0, -1)))

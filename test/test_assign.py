@@ -474,3 +474,20 @@ def test_in_place_op_into_an_expanded_view_raises_as_in_torch() -> None:
   z.T.mul_(2)
   z.reshape(4)[1:].add_(1)
   assert z.tolist() == [[4.0, 5.0], [9.0, 9.0]]
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+@pytest.mark.parametrize("op", ["cumsum", "rowsum", "flip"])
+def test_assign_into_a_view_of_a_value_that_reads_the_view_elsewhere(dtype: type, op: str) -> None:
+  # the assign's kernel reads its target through a scan's windows (or a reduce, a flip): fused, it read elements of the
+  # row it had already written (the int32 cumsum into a transposed view gave [35, 43, 51] for [30, 34, 38])
+  fns: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "cumsum": (lambda v: v.cumsum(1), lambda r: r.cumsum(1)),
+    "rowsum": (lambda v: v - v.sum(1, keepdim=True), lambda r: r - r.sum(1, keepdims=True)),
+    "flip": (lambda v: v.flip(1) + 1, lambda r: r[:, ::-1] + 1)}
+  a = np.arange(20).reshape(4, 5).astype(dtype)
+  base = Tensor(a.copy()).realize()
+  v = base.T[:3]
+  v.assign(fns[op][0](v).cast(base.dtype))
+  ref = a.copy()
+  ref.T[:3] = fns[op][1](ref.T[:3].copy()).astype(dtype)
+  np.testing.assert_array_equal(base.numpy(), ref)

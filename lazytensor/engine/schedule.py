@@ -188,10 +188,23 @@ def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True) -> tuple[l
 
 def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
   """Whether an assign's own kernel reads its target at positions other than the one it writes (a.assign(a.flip(0))):
-  that would race. Reads in other kernels of the schedule (a gradient that reads the weight) are ordered before it."""
+  that would race. A read is in place only where it reaches the target's own view through elementwise ops alone: a
+  view or a reduce on the way (the windows of a cumsum over the target) reads elsewhere. Reads in other kernels of the
+  schedule (a gradient that reads the weight) are ordered before it."""
   target = assign.src[0]
-  return any(n.op is Ops.VIEW and n.src[0] is target.src[0] and n.arg != target.arg
-             for n in _fused_nodes(assign.src[1], g)[0])
+  buffer = target.src[0] if target.op is Ops.VIEW else target
+  stack, seen = [(assign.src[1], False)], set()
+  while stack:
+    item = stack.pop()
+    if item in seen: continue
+    seen.add(item)
+    n, moved = item
+    if n is buffer or (n.op is Ops.VIEW and n.src[0] is buffer):
+      if moved or n is not target: return True
+      continue
+    if n is not assign.src[1] and (n in g.realize or n.op in (Ops.BUFFER, Ops.COPY)): continue
+    stack.extend((s, moved or n.op in (Ops.VIEW, Ops.REDUCE_AXIS)) for s in n.src)
+  return False
 
 def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
   """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
