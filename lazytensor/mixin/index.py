@@ -21,6 +21,7 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.realize import capturing
 from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
+from lazytensor.mixin.compact import check_not_capturing, compacted, first_selected, unravel
 from lazytensor.mixin.movement import _is_int
 from lazytensor.mixin.operands import broadcast_shape
 from lazytensor.mixin.order import OrderMixin
@@ -33,8 +34,6 @@ TensorT = TypeVar("TensorT", bound="IndexMixin")
 # unique of ints counts them into one bin per value in their range when it has at most this many bins per element:
 # a scatter-add and a compaction of the bins, O(numel + bins), beat a sort's O(numel log^2 numel) passes far beyond it
 UNIQUE_BINS_PER_ELEMENT = 4
-# a mask is packed into words of this many bits for its running count (uint32: the widest that vectorizes well)
-WORD_BITS = 32
 # the reductions of scatter_reduce
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
@@ -358,87 +357,6 @@ def _reduce_along(terms: TensorT, axis: int, reduce: str) -> TensorT:
 
 # ---- the methods ----
 
-def _first_selected(name: str, m: TensorT, size: int | None, keep: tuple[TensorT, ...] = ()) -> tuple[TensorT, TensorT]:
-  """Where the first `size` True values of the 1-d bool `m` are (flat indices; past the last, the positions of False
-  values or 0) and which slots found one. A stable partition: the element whose count of True values up to and
-  including it is j + 1 goes to slot j, and a False element after them all, in order. Written as a scatter
-  (`e == arange(numel)` summed over the entries), which the scheduler runs as one store per entry: O(numel), where
-  comparing every slot with every entry was O(size * numel) (masked_select of a 1024x1024 half-true mask: minutes).
-  Every entry stores: the scatter kernel skips an entry whose index is out of range, and leaving out the False
-  ones, at random, made that branch mispredict half the time (nonzero of a half-true 1024x1024 mask: 8 ms for its
-  scatter, 0.8 ms for an all-true one).
-
-  With size None the count of True values is read now (the last of the running counts: one sync), and the running
-  counts are computed once with `keep`, the tensors the caller reads afterwards: a sort before them (unique) would
-  otherwise run twice, once for the count and again for the values (1M ints: 0.96 s, twice the sort's time)."""
-  if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-    raise ValueError(f"{name}: size must be a non-negative int, got {size!r}")
-  n = m.numel()
-  words, upto = _packed_counts(m)
-  if size is None:
-    _check_not_capturing(name)
-    size = int(upto.realize(words, *keep)[-1].item()) if n else 0
-  # iotas: an arange of another dtype narrowed to int32 is not seen as the scatter's targets (engine/gather.py)
-  slots = type(m)._iota(size, m.device)
-  if n == 0: return slots * 0, slots < 0
-  # positions and counts in the iota's int32 (int64 past 2^31 elements): half the memory of the default int
-  pos = type(m)._iota(n, m.device)
-  rank = _running_count(words, upto, n).cast(pos.dtype)
-  total = upto[-1].cast(pos.dtype)
-  slot = m.where(rank - 1, total + pos - rank)
-  flat = (slot == pos.unsqueeze(-1)).where(pos, 0).sum(-1, dtype=pos.dtype)
-  return flat[:size] if size <= n else flat.pad(((0, size - n),)), slots < total
-
-def _unravel(flat: TensorT, shape: tuple[int, ...]) -> list[TensorT]:
-  """The index along each dim of the flat (row-major) indices, all below prod(shape): the first dim's needs no % and
-  the last dim's no //."""
-  cols = []
-  for i, n in enumerate(shape):
-    stride = prod(shape[i + 1:])
-    c = flat if stride == 1 else flat // stride
-    cols.append(c if i == 0 else c % n)
-  return cols
-
-def _packed_counts(m: TensorT) -> tuple[TensorT, TensorT]:
-  """The 1-d bool m as words of WORD_BITS bits (uint32, element 32g + j at bit j of word g, the last word padded with
-  False) and the count of True values in the words up to and including each: the running count of a mask
-  is a scan of numel / 32 counts, not of numel values (nonzero of a 1024x1024 mask: the scan of 1M values took most
-  of its time, 3.6x torch's)."""
-  n = m.numel()
-  groups = -(-n // WORD_BITS)
-  padded = m.pad(((0, groups * WORD_BITS - n),)).reshape(groups, WORD_BITS)
-  bit = type(m)._iota(WORD_BITS, m.device).cast(dtypes.uint32)
-  words = padded.where(1 << bit, 0).cast(dtypes.uint32).sum(-1, dtype=dtypes.uint32)
-  counts = padded.cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
-  return words, counts.cumsum(0) if groups else counts
-
-def _running_count(words: TensorT, upto: TensorT, n: int) -> TensorT:
-  """The count of True values up to and including each of the n elements packed in `words` (int32): the count of the
-  words before its own, and the set bits of its own word at and below its bit (a population count)."""
-  if n == 0: return upto
-  groups = words.shape[0]
-  bit = type(words)._iota(WORD_BITS, words.device).cast(dtypes.uint32)
-  below = words.unsqueeze(-1) & (0xFFFFFFFF >> (WORD_BITS - 1 - bit))  # the bits at and below each element's
-  before = (upto - _popcount(words)).unsqueeze(-1)
-  return (before + _popcount(below).cast(dtypes.int32)).reshape(groups * WORD_BITS)[:n]
-
-def _popcount(x: TensorT) -> TensorT:
-  """The set bits of each uint32, by adding them in pairs, nibbles and bytes (Hacker's Delight 5-1): ALU ops that
-  vectorize; the sum of the four byte counts lands in the top byte of the product."""
-  x = x - ((x >> 1) & 0x55555555)
-  x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
-  x = (x + (x >> 4)) & 0x0F0F0F0F
-  return (x * 0x01010101) >> 24
-
-def _compacted(name: str, x: TensorT, m: TensorT, size: int | None, fill_value: Any,
-               keep: tuple[TensorT, ...] = ()) -> TensorT:
-  """The elements of the 1-d x where the 1-d bool m is True, in order: the first `size` of them, then fill_value (all
-  of them, read now, with size None)."""
-  flat, found = _first_selected(name, m, size, keep)
-  # x at the flat indices: a gather, which the scheduler folds into one load per slot
-  picked = flat.unsqueeze(-1) == type(x).arange(x.numel(), device=x.device)
-  return found.where(picked.where(x, x.zeros_like()).sum(-1).cast(x.dtype), fill_value).cast(x.dtype)
-
 def _min_max_now(x: TensorT, *keep: TensorT) -> tuple[int, int]:
   """The smallest and largest of the ints (or bools) in x, read now (one schedule, with `keep` computed alongside)."""
   lo, hi = x.min(), x.max()
@@ -450,7 +368,7 @@ def _unique_dense(v: TensorT) -> TensorT | None:
   scatter-add), then the bins that are hit compacted in order: O(numel + bins) where a sort is O(numel log^2 numel)
   (1M ints in [0, 1000): one bitonic sort alone was 0.2-0.75 s, torch's unique 23 ms). Two syncs: the range, then the
   count. None, after the first, when the range has more than UNIQUE_BINS_PER_ELEMENT bins per element."""
-  _check_not_capturing("unique")
+  check_not_capturing("unique")
   # offsets from the minimum in 64 bits: in the input's own type they overflow (int8 from -128 to 127)
   wide = v if v.dtype.itemsize == 8 else v.cast(dtypes.int64)
   lo, hi = _min_max_now(wide, wide)
@@ -461,19 +379,8 @@ def _unique_dense(v: TensorT) -> TensorT | None:
   counts = _scatter(type(v).zeros(bins, dtype=dtypes.int32, device=v.device), 0, (wide - lo).cast(dtypes.int32), ones,
                     "sum", True)
   hit = counts > 0
-  flat, _ = _first_selected("unique", hit, None, keep=(hit,))
+  flat, _ = first_selected("unique", hit, None, keep=(hit,))
   return (flat.cast(wide.dtype) + lo).cast(v.dtype)
-
-def _check_not_capturing(name: str) -> None:
-  """A size read from values: a TinyJit's replays would keep the one read while capturing, whatever the new values."""
-  if capturing():
-    raise ValueError(f"{name} without size inside a TinyJit function: the result's shape would be the count read "
-                     "while capturing, kept by every replay whatever the values; give size=")
-
-def _count_now(name: str, m: TensorT) -> int:
-  """How many True values the bool tensor m holds, read now: the size of a result whose shape depends on values."""
-  _check_not_capturing(name)
-  return int(m.sum().item())
 
 class IndexMixin(OrderMixin):
   """Tensor's indexing methods: on the order mixin and those below it."""
@@ -645,8 +552,8 @@ class IndexMixin(OrderMixin):
     [[1], [2]]
     """
     x = self
-    flat, found = _first_selected("nonzero", x.reshape(-1) != 0, size)
-    cols = [c.unsqueeze(-1) for c in _unravel(flat, x.shape)]
+    flat, found = first_selected("nonzero", x.reshape(-1) != 0, size)
+    cols = [c.unsqueeze(-1) for c in unravel(flat, x.shape)]
     idx = cols[0].cat(*cols[1:], dim=-1) if cols else flat.unsqueeze(-1)[:, :0]  # a 0-d tensor: rows of no index
     return found.unsqueeze(-1).where(idx, fill_value).cast(dtypes.default_int)
 
@@ -666,7 +573,7 @@ class IndexMixin(OrderMixin):
       if (dense := _unique_dense(self.reshape(-1))) is not None: return dense
     v = self.reshape(-1).sort()[0]
     first = type(v).ones(1, dtype=dtypes.bool, device=v.device).cat(v[1:] != v[:-1]) if v.numel() else v != v
-    return _compacted("unique", v, first, size, fill_value, keep=(v,))
+    return compacted("unique", v, first, size, fill_value, keep=(v,))
 
   def masked_select(self, mask: Self, size: int | None = None, fill_value: Any = 0) -> Self:
     """The elements where mask (broadcast with the tensor) is True, in row-major order, as a 1-d tensor. Their count
@@ -682,7 +589,7 @@ class IndexMixin(OrderMixin):
     if not _is_tensor(mask) or not mask.dtype.is_bool:
       raise TypeError(f"masked_select: mask must be a bool Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
     shape = broadcast_shape(self.shape, mask.shape)
-    return _compacted("masked_select", self.expand(shape).reshape(-1), mask.expand(shape).reshape(-1), size, fill_value)
+    return compacted("masked_select", self.expand(shape).reshape(-1), mask.expand(shape).reshape(-1), size, fill_value)
 
   def repeat_interleave(self, repeats: int | Sequence[int], dim: int | None = None) -> Self:
     """Repeat each element `repeats` times along dim (flattened when dim is None): an int repeats all alike (an

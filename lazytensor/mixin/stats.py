@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError, NotSupportedError, dim_alias
-from lazytensor.mixin.index import _count_now, _first_selected, _is_tensor
+from lazytensor.mixin.compact import count_now, first_selected
+from lazytensor.mixin.index import _is_tensor
 from lazytensor.mixin.take_put import TakePutMixin
 
 if TYPE_CHECKING:
@@ -248,11 +249,11 @@ class StatsMixin(TakePutMixin):
     v = self.reshape(-1)
     n = v.numel()
     first = v.ones(1, dtype=dtypes.bool, device=v.device).cat(v[1:] != v[:-1]) if n else v != v
-    k = _count_now("unique_consecutive", first) if size is None else size
+    k = count_now("unique_consecutive", first) if size is None else size
     out: list[Self] = [v.masked_select(first, size=k, fill_value=fill_value)]
     if return_inverse: out.append((first.cast(dtypes.default_int).cumsum(0) - 1).reshape(self.shape))
     if return_counts:
-      starts, found = _first_selected("unique_consecutive", first, k)
+      starts, found = first_selected("unique_consecutive", first, k)
       ends = found[1:].where(starts[1:], n).cat(v.full((1,), n, dtype=starts.dtype)) if k else starts
       out.append(found.where(ends - starts, 0).cast(dtypes.default_int))
     return out[0] if len(out) == 1 else tuple(out)
