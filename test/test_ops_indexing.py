@@ -377,11 +377,11 @@ def test_compaction_is_one_scatter_of_every_entry() -> None:
   assert work <= 4096, work  # O(numel): no kernel of 3000 slots x 4096 entries
 
 def test_running_count_of_packed_words() -> None:
-  from lazytensor.mixin.index import WORD_BITS, _packed_counts, _running_count
+  from lazytensor.mixin.compact import WORD_BITS, packed_counts, running_count
   m = np.random.default_rng(5).random(3 * WORD_BITS + 7) < 0.5
-  words, upto = _packed_counts(Tensor(m))
+  words, upto = packed_counts(Tensor(m))
   assert words.dtype == dtypes.uint32 and words.shape == (4,)  # numel / 32 words: the scan is 32x shorter
-  np.testing.assert_array_equal(_running_count(words, upto, m.size).numpy(), np.cumsum(m))
+  np.testing.assert_array_equal(running_count(words, upto, m.size).numpy(), np.cumsum(m))
 
 # ---- roll, repeat_interleave, unfold, meshgrid, unflatten ----
 
