@@ -87,6 +87,24 @@ def test_arange_with_a_start_folds() -> None:
   assert _reduces(out) == 0
   np.testing.assert_array_equal(out.numpy(), np.where(np.array([1, 1, 0, 1])[:, None], TABLE[[0, 49, 0, 25]], 0))
 
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int16, dtypes.uint8])
+def test_an_arange_narrowed_to_a_type_its_values_fit_folds(dtype) -> None:
+  # Tensor.arange is int64; cast to a narrower int that holds all of its values, it still counts 0..n-1
+  x = Tensor(np.arange(200, dtype=np.float32))
+  e = Tensor(np.array([5, 199, 0, 7], dtype=np.int32))
+  out = (e.unsqueeze(-1) == Tensor.arange(200).cast(dtype)).where(x, 0).sum(-1)
+  assert _reduces(out) == 0
+  np.testing.assert_array_equal(out.numpy(), [5, 199, 0, 7])
+
+def test_an_arange_narrowed_past_its_type_stays_a_reduce() -> None:
+  # 0..299 cast to int8 wraps: each of 0..43 appears twice (as i and i + 256), so a match may pick two candidates
+  x = Tensor(np.arange(300, dtype=np.float32))
+  e8 = np.array([5, -24, 0, 7], dtype=np.int8)
+  out = (Tensor(e8).unsqueeze(-1) == Tensor.arange(300).cast(dtypes.int8)).where(x, 0).sum(-1)
+  assert _reduces(out) == 1
+  ref = np.where(e8[:, None] == np.arange(300).astype(np.int8), np.arange(300, dtype=np.float32), 0).sum(-1)
+  np.testing.assert_array_equal(out.numpy(), ref)
+
 def test_what_is_not_a_gather_stays_a_reduce() -> None:
   x, e = Tensor(TABLE), Tensor(np.array([1, 2], dtype=np.int32))
   hot = e.reshape(2, 1, 1) == Tensor.arange(50).reshape(50, 1)

@@ -61,9 +61,12 @@ class AxisFold:
 
 def _arange(u: UOp, axis: int) -> tuple[int, int] | None:
   """(n, start) where u counts start, start+1, ... along `axis` and is the same along every other axis: an iota of n
-  seen along the axis, through widening casts and added constants (Tensor.arange is `start + step * iota`)."""
-  if u.op is Ops.CAST and u.dtype.is_int and u.src[0].dtype.is_int and u.dtype.itemsize >= u.src[0].dtype.itemsize:
-    return _arange(u.src[0], axis)
+  seen along the axis, through int casts that keep every value (an int64 arange narrowed to int32 where its values fit)
+  and added constants (Tensor.arange is `start + step * iota`)."""
+  if u.op is Ops.CAST and u.dtype.is_int and u.src[0].dtype.is_int:
+    found = _arange(u.src[0], axis)
+    if found is None or u.dtype.itemsize >= u.src[0].dtype.itemsize: return found
+    return found if u.dtype.min() <= found[1] and found[1] + found[0] - 1 <= u.dtype.max() else None
   if u.op in (Ops.ADD, Ops.MUL) and (c := u.src[1]).op is Ops.CONST and (found := _arange(u.src[0], axis)):
     if u.op is Ops.ADD: return found[0], found[1] + c.arg
     return found if c.arg == 1 else None
