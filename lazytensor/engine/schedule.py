@@ -170,6 +170,10 @@ def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
     if node.op is Ops.COPY and not _is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
   return roots
 
+def _read_by_kernel(n: UOp, g: _Graph) -> bool:
+  """Whether a kernel that uses n loads it rather than computes it: materialized nodes, buffers, copies."""
+  return n in g.realize or n.op in (Ops.BUFFER, Ops.COPY)
+
 def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True) -> tuple[list[UOp], list[UOp]]:
   """The nodes a kernel computing `start` computes itself, and the nodes it reads instead: materialized ones, buffers,
   copies (and unmaterialized reduces, unless `through_reduces`)."""
@@ -178,8 +182,7 @@ def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True) -> tuple[l
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
-    if n is not start and (n in g.realize or n.op in (Ops.BUFFER, Ops.COPY) or
-                           (n.op is Ops.REDUCE_AXIS and not through_reduces)):
+    if n is not start and (_read_by_kernel(n, g) or (n.op is Ops.REDUCE_AXIS and not through_reduces)):
       reads.append(n)
       continue
     inner.append(n)
@@ -202,7 +205,7 @@ def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
     if n is buffer or (n.op is Ops.VIEW and n.src[0] is buffer):
       if moved or n is not target: return True
       continue
-    if n is not assign.src[1] and (n in g.realize or n.op in (Ops.BUFFER, Ops.COPY)): continue
+    if n is not assign.src[1] and _read_by_kernel(n, g): continue
     stack.extend((s, moved or n.op in (Ops.VIEW, Ops.REDUCE_AXIS)) for s in n.src)
   return False
 
