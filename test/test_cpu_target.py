@@ -53,11 +53,11 @@ def _tile(k: Kernel) -> tuple[int, int]:
   assert len(ups) == 2, k.applied_opts
   return ups[1], ups[0]
 
-@pytest.mark.parametrize("name, tile", [("x86-64-v2", (8, 4)), ("x86-64-v3", (16, 4)), ("x86-64-v4", (32, 8)),
+@pytest.mark.parametrize("name, tile", [("x86-64-v2", (8, 6)), ("x86-64-v3", (16, 6)), ("x86-64-v4", (32, 8)),
                                         ("aarch64", (8, 8))])
 def test_matmul_register_tile_fits_the_target(name: str, tile: tuple[int, int]) -> None:
-  # two vectors across, as many rows as the accumulator registers allow: AVX2 12 of 16 (4 rows where 1024 rows do
-  # not split in 6), AVX-512 16 of 32 (8 rows of 2 <16 x float>)
+  # two vectors across, as many rows as the accumulator registers allow: AVX2 12 of 16 (6 rows, 256 padded to 258),
+  # AVX-512 16 of 32 (8 rows of 2 <16 x float>)
   t = cpu_target(name)
   k = _matmul_kernel(t, 256)
   cols, rows = _tile(k)
@@ -66,6 +66,16 @@ def test_matmul_register_tile_fits_the_target(name: str, tile: tuple[int, int]) 
 def test_avx2_tile_takes_six_rows_where_they_divide() -> None:
   cols, rows = _tile(_matmul_kernel(cpu_target("x86-64-v3"), 96))
   assert (cols, rows) == (16, 6)  # 12 accumulators of AVX2's 16 registers
+
+@pytest.mark.parametrize("size, budget, want", [(1024, 6, (6, 24)), (2048, 6, (6, 48)), (512, 6, (6, 12)),
+                                                (197, 6, (6, 6)), (96, 6, (6, 6)), (2048, 8, (8, 8)), (56, 8, (8, 8))])
+def test_tile_rows_pad_to_the_budget_by_little(size: int, budget: int, want: tuple[int, int]) -> None:
+  # AVX2's 6 rows where powers of two give 4: padded by at most 1/64 (or 1/8 where a divisor gives under half the
+  # budget: 197 tokens), to a multiple of 8, 4 or 2 tiles where that costs as little (blocks and threads divide it)
+  from lazytensor.codegen.heuristic import MAX_PAD_FRACTION, ROW_PAD_FRACTION, _padded_rows
+  rows, multiple = _padded_rows(size, budget)
+  assert (rows, multiple) == want and multiple % rows == 0
+  assert -size % multiple <= size // (MAX_PAD_FRACTION if size == 197 else ROW_PAD_FRACTION)
 
 def _compile(k: Kernel, target: CPUTarget) -> tuple[str, bytes]:
   src = LLVMRenderer(target).render("k", linearize(lower_kernel(k)))

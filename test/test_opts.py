@@ -510,32 +510,33 @@ def test_thread_shares_bounded_by_threads() -> None:
     k.copy().apply_opt(Opt(OptOps.THREAD, 0, 8))
     with pytest.raises(KernelOptError, match="shares"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 16))
 
-@pytest.mark.parametrize("threads, shares", [(1, 4), (2, 8)])
+@pytest.mark.parametrize("threads, shares", [(1, 8), (2, 8)])
 def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, shares: int) -> None:
   # a target whose L3 is twice A: A's rows in THREAD shares, each finished over every panel of B before the next, so
-  # that A's block stays in cache (one thread: 4 blocks of an eighth of L3; two threads: their 8 shares)
+  # that A's block stays in cache (blocks of at most an eighth of L3: A's copy, its 2048 rows padded to 2064 for AVX2's
+  # 6-row tile (heuristic._padded_rows), needs 5, and 8 divide its 344 tiles; two threads: their 8 shares)
   import dataclasses
 
   from lazytensor.codegen.renderer.cpu_target import cpu_target
   from lazytensor.codegen.renderer.llvm import LLVMRenderer
   from lazytensor.engine.realize import run_schedule
-  a, b = _t(512, 256), _t(256, 1024)
+  a, b = _t(2048, 256), _t(256, 1024)
   avx2 = cpu_target("x86-64-v3")
   with Context(THREADS=threads, CPU_TARGET=avx2.name):
     items = create_schedule([(a @ b).lazydata])[0]
     small_l3 = dataclasses.replace(avx2, l3_bytes=2 * a.nbytes())
     k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(small_l3)))
-    loads = [i for i, n in enumerate(k.view_nodes) if n.op is Ops.LOAD]
-    a_load, b_load = (next(i for i in loads if k.sts[i].real_size() == x.numel()) for x in (a, b))
     (axis,) = k.axes_of(AxisKind.THREAD)
     assert k.full_shape[axis] == shares, k.applied_opts
-    # the shares split the rows of A (and of the output), along which B is broadcast
+    # the shares split the rows of A (and of the output), along which B (the panels of its 1024 columns) is broadcast
     rows = next(o.axis for o in k.applied_opts if o.op is OptOps.THREAD)
-    assert k.sts[b_load].real_strides()[rows] == 0 and k.sts[a_load].real_strides()[rows] != 0
+    loads = [i for i, n in enumerate(k.view_nodes) if n.op is Ops.LOAD]
+    (b_load,) = [i for i in loads if k.sts[i].real_strides()[rows] == 0]
+    assert k.sts[b_load].real_size() == b.numel() and len(loads) == 2
     if threads == 1:  # the host's L3 holds this A: no blocks
       assert not hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(avx2))).axes_of(AxisKind.THREAD)
     run_schedule(items[:-1])
-    got = _run(items[-1], "CPU", k.applied_opts).reshape(512, 1024)
+    got = _run(items[-1], "CPU", k.applied_opts).reshape(2048, 1024)
   np.testing.assert_allclose(got, a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
 
 @pytest.mark.parametrize("cores, size, shares", [(2, 1024, 8), (2, 64, 8), (2, 6, 6), (2, 7, 7), (2, 3, 3), (4, 12, 12),

@@ -81,7 +81,7 @@ def _thread(k: Kernel, work: int) -> None:
 
 # accumulators a register tile may hold: the target's vector registers less a few for the operands (a B vector or
 # two and A's broadcast), and no more than 16, the best measured with 32 registers (AVX-512, Zen 4: 8 rows x 2
-# <16 x float>). With 16 (AVX2, Zen 3) that leaves 12: 4 rows x 2 <8 x float> at powers of two; 8 rows spill.
+# <16 x float>). With 16 (AVX2, Zen 3) that leaves 12: 6 rows x 2 <8 x float> (_padded_rows); 8 rows spill.
 OPERAND_REGISTERS = 4
 MAX_ACCUMULATORS = 16
 TILE_VECTORS = 2  # vectors across a register tile's row: two loads of B serve each broadcast of A
@@ -155,16 +155,34 @@ def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | N
   return _rows_within(size, budget)
 
 def _pad_for_rows(k: Kernel, axis: int, budget: int, rows: int | None) -> int | None:
-  """Rows of a tile along an axis with no divisor near the budget (197 tokens) after a PADTO to a multiple of more
-  rows, within the padding limit: each B vector then serves that many rows (32 x 197x64x197 on one AVX2 thread, one row
-  at a time: 22 GFLOP/s). The padded rows' loads of A read on past them, or are masked at the end of the buffer."""
-  if rows is not None and 2 * rows >= budget: return rows
-  amt = _pad_to(k, axis, range(min(budget, 16), (rows or 1), -1))
-  return rows if amt is None else amt
+  """Rows of a tile along an axis whose divisors fall short of the budget, after a PADTO (_padded_rows): each B vector
+  then serves that many rows (32 x 197x64x197 on one AVX2 thread, one row at a time: 22 GFLOP/s). The padded rows'
+  loads of A read on past them, or are masked at the end of the buffer."""
+  want, multiple = _padded_rows(k.full_shape[axis], budget)
+  return want if want != rows and _try(k, Opt(OptOps.PADTO, axis, multiple)) else rows
 
 def _rows_within(size: int, budget: int) -> int | None:
-  # any divisor: 6 rows of 2 AVX2 vectors fill 12 accumulators where 1024 rows allow only 4
   return _largest_divisor(size, tuple(range(min(budget, 16), 1, -1)))
+
+# padding for more rows: at most 1/MAX_PAD_FRACTION of the axis where its divisors give less than half the budget
+# (197 tokens), at most 1/ROW_PAD_FRACTION where they give more (128 rows stay 4 on AVX2; 512 rows become 516)
+ROW_PAD_FRACTION = 64
+ROW_BLOCKS = 8  # padded rows make a multiple of 8, 4 or 2 tiles where that pads little: blocks and threads divide them
+
+def _padded_rows(size: int, budget: int) -> tuple[int | None, int]:
+  """(rows of a register tile along an axis of `size`, the multiple to pad the axis to): the most rows within the
+  budget that a little padding allows, else its largest divisor within it. AVX2's 12 accumulators take 6 rows of 2
+  vectors, where powers of two allow only 4, and 4 x 2 vectors do not hide the FMA's latency on two pipes: matmul on
+  one Zen 4 thread compiled for x86-64-v3, 4 -> 6 rows, end to end: 1024 97 -> 103-105 GFLOP/s, 2048 100 -> 105-108,
+  512 and bmm 64x128^3 unchanged. The padded axis is a multiple of up to ROW_BLOCKS tiles where that pads very little,
+  so that the cache blocks (_cache_blocks) and threads that split the rows still divide it (2048 -> 2064: 344 tiles,
+  not 2052's 342)."""
+  rows = _rows_within(size, budget)
+  fraction = MAX_PAD_FRACTION if 2 * (rows or 1) < budget else ROW_PAD_FRACTION
+  for a in range(min(budget, 16), rows or 1, -1):
+    blocks = next((b for b in (ROW_BLOCKS, ROW_BLOCKS // 2, 2) if _pads_little(size, a * b, ROW_PAD_FRACTION)), 1)
+    if _pads_little(size, a * blocks, fraction): return a, a * blocks
+  return rows, rows or 1
 
 def _register_tile(k: Kernel) -> None:
   """Upcast an output axis into SIMD vectors and a second axis into rows of them. The second axis is one along which
@@ -457,10 +475,12 @@ CHANNEL_MIN_WORK = 1 << 24
 class Packing:
   """Read operand `operand` from a copy of the elements it reads (its broadcast axes taken once), laid out with axis
   `axis` of the reduce's input split in blocks of `block`: the blocks outermost, then the operand's other axes in
-  order, then the block's elements innermost (a matmul's B (k, n) becomes (n/block, k, block): column panels)."""
+  order, then the block's elements innermost (a matmul's B (k, n) becomes (n/block, k, block): column panels). The
+  axis is padded with zeros to a multiple of `multiple` (0: of `block`)."""
   operand: int
   axis: int
   block: int
+  multiple: int = 0
 
 def _clean_view(st: ShapeTracker) -> View | None:
   return st.views[0] if len(st.views) == 1 and st.views[0].mask is None else None
@@ -468,9 +488,10 @@ def _clean_view(st: ShapeTracker) -> View | None:
 def _broadcast_size(v: View, out_axes: list[int]) -> int:
   return max((v.shape[a] for a in out_axes if v.strides[a] == 0), default=1)
 
-def tile_rows(t: CPUTarget, size: int) -> int | None:
-  """Rows of a matmul register tile two vectors wide (_register_tile), for an axis of `size` rows."""
-  return _rows_within(size, accumulators(t) // TILE_VECTORS)
+def tile_rows(t: CPUTarget, size: int) -> tuple[int | None, int]:
+  """(rows of a matmul register tile two vectors wide (_register_tile), the multiple the tile pads them to) for an
+  axis of `size` rows: A's packed row panels are as tall, padded with zeros as far."""
+  return _padded_rows(size, accumulators(t) // TILE_VECTORS)
 
 def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[int], reduce_size: int,
                      views: list[View | None], force: bool) -> tuple[Packing, ...] | None:
@@ -494,8 +515,8 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   packs = [Packing(i, col, panel)]
   # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
   rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
-  rows = tile_rows(target, shape[rows_axis])
-  packs += [Packing(j, rows_axis, rows) for j, va in enumerate(views)
+  rows, multiple = tile_rows(target, shape[rows_axis])
+  packs += [Packing(j, rows_axis, rows, multiple) for j, va in enumerate(views)
             if j != i and va is not None and rows is not None and va.strides[rows_axis] != 0]
   return tuple(packs)
 

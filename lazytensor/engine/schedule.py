@@ -86,8 +86,9 @@ def _blocked(v: UOp, p: Packing) -> UOp:
   own = [a for a in range(len(shape)) if strides[a] != 0 and shape[a] > 1]  # the broadcast axes are read once
   reads = st.shrink(tuple((0, s) if a in own else (0, 1) for a, s in enumerate(shape))).reshape(tuple(shape[a]
                                                                                                        for a in own))
-  # the last block is filled up with zeros where the axis is no multiple of it
-  j, n, blocks = own.index(p.axis), shape[p.axis], -(-shape[p.axis] // p.block)
+  # the axis is filled up with zeros to a multiple of the block (or of p.multiple)
+  j, n = own.index(p.axis), shape[p.axis]
+  blocks = -(-n // (p.multiple or p.block)) * (p.multiple or p.block) // p.block
   reads = reads.pad(tuple((0, blocks * p.block - n) if i == j else (0, 0) for i in range(len(reads.shape))))
   split = reads.reshape(reads.shape[:j] + (blocks, p.block) + reads.shape[j + 1:])
   order = (j,) + tuple(i for i in range(len(split.shape)) if i not in (j, j + 1)) + (j + 1,)
