@@ -539,6 +539,19 @@ def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, share
     got = _run(items[-1], "CPU", k.applied_opts).reshape(2048, 1024)
   np.testing.assert_allclose(got, a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
 
+def test_matmul_needing_more_blocks_than_shares_takes_the_most_shares() -> None:
+  # A 16 times an eighth of L3: 16 blocks wanted, 8 shares allowed on one thread; the blocks are 8 (not none)
+  import dataclasses
+
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  a, b = _t(2048, 256), _t(256, 1024)
+  avx2 = cpu_target("x86-64-v3")
+  with Context(THREADS=1, CPU_TARGET=avx2.name):
+    item = create_schedule([(a @ b).lazydata])[0][-1]
+    k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(dataclasses.replace(avx2, l3_bytes=a.nbytes() // 2))))
+  assert [k.full_shape[x] for x in k.axes_of(AxisKind.THREAD)] == [8], k.applied_opts
+
 @pytest.mark.parametrize("cores, size, shares", [(2, 1024, 8), (2, 64, 8), (2, 6, 6), (2, 7, 7), (2, 3, 3), (4, 12, 12),
                                                  (2, 5 * 11, 5), (2, 1, None)])
 def test_heuristic_thread_shares(cores: int, size: int, shares: int | None) -> None:

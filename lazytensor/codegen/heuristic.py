@@ -300,7 +300,9 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
 # the operand that every panel sweeps (a matmul's A, read once per column panel of B) comes from L3 while it is at
 # most this fraction of it (the rest holds the panels, the output and what other cores use); a larger one is cut into
 # blocks of its rows that fit SWEPT_BLOCK_FRACTION of L3. Matmul 2048, AVX2, one thread, A 16 MB of a 32 MB L3:
-# 87 -> 96 GFLOP/s in 4 blocks (2 and 8: the same); two threads, 8 blocks: 174 -> 184
+# 87 -> 96 GFLOP/s in 4 blocks (2 and 8: the same); two threads, 8 blocks: 174 -> 184. One that needs more blocks
+# than the shares allow takes the most there are: 4096 (A 64 MB, 17 blocks wanted) on one Zen 4 thread in 8 blocks,
+# x86-64-v3 54 -> 105 GFLOP/s, AVX-512 90 -> 106 (each panel of B streamed all of A from memory)
 SWEPT_L3_FRACTION = 4
 SWEPT_BLOCK_FRACTION = 8
 
@@ -330,7 +332,7 @@ def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
   most = cores * MAX_SHARES_PER_THREAD
   threaded = thread_shares(cores, k.full_shape[rows]) if cores > 1 else None
   shares = threaded if threaded is not None and threaded >= need else \
-    next((c for c in range(need, most + 1) if k.full_shape[rows] % c == 0), None)
+    next((c for c in range(min(need, most), most + 1) if k.full_shape[rows] % c == 0), None)
   if shares is not None: _try(k, Opt(OptOps.THREAD, rows, shares))
 
 def _cpu(k: Kernel) -> None:
