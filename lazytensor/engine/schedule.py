@@ -23,6 +23,7 @@ from lazytensor.engine.gather import fold_gathers
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
+from lazytensor.engine.reduce_split import split_block, split_reduce
 from lazytensor.engine.scatter import embedded_scatters, split_scatter
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
 from lazytensor.graph import const_like, is_own_value
@@ -123,7 +124,7 @@ def _pack_operand(r: UOp) -> UOp:
   BEAM, the copies of the fastest of the packings the heuristics offer (heuristic.pack_candidates)."""
   mul = r.src[0]
   if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
-  device = Device[Device.first(r.device)]  # one device each, after the multi pass
+  device = Device[Device.first(r.device)]
   if (target := device.renderer.target) is None: return r
   operands = [v.arg for v in mul.src]
   if BEAM.value < 1: return _packed(r, pack_choice(target, r.arg[1], operands))
@@ -134,15 +135,23 @@ def _pack_operand(r: UOp) -> UOp:
   best = beam_packing(device, int(BEAM.value), what, [functools.partial(_probe, r, p) for p in candidates])
   return _packed(r, candidates[best])
 
+def _for_device(r: UOp) -> UOp:
+  """The reduce `r` as the device's heuristics lay it out: split into partial reduces over blocks of rows
+  (engine/reduce_split.py), or reading operands of its products from re-laid copies (_pack_operand)."""
+  target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
+  if target is not None and (block := split_block(target, r)) is not None: return split_reduce(r, block)
+  return _pack_operand(r)
+
 def pack_operands(sink: UOp) -> UOp:
   """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
-  heuristics ask for it (heuristic.pack_choice): the tensor graph is the same on every device, its schedule is the
-  device's. One pass, so that a reduce is never packed twice."""
+  heuristics ask for it (heuristic.pack_choice), and a reduce along a strided axis of a large operand runs in two
+  (reduce_split): the tensor graph is the same on every device, its schedule is the device's. One pass, so that a
+  reduce is never packed or split twice."""
   done: dict[UOp, UOp] = {}
   for node in sink.toposort:
     new_src = tuple(done[s] for s in node.src)
     new = node if new_src == node.src else node.replace(src=new_src)
-    done[node] = _pack_operand(new) if new.op is Ops.REDUCE_AXIS else new
+    done[node] = _for_device(new) if new.op is Ops.REDUCE_AXIS else new
   return done[sink]
 
 @dataclass

@@ -1,0 +1,88 @@
+"""A reduce along a strided axis of an operand larger than the cache runs as partial reduces over blocks of rows, then
+a reduce of those (engine/reduce_split.py): the same values, two kernels where there was one."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from lazytensor import Tensor
+from lazytensor.device import Device
+from lazytensor.engine import reduce_split
+from lazytensor.engine.schedule import create_schedule
+from lazytensor.helpers import Context
+
+pytestmark = pytest.mark.skipif(Device[Device.DEFAULT].renderer.target is None, reason="a CPU device's choice")
+
+@pytest.fixture
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+  """Split whatever the size of the operand (tests stay small), with schedules made afresh."""
+  monkeypatch.setattr(reduce_split, "SPLIT_L3_FRACTION", 1 << 62)
+
+def _kernels(t: Tensor) -> int:
+  with Context(SCHEDULE_CACHE=0): return len(create_schedule([t.lazydata])[0])
+
+def _rand(*shape: int) -> tuple[Tensor, np.ndarray]:
+  a = np.random.default_rng(len(shape) * 7 + shape[0]).standard_normal(shape).astype(np.float32)
+  return Tensor(a).realize(), a
+
+CASES: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.ndarray]]] = {
+  "sum": (lambda t: t.sum(0), lambda a: a.sum(0)),
+  "max": (lambda t: t.max(0), lambda a: a.max(0)),
+  "min": (lambda t: t.min(0), lambda a: a.min(0)),
+  "prod": (lambda t: (t * 0.01 + 1).prod(0), lambda a: (a * np.float32(0.01) + np.float32(1)).prod(0)),
+  "mean keepdim": (lambda t: t.mean(0, keepdim=True), lambda a: a.mean(0, keepdims=True)),
+  "of an expression, then scaled": (lambda t: (t * t + 1).sum(0) * 2, lambda a: (a * a + 1).sum(0) * 2),
+}
+
+@pytest.mark.parametrize("name", CASES)
+def test_split_reduce_matches_numpy(any_size: None, name: str) -> None:
+  t, a = _rand(128, 1024)
+  f, ref = CASES[name]
+  assert _kernels(f(t)) == 2
+  with Context(SCHEDULE_CACHE=0): got = f(t).numpy()
+  np.testing.assert_allclose(got, ref(a), rtol=1e-4, atol=1e-4)
+
+def test_middle_axis_of_three_and_ints(any_size: None) -> None:
+  t, a = _rand(3, 64, 1024)
+  with Context(SCHEDULE_CACHE=0): np.testing.assert_allclose(t.sum(1).numpy(), a.sum(1), rtol=1e-4, atol=1e-4)
+  i = Tensor(np.arange(64 * 1024, dtype=np.int32).reshape(64, 1024) * 40503).realize()  # summed in int64
+  assert _kernels(i.sum(0)) == 2
+  with Context(SCHEDULE_CACHE=0):
+    np.testing.assert_array_equal(i.sum(0).numpy(), i.numpy().sum(0))
+
+def test_nan_survives_the_split(any_size: None) -> None:
+  t, a = _rand(64, 1024)
+  a[37, 5] = np.nan
+  with Context(SCHEDULE_CACHE=0): got = Tensor(a).max(0).numpy()
+  assert np.isnan(got[5]) and not np.isnan(np.delete(got, 5)).any()
+
+@pytest.mark.parametrize("what", ["contiguous reduce", "narrow rows", "few rows", "rows 8 does not divide",
+                                  "two axes", "computed operand"])
+def test_left_whole(any_size: None, what: str) -> None:
+  t, _ = _rand(128, 1024)
+  f: dict[str, Callable[[], Tensor]] = {
+    "contiguous reduce": lambda: t.sum(1),  # the reduce runs along the rows: no strided streams
+    "narrow rows": lambda: _rand(128, 512)[0].sum(0),  # 2 KB rows: under a page
+    "few rows": lambda: _rand(32, 1024)[0].sum(0),
+    "rows 8 does not divide": lambda: _rand(100, 1024)[0].sum(0),
+    "two axes": lambda: _rand(8, 16, 1024)[0].sum((0, 1)),
+    "computed operand": lambda: (t - t.max(1, keepdim=True)).sum(0),  # reads a reduce: its strides are unknown
+  }
+  assert _kernels(f[what]()) == (2 if what == "computed operand" else 1)  # max(1), then sum(0) whole
+
+def test_small_operands_are_not_split() -> None:
+  # 512 KB: the strided reads hit the cache (the split pays from half of L3)
+  t, a = _rand(128, 1024)
+  assert _kernels(t.sum(0)) == 1
+  np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-4, atol=1e-4)
+
+def test_gradient_through_a_split_reduce(any_size: None) -> None:
+  t, a = _rand(64, 1024)
+  x = Tensor(a, requires_grad=True)
+  with Context(SCHEDULE_CACHE=0):
+    (x.max(0) * 3).sum().backward()
+    assert x.grad is not None
+    want = (a == a.max(0, keepdims=True)) * 3.0
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
