@@ -309,6 +309,20 @@ def test_heuristic_transpose_reads_whole_cache_lines(shape: tuple[int, ...], per
   np.testing.assert_array_equal(_run(item, "CPU", k.applied_opts).reshape(x.permute(*perm).shape),
                                 x.numpy().transpose(perm))
 
+@pytest.mark.parametrize("target, vec", [("x86-64-v3", 8), ("x86-64-v4", 16)])
+def test_row_reduce_keeps_several_accumulators(target: str, vec: int) -> None:
+  # a row max vectorized along the row, then unrolled by 4 vectors: 4 independent accumulators (one alone waits out the
+  # compare-or-select latency at every step); a NaN in any of them still reaches the result
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  a = np.random.default_rng(3).standard_normal((8, 1024)).astype(np.float32)
+  a[2, 7] = a[5, 1000] = np.nan
+  item = create_schedule([Tensor(a).max(1).lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target(target))))
+  assert k.applied_opts == [Opt(OptOps.UNROLL, 1, vec), Opt(OptOps.UNROLL, 1, 4)], k.applied_opts
+  got = _run(item, "CPU", k.applied_opts).reshape(8)
+  np.testing.assert_array_equal(got, a.max(1))
+
 def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   x = _t(64, 256)
   item = create_schedule([x.sum(0).lazydata])[0][-1]
