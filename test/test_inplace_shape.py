@@ -11,6 +11,7 @@ import pytest
 from helpers import HAVE_TORCH, torch
 
 from lazytensor import Tensor, no_grad
+from lazytensor.nn.optim import Adam
 
 pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="compares against torch, which is not installed")
 
@@ -244,6 +245,26 @@ def test_leaf_moved_under_no_grad() -> None:
     w_ref.add_(1)
   with pytest.raises(RuntimeError, match="a tensor that requires grad and is a leaf"):
     w.add_(1)
+
+def test_leaf_moved_under_no_grad_trains() -> None:
+  # a weight transposed in place at initialization (under no_grad), then trained: the optimizer's writes reach it
+  data = np.arange(6, dtype=np.float32).reshape(2, 3) / 10
+  inp = np.arange(8, dtype=np.float32).reshape(4, 2) / 7
+  w, w_ref = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+  with no_grad():
+    w.t_()
+  with torch.no_grad():
+    w_ref.t_()
+  opt, opt_ref = Adam([w], lr=0.1), torch.optim.Adam([w_ref], lr=0.1)
+  with Tensor.train():
+    for _ in range(3):
+      opt.zero_grad()
+      opt_ref.zero_grad()
+      ((Tensor(inp) @ w.T) ** 2).sum().backward()
+      ((torch.tensor(inp) @ w_ref.T) ** 2).sum().backward()
+      opt.step()
+      opt_ref.step()
+  np.testing.assert_allclose(w.numpy(), w_ref.detach().numpy(), rtol=1e-5, atol=1e-5)
 
 def test_old_view_of_leaf_moved_under_no_grad_is_still_a_leafs() -> None:
   w = Tensor.ones(2, 3, requires_grad=True)
