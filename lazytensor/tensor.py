@@ -418,6 +418,9 @@ class Tensor(InPlaceMixin):
     """
     return writes.setitem(self, indices, value)
 
+  def _move_in_place(self, move: Callable[[Tensor], Tensor], name: str) -> Tensor:
+    return writes.move_in_place(self, move, name)
+
 
 
 

@@ -2,10 +2,12 @@
 detach do. A view (movement ops of a tensor, or a detach) is recorded on the tensor it views (add_view); a write gives
 that tensor a buffer of its own if it is lazy (give_buffer) and moves its live views onto what now stands for its
 contents (rebase_views). Writes recorded for autograd make the written tensor's graph `where(written, value, old)`
-(setitem_with_grad); writes autograd does not see keep the old graph's gradient (written_unseen)."""
+(setitem_with_grad); writes autograd does not see keep the old graph's gradient (written_unseen). An in-place movement
+(t_, unsqueeze_, ...) makes the tensor a view of the memory it held, with a new shape (move_in_place)."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lazytensor import pending
@@ -17,10 +19,23 @@ from lazytensor.graph import const_uop
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
-from lazytensor.views import moved_buffer, moved_onto, moved_st, moves_over, replayed, unmoved, writable_view
+from lazytensor.views import (
+  moved_buffer,
+  moved_onto,
+  moved_st,
+  moves_between,
+  moves_over,
+  replayed,
+  unmoved,
+  writable_view,
+)
 
 if TYPE_CHECKING:
   from lazytensor.tensor import Tensor
+
+# the hidden bases of leaves that require gradients, moved in place under no_grad (move_in_place): their memory is a
+# leaf's, which writes with gradients must not reach through any view of it (write_has_grad), as in torch
+leaf_bases: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 def assign(t: Tensor, x: Any) -> Tensor:
   """Tensor.assign: the write recorded as a pending ASSIGN of t\'s memory."""
@@ -105,11 +120,51 @@ def write_has_grad(t: Tensor, value: Any) -> bool:
   # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
   if t.no_grad or not t.dtype.is_float or t._detached: return False
   root = t._viewed if t._viewed is not None else t
-  if root._requires_grad and id(root) in grad_leaves:
-    what = "a tensor" if root is t else "a view of a tensor"
+  if is_leaf_memory(root) or (t._requires_grad and id(t) in grad_leaves):
+    what = "a tensor" if root is t or id(t) in grad_leaves else "a view of a tensor"
     raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
                         "be written in place, as in torch; write under no_grad(), or into a clone")
   return bool(root._requires_grad or t._requires_grad or (isinstance(value, type(t)) and value._requires_grad))
+
+def is_leaf_memory(root: Tensor) -> bool:
+  """Whether this tensor (one that views no other) holds the memory of a leaf that requires gradients: the leaf
+  itself, or the hidden base of one that was moved in place (move_in_place)."""
+  return bool(root._requires_grad) and (id(root) in grad_leaves or id(root) in leaf_bases)
+
+def move_in_place(t: Tensor, move: Callable[[Tensor], Tensor], name: str) -> Tensor:
+  """torch's in-place movement ops (t_, unsqueeze_, ...): t becomes `move(t)`, a view of the memory it held with a
+  new shape, and stays the same object. A tensor that views no other hands its memory, its graph and the views taken
+  of it to a hidden base tensor first (split_base), which it then views: its views, old and new, and writes through any
+  of them meet in that base's memory (or its lazy value) as they do for any view. A view just moves further."""
+  root = t._viewed if t._viewed is not None else t
+  if not t.no_grad and not t._detached and (is_leaf_memory(root) or (t._requires_grad and id(t) in grad_leaves)):
+    what = "a tensor" if root is t or id(t) in grad_leaves else "a view of a tensor"
+    raise ArgumentError(f"{name}: {what} that requires grad and is a leaf (not the result of an op) cannot be changed "
+                        "in place, as in torch; do it under no_grad(), or on a clone")
+  # its own pending write is done first, as torch's was: the views taken before read the memory it writes, and an
+  # assign under a move would not be the node that pending.writes waits for
+  if t.lazydata.op is Ops.ASSIGN: t.realize()
+  src = t._graph_root()
+  moved = move(type(t)._of(src)).lazydata  # the move alone, made over a plain tensor: no view recorded, no detach
+  if moved is src: return t  # a move that changes nothing (squeeze_ of a dim that is not 1, transpose_(0, 0))
+  if t._viewed is None: split_base(t)
+  # a view realized into a buffer of its own goes on following the tensor it views (rebase_views), with this move too
+  if t._own_moves is not None: t._own_moves += moves_between(moved, src)
+  t.lazydata, t._graph = moved, None
+  return t
+
+def split_base(t: Tensor) -> None:
+  """A tensor that views no other becomes a view of a new hidden base: the base takes its value, its graph, its
+  pending-write state and the views taken of it, as the tensor whose memory they all share."""
+  base = type(t)._of(t.lazydata)
+  base._requires_grad, base._graph, base._lazy_before, base._assigned_at = \
+    t._requires_grad, t._graph, t._lazy_before, t._assigned_at
+  if id(t) in grad_leaves: leaf_bases[id(base)] = base
+  base._views, t._views = t._views, None
+  for ref in base._views or []:
+    if (v := ref()) is not None and v._viewed is t: v._viewed = base
+  t._graph, t._lazy_before, t._assigned_at = None, None, None
+  add_view(base, t)
 
 def give_buffer(t: Tensor) -> None:
   """Before a write: the tensor this one views (itself, or the one its movement ops were taken from) gets a buffer

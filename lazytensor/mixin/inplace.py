@@ -3,13 +3,14 @@ realized, or before anything reads that memory. The top of the mixin chain: they
 
 Most are made by one factory from the op they run (one table, the class attributes below): `t.exp_()` is
 `t.assign(t.exp())`, in t's dtype. As in torch, a result that t's dtype cannot hold (a float result in an int tensor,
-an int one in a bool tensor) is a TypeError, not a silent cast. torch's squeeze_, unsqueeze_, t_, transpose_,
-swapaxes_ and swapdims_ are left out: they change the shape of the tensor object itself, and here a tensor's pending
-writes and the views taken of it (lazytensor/writes.py) are tracked against a tensor whose shape never changes."""
+an int one in a bool tensor) is a TypeError, not a silent cast. torch's in-place movement ops (unsqueeze_, squeeze_,
+t_, transpose_, swapaxes_, swapdims_) change the shape of the tensor object itself: the tensor becomes a view, with the
+new shape, of the memory it held (lazytensor/writes.py, move_in_place), so it goes on sharing that memory with every
+view taken of it, before or after. resize_ and as_strided_ are left out: they make views that movement ops cannot."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from lazytensor.dtype import DType
@@ -125,6 +126,74 @@ class InPlaceMixin(LinalgMixin):
   addmm_, addmv_, addr_ = _inplace(LinalgMixin.addmm), _inplace(LinalgMixin.addmv), _inplace(LinalgMixin.addr)
   baddbmm_, addbmm_ = _inplace(LinalgMixin.baddbmm), _inplace(LinalgMixin.addbmm)
   renorm_ = _inplace(LinalgMixin.renorm)
+
+  def _move_in_place(self, move: Callable[[Self], Self], name: str) -> Self:
+    """self becomes move(self), a view of the memory it held (Tensor implements it: lazytensor/writes.py)."""
+    raise NotImplementedError("Tensor._move_in_place")
+
+  def unsqueeze_(self, dim: int) -> Self:
+    """A dimension of size 1 inserted at `dim` into this tensor itself, in place (as torch's unsqueeze_): it keeps
+    sharing its memory with the views taken of it, and returns self. Like every in-place op, not on a leaf that
+    requires grad (outside no_grad()).
+
+    >>> x = Tensor([1, 2, 3]).realize()
+    >>> row = x[1:]
+    >>> x.unsqueeze_(0).shape
+    (1, 3)
+    >>> _ = x.add_(10)  # the view taken before sees the write
+    >>> row.tolist(), x.tolist()
+    ([12, 13], [[11, 12, 13]])
+    """
+    return self._move_in_place(lambda t: t.unsqueeze(dim), "unsqueeze_")
+
+  def squeeze_(self, dim: int | Sequence[int] | None = None) -> Self:
+    """The dimensions `dim` (an int or a sequence of them; every one when None) of size 1 removed from this tensor
+    itself, in place (as torch's squeeze_; a dim whose size is not 1 stays); returns self.
+
+    >>> x = Tensor.zeros(1, 3, 1).contiguous().realize()
+    >>> x.squeeze_(-1).shape, x.squeeze_(1).shape, x.squeeze_().shape
+    ((1, 3), (1, 3), (3,))
+    """
+    return self._move_in_place(lambda t: t.squeeze(dim), "squeeze_")
+
+  def transpose_(self, dim0: int, dim1: int) -> Self:
+    """Dimensions dim0 and dim1 of this tensor itself swapped, in place (as torch's transpose_); returns self.
+    swapaxes_ and swapdims_ are the same op.
+
+    >>> x = Tensor([[1, 2, 3], [4, 5, 6]]).realize()
+    >>> x.transpose_(0, 1).tolist()
+    [[1, 4], [2, 5], [3, 6]]
+    >>> x[0] = 0  # writes the memory x held, through the new shape
+    >>> x.transpose_(0, 1).tolist()
+    [[0, 2, 3], [0, 5, 6]]
+    """
+    return self._move_in_place(lambda t: t.transpose(dim0, dim1), "transpose_")
+
+  def swapaxes_(self, axis0: int, axis1: int) -> Self:
+    """transpose_ under numpy's name (as torch's swapaxes_): axes axis0 and axis1 of this tensor itself swapped.
+
+    >>> Tensor.zeros(2, 3, 4).swapaxes_(0, -1).shape
+    (4, 3, 2)
+    """
+    return self._move_in_place(lambda t: t.transpose(axis0, axis1), "swapaxes_")
+
+  def swapdims_(self, dim0: int, dim1: int) -> Self:
+    """transpose_ under another of torch's names (swapdims_): dims dim0 and dim1 of this tensor itself swapped.
+
+    >>> Tensor.zeros(2, 3, 4).swapdims_(1, 2).shape
+    (2, 4, 3)
+    """
+    return self._move_in_place(lambda t: t.transpose(dim0, dim1), "swapdims_")
+
+  def t_(self) -> Self:
+    """This matrix itself transposed, in place (as torch's t_): a 0-d or 1-d tensor stays as it is; more dims are an
+    error. Returns self.
+
+    >>> x = Tensor([[1.0, 2.0]]).realize()
+    >>> x.t_().add_(1).tolist()
+    [[2.0], [3.0]]
+    """
+    return self._move_in_place(lambda t: t.t(), "t_")
 
   def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Self:
     """The main diagonal (the elements whose indices are all equal) set to fill_value, in place (an assign), as
