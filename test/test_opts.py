@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazytensor import Context, Device, Tensor, dtypes
+from lazytensor import Context, Device, Tensor
 from lazytensor.codegen import heuristic
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
@@ -322,20 +322,6 @@ def test_row_reduce_keeps_several_accumulators(target: str, vec: int) -> None:
   assert k.applied_opts == [Opt(OptOps.UNROLL, 1, vec), Opt(OptOps.UNROLL, 1, 4)], k.applied_opts
   got = _run(item, "CPU", k.applied_opts).reshape(8)
   np.testing.assert_array_equal(got, a.max(1))
-
-def test_outputs_that_read_the_same_row_are_computed_together() -> None:
-  # counts of one row against 15 thresholds (a radix select's pass): the row is broadcast along the thresholds, so 5 of
-  # them are counted from each load of it (5 accumulators), not 15 passes over the row
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
-  rng = np.random.default_rng(4)
-  x, thr = rng.standard_normal(4096).astype(np.float32), np.linspace(-2, 2, 15, dtype=np.float32)
-  counts = (Tensor(x).reshape(1, 4096) < Tensor(thr).reshape(15, 1)).sum(1, dtype=dtypes.int32)
-  item = create_schedule([counts.lazydata])[0][-1]
-  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target("x86-64-v4"))))
-  assert k.applied_opts == [Opt(OptOps.UNROLL, 1, 16), Opt(OptOps.UPCAST, 0, 5)], k.applied_opts
-  got = _run(item, "CPU", k.applied_opts).reshape(15)
-  np.testing.assert_array_equal(got, (x[None, :] < thr[:, None]).sum(1))
 
 def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   x = _t(64, 256)

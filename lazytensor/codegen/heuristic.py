@@ -361,21 +361,9 @@ def _cpu(k: Kernel) -> None:
 REDUCE_CHAINS = (4, 2)
 REDUCE_CHAIN_MIN_STEPS = 4  # a loop this long at least after the vectors: shorter ones barely wait
 
-# outputs computed at once from each load of a row that several outputs read (an output axis the row is broadcast
-# along: a radix select's 15 thresholds counted over one row), each its own accumulator: the row is read once per
-# REUSED_OUTPUTS outputs instead of once per output. The top 64 of 1M float32 on one Zen 4 thread, 9 count passes of 15
-# thresholds: 710-830 -> 520-630 us each
-REUSED_OUTPUTS = (8, 7, 6, 5, 4, 3, 2)
-
 def _reduce_chains(k: Kernel, axis: int) -> None:
-  """Independent accumulators for a reduce vectorized along its contiguous `axis`: several outputs that read the same
-  row (each load serves them all), else several vectors of the row at once."""
+  """Independent accumulators for a reduce vectorized along its contiguous `axis`: several vectors of it at once."""
   if k.full_shape[axis] < REDUCE_CHAIN_MIN_STEPS: return
-  rows = [i for i in _loads(k) if _stride(k, i, axis) != 0]  # what varies along the reduce (now in vectors)
-  shared = next((a for a in k.axes_of(AxisKind.GLOBAL) if k.full_shape[a] > 1 and rows and
-                 all(_stride(k, i, a) == 0 for i in rows)), None)
-  if shared is not None and (amt := _largest_divisor(k.full_shape[shared], REUSED_OUTPUTS)) is not None and \
-      _try(k, Opt(OptOps.UPCAST, shared, amt)): return
   if (amt := _largest_divisor(k.full_shape[axis], REDUCE_CHAINS)) is not None: _try(k, Opt(OptOps.UNROLL, axis, amt))
 
 # a transpose (an input read along another axis than the one the output is contiguous along) in tiles: a cache line of
