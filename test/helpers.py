@@ -38,6 +38,15 @@ NUMERIC_GRAD_MAX_SIZE = 1 << 14  # largest input whose gradient the torch-less f
 Generator = Callable[[tuple[int, ...], DType, np.random.Generator], np.ndarray]
 InputSpec = tuple[int, ...] | np.ndarray
 
+def avx2_target(**caches: int) -> Any:
+  """The x86-64-v3 (AVX2) CPU target with a typical core's caches (32K L1d, 1M L2, 32M L3) instead of the host's, so
+  that a test of the heuristics' cache-sized choices gives the same answer on every machine; `caches` overrides."""
+  import dataclasses
+
+  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  typical = {"l1d_bytes": 32 << 10, "l2_bytes": 1 << 20, "l3_bytes": 32 << 20}
+  return dataclasses.replace(cpu_target("x86-64-v3"), **(typical | caches))
+
 def named(cases: list[tuple[Any, ...]]) -> list[Any]:
   """pytest.mark.parametrize cases whose first element is their name, with that name as the test id."""
   return [pytest.param(*c, id=c[0]) for c in cases]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import avx2_target
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -529,17 +530,13 @@ def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, share
   # a target whose L3 is twice A: A's rows in THREAD shares, each finished over every panel of B before the next, so
   # that A's block stays in cache (blocks of at most an eighth of L3: A's copy, its 2048 rows padded to 2064 for AVX2's
   # 6-row tile (heuristic._padded_rows), needs 5, and 8 divide its 344 tiles; two threads: their 8 shares)
-  import dataclasses
-
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
   from lazytensor.codegen.renderer.llvm import LLVMRenderer
   from lazytensor.engine.realize import run_schedule
   a, b = _t(2048, 256), _t(256, 1024)
-  avx2 = cpu_target("x86-64-v3")
+  avx2 = avx2_target()
   with Context(THREADS=threads, CPU_TARGET=avx2.name):
     items = create_schedule([(a @ b).lazydata])[0]
-    small_l3 = dataclasses.replace(avx2, l3_bytes=2 * a.nbytes())
-    k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(small_l3)))
+    k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(avx2_target(l3_bytes=2 * a.nbytes()))))
     (axis,) = k.axes_of(AxisKind.THREAD)
     assert k.full_shape[axis] == shares, k.applied_opts
     # the shares split the rows of A (and of the output), along which B (the panels of its 1024 columns) is broadcast
@@ -547,7 +544,7 @@ def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, share
     loads = [i for i, n in enumerate(k.view_nodes) if n.op is Ops.LOAD]
     (b_load,) = [i for i in loads if k.sts[i].real_strides()[rows] == 0]
     assert k.sts[b_load].real_size() == b.numel() and len(loads) == 2
-    if threads == 1:  # the host's L3 holds this A: no blocks
+    if threads == 1:  # a typical 32M L3 holds this A: no blocks
       assert not hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(avx2))).axes_of(AxisKind.THREAD)
     run_schedule(items[:-1])
     got = _run(items[-1], "CPU", k.applied_opts).reshape(2048, 1024)
@@ -555,15 +552,11 @@ def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, share
 
 def test_matmul_needing_more_blocks_than_shares_takes_the_most_shares() -> None:
   # A 16 times an eighth of L3: 16 blocks wanted, 8 shares allowed on one thread; the blocks are 8 (not none)
-  import dataclasses
-
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
   from lazytensor.codegen.renderer.llvm import LLVMRenderer
   a, b = _t(2048, 256), _t(256, 1024)
-  avx2 = cpu_target("x86-64-v3")
-  with Context(THREADS=1, CPU_TARGET=avx2.name):
+  with Context(THREADS=1, CPU_TARGET="x86-64-v3"):
     item = create_schedule([(a @ b).lazydata])[0][-1]
-    k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(dataclasses.replace(avx2, l3_bytes=a.nbytes() // 2))))
+    k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(avx2_target(l3_bytes=a.nbytes() // 2))))
   assert [k.full_shape[x] for x in k.axes_of(AxisKind.THREAD)] == [8], k.applied_opts
 
 @pytest.mark.parametrize("cores, size, shares", [(2, 1024, 8), (2, 64, 8), (2, 6, 6), (2, 7, 7), (2, 3, 3), (4, 12, 12),
