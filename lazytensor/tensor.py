@@ -421,6 +421,8 @@ class Tensor(InPlaceMixin):
   def _move_in_place(self, move: Callable[[Tensor], Tensor], name: str) -> Tensor:
     return writes.move_in_place(self, move, name)
 
+  def _write_in_place(self, value: Any, name: str) -> Tensor: return writes.write_in_place(self, value, name)
+
 
 
 
