@@ -441,8 +441,9 @@ def test_build_on_a_realized_intermediate() -> None:
   assert g.tolist() == [4.0, 8.0]
 
 def test_second_order() -> None:
+  # with respect to a tensor that requires no gradient too (test_second_order.py has the rest, against torch)
   x = Tensor([1.0, 2.0])
-  g, = (x * x * x).sum().gradient(x)
+  g, = (x * x * x).sum().gradient(x, create_graph=True)
   gg, = g.sum().gradient(x)
   assert g.tolist() == [3.0, 12.0] and gg.tolist() == [6.0, 12.0]
 
