@@ -88,6 +88,10 @@ SATURATED = np.array([-1000.0, -100.0, -50.0, -1.0, 0.0, 1.0, 50.0, 100.0, 1000.
 def test_saturated_and_singular(name: str, fn: Callable[..., Any]) -> None:
   check_op([SATURATED], fn)
 
+def test_lgamma_gradient_at_its_zeros() -> None:
+  # lgamma is exactly 0 at 1 and 2, where its gradient (digamma) was 0 too: -0.5772 and 0.4228
+  check_op([np.float32([0.5, 1.0, 2.0, 3.0]), np.float32([1.0, 2.0, 2.0, 1.0])], lambda x, y: x.lgamma() * y)
+
 # ---- casts: the gradient comes back in the input's dtype ----
 
 @pytest.mark.parametrize("name,fn,dtype", named([
