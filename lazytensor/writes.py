@@ -41,17 +41,22 @@ def assign(t: Tensor, x: Any) -> Tensor:
   """Tensor.assign: the write recorded as a pending ASSIGN of t\'s memory."""
   value = t._as_value_for(x, t.shape)
   if t.numel() == 0: return t  # nothing to write
-  if t._viewed is not None and write_has_grad(t, value):
-    # a view of a tensor that needs gradients (`x[::2].mul_(10)`): written now, as a setitem, which records the
-    # write in the gradients of the tensor it views
+  # a value that needs gradients, written into a tensor that needed none, makes it need them (a result of ops now), as
+  # torch's in-place ops do (`total = Tensor(0.0); total += loss` and `buf.add_(x * w)` kept no gradient)
+  grad_into_plain = bool(value._requires_grad) and not t._requires_grad and t.dtype.is_float
+  in_memory = t._is_buffer_view() or t.lazydata.op is Ops.ASSIGN
+  if (t._viewed is not None and write_has_grad(t, value)) or (grad_into_plain and t._viewed is None and in_memory):
+    # a view of a tensor that needs gradients (`x[::2].mul_(10)`), or memory that gets them: written now, as a
+    # setitem, which records the write in the gradients of the tensor written into and of its views
     t[...] = value
     return t
   if t.lazydata.op is Ops.ASSIGN and read_since_assigned(t, (x, value)): t.realize()
   old = t.lazydata
-  if t._viewed is None and not t._is_buffer_view() and old.op is not Ops.ASSIGN:
+  if t._viewed is None and not in_memory:
     # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
     t.lazydata = value.lazydata
-    rebase_views(t, old, t.lazydata)
+    if grad_into_plain: t._requires_grad = True
+    rebase_views(t, old, t.lazydata, requires_grad=grad_into_plain)
     return t
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)

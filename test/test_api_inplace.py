@@ -230,6 +230,33 @@ def test_augmented_assignment_on_a_non_leaf_keeps_gradients() -> None:
     return [y.tolist(), x.grad.tolist()]
   assert run(Tensor) == run(torch)
 
+def _into_a_plain_tensor(case: str, lib: Any) -> list[Any]:
+  x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True) if lib is torch else Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  zeros = torch.zeros(3) if lib is torch else Tensor.zeros(3).contiguous().realize()
+  if case == "realized_and_its_view":
+    view = zeros[1:]
+    zeros += x * 2
+    out = (view * view).sum() + (zeros * zeros).sum()
+  elif case == "lazy":
+    y = zeros * 1
+    y += x * 2
+    out = (y * y).sum()
+  elif case == "accumulated":
+    out = torch.tensor(0.0) if lib is torch else Tensor(0.0)
+    for i in range(3): out += x[i] * x[i]
+  else:
+    zeros += x
+    zeros *= x
+    out = zeros.sum()
+  assert out.requires_grad
+  out.backward()
+  return x.grad.tolist()
+
+@pytest.mark.parametrize("case", ["realized_and_its_view", "lazy", "accumulated", "twice"])
+def test_a_value_with_gradients_written_into_a_tensor_without(case: str) -> None:
+  # as torch: the tensor written into (and its views) need gradients from then on; they kept none (.grad stayed None)
+  assert _into_a_plain_tensor(case, Tensor) == _into_a_plain_tensor(case, torch)
+
 def test_an_optimizer_step_written_with_augmented_assignment_trains() -> None:
   # `with no_grad(): p -= lr * p.grad` updates the model's parameters (it bound p to a new tensor: nothing trained)
   rng = np.random.default_rng(0)
