@@ -1,6 +1,7 @@
 """What Tensor's backward() and gradient() keep about tensors, on top of the graph rules of gradient.py: which tensors
 are leaves (their .grad is filled), which non-leaves keep their gradient too (retain_grad), the hooks on tensors
-(register_hook), and the nodes of a graph that stand for a tensor.
+(register_hook), the nodes of a graph that stand for a tensor, and the gradients computed without create_graph, which
+are constants to autograd (as torch's): differentiating through one is an error, never zeros.
 
 Every registry is keyed by id: a WeakSet would compare tensors with ==, which builds a Tensor instead of answering.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from lazytensor.engine.schedule import realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import const_uop, shard_like
+from lazytensor.helpers import ArgumentError
 from lazytensor.uop.ops import Ops, UOp
 from lazytensor.views import assign_values
 
@@ -27,6 +29,18 @@ retained: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary
 # each tensor's gradient hooks; an entry leaves with its tensor
 GradHook = Callable[["Tensor"], "Tensor | None"]
 _hooks: dict[int, tuple[weakref.ref[Tensor], list[GradHook]]] = {}
+
+# the arg of the DETACH over a gradient computed without create_graph (Tensor._of_gradient): gradients do not look
+# through it, as torch's do not through such a gradient
+PLAIN_GRADIENT = "a gradient computed without create_graph"
+NO_GRAPH_HINT = ("a gradient computed without create_graph=True, a constant to autograd (as in torch); compute it with "
+                 "backward(create_graph=True) or gradient(..., create_graph=True) to differentiate it again")
+
+def holds_plain_gradient(root: UOp, nodes: Sequence[UOp] | None = None) -> bool:
+  """Whether root's graph holds a gradient computed without create_graph (whose graph reaches one of `nodes`, if
+  given): what differentiating root would need to look through."""
+  return any(n.op is Ops.DETACH and n.arg == PLAIN_GRADIENT and (nodes is None or any(m in n.toposort for m in nodes))
+             for n in root.toposort)
 
 class RemovableHandle:
   """What register_hook returns: remove() unregisters the hook."""
@@ -68,18 +82,24 @@ def nodes_standing_for(root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
 def _sum_uops(xs: list[UOp]) -> UOp | None:
   return functools.reduce(lambda a, b: a + b, xs) if xs else None
 
-def gradients_of(root: UOp, seed: UOp, targets: Sequence[Tensor]) -> list[UOp | None]:
+def gradients_of(root: UOp, seed: UOp, targets: Sequence[Tensor], asked: bool) -> list[UOp | None]:
   """The gradient of root's graph, seeded with `seed`, with respect to each target (None where root does not depend
-  on it), after the hooks: a non-leaf's act inside the backward pass, on what flows on; a leaf's on its gradient."""
+  on it), after the hooks: a non-leaf's act inside the backward pass, on what flows on; a leaf's on its gradient.
+  asked: the targets were named (gradient(), not backward()): one that root reaches only through a gradient computed
+  without create_graph is an error (as torch's, whose autograd.grad raises where a target is not used)."""
   nodes = nodes_standing_for(root, targets)
   inner = [t for ref, _ in list(_hooks.values()) if (t := ref()) is not None and not t.is_leaf]
   hooks = {n: functools.partial(_hooked, t) for t, ns in zip(inner, nodes_standing_for(root, inner)) for n in ns}
   grads = compute_gradient(root, seed, {n for ns in nodes for n in ns}, hooks)
   out = [_sum_uops([assign_values(grads[n]) for n in ns if n in grads]) for ns in nodes]
+  for t, ns, g in zip(targets, nodes, out):
+    if asked and g is None and ns and holds_plain_gradient(root, ns):
+      raise ArgumentError(f"gradient: the output reaches a target of shape {t.shape} only through {NO_GRAPH_HINT}")
   return [_hooked(t, g) if g is not None and t.is_leaf else g for t, g in zip(targets, out)]
 
-def gradients(out: Tensor, targets: Sequence[Tensor], gradient: Tensor | None) -> list[UOp | None]:
-  """d(out)/d(target) for each target (None where out does not depend on it), seeded with `gradient`."""
+def gradients(out: Tensor, targets: Sequence[Tensor], gradient: Tensor | None, asked: bool) -> list[UOp | None]:
+  """d(out)/d(target) for each target (None where out does not depend on it), seeded with `gradient`; asked as in
+  gradients_of."""
   if not out.dtype.is_float: raise TypeError(f"gradient of a {out.dtype} tensor; only float outputs have gradients")
   if gradient is None:
     if out.numel() != 1:
@@ -90,7 +110,7 @@ def gradients(out: Tensor, targets: Sequence[Tensor], gradient: Tensor | None) -
     if gradient.shape != out.shape:
       raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {out.shape}")
     seed = gradient.cast(out.dtype).lazydata
-  grads = gradients_of(out._graph_root(), seed, targets)
+  grads = gradients_of(out._graph_root(), seed, targets, asked)
   # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
   return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
           for t, g in zip(targets, grads)]

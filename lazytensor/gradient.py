@@ -134,7 +134,9 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
     if hooks and node in hooks: g = grads[node] = hooks[node](g)
     # a VIEW of the tensor graph reads a buffer or a constant: nothing below it has a gradient
     if node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
-    src_grads = pm_gradient.rewrite(node, ctx=g)
+    # a value with no elements has no gradient to pass on: its sources get zeros (the rules would reduce over its empty
+    # axes, a kernel over no elements)
+    src_grads = tuple(_c(s, 0) for s in node.src) if 0 in node.shape else pm_gradient.rewrite(node, ctx=g)
     if src_grads is None: raise NotImplementedError(f"no derivative rule for {node.op}")
     for s, sg in zip(node.src, src_grads):
       if sg is None or not s.dtype.is_float: continue

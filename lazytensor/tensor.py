@@ -18,7 +18,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lazytensor import pending, writes
-from lazytensor.autograd import GradHook, RemovableHandle, add_hook, grad_leaves, gradients, retained
+from lazytensor.autograd import (
+  NO_GRAPH_HINT,
+  PLAIN_GRADIENT,
+  GradHook,
+  RemovableHandle,
+  add_hook,
+  grad_leaves,
+  gradients,
+  holds_plain_gradient,
+  retained,
+)
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, np_from_data, to_dtype
 from lazytensor.engine import live
@@ -421,6 +431,8 @@ class Tensor(InPlaceMixin):
   def _move_in_place(self, move: Callable[[Tensor], Tensor], name: str) -> Tensor:
     return writes.move_in_place(self, move, name)
 
+  def _write_in_place(self, value: Any, name: str) -> Tensor: return writes.write_in_place(self, value, name)
+
 
 
 
@@ -582,25 +594,37 @@ class Tensor(InPlaceMixin):
     if self._graph is not None and realized_map.get(self._graph) is self.lazydata: return self._graph
     return self.lazydata
 
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet). Any float tensor can
-    be a target, whether it requires gradients or not; but once realized, only a tensor that requires gradients keeps
-    the graph it was computed from. A target this tensor does not depend on (or only through comparisons, or one
-    with no elements) gets zeros, as in tinygrad and torch's materialize_grads. A non-scalar tensor needs
-    `gradient`, the gradient of its output.
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, create_graph: bool = False) -> list[Tensor]:
+    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet), as
+    torch.autograd.grad. Any float tensor can be a target, whether it requires gradients or not; but once realized,
+    only a tensor that requires gradients keeps the graph it was computed from. A target this tensor does not depend
+    on (or only through comparisons, or one with no elements) gets zeros, as in tinygrad and torch's
+    materialize_grads. A non-scalar tensor needs `gradient`, the gradient of its output.
 
     >>> x, y = Tensor([1.0, 2.0, 3.0]), Tensor([5.0])
     >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
     [[2.0, 4.0, 6.0], [0.0]]
     >>> (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))[0].tolist()
     [2.0, 0.0, 12.0]
+
+    create_graph=True: the gradients require grad and keep the graph that computes them, also once realized, so that
+    they can be differentiated again (second derivatives, Hessian-vector products, gradient penalties), as torch's.
+    Without it a gradient is a constant to autograd, and differentiating through it is an error:
+
+    >>> g, = (x ** 3).sum().gradient(x, create_graph=True)
+    >>> g.tolist(), g.sum().gradient(x)[0].tolist()
+    ([3.0, 12.0, 27.0], [6.0, 12.0, 18.0])
+    >>> g, = (x ** 3).sum().gradient(x)
+    >>> g.sum().gradient(x)
+    Traceback (most recent call last):
+    lazytensor.helpers.ArgumentError: gradient: the output reaches a target of shape (3,) only through a gradient ...
     """
     for t in targets:
       if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
-    grads = gradients(self, targets, gradient)
-    return [t.zeros_like() if g is None else Tensor(g) for t, g in zip(targets, grads)]
+    grads = gradients(self, targets, gradient, asked=True)
+    return [t.zeros_like() if g is None else Tensor._of_gradient(g, create_graph) for t, g in zip(targets, grads)]
 
-  def backward(self, gradient: Tensor | None = None) -> Tensor:
+  def backward(self, gradient: Tensor | None = None, create_graph: bool = False) -> Tensor:
     """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:
     the gradients are computed when used). A non-scalar tensor needs `gradient`, the gradient of its output.
 
@@ -611,19 +635,43 @@ class Tensor(InPlaceMixin):
     [5.0, 7.0]
 
     A tensor that needs no gradient (computed from no such tensor, under no_grad, or through a comparison) leaves
-    every .grad as it is, as in tinygrad.
+    every .grad as it is, as in tinygrad; one computed from a gradient made without create_graph is an error (as in
+    torch). create_graph=True: the gradients keep their graph, as gradient()'s (a Hessian-vector product):
+
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = (x ** 3).sum().backward(create_graph=True)
+    >>> hv, = (x.grad * Tensor([1.0, 0.0])).sum().gradient(x)
+    >>> x.grad.tolist(), hv.tolist()
+    ([3.0, 12.0], [6.0, 0.0])
     """
-    if not self._requires_grad: return self
+    if not self._requires_grad:
+      if holds_plain_gradient(self._graph_root()):
+        raise ArgumentError(f"backward: this tensor needs no gradient: it was made from {NO_GRAPH_HINT}")
+      return self
     # in-place writes pending into memory the graph reads run first: the gradients are of the values it reads now
     if pending.writes: pending.run_before((self,))
     leaves = list(grad_leaves.values()) + list(retained.values())
-    for t, g in zip(leaves, gradients(self, leaves, gradient)):
+    for t, g in zip(leaves, gradients(self, leaves, gradient, asked=False)):
       if g is None: continue
-      t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)
+      grad = Tensor._of_gradient(g, create_graph)
+      t.grad = grad if t.grad is None else t.grad + grad
       # a gradient reads the memory as the graph it differentiates read it (in-place values a later write overwrote
       # are recomputed from it): for a write made after, it is a value made before
       live.as_old(t.grad)
     return self
+
+  @staticmethod
+  def _of_gradient(g: UOp, create_graph: bool) -> Tensor:
+    """A gradient as a tensor. With create_graph it requires grad (a float one), so that it keeps the graph that
+    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: kept as its
+    graph once realized, so that differentiating through it is an error, never zeros."""
+    if create_graph:
+      t = Tensor._of(g)
+      if g.dtype.is_float: t._requires_grad = True
+      return t
+    t = Tensor._of(UOp(Ops.DETACH, g.dtype, (g,), PLAIN_GRADIENT))
+    t._graph = t.lazydata
+    return t
 
   @staticmethod
   def train(mode: bool = True) -> TensorFlag:

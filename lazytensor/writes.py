@@ -41,17 +41,22 @@ def assign(t: Tensor, x: Any) -> Tensor:
   """Tensor.assign: the write recorded as a pending ASSIGN of t\'s memory."""
   value = t._as_value_for(x, t.shape)
   if t.numel() == 0: return t  # nothing to write
-  if t._viewed is not None and write_has_grad(t, value):
-    # a view of a tensor that needs gradients (`x[::2].mul_(10)`): written now, as a setitem, which records the
-    # write in the gradients of the tensor it views
+  # a value that needs gradients, written into a tensor that needed none, makes it need them (a result of ops now), as
+  # torch's in-place ops do (`total = Tensor(0.0); total += loss` and `buf.add_(x * w)` kept no gradient)
+  grad_into_plain = bool(value._requires_grad) and not t._requires_grad and t.dtype.is_float
+  in_memory = t._is_buffer_view() or t.lazydata.op is Ops.ASSIGN
+  if (t._viewed is not None and write_has_grad(t, value)) or (grad_into_plain and t._viewed is None and in_memory):
+    # a view of a tensor that needs gradients (`x[::2].mul_(10)`), or memory that gets them: written now, as a
+    # setitem, which records the write in the gradients of the tensor written into and of its views
     t[...] = value
     return t
   if t.lazydata.op is Ops.ASSIGN and read_since_assigned(t, (x, value)): t.realize()
   old = t.lazydata
-  if t._viewed is None and not t._is_buffer_view() and old.op is not Ops.ASSIGN:
+  if t._viewed is None and not in_memory:
     # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
     t.lazydata = value.lazydata
-    rebase_views(t, old, t.lazydata)
+    if grad_into_plain: t._requires_grad = True
+    rebase_views(t, old, t.lazydata, requires_grad=grad_into_plain)
     return t
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
@@ -119,12 +124,25 @@ def write_has_grad(t: Tensor, value: Any) -> bool:
   torch: the leaf's gradient would be that of a value it no longer holds."""
   # a write through a detached view (w.detach()[0] = 1) reaches the memory and nothing else, as in torch
   if t.no_grad or not t.dtype.is_float or t._detached: return False
+  refuse_leaf(t, "x[...] = value")
+  root = t._viewed if t._viewed is not None else t
+  return bool(root._requires_grad or t._requires_grad or (isinstance(value, type(t)) and value._requires_grad))
+
+def refuse_leaf(t: Tensor, name: str) -> None:
+  """The in-place op `name` into a leaf that requires gradients (or a view of one, or of its memory) is an error
+  outside no_grad, as in torch: the leaf's gradient would be that of a value it no longer holds. A write through a
+  detached view reaches the memory and nothing else, as in torch."""
+  if t.no_grad or t._detached: return
   root = t._viewed if t._viewed is not None else t
   if is_leaf_memory(root) or (t._requires_grad and id(t) in grad_leaves):
     what = "a tensor" if root is t or id(t) in grad_leaves else "a view of a tensor"
-    raise ArgumentError(f"x[...] = value: {what} that requires grad and is a leaf (not the result of an op) cannot "
-                        "be written in place, as in torch; write under no_grad(), or into a clone")
-  return bool(root._requires_grad or t._requires_grad or (isinstance(value, type(t)) and value._requires_grad))
+    raise ArgumentError(f"{name}: {what} that requires grad and is a leaf (not the result of an op) cannot be changed "
+                        "in place, as in torch; do it under no_grad(), or on a clone")
+
+def write_in_place(t: Tensor, value: Any, name: str) -> Tensor:
+  """What the in-place ops write with (add_, fill_, `t += x`, ...): an assign, refused on a leaf that requires grad."""
+  refuse_leaf(t, name)
+  return assign(t, value)
 
 def is_leaf_memory(root: Tensor) -> bool:
   """Whether this tensor (one that views no other) holds the memory of a leaf that requires gradients: the leaf
@@ -136,11 +154,7 @@ def move_in_place(t: Tensor, move: Callable[[Tensor], Tensor], name: str) -> Ten
   new shape, and stays the same object. A tensor that views no other hands its memory, its graph and the views taken
   of it to a hidden base tensor first (split_base), which it then views: its views, old and new, and writes through any
   of them meet in that base's memory (or its lazy value) as they do for any view. A view just moves further."""
-  root = t._viewed if t._viewed is not None else t
-  if not t.no_grad and not t._detached and (is_leaf_memory(root) or (t._requires_grad and id(t) in grad_leaves)):
-    what = "a tensor" if root is t or id(t) in grad_leaves else "a view of a tensor"
-    raise ArgumentError(f"{name}: {what} that requires grad and is a leaf (not the result of an op) cannot be changed "
-                        "in place, as in torch; do it under no_grad(), or on a clone")
+  refuse_leaf(t, name)
   # its own pending write is done first, as torch's was: the views taken before read the memory it writes, and an
   # assign under a move would not be the node that pending.writes waits for
   if t.lazydata.op is Ops.ASSIGN: t.realize()

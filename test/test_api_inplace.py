@@ -2,13 +2,15 @@
 view, with gradients where torch gives them, and the dtype errors torch raises."""
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from lazytensor import Tensor
+from lazytensor import Tensor, no_grad
 from lazytensor.mixin.inplace import InPlaceMixin
 
 rng = np.random.default_rng(0)
@@ -78,7 +80,8 @@ def _assert_same(t: Tensor, ref: torch.Tensor) -> None:
   np.testing.assert_allclose(t.numpy(), ref.numpy(), rtol=2e-5, atol=2e-5, equal_nan=True)
 
 def test_every_entry_of_the_table_is_tested() -> None:
-  made = {n for n, f in vars(InPlaceMixin).items() if getattr(f, "__wrapped__", None) is not None}
+  made = {n for n, f in vars(InPlaceMixin).items() if getattr(f, "__wrapped__", None) is not None
+          and not n.startswith("__")}  # the operators (__iadd__, ...): test_augmented_assignment
   assert made - {n + "_" for n, *_ in CASES} == set()
   assert {"exp_", "scatter_add_", "fill_diagonal_", "index_put_", "bitwise_left_shift_"} <= set(dir(Tensor))
 
@@ -156,3 +159,141 @@ def test_bad_input() -> None:
 def test_fill_diagonal_of_a_cube() -> None:
   ref = torch.zeros(3, 3, 3).fill_diagonal_(2.0)
   _assert_same(Tensor.zeros(3, 3, 3).contiguous().realize().fill_diagonal_(2.0), ref)
+
+# ---- Python's augmented assignments: in place, as torch's ----
+
+AUGMENTED = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+             "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "&=": operator.iand,
+             "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift, ">>=": operator.irshift}
+VIEWS: dict[str, Callable[[Any], Any]] = {"w": lambda w: w, "w[1:]": lambda w: w[1:], "w.T": lambda w: w.T,
+                                          "w[:, ::2]": lambda w: w[:, ::2]}
+
+# torch has no pow of bools (lazytensor's is logical: x or not y)
+@pytest.mark.parametrize("sym,dtype", [(s, d) for s in AUGMENTED for d in (np.float32, np.int32, np.bool_)
+                                       if (s, d) != ("**=", np.bool_)], ids=lambda v: getattr(v, "__name__", v))
+def test_augmented_assignment(sym: str, dtype: type) -> None:
+  # `v op= x` writes v's memory, so the tensor v views sees it (it was `v = v op x`: a new tensor, w unchanged); where
+  # torch refuses the op or the result's dtype (int /= x, float &= x), it is an error here too, and nothing is written
+  op, rng = AUGMENTED[sym], np.random.default_rng(0)
+  data = rng.integers(1, 6, (3, 4)).astype(dtype)
+  for name, view in VIEWS.items():
+    x = rng.integers(1, 3, view(data).shape).astype(dtype)
+    ref, w = torch.tensor(data), Tensor(data).realize()
+    try: ref_error = op(view(ref), torch.tensor(x)) is None
+    except RuntimeError: ref_error = True
+    v = view(w)
+    if ref_error:
+      with pytest.raises((TypeError, ValueError)): op(v, Tensor(x))
+      np.testing.assert_array_equal(w.numpy(), data, err_msg=name)
+      continue
+    assert op(v, Tensor(x)) is v, name
+    np.testing.assert_array_equal(w.numpy(), ref.numpy(), err_msg=f"{name} {sym}")
+    np.testing.assert_array_equal(v.numpy(), view(ref).numpy(), err_msg=f"{name} {sym}")
+
+def test_augmented_assignment_dtype_rule() -> None:
+  # as torch: a result the tensor's dtype cannot hold is an error (an int tensor += 2.5), a narrower float is written
+  t = Tensor([1, 2]).realize()
+  with pytest.raises(RuntimeError): torch.tensor([1, 2]).__iadd__(2.5)
+  with pytest.raises(TypeError, match="add_: the result has dtype float32, which cannot be written into this tensor "
+                                      "of dtype int"):
+    t += 2.5
+  assert t.tolist() == [1, 2]
+  h = Tensor(np.ones(2, np.float16)).realize()
+  h += Tensor(np.full(2, 1 / 3))  # float64
+  assert h.dtype.name == "float16" and h.tolist() == (torch.ones(2, dtype=torch.float16) + 1 / 3).tolist()
+
+def test_augmented_assignment_into_a_leaf_that_requires_grad() -> None:
+  # refused as in torch, through a view too; allowed under no_grad, where the leaf stays a leaf that requires grad
+  w, ref = Tensor([1.0, 2.0, 3.0], requires_grad=True), torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+  for write in (lambda t: t.__iadd__(1), lambda t: t[1:].__imul__(2), lambda t: t.fill_(0),
+                lambda t: t.copy_(t * 2), lambda t: t.sub_(1)):
+    with pytest.raises(RuntimeError, match="leaf"): write(ref)
+    with pytest.raises(RuntimeError, match="requires grad and is a leaf .* cannot be changed in place"): write(w)
+  assert w.tolist() == [1.0, 2.0, 3.0]
+  with no_grad(), torch.no_grad():
+    w += 1
+    ref += 1
+    w[1:] *= 2
+    ref[1:] *= 2
+  assert w.tolist() == ref.tolist() == [2.0, 6.0, 8.0]
+  assert w.requires_grad and w.is_leaf
+  w.detach().add_(1)  # a detached view writes the memory alone, as torch's
+  assert w.tolist() == [3.0, 7.0, 9.0]
+
+def test_augmented_assignment_on_a_non_leaf_keeps_gradients() -> None:
+  def run(lib: Any) -> list[Any]:
+    x = lib.tensor([1.0, 2.0, 3.0], requires_grad=True) if lib is torch else Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    y += 1
+    y[1:] *= x[:2]
+    (y * y).sum().backward()
+    return [y.tolist(), x.grad.tolist()]
+  assert run(Tensor) == run(torch)
+
+def _into_a_plain_tensor(case: str, lib: Any) -> list[Any]:
+  x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True) if lib is torch else Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  zeros = torch.zeros(3) if lib is torch else Tensor.zeros(3).contiguous().realize()
+  if case == "realized_and_its_view":
+    view = zeros[1:]
+    zeros += x * 2
+    out = (view * view).sum() + (zeros * zeros).sum()
+  elif case == "lazy":
+    y = zeros * 1
+    y += x * 2
+    out = (y * y).sum()
+  elif case == "accumulated":
+    out = torch.tensor(0.0) if lib is torch else Tensor(0.0)
+    for i in range(3): out += x[i] * x[i]
+  else:
+    zeros += x
+    zeros *= x
+    out = zeros.sum()
+  assert out.requires_grad
+  out.backward()
+  return x.grad.tolist()
+
+@pytest.mark.parametrize("case", ["realized_and_its_view", "lazy", "accumulated", "twice"])
+def test_a_value_with_gradients_written_into_a_tensor_without(case: str) -> None:
+  # as torch: the tensor written into (and its views) need gradients from then on; they kept none (.grad stayed None)
+  assert _into_a_plain_tensor(case, Tensor) == _into_a_plain_tensor(case, torch)
+
+def test_an_optimizer_step_written_with_augmented_assignment_trains() -> None:
+  # `with no_grad(): p -= lr * p.grad` updates the model's parameters (it bound p to a new tensor: nothing trained)
+  rng = np.random.default_rng(0)
+  weights = [rng.standard_normal(s).astype(np.float32) for s in ((4, 8), (8,), (8, 1))]
+  x, y = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((16, 1)).astype(np.float32)
+  def train(lib: Any) -> tuple[list[float], list[np.ndarray]]:
+    make, grad_off = (torch.tensor, torch.no_grad) if lib is torch else (Tensor, no_grad)
+    params = [make(w, requires_grad=True) for w in weights]
+    losses = []
+    for _ in range(4):
+      loss = (((make(x) @ params[0] + params[1]).relu() @ params[2] - make(y)) ** 2).mean()
+      loss.backward()
+      with grad_off():
+        for p in params:
+          p -= 0.05 * p.grad
+          p.grad = None
+      losses.append(loss.item())
+    return losses, [p.detach().numpy() if lib is torch else p.numpy() for p in params]
+  (want_losses, want), (losses, got) = train(torch), train(Tensor)
+  np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+  assert losses[-1] < losses[0] / 10
+  for g, w in zip(got, want): np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+def test_in_place_matmul() -> None:
+  # numpy's rule (torch has none: its `a @= b` makes a new tensor): written in place when the product has a's shape
+  data, square = np.arange(6.0, dtype=np.float32).reshape(2, 3), np.float32([[1.0, 2.0], [0.5, -1.0]])
+  ref, w = data.copy(), Tensor(data).realize()
+  ref_t, t = ref.T, w.T
+  ref_t @= square
+  t @= Tensor(square)
+  np.testing.assert_allclose(w.numpy(), ref, rtol=1e-6)
+  with pytest.raises(ValueError):
+    data.copy().__imatmul__(np.ones((3, 2), np.float32))
+  with pytest.raises(ValueError, match=r"@=: the product has shape \(2, 2\), which cannot be written into this tensor "
+                                       r"of shape \(2, 3\)"):
+    w @= Tensor.ones(3, 2)
+  i = Tensor([[1, 2], [3, 4]]).realize()
+  with pytest.raises(TypeError, match="@=: the result has dtype float32"): i @= Tensor([[0.5, 0.0], [0.0, 1.0]])
+  i @= Tensor([[0, 1], [1, 0]])
+  assert i.tolist() == [[2, 1], [4, 3]] and w.tolist() == ref.tolist()

@@ -363,7 +363,7 @@ def test_pow_values_and_gradients_match_torch(form: str) -> None:
 def test_pow_second_derivative() -> None:
   # the stated first derivative is itself differentiable: d2/dx2 x**2.5 = 3.75 x**0.5
   x = Tensor([1.0, 4.0])
-  g, = (x ** 2.5).sum().gradient(x)
+  g, = (x ** 2.5).sum().gradient(x, create_graph=True)
   gg, = g.sum().gradient(x)
   np.testing.assert_allclose(gg.numpy(), [3.75, 7.5], rtol=1e-6)
 

@@ -88,6 +88,10 @@ SATURATED = np.array([-1000.0, -100.0, -50.0, -1.0, 0.0, 1.0, 50.0, 100.0, 1000.
 def test_saturated_and_singular(name: str, fn: Callable[..., Any]) -> None:
   check_op([SATURATED], fn)
 
+def test_lgamma_gradient_at_its_zeros() -> None:
+  # lgamma is exactly 0 at 1 and 2, where its gradient (digamma) was 0 too: -0.5772 and 0.4228
+  check_op([np.float32([0.5, 1.0, 2.0, 3.0]), np.float32([1.0, 2.0, 2.0, 1.0])], lambda x, y: x.lgamma() * y)
+
 # ---- casts: the gradient comes back in the input's dtype ----
 
 @pytest.mark.parametrize("name,fn,dtype", named([
@@ -301,6 +305,32 @@ def test_gradients_that_are_zero() -> None:
   t = Tensor([1, 2])
   with pytest.raises(TypeError, match="int64"): t.requires_grad = True
 
+# ---- zero-size values: backward reaches the leaves under them, with zeros (as torch) ----
+
+ZERO_SIZE: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], Any]] = [
+  ("empty_slice", lambda a, w: (a @ w)[0:0].sum(), [(2, 4), (4, 3)], None),
+  ("linear_of_an_empty_batch", lambda x, w, b: (x @ w + b).relu().sum(), [(0, 4), (4, 3), (3,)], None),
+  ("sum_over_an_empty_axis", lambda x, w: (x.sum(1, keepdim=True) * w).sum() + x.prod(), [(3, 0), (3, 2)], None),
+  ("mean_of_an_empty_batch", lambda x, w: (x * w).mean(0).nan_to_num().sum(), [(0, 3), (3,)], None),
+  ("cat_with_an_empty_tensor", lambda a, b: a.cat(b).square().sum(), [(0, 3), (2, 3)],
+   lambda a, b: torch.cat([a, b]).square().sum()),
+  ("logsumexp_of_an_empty_axis", lambda x, w: (x.exp() @ w).logsumexp(0).clamp(-1, 1).sum(), [(0, 2), (2, 3)], None),
+]
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("name,fn,shapes,torch_fn", named(ZERO_SIZE))
+def test_zero_size_gradients_vs_torch(name: str, fn: Callable[..., Any], shapes: list[tuple[int, ...]],
+                                      torch_fn: Any) -> None:
+  # a reduce over no elements was a constant that depended on nothing: backward left .grad None (torch: zeros)
+  data = _rand(*shapes)
+  xs = [Tensor(d.astype(np.float32), requires_grad=True) for d in data]
+  refs = [torch.tensor(d.astype(np.float32), requires_grad=True) for d in data]
+  fn(*xs).backward()
+  (torch_fn or fn)(*refs).backward()
+  for x, ref in zip(xs, refs):
+    assert x.grad is not None and x.grad.shape == tuple(ref.grad.shape), name
+    np.testing.assert_allclose(x.grad.numpy(), ref.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
 def test_scalar_shapes() -> None:
   x = Tensor(3.0, requires_grad=True)
   (x * x).backward()
@@ -415,8 +445,9 @@ def test_build_on_a_realized_intermediate() -> None:
   assert g.tolist() == [4.0, 8.0]
 
 def test_second_order() -> None:
+  # with respect to a tensor that requires no gradient too (test_second_order.py has the rest, against torch)
   x = Tensor([1.0, 2.0])
-  g, = (x * x * x).sum().gradient(x)
+  g, = (x * x * x).sum().gradient(x, create_graph=True)
   gg, = g.sum().gradient(x)
   assert g.tolist() == [3.0, 12.0] and gg.tolist() == [6.0, 12.0]
 

@@ -162,7 +162,7 @@ def test_erfc_float32_gradients() -> None:
   backward) 4x/sqrt(pi) exp(-x^2)."""
   x = ERFC_GRID[::7]
   t = Tensor(x, requires_grad=True)
-  g, = t.erfc().sum().gradient(t)
+  g, = t.erfc().sum().gradient(t, create_graph=True)
   gg, = g.sum().gradient(t)
   want = np.array([-2 / math.sqrt(math.pi) * math.exp(-float(v) ** 2) for v in x])
   ulps = np.abs(g.numpy() - want) / np.maximum(np.spacing(np.abs(want).astype(np.float32)), 2.0 ** -149)

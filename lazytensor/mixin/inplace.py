@@ -20,7 +20,7 @@ if TYPE_CHECKING:
   from typing import Self
 
 P = ParamSpec("P")
-T = TypeVar("T", bound=LinalgMixin)
+T = TypeVar("T", bound="InPlaceMixin")
 
 def can_cast(src: DType, dst: DType) -> bool:
   """Whether an in-place op may write a result of dtype src into a tensor of dtype dst, as torch.can_cast: not into a
@@ -31,7 +31,7 @@ def _write_result(t: T, result: T, name: str, exact: bool = False) -> T:
   if not (result.dtype == t.dtype if exact else can_cast(result.dtype, t.dtype)):
     raise TypeError(f"{name}: the result has dtype {result.dtype.name}, which cannot be written into this tensor of "
                     f"dtype {t.dtype.name} in place (as in torch); use the out-of-place op, or cast the tensor first")
-  return t.assign(result)
+  return t._write_in_place(result, name)
 
 def _inplace(op: Callable[Concatenate[T, P], T], exact: bool = False) -> Callable[Concatenate[T, P], T]:
   """torch's in-place form of op (named and documented by _name_inplace_ops after the class is made). exact: the
@@ -44,12 +44,19 @@ def _inplace(op: Callable[Concatenate[T, P], T], exact: bool = False) -> Callabl
 class InPlaceMixin(LinalgMixin):
   """Tensor's in-place ops (add_, exp_, masked_fill_, scatter_, fill_, uniform_, copy_, ...): on the linear algebra
   mixin and those below it. Each writes the tensor's memory, so views of it and other names for it see the write.
-  The operator `t += x` is not in place: Python makes it `t = t + x` (a new tensor, as in tinygrad), which views of t
-  do not see.
+  The augmented assignments are these ops, as in torch: `t += x` is `t.add_(x)`, `t //= x` floor_divide_, `t %= x`
+  remainder_, `t &= x` bitwise_and_, `t <<= x` bitwise_left_shift_, and so on (`@=` is numpy's, see __imatmul__).
+  Like every in-place op they are refused on a leaf that requires grad, or a view of one, outside no_grad() (as torch
+  refuses them: the leaf's gradient would be that of a value it no longer holds).
 
   >>> t = Tensor([1.0, 2.0]).realize()
   >>> t.add_(1).mul_(3).sub_(1).div_(2).tolist()
   [2.5, 4.0]
+  >>> w = Tensor([1, 2, 3]).realize()
+  >>> v = w[1:]
+  >>> v += 10  # writes w's memory, seen through every view of it
+  >>> w.tolist(), v.tolist()
+  ([1, 12, 13], [12, 13])
   >>> m = Tensor([[1.0, 4.0], [9.0, 16.0]]).realize()
   >>> _ = m[:, 1].sqrt_().neg_()  # a write through a view reaches m
   >>> m.tolist()
@@ -126,6 +133,33 @@ class InPlaceMixin(LinalgMixin):
   addmm_, addmv_, addr_ = _inplace(LinalgMixin.addmm), _inplace(LinalgMixin.addmv), _inplace(LinalgMixin.addr)
   baddbmm_, addbmm_ = _inplace(LinalgMixin.baddbmm), _inplace(LinalgMixin.addbmm)
   renorm_ = _inplace(LinalgMixin.renorm)
+  # Python's augmented assignments, in place as torch's (they return self, which Python binds to the name again)
+  __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
+  __ifloordiv__, __imod__, __ipow__ = floor_divide_, remainder_, pow_
+  __iand__, __ior__, __ixor__ = bitwise_and_, bitwise_or_, bitwise_xor_
+  __ilshift__, __irshift__ = bitwise_left_shift_, bitwise_right_shift_
+
+  def __imatmul__(self, x: Self) -> Self:
+    """`t @= x`: t @ x written into t, in place, as numpy (2 and later) does where the product has t's shape (x
+    square); another shape is a ValueError, as in numpy. torch has no in-place matmul: there `t @= x` binds t to a new
+    tensor, which the views of t do not see.
+
+    >>> t = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+    >>> row = t[0]
+    >>> t @= Tensor([[0.0, 1.0], [1.0, 0.0]])  # swaps the columns of t's own memory
+    >>> row.tolist(), t.tolist()
+    ([2.0, 1.0], [[2.0, 1.0], [4.0, 3.0]])
+    """
+    out = self.matmul(x)
+    if out.shape != self.shape:
+      raise ValueError(f"@=: the product has shape {out.shape}, which cannot be written into this tensor of shape "
+                       f"{self.shape} in place (as in numpy); use t = t @ x for a new tensor")
+    return _write_result(self, out, "@=")
+
+  def _write_in_place(self, value: Any, name: str) -> Self:
+    """value written into this tensor's memory by the in-place op `name` (an assign), refused on a leaf that requires
+    grad outside no_grad (Tensor implements it: lazytensor/writes.py)."""
+    raise NotImplementedError("Tensor._write_in_place")
 
   def _move_in_place(self, move: Callable[[Self], Self], name: str) -> Self:
     """self becomes move(self), a view of the memory it held (Tensor implements it: lazytensor/writes.py)."""
@@ -224,7 +258,7 @@ class InPlaceMixin(LinalgMixin):
     >>> t.fill_(7).tolist(), t.zero_().tolist()
     ([7, 7, 7], [0, 0, 0])
     """
-    return self.assign(self.full_like(value))
+    return self._write_in_place(self.full_like(value), "fill_")
 
   def zero_(self) -> Self: return self.fill_(0)
 
@@ -240,7 +274,7 @@ class InPlaceMixin(LinalgMixin):
     True
     """
     self._random_fill("uniform_")
-    return self.assign(self.rand_like() * (high - low) + low)
+    return self._write_in_place(self.rand_like() * (high - low) + low, "uniform_")
 
   def normal_(self, mean: float = 0.0, std: float = 1.0) -> Self:
     """Normal random numbers with `mean` and `std` written into this float tensor, in place (an assign), as torch's
@@ -251,7 +285,7 @@ class InPlaceMixin(LinalgMixin):
     True
     """
     self._random_fill("normal_")
-    return self.assign(self.randn_like() * std + mean)
+    return self._write_in_place(self.randn_like() * std + mean, "normal_")
 
   def copy_(self, src: Any) -> Self:
     """src's values (broadcast to this shape, cast to this dtype) written into this tensor, in place (an assign).
@@ -259,12 +293,13 @@ class InPlaceMixin(LinalgMixin):
     >>> Tensor.zeros(2, 2).contiguous().realize().copy_(Tensor([1, 2])).tolist()
     [[1.0, 2.0], [1.0, 2.0]]
     """
-    return self.assign(src)
+    return self._write_in_place(src, "copy_")
 
 def _name_inplace_ops(cls: type) -> None:
   """Name and document the in-place ops the table above made, each after the attribute that holds it."""
   for name, fn in vars(cls).items():
-    if getattr(fn, "__qualname__", "").startswith("_inplace."):
+    # the operators (__iadd__, ...) are the same functions under a second name: named after the op
+    if getattr(fn, "__qualname__", "").startswith("_inplace.") and not name.startswith("__"):
       op = fn.__wrapped__.__name__
       fn.__name__, fn.__qualname__ = name, f"{cls.__name__}.{name}"
       fn.__doc__ = (f"{op} in place (an assign): `t.{name}(...)` writes `t.{op}(...)` into t, in t's dtype (a "

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 TensorT = TypeVar("TensorT", bound="ReduceMixin")
 
+def _no_elements_grad(ctx: UOp, x: UOp) -> tuple[UOp]:
+  """The gradient of a reduce over no elements (a CUSTOM_GRAD's arg): zeros for its input, whose value it ignores."""
+  return (const_uop(0.0, x.dtype, x.device, x.shape),)
+
 # the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
 Axis = int | Sequence[int] | None
 
@@ -88,8 +92,11 @@ class ReduceMixin(SpecialMixin):
     axes = self._axes(axis)
     shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape)) if keepdim else \
       tuple(s for i, s in enumerate(self.shape) if i not in axes)
-    # through _apply_uop, so that the result needs gradients (all zero) when self does, as in torch
-    return self._apply_uop(lambda x: const_uop(value, dtype, x.device, shape))
+    def identity(x: UOp) -> UOp: return const_uop(value, dtype, x.device, shape)
+    if not self.requires_grad: return self._apply_uop(identity)
+    # a constant that keeps self in its graph (a CUSTOM_GRAD), so that the gradient reaches what self was computed from
+    # (zeros), as in torch: a bare constant depended on nothing, and backward left .grad None
+    return self._apply_uop(lambda x: UOp(Ops.CUSTOM_GRAD, dtype, (identity(x), x), _no_elements_grad))
 
   def _check_nonempty(self, name: str, axis: Axis) -> None:
     if any(self.shape[a] == 0 for a in self._axes(axis)):

@@ -182,8 +182,9 @@ def _lgamma_series(y: TensorT) -> TensorT:
 def _lgamma(x: TensorT) -> TensorT:
   # lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x); at the poles (x = 0, -1, ...) sin(pi r) is exactly 0
   out = _reflected(x, _lgamma_series, lambda f, r: math.log(math.pi) - (r * math.pi).sin().abs().log() - f)
-  # the zeros at 1 and 2 are exact, as C's lgamma (the series and the recurrence cancel to within 2e-15 there)
-  return x.eq(-math.inf).where(math.inf, (x.eq(1) | x.eq(2)).where(0.0, out))
+  # the zeros at 1 and 2 are exact, as C's lgamma (the series and the recurrence cancel to within 2e-15 there), with
+  # out's gradient (digamma): a constant 0 had none
+  return x.eq(-math.inf).where(math.inf, (x.eq(1) | x.eq(2)).where(out - out.detach(), out))
 
 def _digamma_series(y: TensorT) -> TensorT:
   small, z, ys = _moved_up(y)

@@ -1,0 +1,145 @@
+"""Second-order gradients against torch: create_graph=True keeps the graph of a gradient (lazy or realized) so that it
+can be differentiated again (Hessian-vector products, a gradient penalty, third derivatives); without it a gradient is a
+constant to autograd, and differentiating through it is an error, never zeros."""
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import named
+
+from lazytensor import Tensor
+from lazytensor.helpers import ArgumentError
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+def _mlp(x: Any, w1: Any, w2: Any) -> Any: return ((x @ w1).tanh() @ w2).log_softmax(1).sum() + (x @ w1).relu().sum()
+
+# (name, fn, input shapes, torch's fn where it differs): each fn maps its inputs to a scalar
+FUNCTIONS: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], Any]] = [
+  ("sin", lambda x: x.sin().sum(), [(3, 4)], None),
+  ("tanh", lambda x: x.tanh().sum(), [(3, 4)], None),
+  # tanh's chain rule overflowed for 11 < |x| < 20 in float32 (its second derivative was +-8 there, not 0)
+  ("tanh_saturated", lambda x: (x * 12).tanh().sum(), [(3, 4)], None),
+  ("mish", lambda x: (x * 12).mish().sum(), [(3, 4)], lambda x: F.mish(x * 12).sum()),
+  ("exp", lambda x: x.exp().sum(), [(3, 4)], None),
+  ("cube", lambda x: (x ** 3).sum(), [(3, 4)], None),
+  ("softmax", lambda x, w: (x.softmax(1) * w).sum(), [(3, 4), (3, 4)], None),
+  ("log_softmax", lambda x, w: (x.log_softmax(1) * w).sum(), [(3, 4), (3, 4)], None),
+  ("matmul", lambda a, b: ((a @ b) ** 2).sum(), [(3, 4), (4, 5)], None),
+  ("conv2d", lambda x, w: x.conv2d(w, padding=1).tanh().sum(), [(2, 3, 5, 5), (4, 3, 3, 3)],
+   lambda x, w: F.conv2d(x, w, padding=1).tanh().sum()),
+  ("mlp_loss", _mlp, [(8, 4), (4, 6), (6, 3)], None),
+]
+
+def _inputs(shapes: list[tuple[int, ...]], seed: int = 0) -> list[np.ndarray]:
+  rng = np.random.default_rng(seed)
+  return [rng.uniform(-1.5, 1.5, s).astype(np.float32) for s in shapes]
+
+def _close(got: Tensor, want: Any, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+  np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=rtol, atol=atol)
+
+@pytest.mark.parametrize("via", ["gradient", "backward"])
+@pytest.mark.parametrize("name,fn,shapes,torch_fn", named(FUNCTIONS))
+def test_hessian_vector_products(name: str, fn: Callable[..., Any], shapes: list[tuple[int, ...]], torch_fn: Any,
+                                 via: str) -> None:
+  # H v = d<grad f, v>/dx, with the first gradient from gradient(create_graph=True) or backward(create_graph=True)
+  data, vs = _inputs(shapes), _inputs(shapes, seed=1)
+  refs = [torch.tensor(d, requires_grad=True) for d in data]
+  ref_g = torch.autograd.grad((torch_fn or fn)(*refs), refs, create_graph=True)
+  ref_hv = torch.autograd.grad(sum((g * torch.tensor(v)).sum() for g, v in zip(ref_g, vs)), refs)
+  xs = [Tensor(d, requires_grad=True) for d in data]
+  if via == "gradient": gs = fn(*xs).gradient(*xs, create_graph=True)
+  else:
+    fn(*xs).backward(create_graph=True)
+    gs = [x.grad for x in xs]
+  assert all(g.requires_grad for g in gs)
+  hv = sum(((g * Tensor(v)).sum() for g, v in zip(gs, vs)), Tensor(0.0)).gradient(*xs)
+  for got, want in zip(gs, ref_g): _close(got, want)
+  for got, want in zip(hv, ref_hv): _close(got, want, rtol=1e-3, atol=1e-4)
+
+def test_gradient_penalty() -> None:
+  # WGAN-GP: the norm of the critic's input gradient in the loss, then backward to the critic's weights
+  x_np, w1_np, w2_np = _inputs([(6, 4), (4, 8), (8, 1)])
+  def run(lib: Any) -> list[np.ndarray]:
+    make = (lambda a: torch.tensor(a, requires_grad=True)) if lib is torch else \
+      (lambda a: Tensor(a, requires_grad=True))
+    x, w1, w2 = make(x_np), make(w1_np), make(w2_np)
+    def critic(v: Any) -> Any: return (v @ w1).tanh() @ w2
+    if lib is torch: gx, = torch.autograd.grad(critic(x).sum(), x, create_graph=True)
+    else: gx, = critic(x).sum().gradient(x, create_graph=True)
+    penalty = ((gx.square().sum(1) + 1e-12).sqrt() - 1).square().mean()
+    (critic(x).mean() + 10 * penalty).backward()
+    return [t.grad.numpy() for t in (x, w1, w2)]
+  for got, want in zip(run(Tensor), run(torch)): np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+def test_gradient_of_a_gradient_of_a_gradient() -> None:
+  # Tensor.gradient(..., create_graph=True) used twice, as torch.autograd.grad: d3/dx3 of x**4 * sin(x)
+  data = np.float32([0.5, -1.0, 2.0])
+  x, ref = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+  g1, = (x ** 4 * x.sin()).sum().gradient(x, create_graph=True)
+  g2, = g1.sum().gradient(x, create_graph=True)
+  g3, = g2.sum().gradient(x)
+  r1, = torch.autograd.grad((ref ** 4 * ref.sin()).sum(), ref, create_graph=True)
+  r2, = torch.autograd.grad(r1.sum(), ref, create_graph=True)
+  r3, = torch.autograd.grad(r2.sum(), ref)
+  for got, want in ((g1, r1), (g2, r2), (g3, r3)): _close(got, want)
+
+def test_third_derivative_of_tanh() -> None:
+  data = np.float32([0.3, -1.0, 2.5, 12.0, -15.0])
+  x, ref = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+  g = x.tanh().sum()
+  r = ref.tanh().sum()
+  for _ in range(3):
+    g, = g.sum().gradient(x, create_graph=True)
+    r, = torch.autograd.grad(r.sum(), ref, create_graph=True)
+    _close(g, r)
+
+@pytest.mark.parametrize("via", ["gradient", "backward"])
+def test_a_realized_gradient_is_differentiated(via: str) -> None:
+  # realized, a gradient kept no graph: differentiating it gave zeros
+  data = np.float32([[0.5, -1.0], [2.0, 0.25]])
+  x, ref = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+  if via == "gradient": g, = (x.tanh() @ x).sum().gradient(x, create_graph=True)
+  else:
+    (x.tanh() @ x).sum().backward(create_graph=True)
+    g, x.grad = x.grad, None
+  g.realize()
+  gg, = (g * g).sum().gradient(x)
+  r, = torch.autograd.grad((ref.tanh() @ ref).sum(), ref, create_graph=True)
+  rr, = torch.autograd.grad((r * r).sum(), ref, retain_graph=True)
+  _close(g, r)
+  _close(gg, rr)
+  (g.exp() * x).sum().backward()  # backward through it fills x.grad (it was left None)
+  ref.grad = None
+  (r.exp() * ref).sum().backward()
+  assert x.grad is not None
+  _close(x.grad, ref.grad)
+
+@pytest.mark.parametrize("case", ["lazy", "realized", "computed_from"])
+def test_differentiating_a_gradient_made_without_create_graph_is_an_error(case: str) -> None:
+  # as torch's "element 0 of tensors does not require grad": not zeros (realized), not a silent no-op (backward)
+  x = Tensor([0.5, 1.0], requires_grad=True)
+  g, = (x ** 3).sum().gradient(x)
+  assert not g.requires_grad
+  if case == "realized": g.realize()
+  out = (g * 2 + 1).sum() if case == "computed_from" else g.sum()
+  with pytest.raises(ArgumentError, match=r"gradient: the output reaches a target of shape \(2,\) only through a "
+                                          "gradient computed without create_graph=True"):
+    out.gradient(x)
+  with pytest.raises(ArgumentError, match="backward: this tensor needs no gradient: it was made from a gradient "
+                                          "computed without create_graph"):
+    out.backward()
+  assert x.grad is None
+
+def test_a_gradient_made_without_create_graph_is_a_constant() -> None:
+  # as in torch: it weighs another term, whose own gradient is unchanged
+  data = np.float32([0.5, 1.0, -2.0])
+  x, ref = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+  (x ** 3).sum().backward()
+  (ref ** 3).sum().backward()
+  gx, x.grad, gref, ref.grad = x.grad, None, ref.grad, None
+  (gx * x.sin()).sum().backward()
+  (gref * ref.sin()).sum().backward()
+  _close(x.grad, ref.grad)
