@@ -15,7 +15,7 @@ from lazytensor.autograd import grad_leaves
 from lazytensor.engine import live
 from lazytensor.engine.schedule import commit_realized, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import const_uop
+from lazytensor.graph import const_uop, own_value
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
@@ -49,8 +49,9 @@ def assign(t: Tensor, x: Any) -> Tensor:
   if t.lazydata.op is Ops.ASSIGN and read_since_assigned(t, (x, value)): t.realize()
   old = t.lazydata
   if t._viewed is None and not t._is_buffer_view() and old.op is not Ops.ASSIGN:
-    # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
-    t.lazydata = value.lazydata
+    # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it: a value of
+    # its own (graph.own_value), not x's buffer or node, which a later write into either tensor would reach the other by
+    t.lazydata = own_value(value.lazydata)
     rebase_views(t, old, t.lazydata)
     return t
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
