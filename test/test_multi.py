@@ -369,3 +369,34 @@ def test_a_tensor_on_several_devices_shares_no_memory_with_its_source(how: str) 
   pieces = [Tensor(p).numpy() for p in t.lazydata.src]
   if t.shard_axis is None: np.testing.assert_equal(pieces, [values + 1] * len(D2))
   else: np.testing.assert_equal(np.concatenate(pieces), values + 1)
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_setitem_on_a_sharded_tensor(axis: int | None, dtype: str) -> None:
+  # it raised AttributeError (the writes named one device's buffer)
+  d3 = D4[:3]
+  writes: list[tuple[Callable[[Tensor], object], Callable[[np.ndarray], object]]] = [
+    (lambda x: x.__setitem__(slice(1, 3), -1), lambda a: a.__setitem__(slice(1, 3), -1)),
+    (lambda x: x.__setitem__(1, 8), lambda a: a.__setitem__(1, 8)),
+    (lambda x: x.__setitem__((slice(0, 1), slice(2, 3)), 7), lambda a: a.__setitem__((slice(0, 1), slice(2, 3)), 7)),
+    (lambda x: x.__setitem__(Tensor([3, 0]).to(d3), 5), lambda a: a.__setitem__([3, 0], 5)),
+    (lambda x: x.__setitem__(x > 6, 4), lambda a: a.__setitem__(a > 6, 4)),
+    (lambda x: x.__setitem__(slice(None, None, -2), 3), lambda a: a.__setitem__(slice(None, None, -2), 3)),
+  ]
+  for write, np_write in writes:
+    a = np.arange(12).reshape(4, 3).astype(dtype)
+    x = Tensor(a).shard_(d3, axis)
+    before = x * 1  # built before the write: keeps the old values
+    write(x)
+    np_write(a)
+    np.testing.assert_equal(x.numpy(), a)
+    np.testing.assert_equal(before.numpy(), np.arange(12).reshape(4, 3))
+    if axis is None:
+      for piece in x.lazydata.src: np.testing.assert_equal(Tensor(piece).numpy(), a)
+
+def test_a_write_through_a_view_that_merges_the_sharded_axis_is_refused() -> None:
+  x = Tensor.ones(4, 3).shard_(D4[:3], 0)
+  with pytest.raises(ValueError, match=r"does not keep apart .* \(x\[0:1\] for x\[0\]\)"): x[0, 2] = 7.0
+  with pytest.raises(ValueError, match="does not keep apart"): x[0, 2].assign(Tensor(7.0).to(x.device))
+  x[0:1, 2:3] = 7.0  # nothing of the refused writes is left pending
+  assert x.numpy()[0, 2] == 7.0 and x.numpy().sum() == 18.0
