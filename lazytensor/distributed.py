@@ -12,12 +12,16 @@ process, every rank calls the same collectives in the same order, and each retur
 Values travel through host memory: MPI reads a tensor on a CPU device from its buffer and writes the result into the
 buffer of the new tensor (no copies); a tensor on a GPU is copied to a numpy array and back. A collective that some
 ranks never call would wait forever; here it raises TimeoutError after DIST_TIMEOUT seconds (300 by default) on the
-ranks that wait, naming the collective. mpi4py is imported by init(),
-only when the process was started by an MPI launcher (or when asked with init(backend="mpi")).
+ranks that wait, naming the collective. Before any data moves, the ranks exchange what each one called (the
+collective, the tensor's shape and dtype, the op, the src): where they differ, every rank raises the same ValueError,
+naming what differs on which rank (MPI itself would reduce float32 bytes as int64, or read past a shorter buffer).
+mpi4py is imported by init(), only when the process was started by an MPI launcher (or when asked with
+init(backend="mpi")).
 """
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -110,6 +114,42 @@ def _result(shape: tuple[int, ...], like: Tensor) -> tuple[np.ndarray, Tensor | 
 def _back(arr: np.ndarray, out: Tensor | None, like: Tensor) -> Tensor:
   return out if out is not None else Tensor(arr, device=like.device, dtype=like.dtype)
 
+# bytes of the description of a call that every rank sends the others before a collective, and of each value in it
+HEADER_BYTES, VALUE_CHARS = 256, 64
+
+def _short(value: object) -> str:
+  """A value as text that fits the header: a long one (a shape of many dims, a stray op string) is its beginning and
+  a checksum of all of it, which still tells two apart."""
+  text = str(value) if "\n" not in str(value) else repr(value)  # a line of its own: names and values stay apart
+  return text if len(text) <= VALUE_CHARS else f"{text[:32]}... (checksum {zlib.crc32(text.encode()):08x})"
+
+def _header(fields: dict[str, str]) -> np.ndarray:
+  """A call's description as HEADER_BYTES of text, `name=value` lines."""
+  text = "\n".join(f"{k}={v}" for k, v in fields.items()).encode()
+  assert len(text) <= HEADER_BYTES, text
+  out = np.zeros(HEADER_BYTES, np.uint8)
+  out[:len(text)] = np.frombuffer(text, np.uint8)
+  return out
+
+def _fields(header: np.ndarray) -> dict[str, str]:
+  return dict(line.split("=", 1) for line in header.tobytes().rstrip(b"\0").decode().split("\n"))
+
+def _agree(comm: Any, what: str, t: Tensor | None = None, **args: object) -> None:
+  """Every rank tells the others what it called (the collective, t's shape and dtype, `args`), before any data
+  moves. Where the calls differ, each rank raises the same ValueError, which names the first field that differs and
+  its value on each rank. One small all-gather; it waits as long as a collective does (DIST_TIMEOUT)."""
+  mine = {"collective": what, **({"shape": t.shape, "dtype": t.dtype.name} if t is not None else {}), **args}
+  every = np.empty((comm.Get_size(), HEADER_BYTES), np.uint8)
+  _wait(comm.Iallgather(_header({k: _short(v) for k, v in mine.items()}), every), what)
+  if (every == every[0]).all(): return
+  calls = [_fields(h) for h in every]
+  field = next(k for k in ("collective", *(k for c in calls for k in c)) if len({c.get(k) for c in calls}) > 1)
+  ranks: dict[str, list[int]] = {}
+  for r, c in enumerate(calls): ranks.setdefault(c.get(field, "nothing"), []).append(r)
+  where = ", ".join(f"{v} on rank{'s' * (len(rs) > 1)} {', '.join(map(str, rs))}" for v, rs in ranks.items())
+  raise ValueError(f"{calls[0]['collective']}: the ranks disagree on the {field}: {where}; every rank must call the "
+                   "same collectives in the same order, with tensors of one shape and dtype (and one op and src)")
+
 def _check_op(op: str) -> None:
   if op not in REDUCE_OPS: raise ValueError(f"reduce op {op!r}: expected one of {REDUCE_OPS}")
 
@@ -123,8 +163,9 @@ def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   >>> all_reduce(Tensor([3.0]), "max").tolist()
   [3.0]
   """
-  _check_op(op)
   comm = _comm()
+  if comm is not None: _agree(comm, "all_reduce", t, op=op)
+  _check_op(op)
   if comm is None: return t.contiguous()
   src, (out, result) = t.contiguous(), _result(t.shape, t)
   _wait(comm.Iallreduce(_host(src), out, op=_mpi_op(op)), "all_reduce")
@@ -139,6 +180,7 @@ def all_gather(t: Tensor) -> Tensor:
   """
   comm = _comm()
   if comm is None: return t.reshape(1) if t.ndim == 0 else t.contiguous()
+  _agree(comm, "all_gather", t)
   shape = (world_size(),) if t.ndim == 0 else (world_size() * t.shape[0],) + t.shape[1:]
   src, (out, result) = t.contiguous(), _result(shape, t)
   _wait(comm.Iallgather(_host(src), out), "all_gather")
@@ -151,11 +193,11 @@ def reduce_scatter(t: Tensor, op: str = "sum") -> Tensor:
   >>> reduce_scatter(Tensor([1.0, 2.0])).tolist()
   [1.0, 2.0]
   """
-  n = world_size()
+  comm, n = _comm(), world_size()
+  if comm is not None: _agree(comm, "reduce_scatter", t, op=op)
   if t.ndim == 0 or t.shape[0] % n:
     raise ValueError(f"reduce_scatter: dim 0 of a tensor of shape {t.shape} must divide evenly among {n} ranks")
   _check_op(op)
-  comm = _comm()
   if comm is None: return t.contiguous()
   src, (out, result) = t.contiguous(), _result((t.shape[0] // n,) + t.shape[1:], t)
   _wait(comm.Ireduce_scatter_block(_host(src), out, op=_mpi_op(op)), "reduce_scatter")
@@ -167,9 +209,9 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
   >>> broadcast(Tensor([5])).tolist()
   [5]
   """
-  n = world_size()
+  comm, n = _comm(), world_size()
+  if comm is not None: _agree(comm, "broadcast", t, src=src)
   if not 0 <= src < n: raise IndexError(f"broadcast: src {src} is not a rank of {n}")
-  comm = _comm()
   if comm is None: return t.contiguous()
   out, result = _result(t.shape, t)
   if rank() == src: out[...] = _host(t)
@@ -182,4 +224,4 @@ def barrier() -> None:
   >>> barrier()
   """
   comm = _comm()
-  if comm is not None: _wait(comm.Ibarrier(), "barrier")
+  if comm is not None: _agree(comm, "barrier")  # the exchange of what each rank called is a barrier itself

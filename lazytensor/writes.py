@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from lazytensor import pending
 from lazytensor.autograd import grad_leaves
 from lazytensor.engine import live
+from lazytensor.engine.multi import check_writable
 from lazytensor.engine.schedule import commit_realized, realized_map
 from lazytensor.gradient import compute_gradient
-from lazytensor.graph import const_uop
+from lazytensor.graph import const_uop, own_value
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
@@ -53,11 +54,15 @@ def assign(t: Tensor, x: Any) -> Tensor:
   if t.lazydata.op is Ops.ASSIGN and read_since_assigned(t, (x, value)): t.realize()
   old = t.lazydata
   if t._viewed is None and not in_memory:
-    # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it
-    t.lazydata = value.lazydata
+    # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it: a value of
+    # its own (graph.own_value), not x's buffer or node, which a later write into either tensor would reach the other by
+    t.lazydata = own_value(value.lazydata)
     if grad_into_plain: t._requires_grad = True
     rebase_views(t, old, t.lazydata, requires_grad=grad_into_plain)
     return t
+  # a view on several devices must keep its pieces apart (checked before it is recorded: a pending write that cannot run
+  # would fail every realize after it)
+  if t._viewed is not None and isinstance(t.device, tuple): check_writable(t.lazydata)
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
   if t._viewed is not None and moved_buffer(t.lazydata) and _shares_elements(moved_st(t.lazydata)):
@@ -80,6 +85,12 @@ def assign(t: Tensor, x: Any) -> Tensor:
 def setitem(t: Tensor, indices: Any, value: Any) -> None:
   """Tensor.__setitem__: the write, run now."""
   if write_has_grad(t, value): return setitem_with_grad(t, indices, value)
+  if isinstance(t.device, tuple):
+    # on several devices: an assign into the view written, which the multi pass runs on each piece where it lies (what
+    # follows names one device's buffer)
+    target, new = t._setitem_parts(indices, value)
+    if target.numel(): target.assign(new).realize()
+    return
   give_buffer(t)
   if not moved_buffer(t.lazydata): t.lazydata = t.contiguous().realize().lazydata
   if not t._is_buffer_view(): t.realize()  # a view of a buffer: realizing it computes nothing

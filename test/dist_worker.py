@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,6 +17,33 @@ def only_rank_0_calls() -> None:
     try: dist.all_reduce(Tensor([1.0]))
     except TimeoutError as e: print(f"rank 0: {e}", flush=True)
   else: print("rank 1: skipped the collective", flush=True)
+
+# calls that differ between the ranks: (rank 0's, rank 1's); each rank must raise the same error, and the ranks stay in
+# step for the collectives after it
+MISMATCHES: list[tuple[Callable[[], object], Callable[[], object]]] = [
+  (lambda: dist.all_reduce(Tensor([1.0, 2.0])), lambda: dist.all_reduce(Tensor([1, 2]))),  # float32, int64
+  (lambda: dist.all_reduce(Tensor.ones(4)), lambda: dist.all_reduce(Tensor.ones(1 << 20))),  # (4,), (1M,)
+  (lambda: dist.all_reduce(Tensor.ones(4), "sum"), lambda: dist.all_reduce(Tensor.ones(4), "max")),
+  (lambda: dist.all_reduce(Tensor.ones(4), "sum"), lambda: dist.all_reduce(Tensor.ones(4), "mean")),
+  (lambda: dist.all_gather(Tensor.ones(2, 3)), lambda: dist.all_gather(Tensor.ones(2, 4))),
+  (lambda: dist.reduce_scatter(Tensor.ones(4)), lambda: dist.reduce_scatter(Tensor.ones(4, dtype="float16"))),
+  (lambda: dist.broadcast(Tensor.ones(4), src=0), lambda: dist.broadcast(Tensor.ones(4), src=1)),
+  (lambda: dist.all_reduce(Tensor.ones(4)), dist.barrier),
+]
+
+def mismatches() -> None:
+  """Each MISMATCHES call on its rank: print the error it raised (the test compares the ranks' lines)."""
+  dist.init()
+  r = dist.rank()
+  for i, calls in enumerate(MISMATCHES):
+    try: calls[r]()
+    except ValueError as e: said = str(e)
+    else: said = "no error"
+    # one write of the whole line: the two ranks share the test's pipe, and print() writes the newline on its own
+    sys.stdout.write(f"case {i} rank {r}: {said}\n")
+    sys.stdout.flush()
+  assert dist.all_reduce(Tensor([r + 1.0])).tolist() == [3.0]  # still in step
+  print(f"rank {r}: in step", flush=True)
 
 def main() -> None:
   dist.init()
@@ -49,4 +77,4 @@ def main() -> None:
   print(f"rank {r} of {n}: ok", flush=True)
 
 if __name__ == "__main__":
-  only_rank_0_calls() if sys.argv[1:] == ["timeout"] else main()
+  {"timeout": only_rank_0_calls, "mismatch": mismatches}.get(sys.argv[1] if sys.argv[1:] else "", main)()

@@ -55,6 +55,22 @@ def test_assign_on_a_lazy_tensor_replaces_it() -> None:
   t = Tensor([1.0, 2.0]) * 2
   assert t.assign(Tensor([0.0, 1.0])).tolist() == [0.0, 1.0]
 
+def test_assign_on_a_lazy_tensor_takes_the_value_not_the_memory() -> None:
+  # it took the realized value's buffer (or the lazy value's node, realized into one buffer with it): a write into
+  # either tensor reached the other (issue 24: a loaded, then replicated parameter kept a stale copy)
+  src = Tensor([5.0, 6.0]).realize()
+  t = Tensor([1.0, 2.0]) * 2
+  t.assign(src.detach())
+  t[0] = 9.0
+  src.assign(src * 10).realize()
+  assert t.tolist() == [9.0, 6.0] and src.tolist() == [50.0, 60.0]
+  lazy = Tensor([5.0, 6.0]) * 1
+  t = Tensor([1.0, 2.0]) * 2
+  t.assign(lazy)
+  Tensor.realize(t, lazy)
+  t.add_(1)
+  assert t.tolist() == [6.0, 7.0] and lazy.tolist() == [5.0, 6.0]
+
 @pytest.mark.parametrize("index,value", [
   ((0,), 5.0), ((slice(1, None), 2), -1.0), ((Ellipsis, 0), [7.0, 8.0, 9.0]), ((slice(None, None, 2),), 3.0),
 ])

@@ -60,3 +60,18 @@ def test_a_collective_some_ranks_skip_times_out() -> None:
   res = _mpiexec([str(ROOT / "test" / "dist_worker.py"), "timeout"], DIST_TIMEOUT="2")
   assert "rank 0: rank 0: all_reduce waited" in res.stdout and "every rank must call" in res.stdout, \
     res.stdout + res.stderr
+
+@pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and mpiexec: pip install -e '.[mpi]'")
+def test_ranks_that_disagree_raise_one_error_on_every_rank() -> None:
+  # float32 against int64 reduced garbage; (4,) against (1M,) gave a wrong value on one rank and a timeout on the other
+  res = _mpiexec([str(ROOT / "test" / "dist_worker.py"), "mismatch"], DIST_TIMEOUT="20")
+  assert res.returncode == 0, res.stdout + res.stderr
+  lines = dict(line.split(": ", 1) for line in res.stdout.splitlines() if line.startswith("case "))
+  want = ["the dtype: float32 on rank 0, int64 on rank 1", "the shape: (4,) on rank 0, (1048576,) on rank 1",
+          "the op: sum on rank 0, max on rank 1", "the op: sum on rank 0, mean on rank 1",
+          "the shape: (2, 3) on rank 0, (2, 4) on rank 1", "the dtype: float32 on rank 0, float16 on rank 1",
+          "the src: 0 on rank 0, 1 on rank 1", "the collective: all_reduce on rank 0, barrier on rank 1"]
+  for i, what in enumerate(want):
+    assert lines[f"case {i} rank 0"] == lines[f"case {i} rank 1"], res.stdout
+    assert f"the ranks disagree on {what};" in lines[f"case {i} rank 0"], res.stdout
+  assert "rank 0: in step" in res.stdout and "rank 1: in step" in res.stdout, res.stdout + res.stderr

@@ -1,6 +1,7 @@
 """The EMU device on hand-built linear programs: GPU ids, shared memory, barriers, WMMA, and its strictness (bounds,
 races). Programs without GPU ops also run on the CPU backend, so that the two backends check each other."""
 import math
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from test_llvm_renderer import (
 )
 from test_llvm_renderer import run as run_cpu
 
+from lazytensor import GlobalCounters, Tensor
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.program import launch_dims
 from lazytensor.codegen.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
@@ -453,3 +455,30 @@ def test_launch_dims_must_match_the_ids() -> None:
 ])
 def test_invalid_programs_do_not_compile(prog: Callable[[], list[UOp]], what: str) -> None:
   with pytest.raises(ValueError, match=what): compile_emu(prog())
+
+# ---- the engine: an output of 0 elements gets its buffer and no kernel (a kernel stored one element into it) ----
+
+def _empty_outputs(dev: str) -> tuple[list[Tensor], list[np.ndarray]]:
+  """Outputs of 0 elements realized with others (of other shapes, reduces, writes into empty slices), on `dev`, and
+  numpy's values for them."""
+  x = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device=dev).realize()
+  t = Tensor.zeros(3, 4, device=dev).contiguous().realize()
+  t[:, 1:1] = 5.0  # an empty assign target
+  empty = Tensor.ones(0, 3, device=dev).contiguous()
+  outs = [empty, Tensor.ones(2, device=dev).contiguous(), x[:0].sum(1), x.sum(1), empty.sum(0), (x[:, :0] + 1).exp(),
+          t[2:2].assign(Tensor.ones(0, 4, device=dev)), t + 1]
+  a = np.arange(12, dtype=np.float32).reshape(4, 3)
+  return outs, [np.ones((0, 3)), np.ones(2), np.zeros(0), a.sum(1), np.zeros(3), np.ones((4, 0)), np.ones((0, 4)),
+                np.ones((3, 4))]
+
+@pytest.mark.parametrize("dev", ["EMU", "CPU", "CUDACPU"])
+def test_outputs_of_zero_elements_run_no_kernel(dev: str) -> None:
+  if dev == "CUDACPU" and shutil.which("g++") is None: pytest.skip("CUDACPU needs g++")
+  for _ in range(2):  # the second time from the schedule cache, with new buffers (the empty ones too)
+    outs, want = _empty_outputs(dev)
+    GlobalCounters.reset()
+    Tensor.realize(*outs)
+    # a kernel for each output that has elements: ones(2), x.sum(1), t + 1 (a sum over an empty axis is a constant)
+    assert GlobalCounters.kernel_count == 3
+    for out, w in zip(outs, want): np.testing.assert_array_equal(out.numpy(), w)
+    assert outs[0].lazydata.op is Ops.VIEW and outs[0].lazydata.src[0].op is Ops.BUFFER  # realized: a buffer

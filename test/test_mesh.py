@@ -38,11 +38,30 @@ def test_mesh_layout() -> None:
   assert DeviceMesh(D4, names=("x",)).devices == ("CPU", "CPU:1", "CPU:2", "CPU:3")
   assert DeviceMesh(D4, shape=(2, 1, 2)).devices == ((("CPU", "CPU:1"),), (("CPU:2", "CPU:3"),))
 
-@pytest.mark.parametrize("spec", [("dp", "tp"), ("tp", "dp"), ("dp", None), (None, "tp"), (None, None), None])
+SPECS = [("dp", "tp"), ("tp", "dp"), ("dp", None), (None, "tp"), (None, None), None]
+
+@pytest.mark.parametrize("spec", SPECS)
 def test_pieces_hold_their_blocks(spec: Spec) -> None:
   a = np.arange(42, dtype=np.float32).reshape(6, 7)
   x = Tensor(a).shard(MESH, spec).realize()
   assert x.device == ROWS and MESH.spec(x) == (spec or (None, None))
+  _check_blocks(x, a, spec)
+  np.testing.assert_equal(x.numpy(), a)
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_shard_in_place_takes_memory_of_its_own(spec: Spec) -> None:
+  # the piece on the source's device was the source's memory (issue 24): writes into either reached that piece only
+  a = np.arange(42, dtype=np.float32).reshape(6, 7)
+  src = Tensor(a).realize()
+  x = src.detach().shard_(MESH, spec)
+  src.assign(src * 10).realize()
+  _check_blocks(x, a, spec)
+  x.assign(x + 1).realize()
+  _check_blocks(x, a + 1, spec)
+  np.testing.assert_equal(src.numpy(), a * 10)
+
+def _check_blocks(x: Tensor, a: np.ndarray, spec: Spec) -> None:
+  """Each device's piece of x, laid out on MESH by spec, is its block of a."""
   for i, row in enumerate(x.lazydata.src):
     for j, piece in enumerate(row.src):
       assert piece.device == ROWS[i][j]
@@ -52,7 +71,6 @@ def test_pieces_hold_their_blocks(spec: Spec) -> None:
           k = i if name == "dp" else j
           block = np.split(block, [(block.shape[dim] + 1) // 2], axis=dim)[k]  # 7 over 2 devices: 4, 3
       np.testing.assert_equal(Tensor(piece).numpy(), block)
-  np.testing.assert_equal(x.numpy(), a)
 
 def test_three_axis_mesh() -> None:
   mesh = DeviceMesh(D4, shape=(2, 1, 2), names=("dp", "pp", "tp"))

@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from lazytensor import Context, Tensor, dtypes, nn
+from lazytensor import Context, Tensor, TinyJit, dtypes, nn
 from lazytensor.engine.schedule import create_schedule
-from lazytensor.nn.optim import SGD
-from lazytensor.nn.state import get_parameters
+from lazytensor.nn.optim import SGD, Adam, Optimizer
+from lazytensor.nn.state import get_parameters, get_state_dict, load_state_dict
 from lazytensor.uop.ops import Ops
 
 D2 = ("CPU:0", "CPU:1")
@@ -279,7 +279,6 @@ def test_sharded_optimizer_state_matches_one_device(weights_axis: int | None) ->
   np.testing.assert_allclose(train(D4), train(None), atol=1e-6)
 
 def test_jit_replays_with_new_sharded_inputs() -> None:
-  from lazytensor import TinyJit
   from lazytensor.engine.jit import JitError
   step = TinyJit(lambda x, w: (x @ w).relu().sum(0).realize())
   rng = np.random.default_rng(5)
@@ -289,3 +288,115 @@ def test_jit_replays_with_new_sharded_inputs() -> None:
     np.testing.assert_allclose(out.numpy(), np.maximum(xa @ wa, 0).sum(0), atol=1e-5, rtol=1e-5)
   assert step.calls == 2 and step.items
   with pytest.raises(JitError, match="input 0 was captured"): step(Tensor(xa).shard(D4, 1).realize(), Tensor(wa).to(D4))
+
+# ---- a tensor on several devices holds memory of its own (issue 24: a replicated parameter kept a stale copy) ----
+
+def _replicas(t: Tensor) -> list[np.ndarray]:
+  """What each device holds of a replicated tensor."""
+  assert t.shard_axis is None and t.lazydata.op is Ops.MULTI
+  return [Tensor(piece).numpy() for piece in t.lazydata.src]
+
+def _loaded_and_trained(devices: tuple[str, ...] | None, opt: type[Optimizer], load: str, when: str,
+                        axis: int | None, jit: bool) -> tuple[np.ndarray, list[Tensor]]:
+  """A Linear loaded from another one's realized weights (assign or load_state_dict, before or after shard_), trained
+  3 steps on batches sharded on rows; then the weights it was loaded from take a step of their own. Its output and
+  its parameters."""
+  Tensor.manual_seed(0)
+  src = nn.Linear(4, 4)
+  Tensor.realize(*get_parameters(src))
+  Tensor.manual_seed(1)
+  model = nn.Linear(4, 4)  # lazy: an assign into it had nothing to write into, and took src's memory
+  def load_weights() -> None:
+    if load == "load_state_dict": load_state_dict(model, get_state_dict(src))
+    else:
+      for p, s in zip(get_parameters(model), get_parameters(src)): p.assign(s.detach().to(p.device))
+  if when == "before": load_weights()
+  if devices:
+    for p in get_parameters(model): p.shard_(devices, axis if p.ndim == 2 else None)
+  if when == "after": load_weights()
+  optim = opt(get_parameters(model), lr=0.25)
+  def step(x: Tensor) -> Tensor:
+    optim.zero_grad()
+    loss = model(x).relu().sum().backward()
+    optim.step()
+    return loss.realize()
+  run = TinyJit(step) if jit else step
+  rng = np.random.default_rng(0)
+  batches = [rng.standard_normal((8, 4)).astype(np.float32) for _ in range(3)]
+  for b in batches: run((Tensor(b).shard(devices, 0) if devices else Tensor(b)).realize())
+  src_opt = SGD(get_parameters(src), lr=1.0)
+  src_opt.zero_grad()
+  src(Tensor(batches[0])).sum().backward()
+  src_opt.step()  # a write into the memory the model was loaded from: it must not reach the model
+  x = Tensor(batches[0])
+  return model(x.shard(devices, 0) if devices else x).numpy(), get_parameters(model)
+
+@pytest.mark.parametrize("opt", [SGD, Adam], ids=["sgd", "adam"])
+@pytest.mark.parametrize("load", ["assign", "load_state_dict"])
+@pytest.mark.parametrize("when", ["before", "after"], ids=["load_then_shard", "shard_then_load"])
+@pytest.mark.parametrize("devices,axis,jit", [(D2, None, False), (D4, 0, True)],
+                         ids=["2dev-replicated", "4dev-axis0-jit"])
+def test_loaded_parameter_trains_as_on_one_device(opt: type[Optimizer], load: str, when: str, devices: tuple[str, ...],
+                                                  axis: int | None, jit: bool) -> None:
+  want, _ = _loaded_and_trained(None, opt, load, when, axis, jit)
+  got, params = _loaded_and_trained(devices, opt, load, when, axis, jit)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+  for p in params:
+    if p.shard_axis is None:
+      for r in _replicas(p)[1:]: np.testing.assert_array_equal(r, _replicas(p)[0])
+
+def _source_and_copy(how: str) -> tuple[Tensor, Tensor, np.ndarray]:
+  """A realized tensor, a tensor on D2 made from it, and the values that one holds."""
+  a = np.arange(8, dtype=np.float32)
+  src = Tensor(a).realize()
+  if how == "to": return src, src.to(D2).realize(), a
+  if how == "shard": return src, src.shard(D2, 0).realize(), a
+  if how == "detach": return src, src.detach().shard_(D2), a
+  if how == "slice": return src, src[2:6].shard_(D2, 0), a[2:6]
+  # computed alike from one input: realized, they shared one buffer
+  x = Tensor(a - 1).realize()
+  twin, t = x + 1, x + 1
+  Tensor.realize(twin, t)
+  return twin, t.shard_(D2), a
+
+@pytest.mark.parametrize("how", ["to", "shard", "detach", "slice", "alike"])
+def test_a_tensor_on_several_devices_shares_no_memory_with_its_source(how: str) -> None:
+  src, t, values = _source_and_copy(how)
+  before = src.numpy()
+  src.assign(src * 10).realize()  # reached t's piece on the source's device only
+  t.assign(t + 1).realize()  # reached src through that piece
+  np.testing.assert_equal(src.numpy(), before * 10)
+  pieces = [Tensor(p).numpy() for p in t.lazydata.src]
+  if t.shard_axis is None: np.testing.assert_equal(pieces, [values + 1] * len(D2))
+  else: np.testing.assert_equal(np.concatenate(pieces), values + 1)
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_setitem_on_a_sharded_tensor(axis: int | None, dtype: str) -> None:
+  # it raised AttributeError (the writes named one device's buffer)
+  d3 = D4[:3]
+  writes: list[tuple[Callable[[Tensor], object], Callable[[np.ndarray], object]]] = [
+    (lambda x: x.__setitem__(slice(1, 3), -1), lambda a: a.__setitem__(slice(1, 3), -1)),
+    (lambda x: x.__setitem__(1, 8), lambda a: a.__setitem__(1, 8)),
+    (lambda x: x.__setitem__((slice(0, 1), slice(2, 3)), 7), lambda a: a.__setitem__((slice(0, 1), slice(2, 3)), 7)),
+    (lambda x: x.__setitem__(Tensor([3, 0]).to(d3), 5), lambda a: a.__setitem__([3, 0], 5)),
+    (lambda x: x.__setitem__(x > 6, 4), lambda a: a.__setitem__(a > 6, 4)),
+    (lambda x: x.__setitem__(slice(None, None, -2), 3), lambda a: a.__setitem__(slice(None, None, -2), 3)),
+  ]
+  for write, np_write in writes:
+    a = np.arange(12).reshape(4, 3).astype(dtype)
+    x = Tensor(a).shard_(d3, axis)
+    before = x * 1  # built before the write: keeps the old values
+    write(x)
+    np_write(a)
+    np.testing.assert_equal(x.numpy(), a)
+    np.testing.assert_equal(before.numpy(), np.arange(12).reshape(4, 3))
+    if axis is None:
+      for piece in x.lazydata.src: np.testing.assert_equal(Tensor(piece).numpy(), a)
+
+def test_a_write_through_a_view_that_merges_the_sharded_axis_is_refused() -> None:
+  x = Tensor.ones(4, 3).shard_(D4[:3], 0)
+  with pytest.raises(ValueError, match=r"does not keep apart .* \(x\[0:1\] for x\[0\]\)"): x[0, 2] = 7.0
+  with pytest.raises(ValueError, match="does not keep apart"): x[0, 2].assign(Tensor(7.0).to(x.device))
+  x[0:1, 2:3] = 7.0  # nothing of the refused writes is left pending
+  assert x.numpy()[0, 2] == 7.0 and x.numpy().sum() == 18.0

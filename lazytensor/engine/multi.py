@@ -37,6 +37,7 @@ from lazytensor.graph import (
   even_bounds,
   movement,
   multi_leaves,
+  own_value,
   reduce_uop,
 )
 from lazytensor.helpers import RING, prod
@@ -252,7 +253,19 @@ def _replicate(c: UOp, x: UOp) -> UOp | None:
   return multi_uop([copy_to(x, d) for d in c.arg], None, None)
 
 def _assign(a: UOp, t: UOp, v: UOp) -> UOp:
-  return multi_uop([a.replace(src=(tp, vp)) for tp, vp in zip(t.src, relayout(v, *t.arg))], *t.arg)
+  """Each piece of the target written on its device; a piece that holds nothing of the view written writes nothing."""
+  _check_pieces_writable(t)
+  return multi_uop([a.replace(src=(tp, vp)) if tp.size else tp for tp, vp in zip(t.src, relayout(v, *t.arg))], *t.arg)
+
+def _check_pieces_writable(t: UOp) -> None:
+  if any(p.size and not _is_memory(p) for p in multi_leaves(t)):
+    raise ValueError(f"assign into a view of shape {t.shape} of a tensor on {t.device} whose pieces it does not keep "
+                     "apart (it drops or merges the sharded axis, as x[0] of a tensor sharded on axis 0): index with "
+                     "slices that keep that axis (x[0:1] for x[0])")
+
+def check_writable(view: UOp) -> None:
+  """Raise the error an assign into `view` (movement ops of a value on several devices) would raise when it runs."""
+  _check_pieces_writable(graph_rewrite(view, pm_multi, ctx=int(RING.value), name="multi"))
 
 def _unary(x: UOp, m: UOp) -> UOp: return _per_piece(m, lambda p: x.replace(src=(p,)))
 
@@ -283,12 +296,33 @@ def is_multi(root: UOp) -> bool:
   """Whether a graph has anything on more than one device."""
   return any(n.op is Ops.MULTI or (n.op in (Ops.COPY, Ops.DEVICE) and isinstance(n.arg, tuple)) for n in root.toposort)
 
+def _is_memory(piece: UOp) -> bool:
+  """Whether a piece is (a view of) memory that exists already: realizing it would compute nothing."""
+  while piece.op in GroupOp.Movement or piece.op in (Ops.VIEW, Ops.DETACH): piece = piece.src[0]
+  return piece.op is Ops.BUFFER
+
+def own_pieces(out: UOp) -> UOp:
+  """A multi output with pieces that are memory which exists already and that its other pieces are copied from (the
+  source of a replication, or its slice, left on the source's own device: `q.to(devices)`, `shard_`), with those
+  pieces copied too. Else the tensor's piece there would be the source's memory and the others its own: a write into
+  either tensor would reach one device's piece only, and the replicas would differ. Pieces that nothing was copied
+  from stay views (a stack of tensors, each on its own device; a sharded tensor's own pieces)."""
+  if out.op is not Ops.MULTI: return out
+  sources = 0
+  for leaf in multi_leaves(out):
+    if not _is_memory(leaf): sources |= leaf.reads
+  def copied(u: UOp) -> UOp:
+    if u.op is Ops.MULTI: return u.replace(src=tuple(map(copied, u.src)))
+    return own_value(u) if _is_memory(u) and u.reads & sources else u
+  return copied(out) if sources else out
+
 def split_multi(outs: Sequence[UOp], sink: UOp) -> tuple[list[UOp], Callable[[dict[UOp, UOp]], dict[UOp, UOp]]]:
   """The outputs of `sink` (a SINK of the graphs of `outs`, with what was realized before swapped in), each on one
-  device: a multi output gives one output per piece. And the function that maps what those became after scheduling
-  back to `outs`."""
+  device: a multi output gives one output per piece, each memory of its own (own_pieces). And the function that
+  maps what those became after scheduling back to `outs`."""
   # the ctx (the RING knob, which chooses how to all-reduce) also keeps results from being remembered across calls
   lowered = graph_rewrite(sink, pm_multi, ctx=int(RING.value), name="multi")
+  lowered = lowered.replace(src=tuple(map(own_pieces, lowered.src)))
   flat = [leaf for out in lowered.src for leaf in multi_leaves(out)]
   def regroup(becomes: dict[UOp, UOp]) -> dict[UOp, UOp]:
     def rebuild(new: UOp) -> UOp:

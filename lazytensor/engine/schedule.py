@@ -26,7 +26,7 @@ from lazytensor.engine.pack_search import beam_packing
 from lazytensor.engine.reduce_split import split_block, split_reduce
 from lazytensor.engine.scatter import embedded_scatters, split_scatter
 from lazytensor.engine.schedule_cache import ScheduleItem, realized_map
-from lazytensor.graph import const_like, is_own_value
+from lazytensor.graph import is_own_value
 from lazytensor.helpers import BEAM, CPU_TARGET, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -314,9 +314,7 @@ class _KernelBuilder:
       value = root.src[0] if root.op is Ops.CONTIGUOUS else root
       store_st = ShapeTracker.from_shape(value.shape)
     pending = None
-    if prod(value.shape) == 0:  # nothing to store: a reduce under an empty view would give the kernel no shape
-      value = const_like(value, 0)
-    elif (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
+    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
       # the kernel runs in the reduce's shape; the store writes the same positions, seen in that shape
       pending, store_st = ShapeTracker.from_shape(value.shape).reshape(red.shape), store_st.reshape(red.shape)
     val = self.visit(value, pending, is_root=root.op is not Ops.ASSIGN)
@@ -415,6 +413,9 @@ def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
   built: dict[UOp, _Built] = {}
   scatters: dict[UOp, None] = {}
   for root in roots:
+    if prod(_root_shape(root)) == 0:  # it writes no element: no kernel (one would store into memory of 0 elements)
+      built[root] = _Built((), set(), set())
+      continue
     if root.op is Ops.COPY:
       src = root.src[0]
       src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]

@@ -159,12 +159,15 @@ class Template:
     # makes; the items and values name them by position there
     self.param_slots = [p.arg[2][1] for p in params]
     position = {id(buffer_map[p]): i for i, p in enumerate(params)}
-    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in position}.values())
-    for i, b in enumerate(self.fresh): position[id(b)] = len(params) + i
-    self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
     # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
     # nodes (for new memory, or new names for assigned memory) made for each instance
     value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
+    # new memory: what the items use, and outputs that no item writes (of 0 elements)
+    made = [b for it in items for b in it.bufs]
+    made += [buffer_map[n] for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    self.fresh = list({id(b): b for b in made if id(b) not in position}.values())
+    for i, b in enumerate(self.fresh): position[id(b)] = len(params) + i
+    self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
     # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
     self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
     self.fresh_names = [(n, position[id(buffer_map[n])]) for n in value_buffers if not isinstance(n.arg[2], tuple)]
