@@ -222,7 +222,12 @@ def test_alu(dt: DType, width: int) -> None:
   outs = run(prog, [np.zeros(n, odt.np) for odt in out_dts] + [a, b, s, cond])
   rtol = {dtypes.float16: 1e-3, dtypes.float32: 2e-6, dtypes.float64: 1e-14}.get(dt, 0.0)
   for op, odt, got in zip(ops, out_dts, outs):
-    assert_same(got, reference(op, dt, a, b, s, cond), odt, rtol, msg=f"{op} {dt}")
+    want = reference(op, dt, a, b, s, cond)
+    if op is Ops.MULACC and dt.is_float:
+      # llvm.fmuladd may fuse (one rounding) or not: a host with native float16 FMA (AVX512-FP16) fuses half's
+      with np.errstate(all="ignore"): fused = (a.astype(np.float64) * b + a).astype(dt.np)
+      want = np.where(got == fused, fused, want)
+    assert_same(got, want, odt, rtol, msg=f"{op} {dt}")
 
 # ---- casts ----
 
