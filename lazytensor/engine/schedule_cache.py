@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
+from lazytensor.engine.index_check import IndexFlags
 from lazytensor.helpers import DEBUG
 from lazytensor.uop.ops import NodeMap, Ops, UOp
 
@@ -159,8 +160,12 @@ class Template:
     # makes; the items and values name them by position there
     self.param_slots = [p.arg[2][1] for p in params]
     position = {id(buffer_map[p]): i for i, p in enumerate(params)}
-    self.fresh = list({id(b): b for it in items for b in it.bufs if id(b) not in position}.values())
-    for i, b in enumerate(self.fresh): position[id(b)] = len(params) + i
+    made = list({id(b): b for it in items for b in it.bufs if id(b) not in position}.values())
+    # the flags of index checks (engine/index_check.py) are the same at every instance: they carry the message, and
+    # come back clear from every run
+    self.fresh = [b for b in made if not isinstance(b, IndexFlags)]
+    self.flags = [b for b in made if isinstance(b, IndexFlags)]
+    for i, b in enumerate([*self.fresh, *self.flags]): position[id(b)] = len(params) + i
     self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
     # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
     # nodes (for new memory, or new names for assigned memory) made for each instance
@@ -181,6 +186,7 @@ class Template:
     bufs: list[Buffer] = []
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
     for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
+    bufs += self.flags
     items: list[ScheduleItem] = []
     for ast, positions in self.item_bufs: items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__,
                                                                                                  positions)))))
