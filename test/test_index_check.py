@@ -188,6 +188,14 @@ def test_the_checked_gather_and_scatter_still_fold() -> None:
   assert any(s.op is Ops.STORE and len(s.src) == 4 for a in asts for s in a.src)  # a scatter kernel
   np.testing.assert_allclose(g.numpy().sum(), 2 * 300 * 32)
 
+def test_what_stays_a_reduce_is_checked_too() -> None:
+  # below SCATTER_MIN_WORK a scatter stays the compare-and-sum reduce, one kernel: the check is in it all the same
+  out = Tensor.zeros(5, 4).scatter_add(0, Tensor([[0, 5, 1, 2], [1, 1, 1, 1], [2, 2, 2, 2]]), Tensor.ones(3, 4))
+  asts = [it.ast for it in create_schedule([out.lazydata])[0]]
+  assert len(asts) == 1 and any(u.op is Ops.REDUCE_AXIS for u in asts[0].toposort)
+  with pytest.raises(IndexError, match=r"scatter_add: index 5 is out of bounds for dimension 0 with size 5"):
+    out.numpy()
+
 def test_bad_indices_inside_a_jit_replay() -> None:
   x = Tensor(X).realize()
   @TinyJit
