@@ -127,6 +127,9 @@ def test_index_math_stays_int32_with_int64_indices() -> None:
   assert all(u.dtype.scalar() != dtypes.int64 or u.op not in (Ops.RANGE, Ops.SPECIAL) for u in sink.toposort)
   assert not any(u.op is Ops.LOAD and u.dtype.scalar() == dtypes.index for u in sink.toposort)
 
+# unchecked: a run outside run_schedule leaves a hit flag for the next run of the schedule (test_index_check.py runs
+# the checked kernel on junk)
+@Context(CHECK_INDICES=0)
 def test_garbage_indices_never_read_out_of_bounds() -> None:
   # what BEAM does to an index buffer: random bits; the kernel must still run, and give 0 for them
   item = create_schedule([Tensor(TABLE)[Tensor(IDX)].lazydata])[0][-1]

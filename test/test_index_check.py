@@ -17,7 +17,7 @@ from helpers import HAVE_TORCH, torch
 from lazytensor import Context, Device, GlobalCounters, Tensor, TinyJit, dtypes, nn
 from lazytensor.codegen.kernel import Opt, OptOps
 from lazytensor.engine import search_workers
-from lazytensor.engine.realize import ExecItem, compile_kernel, index_flags
+from lazytensor.engine.realize import ExecItem, compile_kernel, index_flags, run_schedule
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.uop.ops import Ops
 
@@ -246,6 +246,25 @@ def test_positions_padto_adds_are_no_indices() -> None:
   runner(item.bufs)
   flags = index_flags([ExecItem(runner, item.bufs)])
   assert flags and all(f.take() is None for f in flags)
+
+@pytest.mark.parametrize("device", ["CPU", "EMU"])
+def test_junk_indices_are_recorded_and_never_read_out_of_bounds(device: str) -> None:
+  # what BEAM gives a kernel: random bits as indices. The checked gather stays in bounds (EMU raises on any access
+  # outside a buffer) and records the largest bad one; the rows of the good ones are read
+  table = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
+  junk = np.array([2**31 - 1, -2**31, 49, 0, 12345678, -50, -51, 7], dtype=np.int32)
+  with Context(DEV=device):
+    items = create_schedule([Tensor(table)[Tensor(np.zeros(8, np.int32))].lazydata])[0]
+    run_schedule(items[:-1])
+    item = items[-1]
+    next(b for b in item.bufs if b.dtype == dtypes.int32).copyin(memoryview(junk.view(np.uint8)))
+    runner = compile_kernel(item.ast, Device[device])
+    runner(item.bufs)
+    (flags,) = index_flags([ExecItem(runner, item.bufs)])
+    assert flags.take() == 2**31 - 1 and flags.take() is None  # taken: cleared
+    got = item.bufs[0].numpy().reshape(8, 8)
+  ok = (junk >= -50) & (junk < 50)
+  np.testing.assert_array_equal(got[ok], table[junk[ok]])
 
 def test_check_indices_off_builds_no_check() -> None:
   with Context(CHECK_INDICES=0):

@@ -17,7 +17,7 @@ index_* family, take, put, one_hot, nn.Embedding, the class targets of the losse
 * after a schedule (engine/realize.run_schedule) or a TinyJit replay the runtime reads the flags of the kernels that
   ran, once for all of them (one wait for the device), resets those that were hit, and raises for the first. So, as
   with torch's device-side asserts on CUDA, the error comes at the realize that runs the kernel, but it says what was
-  wrong.
+  wrong. (A kernel run outside those, its runner called directly, leaves its flags for the next reader.)
 """
 from __future__ import annotations
 
