@@ -113,6 +113,10 @@ TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on C
                   "torch's allow_tf32); off by default", code=True)
 NO_COLOR = ContextVar("NO_COLOR", "", "any value turns off ANSI colors (no-color.org); they are also off when standard "
                      "output is not a terminal")
+CHECK_INDICES = ContextVar("CHECK_INDICES", True, "integer tensor indices (x[idx], gather, scatter, index_*, one_hot, "
+                           "nn.Embedding, class targets of the losses) are checked by the kernels that read them, and "
+                           "the realize that runs one out of range raises IndexError; read when the op is built. 0 "
+                           "builds no check: an out-of-range index then reads 0 and writes nothing")
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 

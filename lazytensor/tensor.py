@@ -32,6 +32,7 @@ from lazytensor.autograd import (
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import DType, dtypes, from_storage, np_from_data, to_dtype
 from lazytensor.engine import live
+from lazytensor.engine.index_check import BadIndexError
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves
@@ -268,7 +269,11 @@ class Tensor(InPlaceMixin):
       if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
         t._own_moves = moves_between(t.lazydata, t._viewed.lazydata)
     items, becomes = create_schedule(list(map(_lazydata, tensors)))
-    run_schedule(items)
+    bad: BadIndexError | None = None
+    # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left
+    # out), so that the write is not pending any more and the next read does not raise it again
+    try: run_schedule(items)
+    except BadIndexError as e: bad = e
     commit_realized(becomes)
     for t in tensors:
       new = becomes.get(t.lazydata, t.lazydata)
@@ -280,6 +285,7 @@ class Tensor(InPlaceMixin):
         if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
       if t._assigned_at is not None: pending.writes.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
+    if bad is not None: raise bad
     return self
 
   def _buffer(self) -> tuple[Buffer, ShapeTracker]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from helpers import HAVE_TORCH, check_grad_numeric, check_op, compare, named, torch
 
-from lazytensor import GlobalCounters, Tensor, dtypes
+from lazytensor import Context, GlobalCounters, Tensor, dtypes
 
 F16, F32, F64, I32, BOOL = dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int32, dtypes.bool
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares with torch")
@@ -90,6 +90,7 @@ def test_getitem_matches_numpy_where_torch_differs() -> None:
   np.testing.assert_array_equal(Tensor(x)[Tensor([2, 0], dtype=dtypes.uint8)].numpy(), x[[2, 0]])
   np.testing.assert_array_equal(Tensor(x)[(np.array([1]), slice(None), [0, 4])].numpy(), x[[1], :, [0, 4]])
 
+@Context(CHECK_INDICES=0)  # unchecked (test_index_check.py: checked, it raises)
 def test_getitem_out_of_range_tensor_reads_zero() -> None:
   # a tensor index is only read when the kernel runs: out of range entries match nothing (never read out of bounds)
   x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
@@ -155,8 +156,9 @@ def test_setitem_empty_targets() -> None:
 
 def test_setitem_out_of_range_tensor_writes_nothing_and_dtypes_cast() -> None:
   t = Tensor([1, 2, 3]).realize()
-  t[Tensor([5, -1, -7])] = Tensor([9.7, 8.2, 7.0])
-  assert t.tolist() == [1, 2, 8] and t.dtype == dtypes.int64
+  with Context(CHECK_INDICES=0):  # unchecked (test_index_check.py: checked, it raises)
+    t[Tensor([5, -1, -7])] = Tensor([9.7, 8.2, 7.0])
+    assert t.tolist() == [1, 2, 8] and t.dtype == dtypes.int64
   b = Tensor([True, False, True]).realize()
   b[[0, 1]] = False
   assert b.tolist() == [False, False, True]
@@ -272,7 +274,8 @@ def test_one_hot() -> None:
   check_op([ints((7,), 4)], lambda x: x.one_hot(), torch_fn=lambda x: f(x))  # -1: the largest value plus one
   idx = Tensor(ints((5, 9), 7)).realize()
   assert kernels(lambda: idx.one_hot(7)) == 1
-  assert Tensor([1, -1, 3]).one_hot(3).tolist() == [[0, 1, 0], [0, 0, 0], [0, 0, 0]]  # out of range: zeros
+  with Context(CHECK_INDICES=0):  # unchecked, out of range gives zeros (test_index_check.py: checked, it raises)
+    assert Tensor([1, -1, 3]).one_hot(3).tolist() == [[0, 1, 0], [0, 0, 0], [0, 0, 0]]
 
 TRIANGLES = [((4, 4), 0), ((3, 5), 1), ((3, 5), -1), ((2, 3, 4), 2), ((4, 3), -5), ((4, 3), 7)]
 

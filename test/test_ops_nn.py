@@ -14,7 +14,7 @@ from helpers import HAVE_TORCH, check_grad_numeric, check_op, named, torch
 from test_errors import lazy, raises_at_build
 
 import lazytensor.mixin.nn
-from lazytensor import Tensor, dtypes
+from lazytensor import Context, Tensor, dtypes
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.uop.ops import Ops
 
@@ -514,9 +514,12 @@ def test_sparse_categorical_crossentropy_minus_one() -> None:
   assert np.isclose(x.cross_entropy(Tensor([0, -1]), ignore_index=-1).item(), np.log(2))
 
 def test_cross_entropy_edge_cases() -> None:
-  # a class index outside [0, classes) picks no class: its loss is 0 without smoothing (as documented; torch raises)
+  # a class index outside [0, classes) raises, as torch; unchecked it picks no class: its loss is 0 without smoothing
   x = Tensor([[0.0, 0.0], [0.0, 0.0]])
-  assert np.isclose(x.cross_entropy(Tensor([0, 7]), reduction="none").tolist(), [np.log(2), 0.0]).all()
+  with pytest.raises(IndexError, match="cross_entropy: target 7 is out of bounds"):
+    x.cross_entropy(Tensor([0, 7]), reduction="none").tolist()
+  with Context(CHECK_INDICES=0):
+    assert np.isclose(x.cross_entropy(Tensor([0, 7]), reduction="none").tolist(), [np.log(2), 0.0]).all()
   assert np.isnan(x.cross_entropy(Tensor([-100, -100])).item())  # nothing counts: 0/0, as torch
   # a class with logit -inf that is not the target costs nothing (no 0 * -inf = NaN)
   assert Tensor([[0.0, -np.inf]]).cross_entropy(Tensor([0])).item() == 0

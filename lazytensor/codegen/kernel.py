@@ -11,9 +11,10 @@ import enum
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from lazytensor.codegen.renderer import Renderer, TensorCore
+from lazytensor.dtype import PtrDType
 from lazytensor.helpers import THREADS, colored, prod
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
@@ -106,7 +107,9 @@ def view_of(node: UOp) -> ShapeTracker:
 
 def reach(node: UOp) -> int:
   """How many elements of its buffer a load or store reaches: its view's, and past them the steps of a computed
-  index, a gather's LOAD arg (stride, n) (engine/gather.py) or a scatter's STORE arg (op, axes, stride, n)."""
+  index, a gather's LOAD arg (stride, n) (engine/gather.py) or a scatter's STORE arg (op, axes, stride, n). An index
+  check (engine/index_check.py) reaches all of its flags."""
+  if node.op is Ops.CHECK: return cast(PtrDType, node.src[0].dtype).size
   size = view_of(node).real_size()
   if node.op is Ops.LOAD and len(node.src) == 3: stride, count = node.arg
   elif node.op is Ops.STORE and len(node.src) == 4: stride, count = node.arg[2:]

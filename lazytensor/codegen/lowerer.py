@@ -106,6 +106,7 @@ class _Lowerer:
     self.axis_idx = self._axis_indices()
     self.memo: dict[UOp, list[UOp]] = {}
     self.group_gate: UOp | None = None  # set when a GROUP reduce means only group index 0 may store
+    self.flag_stores: dict[UOp, None] = {}  # the index checks' records of a bad index (_check)
 
   def _axis_indices(self) -> dict[int, UOp]:
     k, r = self.k, self.k.renderer
@@ -187,6 +188,7 @@ class _Lowerer:
     if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
       return [self._view_value(node, key) for key in self.lanes.keys]
     if op is Ops.REDUCE_AXIS: return _ReduceLowerer(self, node).lower()
+    if op is Ops.CHECK: return self._check(node)
     assert op in GroupOp.Elementwise, f"cannot lower {op}"
     srcs = [self.lower(s) for s in node.src]
     return [self._alu(node, [s[i] for s in srcs]) for i in range(len(self.lanes.keys))]
@@ -259,10 +261,35 @@ class _Lowerer:
     """The scatter as atomic updates (STOREs whose arg is the op), one a lane: entries run in parallel, so threads or
     blocks may name one target at once. The lanes split the output's other axes (apply_opt keeps them off the
     entries), so each updates a target of its own, but no vector store exists that is atomic."""
-    def lane(x: UOp, j: int) -> UOp: return x.gep(j) if x.dtype.count > 1 else x
-    return [_gated_store(buf, simplify(i + _offset(lane(at, j), n, stride)), lane(value, j),
-                         simplify(v & _inside(lane(at, j), n)), op)
+    return [_gated_store(buf, simplify(i + _offset(_lane(at, j), n, stride)), _lane(value, j),
+                         simplify(v & _inside(_lane(at, j), n)), op)
             for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
+
+  def _check(self, node: UOp) -> list[UOp]:
+    """An index checked where it is computed (engine/index_check.py): its value, and where one of its lanes is out of
+    range, atomic maxes of 1 and of the largest such lane into the check's flags. Both stores are gated off unless a
+    lane is out of range, so a kernel pays the compares and one branch not taken per vector of indices (a branch per
+    lane made a 16-wide scatter 10-25% slower; the lanes' maximum is only needed on the branch taken, where LLVM sinks
+    it); atomic, because threads and blocks may find one at once. Positions PADTO added compute from masked loads and
+    constants, values never stored: no index there."""
+    flags, values, oks = node.src[0], self.lower(node.src[1]), self.lower(node.src[2])
+    for key, v, ok in zip(self.lanes.keys, values, oks):
+      inside, lanes = self._unpadded(key), max(v.dtype.count, ok.dtype.count)
+      bad = [(b, _lane(v, j).cast(dtypes.int64)) for j in range(lanes)
+             if (b := simplify(_lane(ok, j).logical_not() & inside[j if lanes > 1 else 0])).op is not Ops.CONST]
+      if not bad: continue  # in range whatever the buffers hold
+      worst = bad[0][1] if len(bad) == 1 else _tree(Ops.MAX, [b.where(x, dtypes.int64.min()) for b, x in bad])
+      gate = _tree(Ops.OR, [b for b, _ in bad])
+      for slot, record in enumerate((UOp.const(dtypes.int64, 1), worst)):
+        self.flag_stores[_gated_store(flags, _const(slot), record, gate, Ops.MAX)] = None
+    return values
+
+  def _unpadded(self, key: tuple[int, ...]) -> list[UOp]:
+    """Per vector lane of `key`, whether it is a position of the kernel's own shape rather than one PADTO added."""
+    idxs, inside = self.idxs_for(key, self.k.full_shape), UOp.const(dtypes.bool, True)
+    for pad in (self.k.out_pad, self.k.reduce_pad):
+      if pad is not None: inside = inside & pad.to_indexed_uops(idxs)[1]
+    return self.per_lane(inside)
 
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
     if valid.op is Ops.CONST and valid.arg is False:  # nothing to read (e.g. all padding): zeros, as wide as the lanes
@@ -305,6 +332,13 @@ def _offset(e: UOp, n: int, stride: int) -> UOp:
   its bounds are then [0, n), so that a gather or scatter does not make the kernel's index math int64."""
   low = e.cast(dtypes.int64).maximum(0)
   return (-((-low).maximum(1 - n))).cast(dtypes.index) * stride
+
+def _lane(x: UOp, j: int) -> UOp: return x.gep(j) if x.dtype.count > 1 else x
+
+def _tree(op: Ops, xs: list[UOp]) -> UOp:
+  """xs combined by op as a balanced tree (short dependency chains)."""
+  while len(xs) > 1: xs = [xs[i].alu(op, xs[i + 1]) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+  return xs[0]
 
 def _inside(e: UOp, n: int) -> UOp:
   """Whether the index e names one of n targets: 0 <= e < n, compared in int64 (n may not fit e's dtype)."""
@@ -508,6 +542,8 @@ def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
   sink = lw.lower(k.ast)[0]
   if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
     sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
+  # every thread records the bad indices it reads, the group's too
+  if lw.flag_stores: sink = sink.replace(src=sink.src + tuple(lw.flag_stores))
   if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
   sink = graph_rewrite(sink, symbolic, name="symbolic")
   return with_index_dtype(sink, dtypes.int64 if index64 else index_dtype(sink))

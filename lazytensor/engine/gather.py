@@ -46,7 +46,7 @@ class AxisFold:
     return ret
 
   def _at(self, u: UOp) -> UOp | None:
-    if u.op is Ops.CONST and not u.src: return u
+    if (u.op is Ops.CONST and not u.src) or u.op is Ops.DEFINE_GLOBAL: return u  # an index check's flags: a buffer
     if u.op in LEAVES and (st := _view(u)) is not None:
       src = tuple(s.replace(arg=self._first(st)) if s.op is Ops.VIEW else s for s in u.src)
       if _invariant(st, self.axis): return u.replace(src=src)

@@ -28,6 +28,7 @@ import numpy as np
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.engine import realize
+from lazytensor.engine.index_check import IndexFlags, bad_index
 from lazytensor.engine.live import capturing_program
 from lazytensor.graph import multi_leaves
 from lazytensor.helpers import DEBUG, JIT
@@ -115,6 +116,7 @@ class TinyJit(Generic[R]):
     self.signature: list[InputSignature] = []
     self.input_buffers: list[Buffer] = []  # every input's buffers in order (a buffer per device when spread)
     self.fresh: list[Buffer] = []  # the outputs' buffers that the program made: new ones at every replay
+    self.flags: list[IndexFlags] = []  # the flags of the program's index checks, read after every replay
     self.ret: Any = None
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
@@ -152,6 +154,7 @@ class TinyJit(Generic[R]):
     if not items:  # everything was already computed (e.g. the same inputs twice): capture on the next call instead
       return ret
     self.items, self.ret, self.key, self.calls = items, ret, key, 2
+    self.flags = realize.index_flags(items)
     self.signature = [_signature(t) for t in inputs]
     self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
     written = {id(b) for item in items for b in item.written}
@@ -166,7 +169,13 @@ class TinyJit(Generic[R]):
       raise JitError(_mismatch(self.signature, sig))
     swap = {id(old): new for old, new in zip(self.input_buffers, (b for t in inputs for b in _buffers_of(t)))}
     swap |= {id(b): Buffer(b.device, b.size, b.dtype) for b in self.fresh}
-    for item in self.items: item.run(tuple(swap.get(id(b), b) for b in item.bufs))
+    try:
+      for item in self.items: item.run(tuple(swap.get(id(b), b) for b in item.bufs))
+    except BaseException:
+      bad_index(self.flags)  # cleared: the next replay must not be blamed for this one's indices
+      raise
+    # as after a schedule: an index out of range raises at the call that read it (engine/index_check.py)
+    if self.flags and (err := bad_index(self.flags)) is not None: raise err
     return _map_tensors(self.ret, lambda t: _renewed(t, swap))
 
 def _layout(ld: UOp) -> Any:

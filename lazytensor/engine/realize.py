@@ -6,12 +6,13 @@ import operator
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
 from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
 from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
+from lazytensor.engine.index_check import IndexFlags, bad_index
 from lazytensor.engine.schedule import ScheduleItem
 from lazytensor.engine.search import beam_search
 from lazytensor.helpers import (
@@ -39,7 +40,10 @@ class CompiledRunner:
   mem: int
   spec: ProgramSpec
 
-  def __post_init__(self) -> None: self.launch: dict[str, Any] = self.spec.launch.kwargs()
+  def __post_init__(self) -> None:
+    self.launch: dict[str, Any] = self.spec.launch.kwargs()
+    # the arguments that are the flags of index checks (engine/index_check.py), read after the schedule
+    self.flag_args = tuple(sorted({u.src[0].arg for u in self.kernel.ast.toposort if u.op is Ops.CHECK}))
 
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
     return self.program(*map(_handle, bufs), wait=wait, **self.launch)
@@ -197,14 +201,30 @@ def paused_capture() -> Iterator[None]:
   try: yield
   finally: _capturing[:] = saved
 
+def _flags_of(runner: CompiledRunner, bufs: tuple[Buffer, ...]) -> list[IndexFlags]:
+  return [cast(IndexFlags, bufs[i]) for i in runner.flag_args]
+
+def index_flags(steps: list[ExecItem]) -> list[IndexFlags]:
+  """The flags of the index checks of these steps' kernels (engine/index_check.py)."""
+  return [f for s in steps if s.runner is not None for f in _flags_of(s.runner, s.bufs)]
+
 def run_schedule(items: list[ScheduleItem]) -> None:
+  """Run the items in order; then raise BadIndexError (an IndexError) if a kernel read an index out of range
+  (engine/index_check.py): every item has run by then."""
   debug = DEBUG.value  # read once: the loop is the launch path of every eager kernel
   before = dict(compile_stats) if debug >= 1 else {}
   recording = _capturing[-1] if _capturing else None
-  for ast, bufs in items:
-    runner = None if ast.op is Ops.COPY else get_runner(bufs[0].device, ast)
-    _execute(runner, bufs, debug)
-    if recording is not None: recording.append(ExecItem(runner, bufs))
+  flags: list[IndexFlags] = []
+  try:
+    for ast, bufs in items:
+      runner = None if ast.op is Ops.COPY else get_runner(bufs[0].device, ast)
+      _execute(runner, bufs, debug)
+      if recording is not None: recording.append(ExecItem(runner, bufs))
+      if runner is not None and runner.flag_args: flags += _flags_of(runner, bufs)
+  except BaseException:
+    bad_index(flags)  # cleared, or a later run of their kernels would be blamed; the failure is what is raised
+    raise
+  if flags and (err := bad_index(flags)) is not None: raise err
   if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")

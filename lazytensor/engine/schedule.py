@@ -20,6 +20,7 @@ from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine import schedule_cache as cache
 from lazytensor.engine.gather import fold_gathers
+from lazytensor.engine.index_check import IndexFlags
 from lazytensor.engine.memory import plan_memory
 from lazytensor.engine.multi import is_multi, split_multi
 from lazytensor.engine.pack_search import beam_packing
@@ -295,6 +296,7 @@ class _KernelBuilder:
     self.root_reads: set[UOp] = set()  # the other kernels of this schedule whose outputs it loads
     self.memo: dict[tuple[UOp, ShapeTracker | None], UOp] = {}
     self.reduces: dict[UOp, UOp] = {}  # each REDUCE_AXIS of the kernel -> the graph's reduce it computes
+    self.flags: dict[UOp, IndexFlags] = {}  # each CHECK of the graph in the kernel -> its flags (engine/index_check.py)
 
   def define_global(self, buf: Buffer) -> UOp:
     idx = next((i for i, b in enumerate(self.bufs) if b is buf), None)
@@ -352,12 +354,19 @@ class _KernelBuilder:
       self.reduces[red] = node
       return red
     assert node.op in GroupOp.Elementwise, f"scheduler cannot put {node.op} in a kernel"
-    ret = UOp(node.op, node.dtype, tuple(self.visit(s, pending) for s in node.src), node.arg)
-    if pending is not None and any(v.mask is not None for v in pending.views):
-      # a padded view of a computed value is zero outside its mask, whatever the op would give there
-      valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), pending),))
-      ret = UOp(Ops.WHERE, ret.dtype, (valid, ret, UOp.const(ret.dtype, 0)))
-    return ret
+    src = tuple(self.visit(s, pending) for s in node.src)
+    masked = pending is not None and any(v.mask is not None for v in pending.views)
+    valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), pending),)) if masked else None
+    ret = self._check(node, src, valid) if node.op is Ops.CHECK else UOp(node.op, node.dtype, src, node.arg)
+    # a padded view of a computed value is zero outside its mask, whatever the op would give there
+    return ret if valid is None else UOp(Ops.WHERE, ret.dtype, (valid, ret, UOp.const(ret.dtype, 0)))
+
+  def _check(self, node: UOp, src: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    """An index checked in the kernel, into a buffer of flags of its own (engine/index_check.py). Outside a padded
+    view's mask it is no index: what it computes from the zeros loaded there (i + 5) may look out of range."""
+    flags = self.flags.setdefault(node, IndexFlags(self.outputs[self.root].device, node.arg))
+    ok = src[1] if valid is None else src[1] | valid.logical_not()
+    return UOp(Ops.CHECK, node.dtype, (self.define_global(flags), src[0], ok))
 
 def _compose(st: ShapeTracker, pending: ShapeTracker | None) -> ShapeTracker:
   return st if pending is None else (st + pending).simplify()

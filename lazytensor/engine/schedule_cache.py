@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
+from lazytensor.engine.index_check import IndexFlags
 from lazytensor.helpers import DEBUG
 from lazytensor.uop.ops import NodeMap, Ops, UOp
 
@@ -165,8 +166,12 @@ class Template:
     # new memory: what the items use, and outputs that no item writes (of 0 elements)
     made = [b for it in items for b in it.bufs]
     made += [buffer_map[n] for n in value_buffers if not isinstance(n.arg[2], tuple)]
-    self.fresh = list({id(b): b for b in made if id(b) not in position}.values())
-    for i, b in enumerate(self.fresh): position[id(b)] = len(params) + i
+    made = list({id(b): b for b in made if id(b) not in position}.values())
+    # the flags of index checks (engine/index_check.py) are the same at every instance: they carry the message, and
+    # come back clear from every run
+    self.fresh = [b for b in made if not isinstance(b, IndexFlags)]
+    self.flags = [b for b in made if isinstance(b, IndexFlags)]
+    for i, b in enumerate([*self.fresh, *self.flags]): position[id(b)] = len(params) + i
     self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
     # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
     self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
@@ -184,6 +189,7 @@ class Template:
     bufs: list[Buffer] = []
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
     for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
+    bufs += self.flags
     items: list[ScheduleItem] = []
     for ast, positions in self.item_bufs: items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__,
                                                                                                  positions)))))

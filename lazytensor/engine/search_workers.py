@@ -43,7 +43,8 @@ class BufferSpec:
   whole: bool  # the kernel stores every element (an unmasked store view with one position per element)
 
 def buffer_specs(ast: UOp) -> list[BufferSpec]:
-  nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL]
+  # an index check's flags (engine/index_check.py) are neither loaded nor stored: zeros, never compared
+  nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE, Ops.CHECK) and u.src[0].op is Ops.DEFINE_GLOBAL]
   specs = []
   for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
     mine = [n for n in nodes if n.src[0] is g]

@@ -3,8 +3,11 @@
 Basic indices (ints, slices, None, ...) are views. The graph has no load from a computed address, so an integer
 tensor index is a gather written with existing ops: each output element compares its index against an arange of the
 indexed dimension and sums the one matching element (`where(index == arange, x, 0).sum()`). That is one kernel that
-fuses with whatever computes `x` and the index, its gradient is the same pattern summed the other way (a scatter-add),
-and an index that is out of range matches nothing: it reads 0 and writes nothing, instead of reading out of bounds.
+fuses with whatever computes `x` and the index, and its gradient is the same pattern summed the other way (a
+scatter-add). An index out of range matches nothing, so it never reads or writes out of bounds; each op also wraps its
+index tensors in a check (`_check_index`), and the realize that runs a kernel reading one out of range raises
+IndexError naming the op, the index and the size (engine/index_check.py; CHECK_INDICES=0 leaves the check out, and
+such an index then reads 0 and writes nothing).
 The scheduler folds the gather's reduce into one load at the index (engine/gather.py): the kernel reads one candidate
 per output, not all of them.
 A scatter is the transposed pattern: each output element reduces the sources whose index names it. The scheduler
@@ -19,12 +22,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes
+from lazytensor.engine.index_check import IndexSite, dim_site
 from lazytensor.engine.realize import capturing
-from lazytensor.helpers import ArgumentError, DTypeError, IndexTypeError, argsort, prod
+from lazytensor.graph import const_like
+from lazytensor.helpers import CHECK_INDICES, ArgumentError, DTypeError, IndexTypeError, argsort, prod
 from lazytensor.mixin.compact import check_not_capturing, compacted, first_selected, unravel
 from lazytensor.mixin.movement import _is_int
 from lazytensor.mixin.operands import broadcast_shape
 from lazytensor.mixin.order import OrderMixin
+from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from typing import Self
@@ -44,7 +50,7 @@ def _is_tensor(x: Any) -> bool: return isinstance(x, IndexMixin)
 @dataclass(frozen=True)
 class _Advanced:
   """An integer index array into one dim of the basic view: numpy values known now (in bounds, non-negative) or an
-  integer Tensor (checked when it is read: out-of-range entries match nothing)."""
+  integer Tensor (checked by the kernel that reads it: engine/index_check.py)."""
   axis: int
   index: Any
 
@@ -96,8 +102,9 @@ def _check_mask_shape(mask_shape: tuple[int, ...], view_shape: tuple[int, ...], 
     raise IndexError(f"the boolean mask of shape {tuple(mask_shape)} does not match the shape {covered} of the "
                      f"dimensions it indexes (from dimension {in_dim})")
 
-def _parse(x: TensorT, indices: Any) -> _Parsed[TensorT]:
-  """Split an index into basic indices, applied to x as a view, and the advanced ones that index the view's dims.
+def _parse(x: TensorT, indices: Any, op: str) -> _Parsed[TensorT]:
+  """Split an index into basic indices, applied to x as a view, and the advanced ones that index the view's dims
+  (`op` names the operation in the IndexError of a tensor index out of range).
 
   Ints are basic (they remove their dim before anything else), as in torch; None and each bool add a dim of size 1,
   a bool adding an advanced index into it too ([0] for True, [] for False), as in numpy and torch."""
@@ -123,12 +130,12 @@ def _parse(x: TensorT, indices: Any) -> _Parsed[TensorT]:
       if not -n <= i < n: raise IndexError(f"index {i} is out of bounds for dimension {in_dim} with size {n}")
       one = p.view.shrink([(int(i) % n, int(i) % n + 1) if k == dim else None for k in range(p.view.ndim)])
       p.view = one.reshape(p.view.shape[:dim] + p.view.shape[dim + 1:])
-    else: dim += _add_array_index(p, i, dim, in_dim, layout)
+    else: dim += _add_array_index(p, i, dim, in_dim, layout, op)
     in_dim += _dims_consumed(i)
   p.view = p.view.reshape(tuple(layout))
   return p
 
-def _add_array_index(p: _Parsed[TensorT], i: Any, dim: int, in_dim: int, layout: list[int]) -> int:
+def _add_array_index(p: _Parsed[TensorT], i: Any, dim: int, in_dim: int, layout: list[int], op: str) -> int:
   """Record an index array or tensor that starts at the view's dim `dim`; returns how many dims it indexes."""
   shape = p.view.shape
   if isinstance(i, np.ndarray) and i.dtype.kind == "b":  # a mask known now: its True positions, one array per dim
@@ -143,7 +150,8 @@ def _add_array_index(p: _Parsed[TensorT], i: Any, dim: int, in_dim: int, layout:
     layout.extend(shape[dim:dim + i.ndim])
     return i.ndim
   if isinstance(i, np.ndarray): p.advanced.append(_Advanced(len(layout), _static_index(i, in_dim, shape[dim])))
-  elif i.dtype.is_int: p.advanced.append(_Advanced(len(layout), i))
+  elif i.dtype.is_int:
+    p.advanced.append(_Advanced(len(layout), i._check_index(dim_site(op, in_dim, shape[dim], i.dtype, wraps=True))))
   else: raise IndexTypeError(f"a tensor index must have an integer (or bool) dtype, got {i.dtype}")
   layout.append(shape[dim])
   return 1
@@ -221,8 +229,9 @@ def _progression(p: _Parsed[TensorT]) -> _Parsed[TensorT]:
   stop = start + step * idx.size
   return _Parsed(p.view._take_strided(a.axis, start, stop, step), [], [])
 
-def getitem(x: TensorT, indices: Any) -> TensorT:
-  p = _progression(_parse(x, indices))
+def getitem(x: TensorT, indices: Any, op: str = "x[index]") -> TensorT:
+  """x[indices]; `op` names the operation in the IndexError of a tensor index out of range."""
+  p = _progression(_parse(x, indices, op))
   if p.masks:
     raise ValueError(f"indexing with a boolean Tensor of shape {p.masks[0][1].shape}: the result has as many elements "
                      "as the mask has True values, which is only known once it is computed, and lazytensor needs "
@@ -242,7 +251,7 @@ def setitem_parts(x: TensorT, indices: Any, value: Any) -> tuple[TensorT, Tensor
   Basic indices write `value` into their view. Integer indices write into the whole dims they index: a scatter of
   `value` into the old contents (where an index repeats, the last write wins, as in numpy). A boolean Tensor mask
   writes where(mask, value, old), so `value` must not depend on how many entries the mask selects."""
-  p = _progression(_parse(x, indices))
+  p = _progression(_parse(x, indices, "x[index] = value"))
   if p.masks and p.advanced:
     raise ValueError("x[...] = value with a boolean Tensor mask and other tensor indices together is not supported")
   if p.masks: return p.view, _masked_write(x, p, value)
@@ -278,6 +287,16 @@ def _masked_write(x: TensorT, p: _Parsed[TensorT], value: Any) -> TensorT:
   return m.where(v, view)
 
 # ---- the gather and scatter patterns ----
+
+def _checked(x: UOp, site: IndexSite, wide: DType | None) -> UOp:
+  """The index x checked against the site's range, compared in `wide` where x's dtype cannot hold its bounds. Built as
+  nodes, not Tensor ops: every op that takes an index makes one (as Tensor ops it took 6x as long as an add)."""
+  w = x if wide is None else UOp(Ops.CAST, wide, (x,))
+  def const(v: int | bool) -> UOp: return const_like(w, v, dtypes.bool if isinstance(v, bool) else w.dtype)
+  def not_below(v: int) -> UOp: return w.alu(Ops.CMPLT, const(v)).alu(Ops.CMPNE, const(True))
+  ok = not_below(site.low).alu(Ops.AND, w.alu(Ops.CMPLT, const(site.size)))
+  if site.allowed is not None: ok = ok.alu(Ops.OR, w.alu(Ops.CMPNE, const(site.allowed)).alu(Ops.CMPNE, const(True)))
+  return UOp(Ops.CHECK, x.dtype, (x, ok), site)
 
 def _zero(x: TensorT, value: Any = 0) -> TensorT:
   return type(x).full((), value, dtype=x.dtype, device=x.device)
@@ -391,8 +410,8 @@ class IndexMixin(OrderMixin):
     numpy arrays of ints index a dim each (negative values count from the end) and broadcast together; their dims
     replace the indexed ones where those are adjacent, and go first otherwise (ints count as basic, as in torch).
     Lists and numpy arrays of bools are masks known now. A boolean Tensor mask is an error: the result's shape
-    would depend on its values. An integer Tensor index is read when the kernel runs, so its values are not
-    checked: an out-of-range entry reads 0 (a list or numpy index out of range is an IndexError).
+    would depend on its values. An index out of range is an IndexError: at once for a list or numpy array, at the
+    realize that runs the kernel reading it for a Tensor (its values are known only then).
 
     >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
     >>> x[:, ::-2].tolist(), x[1, [0, 0, 2]].tolist(), x[Tensor([1, 0])].tolist(), x[[True, False]].tolist()
@@ -404,6 +423,15 @@ class IndexMixin(OrderMixin):
     """For __setitem__: the view of self that `self[indices] = value` writes into, and its new values."""
     return setitem_parts(self, indices, value)
 
+  def _check_index(self, site: IndexSite) -> Self:
+    """This index tensor, checked by the kernels that read it: an entry outside the site's range raises IndexError at
+    the realize that runs one (engine/index_check.py). Itself with CHECK_INDICES off. The range is compared in a dtype
+    that holds its bounds (int8 indices into 300 rows, uint8 ones that may count from the end)."""
+    if not CHECK_INDICES: return self
+    lo, hi = self.dtype.min(), self.dtype.max()
+    fits = lo <= site.low and site.size <= hi and (site.allowed is None or lo <= site.allowed <= hi)
+    return self._apply_uop(lambda x: _checked(x, site, None if fits else dtypes.int64))
+
   def _index_tensor(self, name: str, index: Any) -> Self:
     if not _is_tensor(index): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int: raise TypeError(f"{name}: index must have an integer dtype, got {index.dtype}")
@@ -413,7 +441,8 @@ class IndexMixin(OrderMixin):
 
   def gather(self, dim: int, index: Self) -> Self:
     """Pick values along `dim` by index, as torch.gather: out[i][j] = self[index[i][j]][j] for dim 0. The index has as
-    many dims as self, and no larger sizes outside `dim`. One kernel; an index out of range reads 0.
+    many dims as self, and no larger sizes outside `dim`. One kernel; an index outside [0, size) raises IndexError
+    when it runs.
 
     >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
     [[1, 1], [4, 3]]
@@ -424,6 +453,7 @@ class IndexMixin(OrderMixin):
       if i != d and si > sx:
         raise ArgumentError(f"gather: index of shape {index.shape} is larger than the tensor of shape {self.shape} "
                          f"in dim {i}, which is not the gathered dim {d}")
+    index = index._check_index(dim_site("gather", d, self.shape[d] if self.ndim else 1, index.dtype, wraps=False))
     if self.ndim == 0: return _gather(self.reshape(1), 0, index.reshape(1)).reshape(())
     return _gather(self, d, index)
 
@@ -442,11 +472,18 @@ class IndexMixin(OrderMixin):
                           f"in every dim, and than the tensor of shape {self.shape} outside dim {d}")
     return d, index, value.cast(self.dtype)
 
+  def _scatter_into(self, name: str, dim: int, index: Any, src: Any, reduce: str | None, include_self: bool,
+                    check: bool = True) -> Self:
+    """The scatter of `name` with its arguments checked, and (`check`) its index too: [0, size) of the dim."""
+    d, index, value = self._scatter_args(name, dim, index, src)
+    if check: index = index._check_index(dim_site(name, d, self.shape[d] if self.ndim else 1, index.dtype, False))
+    return _scatter(self, d, index, value, reduce, include_self)
+
   def scatter(self, dim: int, index: Self, src: Self | float, reduce: str | None = None) -> Self:
     """Write src (a tensor or a number) into a copy of self at the given indices along `dim`, as torch.scatter:
     out[index[i][j]][j] = src[i][j] for dim 0. Where an index repeats, the last entry wins. `reduce` "add" or
     "multiply" combines a number src instead, as tinygrad (scatter_reduce "sum" and "prod" take a tensor src).
-    An index out of range writes nothing.
+    An index outside [0, size) raises IndexError when the kernel runs.
 
     >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), Tensor([[5.0], [6.0]])).tolist()
     [[0.0, 0.0, 5.0], [6.0, 0.0, 0.0]]
@@ -454,35 +491,33 @@ class IndexMixin(OrderMixin):
     if reduce is not None and _is_tensor(src):
       # as tinygrad; torch deprecates reduce with a tensor src for scatter_reduce too
       raise TypeError(f"scatter: reduce={reduce!r} takes a number src, got a Tensor; use scatter_reduce with a tensor")
-    d, index, value = self._scatter_args("scatter", dim, index, src)
-    if reduce is not None:
-      modes = {"add": "sum", "multiply": "prod"}
-      if reduce not in modes: raise ValueError(f"scatter: reduce must be 'add', 'multiply' or None, got {reduce!r}")
-      return _scatter(self, d, index, value, modes[reduce], True)
-    return _scatter(self, d, index, value, None, False)
+    if reduce is None: return self._scatter_into("scatter", dim, index, src, None, False)
+    modes = {"add": "sum", "multiply": "prod"}
+    if reduce not in modes: raise ValueError(f"scatter: reduce must be 'add', 'multiply' or None, got {reduce!r}")
+    return self._scatter_into("scatter", dim, index, src, modes[reduce], True)
 
   def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str, include_self: bool = True) -> Self:
     """Reduce src into a copy of self at the given indices along `dim`, as torch.scatter_reduce: reduce is "sum",
     "prod", "mean", "amax" or "amin"; include_self counts self's old value as one of the reduced values (targets
-    that no index names keep theirs). An int mean rounds down, as torch. An index out of range writes nothing.
+    that no index names keep theirs). An int mean rounds down, as torch. An index outside [0, size) raises
+    IndexError when the kernel runs.
 
     >>> Tensor([1.0, 2.0, 3.0]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([5.0, 7.0, 9.0]), "amax").tolist()
     [7.0, 2.0, 9.0]
     """
     if reduce not in SCATTER_REDUCES:
       raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCES)}, got {reduce!r}")
-    d, index, value = self._scatter_args("scatter_reduce", dim, index, src)
-    return _scatter(self, d, index, value, reduce, include_self)
+    return self._scatter_into("scatter_reduce", dim, index, src, reduce, include_self)
 
   def scatter_add(self, dim: int, index: Self, src: Self) -> Self:
     """Add src into a copy of self at the given indices along `dim`, as torch.scatter_add: out[index[i][j]][j] +=
-    src[i][j] for dim 0, repeated indices adding up. One pass over the entries (engine/scatter.py). An index out of
-    range writes nothing.
+    src[i][j] for dim 0, repeated indices adding up. One pass over the entries (engine/scatter.py). An index outside
+    [0, size) raises IndexError when the kernel runs.
 
     >>> Tensor.zeros(3).scatter_add(0, Tensor([0, 2, 0]), Tensor([1.0, 2.0, 3.0])).tolist()
     [4.0, 0.0, 2.0]
     """
-    return self.scatter_reduce(dim, index, src, "sum")
+    return self._scatter_into("scatter_add", dim, index, src, "sum", True)
 
   def masked_fill(self, mask: Self, value: Any) -> Self:
     """`value` (a number or a 0-d tensor, cast to self's dtype) where the bool mask is True, self elsewhere; mask and
@@ -501,8 +536,8 @@ class IndexMixin(OrderMixin):
 
   def one_hot(self, num_classes: int = -1) -> Self:
     """Each integer becomes a row of num_classes values (dtypes.default_int) with a 1 at that position (one
-    kernel). With num_classes -1 it is the largest value plus one, which reads the tensor now. Values outside
-    [0, num_classes) give a row of zeros (torch raises; here the values are only known when the kernel runs).
+    kernel). With num_classes -1 it is the largest value plus one, which reads the tensor now. A value outside
+    [0, num_classes) raises IndexError when the kernel runs (as torch and tinygrad raise).
 
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
@@ -511,7 +546,9 @@ class IndexMixin(OrderMixin):
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     if not _is_int(num_classes) or num_classes < 0:
       raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
-    hit = self.unsqueeze(-1) == type(self)._iota(int(num_classes), self.device)
+    n = int(num_classes)
+    checked = self._check_index(IndexSite("one_hot", f"num_classes={n}", 0, n, self.dtype, noun="class value"))
+    hit = checked.unsqueeze(-1) == type(self)._iota(n, self.device)
     return hit.cast(dtypes.default_int)
 
   def _triangle(self, name: str, diagonal: int, keep_below: bool) -> Self:
@@ -620,8 +657,8 @@ class IndexMixin(OrderMixin):
 
   def index_select(self, dim: int, index: Self) -> Self:
     """The entries of `dim` at the positions in `index` (1-d ints, negative counting from the end), in that order, as
-    torch.index_select: the same as indexing that dim with the tensor, so an index out of range selects zeros (torch
-    raises; here the indices are known only once computed).
+    torch.index_select: the same as indexing that dim with the tensor. An index outside [-size, size) raises
+    IndexError when the kernel runs.
 
     >>> Tensor([[1, 2, 3], [4, 5, 6]]).index_select(1, Tensor([2, 0])).tolist()
     [[3, 1], [6, 4]]
@@ -630,8 +667,8 @@ class IndexMixin(OrderMixin):
       raise IndexError(f"index_select: index must be a 0-d or 1-d Tensor of ints, got "
                        f"{getattr(index, 'dtype', type(index).__name__)} of shape {getattr(index, 'shape', None)}")
     d = self._resolve_axis(dim)
-    if self.ndim == 0: return self.reshape(1)[index.reshape(-1)].reshape(())
-    return self[(slice(None),) * d + (index.reshape(-1),)]
+    if self.ndim == 0: return getitem(self.reshape(1), index.reshape(-1), "index_select").reshape(())
+    return getitem(self, (slice(None),) * d + (index.reshape(-1),), "index_select")
 
   def isin(self, test_elements: Self | Any, invert: bool = False) -> Self:
     """Whether each element is among `test_elements` (a Tensor, a number or a list), as torch.isin; invert=True asks

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from lazytensor.dtype import dtypes
+from lazytensor.engine.index_check import IndexSite
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
 from lazytensor.mixin.conv import Padding, conv, conv_padding, conv_params, conv_transpose
 from lazytensor.mixin.random import RandomMixin
@@ -37,9 +38,10 @@ def _clamped_log(x: TensorT) -> TensorT:
   return positive.where(positive.where(x, 1).log().maximum(-100), -100)
 
 def _class_loss(logp: TensorT, target: TensorT, axis: int, weight: TensorT | None, ignore_index: int | None,
-                label_smoothing: float, reduction: str, name: str) -> TensorT:
+                label_smoothing: float, reduction: str, name: str, no_class: int | None) -> TensorT:
   """The negative log-likelihood of log-probabilities `logp` (classes along `axis`) against class indices or class
-  probabilities, with torch's weights, smoothing, ignored targets and reductions."""
+  probabilities, with torch's weights, smoothing, ignored targets and reductions. A class index outside [0, classes)
+  other than `no_class` (a target that picks no class) raises IndexError when the kernel runs."""
   _check_reduction(reduction, name)
   if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"{name}: label_smoothing {label_smoothing} is not in [0, 1]")
   n_classes = logp.shape[axis]
@@ -59,8 +61,10 @@ def _class_loss(logp: TensorT, target: TensorT, axis: int, weight: TensorT | Non
   if target.shape != expected:
     raise ArgumentError(f"{name}: target of shape {target.shape} does not match input {logp.shape}: class indices need "
                         f"shape {expected}, probabilities shape {logp.shape}")
+  site = IndexSite(name, f"the {n_classes} classes of dimension {axis}", 0, n_classes, target.dtype, no_class, "target")
+  classes = type(logp).arange(n_classes, device=logp.device).reshape(class_shape)
   # a where, not a product: the log-probability of a class that is not the target may be -inf
-  hit = target.unsqueeze(axis) == type(logp).arange(n_classes, device=logp.device).reshape(class_shape)
+  hit = target._check_index(site).unsqueeze(axis) == classes
   loss = smoothed(-hit.where(weighted, 0).sum(axis))
   valid = target.ne(ignore_index) if ignore_index is not None else None
   if valid is not None: loss = valid.where(loss, 0)
@@ -477,8 +481,7 @@ class NNMixin(RandomMixin):
     """Cross-entropy of logits (batch, classes, ...) or (classes,) against class indices (ints, the input's shape
     without the class dim) or class probabilities (floats, the input's shape), as torch.nn.functional.cross_entropy:
     per-class `weight`, `label_smoothing`, targets equal to `ignore_index` left out, reduction "mean", "sum" or
-    "none". A class index outside [0, classes) is not checked (that needs the data): it picks no class, so its loss
-    is only the smoothing term (torch raises).
+    "none". A class index outside [0, classes) (other than ignore_index) raises IndexError when the kernel runs.
 
     >>> round(Tensor([[0.0, 0.0]]).cross_entropy(Tensor([1])).item(), 4)
     0.6931
@@ -486,7 +489,8 @@ class NNMixin(RandomMixin):
     x = self
     if x.ndim == 0: raise ValueError("cross_entropy: the input needs a class dim, got a 0-d tensor")
     axis = 1 if x.ndim > 1 else 0
-    return _class_loss(x.log_softmax(axis), Y, axis, weight, ignore_index, label_smoothing, reduction, "cross_entropy")
+    return _class_loss(x.log_softmax(axis), Y, axis, weight, ignore_index, label_smoothing, reduction, "cross_entropy",
+                       ignore_index)
 
   def nll_loss(self, Y: Self, weight: Self | None = None, ignore_index: int = -100,
                reduction: str = "mean") -> Self:
@@ -499,7 +503,7 @@ class NNMixin(RandomMixin):
     x = self
     if x.ndim == 0: raise ValueError("nll_loss: the input needs a class dim, got a 0-d tensor")
     if Y.dtype.is_float: raise TypeError(f"nll_loss: the target must hold class indices (ints), got {Y.dtype}")
-    return _class_loss(x, Y, 1 if x.ndim > 1 else 0, weight, ignore_index, 0.0, reduction, "nll_loss")
+    return _class_loss(x, Y, 1 if x.ndim > 1 else 0, weight, ignore_index, 0.0, reduction, "nll_loss", ignore_index)
 
   def sparse_categorical_crossentropy(self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> Self:
@@ -513,7 +517,7 @@ class NNMixin(RandomMixin):
     if x.ndim == 0: raise ValueError("sparse_categorical_crossentropy: the input needs a class dim, got a 0-d tensor")
     if Y.dtype.is_float: raise TypeError(f"sparse_categorical_crossentropy: Y must hold class indices, got {Y.dtype}")
     return _class_loss(x.log_softmax(-1), Y, x.ndim - 1, None, None if ignore_index == -1 else ignore_index,
-                       label_smoothing, reduction, "sparse_categorical_crossentropy")
+                       label_smoothing, reduction, "sparse_categorical_crossentropy", ignore_index)
 
   def _check_binary_target(self, Y: Self, name: str, reduction: str) -> None:
     _check_reduction(reduction, name)

@@ -100,7 +100,8 @@ class StatsMixin(TakePutMixin):
     inside = (self >= lo) & (self <= hi)
     b = ((self - lo) * bins / (hi - lo)).floor().cast(dtypes.default_int).minimum(bins - 1)
     amount = inside.cast(self.dtype) if weight is None else inside.where(weight.cast(self.dtype), 0)
-    return self.zeros(bins, dtype=self.dtype, device=self.device).scatter_add(0, inside.where(b, -1), amount)
+    # a value outside adds its amount, 0, to bin 0: an index out of range would raise (engine/index_check.py)
+    return self.zeros(bins, dtype=self.dtype, device=self.device).scatter_add(0, inside.where(b, 0), amount)
 
   def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Self:
     """The counts of the elements in `bins` equal bins over [min, max] (self's own smallest and largest values when

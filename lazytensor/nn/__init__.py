@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 
 from lazytensor.dtype import dtypes
+from lazytensor.engine.index_check import dim_site
 from lazytensor.helpers import make_tuple, prod
 from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
@@ -187,7 +188,9 @@ class Embedding:
   def __call__(self, idx: Tensor) -> Tensor:
     if idx.dtype.is_float: raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
     # the gather pattern (mixin/index.py): the row whose number equals the index, summed out of a where; the kernel
-    # reads that one row (engine/gather.py). Its gradient sums the other way: each row over the indices naming it
+    # reads that one row (engine/gather.py). Its gradient sums the other way: each row over the indices naming it. An
+    # index outside [0, num_embeddings) raises IndexError when a kernel reading it runs (engine/index_check.py)
+    idx = idx._check_index(dim_site("nn.Embedding", 0, self.num_embeddings, idx.dtype, wraps=False))
     hot = idx.reshape(*idx.shape, 1, 1) == Tensor.arange(self.num_embeddings, device=idx.device).reshape(-1, 1)
     return hot.where(self.weight, 0).sum(-2)
 

@@ -98,6 +98,9 @@ class Ops(enum.Enum):
   WHERE = enum.auto()
   MULACC = enum.auto()
   CONST = enum.auto()
+  # src=(index, ok), arg=IndexSite: the index, whose entries where ok is False are reported (engine/index_check.py); in
+  # a kernel AST src=(flags, index, ok), flags the DEFINE_GLOBAL the lowerer records a bad entry into
+  CHECK = enum.auto()
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
   # members are singletons: identity hashing is correct and much cheaper than Enum's name hashing
@@ -109,7 +112,7 @@ class GroupOp:
             Ops.XOR, Ops.SHL, Ops.SHR}
   Ternary = {Ops.WHERE, Ops.MULACC}
   ALU = Unary | Binary | Ternary
-  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST, Ops.CHECK}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
   Comparison = {Ops.CMPLT, Ops.CMPNE}

@@ -283,15 +283,21 @@ def _load(f: _Function, u: UOp) -> str:
   return f.emit(f"phi {ltype(u.dtype)} [{v}, %{end}], [{f.r[u.src[3]]}, %{pred}]")
 
 def _store(f: _Function, u: UOp) -> None:
-  if u.arg is not None: raise NotImplementedError(f"LLVM renderer: no atomic {u.arg} store (it declares no atomics)")
   buf, idx, val = u.src[:3]
+  # an int max is the only atomic store rendered: the flags of an index check (engine/index_check.py), on a path taken
+  # only for a bad index. The renderer declares no atomics: a scatter's updates run in order (engine/scatter.py)
+  if u.arg is not None and (u.arg is not Ops.MAX or not val.dtype.is_int or val.dtype.count > 1):
+    raise NotImplementedError(f"LLVM renderer: no atomic {u.arg} store of {val.dtype} (only an int max)")
   i = f.fresh()
   if len(u.src) == 4:
     f.code(f"br i1 {f.r[u.src[3]]}, label %store{i}, label %stored{i}")
     f.label(f"store{i}")
   v, mt = f.r[val], mtype(val.dtype)
   if val.dtype.is_bool: v = f.emit(f"zext {ltype(val.dtype)} {v} to {mt}")
-  f.code(f"store {mt} {v}, ptr {_address(f, buf, idx)}, align {val.dtype.itemsize}")
+  if u.arg is not None:
+    op = "umax" if val.dtype.is_unsigned else "max"
+    f.code(f"atomicrmw {op} ptr {_address(f, buf, idx)}, {mt} {v} monotonic, align {val.dtype.itemsize}")
+  else: f.code(f"store {mt} {v}, ptr {_address(f, buf, idx)}, align {val.dtype.itemsize}")
   if len(u.src) == 4:
     f.code(f"br label %stored{i}")
     f.label(f"stored{i}")
