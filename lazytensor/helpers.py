@@ -113,6 +113,8 @@ TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on C
                   "torch's allow_tf32); off by default", code=True)
 NO_COLOR = ContextVar("NO_COLOR", "", "any value turns off ANSI colors (no-color.org); they are also off when standard "
                      "output is not a terminal")
+TRAINING = ContextVar("TRAINING", False, "training mode, which Tensor.training reads and Tensor.train() sets: dropout "
+                      "drops and batchnorm normalizes by the batch's statistics")
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 
