@@ -36,6 +36,12 @@ class DType:
     ident = (type(self).__name__, self.name, self.count, getattr(self, "local", False), getattr(self, "size", -1))
     object.__setattr__(self, "_hash", hash(ident))
     object.__setattr__(self, "ident", " ".join(map(str, ident)))
+    # the limits once: every Python number a tensor is made of is checked against them
+    bits = 8 * self.itemsize
+    lo, hi = (-math.inf, math.inf) if self.kind == "f" else (0, 1) if self.kind == "b" else \
+      (0, 2 ** bits - 1) if self.kind == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    limit = FloatLimit if self.kind == "f" else IntLimit
+    object.__setattr__(self, "_limits", (limit(lo), limit(hi)))
   def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   def vec(self, n: int) -> DType:
@@ -69,15 +75,12 @@ class DType:
   @property
   def min(self) -> IntLimit | FloatLimit:
     """The lowest value (-inf for floats), as tinygrad's dtypes.int8.min; dtypes.int8.min() gives it too."""
-    if self.kind == "f": return FloatLimit(-math.inf)
-    return IntLimit(0 if self.kind in "bu" else -(2 ** (8 * self.itemsize - 1)))
+    return self._limits[0]  # type: ignore[attr-defined]
 
   @property
   def max(self) -> IntLimit | FloatLimit:
     """The highest value (inf for floats, 1 for bool), as tinygrad's dtypes.int8.max; dtypes.int8.max() gives it too."""
-    if self.kind == "f": return FloatLimit(math.inf)
-    if self.kind == "b": return IntLimit(1)
-    return IntLimit(2 ** (8 * self.itemsize) - 1 if self.kind == "u" else 2 ** (8 * self.itemsize - 1) - 1)
+    return self._limits[1]  # type: ignore[attr-defined]
 
   def __repr__(self) -> str: return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
 
@@ -261,14 +264,15 @@ def cast_array(values: np.ndarray, to: DType) -> np.ndarray:
   if values.dtype.kind != "f" or not to.is_int:
     with np.errstate(over="ignore", invalid="ignore"): return to_storage(values, to)
   wide = float_to_int_via(to)
-  x = values.astype(np.float64)
-  # exact in float64 for every wide int: lo - 1 and hi + 1 are powers of two, or within 2^53 of zero
-  inside = (x > wide.min - 1) & (x < wide.max + 1)  # NaN is outside: compares false
-  out = np.full(x.shape, wide.max(), dtype=wide.np)
-  out[x < 0] = wide.min()
-  out[np.isnan(x)] = 0
-  out[inside] = x[inside].astype(wide.np)
-  return out.astype(to.np)
+  x = values.astype(np.float64, copy=False)
+  # exact in float64 for every wide int: lo - 1 and hi + 1 are powers of two, or within 2^53 of zero. Two reductions
+  # and no temporaries find the common case, where every value truncates into range and astype alone is right (a
+  # NaN makes min and max NaN, which compare false)
+  if x.size and wide.min - 1 < x.min() and x.max() < wide.max + 1: return x.astype(wide.np).astype(to.np, copy=False)
+  inside = (x > wide.min - 1) & (x < wide.max + 1)
+  lo, hi = wide.np.type(wide.min()), wide.np.type(wide.max())
+  edge = np.where(np.isnan(x), wide.np.type(0), np.where(x < 0, lo, hi))
+  return np.where(inside, np.where(inside, x, 0).astype(wide.np), edge).astype(to.np, copy=False)
 
 def _check_python_values(arr: np.ndarray, dtype: DType) -> None:
   """Python numbers for an integer dtype must fit it, as torch.tensor requires: a float before it is truncated toward
@@ -288,12 +292,19 @@ def _check_python_values(arr: np.ndarray, dtype: DType) -> None:
 def python_number_dtype(value: bool | int | float, dtype: DType | None) -> DType:
   """The dtype of a tensor made of the Python number `value`: `dtype`, which must hold it (DTypeOverflowError if not,
   as torch.tensor and torch.full raise), or by default the type's default dtype, widened to int64 for an int the
-  default int cannot hold (where dtypes.default_int is int32, as tinygrad's)."""
+  default int cannot hold (where dtypes.default_int is int32, as tinygrad's). Plain Python comparisons, which are
+  exact between ints and floats: this is on the path of every Tensor(3.0) and Tensor.full."""
   if not isinstance(value, (bool, int, float)): return dtype or dtypes.from_py(value)  # TypeError for what is none
-  arr = np.asarray(value)
-  if arr.dtype == object: raise DTypeOverflowError(f"value {value} is outside the int64 range")
-  if dtype is None: return _default_dtype(arr, from_numpy=False)
-  _check_python_values(arr, dtype)
+  if isinstance(value, bool) or (dtype is not None and not dtype.is_int): return dtype or dtypes.bool
+  if dtype is None:
+    if isinstance(value, float): return dtypes.default_float
+    if dtypes.default_int.min <= value <= dtypes.default_int.max: return dtypes.default_int
+    if dtypes.int64.min <= value <= dtypes.int64.max: return dtypes.int64
+    raise DTypeOverflowError(f"value {value} is outside the int64 range")
+  lo = -dtype.max if dtype.is_unsigned and isinstance(value, int) else dtype.min
+  if not lo <= value <= dtype.max:  # NaN compares false
+    raise DTypeOverflowError(f"value {value!r} cannot be converted to {dtype.name} without overflow: {dtype.name} "
+                             f"holds [{dtype.min()}, {dtype.max()}] (.cast() converts with wrap-around)")
   return dtype
 
 def np_from_data(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:

@@ -616,12 +616,12 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     >>> t.to_('CPU:1').device
     'CPU:1'
     """
-    return self.replace(self.to(*args, device=device, dtype=dtype), allow_shape_mismatch=False)
+    return self.replace(self.to(*args, device=device, dtype=dtype))
 
   def replace(self, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
     """Make this tensor hold x's value (its graph, and so its device and dtype) in place, as tinygrad's replace: to
     swap a model's weights for new ones without rebinding them. It stops being a view of what it viewed; tensors that
-    viewed it keep viewing the old value. Returns self.
+    viewed it keep viewing the old value; a tensor that requires_grad was set on stays a leaf. Returns self.
 
     >>> w = Tensor([1.0, 2.0])
     >>> w.replace(Tensor([3.0, 4.0])).tolist()
@@ -634,6 +634,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
       raise TypeError(f"replace: this tensor requires gradients, so its value must be float, got {x.dtype}")
     self.lazydata, self._graph, self._detached, self._assigned_at = x.lazydata, x._graph, x._detached, x._assigned_at
     self._viewed = self._views = self._own_moves = self._lazy_before = None
+    if id(self) not in grad_leaves: self._requires_grad = x._requires_grad  # a leaf stays one; a result is x's
     return self
 
   # ---- writes recorded for autograd ----
