@@ -5,8 +5,8 @@ from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
 from lazytensor.helpers import Context, GlobalCounters
 from lazytensor.mixin.multi import DeviceMesh
-from lazytensor.tensor import Tensor, no_grad
+from lazytensor.tensor import Tensor, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from lazytensor.version import __version__
 
-__all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad", "TinyJit",
-           "nn", "__version__"]
+__all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad",
+           "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "TinyJit", "nn", "__version__"]

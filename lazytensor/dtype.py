@@ -10,6 +10,15 @@ from typing import Any, Final
 import numpy as np
 
 
+class IntLimit(int):
+  """A dtype's integer bound (dtypes.int8.max is 127, tinygrad's value). Calling it gives the plain int, the spelling
+  (dt.max()) that lazytensor's own code uses: both read the same number."""
+  def __call__(self) -> int: return int(self)
+
+class FloatLimit(float):
+  """A float dtype's bound (-inf or inf), as IntLimit: a value that calling returns as a plain float."""
+  def __call__(self) -> float: return float(self)
+
 @dataclass(frozen=True, eq=True)
 class DType:
   """A scalar or vector element type. `count` > 1 only appears inside lowered kernels (SIMD vectors)."""
@@ -27,6 +36,12 @@ class DType:
     ident = (type(self).__name__, self.name, self.count, getattr(self, "local", False), getattr(self, "size", -1))
     object.__setattr__(self, "_hash", hash(ident))
     object.__setattr__(self, "ident", " ".join(map(str, ident)))
+    # the limits once: every Python number a tensor is made of is checked against them
+    bits = 8 * self.itemsize
+    lo, hi = (-math.inf, math.inf) if self.kind == "f" else (0, 1) if self.kind == "b" else \
+      (0, 2 ** bits - 1) if self.kind == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    limit = FloatLimit if self.kind == "f" else IntLimit
+    object.__setattr__(self, "_limits", (limit(lo), limit(hi)))
   def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   def vec(self, n: int) -> DType:
@@ -57,15 +72,15 @@ class DType:
     # by name, not by struct character: np.dtype("q") is a longlong that numpy prints as "dtype=int64"
     return np.dtype(self.name if self.name in ALL_DTYPES else self.fmt)
 
-  def min(self) -> int | float:
-    if self.kind == "f": return -math.inf
-    if self.kind == "b": return False
-    return 0 if self.kind == "u" else -(2 ** (8 * self.itemsize - 1))
+  @property
+  def min(self) -> IntLimit | FloatLimit:
+    """The lowest value (-inf for floats), as tinygrad's dtypes.int8.min; dtypes.int8.min() gives it too."""
+    return self._limits[0]  # type: ignore[attr-defined]
 
-  def max(self) -> int | float:
-    if self.kind == "f": return math.inf
-    if self.kind == "b": return True
-    return 2 ** (8 * self.itemsize) - 1 if self.kind == "u" else 2 ** (8 * self.itemsize - 1) - 1
+  @property
+  def max(self) -> IntLimit | FloatLimit:
+    """The highest value (inf for floats, 1 for bool), as tinygrad's dtypes.int8.max; dtypes.int8.max() gives it too."""
+    return self._limits[1]  # type: ignore[attr-defined]
 
   def __repr__(self) -> str: return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
 
@@ -138,6 +153,10 @@ ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (
 
 class UnknownDTypeError(TypeError, AttributeError):
   """A dtype name that names none: a TypeError, and the AttributeError that tinygrad's getattr(dtypes, name) raises."""
+
+def is_dtype_name(name: str) -> bool:
+  """Whether `name` names a dtype ('float16', or an alias such as 'half'): what Tensor.to tells from a device by."""
+  return name in ALL_DTYPES or isinstance(getattr(dtypes, name, None), DType)
 
 def to_dtype(x: DType | str | Any) -> DType:
   """Accept a DType, its name ('float32'), or a numpy dtype/type; anything else is a TypeError."""
@@ -233,28 +252,99 @@ def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
 
 # ---- Python and numpy data to buffers ----
 
+class DTypeOverflowError(ValueError, OverflowError, RuntimeError):
+  """A Python number, or a range of them, that the dtype asked for cannot hold: torch raises RuntimeError for it ("value
+  cannot be converted to type int8 without overflow") and tinygrad OverflowError, so code written for either catches
+  it."""
+
+def cast_array(values: np.ndarray, to: DType) -> np.ndarray:
+  """`values` as a buffer of `to` holds them, by the rule Tensor.cast follows on every device (codegen/alu.py): float
+  -> int truncates toward zero, NaN gives 0, values out of range saturate to `float_to_int_via(to)` and then wrap to
+  `to`; everything else converts as numpy's astype does (ints wrap, floats round)."""
+  if values.dtype.kind != "f" or not to.is_int:
+    with np.errstate(over="ignore", invalid="ignore"): return to_storage(values, to)
+  wide = float_to_int_via(to)
+  x = values.astype(np.float64, copy=False)
+  # exact in float64 for every wide int: lo - 1 and hi + 1 are powers of two, or within 2^53 of zero. Two reductions
+  # and no temporaries find the common case, where every value truncates into range and astype alone is right (a
+  # NaN makes min and max NaN, which compare false)
+  if x.size and wide.min - 1 < x.min() and x.max() < wide.max + 1: return x.astype(wide.np).astype(to.np, copy=False)
+  inside = (x > wide.min - 1) & (x < wide.max + 1)
+  lo, hi = wide.np.type(wide.min()), wide.np.type(wide.max())
+  edge = np.where(np.isnan(x), wide.np.type(0), np.where(x < 0, lo, hi))
+  return np.where(inside, np.where(inside, x, 0).astype(wide.np), edge).astype(to.np, copy=False)
+
+def _check_python_values(arr: np.ndarray, dtype: DType) -> None:
+  """Python numbers for an integer dtype must fit it, as torch.tensor requires: a float before it is truncated toward
+  zero (127.9 does not fit int8), an int as it is, or, negative, wrapped into an unsigned type (-1 -> 255 for uint8,
+  as torch allows)."""
+  if not dtype.is_int or not arr.size or arr.dtype.kind == "b": return
+  hi = dtype.max()
+  lo = -hi if dtype.is_unsigned and arr.dtype.kind != "f" else dtype.min()
+  with np.errstate(invalid="ignore"):
+    # float64 holds hi exactly below 2^53; above, hi + 1 is a power of two it holds (int64's, uint64's)
+    below = arr <= hi if arr.dtype.kind != "f" or hi < 2 ** 53 else arr < hi + 1
+    bad = ~((arr >= lo) & below)  # NaN and the infinities fail both
+  if bad.any():
+    raise DTypeOverflowError(f"value {arr[bad].reshape(-1)[0].item()!r} cannot be converted to {dtype.name} without "
+                             f"overflow: {dtype.name} holds [{dtype.min()}, {hi}] (.cast() converts with wrap-around)")
+
+def python_number_dtype(value: bool | int | float, dtype: DType | None) -> DType:
+  """The dtype of a tensor made of the Python number `value`: `dtype`, which must hold it (DTypeOverflowError if not,
+  as torch.tensor and torch.full raise), or by default the type's default dtype, widened to int64 for an int the
+  default int cannot hold (where dtypes.default_int is int32, as tinygrad's). Plain Python comparisons, which are
+  exact between ints and floats: this is on the path of every Tensor(3.0) and Tensor.full."""
+  if not isinstance(value, (bool, int, float)): return dtype or dtypes.from_py(value)  # TypeError for what is none
+  if isinstance(value, bool) or (dtype is not None and not dtype.is_int): return dtype or dtypes.bool
+  if dtype is None:
+    if isinstance(value, float): return dtypes.default_float
+    if dtypes.default_int.min <= value <= dtypes.default_int.max: return dtypes.default_int
+    if dtypes.int64.min <= value <= dtypes.int64.max: return dtypes.int64
+    raise DTypeOverflowError(f"value {value} is outside the int64 range")
+  lo = -dtype.max if dtype.is_unsigned and isinstance(value, int) else dtype.min
+  if not lo <= value <= dtype.max:  # NaN compares false
+    raise DTypeOverflowError(f"value {value!r} cannot be converted to {dtype.name} without overflow: {dtype.name} "
+                             f"holds [{dtype.min()}, {dtype.max()}] (.cast() converts with wrap-around)")
+  return dtype
+
 def np_from_data(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
   """data as a C-contiguous numpy array as a buffer of `dtype` holds it, and that dtype: by default numpy's own dtype
-  for numpy data and torch's defaults (float32, int64) for Python numbers."""
+  for numpy data and torch's defaults (float32, int64) for Python numbers. Python numbers must fit an integer `dtype`
+  (as in torch.tensor); numpy data is converted as .cast() converts, as a cast of an existing array."""
   # a numpy array of boxed Python objects is read as the nested list it holds
   if isinstance(data, np.ndarray) and data.dtype == object: return np_from_data(data.tolist(), dtype)
+  if not isinstance(data, (np.ndarray, np.generic, list, tuple)): data = _dlpack_array(data)
+  from_numpy = isinstance(data, (np.ndarray, np.generic))
   try: arr = np.asarray(data)
   except ValueError as e: raise ValueError(f"cannot make a Tensor from a ragged nested list: {e}") from None
   if arr.dtype == object:
     kinds = sorted({type(v).__name__ for v in arr.reshape(-1)} - {"bool", "int", "float"})
     # numpy falls back to objects for Python ints beyond 64 bits
-    if not kinds and arr.size: raise ValueError("cannot make a Tensor from integers outside the int64 range")
+    if not kinds and arr.size: raise DTypeOverflowError("cannot make a Tensor from integers outside the int64 range")
     raise TypeError(f"cannot make a Tensor from elements of type {', '.join(kinds) or 'object'}; "
                     "expected bool, int or float")
-  if dtype is None: dtype = _default_dtype(arr, from_numpy=isinstance(data, (np.ndarray, np.generic)))
+  if dtype is None: dtype = _default_dtype(arr, from_numpy)
+  elif not from_numpy: _check_python_values(arr, dtype)
   # astype(order="C") rather than np.ascontiguousarray, which turns a 0-d array into shape (1,)
-  return to_storage(arr, dtype), dtype
+  return cast_array(arr, dtype), dtype
+
+def _dlpack_array(data: Any) -> np.ndarray:
+  """The memory of an object that exports DLPack (a torch tensor, a jax array) as a numpy array, without a copy."""
+  if getattr(data, "requires_grad", False): data = data.detach()  # torch exports no tensor that records gradients
+  try: return np.from_dlpack(data)
+  except (BufferError, RuntimeError, TypeError, ValueError) as e:
+    kind = f"{type(data).__module__}.{type(data).__name__}"
+    raise TypeError(f"cannot read a {kind} through DLPack ({e}); it must be in host memory, of a dtype numpy has (no "
+                    "bfloat16: .float() it first)") from None
 
 def _default_dtype(arr: np.ndarray, from_numpy: bool) -> DType:
   if arr.dtype.kind not in "biuf":
     raise TypeError(f"cannot make a Tensor from data of numpy dtype {arr.dtype}; expected bool, int or float")
   if from_numpy or arr.dtype.kind == "b": return dtypes.from_np(arr.dtype)
   if arr.dtype.kind == "f": return dtypes.default_float
-  if arr.dtype == np.uint64 and arr.size and arr.max() > dtypes.int64.max():
-    raise ValueError(f"cannot make a Tensor from {arr.max()}: outside the int64 range")
-  return dtypes.default_int
+  if not arr.size: return dtypes.default_int
+  lo, hi = arr.min(), arr.max()
+  if hi > dtypes.int64.max: raise DTypeOverflowError(f"cannot make a Tensor from {hi}: outside the int64 range")
+  # the default int (int32 where it is tinygrad's) widens to int64 for values it cannot hold, never wraps them
+  fits = dtypes.default_int.min <= lo and hi <= dtypes.default_int.max
+  return dtypes.default_int if fits else dtypes.int64

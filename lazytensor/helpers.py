@@ -117,6 +117,8 @@ CHECK_INDICES = ContextVar("CHECK_INDICES", True, "integer tensor indices (x[idx
                            "nn.Embedding, class targets of the losses) are checked by the kernels that read them, and "
                            "the realize that runs one out of range raises IndexError; read when the op is built. 0 "
                            "builds no check: an out-of-range index then reads 0 and writes nothing")
+TRAINING = ContextVar("TRAINING", False, "training mode, which Tensor.training reads and Tensor.train() sets: dropout "
+                      "drops and batchnorm normalizes by the batch's statistics")
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
                           "ranks before it raises (a collective that some ranks never call would hang)")
 

@@ -30,13 +30,13 @@ from lazytensor.autograd import (
   retained,
 )
 from lazytensor.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, from_storage, np_from_data, to_dtype
+from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from_data, python_number_dtype, to_dtype
 from lazytensor.engine import live
 from lazytensor.engine.index_check import BadIndexError
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.engine.schedule import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.graph import buffer_view, const_uop, copy_to, multi_leaves
-from lazytensor.helpers import ArgumentError
+from lazytensor.helpers import TRAINING, ArgumentError, ContextVar
 from lazytensor.mixin.inplace import InPlaceMixin
 from lazytensor.mixin.multi import open_devices
 from lazytensor.shape.view import ShapeTracker
@@ -79,7 +79,65 @@ def no_grad() -> TensorFlag:
   """
   return TensorFlag("no_grad", True)
 
-class Tensor(InPlaceMixin):
+def inference_mode(mode: bool = True) -> TensorFlag:
+  """torch's inference_mode (and tinygrad's Tensor.inference_mode): no_grad for the block when mode is True; here
+  the two are one flag, since a tensor made without gradients can be used with them later anyway.
+
+  >>> w = Tensor([2.0], requires_grad=True)
+  >>> with inference_mode():
+  ...   (w * 3).requires_grad is None
+  True
+  """
+  return TensorFlag("no_grad", mode)
+
+def enable_grad() -> TensorFlag:
+  """torch's enable_grad: gradients recorded again inside a no_grad block.
+
+  >>> w = Tensor([2.0], requires_grad=True)
+  >>> with no_grad(), enable_grad():
+  ...   (w * 3).requires_grad
+  True
+  """
+  return TensorFlag("no_grad", False)
+
+def set_grad_enabled(mode: bool) -> TensorFlag:
+  """torch's set_grad_enabled: records gradients or not (no_grad) for a block.
+
+  >>> with set_grad_enabled(False):
+  ...   Tensor.no_grad
+  True
+  """
+  return TensorFlag("no_grad", not mode)
+
+def is_grad_enabled() -> bool:
+  """Whether ops record gradients now (torch's is_grad_enabled): False inside no_grad and inference_mode.
+
+  >>> is_grad_enabled()
+  True
+  """
+  return not Tensor.no_grad
+
+class _TensorType(type):
+  """Tensor's class: Tensor.training reads and sets the TRAINING knob, so that Tensor.train(), `Tensor.training = True`
+  (tinygrad's form) and Context(TRAINING=1) are one switch."""
+  @property
+  def training(cls) -> bool: return bool(TRAINING.value)
+  @training.setter
+  def training(cls, value: bool) -> None:
+    TRAINING.value = bool(value)
+    ContextVar.version += 1  # as Context does: knob_state() reads the knobs again
+
+def _contiguous_grad(ctx: UOp, x: UOp) -> tuple[UOp]:
+  """contiguous_backward's derivative (a CUSTOM_GRAD's arg, gradient.py): the gradient, in a buffer of its own."""
+  return (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,), next(_contiguous_ids)),)
+
+class _HostMemory:
+  """A view of a buffer's host memory that holds the Buffer: numpy arrays made from it keep the memory from going back
+  to the allocator (and to another buffer) while a DLPack reader uses it."""
+  def __init__(self, array: np.ndarray, owner: Buffer) -> None:
+    self.__array_interface__, self.owner, self.array = array.__array_interface__, owner, array
+
+class Tensor(InPlaceMixin, metaclass=_TensorType):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
@@ -91,7 +149,6 @@ class Tensor(InPlaceMixin):
   _assigned_at: int | None  # when its pending assign was made (a live serial number), set in _start and assign
   _graph: UOp | None
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
-  training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
 
   def __init__(self, data: Any, device: DeviceLike | None = None, dtype: DType | str | None = None,
@@ -113,9 +170,8 @@ class Tensor(InPlaceMixin):
       stacked = stacked if dt is None else stacked.cast(dt)
       self.lazydata = (stacked if device is None else stacked.to(dev)).lazydata
     elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-      dt = dt or dtypes.from_py(data)
-      self.lazydata = const_uop(data, dt, dev, ())
-    elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
+      self.lazydata = const_uop(data, python_number_dtype(data, dt), dev, ())
+    elif isinstance(data, (list, tuple, np.ndarray, np.generic)) or hasattr(data, "__dlpack__"):
       arr, dt = np_from_data(data, dt)
       buf = Buffer(dev, arr.size, dt).copyin(arr.reshape(-1).data.cast("B"))
       buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
@@ -335,6 +391,49 @@ class Tensor(InPlaceMixin):
     arr = self.numpy()
     return arr if dtype is None else arr.astype(dtype)
 
+  def __dlpack__(self, **kwargs: Any) -> Any:
+    """The values as a DLPack capsule, for torch.from_dlpack, np.from_dlpack and other DLPack readers. A realized dense
+    tensor in host memory shares its memory (a write on either side is seen by the other, as between torch tensors
+    made with from_dlpack); any other tensor is first computed into a buffer of its own, or copied to the CPU.
+
+    >>> t = Tensor([1.0, 2.0]).realize()
+    >>> a = np.from_dlpack(t)
+    >>> a[0] = 5.0
+    >>> t.tolist()
+    [5.0, 2.0]
+    """
+    return self._exported_array().__dlpack__(**kwargs)
+
+  def __dlpack_device__(self) -> tuple[int, int]:
+    """Where __dlpack__'s memory lies: the host (DLPack's kDLCPU, device 0).
+
+    >>> Tensor([1]).__dlpack_device__()
+    (1, 0)
+    """
+    return (1, 0)
+
+  def _exported_array(self) -> np.ndarray:
+    """The tensor's memory as a numpy array that keeps the buffer alive (its memory must not be handed to another
+    buffer while a reader holds it)."""
+    if self.dtype == dtypes.bfloat16: raise TypeError("DLPack readers such as numpy take no bfloat16: .float() first")
+    t = self.to("CPU") if isinstance(self.device, tuple) else self.realize()
+    ld = t.lazydata
+    if not (ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous): t = t.contiguous().realize()
+    buf, _ = t._buffer()
+    if (host := buf.host_view()) is None: return t.to("CPU")._exported_array()
+    return np.asarray(_HostMemory(host[:t.numel()].reshape(t.shape), buf))
+
+  @classmethod
+  def from_dlpack(cls, x: Any, device: DeviceLike | None = None) -> Tensor:
+    """A tensor of the values of any object that exports DLPack (a torch tensor, a numpy array, ...), as Tensor(x).
+    The values are copied in: a CPU buffer starts on a cache line and has room past its end that kernels may read,
+    which memory made elsewhere does not promise. The other way (np.from_dlpack(t), torch.from_dlpack(t)) shares.
+
+    >>> Tensor.from_dlpack(np.arange(3, dtype=np.int32)).tolist()
+    [0, 1, 2]
+    """
+    return cls(x, device)
+
   def __array_function__(self, func: Callable[..., Any], types: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     """numpy functions (np.sum, np.stack, ...) called with Tensors compute on their values, as numpy arrays.
 
@@ -361,6 +460,18 @@ class Tensor(InPlaceMixin):
     return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),),
                                          next(_contiguous_ids)))
 
+  def contiguous_backward(self) -> Tensor:
+    """The same value; in backward, the gradient that flows through it is first computed into a buffer of its own
+    (made contiguous), as tinygrad's: a cut that keeps one large backward kernel from recomputing what it reads.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = (w.contiguous_backward() * 3).sum().backward()
+    >>> w.grad.tolist()
+    [3.0, 3.0]
+    """
+    if not self._requires_grad: return self
+    return self._apply_uop(lambda x: UOp(Ops.CUSTOM_GRAD, x.dtype, (x, x), _contiguous_grad))
+
   def contiguous(self) -> Tensor:
     """A copy laid out densely in its own buffer (one kernel), unless it already is one.
 
@@ -370,13 +481,25 @@ class Tensor(InPlaceMixin):
     # each call gets a node of its own, so two tensors made this way never share (and mutate) one buffer
     return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,), next(_contiguous_ids)))
 
-  def to(self, device: DeviceLike) -> Tensor:
-    """The tensor on another device (a copy; the same tensor if it is there already). A tuple of devices replicates
-    it on each; a sharded tensor sent to one device is gathered there.
+  def to(self, *args: Any, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Tensor:
+    """The tensor on another device (a copy; the same tensor if it is there already), or in another dtype, or both, in
+    torch's forms: to(device), to(dtype), to(device, dtype), to(other) (other's device and dtype) and keywords. A
+    tuple of devices replicates it on each; a sharded tensor sent to one device is gathered there.
 
     >>> Tensor([1, 2]).to('CPU:1').device, Tensor([1, 2]).to(('CPU:1', 'CPU:2')).device
     ('CPU:1', ('CPU:1', 'CPU:2'))
+    >>> t = Tensor([1.5]).to('CPU:1', dtypes.float16)
+    >>> t.device, t.dtype, Tensor([1.5]).to(dtypes.int32).tolist()
+    ('CPU:1', dtypes.float16, [1])
     """
+    for a in args:
+      if isinstance(a, Tensor): device, dtype = a.device, a.dtype
+      elif isinstance(a, DType) or (isinstance(a, str) and is_dtype_name(a)): dtype = a
+      else: device = a
+    out = self if dtype is None else self.cast(dtype)
+    return out if device is None else out._to_device(device)
+
+  def _to_device(self, device: DeviceLike) -> Tensor:
     device = open_devices(device, "to") if isinstance(device, (tuple, list)) else Device.canonicalize(device)
     if device == self.device: return self
     if isinstance(device, tuple) and isinstance(self.device, tuple):  # gathered first: a copy between two tuples of
@@ -503,6 +626,34 @@ class Tensor(InPlaceMixin):
     self._lazy_before: weakref.ref[UOp] | None = None
     self._assigned_at = None
     live.track(self)
+
+  def to_(self, *args: Any, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Tensor:
+    """Move (or cast) this tensor in place, as tinygrad's to_: it becomes self.to(...) (see replace).
+
+    >>> t = Tensor([1, 2])
+    >>> t.to_('CPU:1').device
+    'CPU:1'
+    """
+    return self.replace(self.to(*args, device=device, dtype=dtype))
+
+  def replace(self, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
+    """Make this tensor hold x's value (its graph, and so its device and dtype) in place, as tinygrad's replace: to
+    swap a model's weights for new ones without rebinding them. It stops being a view of what it viewed; tensors that
+    viewed it keep viewing the old value; a tensor that requires_grad was set on stays a leaf. Returns self.
+
+    >>> w = Tensor([1.0, 2.0])
+    >>> w.replace(Tensor([3.0, 4.0])).tolist()
+    [3.0, 4.0]
+    """
+    if not isinstance(x, Tensor): raise TypeError(f"replace: expected a Tensor, got {type(x).__name__}")
+    if x.shape != self.shape and not allow_shape_mismatch:
+      raise ValueError(f"replace: shape {x.shape} does not match {self.shape} (allow_shape_mismatch=True allows it)")
+    if self._requires_grad and not x.dtype.is_float:
+      raise TypeError(f"replace: this tensor requires gradients, so its value must be float, got {x.dtype}")
+    self.lazydata, self._graph, self._detached, self._assigned_at = x.lazydata, x._graph, x._detached, x._assigned_at
+    self._viewed = self._views = self._own_moves = self._lazy_before = None
+    if id(self) not in grad_leaves: self._requires_grad = x._requires_grad  # a leaf stays one; a result is x's
+    return self
 
   # ---- writes recorded for autograd ----
 
@@ -690,6 +841,16 @@ class Tensor(InPlaceMixin):
     False
     """
     return TensorFlag("training", mode)
+
+  @staticmethod
+  def inference_mode(mode: bool = True) -> TensorFlag:
+    """tinygrad's spelling of inference_mode: a context (or decorator) under which ops record no gradients.
+
+    >>> with Tensor.inference_mode():
+    ...   Tensor.no_grad
+    True
+    """
+    return inference_mode(mode)
 
   @staticmethod
   def test(mode: bool = False) -> TensorFlag:

@@ -29,7 +29,7 @@ def int32_default() -> Iterator[None]:
 def test_default_int_is_settable(int32_default: None) -> None:
   x = Tensor([[3.0, 1.0], [2.0, 5.0]])
   made = [Tensor([1, 2]), Tensor.arange(3), x.argmax(), x.argmax(1), (x > 1).sum(), Tensor([1, 2], dtype="int8").sum(),
-          x.sort()[1], x.topk(1)[1], x.argsort(), x.cummax(0, return_indices=True)[1],
+          x.sort()[1], x.topk(1)[1], x.argsort(), x.cummax(0)[1],
           Tensor([0, 1]).one_hot(2), x.nonzero(size=2),
           x.reshape(1, 2, 2).max_pool2d((1, 1), return_indices=True)[1]]
   assert [t.dtype for t in made] == [dtypes.int32] * len(made)
@@ -64,8 +64,8 @@ def test_max_min_cummax_take_dim() -> None:
   # torch gives (values, indices) for max(dim=); here max is values only, as in tinygrad
   check_op([(3, 4)], lambda x: x.max(dim=1, keepdim=True), torch_fn=lambda x: x.max(dim=1, keepdim=True).values)
   check_op([(3, 4)], lambda x: x.min(dim=0), torch_fn=lambda x: x.min(dim=0).values)
-  check_op([(3, 4)], lambda x: x.cummax(dim=1), torch_fn=lambda x: x.cummax(dim=1).values)
-  check_op([(3, 4)], lambda x: x.cummin(dim=1, return_indices=True), torch_fn=lambda x: tuple(x.cummin(dim=1)))
+  check_op([(3, 4)], lambda x: x.cummax(dim=1)[0], torch_fn=lambda x: x.cummax(dim=1).values)
+  check_op([(3, 4)], lambda x: x.cummin(dim=1), torch_fn=lambda x: tuple(x.cummin(dim=1)))
   check_op([(3, 4)], lambda x: x.softmin(dim=0), torch_fn=lambda x: torch.nn.functional.softmin(x, dim=0))
   check_op([np.array([[True, False], [True, True]])], lambda x: x.all(dim=1), np_fn=lambda x: x.all(axis=1))
 
@@ -302,7 +302,7 @@ def test_meshgrid_indexing(indexing: str) -> None:
 
 @pytest.mark.parametrize("fn,want", [
   (lambda x: x.sort()[1], dtypes.int64), (lambda x: x.argsort(), dtypes.int64), (lambda x: x.topk(2)[1], dtypes.int64),
-  (lambda x: x.cummax(0, return_indices=True)[1], dtypes.int64), (lambda x: x.cummin(0), dtypes.float16),
+  (lambda x: x.cummax(0)[1], dtypes.int64), (lambda x: x.cummin(0)[0], dtypes.float16),
   (lambda x: x.sort()[0], dtypes.float16)])
 def test_index_results_are_default_ints(fn: Callable[[Tensor], Tensor], want: DType) -> None:
   assert fn(Tensor([3.0, 1.0, 2.0], dtype="float16")).dtype == want
@@ -379,6 +379,29 @@ def test_tinygrad_shim_presents_lazytensor() -> None:
   env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'extra' / 'tinygrad_shim'}"}
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
   assert out.split() == ["int32", "int32", "float16", "True", "7"]
+
+def test_tinygrad_shim_maps_tinygrads_helpers(tmp_path: Any) -> None:
+  # what tinygrad programs import from tinygrad.helpers, tinygrad.nn.* and tinygrad.renderer, in a fresh process (the
+  # shim sets the default int); fetch reads a file:// URL into the cache, so no network is needed
+  from pathlib import Path
+  root = Path(__file__).resolve().parent.parent
+  src = tmp_path / "weights.bin"
+  src.write_bytes(b"abc")
+  code = ("import tinygrad.nn.state, tinygrad.nn.optim; from tinygrad import Device, nn\n"
+          "from tinygrad.helpers import ContextVar, DEBUG, Timing, colored, fetch, get_child, trange\n"
+          "from tinygrad.renderer.nir import NIRRenderer\n"
+          "assert tinygrad.nn.state is nn.state and not isinstance(Device[Device.DEFAULT].renderer, NIRRenderer)\n"
+          "K = ContextVar('LT_SHIM_KNOB', 3)\n"
+          "assert K.value == 3 and ContextVar('LT_SHIM_KNOB', 9) is K and ContextVar('DEBUG', 5) is DEBUG\n"
+          "assert get_child({'layers': [{'w': 7}]}, 'layers.0.w') == 7 and list(trange(3)) == [0, 1, 2]\n"
+          "assert colored('x', 'red') == 'x'\n"
+          f"p = fetch({src.as_uri()!r}, name='w.bin', subdir='t')\n"
+          "assert p.read_bytes() == b'abc' and p.name == 'w.bin'\n"
+          "with Timing('took ', on_exit=lambda ns: ' !'): pass\n")
+  env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'extra' / 'tinygrad_shim'}", "CACHEDIR": str(tmp_path / "c")}
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.startswith("took ") and out.stdout.rstrip().endswith("ms !")
 
 def test_readme_tour_runs_and_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
   # the README's tour, run as written: the lazy tensor and the realized one print as its comments show

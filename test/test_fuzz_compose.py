@@ -703,9 +703,10 @@ def op_scan(f: Fuzz, x: Val) -> Val:
   axis = axes(f, x, tuple_ok=False, none_ok=False)
   name = f.pick(["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"])
   if name in ("cumsum", "cumprod", "logcumsumexp") and huge(x): raise Skip(ORDER)
-  ref: Callable[[Any], Any] = (lambda t: getattr(t, name)(axis).values) if name in ("cummax", "cummin") else \
-    (lambda t: getattr(t, name)(axis))
-  return f.apply(f"{{0}}.{name}({axis})", [x], lambda t: getattr(t, name)(axis), ref)
+  pair = name in ("cummax", "cummin")  # (values, indices): the values are compared
+  ref: Callable[[Any], Any] = (lambda t: getattr(t, name)(axis).values) if pair else (lambda t: getattr(t, name)(axis))
+  ours: Callable[[Any], Any] = (lambda t: getattr(t, name)(axis)[0]) if pair else (lambda t: getattr(t, name)(axis))
+  return f.apply(f"{{0}}.{name}({axis})" + ("[0]" if pair else ""), [x], ours, ref)
 
 def op_sort(f: Fuzz, x: Val) -> Val:
   dim, desc = axes(f, x, tuple_ok=False, none_ok=False), f.chance(0.5)

@@ -216,3 +216,19 @@ def test_a_shape_read_from_values_is_an_error_in_a_capture() -> None:
   g = TinyJit(lambda x: x.nonzero(size=2, fill_value=-1).realize())
   outs = [g(Tensor(v)).tolist() for v in ([0.0, 3.0, 4.0], [5.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])]
   assert outs == [[[1], [2]], [[0], [-1]], [[-1], [-1]], [[0], [1]]] and g.calls == 2
+
+def test_tinyjit_on_a_method_binds_the_instance() -> None:
+  # @TinyJit on a method (tinygrad's usage on a model's __call__ or a train step): self reaches the function
+  class Model:
+    def __init__(self, w: float) -> None: self.w = Tensor([w]).realize()
+    @TinyJit
+    def step(self, x: Tensor) -> Tensor: return (x * self.w + 1).realize()
+    @TinyJit
+    def __call__(self, x: Tensor) -> Tensor: return (x - self.w).realize()
+  a, b = Model(2.0), Model(5.0)
+  assert [a.step(Tensor([float(i)])).item() for i in range(4)] == [1.0, 3.0, 5.0, 7.0]
+  assert [a(Tensor([float(i)])).item() for i in range(4)] == [-2.0, -1.0, 0.0, 1.0]
+  assert Model.__dict__["step"].calls == 2 and Model.__dict__["step"].key == {(0,): _Same(a)}
+  # the jit is the class's: another instance is another argument, so it captures again for it
+  assert [b.step(Tensor([float(i)])).item() for i in range(3)] == [1.0, 6.0, 11.0]
+  assert isinstance(Model.step, TinyJit)

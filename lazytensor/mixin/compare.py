@@ -186,7 +186,7 @@ class CompareMixin(OperandsMixin):
 
   def _shift(self, op: Ops, x: Self | Any, reverse: bool = False) -> Self:
     a, b = self._broadcasted(x, reverse)
-    if not a.dtype.is_int: raise TypeError(f"bit shifts need int tensors, got {a.dtype}")
+    if not a.dtype.is_int: raise DTypeError(f"bit shifts need int tensors, got {a.dtype}")
     # C leaves shifts by the width or more, or by a negative amount, undefined; torch shifts every bit out
     in_range = (b < 8 * a.dtype.itemsize) & (b >= 0)
     shifted = a._apply_uop(lambda p, q: p.alu(op, q), in_range.where(b, 0))

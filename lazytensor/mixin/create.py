@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lazytensor.device import Device, new_buffer_uop
-from lazytensor.dtype import DType, dtypes, to_dtype
+from lazytensor.dtype import DType, DTypeOverflowError, dtypes, python_number_dtype, to_dtype
 from lazytensor.graph import buffer_view, const_uop
 from lazytensor.helpers import DTypeError, prod
 from lazytensor.mixin.join import JoinMixin
@@ -43,7 +43,7 @@ class CreationMixin(JoinMixin):
     [[7, 7], [7, 7]]
     """
     shp = cls._parse_shape((shape,) if isinstance(shape, int) else tuple(shape))
-    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    dt = python_number_dtype(fill_value, to_dtype(dtype) if dtype is not None else None)
     dev = Device.canonicalize_any(device) if device is not None else Device.DEFAULT
     return cls(const_uop(fill_value, dt, dev, shp), requires_grad=requires_grad)
 
@@ -171,7 +171,9 @@ class CreationMixin(JoinMixin):
   def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
              dtype: DType | str | None = None, device: DeviceLike | None = None,
              requires_grad: bool | None = None) -> Self:
-    """Evenly spaced values in [start, stop), computed on the device.
+    """Evenly spaced values in [start, stop), computed on the device. Ints are dtypes.default_int, or int64 where
+    that cannot hold them; an int `dtype` that cannot hold them raises DTypeOverflowError (an OverflowError, as
+    tinygrad's), where torch would wrap them around.
 
     >>> Tensor.arange(1, 7, 2).tolist()
     [1, 3, 5]
@@ -183,6 +185,12 @@ class CreationMixin(JoinMixin):
     n = max(0, math.ceil((stop - start) / step))
     any_float = any(isinstance(v, float) for v in (start, stop, step))
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float if any_float else dtypes.default_int
+    if dt.is_int and n:
+      lo, hi = sorted((math.trunc(start), math.trunc(start + (n - 1) * step)))
+      if dtype is None and not dt.min <= lo <= hi <= dt.max: dt = dtypes.int64
+      if not dt.min <= lo <= hi <= dt.max:
+        raise DTypeOverflowError(f"arange: values from {lo} to {hi} do not fit {dt.name}, which holds [{dt.min}, "
+                                 f"{dt.max}]")
     idx = cls._iota(n, device)
     ret = (idx.cast(dtypes.float64 if dt.is_float else dtypes.int64) * step + start).cast(dt)
     ret.requires_grad = requires_grad

@@ -542,10 +542,12 @@ class IndexMixin(OrderMixin):
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
     """
-    if not self.dtype.is_int: raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if not self.dtype.is_int: raise DTypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
+    if num_classes == -1:
+      if not self.numel(): raise ArgumentError("one_hot: an empty tensor has no largest class: give num_classes")
+      num_classes = int(self.max().item()) + 1
     if not _is_int(num_classes) or num_classes < 0:
-      raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
+      raise ArgumentError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
     n = int(num_classes)
     checked = self._check_index(IndexSite("one_hot", f"num_classes={n}", 0, n, self.dtype, noun="class value"))
     hit = checked.unsqueeze(-1) == type(self)._iota(n, self.device)

@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
+def _dims(name: str, args: tuple[Any, ...], **keyword: Any) -> tuple[Any, ...]:
+  """The sizes or axes a movement takes: given positionally (f(2, 3) or f((2, 3))) or as one keyword, by tinygrad's
+  name or torch's (reshape(shape=...), permute(order=...) or permute(dims=...)), not both ways at once."""
+  given = {k: v for k, v in keyword.items() if v is not None}
+  if len(given) + bool(args) > 1:
+    raise TypeError(f"{name}: give the sizes positionally or as one of {', '.join(keyword)}=, not several")
+  if given: args = (next(iter(given.values())),)
+  return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
 class MovementMixin:
   """The base of Tensor's mixins: the primitives below, which Tensor implements, and the movement methods. Each mixin
   above it (rearrange, shapes, operands, ..., multi) builds on this one and those between, never on one above it."""
@@ -74,7 +83,8 @@ class MovementMixin:
 
   def detach(self) -> Self: raise NotImplementedError("Tensor.detach")
   def contiguous(self) -> Self: raise NotImplementedError("Tensor.contiguous")
-  def to(self, device: DeviceLike) -> Self: raise NotImplementedError("Tensor.to")
+  def to(self, *args: Any, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Self:
+    raise NotImplementedError("Tensor.to")
   def assign(self, x: Any) -> Self: raise NotImplementedError("Tensor.assign")
   def realize(self, *others: Self) -> Self: raise NotImplementedError("Tensor.realize")
   def item(self) -> Any: raise NotImplementedError("Tensor.item")
@@ -126,45 +136,48 @@ class MovementMixin:
     if not self.shape: raise IndexError(f"size: a 0-d tensor has no dimension {dim}")
     return self.shape[self._resolve_axis(dim)]
 
-  def reshape(self, *shape: Any) -> Self:
-    """The same elements in a new shape; one dimension may be -1 (whatever is left), and None keeps the size of
-    that dimension (as tinygrad).
+  def reshape(self, *sizes: Any, shape: Sequence[int | None] | int | None = None) -> Self:
+    """The same elements in a new shape (given as sizes, a sequence, or shape=); one dimension may be -1 (whatever is
+    left), and None keeps the size of that dimension (as tinygrad).
 
     >>> Tensor.arange(6).reshape(2, -1).shape, Tensor.zeros(2, 3).reshape(None, 3, 1).shape
     ((2, 3), (2, 3, 1))
-    """
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-    if any(s is None and i >= self.ndim for i, s in enumerate(shape)):
-      raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {shape} has None beyond them")
-    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
-    if any(not isinstance(s, (int, np.integer)) or s < -1 for s in shape):
-      raise ValueError(f"reshape: bad shape {shape}; dimensions must be ints >= 0, or one -1")
-    if list(shape).count(-1) > 1: raise ArgumentError(f"reshape: only one dimension can be -1, got {shape}")
-    if -1 in shape:
-      known = prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
-      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    shape = tuple(int(s) for s in shape)
-    if prod(shape) != self.numel(): raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}: "
-                                                     f"{self.numel()} != {prod(shape)} elements")
-    if shape == self.shape: return self
-    return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, shape))
-
-  def view(self, *shape: Any) -> Self:
-    """The same as reshape.
-
-    >>> Tensor.arange(6).view(3, 2).shape
+    >>> Tensor.arange(6).reshape(shape=(3, 2)).shape
     (3, 2)
     """
-    return self.reshape(*shape)
+    dims = _dims("reshape", sizes, shape=shape)
+    if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
+      raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
+    dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
+    if any(not isinstance(s, (int, np.integer)) or s < -1 for s in dims):
+      raise ValueError(f"reshape: bad shape {dims}; dimensions must be ints >= 0, or one -1")
+    if list(dims).count(-1) > 1: raise ArgumentError(f"reshape: only one dimension can be -1, got {dims}")
+    if -1 in dims:
+      known = prod(s for s in dims if s != -1)
+      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} into {dims}")
+      dims = tuple(self.numel() // known if s == -1 else s for s in dims)
+    dims = tuple(int(s) for s in dims)
+    if prod(dims) != self.numel(): raise ValueError(f"reshape: cannot reshape {self.shape} into {dims}: "
+                                                    f"{self.numel()} != {prod(dims)} elements")
+    if dims == self.shape: return self
+    return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, dims))
 
-  def permute(self, *order: Any) -> Self:
-    """Reorder the dimensions.
+  def view(self, *sizes: Any, shape: Sequence[int] | int | None = None,
+           size: Sequence[int] | int | None = None) -> Self:
+    """The same as reshape; the keyword is shape= (tinygrad's) or size= (torch's).
 
-    >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
-    (4, 2, 3)
+    >>> Tensor.arange(6).view(3, 2).shape, Tensor.arange(6).view(size=(2, 3)).shape
+    ((3, 2), (2, 3))
     """
-    if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
+    return self.reshape(_dims("view", sizes, shape=shape, size=size))
+
+  def permute(self, *axes: Any, order: Sequence[int] | None = None, dims: Sequence[int] | None = None) -> Self:
+    """Reorder the dimensions; the keyword is order= (tinygrad's) or dims= (torch's).
+
+    >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape, Tensor.zeros(2, 3, 4).permute(order=(1, 2, 0)).shape
+    ((4, 2, 3), (3, 4, 2))
+    """
+    order = _dims("permute", axes, order=order, dims=dims)
     resolved = tuple(self._resolve_axis(o) for o in order)
     if sorted(resolved) != list(range(self.ndim)):
       raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
@@ -200,13 +213,15 @@ class MovementMixin:
     if self.ndim > 2: raise ValueError(f"t: expects a tensor of at most 2 dims, got shape {self.shape}; use transpose")
     return self.permute(tuple(reversed(range(self.ndim))))
 
-  def expand(self, *shape: Any) -> Self:
-    """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied.
+  def expand(self, *sizes: Any, shape: Sequence[int] | int | None = None,
+             size: Sequence[int] | int | None = None) -> Self:
+    """Broadcast size-1 dimensions to a larger size (-1 keeps a dimension); no memory is copied. The keyword is shape=
+    (tinygrad's) or size= (torch's).
 
-    >>> Tensor([[1], [2]]).expand(2, 3).tolist()
-    [[1, 1, 1], [2, 2, 2]]
+    >>> Tensor([[1], [2]]).expand(2, 3).tolist(), Tensor([[1], [2]]).expand(shape=(2, 2)).tolist()
+    ([[1, 1, 1], [2, 2, 2]], [[1, 1], [2, 2]])
     """
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    shape = _dims("expand", sizes, shape=shape, size=size)
     if len(shape) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {shape}")
     if -1 in shape[:len(shape) - self.ndim]:
       raise ValueError(f"expand: -1 keeps a dimension's size, so it cannot stand for a new leading one: {self.shape} "

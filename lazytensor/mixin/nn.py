@@ -274,12 +274,15 @@ class NNMixin(RandomMixin):
     return conv_transpose(self, weight, bias, groups, stride, dilation, padding, output_padding)
 
   def linear(self, weight: Self, bias: Self | None = None) -> Self:
-    """x @ weight + bias (weight is (in, out), as tinygrad's).
+    """x @ weight + bias (weight is (in, out), as tinygrad's); a 1-d weight scales each feature instead (x * weight +
+    bias, as tinygrad's layernorm applies its affine).
 
     >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
     [[3.5]]
+    >>> Tensor([[1.0, 2.0]]).linear(Tensor([3.0, 4.0]), Tensor([0.5, 0.5])).tolist()
+    [[3.5, 8.5]]
     """
-    x = self @ weight
+    x = self * weight if weight.ndim == 1 else self @ weight
     return x + bias if bias is not None else x
 
   # ---- pooling and resampling: over the trailing dims, as many as the kernel has ----
@@ -385,14 +388,14 @@ class NNMixin(RandomMixin):
   # ---- normalization, dropout, attention ----
 
   def normalize(self, p: float = 2.0, dim: int | Sequence[int] = 1, eps: float = 1e-12) -> Self:
-    """Each vector along `dim` divided by its p-norm (at least eps), as torch.nn.functional.normalize.
+    """Each vector along `dim` divided by its p-norm (at least eps), as torch.nn.functional.normalize: a zero vector
+    stays zero, and its gradient is the incoming one over eps (the norm's gradient at zero is 0, as torch's).
 
     >>> Tensor([[3.0, 4.0], [0.0, 0.0]], dtype="float64").normalize().tolist()
     [[0.6, 0.8], [0.0, 0.0]]
     """
     x = self._to_float()
-    norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p) if p != 2 else x.square().sum(dim, keepdim=True).sqrt()
-    return x / norm.maximum(eps)
+    return x / x.norm(p, dim, keepdim=True).maximum(eps)
 
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
     """Normalize over `axis` to mean 0 and variance 1 (the biased variance, plus eps), without scale or shift.

@@ -82,34 +82,23 @@ class OrderMixin(ReduceMixin):
     if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
     return self._along(axis, lambda x: cum_extreme_last(x, largest))
 
-  def cummax(self, axis: int = 0, *, dim: int | None = None,
-             return_indices: bool = False) -> Self | tuple[Self, Self]:
-    """The running maximum along `axis` (NaN propagates), as tinygrad; with return_indices=True also, as torch's
-    (values, indices), the index of the last element equal to it. Scans of order codes (ints) in blocks; the value
-    is read at that index, and the gradient goes there, as torch's.
+  def cummax(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
+    """The running maximum along `axis` (NaN propagates) and the index of the last element equal to it (in
+    dtypes.default_int), as torch's (values, indices) and tinygrad's pair. Scans of order codes (ints) in blocks; the
+    value is read at that index, and the gradient goes there, as torch's.
 
-    >>> Tensor([1, 3, 2, 3]).cummax().tolist()
-    [1, 3, 3, 3]
-    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax(return_indices=True)]
+    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
     [[1, 3, 3, 3], [0, 1, 1, 3]]
     """
-    axis = dim_alias("cummax", axis, dim, 0)
-    values, indices = self._cum_extreme(axis, largest=True)
-    return (values, indices) if return_indices else values
+    return self._cum_extreme(dim_alias("cummax", axis, dim, 0), largest=True)
 
-  def cummin(self, axis: int = 0, *, dim: int | None = None,
-             return_indices: bool = False) -> Self | tuple[Self, Self]:
-    """The running minimum along `axis`, as tinygrad; with return_indices=True also the index of the last element
-    equal to it, as torch's (values, indices).
+  def cummin(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
+    """The running minimum along `axis` and the index of the last element equal to it, as torch's (values, indices).
 
-    >>> Tensor([3, 1, 2, 1]).cummin().tolist()
-    [3, 1, 1, 1]
-    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin(return_indices=True)]
+    >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin()]
     [[3, 1, 1, 1], [0, 1, 1, 3]]
     """
-    axis = dim_alias("cummin", axis, dim, 0)
-    values, indices = self._cum_extreme(axis, largest=False)
-    return (values, indices) if return_indices else values
+    return self._cum_extreme(dim_alias("cummin", axis, dim, 0), largest=False)
 
   def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
     """The values along `dim` in order, and their indices (dtypes.default_int). The sort is stable and NaN

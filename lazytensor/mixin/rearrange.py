@@ -176,7 +176,7 @@ class RearrangeMixin(MovementMixin):
     [2, 6]
     """
     a, b = self._resolve_axis(dim1), self._resolve_axis(dim2)
-    if a == b: raise ValueError(f"diagonal: dim1 and dim2 must differ, both are dim {a}")
+    if a == b: raise ArgumentError(f"diagonal: dim1 and dim2 must differ, both are dim {a}")
     if not _is_int(offset): raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
     x = self.permute([d for d in range(self.ndim) if d not in (a, b)] + [a, b])
     n, m = x.shape[-2:]

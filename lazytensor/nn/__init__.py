@@ -1,12 +1,14 @@
 """Layers: plain Python classes holding Tensors, with torch's default initializations and tinygrad's names.
 
 No Module base class is needed: `nn.state.get_parameters(model)` finds every Tensor in attributes, lists and dicts.
-Optimizers live in lazytensor.nn.optim, model state and weights on disk in lazytensor.nn.state.
+Optimizers live in lazytensor.nn.optim, model state and weights on disk in lazytensor.nn.state, gradient clipping in
+lazytensor.nn.utils.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from lazytensor.dtype import dtypes
 from lazytensor.engine.index_check import dim_site
@@ -14,6 +16,7 @@ from lazytensor.helpers import make_tuple, prod
 from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
 from lazytensor.nn import state as state
+from lazytensor.nn import utils as utils
 from lazytensor.tensor import Tensor
 
 
@@ -193,6 +196,86 @@ class Embedding:
     idx = idx._check_index(dim_site("nn.Embedding", 0, self.num_embeddings, idx.dtype, wraps=False))
     hot = idx.reshape(*idx.shape, 1, 1) == Tensor.arange(self.num_embeddings, device=idx.device).reshape(-1, 1)
     return hot.where(self.weight, 0).sum(-2)
+
+def _additive_mask(mask: Tensor, name: str) -> Tensor:
+  """An attention mask as torch's MultiheadAttention reads it: a bool mask marks the positions that may NOT be
+  attended (-inf added there), a float one is added to the scores."""
+  if mask.dtype.is_bool: return mask.where(-math.inf, 0.0)
+  if not mask.dtype.is_float: raise TypeError(f"MultiheadAttention: {name} must be bool or float, got {mask.dtype}")
+  return mask
+
+class MultiheadAttention:
+  """torch.nn.MultiheadAttention, with its signature, parameters (in_proj_weight, or q/k/v_proj_weight when kdim or
+  vdim differ from embed_dim, in_proj_bias, out_proj, bias_k, bias_v) and initialization: attention over num_heads
+  heads of embed_dim // num_heads. Inputs are (L, N, E), (N, L, E) with batch_first, or unbatched (L, E). Calling it
+  returns (output, weights), the weights averaged over heads unless average_attn_weights=False, None when
+  need_weights=False. Masks are torch's: attn_mask (L, S) or (N * num_heads, L, S), key_padding_mask (N, S), bool
+  (True: not attended) or float (added); is_causal without attn_mask applies the causal mask (torch asks for it)."""
+  def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, add_bias_kv: bool = False,
+               add_zero_attn: bool = False, kdim: int | None = None, vdim: int | None = None,
+               batch_first: bool = False) -> None:
+    if num_heads <= 0 or embed_dim % num_heads:
+      raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+    self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+    self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+    self.dropout, self.batch_first, self.add_zero_attn = dropout, batch_first, add_zero_attn
+    packed = self.kdim == embed_dim and self.vdim == embed_dim
+    self.in_proj_weight = Tensor.glorot_uniform(3 * embed_dim, embed_dim) if packed else None
+    self.q_proj_weight = None if packed else Tensor.glorot_uniform(embed_dim, embed_dim)
+    self.k_proj_weight = None if packed else Tensor.glorot_uniform(embed_dim, self.kdim)
+    self.v_proj_weight = None if packed else Tensor.glorot_uniform(embed_dim, self.vdim)
+    self.in_proj_bias = Tensor.zeros(3 * embed_dim) if bias else None
+    self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+    if bias: self.out_proj.bias = Tensor.zeros(embed_dim)
+    std = math.sqrt(2 / (2 * embed_dim))  # xavier_normal of (1, 1, E): fan_in = fan_out = E
+    self.bias_k = Tensor.normal(1, 1, embed_dim, std=std) if add_bias_kv else None
+    self.bias_v = Tensor.normal(1, 1, embed_dim, std=std) if add_bias_kv else None
+
+  def _projections(self, query: Tensor, key: Tensor, value: Tensor) -> list[Tensor]:
+    """q, k, v as (L or S, N, E): the inputs times their weights, plus their biases."""
+    ws = list(self.in_proj_weight.chunk(3)) if self.in_proj_weight is not None else \
+      [w for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight) if w is not None]
+    bs = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
+    return [x.linear(w.T, b) for x, w, b in zip((query, key, value), ws, bs)]
+
+  def _mask(self, attn_mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool, shape: tuple[int, ...],
+            device: Any) -> Tensor | None:
+    """One additive mask of (N, H, L, S) (or broadcast to it) from attn_mask, key_padding_mask and is_causal."""
+    N, H, L, S = shape
+    if attn_mask is None and is_causal: attn_mask = Tensor.ones(L, S, dtype=dtypes.bool, device=device).triu(1)
+    mask = None if attn_mask is None else _additive_mask(attn_mask, "attn_mask")
+    if mask is not None and mask.ndim == 3: mask = mask.reshape(N, H, *mask.shape[1:])
+    if key_padding_mask is not None:
+      pad = _additive_mask(key_padding_mask, "key_padding_mask").reshape(N, 1, 1, -1)
+      mask = pad if mask is None else mask + pad
+    return mask
+
+  def __call__(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+               need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
+               is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+    batched = query.ndim == 3
+    if not batched: query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    elif self.batch_first: query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+    if key_padding_mask is not None and not batched: key_padding_mask = key_padding_mask.unsqueeze(0)
+    q, k, v = self._projections(query, key, value)
+    (L, N, E), H, D = q.shape, self.num_heads, self.head_dim
+    if self.bias_k is not None and self.bias_v is not None:
+      k, v = k.cat(self.bias_k.expand(1, N, E)), v.cat(self.bias_v.expand(1, N, E))
+      attn_mask, key_padding_mask = (None if m is None else m.pad((0, 1)) for m in (attn_mask, key_padding_mask))
+    q, k, v = (t.reshape(t.shape[0], N, H, D).permute(1, 2, 0, 3) for t in (q, k, v))  # (N, H, L or S, D)
+    if self.add_zero_attn:
+      k, v = (t.cat(Tensor.zeros(N, H, 1, D, dtype=t.dtype, device=t.device), dim=2) for t in (k, v))
+      attn_mask, key_padding_mask = (None if m is None else m.pad((0, 1)) for m in (attn_mask, key_padding_mask))
+    scores = (q * (1 / math.sqrt(D))) @ k.transpose(-1, -2)
+    if (mask := self._mask(attn_mask, key_padding_mask, is_causal, (N, H, L, k.shape[2]), q.device)) is not None:
+      scores = scores + mask
+    weights = scores.softmax(-1).dropout(self.dropout)  # torch returns the weights after dropout
+    out = weights @ v  # (N, H, L, D)
+    out = self.out_proj(out.permute(2, 0, 1, 3).reshape(L, N, E))
+    out = out.squeeze(1) if not batched else out.transpose(0, 1) if self.batch_first else out
+    if not need_weights: return out, None
+    w = weights.mean(1) if average_attn_weights else weights
+    return out, (w.squeeze(0) if not batched else w)
 
 class _RNNCell:
   """The weights of a recurrent cell with GATES gates, torch's names and init (uniform within 1/sqrt(hidden))."""

@@ -32,9 +32,23 @@ class Optimizer:
 
   def step(self) -> None:
     """Update every parameter (and the optimizer's state) from its .grad, in one schedule."""
-    with no_grad():
-      updated = self._step() + self.buffers
-      updated[0].realize(*updated[1:])
+    updated = self.schedule_step()
+    updated[0].realize(*updated[1:])
+
+  def schedule_step(self) -> list[Tensor]:
+    """The tensors one step updates (parameters, the optimizer's state, buffers such as batchnorm's statistics), with
+    the updates built but not run, as tinygrad's schedule_step: realizing them is the step (what step() does), and
+    realizing them together with other tensors runs all of it as one schedule.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> opt = SGD([w], lr=0.5)
+    >>> _ = (w * w).sum().backward()
+    >>> loss = (w * 10).sum()
+    >>> _ = Tensor.realize(*opt.schedule_step(), loss)
+    >>> w.tolist(), loss.item()
+    ([0.0, 0.0], 30.0)
+    """
+    with no_grad(): return self._step() + self.buffers
 
   def _grads(self) -> list[Tensor]:
     missing = [p.shape for p in self.params if p.grad is None]
