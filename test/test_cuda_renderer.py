@@ -302,12 +302,12 @@ def _disk_entries(db: pathlib.Path) -> int:
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_compile_error_names_the_kernel_and_caches_nothing(compiler: type, tmp_path: pathlib.Path) -> None:
   c = compiler("sm_80")
-  before = dict(_compile_memo)
+  before = dict(_compile_memo.entries)
   with Context(CACHEDB=str(tmp_path / "cache.db")):
     for _ in range(2):  # the second attempt compiles again: nothing was cached, in memory or on disk
       with pytest.raises(CUDACompileError, match=r"(?s)CUDA kernel broken_kernel for sm_80.*nope"):
         c.compile_cached(BROKEN)
-  assert _compile_memo == before and _disk_entries(tmp_path / "cache.db") == 0
+  assert _compile_memo.entries == before and _disk_entries(tmp_path / "cache.db") == 0
 
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_cubins_are_cached_on_disk(compiler: type, tmp_path: pathlib.Path) -> None:

@@ -102,14 +102,14 @@ def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
   from lazytensor import Context
   from lazytensor.device import _compile_memo
   from lazytensor.engine import realize
+  from lazytensor.helpers import DISKCACHE_TABLE
   db = str(tmp_path / "cache.db")
   x = Tensor([1.0, 2.0, 3.0]).realize()
   with Context(CACHEDB=db):
     _compile_memo.clear(), realize._runners.clear()
     assert (x * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
     conn = sqlite3.connect(db)
-    conn.execute("UPDATE compile_v1 SET val = substr(val, 1, 40)")  # truncate every entry
-    conn.execute("UPDATE program_v1 SET val = substr(val, 1, 60)")
+    conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val = substr(val, 1, 40)")  # truncate every entry
     conn.commit()
     _compile_memo.clear(), realize._runners.clear()
     assert (x * 3 + 0.5).tolist() == [3.5, 6.5, 9.5]
