@@ -53,11 +53,6 @@ def newest_program() -> weakref.ref:
   """A weak reference to the program this process loaded last."""
   return weakref.ref(realize._runners.entries[next(reversed(realize._runners.entries))].program)
 
-def forget_programs() -> None:
-  """As in a new process: only the disk cache knows the programs."""
-  realize._runners.clear()
-  _compile_memo.clear()
-
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
   """A cache database of the test's own, and connections and failures of its own."""
@@ -76,9 +71,9 @@ def test_in_memory_caches_keep_program_cache_entries_and_free_the_rest(db: Path)
     for _ in range(10):
       t, want, _ = fresh()
       np.testing.assert_allclose(t.numpy(), want)
-    for cache in (realize._runners, realize._program_keys, _compile_memo, schedule_cache.templates,
-                  schedule_cache.structures):
+    for cache in (realize._runners, _compile_memo, schedule_cache.templates, schedule_cache.structures):
       assert len(cache) <= 4
+    assert realize._memo.cache_info().currsize <= 4  # type: ignore[attr-defined]
     gc.collect()
     assert first() is None, "a dropped program is freed (its MCJIT engine with it)"
 
@@ -182,7 +177,7 @@ def test_a_program_entry_out_of_range_is_built_again(db: Path, damage: dict, mon
   spec = json.loads(raw)
   spec["launch"].update(damage)
   diskcache_put("program", key, json.dumps(spec).encode())  # its checksum is right: its fields are checked
-  forget_programs()
+  realize.forget_programs()
   lowered = _lowered_again(monkeypatch)
   np.testing.assert_allclose((Tensor(x) * c).numpy(), want)
   assert len(lowered) == 1
@@ -195,7 +190,7 @@ def test_a_damaged_entry_is_dropped_and_built_again(db: Path, kind: str, capsys:
   with contextlib.closing(sqlite3.connect(db)) as conn, conn:  # one bit flipped, the checksum left as it was
     conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val=? WHERE kind=? AND key=?",
                  (val[:40] + bytes([val[40] ^ 1]) + val[41:], kind, key))
-  forget_programs()
+  realize.forget_programs()
   np.testing.assert_allclose((Tensor(x) * c).numpy(), want)
   assert f"dropped corrupt {kind!r} entries" in capsys.readouterr().err
   assert len(entries(db, kind)) == 1  # the dropped entry is stored again

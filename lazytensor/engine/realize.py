@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
 from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
-from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
+from lazytensor.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
 from lazytensor.engine.schedule import ScheduleItem
 from lazytensor.engine.search import beam_search
 from lazytensor.helpers import (
@@ -116,24 +117,40 @@ def _cached_spec(key: str, fn_name: str) -> ProgramSpec | None:
   return None
 
 # compiled kernels by program key, as many as PROGRAM_CACHE: an evicted one is freed (its engine or module with it,
-# once no TinyJit holds it) and built again from the disk cache when it is needed
+# once no TinyJit and no entry of _memo holds it) and built again from the disk cache when it is needed
 _runners: LRU[tuple[str, str], CompiledRunner] = LRU(PROGRAM_CACHE)
 
-# the program key of each (device, AST node, value of every knob): an eager step looks up each of its kernels at every
-# call, and this finds their keys without hashing the AST and the knobs again (a superset of the key's inputs); the
-# runners themselves live in _runners alone, so clearing it forgets them
-_program_keys: LRU[tuple[Any, ...], tuple[str, str]] = LRU(PROGRAM_CACHE)
+def _runner_for(device_name: str, ast: UOp, knobs: int) -> CompiledRunner:
+  """The runner of an AST under the knobs' present values (`knobs` is their knob_state(), for _memo's key): the one of
+  its program key in _runners, else compiled."""
+  dev = Device[device_name]
+  key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
+  if (hit := _runners.get(key)) is None: hit = _runners.put(key, compile_kernel(ast, dev))
+  return hit
+
+# the runner of each (device, AST node, value of every knob), the last PROGRAM_CACHE of them: an eager step looks up
+# each of its kernels at every call, and a hit is one call into C (functools.lru_cache), without hashing the AST and
+# the knobs into a program key again. Made anew when PROGRAM_CACHE changes
+_memo: Callable[[str, UOp, int], CompiledRunner] = functools.lru_cache(maxsize=PROGRAM_CACHE.value)(_runner_for)
+_memo_size = PROGRAM_CACHE.value
 
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
   that choose its opts and every knob that changes its code), again if PROGRAM_CACHE has dropped it since."""
-  memo_key = (device_name, ast, knob_state())
-  if (key := _program_keys.get(memo_key)) is None:
-    dev = Device[device_name]
-    key = _program_keys.put(memo_key, (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key,
-                                                                opts_choice())))
-  if (hit := _runners.get(key)) is None: hit = _runners.put(key, compile_kernel(ast, Device[device_name]))
-  return hit
+  if _memo_size != PROGRAM_CACHE.value: _new_memo()
+  return _memo(device_name, ast, knob_state())
+
+def _new_memo() -> None:
+  global _memo, _memo_size
+  _memo_size = PROGRAM_CACHE.value
+  _memo = functools.lru_cache(maxsize=_memo_size)(_runner_for)
+
+def forget_programs() -> None:
+  """Drop every program and binary this process holds, as a new process starts: the next use of a kernel reads it back
+  from the disk cache (or compiles it)."""
+  _new_memo()
+  _runners.clear()
+  _compile_memo.clear()
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   if dst.allocator.transfer(dst.handle, src.handle, dst.nbytes, src.allocator): return
