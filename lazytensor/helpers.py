@@ -1,6 +1,7 @@
 """Every environment knob, declared once; Context to override them; GlobalCounters; small utilities."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -294,19 +295,23 @@ class LRU(Generic[K, V]):
 # entries of every kind, each checksummed, bounded by CACHEDB_MB (least recently used first); never fatal ----
 
 DISKCACHE_TABLE = "entries_v2"
+# when each entry was last used (ms since the epoch), apart from the entries: marking one used rewrites a few bytes,
+# not its value
+_USES_TABLE = "uses_v2"
 # the tables of earlier versions (an entry per kind, no bound, object code stored twice): dropped when found
 _OLD_TABLES = ("compile_v1", "program_v1", "beam_v1", "beam_shape_v1", "beam_pack_v1")
 # how long a statement waits for another process's lock: writes hold it for milliseconds, so a longer wait means a
 # stuck holder, and this process then goes on without the cache (_db_off) rather than wait at every kernel
 _DB_BUSY_S = 2.0
-# an entry's time of last use (ms) is written again only when older than this: most reads write nothing
-_TOUCH_MS = 60_000
+# reads mark their entries used in batches: in the next write's transaction, at this many, or at exit
+_TOUCH_BATCH = 256
 # evicting goes down to this fraction of the bound, so that it runs once per tenth of the bound written, not per write
 _EVICT_TO = 0.9
 
 _db_conn: dict[tuple[str, int], sqlite3.Connection] = {}  # by path and process: a connection never crosses a fork
 _db_off: set[str] = set()       # databases that failed once: this process goes on without them
 _db_reported: set[tuple[str, str]] = set()
+_touched: dict[tuple[str, int], list[int]] = {}  # by path and process: the entries read since the last write
 
 def _db_failed(path: str, err: Exception) -> None:
   if path not in _db_off:
@@ -321,14 +326,13 @@ def _db(path: str) -> sqlite3.Connection:
   conn.execute("PRAGMA journal_mode=WAL")
   conn.execute("PRAGMA synchronous=NORMAL")  # with WAL a crash may lose the last entries, never the file
   conn.execute(f"CREATE TABLE IF NOT EXISTS {DISKCACHE_TABLE} (kind TEXT NOT NULL, key TEXT NOT NULL, "
-               "val BLOB NOT NULL, digest BLOB NOT NULL, used INTEGER NOT NULL, PRIMARY KEY (kind, key))")
-  conn.execute(f"CREATE INDEX IF NOT EXISTS {DISKCACHE_TABLE}_used ON {DISKCACHE_TABLE} (used)")
+               "val BLOB NOT NULL, digest BLOB NOT NULL, PRIMARY KEY (kind, key))")
+  conn.execute(f"CREATE TABLE IF NOT EXISTS {_USES_TABLE} (id INTEGER PRIMARY KEY, used INTEGER NOT NULL)")
+  conn.execute(f"CREATE INDEX IF NOT EXISTS {_USES_TABLE}_used ON {_USES_TABLE} (used)")
   tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
   for old in tables.intersection(_OLD_TABLES): conn.execute(f"DROP TABLE IF EXISTS {old}")
   _db_conn[(path, os.getpid())] = conn
   return conn
-
-def _now_ms() -> int: return int(time.time() * 1000)
 
 def _digest(kind: str, key: str, val: bytes) -> bytes:
   """The checksum of an entry, its kind and key included: a value moved under another key does not check out."""
@@ -336,25 +340,39 @@ def _digest(kind: str, key: str, val: bytes) -> bytes:
   h.update(val)
   return h.digest()
 
+def _write(conn: sqlite3.Connection, path: str, work: Callable[[], None]) -> None:
+  """`work`, and the marks of the entries read since the last write, in one transaction (it takes the write lock at
+  BEGIN, so two processes never both wait to upgrade a read lock)."""
+  conn.execute("BEGIN IMMEDIATE")
+  try:
+    if touched := _touched.pop((path, os.getpid()), None):
+      now = int(time.time() * 1000)
+      conn.executemany(f"UPDATE {_USES_TABLE} SET used=? WHERE id=?", [(now, rowid) for rowid in touched])
+    work()
+    conn.execute("COMMIT")
+  except BaseException:
+    conn.execute("ROLLBACK")
+    raise
+
 def diskcache_get(kind: str, key: str) -> bytes | None:
   """The cached value, or None when absent, damaged (dropped, so that the caller builds it again), disabled
   (CACHELEVEL=0) or the database is unusable."""
   if CACHELEVEL.value == 0 or (path := cache_db_path()) in _db_off: return None
   try:
     conn = _db(path)
-    row = conn.execute(f"SELECT val, digest, used FROM {DISKCACHE_TABLE} WHERE kind=? AND key=?",
+    row = conn.execute(f"SELECT rowid, val, digest FROM {DISKCACHE_TABLE} WHERE kind=? AND key=?",
                        (kind, key)).fetchone()
     if row is None: return None
-    val, digest, used = bytes(row[0]), bytes(row[1]), row[2]
+    rowid, val, digest = row[0], bytes(row[1]), bytes(row[2])
     if digest != _digest(kind, key, val):
-      conn.execute(f"DELETE FROM {DISKCACHE_TABLE} WHERE kind=? AND key=? AND digest=?", (kind, key, digest))
+      _write(conn, path, lambda: _delete(conn, rowid))
       if (path, kind) not in _db_reported:
         _db_reported.add((path, kind))
         print(f"lazytensor: cache database {path}: dropped corrupt {kind!r} entries; they are built again",
               file=sys.stderr)
       return None
-    if (now := _now_ms()) - used > _TOUCH_MS:
-      conn.execute(f"UPDATE {DISKCACHE_TABLE} SET used=? WHERE kind=? AND key=?", (now, kind, key))
+    (touched := _touched.setdefault((path, os.getpid()), [])).append(rowid)
+    if len(touched) >= _TOUCH_BATCH: _write(conn, path, lambda: None)
     return val
   except (sqlite3.Error, OSError) as e:
     _db_failed(path, e)
@@ -364,16 +382,22 @@ def diskcache_put(kind: str, key: str, val: bytes) -> None:
   if CACHELEVEL.value == 0 or (path := cache_db_path()) in _db_off: return
   try:
     conn = _db(path)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-      conn.execute(f"INSERT OR REPLACE INTO {DISKCACHE_TABLE} (kind, key, val, digest, used) VALUES (?, ?, ?, ?, ?)",
-                   (kind, key, val, _digest(kind, key, val), _now_ms()))
-      _evict(conn, CACHEDB_MB.value << 20)
-      conn.execute("COMMIT")
-    except BaseException:
-      conn.execute("ROLLBACK")
-      raise
+    _write(conn, path, lambda: _insert(conn, kind, key, val))
   except (sqlite3.Error, OSError) as e: _db_failed(path, e)
+
+def _insert(conn: sqlite3.Connection, kind: str, key: str, val: bytes) -> None:
+  digest = _digest(kind, key, val)
+  if (row := conn.execute(f"SELECT rowid FROM {DISKCACHE_TABLE} WHERE kind=? AND key=?", (kind, key)).fetchone()):
+    conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val=?, digest=? WHERE rowid=?", (val, digest, rowid := row[0]))
+  else:
+    rowid = conn.execute(f"INSERT INTO {DISKCACHE_TABLE} (kind, key, val, digest) VALUES (?, ?, ?, ?)",
+                         (kind, key, val, digest)).lastrowid
+  conn.execute(f"INSERT OR REPLACE INTO {_USES_TABLE} (id, used) VALUES (?, ?)", (rowid, int(time.time() * 1000)))
+  _evict(conn, CACHEDB_MB.value << 20)
+
+def _delete(conn: sqlite3.Connection, rowid: int) -> None:
+  conn.execute(f"DELETE FROM {DISKCACHE_TABLE} WHERE rowid=?", (rowid,))
+  conn.execute(f"DELETE FROM {_USES_TABLE} WHERE id=?", (rowid,))
 
 def _evict(conn: sqlite3.Connection, limit: int) -> None:
   """Past `limit` bytes of pages in use, the least recently used entries go (an index walk over those alone). In the
@@ -381,9 +405,15 @@ def _evict(conn: sqlite3.Connection, limit: int) -> None:
   (page_size,), (pages,), (free,) = (conn.execute(f"PRAGMA {p}").fetchone() for p in ("page_size", "page_count",
                                                                                       "freelist_count"))
   if (used := (pages - free) * page_size) <= limit: return
-  excess = used - int(limit * _EVICT_TO)
-  doomed: list[tuple[int]] = []
-  for rowid, size in conn.execute(f"SELECT rowid, length(val) + length(key) + 64 FROM {DISKCACHE_TABLE} ORDER BY used"):
-    doomed.append((rowid,))
+  excess, doomed = used - int(limit * _EVICT_TO), []
+  for rowid, size in conn.execute(f"SELECT u.id, length(e.val) + length(e.key) + 64 FROM {_USES_TABLE} u JOIN "
+                                  f"{DISKCACHE_TABLE} e ON e.rowid = u.id ORDER BY u.used"):
+    doomed.append(rowid)
     if (excess := excess - size) <= 0: break
-  conn.executemany(f"DELETE FROM {DISKCACHE_TABLE} WHERE rowid=?", doomed)
+  for rowid in doomed: _delete(conn, rowid)
+
+@atexit.register
+def _mark_used_at_exit() -> None:
+  for (path, pid), touched in list(_touched.items()):
+    if pid != os.getpid() or not touched or path in _db_off: continue
+    with contextlib.suppress(sqlite3.Error, OSError): _write(_db(path), path, lambda: None)

@@ -112,7 +112,8 @@ def test_least_recently_used_entries_go_first(db: Path) -> None:
   with Context(CACHEDB_MB=1):
     for i in range(40): diskcache_put("test", f"k{i}", blob)
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
-      conn.execute(f"UPDATE {DISKCACHE_TABLE} SET used = used - 3600000 WHERE key IN ('k0', 'k1')")  # an hour ago
+      conn.execute(f"UPDATE uses_v2 SET used = used - 3600000 WHERE id IN (SELECT rowid FROM {DISKCACHE_TABLE} "
+                   "WHERE key IN ('k0', 'k1'))")  # an hour ago
     assert diskcache_get("test", "k1") == blob  # read now: used again
     for i in range(40, 80): diskcache_put("test", f"k{i}", blob)
     kept = entries(db, "test")
