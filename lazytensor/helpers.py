@@ -413,7 +413,11 @@ def _evict(conn: sqlite3.Connection, limit: int) -> None:
   for rowid in doomed: _delete(conn, rowid)
 
 @atexit.register
-def _mark_used_at_exit() -> None:
-  for (path, pid), touched in list(_touched.items()):
-    if pid != os.getpid() or not touched or path in _db_off: continue
-    with contextlib.suppress(sqlite3.Error, OSError): _write(_db(path), path, lambda: None)
+def _close_at_exit() -> None:
+  """Mark the entries this process read, and close its connections: the last one to close folds the write-ahead log
+  into the database and removes it."""
+  for (path, pid), conn in list(_db_conn.items()):
+    if pid != os.getpid(): continue
+    with contextlib.suppress(sqlite3.Error, OSError):
+      if _touched.get((path, pid)) and path not in _db_off: _write(conn, path, lambda: None)
+      conn.close()
