@@ -12,6 +12,7 @@ import pathlib
 import sqlite3
 import sys
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
@@ -292,7 +293,8 @@ class LRU(Generic[K, V]):
   def __contains__(self, key: object) -> bool: return key in self.entries
 
 # ---- the on-disk cache: one sqlite file that processes share (BEAM workers, MPI ranks, test runners), one table of
-# entries of every kind, each checksummed, bounded by CACHEDB_MB (least recently used first); never fatal ----
+# entries of every kind, each checksummed and compressed (zlib: a program's spec is mostly LLVM IR, which shrinks to
+# a third), bounded by CACHEDB_MB (least recently used first); never fatal ----
 
 DISKCACHE_TABLE = "entries_v2"
 # when each entry was last used (ms since the epoch), apart from the entries: marking one used rewrites a few bytes,
@@ -340,6 +342,10 @@ def _digest(kind: str, key: str, val: bytes) -> bytes:
   h.update(val)
   return h.digest()
 
+def _unpack(packed: bytes) -> bytes | None:
+  try: return zlib.decompress(packed)
+  except zlib.error: return None
+
 def _write(conn: sqlite3.Connection, path: str, work: Callable[[], None]) -> None:
   """`work`, and the marks of the entries read since the last write, in one transaction (it takes the write lock at
   BEGIN, so two processes never both wait to upgrade a read lock)."""
@@ -363,8 +369,8 @@ def diskcache_get(kind: str, key: str) -> bytes | None:
     row = conn.execute(f"SELECT rowid, val, digest FROM {DISKCACHE_TABLE} WHERE kind=? AND key=?",
                        (kind, key)).fetchone()
     if row is None: return None
-    rowid, val, digest = row[0], bytes(row[1]), bytes(row[2])
-    if digest != _digest(kind, key, val):
+    rowid, val, digest = row[0], _unpack(row[1]), bytes(row[2])
+    if val is None or digest != _digest(kind, key, val):
       _write(conn, path, lambda: _delete(conn, rowid))
       if (path, kind) not in _db_reported:
         _db_reported.add((path, kind))
@@ -386,12 +392,12 @@ def diskcache_put(kind: str, key: str, val: bytes) -> None:
   except (sqlite3.Error, OSError) as e: _db_failed(path, e)
 
 def _insert(conn: sqlite3.Connection, kind: str, key: str, val: bytes) -> None:
-  digest = _digest(kind, key, val)
+  packed, digest = zlib.compress(val), _digest(kind, key, val)
   if (row := conn.execute(f"SELECT rowid FROM {DISKCACHE_TABLE} WHERE kind=? AND key=?", (kind, key)).fetchone()):
-    conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val=?, digest=? WHERE rowid=?", (val, digest, rowid := row[0]))
+    conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val=?, digest=? WHERE rowid=?", (packed, digest, rowid := row[0]))
   else:
     rowid = conn.execute(f"INSERT INTO {DISKCACHE_TABLE} (kind, key, val, digest) VALUES (?, ?, ?, ?)",
-                         (kind, key, val, digest)).lastrowid
+                         (kind, key, packed, digest)).lastrowid
   conn.execute(f"INSERT OR REPLACE INTO {_USES_TABLE} (id, used) VALUES (?, ?)", (rowid, int(time.time() * 1000)))
   _evict(conn, CACHEDB_MB.value << 20)
 

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import weakref
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,9 +39,11 @@ def fresh() -> tuple[Tensor, np.ndarray, float]:
   c = 3.0 + next(_consts) / 1024
   return Tensor(x) * c, x * np.float32(c), c
 
-def entries(db: Path, kind: str) -> dict[str, bytes]:
+def entries(db: Path, kind: str, packed: bool = False) -> dict[str, bytes]:
+  """The values of a kind's entries (as stored, compressed, when `packed`)."""
   with contextlib.closing(sqlite3.connect(db)) as conn:
-    return dict(conn.execute(f"SELECT key, val FROM {DISKCACHE_TABLE} WHERE kind=?", (kind,)).fetchall())
+    rows = conn.execute(f"SELECT key, val FROM {DISKCACHE_TABLE} WHERE kind=?", (kind,)).fetchall()
+  return {key: val if packed else zlib.decompress(val) for key, val in rows}
 
 def in_use(db: Path) -> int:
   """Bytes of the database's pages that hold entries (freed pages are reused, not counted)."""
@@ -108,7 +111,7 @@ def test_disk_cache_stays_within_cachedb_mb(db: Path) -> None:
     assert 20 <= len(kept) < 64 and all(kept[f"k{i}"] == blobs[i] for i in range(190, 200))
 
 def test_least_recently_used_entries_go_first(db: Path) -> None:
-  blob = bytes(16 << 10)
+  blob = np.random.default_rng(1).bytes(16 << 10)  # does not compress
   with Context(CACHEDB_MB=1):
     for i in range(40): diskcache_put("test", f"k{i}", blob)
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
@@ -187,7 +190,7 @@ def test_a_program_entry_out_of_range_is_built_again(db: Path, damage: dict, mon
 def test_a_damaged_entry_is_dropped_and_built_again(db: Path, kind: str, capsys: pytest.CaptureFixture[str]) -> None:
   t, want, c = fresh()
   np.testing.assert_allclose(t.numpy(), want)
-  [(key, val)] = entries(db, kind).items()
+  [(key, val)] = entries(db, kind, packed=True).items()
   with contextlib.closing(sqlite3.connect(db)) as conn, conn:  # one bit flipped, the checksum left as it was
     conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val=? WHERE kind=? AND key=?",
                  (val[:40] + bytes([val[40] ^ 1]) + val[41:], kind, key))
