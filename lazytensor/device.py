@@ -12,7 +12,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from lazytensor.dtype import DType
-from lazytensor.helpers import BUFFER_CACHE, DEBUG, DEV, diskcache_get, diskcache_put
+from lazytensor.helpers import (
+  BUFFER_CACHE,
+  DEBUG,
+  DEV,
+  KNOWN_DEVICES,
+  LRU,
+  PROGRAM_CACHE,
+  diskcache_get,
+  diskcache_put,
+)
 from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp, node_cached
 
 
@@ -74,21 +83,21 @@ class Compiler:
   def compile(self, src: str) -> bytes: raise NotImplementedError
 
   def compile_cached(self, src: str) -> bytes:
-    key = hashlib.sha256(f"{self.cache_key}\n{src}".encode()).hexdigest()
-    if (lib := _compile_memo.get(key)) is not None:
-      compile_stats["memory"] += 1
-      return lib
-    if self.cache_key and (lib := diskcache_get("compile", key)) is not None:
-      if self.is_valid(lib):
-        compile_stats["disk"] += 1
-        _compile_memo[key] = lib
-        return lib
-      if DEBUG >= 1: print("compile cache: a corrupt entry was recompiled")
-    compile_stats["compiled"] += 1
-    lib = self.compile(src)
-    _compile_memo[key] = lib
-    if self.cache_key: diskcache_put("compile", key, lib)
+    lib, origin = self.binary(src)
+    compile_stats[origin] += 1
     return lib
+
+  def binary(self, src: str) -> tuple[bytes, str]:
+    """The binary of `src` and where it came from (a key of compile_stats): this process's memory, the disk cache
+    (the one place object code is stored on disk: program entries name their source), or compiled now."""
+    key = hashlib.sha256(f"{self.cache_key}\n{src}".encode()).hexdigest()
+    if (lib := _compile_memo.get(key)) is not None: return lib, "memory"
+    if self.cache_key and (lib := diskcache_get("compile", key)) is not None:
+      if self.is_valid(lib): return _compile_memo.put(key, lib), "disk"
+      if DEBUG >= 1: print("compile cache: a corrupt entry was recompiled")
+    lib = _compile_memo.put(key, self.compile(src))
+    if self.cache_key: diskcache_put("compile", key, lib)
+    return lib, "compiled"
 
   def is_valid(self, lib: bytes) -> bool:
     """Whether bytes from the disk cache are an intact binary; a corrupt entry is recompiled, never loaded."""
@@ -96,7 +105,8 @@ class Compiler:
 
   def disassemble(self, lib: bytes) -> str: return "(no disassembly for this device)"
 
-_compile_memo: dict[str, bytes] = {}
+# binaries by their source, as many as there are loaded programs (a BEAM search compiles hundreds of candidates)
+_compile_memo: LRU[str, bytes] = LRU(PROGRAM_CACHE)
 # where each program came from: compiled now, the on-disk cache, or this process's memory (DEBUG=1 prints these)
 compile_stats: dict[str, int] = {"compiled": 0, "disk": 0, "memory": 0}
 
@@ -158,7 +168,6 @@ class _DeviceRegistry:
   @property
   def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
 
-KNOWN_DEVICES = ("CPU", "CUDA", "CUDACPU", "EMU")
 Device = _DeviceRegistry()
 
 # bits of UOp.reads/writes that no live Buffer holds, lowest first: masks stay as short as the number of live buffers

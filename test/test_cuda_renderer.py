@@ -24,7 +24,7 @@ from lazytensor.device import Device, _compile_memo, compile_stats
 from lazytensor.dtype import DType, from_storage
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.engine.schedule import create_schedule
-from lazytensor.helpers import to_function_name
+from lazytensor.helpers import DISKCACHE_TABLE, to_function_name
 from lazytensor.runtime.cuda_compiler import (
   CUDACompileError,
   NVCCCompiler,
@@ -295,19 +295,17 @@ COMPILERS = [pytest.param(NVCCCompiler, marks=needs_nvcc),
 
 def _disk_entries(db: pathlib.Path) -> int:
   if not db.exists(): return 0
-  with sqlite3.connect(db) as conn:
-    tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    return sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables)
+  with sqlite3.connect(db) as conn: return conn.execute(f"SELECT COUNT(*) FROM {DISKCACHE_TABLE}").fetchone()[0]
 
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_compile_error_names_the_kernel_and_caches_nothing(compiler: type, tmp_path: pathlib.Path) -> None:
   c = compiler("sm_80")
-  before = dict(_compile_memo)
+  before = dict(_compile_memo.entries)
   with Context(CACHEDB=str(tmp_path / "cache.db")):
     for _ in range(2):  # the second attempt compiles again: nothing was cached, in memory or on disk
       with pytest.raises(CUDACompileError, match=r"(?s)CUDA kernel broken_kernel for sm_80.*nope"):
         c.compile_cached(BROKEN)
-  assert _compile_memo == before and _disk_entries(tmp_path / "cache.db") == 0
+  assert _compile_memo.entries == before and _disk_entries(tmp_path / "cache.db") == 0
 
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_cubins_are_cached_on_disk(compiler: type, tmp_path: pathlib.Path) -> None:

@@ -19,6 +19,15 @@ import pytest
 from lazytensor import Context, Tensor
 from lazytensor.device import compile_stats
 from lazytensor.engine import realize, search, search_workers
+from lazytensor.helpers import (
+  BEAM,
+  BEAM_TIMEOUT_SEC,
+  CACHEDB,
+  DISKCACHE_TABLE,
+  FASTMATH,
+  NOOPT,
+  ContextVar,
+)
 
 _consts = itertools.count(1)
 
@@ -40,11 +49,10 @@ class Terminal(io.StringIO):
   """Output that says it is a terminal, as sys.stdout is in an interactive shell."""
   def isatty(self) -> bool: return True
 
-def tables(db: Path) -> dict[str, int]:
-  """The rows in each table of a cache database."""
+def kinds(db: Path) -> dict[str, int]:
+  """The entries of each kind in a cache database."""
   with contextlib.closing(sqlite3.connect(db)) as conn:
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    return {n: conn.execute(f"SELECT COUNT(*) FROM {n}").fetchone()[0] for n in names}
+    return dict(conn.execute(f"SELECT kind, COUNT(*) FROM {DISKCACHE_TABLE} GROUP BY kind").fetchall())
 
 # ---- DEBUG ----
 
@@ -78,27 +86,26 @@ def test_debug_3_colors_axes_with_one_legend_on_a_terminal(capsys: pytest.Captur
   with contextlib.redirect_stdout(term := Terminal()): run_with(capsys, reduce=True, DEBUG=3, NO_COLOR="1")
   assert "\x1b[" not in term.getvalue() and "axes: " in term.getvalue()
 
-def forget_runners(monkeypatch: pytest.MonkeyPatch) -> None:
-  """Empty this process's memory of compiled kernels (realize._program_keys holds only their keys)."""
-  monkeypatch.setattr(realize, "_runners", {})
 
 def test_debug_4_prints_the_source_and_bypasses_the_program_cache(capsys: pytest.CaptureFixture[str],
-                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
   db = str(tmp_path / "c.db")
   arr = np.arange(256, dtype=np.float32)
   c = 2.0 + next(_consts) / 1024
   with Context(CACHEDB=db): (Tensor(arr) * c).realize()  # the program goes to the disk cache
-  forget_runners(monkeypatch)  # as in a new process: only the disk cache knows the program
-  disk = compile_stats["disk"]
+  realize.forget_programs()  # as in a new process: only the disk cache knows the program
+  stats = dict(compile_stats)
   capsys.readouterr()
   with Context(CACHEDB=db, DEBUG=4): np.testing.assert_allclose((Tensor(arr) * c).numpy(), arr * np.float32(c))
   out = capsys.readouterr().out
+  # lowered again to show the code (the source is printed where the program is lowered), not read from the program
+  # cache; its binary is read back, not compiled
   assert "source of E_" in out and "define void @\"E_" in out and "fmul" in out
-  assert compile_stats["disk"] == disk  # lowered again to show the code, not read from the program cache
-  forget_runners(monkeypatch)
+  assert compile_stats["compiled"] == stats["compiled"]
+  realize.forget_programs()
+  stats = dict(compile_stats)
   with Context(CACHEDB=db): (Tensor(arr) * c).realize()
-  assert compile_stats["disk"] == disk + 1 and "source of" not in capsys.readouterr().out
+  assert compile_stats["disk"] == stats["disk"] + 1 and "source of" not in capsys.readouterr().out
 
 def test_debug_5_prints_the_kernel_ast(capsys: pytest.CaptureFixture[str]) -> None:
   out = run_with(capsys, reduce=True, DEBUG=5)
@@ -116,6 +123,47 @@ def test_debug_7_prints_the_assembly(capsys: pytest.CaptureFixture[str]) -> None
   if shutil.which("llvm-objdump") or shutil.which("objdump"): assert re.search(r"\bret", assembly), assembly
   else: assert "no objdump on PATH" in assembly
 
+# ---- every knob checks its values, from the environment and from Context ----
+
+BAD_VALUES = [("DIST_TIMEOUT", "abc"), ("BEAM_TIMEOUT_SEC", "abc"), ("BEAM", "abc"), ("THREADS", "0"),
+              ("THREADS", "-3"), ("PARALLEL", "-2"), ("CACHELEVEL", "7"), ("BUFFER_CACHE", "-5"),
+              ("SCHEDULE_CACHE", "-1"), ("BEAM", "-1"), ("FASTMATH", "maybe"), ("DEBUG", "8"), ("DEV", "GPU"),
+              ("DEV", "CPU:x"), ("CPU_TARGET", "pentium"), ("BEAM_MIN_PROGRESS", "nan"), ("PROGRAM_CACHE", "0"),
+              ("CACHEDB_MB", "0"), ("JIT", "2")]
+
+@pytest.mark.parametrize("knob,value", BAD_VALUES)
+def test_a_bad_value_names_the_knob_and_what_it_takes(knob: str, value: str) -> None:
+  var = ContextVar.registry[knob]
+  takes = re.escape(var.takes)
+  with pytest.raises(ValueError, match=rf"^Context\({knob}='{re.escape(value)}'\): {knob} takes {takes}$"):
+    Context(**{knob: value})
+  with pytest.raises(ValueError, match=rf"environment variable {knob}='{re.escape(value)}': {knob} takes"):
+    var.accept(value, f"environment variable {knob}={value!r}")
+
+def test_a_bad_environment_value_fails_the_import_with_the_knob_named() -> None:
+  env = {**os.environ, "DIST_TIMEOUT": "abc", "PYTHONPATH": str(Path(__file__).parents[1])}
+  res = subprocess.run([sys.executable, "-c", "import lazytensor"], env=env, capture_output=True, text=True)
+  assert res.returncode != 0
+  assert res.stderr.strip().splitlines()[-1] == \
+    "ValueError: environment variable DIST_TIMEOUT='abc': DIST_TIMEOUT takes a number > 0.0", res.stderr
+
+@pytest.mark.parametrize("text,value", [("1", True), ("ON", True), ("Yes", True), ("true", True), ("0", False),
+                                        ("off", False), ("NO", False), ("False", False)])
+def test_booleans_take_the_usual_spellings(text: str, value: bool) -> None:
+  with Context(FASTMATH=text): assert FASTMATH.value is value
+
+def test_context_values_are_held_as_the_knob_types() -> None:
+  with Context(BEAM="2", BEAM_TIMEOUT_SEC=3, NOOPT=1, CACHEDB=Path("/tmp/x.db")):
+    assert BEAM.value == 2 and BEAM_TIMEOUT_SEC.value == 3.0 and NOOPT.value is True and CACHEDB.value == "/tmp/x.db"
+  with pytest.raises(TypeError, match=r"Context\(BEAM=2\.5\): BEAM takes an integer >= 0, not float"):
+    Context(BEAM=2.5)
+
+def test_every_numeric_knob_has_a_range() -> None:
+  for var in ContextVar.registry.values():
+    if isinstance(var.default, bool) or not isinstance(var.default, (int, float)): continue
+    for value in (-10**9, float("nan")):
+      with pytest.raises((ValueError, TypeError)): var.accept(value, "test")
+
 # ---- caches ----
 
 def test_cachelevel_0_writes_nothing(tmp_path: Path) -> None:
@@ -131,15 +179,15 @@ def test_cachelevel_1_keeps_programs_and_2_searches_too(tmp_path: Path, level: i
   with Context(CACHELEVEL=level, CACHEDB=str(db), BEAM=1, PARALLEL=0):
     t, want = fresh(n=2)
     np.testing.assert_allclose(t.numpy(), want)
-  rows = tables(db)
-  assert rows.get("program_v1", 0) >= 1 and rows.get("compile_v1", 0) >= 1
-  assert (rows.get("beam_v1", 0) >= 1) == (level == 2), rows
+  rows = kinds(db)
+  assert rows.get("program", 0) >= 1 and rows.get("compile", 0) >= 1
+  assert (rows.get("beam", 0) >= 1) == (level == 2), rows
 
 def test_cachedir_holds_the_cache_database(tmp_path: Path) -> None:
   with Context(CACHEDIR=str(tmp_path / "dir"), CACHEDB=""):
     t, want = fresh()
     np.testing.assert_allclose(t.numpy(), want)
-  assert tables(tmp_path / "dir" / "cache.db").get("program_v1", 0) >= 1
+  assert kinds(tmp_path / "dir" / "cache.db").get("program", 0) >= 1
 
 # ---- NOOPT ----
 

@@ -86,7 +86,7 @@ def test_cpu_target_after_a_run_gives_a_new_program(tmp_path) -> None:
         assert f'"target-cpu"="{name}"' in runners[name].spec.source
         np.testing.assert_allclose((a @ b).numpy(), np.full((64, 32), 48.0))
     assert runners["x86-64-v2"] is not runners["x86-64-v3"]
-    realize._runners.clear()
+    realize.forget_programs()
     disk = realize.compile_stats["disk"]
     with Context(CPU_TARGET="x86-64-v2"): from_disk = realize.get_runner("CPU", ast)
     assert realize.compile_stats["disk"] == disk + 1 and from_disk.spec == runners["x86-64-v2"].spec

@@ -100,30 +100,28 @@ def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
   import sqlite3
 
   from lazytensor import Context
-  from lazytensor.device import _compile_memo
   from lazytensor.engine import realize
+  from lazytensor.helpers import DISKCACHE_TABLE
   db = str(tmp_path / "cache.db")
   x = Tensor([1.0, 2.0, 3.0]).realize()
   with Context(CACHEDB=db):
-    _compile_memo.clear(), realize._runners.clear()
+    realize.forget_programs()
     assert (x * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
     conn = sqlite3.connect(db)
-    conn.execute("UPDATE compile_v1 SET val = substr(val, 1, 40)")  # truncate every entry
-    conn.execute("UPDATE program_v1 SET val = substr(val, 1, 60)")
+    conn.execute(f"UPDATE {DISKCACHE_TABLE} SET val = substr(val, 1, 40)")  # truncate every entry
     conn.commit()
-    _compile_memo.clear(), realize._runners.clear()
+    realize.forget_programs()
     assert (x * 3 + 0.5).tolist() == [3.5, 6.5, 9.5]
     assert (Tensor([1.0, 2.0, 3.0]) * 3 + 0.25).tolist() == [3.25, 6.25, 9.25]
 
 def test_a_warm_process_loads_programs_without_lowering(tmp_path, monkeypatch) -> None:
   from lazytensor import Context, Device
-  from lazytensor.device import _compile_memo
   from lazytensor.engine import realize
   x = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8)).realize()
   with Context(CACHEDB=str(tmp_path / "cache.db")):
     item = create_schedule([(x @ x.T + 1).lazydata])[0][-1]
     first = realize.compile_kernel(item.ast, Device["CPU"])
-    _compile_memo.clear(), realize._runners.clear()
+    realize.forget_programs()
     def no_lowering(k, name):
       raise AssertionError("lowered again")
     monkeypatch.setattr(realize, "get_program", no_lowering)
@@ -133,12 +131,11 @@ def test_a_warm_process_loads_programs_without_lowering(tmp_path, monkeypatch) -
 
 def test_unusable_cache_db_is_not_fatal(tmp_path, capsys) -> None:
   from lazytensor import Context
-  from lazytensor.device import _compile_memo
   from lazytensor.engine import realize
   bad = tmp_path / "not_a_db"
   bad.write_bytes(b"this is not sqlite" * 100)
   with Context(CACHEDB=str(bad)):
-    _compile_memo.clear(), realize._runners.clear()
+    realize.forget_programs()
     assert (Tensor([1.0, 2.0]) * 5 - 1).tolist() == [4.0, 9.0]
 
 def test_large_matmul_packs_its_operands_into_panels() -> None:

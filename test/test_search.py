@@ -28,6 +28,7 @@ from lazytensor.engine import pack_search, schedule, search, search_actions, sea
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
 from lazytensor.engine.schedule import ScheduleItem, create_schedule, pm_resolve
 from lazytensor.engine.search_workers import Binary, CompileJob
+from lazytensor.helpers import DISKCACHE_TABLE
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 
 rng = np.random.default_rng(0)
@@ -114,7 +115,8 @@ def test_corrupt_cache_file_is_survived(beam: Path, capsys: pytest.CaptureFixtur
 def test_corrupt_cache_rows_are_searched_again(beam: Path, capsys: pytest.CaptureFixture[str]) -> None:
   item = _item("row_sum", "CPU")
   _search(item, "CPU")
-  with sqlite3.connect(beam) as db: db.execute("UPDATE beam_v1 SET val = ?", (b"\x00garbage",))
+  with sqlite3.connect(beam) as db:
+    db.execute(f"UPDATE {DISKCACHE_TABLE} SET val = ? WHERE kind = 'beam'", (b"\x00garbage",))
   k = _search(item, "CPU")
   assert search.beam_stats["searches"] == 2
   np.testing.assert_allclose(_output(item, "CPU", k.applied_opts), _output(item, "CPU", []), rtol=1e-4, atol=1e-4)
@@ -274,7 +276,8 @@ def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.Cap
   assert sorted(built) == [0, 1, 2] and 0 <= first < 3
   def fail() -> list[tuple[UOp, tuple]]: raise AssertionError("a cached choice builds no variant")
   assert pack_search.beam_packing(dev, 2, b"test", [fail] * 3) == first
-  with sqlite3.connect(beam) as db: db.execute("UPDATE beam_pack_v1 SET val = ?", (b"\x00garbage",))
+  with sqlite3.connect(beam) as db:
+    db.execute(f"UPDATE {DISKCACHE_TABLE} SET val = ? WHERE kind = 'beam_pack'", (b"\x00garbage",))
   built.clear()
   assert 0 <= pack_search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)]) < 3
   assert sorted(built) == [0, 1, 2] and "corrupt" in capsys.readouterr().err

@@ -68,6 +68,41 @@ def test_load_state_dict_and_its_errors(tmp_path) -> None:
   with pytest.raises(KeyError, match="blocks.0.bias"): load_state_dict(m, bad)
   load_state_dict(m, bad, strict=False)
 
+def test_safe_save_names_the_entry_that_is_not_a_tensor(tmp_path) -> None:
+  with pytest.raises(TypeError, match=r"safe_save: 'a' holds a list, not a Tensor"):
+    safe_save({"a": [1, 2]}, tmp_path / "x.safetensors")  # type: ignore[dict-item]
+  with pytest.raises(TypeError, match=r"tensor names are strings .* got 3"):
+    safe_save({3: Tensor([1.0])}, tmp_path / "x.safetensors")  # type: ignore[dict-item]
+  with pytest.raises(TypeError, match=r"expected a dict of name -> Tensor"):
+    safe_save([Tensor([1.0])], tmp_path / "x.safetensors")  # type: ignore[arg-type]
+  assert not (tmp_path / "x.safetensors").exists()
+
+def _two_tensor_file(path, header_edit) -> None:  # type: ignore[no-untyped-def]
+  """A file of a (4 float32) and b (2 float32) whose JSON header is passed through `header_edit` first."""
+  safe_save({"a": Tensor(np.arange(4, dtype=np.float32)), "b": Tensor(np.ones(2, dtype=np.float32))}, path)
+  raw = path.read_bytes()
+  n = int.from_bytes(raw[:8], "little")
+  header = header_edit(raw[8:8 + n].decode().rstrip()).encode()
+  header += b" " * (-len(header) % 8)
+  path.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + n:])
+
+HEADER_DAMAGES = {
+  "overlapping data_offsets": (lambda h: h.replace("[16,24]", "[8,16]"), r"'b' starts at byte 8, inside 'a'"),
+  "offsets past the data": (lambda h: h.replace("[16,24]", "[16,32]"), r"ends at byte 32 .* 24 bytes"),
+  "size not shape x dtype": (lambda h: h.replace('"shape":[2]', '"shape":[3]'), r"needs 12 bytes, has 8"),
+  "unknown dtype": (lambda h: h.replace('"F32","shape":[2]', '"F31","shape":[2]'), r"dtype 'F31'; supported"),
+  "a boolean in the shape": (lambda h: h.replace('"shape":[2]', '"shape":[true,2]'), r"bad shape"),
+  "a name twice": (lambda h: h.replace('"b":', '"a":'), r"names 'a' twice"),
+  "metadata that is not strings": (lambda h: h[:-1] + ',"__metadata__":{"k":1}}', r"__metadata__ must map"),
+}
+
+@pytest.mark.parametrize("damage", HEADER_DAMAGES)
+def test_safe_load_refuses_headers_that_do_not_add_up(tmp_path, damage: str) -> None:
+  edit, message = HEADER_DAMAGES[damage]
+  path = tmp_path / "x.safetensors"
+  _two_tensor_file(path, edit)
+  with pytest.raises(SafetensorsError, match=message): safe_load(path)
+
 DAMAGES = ["truncate_data", "truncate_header", "garbage", "bad_json", "bad_dtype", "bad_offsets"]
 
 @pytest.mark.parametrize("damage", DAMAGES)

@@ -71,11 +71,9 @@ def _runners(items: list[Any]) -> Callable[[], None]:
 
 def _fresh_process_caches() -> None:
   """What a second run of the program starts with: no compiled programs in memory (the disk caches stay)."""
-  from lazytensor import device
   from lazytensor.engine import realize
   from lazytensor.uop import symbolic
-  device._compile_memo.clear()
-  realize._runners.clear()
+  realize.forget_programs()
   symbolic.simplify.cache_clear()
 
 def setup_ms(kernels: list[Any], repeats: int = 3) -> float:

@@ -116,8 +116,9 @@ def reach(node: UOp) -> int:
   else: return size
   return size + (count - 1) * stride
 
-# every AST that got a name, per name: a second different kernel with the same shape is called ...n1
-_names_seen: defaultdict[tuple, list[bytes]] = defaultdict(list)
+# the number of every AST that got a name, per name: a second different kernel with the same shape is called ...n1 (a
+# dict: a process that makes thousands of kernels of one shape finds each number at once, not by a search of a list)
+_names_seen: defaultdict[tuple, dict[bytes, int]] = defaultdict(dict)
 
 class Kernel:
   def __init__(self, ast: UOp, renderer: Renderer) -> None:
@@ -423,8 +424,7 @@ class Kernel:
     base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
     # numbered by shape and axis kinds, so a kernel's number is the same whether its name prints in color or not
     seen = _names_seen[(prefix, tuple(self.full_shape), tuple(self.kinds))]
-    if self.ast.key not in seen: seen.append(self.ast.key)
-    n = seen.index(self.ast.key)
+    n = seen.setdefault(self.ast.key, len(seen))
     return base if n == 0 else f"{base}n{n}"
 
   def flops_and_mem(self) -> tuple[int, int]:

@@ -64,15 +64,26 @@ class ProgramSpec:
 
   @staticmethod
   def from_json(text: str) -> ProgramSpec:
-    """The spec `to_json` wrote; ValueError when the text is not one."""
-    try:
-      d = json.loads(text)
-      launch = LaunchDims(tuple(d["launch"]["global_size"]), tuple(d["launch"]["local_size"]),
-                          int(d["launch"]["core_count"]))
-      names = {**ALL_DTYPES, "void": dtypes.void}
-      return ProgramSpec(str(d["name"]), str(d["source"]), tuple(names[n] for n in d["buffers"]), launch,
-                         int(d["shared_bytes"]))
-    except (KeyError, TypeError, AttributeError) as e: raise ValueError(f"not a ProgramSpec: {e!r}") from e
+    """The spec `to_json` wrote; ValueError when the text is not one. Every field is checked (types, a launch of
+    GRID_AXES sizes >= 1, a core count >= 1, known dtypes): a spec read from the disk cache is launched as it says."""
+    try: d = json.loads(text)
+    except ValueError as e: raise ValueError(f"not a ProgramSpec: {e}") from e
+    if not isinstance(d, dict) or set(d) != {"name", "source", "buffers", "launch", "shared_bytes"} or \
+       not isinstance(launch := d["launch"], dict) or set(launch) != {"global_size", "local_size", "core_count"}:
+      raise ValueError(f"not a ProgramSpec: fields {sorted(d) if isinstance(d, dict) else type(d).__name__}")
+    names = {**ALL_DTYPES, "void": dtypes.void}
+    dims = [launch["global_size"], launch["local_size"]]
+    checks = {"name": _is_str(d["name"]) and d["name"].isidentifier(), "source": _is_str(d["source"]),
+              "buffers": isinstance(d["buffers"], list) and all(_is_str(n) and n in names for n in d["buffers"]),
+              "launch sizes": all(isinstance(v, list) and len(v) == GRID_AXES and all(_is_int(x, 1) for x in v)
+                                  for v in dims),
+              "core_count": _is_int(launch["core_count"], 1), "shared_bytes": _is_int(d["shared_bytes"], 0)}
+    if bad := [field for field, ok in checks.items() if not ok]: raise ValueError(f"not a ProgramSpec: bad {bad}")
+    return ProgramSpec(d["name"], d["source"], tuple(names[n] for n in d["buffers"]),
+                       LaunchDims(tuple(dims[0]), tuple(dims[1]), launch["core_count"]), d["shared_bytes"])
+
+def _is_str(x: Any) -> bool: return isinstance(x, str) and x != ""
+def _is_int(x: Any, lo: int) -> bool: return type(x) is int and x >= lo
 
 def _buffers(uops: list[UOp]) -> tuple[DType, ...]:
   args = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}

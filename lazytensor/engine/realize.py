@@ -2,23 +2,26 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from lazytensor.codegen.heuristic import hand_coded_optimizations
 from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
 from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
-from lazytensor.device import Buffer, Compiled, Device, Program, compile_stats
+from lazytensor.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
 from lazytensor.engine.index_check import IndexFlags, bad_index
 from lazytensor.engine.schedule import ScheduleItem
 from lazytensor.engine.search import beam_search
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
+  LRU,
   NOOPT,
+  PROGRAM_CACHE,
   GlobalCounters,
   ansilen,
   diskcache_get,
@@ -90,47 +93,68 @@ def _print_opts(k: Kernel) -> None:
 
 def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, bytes]:
   """The spec and binary of an optimized kernel. A process that has built this kernel before (same program_key) finds
-  them on disk without lowering it again, which for a large register tile is most of the set-up (a 16x7 conv tile:
-  ~140 ms to lower, ~2 ms to load). DEBUG>=4 always lowers, to show the code."""
+  the spec on disk without lowering it again, which for a large register tile is most of the set-up (a 16x7 conv tile:
+  ~140 ms to lower, ~2 ms to load), and the binary under the spec's source (Compiler.binary: object code is stored
+  once). DEBUG>=4 always lowers, to show the code."""
   compiler = device.compiler
   key = None
   if compiler.cache_key and DEBUG < 4:
     key = program_key(device.renderer, compiler.cache_key, k.ast.key, given_opts(k.applied_opts) + (fn_name,))
-  if key is not None and (raw := diskcache_get("program", key)) is not None:
-    try:
-      size = int.from_bytes(raw[:4], "little")
-      spec, lib = ProgramSpec.from_json(raw[4:4 + size].decode()), raw[4 + size:]
-      if spec.name == fn_name and compiler.is_valid(lib):
-        compile_stats["disk"] += 1
-        return spec, lib
-    except (ValueError, UnicodeDecodeError): pass
-    if DEBUG >= 1: print("program cache: a corrupt entry was built again")
+  if key is not None and (spec := _cached_spec(key, fn_name)) is not None:
+    lib, origin = compiler.binary(spec.source)
+    compile_stats["compiled" if origin == "compiled" else "disk"] += 1
+    return spec, lib
   spec = get_program(k, fn_name)
   if DEBUG >= 4: print_listing(f"source of {k.name}", spec.source)
   lib = compiler.compile_cached(spec.source)
   if DEBUG >= 7: print_listing(f"assembly of {k.name}", compiler.disassemble(lib))
-  if key is not None:
-    header = spec.to_json().encode()
-    diskcache_put("program", key, len(header).to_bytes(4, "little") + header + lib)
+  if key is not None: diskcache_put("program", key, spec.to_json().encode())
   return spec, lib
 
-_runners: dict[tuple[str, str], CompiledRunner] = {}
+def _cached_spec(key: str, fn_name: str) -> ProgramSpec | None:
+  """The spec of a program entry, if there is one that checks out (ProgramSpec.from_json checks every field)."""
+  if (raw := diskcache_get("program", key)) is None: return None
+  try:
+    if (spec := ProgramSpec.from_json(raw.decode())).name == fn_name: return spec
+  except (ValueError, UnicodeDecodeError): pass
+  if DEBUG >= 1: print("program cache: a corrupt entry was built again")
+  return None
 
-# the program key of each (device, AST node, value of every knob): an eager step looks up each of its kernels at every
-# call, and this finds their keys without hashing the AST and the knobs again (a superset of the key's inputs); the
-# runners themselves live in _runners alone, so clearing it forgets them
-_program_keys: dict[tuple[Any, ...], tuple[str, str]] = {}
+# compiled kernels by program key, as many as PROGRAM_CACHE: an evicted one is freed (its engine or module with it,
+# once no TinyJit and no entry of _memo holds it) and built again from the disk cache when it is needed
+_runners: LRU[tuple[str, str], CompiledRunner] = LRU(PROGRAM_CACHE)
+
+def _runner_for(device_name: str, ast: UOp, knobs: int) -> CompiledRunner:
+  """The runner of an AST under the knobs' present values (`knobs` is their knob_state(), for _memo's key): the one of
+  its program key in _runners, else compiled."""
+  dev = Device[device_name]
+  key = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key, opts_choice()))
+  if (hit := _runners.get(key)) is None: hit = _runners.put(key, compile_kernel(ast, dev))
+  return hit
+
+# the runner of each (device, AST node, value of every knob), the last PROGRAM_CACHE of them: an eager step looks up
+# each of its kernels at every call, and a hit is one call into C (functools.lru_cache), without hashing the AST and
+# the knobs into a program key again. Made anew when PROGRAM_CACHE changes
+_memo: Callable[[str, UOp, int], CompiledRunner] = functools.lru_cache(maxsize=PROGRAM_CACHE.value)(_runner_for)
+_memo_size = PROGRAM_CACHE.value
 
 def get_runner(device_name: str, ast: UOp) -> CompiledRunner:
   """The compiled kernel for an AST on a device; built once per process for each program_key (which covers the knobs
-  that choose its opts and every knob that changes its code)."""
-  memo_key = (device_name, ast, knob_state())
-  if (key := _program_keys.get(memo_key)) is None:
-    dev = Device[device_name]
-    key = _program_keys[memo_key] = (device_name, program_key(dev.renderer, dev.compiler.cache_key, ast.key,
-                                                              opts_choice()))
-  if (hit := _runners.get(key)) is None: hit = _runners[key] = compile_kernel(ast, Device[device_name])
-  return hit
+  that choose its opts and every knob that changes its code), again if PROGRAM_CACHE has dropped it since."""
+  if _memo_size != PROGRAM_CACHE.value: _new_memo()
+  return _memo(device_name, ast, knob_state())
+
+def _new_memo() -> None:
+  global _memo, _memo_size
+  _memo_size = PROGRAM_CACHE.value
+  _memo = functools.lru_cache(maxsize=_memo_size)(_runner_for)
+
+def forget_programs() -> None:
+  """Drop every program and binary this process holds, as a new process starts: the next use of a kernel reads it back
+  from the disk cache (or compiles it)."""
+  _new_memo()
+  _runners.clear()
+  _compile_memo.clear()
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   if dst.allocator.transfer(dst.handle, src.handle, dst.nbytes, src.allocator): return

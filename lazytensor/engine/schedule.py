@@ -459,7 +459,6 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
     key, walk = (seen[0], knob_state()), seen[1]
     if (found := cache.structures.get(key)) is not None and (origins := cache.origins(walk, found)) is not None:
-      cache.structures.move_to_end(key)
       return found.template.instantiate(walk.params, origins)
   abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
@@ -472,10 +471,9 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     return items, regroup(becomes)
   if template is None:
     template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
-    if cap > 0: cache.remember(cache.templates, template_key, template, cap)
-  else: cache.templates.move_to_end(template_key)
+    if cap > 0: cache.templates.put(template_key, template)
   if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
-    cache.remember(cache.structures, key, cache.Found(template, entries), cap)
+    cache.structures.put(key, cache.Found(template, entries))
   return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
 
 @dataclass(frozen=True)

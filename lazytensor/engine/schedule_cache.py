@@ -15,13 +15,12 @@ Two keys find a template:
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.dtype import dtypes
 from lazytensor.engine.index_check import IndexFlags
-from lazytensor.helpers import DEBUG
+from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE
 from lazytensor.uop.ops import NodeMap, Ops, UOp
 
 
@@ -305,13 +304,8 @@ def origins(s: Structure, found: Found) -> list[UOp | None] | None:
 
 # keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
 # with BEAM a search of that width (whose choice may differ with the thread count)
-templates: OrderedDict[tuple[Any, ...], Template] = OrderedDict()
+templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
 # keyed by a structure and the same knobs
-structures: OrderedDict[tuple[Any, ...], Found] = OrderedDict()
+structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
-
-def remember(table: OrderedDict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, cap: int) -> None:
-  """Insert into an LRU table of at most `cap` entries."""
-  table[key] = value
-  while len(table) > cap: table.popitem(last=False)

@@ -88,10 +88,15 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 
 def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
   """Write tensors to `path` in safetensors format (written to a temporary file, then renamed into place)."""
+  if not isinstance(tensors, dict):
+    raise TypeError(f"safe_save: expected a dict of name -> Tensor, got {type(tensors).__name__}")
   header: dict[str, Any] = {}
   arrays: list[np.ndarray] = []
   offset = 0
   for name, t in tensors.items():
+    if not isinstance(name, str) or name == "__metadata__":
+      raise TypeError(f"safe_save: tensor names are strings other than '__metadata__', got {name!r}")
+    if not isinstance(t, Tensor): raise TypeError(f"safe_save: {name!r} holds a {type(t).__name__}, not a Tensor")
     if t.dtype not in _NAMES: raise TypeError(f"safe_save: {name} has dtype {t.dtype}, which safetensors cannot store")
     arr = np.ascontiguousarray(to_storage(t.numpy(), t.dtype)).astype(t.dtype.np.newbyteorder("<"), copy=False)
     header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + arr.nbytes]}
@@ -112,11 +117,22 @@ def _read_header(data: memoryview, path: str) -> tuple[dict[str, Any], int]:
   (n,) = struct.unpack("<Q", data[:8])
   if n > MAX_HEADER_BYTES or 8 + n > len(data):
     raise SafetensorsError(f"{path}: header length {n} does not fit in a file of {len(data)} bytes")
-  try: header = json.loads(bytes(data[8:8 + n]).decode())
+  try: header = json.loads(bytes(data[8:8 + n]).decode(), object_pairs_hook=_unique_keys)
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise SafetensorsError(f"{path}: header is not JSON: {e}") from None
+  except KeyError as e: raise SafetensorsError(f"{path}: header names {e.args[0]!r} twice") from None
   if not isinstance(header, dict): raise SafetensorsError(f"{path}: header is not a JSON object")
+  meta = header.get("__metadata__", {})
+  if not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+    raise SafetensorsError(f"{path}: __metadata__ must map strings to strings, got {meta!r}")
   return header, 8 + n
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  out: dict[str, Any] = {}
+  for k, v in pairs:
+    if k in out: raise KeyError(k)
+    out[k] = v
+  return out
 
 def _check_entry(name: str, entry: Any, data_len: int, path: str) -> tuple[DType, tuple[int, ...], int, int]:
   if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
@@ -124,9 +140,9 @@ def _check_entry(name: str, entry: Any, data_len: int, path: str) -> tuple[DType
   if entry["dtype"] not in SAFETENSORS_DTYPES:
     raise SafetensorsError(f"{path}: {name!r} has dtype {entry['dtype']!r}; supported: {', '.join(SAFETENSORS_DTYPES)}")
   dt, shape, offs = SAFETENSORS_DTYPES[entry["dtype"]], entry["shape"], entry["data_offsets"]
-  if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+  if not (isinstance(shape, list) and all(type(s) is int and s >= 0 for s in shape)):
     raise SafetensorsError(f"{path}: {name!r} has a bad shape {shape!r}")
-  well_formed = isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)
+  well_formed = isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)
   if not (well_formed and 0 <= offs[0] <= offs[1]):
     raise SafetensorsError(f"{path}: {name!r} has bad data_offsets {offs!r}")
   if offs[1] > data_len:
@@ -141,8 +157,7 @@ def _check_entry(name: str, entry: Any, data_len: int, path: str) -> tuple[DType
 def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:
   with open(path, "rb") as f: data = memoryview(f.read())
   header, _ = _read_header(data, os.fspath(path))
-  meta = header.get("__metadata__", {})
-  return meta if isinstance(meta, dict) else {}
+  return header.get("__metadata__", {})
 
 def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
   """Read every tensor of a safetensors file; a truncated or malformed file raises SafetensorsError."""
@@ -150,13 +165,20 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
   with open(p, "rb") as f: data = memoryview(f.read())
   header, start = _read_header(data, p)
   body = data[start:]
+  entries = {name: _check_entry(name, entry, len(body), p) for name, entry in header.items() if name != "__metadata__"}
+  _check_disjoint(entries, p)
   out: dict[str, Tensor] = {}
-  for name, entry in header.items():
-    if name == "__metadata__": continue
-    dt, shape, begin, end = _check_entry(name, entry, len(body), p)
+  for name, (dt, shape, begin, end) in entries.items():
     arr = np.frombuffer(body[begin:end], dtype=dt.np.newbyteorder("<")).reshape(shape)
     out[name] = Tensor(from_storage(arr.astype(dt.np, copy=True), dt), device=device, dtype=dt)
   return out
+
+def _check_disjoint(entries: dict[str, tuple[DType, tuple[int, ...], int, int]], path: str) -> None:
+  """No two tensors share bytes: a write to one loaded tensor must not be another's data on disk (and the reference
+  reader refuses such files too)."""
+  spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
+  for (_, end, name), (begin, _, other) in zip(spans, spans[1:]):
+    if begin < end: raise SafetensorsError(f"{path}: {other!r} starts at byte {begin}, inside {name!r} (ends at {end})")
 
 # ---- PyTorch checkpoints ----
 

@@ -55,7 +55,8 @@ class CPUAllocator(Allocator):
 # ---- compiling ----
 
 # llvmlite works in one global LLVM context, which is not thread-safe: every use of it goes through this lock
-_llvm_lock = threading.Lock()
+# (re-entrant: a program freed by the garbage collector while this thread holds it disposes of its engine under it too)
+_llvm_lock = threading.RLock()
 
 class CorruptProgramError(RuntimeError):
   """Bytes that LLVMCompiler.compile did not produce, such as a damaged disk-cache entry: compile the source again."""
@@ -154,7 +155,8 @@ def _kernel_type(nbufs: int) -> Any:
 _addr = operator.attrgetter("addr")
 
 class CPUProgram:
-  """A compiled kernel loaded into its own MCJIT engine, kept alive as long as the program is."""
+  """A compiled kernel loaded into its own MCJIT engine, which lives as long as the program: freeing the program (the
+  runner cache dropped it, PROGRAM_CACHE) frees its code pages and target machine."""
   def __init__(self, device: CpuDevice, name: str, lib: bytes) -> None:
     self.device, self.name = device, name
     if not (target := device.compiler.target).runs_on_host:
@@ -174,6 +176,12 @@ class CPUProgram:
       self.addr = self.engine.get_function_address(name)
     if self.addr == 0: raise RuntimeError(f"CPU: the compiled program has no function named {name!r}")
     self._fns: dict[int, Any] = {}
+
+  def __del__(self) -> None:
+    if (engine := getattr(self, "engine", None)) is None: return
+    try:
+      with _llvm_lock: engine.close()
+    except Exception: pass  # interpreter shutdown
 
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:

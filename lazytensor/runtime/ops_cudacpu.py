@@ -15,6 +15,7 @@ source must be valid CUDA, not just valid C++ for g++ with this prelude.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import functools
 import hashlib
@@ -168,7 +169,8 @@ def tls_bytes(so: bytes) -> int:
   return 0
 
 class CudacpuProgram:
-  """A kernel's shared object, loaded with dlopen, launched through the runtime library."""
+  """A kernel's shared object, loaded with dlopen, launched through the runtime library; closed with the program (the
+  runner cache dropped it, PROGRAM_CACHE), since every launch has returned by then."""
   def __init__(self, device: CudacpuDevice, name: str, lib: bytes) -> None:
     self.device, self.name = device, name
     if not device.compiler.is_valid(lib): raise RuntimeError(f"CUDACPU: {len(lib)} bytes are not a compiled program")
@@ -184,6 +186,11 @@ class CudacpuProgram:
     try: self.fn = ctypes.cast(getattr(self.so, name), ctypes.c_void_p).value
     except AttributeError: raise RuntimeError(f"CUDACPU: the compiled program has no kernel named {name!r}") from None
     self._err = ctypes.create_string_buffer(1024)
+
+  def __del__(self) -> None:
+    if (so := getattr(self, "so", None)) is None: return
+    try: _ctypes.dlclose(so._handle)
+    except Exception: pass  # interpreter shutdown
 
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:

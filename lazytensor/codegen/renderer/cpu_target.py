@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
+from lazytensor.helpers import CPU_TARGETS
+
 # the features each x86-64 level adds to the one below (LLVM's names; psABI's micro-architecture levels)
 _X86_LEVELS: dict[str, tuple[str, ...]] = {
   "x86-64-v2": ("cx16", "sahf", "popcnt", "sse4.1", "sse4.2", "ssse3"),
@@ -119,7 +121,7 @@ def _aarch64() -> CPUTarget:
   return CPUTarget("aarch64", triple if runs else _AARCH64_TRIPLE, "generic", "+neon", 128, 32, True,
                    *_caches(runs), runs)
 
-TARGETS = ("native", *_X86_LEVELS, "aarch64")
+TARGETS = CPU_TARGETS  # declared with the knob, which takes these
 
 @functools.cache
 def cpu_target(name: str) -> CPUTarget:
