@@ -13,6 +13,7 @@ from typing import Any
 from lazytensor.helpers import (
   DEBUG,
   NOOPT,
+  Allowed,
   Context,
   all_same,
   dedup,
@@ -35,6 +36,8 @@ def getenv(key: str, default: object = 0) -> object:
 # backend switches of tinygrad's that have no counterpart here: off
 CI, IMAGE, TRANSCENDENTAL, CPU_LLVM, AMD_LLVM, EMULATE, OSX = False, 0, 0, 0, 0, "", False
 
+_TINYGRAD_RANGE = Allowed(lambda v: True, "(any: tinygrad declares no range)")
+
 class ContextVar(_Knob):
   """tinygrad's ContextVar(key, default): a lazytensor knob whose help text says it was declared by tinygrad code.
   Declaring a key twice gives the knob declared first (lazytensor's own, for DEBUG and its other knobs), as
@@ -44,7 +47,9 @@ class ContextVar(_Knob):
     return known if known is not None else super().__new__(cls)
 
   def __init__(self, key: str, default: Any, help: str = "") -> None:
-    if key not in _Knob.registry: super().__init__(key, default, help or f"{key}: a knob declared by tinygrad code")
+    # tinygrad declares no range: any value of the default's type is taken
+    if key not in _Knob.registry:
+      super().__init__(key, default, help or f"{key}: a knob declared by tinygrad code", _TINYGRAD_RANGE)
 
 def colored(st: str, color: str | None, background: bool = False) -> str:
   """tinygrad's colored(st, color): ANSI colors on a terminal (background is drawn as the bright color)."""
