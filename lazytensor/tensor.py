@@ -267,14 +267,16 @@ class Tensor(InPlaceMixin):
     for t in tensors:
       if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
         t._own_moves = moves_between(t.lazydata, t._viewed.lazydata)
-    items, becomes = create_schedule(list(map(_lazydata, tensors)))
+    # each its own memory, unless one is a view of another (two computed alike are one interned node)
+    outs = writes.realized_nodes(tensors)
+    items, becomes = create_schedule(outs)
     run_schedule(items)
     commit_realized(becomes)
-    for t in tensors:
-      new = becomes.get(t.lazydata, t.lazydata)
+    for t, out in zip(tensors, outs):
+      new = becomes.get(out, out)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
-        if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
+        if t._requires_grad and id(t) not in grad_leaves: t._graph = out
         # what its views taken while lazy were made over (writes.give_buffer); weakly: it must not keep the node alive
         # (it would be found again)
         if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
