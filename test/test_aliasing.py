@@ -37,6 +37,8 @@ BUILDS: dict[str, Callable[[Any], Any]] = {
   "detach": lambda x: (x * 3).detach(),
   "contiguous": lambda x: (x + 1).contiguous(),
   "a view": lambda x: (x * 4).T,
+  "cast": lambda x: x.int(),
+  "to another device": lambda x: x.clone() if _lib_of(x) is torch else x.to("CPU:1"),  # (torch: a copy too)
   "from constants": lambda x: torch.arange(6.0).reshape(2, 3) + 1 if _lib_of(x) is torch else
     Tensor.arange(6).float().reshape(2, 3) + 1,
 }
@@ -83,6 +85,17 @@ def _write_into_one(lib: Any, write: Callable[[Any], Any], which: int) -> list[A
 @pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
 def test_each_write_reaches_only_the_tensor_written(write: Callable[[Any], Any], which: int) -> None:
   assert _write_into_one(Tensor, write, which) == _write_into_one(torch, write, which)
+
+def _lazy_twin_written(lib: Any) -> list[Any]:
+  x = _make(lib)
+  a, b, c = x * 2, x * 2, x * 2
+  _realize(a)
+  b[0, 1] = 9.0  # b gets memory to write into: it was a's buffer
+  c.T.mul_(-1)  # the same, through a view
+  return _values(a, b, c)
+
+def test_a_lazy_twin_written_gets_memory_of_its_own() -> None:
+  assert _lazy_twin_written(Tensor) == _lazy_twin_written(torch)
 
 def _realized_while_a_write_is_pending(lib: Any) -> list[Any]:
   x = _make(lib)
