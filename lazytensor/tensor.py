@@ -47,6 +47,7 @@ from lazytensor.views import (
   moves_over,
   row_major,
 )
+from lazytensor.writes import MAYBE_FOUND, REALIZED
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
@@ -267,16 +268,18 @@ class Tensor(InPlaceMixin):
     for t in tensors:
       if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
         t._own_moves = moves_between(t.lazydata, t._viewed.lazydata)
-    # each its own memory, unless one is a view of another (two computed alike are one interned node)
-    outs = writes.realized_nodes(tensors)
-    items, becomes = create_schedule(outs)
+    # each its own memory, unless one is a view of another (two computed alike are one interned node); not looked for
+    # where one value is computed into new memory (the eager path: a set and a dict lookup, no call)
+    if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
+      writes.own_memory(tensors)
+    items, becomes = create_schedule(list(map(_lazydata, tensors)))
     run_schedule(items)
     commit_realized(becomes)
-    for t, out in zip(tensors, outs):
-      new = becomes.get(out, out)
+    for t in tensors:
+      new = becomes.get(t.lazydata, t.lazydata)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
-        if t._requires_grad and id(t) not in grad_leaves: t._graph = out
+        if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
         # what its views taken while lazy were made over (writes.give_buffer); weakly: it must not keep the node alive
         # (it would be found again)
         if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)

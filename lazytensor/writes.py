@@ -196,7 +196,7 @@ def give_buffer(t: Tensor) -> None:
   """Before a write: the tensor this one views (itself, or the one its movement ops were taken from) gets a buffer
   of its own if it is lazy, and every live view of it taken while it was lazy views the buffer, as torch's views do:
   after a write, the lazy node no longer stands for the buffer's contents. Memory of its own: where another tensor
-  computed alike (the same interned node) holds that value's buffer, realize computes a copy (realized_nodes)."""
+  computed alike (the same interned node) holds that value's buffer, realize computes a copy (own_memory)."""
   root = t._viewed if t._viewed is not None else t
   if moved_buffer(root.lazydata):  # realized since its views were taken
     old = root._lazy_before() if root._lazy_before is not None else None
@@ -216,29 +216,28 @@ def give_buffer(t: Tensor) -> None:
     if write not in realized_map: type(t)._of(write).realize()  # (which may realize this view too)
     if moves_over(t.lazydata, write): t.lazydata = moved_onto(t.lazydata, write, write.src[0])
 
-# what handed_value looks under (a value found computed may lie there), and where realized_map keeps its entries
-_MAYBE_FOUND = VIEW_OPS | {Ops.CONTIGUOUS}
-_REALIZED = realized_map.attr
+# what handed_value looks under (a value found computed may lie there), and where realized_map keeps its entries:
+# Tensor.realize calls own_memory for one tensor only if its graph is one of those ops, or found computed
+MAYBE_FOUND = VIEW_OPS | {Ops.CONTIGUOUS}
+REALIZED = realized_map.attr
 
-def realized_nodes(tensors: tuple[Tensor, ...]) -> list[UOp]:
-  """What Tensor.realize computes for each of `tensors`: its graph, or a copy of it (clone) where the graph would hand
-  it memory that a tensor other than its views holds as its value. Graphs are interned, so two tensors computed alike
-  (`a = x * 2; b = x * 2`) hold one node: realized together they would share its buffer, and realized one after the
-  other the second would find the first one's buffer (realized_map), and a write into either would reach the other,
-  where torch's results never share memory. The copy is one kernel, and only then: realizing a tensor again, or a view
-  of it with it, is no copy; nor is a value found in memory that no live tensor holds (what a schedule materialized on
-  the way)."""
-  outs = [t.lazydata for t in tensors]
-  # the eager path: one value to compute into new memory (a set lookup and a dict lookup, no call)
-  if len(outs) == 1 and outs[0].op not in _MAYBE_FOUND and _REALIZED not in outs[0].__dict__: return outs
+def own_memory(tensors: tuple[Tensor, ...]) -> None:
+  """Before Tensor.realize schedules `tensors`: a tensor whose graph would hand it memory that a tensor other than its
+  views holds as its value is given a copy of its graph to compute instead (clone), which the views taken of it follow.
+  Graphs are interned, so two tensors computed alike (`a = x * 2; b = x * 2`) hold one node: realized together they
+  would share its buffer, and realized one after the other the second would find the first one's buffer
+  (realized_map), and a write into either would reach the other, where torch's results never share memory. The copy
+  is one kernel, and only then: realizing a tensor again, or a view of it with it, is no copy; nor is a value found in
+  memory that no live tensor holds (what a schedule materialized on the way)."""
   seen: dict[UOp, Tensor] = {}
-  for i, t in enumerate(tensors):
-    node, memory = handed_value(outs[i])
+  for t in tensors:
+    node, memory = handed_value(t.lazydata)
     if not _computed(node): continue  # memory it holds already, or writes (a pending assign)
     root = t._viewed if t._viewed is not None else t
     if seen.setdefault(node, root) is not root or (memory and _held_by_other(memory, root)):
-      outs[i] = type(t)._of(outs[i]).clone().lazydata
-  return outs
+      old = t.lazydata
+      t.lazydata = type(t)._of(old).clone().lazydata
+      rebase_views(t, old, t.lazydata)
 
 def handed_value(ld: UOp) -> tuple[UOp, int]:
   """The node whose value realizing ld gives it (under its views), and the memory (a mask of buffers) that value is

@@ -133,17 +133,23 @@ def _contiguous_of_a_twin(lib: Any) -> list[Any]:
 def test_contiguous_of_a_twin_is_not_the_other_ones_memory() -> None:
   assert _contiguous_of_a_twin(Tensor) == _contiguous_of_a_twin(torch)
 
-def _views_of_twins(lib: Any) -> list[Any]:
+# which of (a, b, a[1], b.T) are realized together, in order
+ORDERS = {"together": [(0, 1, 2, 3)], "tensors first": [(0,), (1,), (2,), (3,)],
+          "views first": [(2,), (3,), (0,), (1,)], "lazy views": [(0,), (1,)]}
+
+def _views_of_twins(lib: Any, order: list[tuple[int, ...]]) -> list[Any]:
   x = _make(lib)
   a, b = x * 2, x * 2
-  va, vb = a[1], b.T
-  _realize(a, va, vb, b)
-  va.add_(100)  # reaches a alone
-  vb.mul_(-1)  # reaches b alone
-  return _values(a, b, va, vb)
+  ts = (a, b, a[1], b.T)
+  for part in order: _realize(*(ts[i] for i in part))
+  ts[2].add_(100)  # reaches a alone
+  ts[3].mul_(-1)  # reaches b alone
+  b[0, 0] = 50.0  # reaches b's view
+  return _values(*ts)
 
-def test_views_of_twins_follow_their_own_tensor() -> None:
-  assert _views_of_twins(Tensor) == _views_of_twins(torch)
+@pytest.mark.parametrize("order", ORDERS.values(), ids=ORDERS.keys())
+def test_views_of_twins_follow_their_own_tensor(order: list[tuple[int, ...]]) -> None:
+  assert _views_of_twins(Tensor, order) == _views_of_twins(torch, order)
 
 def test_a_schedule_found_in_the_cache_gives_each_its_memory() -> None:
   # the same structure over other buffers: the schedule cache replays the first one's schedule
