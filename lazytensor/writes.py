@@ -3,7 +3,9 @@ detach do. A view (movement ops of a tensor, or a detach) is recorded on the ten
 that tensor a buffer of its own if it is lazy (give_buffer) and moves its live views onto what now stands for its
 contents (rebase_views). Writes recorded for autograd make the written tensor's graph `where(written, value, old)`
 (setitem_with_grad); writes autograd does not see keep the old graph's gradient (written_unseen). An in-place movement
-(t_, unsqueeze_, ...) makes the tensor a view of the memory it held, with a new shape (move_in_place)."""
+(t_, unsqueeze_, ...) makes the tensor a view of the memory it held, with a new shape (move_in_place). Realizing gives
+each tensor memory of its own unless it is a view of another, also two computed alike (one interned node: own_memory),
+so that a write reaches only the tensor written and its views."""
 from __future__ import annotations
 
 import weakref
@@ -261,9 +263,10 @@ def _held_by_other(memory: int, root: Tensor) -> bool:
   return False
 
 def stand_in(root: Tensor) -> Tensor:
-  """A tensor whose realize gives `root` (a lazy tensor that views no other) dense memory of its own (a constant has
-  none), computed while root and its views keep the graphs they hold (realize moves views realized with it by those).
-  It counts as one of root's views, whose memory it may share (a view realized on its own computed root's value)."""
+  """What is realized in the place of `root` (a lazy tensor that views no other) to give it a dense buffer (a constant
+  has none), while root and its views keep the graphs they hold (realize moves the views realized with it by those).
+  It counts as a view of root: memory that one of root's views holds (computed root's value on its own) is root's too,
+  no reason for a copy (own_memory)."""
   copy = root.contiguous()
   copy._viewed = root
   return copy
