@@ -340,9 +340,21 @@ def op_permute(f: Fuzz, x: Val) -> Val:
   return f.apply(f"{{0}}.permute({order})", [x], lambda t: t.permute(order))
 
 def op_transpose(f: Fuzz, x: Val) -> Val:
+  """transpose and the other views that move or cut dims: swapaxes, movedim, mT, narrow, rot90."""
   if x.ndim < 1: raise Skip("0-d")
   a, b = f.randint(-x.ndim, x.ndim - 1), f.randint(-x.ndim, x.ndim - 1)
-  return f.apply(f"{{0}}.transpose({a}, {b})", [x], lambda t: t.transpose(a, b))
+  name = f.pick(["transpose", "transpose", "swapaxes", "movedim", "mT", "narrow", "rot90"])
+  if name in ("transpose", "swapaxes", "movedim"):
+    return f.apply(f"{{0}}.{name}({a}, {b})", [x], lambda t: getattr(t, name)(a, b))
+  if name == "narrow":
+    n = x.shape[a]
+    start = f.randint(-n, n - 1) if n else 0
+    length = f.randint(0, n - start % max(n, 1))
+    return f.apply(f"{{0}}.narrow({a}, {start}, {length})", [x], lambda t: t.narrow(a, start, length))
+  if x.ndim < 2: raise Skip("needs 2 dims")
+  if name == "mT": return f.apply("{0}.mT", [x], lambda t: t.mT)
+  k, dims = f.randint(-3, 4), [int(d) for d in f.rng.permutation(x.ndim)[:2]]
+  return f.apply(f"{{0}}.rot90({k}, {dims})", [x], lambda t: t.rot90(k, dims))
 
 def op_expand(f: Fuzz, x: Val) -> Val:
   new = [f.pick([1, 2, 3]) if d == 1 else (-1 if f.chance(0.3) else d) for d in x.shape]
@@ -843,10 +855,9 @@ def op_reduce(f: Fuzz, x: Val) -> Val:
   if name in ("argmax", "argmin") and axis is None and keepdim: keepdim = False
   if name in ("max", "min", "argmax", "argmin") and x.numel == 0: raise Skip("empty")
   if name in ("any", "all") and x.dtype == U8: raise Skip("torch's any and all of uint8 give uint8, lazytensor bool")
-  if name in ("var", "std") and huge(x, 1e37):
-    raise Skip("a mean of values near the float range: torch sums in float64, lazytensor's sum overflows")
-  if name == "std" and huge(x, 1e18):
-    raise Skip("a variance past the float range: torch's std is its square root in float64, lazytensor's inf")
+  if name in ("var", "std") and huge(x):
+    raise Skip("a variance of large values: its cancellation leaves an error of an ulp of the values (a mean of equal "
+               "values rounds differently in each framework), which can be far from the variance")
   if name in ("sum", "mean", "prod", "logsumexp") and huge(x): raise Skip(ORDER)
   v = f.apply(f"{{0}}.{name}({axis!r}, keepdim={keepdim})", [x], lambda t: getattr(t, name)(axis, keepdim=keepdim),
               lambda t: ref(t, axis, keepdim), ALL if jumps else ())
