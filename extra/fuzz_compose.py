@@ -1082,14 +1082,16 @@ def running_in(mode: Mode) -> Iterator[None]:
   with Context(**mode.knobs), searched(mode): yield
 
 def sweep(label: str, run: Callable[[int], None], seeds: range, quiet: bool) -> list[int]:
-  """run(seed) for each seed; prints each failure (an AssertionError, whose message holds the program that failed)
-  and a summary with the time a case took. The failing seeds."""
+  """run(seed) for each seed; prints each failure (an AssertionError, whose message holds the program that failed),
+  progress every 100 cases and a summary with the time a case took. The failing seeds."""
   failed, start = [], time.perf_counter()
-  for seed in seeds:
+  for done, seed in enumerate(seeds, 1):
     try: run(seed)
     except AssertionError as e:
       failed.append(seed)
       print(f"{label} seed {seed}: " + (str(e).split("\n")[0] if quiet else f"{e}\n"), flush=True)
+    if done % 100 == 0 and done < len(seeds):
+      print(f"{label}: {done} of {len(seeds)} cases, {len(failed)} failed", flush=True)
   took = (time.perf_counter() - start) / max(len(seeds), 1)
   print(f"== {label}: {len(failed)} of {len(seeds)} cases failed, {took * 1e3:.0f} ms a case"
         f"{': seeds ' + str(failed[:50]) if failed else ''}", flush=True)
