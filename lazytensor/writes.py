@@ -63,11 +63,11 @@ def assign(t: Tensor, x: Any) -> Tensor:
     if grad_into_plain: t._requires_grad = True
     rebase_views(t, old, t.lazydata, requires_grad=grad_into_plain)
     return t
-  # a view on several devices must keep its pieces apart (checked before it is recorded: a pending write that cannot run
-  # would fail every realize after it)
-  if t._viewed is not None and isinstance(t.device, tuple): check_writable(t.lazydata)
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
+  # a view on several devices must keep its pieces apart (checked once it views memory, before the write is recorded: a
+  # pending write that cannot run would fail every realize after it)
+  if t._viewed is not None and isinstance(t.device, tuple): check_writable(t.lazydata)
   if t._viewed is not None and moved_buffer(t.lazydata) and _shares_elements(moved_st(t.lazydata)):
     raise ArgumentError(f"assign (or an in-place op) into an expanded view of shape {t.shape}: several of its elements "
                         "are one element of memory, as in torch this is not supported; clone() the view first")
