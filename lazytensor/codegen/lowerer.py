@@ -571,10 +571,9 @@ def _reduce_blocks(k: Kernel) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
 
 def _levels(sizes: list[int], first: int, block: int) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
   """Loops of `sizes` steps (outermost first) cut into levels of accumulators: the innermost of at most `first` steps,
-  each around it of at most `block`. Returns
-  the blocks each loop is cut into (their sizes, the innermost first) and how many of the loops that makes each level
-  runs, the innermost level first. A block divides its loop where a divisor of more than half the room left does;
-  else the last block is shorter."""
+  each around it of at most `block`. Returns the blocks each loop is cut into (their sizes, the innermost first) and
+  how many of the loops that makes each level runs, the innermost level first. A block divides its loop where a
+  divisor of more than half the room left does; else the last block is shorter."""
   plan: list[list[int]] = [[] for _ in sizes]
   levels: list[int] = []
   count, steps = 0, 1
