@@ -64,8 +64,9 @@ def test_matmul_with_a_long_k(k: int) -> None:
 
 @pytest.mark.parametrize("device", ["EMU", "CUDACPU"])
 def test_gpu_devices_sum_in_blocks(device: str) -> None:
-  # GROUP splits the sum across a block's threads; each thread's loop is cut into blocks as on the CPU
-  x = _data("near1", (3, 1 << 19))
+  # GROUP splits the sum across a block's threads; each thread's loop is cut into blocks as on the CPU, and the
+  # threads' partials are summed in levels too (in one chain these 256 alike partials were off by 1.5e-6)
+  x = _data("near1", (1, 1 << 23))
   got = Tensor(x, device=device).sum(1).numpy()
   assert _rel_err(got, x.astype(np.float64).sum(1)) <= TOL
 
