@@ -48,7 +48,7 @@ import torch
 
 from lazytensor import Context, Tensor, dtypes
 from lazytensor.dtype import DType
-from lazytensor.engine import search
+from lazytensor.opt import search
 
 Number = bool | int | float
 Arg = Any  # a Val or a Python number

@@ -1,11 +1,11 @@
 """lazytensor: a small lazy tensor framework whose kernels are generated, optimized and compiled on the fly."""
 from lazytensor import nn
-from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
+from lazytensor.frontend.mixin.multi import DeviceMesh
+from lazytensor.frontend.tensor import Tensor, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from lazytensor.helpers import Context, GlobalCounters
-from lazytensor.mixin.multi import DeviceMesh
-from lazytensor.tensor import Tensor, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from lazytensor.runtime.device import Device
 from lazytensor.version import __version__
 
 __all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad",

@@ -191,8 +191,9 @@ CHECK_INDICES = ContextVar("CHECK_INDICES", True, "integer tensor indices (x[idx
                            "builds no check: an out-of-range index then reads 0 and writes nothing")
 TRAINING = ContextVar("TRAINING", False, "training mode, which Tensor.training reads and Tensor.train() sets: dropout "
                       "drops and batchnorm normalizes by the batch's statistics")
-DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.distributed collective waits for the other "
-                          "ranks before it raises (a collective that some ranks never call would hang)", above(0.0))
+DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.parallel.distributed collective waits for the "
+                          "other ranks before it raises (a collective that some ranks never call would hang)",
+                          above(0.0))
 
 def launched_ranks() -> int:
   """How many processes an MPI launcher (mpiexec of MPICH or Open MPI) started this one among; 1 when none did."""

@@ -1,4 +1,5 @@
-"""Run by test_distributed.py under `mpiexec -n 2`: every collective of lazytensor.distributed against numpy."""
+"""Run by test_distributed.py under `mpiexec -n 2`: every collective of lazytensor.parallel.distributed against
+numpy."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lazytensor import Tensor
-from lazytensor import distributed as dist
+from lazytensor.parallel import distributed as dist
 
 
 def only_rank_0_calls() -> None:

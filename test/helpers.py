@@ -43,7 +43,7 @@ def avx2_target(**caches: int) -> Any:
   that a test of the heuristics' cache-sized choices gives the same answer on every machine; `caches` overrides."""
   import dataclasses
 
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.cpu_target import cpu_target
   typical = {"l1d_bytes": 32 << 10, "l2_bytes": 1 << 20, "l3_bytes": 32 << 20}
   return dataclasses.replace(cpu_target("x86-64-v3"), **(typical | caches))
 

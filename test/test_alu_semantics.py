@@ -14,8 +14,8 @@ from test_llvm_renderer import run as run_cpu
 
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.program import launch_dims
-from lazytensor.device import Device
 from lazytensor.dtype import DType, dtypes, from_storage, to_storage, truncate
+from lazytensor.runtime.device import Device
 from lazytensor.runtime.ops_cpu import CPUMemory
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 from lazytensor.uop.symbolic import symbolic
@@ -131,7 +131,7 @@ def test_emu_rejects_unrewritten_edge_cases() -> None:
   from test_emu import EMU, compile_emu
   from test_llvm_renderer import c, end, glob, load, rng, store
 
-  from lazytensor.codegen.renderer.emu import parse_program
+  from lazytensor.renderer.emu import parse_program
   from lazytensor.runtime.ops_emu import EmuError, EmuProgram
   r = rng(4)
   prog = [*dict.fromkeys(store(glob(0, dtypes.int32), r, load(glob(1, dtypes.int32), r, dtypes.int32) // c(0))

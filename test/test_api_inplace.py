@@ -1,5 +1,5 @@
-"""torch's in-place ops (lazytensor/mixin/inplace.py) against torch: every entry of the table, on a tensor, through a
-view, with gradients where torch gives them, and the dtype errors torch raises."""
+"""torch's in-place ops (lazytensor/frontend/mixin/inplace.py) against torch: every entry of the table, on a tensor,
+through a view, with gradients where torch gives them, and the dtype errors torch raises."""
 from __future__ import annotations
 
 import operator
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lazytensor import Tensor, no_grad
-from lazytensor.mixin.inplace import InPlaceMixin
+from lazytensor.frontend.mixin.inplace import InPlaceMixin
 
 rng = np.random.default_rng(0)
 X = rng.uniform(-3, 3, (3, 4)).astype(np.float32)

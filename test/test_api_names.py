@@ -1,7 +1,8 @@
-"""The rest of torch's Tensor API that users reach for: other names for ops (mixin/aliases.py), splits, selections,
-matrix transposes and diagonal embeddings (mixin/shapes.py), take and the index_* family (mixin/take_put.py),
-statistics (mixin/stats.py), kron and inner, and the autograd conveniences is_leaf, retain_grad, register_hook and
-is_contiguous. Each against torch (values, dtypes and gradients through check_op), plus the bad inputs users make."""
+"""The rest of torch's Tensor API that users reach for: other names for ops (frontend/mixin/aliases.py), splits,
+selections, matrix transposes and diagonal embeddings (frontend/mixin/shapes.py), take and the index_* family
+(frontend/mixin/take_put.py), statistics (frontend/mixin/stats.py), kron and inner, and the autograd conveniences
+is_leaf, retain_grad, register_hook and is_contiguous. Each against torch (values, dtypes and gradients through
+check_op), plus the bad inputs users make."""
 from __future__ import annotations
 
 import inspect

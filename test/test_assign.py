@@ -24,7 +24,7 @@ def test_assign_is_one_kernel_into_the_same_buffer() -> None:
   GlobalCounters.reset()
   t.assign(t + 1).realize()
   assert GlobalCounters.kernel_count == 1
-  from lazytensor.device import buffer_map
+  from lazytensor.runtime.device import buffer_map
   assert buffer_map[t.lazydata.src[0]] is buffer_map[buf]  # same memory, new node
 
 def test_graphs_built_after_assign_see_new_values() -> None:
@@ -153,7 +153,7 @@ def test_an_assign_in_the_graph_of_a_reader_is_counted_as_its_write() -> None:
   assert reader.tolist() == [22.0, 42.0] and a.tolist() == [7.0, 7.0] and b.tolist() == [0.0, 0.0]
 
 def test_the_live_registry_forgets_tensors_as_they_die() -> None:
-  from lazytensor.engine import live
+  from lazytensor.frontend import live
   t = Tensor([1.0, 2.0]).realize()
   gc.collect()  # tensors left in reference cycles by earlier tests would otherwise leave the registry mid-count
   gc.disable()

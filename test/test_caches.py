@@ -23,13 +23,14 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, helpers
-from lazytensor.codegen.kernel import Kernel
 from lazytensor.codegen.program import ProgramSpec
-from lazytensor.device import _compile_memo, compile_stats
-from lazytensor.engine import realize, schedule_cache
-from lazytensor.engine.schedule import create_schedule
-from lazytensor.engine.search_cache import cached_kernel
+from lazytensor.engine import realize
 from lazytensor.helpers import DISKCACHE_TABLE, diskcache_get, diskcache_put
+from lazytensor.opt.kernel import Kernel
+from lazytensor.opt.search_cache import cached_kernel
+from lazytensor.runtime.device import _compile_memo, compile_stats
+from lazytensor.schedule import cache as schedule_cache
+from lazytensor.schedule.scheduler import create_schedule
 
 _consts = itertools.count(1)
 x = np.arange(64, dtype=np.float32)

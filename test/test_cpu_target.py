@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor
-from lazytensor.codegen.heuristic import accumulators, hand_coded_optimizations
-from lazytensor.codegen.kernel import AxisKind, Kernel
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
-from lazytensor.codegen.renderer.cpu_target import TARGETS, CPUTarget, cpu_target, x86_level
-from lazytensor.codegen.renderer.llvm import LLVMRenderer
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt.heuristic import accumulators, hand_coded_optimizations
+from lazytensor.opt.kernel import AxisKind, Kernel
+from lazytensor.renderer.cpu_target import TARGETS, CPUTarget, cpu_target, x86_level
+from lazytensor.renderer.llvm import LLVMRenderer
 from lazytensor.runtime.ops_cpu import LLVMCompiler, unpack_object
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import UOp
 
 X86 = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
@@ -74,7 +74,7 @@ def test_avx2_tile_takes_six_rows_where_they_divide() -> None:
 def test_tile_rows_pad_to_the_budget_by_little(size: int, budget: int, want: tuple[int, int]) -> None:
   # AVX2's 6 rows where powers of two give 4: padded by at most 1/64 (or 1/8 where a divisor gives under half the
   # budget: 197 tokens), to a multiple of 8, 4 or 2 tiles where that costs as little (blocks and threads divide it)
-  from lazytensor.codegen.heuristic import MAX_PAD_FRACTION, ROW_PAD_FRACTION, _padded_rows
+  from lazytensor.opt.heuristic import MAX_PAD_FRACTION, ROW_PAD_FRACTION, _padded_rows
   rows, multiple = _padded_rows(size, budget)
   assert (rows, multiple) == want and multiple % rows == 0
   assert -size % multiple <= size // (MAX_PAD_FRACTION if size == 197 else ROW_PAD_FRACTION)

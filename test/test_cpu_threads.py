@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor
-from lazytensor.codegen.kernel import Opt, OptOps
 from lazytensor.engine.realize import compile_kernel
+from lazytensor.opt.kernel import Opt, OptOps
 from lazytensor.runtime import cpu_threads
 
 

@@ -15,16 +15,14 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Tensor, dtypes
-from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from lazytensor.codegen.program import get_program
-from lazytensor.codegen.renderer.cstyle import known_multiple
-from lazytensor.codegen.renderer.cuda import CUDARenderer
-from lazytensor.device import Device, _compile_memo, compile_stats
 from lazytensor.dtype import DType, from_storage
 from lazytensor.engine.realize import compile_kernel, run_schedule
-from lazytensor.engine.schedule import create_schedule
 from lazytensor.helpers import DISKCACHE_TABLE, to_function_name
+from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.kernel import Kernel, KernelOptError, Opt, OptOps
+from lazytensor.renderer.cstyle import known_multiple
+from lazytensor.renderer.cuda import CUDARenderer
 from lazytensor.runtime.cuda_compiler import (
   CUDACompileError,
   NVCCCompiler,
@@ -34,7 +32,9 @@ from lazytensor.runtime.cuda_compiler import (
   kernel_name,
   load_nvrtc,
 )
+from lazytensor.runtime.device import Device, _compile_memo, compile_stats
 from lazytensor.runtime.ops_cuda import CUDAUnavailableError, gpu_index
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops, UOp
 
 R = CUDARenderer()

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, GlobalCounters, Tensor
-from lazytensor.device import Device
 from lazytensor.engine.realize import get_runner
-from lazytensor.engine.schedule import create_schedule
 from lazytensor.runtime import ops_cudacpu
 from lazytensor.runtime.cuda_compiler import cuda_compiler, find_nvcc
+from lazytensor.runtime.device import Device
 from lazytensor.runtime.ops_cpu import CPUMemory
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="CUDACPU needs g++")

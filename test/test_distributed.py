@@ -1,4 +1,5 @@
-"""lazytensor.distributed: one process alone, and two under mpiexec (skipped where mpi4py or mpiexec are missing)."""
+"""lazytensor.parallel.distributed: one process alone, and two under mpiexec (skipped where mpi4py or mpiexec are
+missing)."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lazytensor import Tensor
-from lazytensor import distributed as dist
+from lazytensor.parallel import distributed as dist
 
 ROOT = Path(__file__).resolve().parent.parent
 # mpiexec from the mpich wheel sits next to the Python of the environment it was installed in, which may not be on PATH

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Tensor, dtypes
-from lazytensor.device import Device
-from lazytensor.engine import schedule_cache
-from lazytensor.engine.schedule_cache import schedule_stats
 from lazytensor.helpers import GlobalCounters
+from lazytensor.runtime.device import Device
 from lazytensor.runtime.ops_cpu import CPUAllocator, CPUMemory
+from lazytensor.schedule import cache as schedule_cache
+from lazytensor.schedule.cache import schedule_stats
 
 
 def _realized(*shape: int, seed: int = 0, dtype: str = "float32") -> tuple[Tensor, np.ndarray]:
@@ -84,7 +84,7 @@ def test_a_reused_schedule_remembers_the_new_results() -> None:
 def test_deep_graphs_abstract_alike_past_the_recursion_depth() -> None:
   # the walk that abstracts a graph recurses to a depth and continues with a stack: the parameters must come out in
   # the same order either way, or two graphs of one structure would not share (or would misuse) a schedule
-  from lazytensor.engine.schedule_cache import _MAX_RECURSION, _Abstracter
+  from lazytensor.schedule.cache import _MAX_RECURSION, _Abstracter
   outs = []
   for seed in (60, 61):
     (a, an), (b, bn) = _realized(4, seed=seed), _realized(4, seed=seed + 10)
@@ -143,7 +143,7 @@ def test_the_structure_walk_numbers_parameters_as_the_abstract_walk() -> None:
 def test_becomes_lists_the_assigns_last_in_the_order_they_run() -> None:
   # commit_realized records `becomes` in its order: the last assign into a buffer must be the one that stands for its
   # contents, without the commit looking at the graphs (it sorted them by the size of their graphs at every step)
-  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.schedule.scheduler import create_schedule
   from lazytensor.uop.ops import Ops
   for seed in (80, 81):  # scheduled, then reused by structure
     x, _ = _realized(4, seed=seed)

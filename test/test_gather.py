@@ -1,5 +1,5 @@
-"""Gathers folded into loads at the index (engine/gather.py): the kernel of `x[idx]`, `gather` and `nn.Embedding` reads
-one candidate per output instead of reducing over all of them, and computes what the unfolded reduce computes (an
+"""Gathers folded into loads at the index (schedule/gather.py): the kernel of `x[idx]`, `gather` and `nn.Embedding`
+reads one candidate per output instead of reducing over all of them, and computes what the unfolded reduce computes (an
 index outside the candidates gives 0, every dtype of values and indices), on every backend. The tests that feed
 indices out of range run with CHECK_INDICES=0: checked, they raise (test_index_check.py)."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes, nn
-from lazytensor.engine import search_workers
 from lazytensor.engine.realize import compile_kernel, run_schedule
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt import search_workers
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops, UOp
 
 rng = np.random.default_rng(0)
@@ -31,7 +31,7 @@ def _gathered_loads(t: Tensor) -> int:
 def _unfolded(fn: Callable[[], Tensor], monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
   """fn() computed by the reduce as written, every candidate compared."""
   with monkeypatch.context() as m:
-    m.setattr("lazytensor.engine.schedule.fold_gathers", lambda ast: ast)
+    m.setattr("lazytensor.schedule.scheduler.fold_gathers", lambda ast: ast)
     return fn().numpy()
 
 def _getitem_reference(table: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Integer tensor indices out of range raise IndexError at the realize that runs the kernel reading them, naming the op,
-the index and the size (engine/index_check.py), for every op that takes one, against torch's rules: negative indices
+the index and the size (schedule/index_check.py), for every op that takes one, against torch's rules: negative indices
 count from the end where the op wraps them (-n <= i < n), elsewhere 0 <= i < n. Inside fused expressions, in TinyJit
 replays, through gradients, under BEAM, on CPU, EMU and CUDACPU; CHECK_INDICES=0 leaves the check out."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from helpers import HAVE_TORCH, torch
 
 from lazytensor import Context, Device, GlobalCounters, Tensor, TinyJit, dtypes, nn
-from lazytensor.codegen.kernel import Opt, OptOps
-from lazytensor.engine import search_workers
 from lazytensor.engine.realize import ExecItem, compile_kernel, index_flags, run_schedule
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt import search_workers
+from lazytensor.opt.kernel import Opt, OptOps
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="compares with torch, which is not installed")
@@ -296,7 +296,7 @@ def test_masked_scatter_past_the_source() -> None:
 def test_beam_search_with_the_checks(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
   # candidates are timed on random index data, mostly out of range: their flags are scratch, never compared, and
   # the output check against the unoptimized kernel passes
-  from lazytensor.engine import search
+  from lazytensor.opt import search
   monkeypatch.setattr(search, "MIN_SEARCH_S", 0.0)  # search these small kernels too
   idx = np.random.default_rng(1).integers(0, 300, 256).astype(np.int32)
   with Context(BEAM=1, CACHEDB=str(tmp_path / "beam.db"), BEAM_TIMEOUT_SEC=5.0, PARALLEL=0, IGNORE_BEAM_CACHE=1):

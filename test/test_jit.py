@@ -20,10 +20,10 @@ def test_replay_gives_fresh_results_for_new_inputs() -> None:
 def test_replay_skips_scheduling(monkeypatch) -> None:
   f = TinyJit(lambda a: (a * 2 + 1).sum())
   for i in range(2): f(Tensor([float(i), 2.0]))
-  import lazytensor.engine.schedule as schedule
+  import lazytensor.schedule.scheduler as schedule
   def no_schedule(*args, **kwargs): raise AssertionError("a replay must not schedule")
   x = Tensor([5.0, 6.0]).realize()
-  import lazytensor.tensor as tensor_module
+  import lazytensor.frontend.tensor as tensor_module
   monkeypatch.setattr(schedule, "create_schedule", no_schedule)
   monkeypatch.setattr(tensor_module, "create_schedule", no_schedule)
   GlobalCounters.reset()

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Tensor
-from lazytensor.device import compile_stats
-from lazytensor.engine import realize, search, search_workers
+from lazytensor.engine import realize
 from lazytensor.helpers import (
   BEAM,
   BEAM_TIMEOUT_SEC,
@@ -28,6 +27,8 @@ from lazytensor.helpers import (
   NOOPT,
   ContextVar,
 )
+from lazytensor.opt import search, search_workers
+from lazytensor.runtime.device import compile_stats
 
 _consts = itertools.count(1)
 

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazytensor import Device, Tensor, dtypes
-from lazytensor.codegen.kernel import Kernel
 from lazytensor.codegen.lowerer import _specials, lower_kernel
 from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType
 from lazytensor.engine.realize import CompiledRunner, ExecItem, optimize_kernel
 from lazytensor.helpers import Context, prod
 from lazytensor.nn import Conv2d
+from lazytensor.opt.kernel import Kernel
 from lazytensor.uop.ops import Ops, UOp
 from lazytensor.uop.symbolic import simplify
 
@@ -55,7 +55,7 @@ ORDINARY: dict[str, Callable[[], Tensor]] = {
   "arange": lambda: Tensor.arange(10_000) * 3,
   "one_hot": lambda: Tensor([3, 1, 4, 1]).one_hot(10),
   "gather": lambda: Tensor.rand(10, 12).gather(1, Tensor([[1, 2], [0, 11]] * 5)),
-  # a scatter's fill and scatter kernels (engine/scatter.py): the address at the index is clamped into the targets
+  # a scatter's fill and scatter kernels (schedule/scatter.py): the address at the index is clamped into the targets
   "scatter_add": lambda: Tensor.rand(300, 64).scatter_reduce(
     0, Tensor([[(7 * i + j) % 300 for j in range(64)] for i in range(40)]), Tensor.rand(40, 64), "sum"),
   "cumsum": lambda: Tensor.rand(50, 300).cumsum(1),

@@ -1,6 +1,7 @@
-"""lazytensor/mixin/linalg.py and the small torch forms of mixin/aliases.py against torch: the addmm family, vdot, dist,
-renorm, sum_to_size, and the dense linear algebra (det, slogdet, logdet, solve, inverse, matrix_power, cholesky) on
-well-conditioned and batched float32/float64 inputs, their gradients, and the errors torch raises."""
+"""lazytensor/frontend/mixin/linalg.py and the small torch forms of frontend/mixin/aliases.py against torch: the addmm
+family, vdot, dist, renorm, sum_to_size, and the dense linear algebra (det, slogdet, logdet, solve, inverse,
+matrix_power, cholesky) on well-conditioned and batched float32/float64 inputs, their gradients, and the errors torch
+raises."""
 from __future__ import annotations
 
 from collections.abc import Callable

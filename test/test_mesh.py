@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from lazytensor import DeviceMesh, Tensor
-from lazytensor.engine.schedule import create_schedule
 from lazytensor.nn.optim import SGD
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 D4 = ("CPU:0", "CPU:1", "CPU:2", "CPU:3")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Tensor, TinyJit, dtypes, nn
-from lazytensor.engine.schedule import create_schedule
 from lazytensor.nn.optim import SGD, Adam, Optimizer
 from lazytensor.nn.state import get_parameters, get_state_dict, load_state_dict
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 D2 = ("CPU:0", "CPU:1")
@@ -204,22 +204,22 @@ def test_bad_input() -> None:
 def test_docstring_examples() -> None:
   import doctest
 
-  import lazytensor.collectives
-  import lazytensor.mixin.multi
+  import lazytensor.frontend.mixin.multi
+  import lazytensor.parallel.collectives
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
-             for m in (lazytensor.mixin.multi, lazytensor.collectives)]
+             for m in (lazytensor.frontend.mixin.multi, lazytensor.parallel.collectives)]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 15, results
 
 # ---- collectives between the devices of one process ----
 
 def _stack(arrays: Sequence[np.ndarray], devices: Sequence[str], requires_grad: bool = False) -> tuple[Tensor, list]:
-  from lazytensor.collectives import stack
+  from lazytensor.parallel.collectives import stack
   leaves = [Tensor(a, device=d, requires_grad=requires_grad) for a, d in zip(arrays, devices)]
   return stack(leaves), leaves
 
 @pytest.mark.parametrize("devices", [D2, D4], ids=["2dev", "4dev"])
 def test_collectives(devices: tuple[str, ...]) -> None:
-  from lazytensor import collectives as c
+  from lazytensor.parallel import collectives as c
   rng = np.random.default_rng(0)
   arrays = [rng.standard_normal((7, 3)).astype(np.float32) for _ in devices]
   s, _ = _stack(arrays, devices)
@@ -241,14 +241,14 @@ def test_collectives(devices: tuple[str, ...]) -> None:
   for g, a in zip(got, arrays): np.testing.assert_equal(g, a)
 
 def test_reduce_scatter_moves_only_slices() -> None:
-  from lazytensor import collectives as c
+  from lazytensor.parallel import collectives as c
   s, _ = _stack([np.ones((8, 16), np.float32) for _ in D4], D4)
   items, _ = create_schedule([c.reduce_scatter(s).lazydata.src[i] for i in range(4)])
   copies = [i for i in items if i.ast.op is Ops.COPY]
   assert len(copies) == 12 and all(i.bufs[0].size == 2 * 16 for i in copies)
 
 def test_backward_of_all_reduce_is_a_broadcast() -> None:
-  from lazytensor import collectives as c
+  from lazytensor.parallel import collectives as c
   s, leaves = _stack([np.full((3,), i, np.float32) for i in range(4)], D4, requires_grad=True)
   (c.all_reduce(s) * Tensor([1.0, 2.0, 3.0]).to(D4)).sum().backward()
   for leaf, d in zip(leaves, D4):
@@ -256,7 +256,7 @@ def test_backward_of_all_reduce_is_a_broadcast() -> None:
     np.testing.assert_equal(leaf.grad.numpy(), [1.0, 2.0, 3.0])
 
 def test_collective_bad_input() -> None:
-  from lazytensor import collectives as c
+  from lazytensor.parallel import collectives as c
   with pytest.raises(ValueError, match="expected a stack"): c.all_reduce(Tensor.ones(4, 2).shard(D2, 1))
   with pytest.raises(ValueError, match="reduce op"): c.all_reduce(Tensor.ones(2, 2).shard(D2, 0), "mean")
   with pytest.raises(ValueError, match="device of its own"): c.stack([Tensor([1.0]), Tensor([2.0])])

@@ -667,7 +667,7 @@ def test_cat(shapes: list[tuple[int, ...]], dim: int) -> None:
   _cat_case(shapes, dim)
 
 # engine bug: a padded view of a computed value, consumed by another elementwise op, puts a CONST without a VIEW into
-# the kernel AST (schedule.py's masked-view WHERE), and codegen/kernel.py's view_of raises StopIteration
+# the kernel AST (schedule.py's masked-view WHERE), and opt/kernel.py's view_of raises StopIteration
 
 @pytest.mark.parametrize("dts", [[I32, F32], [BOOL, BOOL],
                                  [U8, I8],
@@ -863,10 +863,10 @@ def test_docstring_examples() -> None:
   import importlib
   import pkgutil
 
-  import lazytensor.mixin
-  import lazytensor.tensor
-  modules = [lazytensor.tensor] + [importlib.import_module(f"lazytensor.mixin.{m.name}")
-                                   for m in pkgutil.iter_modules(lazytensor.mixin.__path__)]
+  import lazytensor.frontend.mixin
+  import lazytensor.frontend.tensor
+  modules = [lazytensor.frontend.tensor] + [importlib.import_module(f"lazytensor.frontend.mixin.{m.name}")
+                                   for m in pkgutil.iter_modules(lazytensor.frontend.mixin.__path__)]
   results = [doctest.testmod(m, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 100, results
 

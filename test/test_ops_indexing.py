@@ -369,8 +369,8 @@ def test_masked_select_and_nonzero_across_packed_words(n: int, density: float) -
 def test_compaction_is_one_scatter_of_every_entry() -> None:
   # the first `size` selected positions are a scatter kernel (a STORE at an index), not every slot scanning every
   # entry; every entry stores (False ones after the True ones), so the kernel's in-range test never mispredicts
-  from lazytensor.engine.schedule import create_schedule
   from lazytensor.helpers import prod
+  from lazytensor.schedule.scheduler import create_schedule
   from lazytensor.uop.ops import Ops
   mask = Tensor(np.random.default_rng(3).random(4096) < 0.5).realize()
   items, _ = create_schedule([mask.nonzero(size=3000).lazydata])
@@ -380,7 +380,7 @@ def test_compaction_is_one_scatter_of_every_entry() -> None:
   assert work <= 4096, work  # O(numel): no kernel of 3000 slots x 4096 entries
 
 def test_running_count_of_packed_words() -> None:
-  from lazytensor.mixin.compact import WORD_BITS, packed_counts, running_count
+  from lazytensor.frontend.mixin.compact import WORD_BITS, packed_counts, running_count
   m = np.random.default_rng(5).random(3 * WORD_BITS + 7) < 0.5
   words, upto = packed_counts(Tensor(m))
   assert words.dtype == dtypes.uint32 and words.shape == (4,)  # numel / 32 words: the scan is 32x shorter
@@ -633,6 +633,6 @@ def test_rearrange_errors(formula: str, sizes: dict[str, int], names: list[str])
 def test_docstring_examples() -> None:
   import doctest
 
-  import lazytensor.mixin.index
-  result = doctest.testmod(lazytensor.mixin.index, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+  import lazytensor.frontend.mixin.index
+  result = doctest.testmod(lazytensor.frontend.mixin.index, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
   assert result.failed == 0 and result.attempted > 10, result

@@ -13,9 +13,9 @@ import pytest
 from helpers import HAVE_TORCH, check_grad_numeric, check_op, named, torch
 from test_errors import lazy, raises_at_build
 
-import lazytensor.mixin.nn
+import lazytensor.frontend.mixin.nn
 from lazytensor import Context, Tensor, dtypes
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 F = torch.nn.functional if HAVE_TORCH else None
@@ -122,8 +122,8 @@ SORTS: list[tuple[str, list[Any], dict[str, Any]]] = [
   ("sort_special", [ANY], {}), ("sort_special_desc", [ANY], {"descending": True}),
   ("sort_int_ties", [INTS], {}), ("sort_int_ties_desc", [INTS], {"descending": True}),
   ("sort_bool", [INTS > 1], {}), ("sort_0d", [()], {}),
-  # rows past NETWORK_FROM go through the bitonic network (mixin/sort_network.py): padding to a power of two, ties,
-  # NaN and infinities, descending, along dim 0
+  # rows past NETWORK_FROM go through the bitonic network (frontend/mixin/sort_network.py): padding to a power of two,
+  # ties, NaN and infinities, descending, along dim 0
   ("sort_long_special", [np.tile(ANY, (1, 41))], {}),
   ("sort_long_int_ties_desc_dim0", [np.tile(INTS, (1, 50)).T], {"dim": 0, "descending": True}),
 ]
@@ -622,5 +622,5 @@ def test_bad_inputs(name: str, fn: Callable[[], Any], exc: type[Exception], name
   raises_at_build(exc, fn, *names)
 
 def test_docstring_examples() -> None:
-  result = doctest.testmod(lazytensor.mixin.nn, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+  result = doctest.testmod(lazytensor.frontend.mixin.nn, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
   assert result.failed == 0 and result.attempted >= 20, result

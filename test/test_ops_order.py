@@ -1,6 +1,7 @@
-"""Order statistics selected without sorting (mixin/select.py): kthvalue, median, quantile and topk along rows long
-enough to take the radix select, against torch's stable sort (the element it puts at each rank: ties by position, NaN
-the largest, -0.0 equal to 0.0 and read back with its sign), for every key dtype; their gradients; what they cost."""
+"""Order statistics selected without sorting (frontend/mixin/select.py): kthvalue, median, quantile and topk along rows
+long enough to take the radix select, against torch's stable sort (the element it puts at each rank: ties by position,
+NaN the largest, -0.0 equal to 0.0 and read back with its sign), for every key dtype; their gradients; what they
+cost."""
 from collections.abc import Callable
 from typing import Any
 
@@ -9,8 +10,8 @@ import pytest
 from helpers import HAVE_TORCH, torch
 
 from lazytensor import Tensor, dtypes
-from lazytensor.engine.schedule import create_schedule
-from lazytensor.mixin.select import SELECT_FROM, TOPK_FROM, TOPK_UP_TO
+from lazytensor.frontend.mixin.select import SELECT_FROM, TOPK_FROM, TOPK_UP_TO
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="compares with torch")
@@ -152,7 +153,7 @@ def test_short_rows_still_compare_pairs() -> None:
   x = Tensor(np.random.default_rng(9).standard_normal((4, SELECT_FROM)).astype(np.float32)).realize()
   assert len(_kernels(*x.kthvalue(3))) <= 3
 
-# ---- scans in blocks (mixin/scans.py) ----
+# ---- scans in blocks (frontend/mixin/scans.py) ----
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8", "bool"])
 def test_cummax_cummin_of_long_rows_against_torch(dtype: str) -> None:

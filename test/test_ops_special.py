@@ -1,6 +1,6 @@
-"""The special functions and numpy's and torch's further elementwise functions (mixin/special.py) against torch:
-values over wide ranges and at the edges (poles, signed zeros, infinities, NaN, subnormals), dtypes, gradients, and
-the bad inputs users make."""
+"""The special functions and numpy's and torch's further elementwise functions (frontend/mixin/special.py) against
+torch: values over wide ranges and at the edges (poles, signed zeros, infinities, NaN, subnormals), dtypes, gradients,
+and the bad inputs users make."""
 from __future__ import annotations
 
 import math

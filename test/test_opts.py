@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazytensor import Context, Device, Tensor
-from lazytensor.codegen import heuristic
-from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.engine.realize import compile_kernel
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt import heuristic
+from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 rng = np.random.default_rng(0)
@@ -185,8 +185,8 @@ def test_conv_weight_gradient_tiles_output_and_input_channels() -> None:
   # the weights' gradient is a reduce of dot products along the rows (both operands contiguous there): its tile takes
   # output channels (the input is broadcast along them) and input channels (the gradient is), not the 3 taps of the
   # kernel that no tile amount divides (one output at a time: 8 GFLOP/s; 4x2: 30-40)
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   x, w = _t(2, 8, 16, 16).requires_grad_(), _t(16, 8, 3, 3).requires_grad_()
   x.conv2d(w, padding=1).relu().sum().backward()
   assert w.grad is not None
@@ -314,8 +314,8 @@ def test_heuristic_transpose_reads_whole_cache_lines(shape: tuple[int, ...], per
 def test_row_reduce_keeps_several_accumulators(target: str, vec: int) -> None:
   # a row max vectorized along the row, then unrolled by 4 vectors: 4 independent accumulators (one alone waits out the
   # compare-or-select latency at every step); a NaN in any of them still reaches the result
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   a = np.random.default_rng(3).standard_normal((8, 1024)).astype(np.float32)
   a[2, 7] = a[5, 1000] = np.nan
   item = create_schedule([Tensor(a).max(1).lazydata])[0][-1]
@@ -337,8 +337,8 @@ def test_odd_matmul_pads_its_columns_to_vectors(target: str, rows: int) -> None:
   # 1/8), the tile is vectors instead of scalar code. 197 rows are padded to rows of the tile (one row at a time
   # reloads B for each). 20 columns would need 60% more: left alone.
   pad, vectors = Opt(OptOps.PADTO, 2, 16), Opt(OptOps.UPCAST, 2, 16)
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   a, b = _t(4, 197, 64), _t(4, 64, 197)
   item = create_schedule([(a @ b).lazydata])[0][-1]
   k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(cpu_target(target))))
@@ -352,9 +352,9 @@ def test_odd_matmul_pads_its_columns_to_vectors(target: str, rows: int) -> None:
 
 @pytest.mark.parametrize("target, rows", [("x86-64-v4", 7), ("x86-64-v3", 4)])
 def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeypatch, target: str, rows: int) -> None:
-  from lazytensor.codegen import heuristic
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.opt import heuristic
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   x, w = _t(4, 32, 28, 28), _t(32, 32, 3, 3)
   items = create_schedule([x.conv2d(w, padding=1).lazydata])[0]
   assert len(items) == 2  # the weight in blocks of 16 output channels, then the convolution
@@ -385,9 +385,9 @@ def _packed_conv_schedule(monkeypatch, x: Tensor, w: Tensor, **kw) -> tuple[list
 def test_narrow_conv_takes_rows_from_two_images(monkeypatch, target: str, tile: list[Opt]) -> None:
   # 14-wide rows give 2 rows of the 6 that AVX2's 12 accumulators allow (16 channels = 2 vectors): a second axis of
   # rows, the batch (no window overlaps it, no padding's mask varies along it); AVX-512's 7 rows are left alone
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
   from lazytensor.engine.realize import run_schedule
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   x, w = _t(4, 32, 14, 14).requires_grad_(), _t(32, 32, 3, 3).requires_grad_()
   items, _ = _packed_conv_schedule(monkeypatch, x, w, padding=1)
   k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(cpu_target(target))))
@@ -407,8 +407,8 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   # blocks of 16 output channels and the tile is vectors of them by rows of input channels (not of the 3 taps), with
   # no dot products along the 14-wide rows (padded to 16, masked)
   from lazytensor.codegen.lowerer import lower_kernel
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   x, w = _t(4, 32, 14, 14).requires_grad_(), _t(32, 32, 3, 3).requires_grad_()
   _, items = _packed_conv_schedule(monkeypatch, x, w, padding=1)
   monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 1 << 62)
@@ -491,8 +491,8 @@ def test_large_matmul_reads_operands_in_panels_of_the_tile(target: str, cols: in
   # the tensor graph has no copy; a CPU's schedule adds two (B as column panels two vectors wide, A as row panels as
   # tall as the register tile (AVX2: 6 rows of 2 <8 x float>, as 768 rows allow), both chosen for the CPU_TARGET),
   # and the heuristics' tile matches them; EMU's schedule adds none
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
   a, b = _t(96 * 8, 256), _t(256, 1024)
   assert not any(u.op.name == "CONTIGUOUS" for u in (a @ b).lazydata.toposort)
   with Context(CPU_TARGET=target): items = create_schedule([(a @ b).lazydata])[0]
@@ -530,8 +530,8 @@ def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, share
   # a target whose L3 is twice A: A's rows in THREAD shares, each finished over every panel of B before the next, so
   # that A's block stays in cache (blocks of at most an eighth of L3: A's copy, its 2048 rows padded to 2064 for AVX2's
   # 6-row tile (heuristic._padded_rows), needs 5, and 8 divide its 344 tiles; two threads: their 8 shares)
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
   from lazytensor.engine.realize import run_schedule
+  from lazytensor.renderer.llvm import LLVMRenderer
   a, b = _t(2048, 256), _t(256, 1024)
   avx2 = avx2_target()
   with Context(THREADS=threads, CPU_TARGET=avx2.name):
@@ -552,7 +552,7 @@ def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, share
 
 def test_matmul_needing_more_blocks_than_shares_takes_the_most_shares() -> None:
   # A 16 times an eighth of L3: 16 blocks wanted, 8 shares allowed on one thread; the blocks are 8 (not none)
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.llvm import LLVMRenderer
   a, b = _t(2048, 256), _t(256, 1024)
   with Context(THREADS=1, CPU_TARGET="x86-64-v3"):
     item = create_schedule([(a @ b).lazydata])[0][-1]

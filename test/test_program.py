@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes
-from lazytensor.codegen.kernel import Kernel, Opt, OptOps
 from lazytensor.codegen.program import (
   LaunchDims,
   ProgramSpec,
@@ -15,13 +14,14 @@ from lazytensor.codegen.program import (
   opts_choice,
   program_key,
 )
-from lazytensor.codegen.renderer.cpu_target import cpu_target
-from lazytensor.codegen.renderer.emu import EmuRenderer
-from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.engine import realize
-from lazytensor.engine.schedule import create_schedule
-from lazytensor.engine.search_cache import beam_cache_key
 from lazytensor.helpers import ContextVar
+from lazytensor.opt.kernel import Kernel, Opt, OptOps
+from lazytensor.opt.search_cache import beam_cache_key
+from lazytensor.renderer.cpu_target import cpu_target
+from lazytensor.renderer.emu import EmuRenderer
+from lazytensor.renderer.llvm import LLVMRenderer
+from lazytensor.schedule.scheduler import create_schedule
 
 
 def exp_ast() -> Any:

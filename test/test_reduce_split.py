@@ -1,5 +1,5 @@
 """A reduce along a strided axis of an operand larger than the cache runs as partial reduces over blocks of rows, then
-a reduce of those (engine/reduce_split.py): the same values, two kernels where there was one."""
+a reduce of those (schedule/reduce_split.py): the same values, two kernels where there was one."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from lazytensor import Tensor
-from lazytensor.device import Device
-from lazytensor.engine import reduce_split
-from lazytensor.engine.schedule import create_schedule
 from lazytensor.helpers import Context
+from lazytensor.runtime.device import Device
+from lazytensor.schedule import reduce_split
+from lazytensor.schedule.scheduler import create_schedule
 
 pytestmark = pytest.mark.skipif(Device[Device.DEFAULT].renderer.target is None, reason="a CPU device's choice")
 

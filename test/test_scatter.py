@@ -1,4 +1,4 @@
-"""Scatter-adds run as stores at computed addresses (engine/scatter.py): the gradient of nn.Embedding, of `x[idx]` and
+"""Scatter-adds run as stores at computed addresses (schedule/scatter.py): the gradient of nn.Embedding, of `x[idx]` and
 of `gather`, `scatter_reduce` "sum"/"mean"/"amax" and `scatter(reduce="add")` become a fill and a scatter kernel that
 walks the entries once, instead of every target scanning every entry; they compute what the reduce as written computes
 (duplicates accumulate, an index outside the targets writes nothing), under every opt the optimizer and BEAM may
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, TinyJit, dtypes, nn
-from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
-from lazytensor.codegen.renderer import Renderer
 from lazytensor.dtype import DType
-from lazytensor.engine import search, search_actions, search_workers
 from lazytensor.engine.realize import compile_kernel, run_schedule
-from lazytensor.engine.scatter import SCATTER_MIN_WORK
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt import search, search_actions, search_workers
+from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.renderer import Renderer
+from lazytensor.schedule.scatter import SCATTER_MIN_WORK
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops, UOp
 
 rng = np.random.default_rng(0)
@@ -44,8 +44,8 @@ def _work(ast: UOp) -> int:
 def _unfolded(fn: Callable[[], Tensor], monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
   """fn() computed by the reduces as written, every target comparing every entry (as before the scatter kernel)."""
   with monkeypatch.context() as m, Context(SCHEDULE_CACHE=0):
-    m.setattr("lazytensor.engine.schedule.split_scatter", lambda ast: None)
-    m.setattr("lazytensor.engine.schedule.embedded_scatters", lambda ast: [])
+    m.setattr("lazytensor.schedule.scheduler.split_scatter", lambda ast: None)
+    m.setattr("lazytensor.schedule.scheduler.embedded_scatters", lambda ast: [])
     out = fn()
     assert _scatters(out) == 0
     return out.numpy()

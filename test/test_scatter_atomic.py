@@ -1,4 +1,4 @@
-"""Scatter kernels with parallel entries (engine/scatter.py): on a renderer that combines an op into memory atomically
+"""Scatter kernels with parallel entries (schedule/scatter.py): on a renderer that combines an op into memory atomically
 (CUDA, so CUDACPU, and EMU), a scatter's entries are threads and blocks, each an atomic update (a loop-level STORE
 whose arg is the op), instead of a loop in each thread. First every atomic the CUDA renderer writes, in one hand-built
 program run on CUDACPU (blocks at once on 2 OS threads) and EMU and compiled by nvcc; then the engine on both against
@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes, nn
-from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.codegen.program import get_program
-from lazytensor.codegen.renderer import NVIDIA_ATOMICS
-from lazytensor.codegen.renderer.cuda import CUDARenderer
-from lazytensor.codegen.renderer.emu import render_program
 from lazytensor.dtype import DType, from_storage, to_storage
-from lazytensor.engine import search, search_workers
 from lazytensor.engine.realize import compile_kernel, run_schedule
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt import search, search_workers
+from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.renderer import NVIDIA_ATOMICS
+from lazytensor.renderer.cuda import CUDARenderer
+from lazytensor.renderer.emu import render_program
 from lazytensor.runtime.cuda_compiler import cuda_compiler, find_nvcc
 from lazytensor.runtime.ops_cpu import CPUMemory
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops, UOp
 
 rng = np.random.default_rng(0)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from lazytensor import GlobalCounters, Tensor
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.schedule.scheduler import create_schedule
 
 
 def kernels(*ts: Tensor) -> int:
@@ -163,9 +163,9 @@ def test_odd_columns_pack_b_in_whole_panels_and_read_them_unmasked(transposed: b
   # the panel and reads every panel with plain vector loads (a masked load of B at each step: 13 GFLOP/s, now ~60).
   # A prime count (a 50257-word vocabulary) gets its vectors along the columns too, once padded (7 -> 80 GFLOP/s).
   from lazytensor import Context, Device
-  from lazytensor.codegen.heuristic import hand_coded_optimizations
-  from lazytensor.codegen.kernel import AxisKind, Kernel
   from lazytensor.codegen.lowerer import lower_kernel
+  from lazytensor.opt.heuristic import hand_coded_optimizations
+  from lazytensor.opt.kernel import AxisKind, Kernel
   a, b = Tensor.rand(64, 264).realize(), Tensor.rand(cols, 264).realize()
   bt = b.T if transposed else b.reshape(264, cols)
   with Context(CPU_TARGET="x86-64-v3"):

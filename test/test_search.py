@@ -19,16 +19,17 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor
-from lazytensor.codegen import heuristic
-from lazytensor.codegen.heuristic import Packing, hand_coded_optimizations, pack_candidates, pack_choice
-from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
-from lazytensor.codegen.renderer.cpu_target import cpu_target
 from lazytensor.dtype import dtypes
-from lazytensor.engine import pack_search, schedule, search, search_actions, search_workers
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
-from lazytensor.engine.schedule import ScheduleItem, create_schedule, pm_resolve
-from lazytensor.engine.search_workers import Binary, CompileJob
 from lazytensor.helpers import DISKCACHE_TABLE
+from lazytensor.opt import heuristic, search, search_actions, search_workers
+from lazytensor.opt.heuristic import Packing, hand_coded_optimizations, pack_candidates, pack_choice
+from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
+from lazytensor.opt.search_workers import Binary, CompileJob
+from lazytensor.renderer.cpu_target import cpu_target
+from lazytensor.schedule import pack_search
+from lazytensor.schedule import scheduler as schedule
+from lazytensor.schedule.scheduler import ScheduleItem, create_schedule, pm_resolve
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite
 
 rng = np.random.default_rng(0)
@@ -305,7 +306,7 @@ def test_one_thread_tries_thread_shares_only_where_cache_blocks_may_pay() -> Non
   # (here a target with a small L3), never for an elementwise kernel or a matmul that fits
   import dataclasses
 
-  from lazytensor.codegen.renderer.llvm import LLVMRenderer
+  from lazytensor.renderer.llvm import LLVMRenderer
   a, b = Tensor.ones(256, 256).contiguous().realize(), Tensor.ones(256, 256).contiguous().realize()
   matmul = schedule.create_schedule([(a @ b).lazydata])[0][-1].ast
   add = schedule.create_schedule([(a + b).lazydata])[0][-1].ast

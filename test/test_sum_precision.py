@@ -8,13 +8,13 @@ import pytest
 from helpers import HAVE_TORCH, avx2_target
 
 from lazytensor import Context, Device, Tensor, dtypes
-from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import AxisKind, Kernel, Opt, OptOps
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import REDUCE_BLOCK, REDUCE_FIRST_BLOCK, REDUCE_TILE_STEPS, lower_kernel
-from lazytensor.codegen.renderer.llvm import LLVMRenderer
 from lazytensor.engine.realize import compile_kernel
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
+from lazytensor.renderer.llvm import LLVMRenderer
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops, UOp
 
 TOL = 1e-6

@@ -96,8 +96,8 @@ def main() -> None:
   import numpy as np
 
   from lazytensor import Context, Device, Tensor
-  from lazytensor.engine.schedule import create_schedule
-  from lazytensor.engine.search import beam_stats
+  from lazytensor.opt.search import beam_stats
+  from lazytensor.schedule.scheduler import create_schedule
   try:
     import torch
     torch.set_num_threads(args.threads)

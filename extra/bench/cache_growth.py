@@ -27,7 +27,7 @@ def main() -> None:
   ap.add_argument("--fresh", action="store_true", help="an empty disk cache: every kernel is compiled")
   args = ap.parse_args()
   from lazytensor import Context, Tensor
-  from lazytensor.device import compile_stats
+  from lazytensor.runtime.device import compile_stats
   knobs = {"CACHEDB": os.path.join(tempfile.mkdtemp(prefix="lt-cache-growth-"), "cache.db")} if args.fresh else {}
   with Context(**knobs):
     Tensor.full((1024,), -1.0).contiguous().realize()  # the imports and the first kernel are not growth

@@ -8,7 +8,8 @@ Bandwidth is the size of the reduced tensor over the time of one all-reduce (ncc
   ring and naive build, schedule and run the graph on every call (what eager code pays); jit replays the kernels and
   copies that TinyJit captured (what a jitted training step pays), with the RING knob's default choice.
   Reference: numpy summing the same N arrays into N outputs (what the devices' memory must at least move).
-* Over MPI (2 ranks started with mpiexec by this script): `lazytensor.distributed.all_reduce` of a Tensor, next to
+* Over MPI (2 ranks started with mpiexec by this script): `lazytensor.parallel.distributed.all_reduce` of a Tensor, next
+to
   mpi4py's own `Allreduce` of a numpy array; the ratio is lazytensor / mpi4py.
 """
 from __future__ import annotations
@@ -50,14 +51,14 @@ def in_one_process(devices: int, sizes: list[int]) -> None:
 def _lazytensor_all_reduce(names: list[str], n: int, ring: int) -> None:
   """One all-reduce of new buffers (a graph realized before would be found already computed and not run again)."""
   from lazytensor import Context, Tensor
-  from lazytensor.collectives import all_reduce, stack
+  from lazytensor.parallel.collectives import all_reduce, stack
   s = stack([Tensor.empty(n, device=d) for d in names])
   with Context(RING=ring): all_reduce(s).realize()
 
 def _jitted_all_reduce(names: list[str], n: int) -> Callable[[], object]:
   """A TinyJit of one all-reduce, replayed on one stack (a replay runs its kernels and copies again)."""
   from lazytensor import Tensor, TinyJit
-  from lazytensor.collectives import all_reduce, stack
+  from lazytensor.parallel.collectives import all_reduce, stack
   a, b = (stack([Tensor.full((n,), float(i + k), device=d).contiguous() for i, d in enumerate(names)]).realize()
           for k in (0, 1))
   step = TinyJit(lambda x: all_reduce(x).realize())
@@ -80,7 +81,7 @@ def over_mpi(sizes: list[int]) -> None:
   from mpi4py import MPI
 
   from lazytensor import Tensor
-  from lazytensor import distributed as dist
+  from lazytensor.parallel import distributed as dist
   dist.init()
   comm, rank = MPI.COMM_WORLD, dist.rank()
   if rank == 0:

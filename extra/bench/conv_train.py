@@ -23,7 +23,7 @@ def main() -> None:
   import numpy as np
 
   from lazytensor import Context
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.cpu_target import cpu_target
   try:
     import torch
     torch.set_num_threads(args.threads)

@@ -1,5 +1,5 @@
 """Whether a CPU scatter would gain from running its entries on several threads with atomic adds, as a GPU does
-(engine/scatter.py): a 1-d scatter-add (no other axis to split across threads, the case threads could help most) as
+(schedule/scatter.py): a 1-d scatter-add (no other axis to split across threads, the case threads could help most) as
 LLVM IR compiled by llvmlite, the in-order loop on one thread against `atomicrmw fadd` on THREADS threads, each over
 its share of the entries, on the same inputs in the same run, alternating.
 

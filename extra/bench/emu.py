@@ -9,9 +9,9 @@ import time
 import numpy as np
 
 from lazytensor import Context, Device, Tensor
-from lazytensor.codegen.kernel import Opt, OptOps
 from lazytensor.engine.realize import compile_kernel, run_schedule
-from lazytensor.engine.schedule import create_schedule
+from lazytensor.opt.kernel import Opt, OptOps
+from lazytensor.schedule.scheduler import create_schedule
 
 
 def time_kernel(out: Tensor, opts: list[Opt]) -> tuple[float, float]:

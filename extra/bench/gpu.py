@@ -29,7 +29,7 @@ def lazytensor_time(build: Callable[[], Any], beam: int, runs: int) -> float:
   """The best over `runs` of the summed kernel times (CUDA events) of the expression's schedule."""
   from lazytensor import Context, Device
   from lazytensor.engine.realize import compile_kernel
-  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.schedule.scheduler import create_schedule
   from lazytensor.uop.ops import Ops
   items, _ = create_schedule([build().lazydata])
   with Context(BEAM=beam):

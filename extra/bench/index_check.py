@@ -1,4 +1,4 @@
-"""What checking indices costs (engine/index_check.py): each case with CHECK_INDICES=1 and =0, in turns on the same
+"""What checking indices costs (schedule/index_check.py): each case with CHECK_INDICES=1 and =0, in turns on the same
 inputs so that the load of a shared machine hits both alike; the best of each and their ratio.
 
 Cases: a table lookup (`table[idx]`, one gather kernel), and extra/bench/scatter.py's: nn.Embedding forward + backward
@@ -23,8 +23,8 @@ import numpy as np
 
 from lazytensor import Tensor, nn
 from lazytensor.engine.realize import get_runner, run_schedule
-from lazytensor.engine.schedule import create_schedule
 from lazytensor.helpers import THREADS, Context
+from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
 Step = Callable[[np.ndarray, np.ndarray], Tensor]

@@ -19,9 +19,9 @@ os.environ.setdefault("THREADS", "1")
 from lazytensor import Device, Tensor, dtypes  # noqa: E402
 from lazytensor.codegen.program import get_program  # noqa: E402
 from lazytensor.engine.realize import optimize_kernel  # noqa: E402
-from lazytensor.engine.schedule import ScheduleItem  # noqa: E402
 from lazytensor.helpers import to_function_name  # noqa: E402
 from lazytensor.nn import Conv2d  # noqa: E402
+from lazytensor.schedule.scheduler import ScheduleItem  # noqa: E402
 from lazytensor.uop.ops import Ops  # noqa: E402
 
 

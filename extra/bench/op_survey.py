@@ -252,7 +252,7 @@ def all_items() -> list[Item]:
 def kernels_of(result: Any) -> Callable[[], None]:
   """Schedule the result once; return a function that runs its kernels (realizing the same graph twice is free)."""
   from lazytensor.engine.realize import run_schedule
-  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.schedule.scheduler import create_schedule
   outs = result if isinstance(result, tuple) else (result,)
   items, _ = create_schedule([o.lazydata for o in outs])
   return lambda: run_schedule(items)

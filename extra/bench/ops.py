@@ -24,7 +24,7 @@ def kernels_of(build: Callable[[], object]) -> Callable[[], None]:
   Realizing the same expression twice is free in lazytensor (interned graphs remember their buffers), so the timed
   loop runs the scheduled kernels themselves."""
   from lazytensor.engine.realize import run_schedule
-  from lazytensor.engine.schedule import create_schedule
+  from lazytensor.schedule.scheduler import create_schedule
   items, _ = create_schedule([build().lazydata])  # type: ignore[attr-defined]
   return lambda: run_schedule(items)
 
@@ -48,7 +48,7 @@ def main() -> None:
   import numpy as np
 
   from lazytensor import Context, Device, Tensor
-  from lazytensor.codegen.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.cpu_target import cpu_target
   try:
     import torch
     torch.set_num_threads(args.threads)

@@ -1,4 +1,4 @@
-"""Scatters (engine/scatter.py): nn.Embedding forward + backward, scatter_reduce "sum" and scatter without a reduce
+"""Scatters (schedule/scatter.py): nn.Embedding forward + backward, scatter_reduce "sum" and scatter without a reduce
 (the last write to a target wins), each step on fresh inputs, against numpy (`np.add.at`, fancy assignment) and torch
 (`F.embedding` backward, `scatter_add_`, `scatter_`) where installed, timed in the same run, with the kernels each
 lazytensor step runs; `--unfolded` also times the reduce as written (every target scanning every entry: slow).
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from lazytensor import GlobalCounters, Tensor, nn
-from lazytensor.engine import schedule
 from lazytensor.helpers import THREADS, Context
+from lazytensor.schedule import scheduler as schedule
 
 Inputs = tuple[np.ndarray, np.ndarray]
 Step = Callable[[Inputs], object]

@@ -9,7 +9,7 @@ backward pass and all-reduces the weight gradients, because they are sums over t
 
 Over MPI each rank holds the whole model, computes the loss of its slice of every global batch (summed, divided by
 the global batch size, so that the ranks' gradients add up to the gradient of the mean loss) and sums the gradients
-with `lazytensor.distributed.all_reduce` before the update, as torch's DistributedDataParallel does.
+with `lazytensor.parallel.distributed.all_reduce` before the update, as torch's DistributedDataParallel does.
 
 Both check every step against the same model trained on one device on the whole batches, and print the largest
 difference of the losses and of the weights.
@@ -22,9 +22,9 @@ import numpy as np
 from parallel_common import batches, compare, largest_difference
 
 from lazytensor import Tensor, nn
-from lazytensor import distributed as dist
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
+from lazytensor.parallel import distributed as dist
 
 
 class MLP:

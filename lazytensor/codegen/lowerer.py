@@ -8,7 +8,7 @@ Axis kinds lower as:
   REDUCE  a RANGE loop inside the globals
   UPCAST / UNROLL  registers: the kernel body is replicated per lane; the last such axis becomes SIMD vectors when
           the renderer has vectors of its size, so values are scalars or vectors ("lanes").
-A scatter's store (engine/scatter.py) is a load, the op and a store, its entries REDUCE loops; on a renderer with the
+A scatter's store (schedule/scatter.py) is a load, the op and a store, its entries REDUCE loops; on a renderer with the
 atomic op, its entries are GLOBAL/LOCAL axes and each lane's update one STORE whose arg is the op (atomic).
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from lazytensor.codegen.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
-from lazytensor.codegen.renderer import Fragment
 from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
+from lazytensor.opt.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
+from lazytensor.renderer import Fragment
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
 from lazytensor.uop.symbolic import simplify, symbolic
 
@@ -229,7 +229,7 @@ class _Lowerer:
     return _scalar_view_value(node, idx, valid)
 
   def _gather(self, node: UOp, key: tuple[int, ...], at: UOp) -> UOp:
-    """A load whose address moves by `stride` times an index computed in the kernel (engine/gather.py), clamped into
+    """A load whose address moves by `stride` times an index computed in the kernel (schedule/gather.py), clamped into
     [0, n) so that it stays in bounds: the kernel's value where the index is outside comes from a where around it. An
     index that differs from lane to lane makes one load per lane."""
     stride, n = node.arg
@@ -241,7 +241,7 @@ class _Lowerer:
                      for i, v, j in lanes))
 
   def _scatter(self, node: UOp, idx: UOp, valid: UOp, value: UOp, at: UOp) -> list[UOp]:
-    """A store that combines `value` into the element `stride` times an index further on (engine/scatter.py): a load,
+    """A store that combines `value` into the element `stride` times an index further on (schedule/scatter.py): a load,
     the op, a store, skipped where the index is outside [0, n) (no target matches it) and clamped for the address
     all the same. The lanes of one thread are different targets (they split the output's axes, never the entries),
     so they may load and store at once; an index that differs from lane to lane makes one access per lane."""
@@ -270,7 +270,7 @@ class _Lowerer:
             for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
 
   def _check(self, node: UOp) -> list[UOp]:
-    """An index checked where it is computed (engine/index_check.py): its value, and where one of its lanes is out of
+    """An index checked where it is computed (schedule/index_check.py): its value, and where one of its lanes is out of
     range, atomic maxes of 1 and of the largest such lane into the check's flags. Both stores are gated off unless a
     lane is out of range, so a kernel pays the compares and one branch not taken per vector of indices (a branch per
     lane made a 16-wide scatter 10-25% slower; the lanes' maximum is only needed on the branch taken, where LLVM sinks
@@ -593,7 +593,7 @@ def _reduce_blocks(k: Kernel) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
 
   Made while lowering, after the opts, so that it holds whatever opts the heuristics or BEAM chose, on every renderer:
   only the loops are cut, never the unrolled or grouped parts of an axis, which have accumulators of their own. One
-  kernel that reads its input in the same order: a split into two kernels (engine/reduce_split.py) would write the
+  kernel that reads its input in the same order: a split into two kernels (schedule/reduce_split.py) would write the
   partial sums to memory and read them back, and launch twice."""
   sizes = [k.full_shape[a] for a in k.axes_of(AxisKind.REDUCE)]
   sums = [u for u in k.ast.toposort if _is_float_sum(u)]

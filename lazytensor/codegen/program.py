@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lazytensor.codegen.alu import alu_semantics
-from lazytensor.codegen.kernel import Kernel, Opt
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
-from lazytensor.codegen.renderer import Renderer
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
 from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored
+from lazytensor.opt.kernel import Kernel, Opt
+from lazytensor.renderer import Renderer
 from lazytensor.uop.ops import Ops, UOp
 
 GRID_AXES = 3

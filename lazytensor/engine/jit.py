@@ -27,13 +27,13 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from lazytensor.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.engine import realize
-from lazytensor.engine.index_check import IndexFlags, bad_index
-from lazytensor.engine.live import capturing_program
-from lazytensor.graph import multi_leaves
+from lazytensor.frontend.live import capturing_program
+from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import DEBUG, JIT
-from lazytensor.tensor import Tensor
+from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.schedule.index_check import IndexFlags, bad_index
+from lazytensor.uop.graph import multi_leaves
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 R = TypeVar("R")
@@ -190,7 +190,7 @@ class TinyJit(Generic[R]):
     except BaseException:
       bad_index(self.flags)  # cleared: the next replay must not be blamed for this one's indices
       raise
-    # as after a schedule: an index out of range raises at the call that read it (engine/index_check.py)
+    # as after a schedule: an index out of range raises at the call that read it (schedule/index_check.py)
     if self.flags and (err := bad_index(self.flags)) is not None: raise err
     return _map_tensors(self.ret, lambda t: _renewed(t, swap))
 

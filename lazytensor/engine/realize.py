@@ -9,13 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
-from lazytensor.codegen.heuristic import hand_coded_optimizations
-from lazytensor.codegen.kernel import Kernel, Opt, axis_legend
 from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
-from lazytensor.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
-from lazytensor.engine.index_check import IndexFlags, bad_index
-from lazytensor.engine.schedule import ScheduleItem
-from lazytensor.engine.search import beam_search
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
@@ -30,6 +24,12 @@ from lazytensor.helpers import (
   to_function_name,
   use_color,
 )
+from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.kernel import Kernel, Opt, axis_legend
+from lazytensor.opt.search import beam_search
+from lazytensor.runtime.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
+from lazytensor.schedule.index_check import IndexFlags, bad_index
+from lazytensor.schedule.scheduler import ScheduleItem
 from lazytensor.uop.ops import Ops, UOp
 
 
@@ -45,7 +45,7 @@ class CompiledRunner:
 
   def __post_init__(self) -> None:
     self.launch: dict[str, Any] = self.spec.launch.kwargs()
-    # the arguments that are the flags of index checks (engine/index_check.py), read after the schedule
+    # the arguments that are the flags of index checks (schedule/index_check.py), read after the schedule
     self.flag_args = tuple(sorted({u.src[0].arg for u in self.kernel.ast.toposort if u.op is Ops.CHECK}))
 
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
@@ -229,12 +229,12 @@ def _flags_of(runner: CompiledRunner, bufs: tuple[Buffer, ...]) -> list[IndexFla
   return [cast(IndexFlags, bufs[i]) for i in runner.flag_args]
 
 def index_flags(steps: list[ExecItem]) -> list[IndexFlags]:
-  """The flags of the index checks of these steps' kernels (engine/index_check.py)."""
+  """The flags of the index checks of these steps' kernels (schedule/index_check.py)."""
   return [f for s in steps if s.runner is not None for f in _flags_of(s.runner, s.bufs)]
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   """Run the items in order; then raise BadIndexError (an IndexError) if a kernel read an index out of range
-  (engine/index_check.py): every item has run by then."""
+  (schedule/index_check.py): every item has run by then."""
   debug = DEBUG.value  # read once: the loop is the launch path of every eager kernel
   before = dict(compile_stats) if debug >= 1 else {}
   recording = _capturing[-1] if _capturing else None

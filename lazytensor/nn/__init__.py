@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from lazytensor.dtype import dtypes
-from lazytensor.engine.index_check import dim_site
+from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import make_tuple, prod
 from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
 from lazytensor.nn import state as state
 from lazytensor.nn import utils as utils
-from lazytensor.tensor import Tensor
+from lazytensor.schedule.index_check import dim_site
 
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
@@ -190,9 +190,9 @@ class Embedding:
 
   def __call__(self, idx: Tensor) -> Tensor:
     if idx.dtype.is_float: raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
-    # the gather pattern (mixin/index.py): the row whose number equals the index, summed out of a where; the kernel
-    # reads that one row (engine/gather.py). Its gradient sums the other way: each row over the indices naming it. An
-    # index outside [0, num_embeddings) raises IndexError when a kernel reading it runs (engine/index_check.py)
+    # the gather pattern (frontend/mixin/index.py): the row whose number equals the index, summed out of a where; the
+    # kernel reads that one row (schedule/gather.py). Its gradient sums the other way: each row over the indices naming
+    # it. An index outside [0, num_embeddings) raises IndexError when a kernel reading it runs (schedule/index_check.py)
     idx = idx._check_index(dim_site("nn.Embedding", 0, self.num_embeddings, idx.dtype, wraps=False))
     hot = idx.reshape(*idx.shape, 1, 1) == Tensor.arange(self.num_embeddings, device=idx.device).reshape(-1, 1)
     return hot.where(self.weight, 0).sum(-2)

@@ -17,8 +17,8 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 
+from lazytensor.frontend.tensor import Tensor
 from lazytensor.nn.optim import Optimizer, OptimizerGroup
-from lazytensor.tensor import Tensor
 
 
 class LRScheduler:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from lazytensor.dtype import dtypes
-from lazytensor.tensor import Tensor, no_grad
+from lazytensor.frontend.tensor import Tensor, no_grad
 
 
 class Optimizer:

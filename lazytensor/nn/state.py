@@ -24,7 +24,7 @@ from typing import IO, Any
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, from_storage, to_storage
-from lazytensor.tensor import Tensor
+from lazytensor.frontend.tensor import Tensor
 
 SAFETENSORS_DTYPES: dict[str, DType] = {
   "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "U16": dtypes.uint16,

@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import ArgumentError
-from lazytensor.tensor import Tensor
 
 
 def _with_grads(parameters: Tensor | Iterable[Tensor]) -> list[tuple[Tensor, Tensor]]:

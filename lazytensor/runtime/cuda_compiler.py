@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 
-from lazytensor.device import Compiler
+from lazytensor.runtime.device import Compiler
 
 
 class CUDACompileError(RuntimeError):

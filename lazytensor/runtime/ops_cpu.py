@@ -20,11 +20,11 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from lazytensor.codegen.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
-from lazytensor.codegen.renderer.llvm import LLVMRenderer, cpu_readable_past
-from lazytensor.device import Allocator, Compiled, Compiler
 from lazytensor.helpers import CPU_TARGET, THREADS
+from lazytensor.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
+from lazytensor.renderer.llvm import LLVMRenderer, cpu_readable_past
 from lazytensor.runtime import cpu_threads
+from lazytensor.runtime.device import Allocator, Compiled, Compiler
 
 # ---- memory ----
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.codegen.renderer.cuda import CUDARenderer
-from lazytensor.device import Allocator, Compiled
+from lazytensor.renderer.cuda import CUDARenderer
 from lazytensor.runtime.cuda_compiler import cuda_compiler
+from lazytensor.runtime.device import Allocator, Compiled
 
 
 class CUDAUnavailableError(RuntimeError):

@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazytensor.codegen.renderer.cuda import CUDARenderer
-from lazytensor.device import Compiled, Compiler
 from lazytensor.helpers import NVCC_CHECK, THREADS, ensure_cache_dir
+from lazytensor.renderer.cuda import CUDARenderer
 from lazytensor.runtime.cuda_compiler import CUDACompileError, cuda_compiler, kernel_name
+from lazytensor.runtime.device import Compiled, Compiler
 from lazytensor.runtime.ops_cpu import CPUAllocator, CPUMemory
 
 HEADERS = pathlib.Path(__file__).resolve().parent / "cudacpu"

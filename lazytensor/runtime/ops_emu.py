@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.codegen.renderer import NVIDIA_TENSOR_CORES, Fragment, TensorCore
-from lazytensor.codegen.renderer.emu import EmuRenderer, parse_program
-from lazytensor.device import Allocator, Compiled, Compiler
 from lazytensor.dtype import DType, PtrDType, dtypes, from_storage, to_storage
 from lazytensor.helpers import prod
+from lazytensor.renderer import NVIDIA_TENSOR_CORES, Fragment, TensorCore
+from lazytensor.renderer.emu import EmuRenderer, parse_program
+from lazytensor.runtime.device import Allocator, Compiled, Compiler
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from lazytensor.dtype import DType, PtrDType, dtypes, float_to_int_via, truncate
 
 # where a value lives: one device, or a tuple of devices for a value spread over several (sharded or replicated); on a
-# mesh of devices (mixin/multi.DeviceMesh), a tuple of such tuples, one per slice along the first mesh axis
+# mesh of devices (frontend/mixin/multi.DeviceMesh), a tuple of such tuples, one per slice along the first mesh axis
 DeviceLike = str | tuple["DeviceLike", ...]
 
 class Ops(enum.Enum):
@@ -46,8 +46,8 @@ class Ops(enum.Enum):
   DETACH = enum.auto()        # stops gradients
   # src=(value, x1, d1, x2, d2, ...): value, whose gradient reaches each xi times di, a stated derivative (of the same
   # shape), instead of through value's own graph (pow: torch's rule where the formula's chain rule gives NaN or 0);
-  # with an arg, src=(value, x1, x2, ...) and arg(gradient, x1, x2, ...) gives the xi's gradients (mixin/conv.py's
-  # ConvGrad). The scheduler keeps value alone
+  # with an arg, src=(value, x1, x2, ...) and arg(gradient, x1, x2, ...) gives the xi's gradients
+  # (frontend/mixin/conv.py's ConvGrad). The scheduler keeps value alone
   CUSTOM_GRAD = enum.auto()
   IOTA = enum.auto()          # a virtual buffer whose element i is i: arange and random counters, made on the device
   VALID = enum.auto()         # src=(VIEW,): whether a position is inside a view's mask (pushed-down pads)
@@ -98,8 +98,8 @@ class Ops(enum.Enum):
   WHERE = enum.auto()
   MULACC = enum.auto()
   CONST = enum.auto()
-  # src=(index, ok), arg=IndexSite: the index, whose entries where ok is False are reported (engine/index_check.py); in
-  # a kernel AST src=(flags, index, ok), flags the DEFINE_GLOBAL the lowerer records a bad entry into
+  # src=(index, ok), arg=IndexSite: the index, whose entries where ok is False are reported (schedule/index_check.py);
+  # in a kernel AST src=(flags, index, ok), flags the DEFINE_GLOBAL the lowerer records a bad entry into
   CHECK = enum.auto()
 
   def __repr__(self) -> str: return f"Ops.{self.name}"

@@ -1,5 +1,5 @@
-"""The Tensor API is one chain of mixins (lazytensor/mixin/, docs/architecture.md): each mixin derives from the one
-below it, its module imports only the modules below it, and its code calls no method that only a mixin above it
+"""The Tensor API is one chain of mixins (lazytensor/frontend/mixin/, docs/architecture.md): each mixin derives from the
+one below it, its module imports only the modules below it, and its code calls no method that only a mixin above it
 defines. mypy checks the last point through the Self types; this test checks it without mypy, from the source."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 import inspect
 
 from lazytensor import Tensor
-from lazytensor.mixin.movement import MovementMixin
+from lazytensor.frontend.mixin.movement import MovementMixin
 
 CHAIN = ["movement", "rearrange", "shapes", "operands", "compare", "elementwise", "join", "create", "unary", "special",
          "reduce", "order", "index", "take_put", "stats", "random", "nn", "multi", "aliases", "linalg",
@@ -23,7 +23,7 @@ def _names_a_non_tensor(node: ast.expr) -> bool:
     node = node.value
   return isinstance(node, ast.Name) and (node.id in NOT_TENSORS or node.id == "dt")
 
-def _module(name: str) -> object: return importlib.import_module(f"lazytensor.mixin.{name}")
+def _module(name: str) -> object: return importlib.import_module(f"lazytensor.frontend.mixin.{name}")
 
 def _mixin(name: str) -> type:
   return next(c for c in vars(_module(name)).values() if inspect.isclass(c) and c.__module__.endswith(f".{name}") and
@@ -36,8 +36,8 @@ def test_mixin_modules_import_only_the_ones_below() -> None:
   for i, name in enumerate(CHAIN):
     tree = ast.parse(inspect.getsource(_module(name)))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert "lazytensor.tensor" not in imported, name
-    above = {f"lazytensor.mixin.{m}" for m in CHAIN[i:]}
+    assert "lazytensor.frontend.tensor" not in imported, name
+    above = {f"lazytensor.frontend.mixin.{m}" for m in CHAIN[i:]}
     assert not imported & above, (name, imported & above)
 
 def test_mixins_call_nothing_from_above() -> None:

@@ -143,7 +143,7 @@ inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
 inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
 
 // ---- tensor cores: mma.sync as an exchange between the 32 lanes of a warp, with PTX's fragment layouts ----
-// The CUDA source defines these wrappers with inline PTX inside #ifndef LT_CUDACPU (codegen/renderer/cuda.py); here
+// The CUDA source defines these wrappers with inline PTX inside #ifndef LT_CUDACPU (renderer/cuda.py); here
 // each lane passes the elements of A and B it holds, all lanes' elements are exchanged, and each lane computes the
 // elements of D it holds from the whole of A and B and its own C: D[row][col] = C[row][col] + sum over k of
 // A[row][k] * B[k][col] in float, k in order. group = lane / 4 and quad = lane % 4, as in the PTX ISA's figures for

@@ -1,0 +1,156 @@
+"""Convolutions: views of the input plus one reduce (RearrangeMixin._pool_windows), never an im2col buffer, with
+their gradients stated as convolutions.
+
+Through the chain rule alone, the gradient of a convolution's input is the gradient times the weights at every
+(position, tap) of every window (a buffer kernel-size times the input's), then summed back over the windows that
+overlap each position: 16x32x32x32 by 64x3x3, forward and backward on one AVX2 thread, 0.06x torch. `ConvGrad` states
+it as what it is, the transposed convolution of the output's gradient with the same weights (one kernel, the
+forward's speed); the weights' gradient stays the chain rule's, one reduce of the input windows times the gradient.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from lazytensor.helpers import flatten, make_tuple
+from lazytensor.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+  from lazytensor.frontend.mixin.nn import NNMixin
+
+TensorT = TypeVar("TensorT", bound="NNMixin")
+
+Padding = int | Sequence[int] | str
+
+def conv_padding(padding: Padding, kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int],
+                 name: str = "conv", crop: bool = False) -> list[tuple[int, int]]:
+  """(before, after) for each spatial dim, from torch's forms: an int, one int per dim, 2 ints per dim in torch's
+  flat order (last dim first: left, right, top, bottom, ...), or "valid" / "same" (odd totals pad one more after,
+  as torch). With crop, negative amounts are allowed and crop the input (as tinygrad's conv2d)."""
+  nk = len(kernel)
+  if isinstance(padding, str):
+    if padding == "valid": return [(0, 0)] * nk
+    if padding != "same": raise ValueError(f"{name}: padding {padding!r} must be 'same', 'valid' or ints")
+    if any(s != 1 for s in stride): raise ValueError(f"{name}: padding='same' needs stride 1, got stride {stride}")
+    totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    return [(t // 2, t - t // 2) for t in totals]
+  flat = (padding,) * nk if isinstance(padding, int) else tuple(padding)
+  if any(not isinstance(p, int) or (p < 0 and not crop) for p in flat) or len(flat) not in (nk, 2 * nk):
+    raise ValueError(f"{name}: padding {padding} must be {'an' if crop else 'a non-negative'} int, {nk} of them, or "
+                     f"{2 * nk} (torch's flat order, last dim first)")
+  if len(flat) == nk: return [(p, p) for p in flat]
+  return [(flat[2 * j], flat[2 * j + 1]) for j in reversed(range(nk))]
+
+def conv_params(v: int | Sequence[int], nk: int, what: str, name: str = "conv") -> tuple[int, ...]:
+  """stride or dilation: one positive int for every spatial dim, or one each."""
+  vals = make_tuple(v, nk)
+  if len(vals) != nk or any(not isinstance(x, int) or x <= 0 for x in vals):
+    raise ValueError(f"{name}: {what} {v} must be positive ints, one or {nk} of them")
+  return vals
+
+def check_conv_ranks(x: TensorT, weight: TensorT, name: str) -> int:
+  nk = weight.ndim - 2
+  if nk < 1 or x.ndim != nk + 2:
+    raise ValueError(f"{name}: input {x.shape} and weight {weight.shape} do not match: a weight of {weight.ndim} dims "
+                     f"needs an input of {weight.ndim} dims (batch, channels, *spatial)")
+  return nk
+
+def conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: int | Sequence[int],
+         dilation: int | Sequence[int], padding: Padding, name: str = "conv") -> TensorT:
+  """N-d convolution (cross-correlation) of x (bs, cin, *spatial) with weight (cout, cin/groups, *kernel)."""
+  nk = check_conv_ranks(x, weight, name)
+  bs, cin = x.shape[:2]
+  cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+  if not isinstance(groups, int) or groups <= 0 or cin != cin_g * groups or cout % groups:
+    raise ValueError(f"{name}: input channels {cin} != weight channels {cin_g} * groups {groups} "
+                     f"(weight {weight.shape})")
+  strides, dilations = conv_params(stride, nk, "stride", name), conv_params(dilation, nk, "dilation", name)
+  if bias is not None and bias.shape != (cout,):
+    raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
+                     f"of weight {weight.shape}")
+  pads = tuple(conv_padding(padding, kernel, dilations, strides, name, crop=True))
+  out = _windows_times_weights(x.pad([(0, 0), (0, 0), *pads]), weight, groups, strides, dilations)
+  if x.requires_grad or weight.requires_grad:
+    grad = ConvGrad(type(x), groups, strides, dilations, pads)
+    out = out._apply_uop(lambda v, xu, wu: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, xu, wu), grad), x, weight)
+  return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
+
+def _windows_times_weights(xp: TensorT, weight: TensorT, groups: int, strides: tuple[int, ...],
+                           dilations: tuple[int, ...]) -> TensorT:
+  """The convolution of an input already padded: its windows times the weights, summed over each window."""
+  nk, bs, (cout, cin_g, *kernel) = weight.ndim - 2, xp.shape[0], weight.shape
+  win = xp._pool_windows(kernel, strides, dilations)  # (bs, cin, *o, *k)
+  outs = win.shape[2:2 + nk]
+  rcout = cout // groups
+  # (bs, groups, rcout, *o, cin_g, *k) against weight (1, groups, rcout, *1, cin_g, *k), summed over cin_g and k
+  win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
+  win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
+  w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
+  return win._sum_of_products(w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
+
+@dataclass(frozen=True)
+class ConvGrad:
+  """The vector-Jacobian product of a convolution of `x`, padded by `pads` ((before, after) per spatial dim, negative
+  to crop), with `w` (a CUSTOM_GRAD's arg, called by frontend/gradient.py with the output's gradient): the input's
+  gradient as one transposed convolution, the weights' as one reduce. `tensor` is the class that wraps the graph nodes,
+  so that both are written with tensor ops."""
+  tensor: type
+  groups: int
+  strides: tuple[int, ...]
+  dilations: tuple[int, ...]
+  pads: tuple[tuple[int, int], ...]
+
+  def __call__(self, ctx: UOp, xu: UOp, wu: UOp) -> tuple[UOp, UOp]:
+    # the gradient and the padded input stored once: the gradient feeds two reduces, and a padded input in a buffer of
+    # its own is read through plain views (through the padding's mask the weights' gradient ran scalar code)
+    g, x, w = self.tensor(ctx).contiguous(), self.tensor(xu), self.tensor(wu)
+    xp = x.pad([(0, 0), (0, 0), *self.pads]).contiguous()
+    nk, bs, (cout, cin_g, *kernel), outs = w.ndim - 2, xp.shape[0], w.shape, g.shape[2:]
+    # the transposed convolution reaches (o-1)*s + d*(k-1) + 1 positions of the padded input (the rest, fewer than a
+    # stride, is read by no window: gradient 0); of those, only x's are computed (not the padding's: 58x58 for 56x56,
+    # whose rows of 2 made a thin register tile)
+    rest = [p - ((o - 1) * s + d * (k - 1) + 1)
+            for p, o, s, d, k in zip(xp.shape[2:], outs, self.strides, self.dilations, kernel)]
+    edges = [(d * (k - 1) - b, d * (k - 1) - a + r) for (b, a), r, d, k in zip(self.pads, rest, self.dilations, kernel)]
+    dx = _transposed(g, w, None, self.groups, self.strides, self.dilations, edges)
+    win = xp._pool_windows(kernel, self.strides, self.dilations).reshape(bs, self.groups, 1, cin_g, *outs, *kernel)
+    per_window = g.reshape(bs, self.groups, cout // self.groups, 1, *outs, *[1] * nk)
+    dw = win._sum_of_products(per_window, [0, *range(4, 4 + nk)]).reshape(cout, cin_g, *kernel)
+    return dx.cast(x.dtype).lazydata, dw.cast(w.dtype).lazydata
+
+def conv_transpose(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: int | Sequence[int],
+                   dilation: int | Sequence[int], padding: int | Sequence[int],
+                   output_padding: int | Sequence[int]) -> TensorT:
+  """The transpose (gradient) of conv: x (bs, cin, *spatial), weight (cin, cout/groups, *kernel). The input is spread
+  out by the stride (zeros between its elements, as views), then convolved with the flipped kernel."""
+  name = "conv_transpose"
+  nk = check_conv_ranks(x, weight, name)
+  cin, kernel = weight.shape[0], weight.shape[2:]
+  if not isinstance(groups, int) or groups <= 0 or x.shape[1] != cin or cin % groups:
+    raise ValueError(f"{name}: input channels {x.shape[1]} do not match weight {weight.shape} with groups {groups}")
+  strides, dilations = conv_params(stride, nk, "stride", name), conv_params(dilation, nk, "dilation", name)
+  pads = make_tuple(padding, nk) if isinstance(padding, (int, tuple, list)) else ()
+  if len(pads) != nk or any(not isinstance(p, int) or p < 0 for p in pads):
+    raise ValueError(f"{name}: padding {padding} must be a non-negative int or {nk} of them")
+  out_pads = make_tuple(output_padding, nk)
+  if len(out_pads) != nk or any(not 0 <= op < max(s, d) for op, s, d in zip(out_pads, strides, dilations)):
+    raise ValueError(f"{name}: output_padding {output_padding} must be non-negative and smaller than the stride "
+                     f"{strides} or the dilation {dilations}")
+  edges = [(d * (k - 1) - p, d * (k - 1) - p + op) for k, d, p, op in zip(kernel, dilations, pads, out_pads)]
+  return _transposed(x, weight, bias, groups, strides, dilations, edges)
+
+def _transposed(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, strides: tuple[int, ...],
+               dilations: tuple[int, ...], edges: Sequence[tuple[int, int]]) -> TensorT:
+  """conv_transpose's computation: x spread out by the stride (zeros between its elements, as views), widened by
+  `edges` (before, after) per spatial dim (negative: cropped), convolved with the flipped kernel."""
+  nk, (bs, cin, *spatial), kernel = weight.ndim - 2, x.shape, weight.shape[2:]
+  if any(s > 1 for s in strides):
+    x = x.reshape(bs, cin, *flatten((i, 1) for i in spatial))
+    x = x.pad([(0, 0), (0, 0)] + flatten(((0, 0), (0, s - 1)) for s in strides))
+    x = x.reshape(bs, cin, *[i * s for i, s in zip(spatial, strides)])
+    x = x.shrink([None, None] + [(0, (i - 1) * s + 1) for i, s in zip(spatial, strides)])
+  cin_g, cout_g = cin // groups, weight.shape[1]
+  w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin_g, *kernel)
+  w = w.flip(tuple(range(2, 2 + nk)))
+  return conv(x.pad([(0, 0), (0, 0), *edges]), w, bias, groups, 1, dilations, 0, "conv_transpose")

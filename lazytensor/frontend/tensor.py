@@ -1,0 +1,869 @@
+"""Tensor: a lazy, numpy-like array. Every operation builds UOps; realize() schedules, compiles and runs them.
+
+This module holds the class itself: construction from data, properties, realization, autograd and the funnel
+every op goes through (_apply_uop); how writes into a tensor's memory reach the views that share it is in
+frontend/writes.py. The ops come from a chain of mixins, one module per area (lazytensor/frontend/mixin/: movement,
+shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi, aliases, linalg,
+inplace), each building only on those below it and on the primitives that the chain's base declares and this class
+implements.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import operator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from_data, python_number_dtype, to_dtype
+from lazytensor.engine.realize import paused_capture, run_schedule
+from lazytensor.frontend import live, pending, writes
+from lazytensor.frontend.autograd import (
+  NO_GRAPH_HINT,
+  PLAIN_GRADIENT,
+  GradHook,
+  RemovableHandle,
+  add_hook,
+  grad_leaves,
+  gradients,
+  holds_plain_gradient,
+  retained,
+)
+from lazytensor.frontend.mixin.inplace import InPlaceMixin
+from lazytensor.frontend.mixin.multi import open_devices
+from lazytensor.frontend.views import (
+  Moves,
+  host_values,
+  moves_between,
+  moves_over,
+  row_major,
+)
+from lazytensor.frontend.writes import MAYBE_FOUND, REALIZED
+from lazytensor.helpers import TRAINING, ArgumentError, ContextVar
+from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
+from lazytensor.schedule.index_check import BadIndexError
+from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule, realized_map
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
+
+_contiguous_ids = itertools.count()
+_lazydata = operator.attrgetter("lazydata")
+
+
+class TensorFlag(contextlib.ContextDecorator):
+  """Sets a Tensor class flag (training, no_grad) for a `with` block or a decorated function, and restores it after.
+  Reentrant: nested and recursive uses restore what each one found."""
+  def __init__(self, name: str, value: bool) -> None:
+    self.name, self.value = name, value
+    self._saved: list[bool] = []
+
+  def __enter__(self) -> TensorFlag:
+    self._saved.append(getattr(Tensor, self.name))
+    setattr(Tensor, self.name, self.value)
+    return self
+
+  def __exit__(self, *exc: object) -> None: setattr(Tensor, self.name, self._saved.pop())
+
+def no_grad() -> TensorFlag:
+  """A context (or decorator) under which ops record no gradients: their results are constants to backward, as in
+  torch.no_grad(). It sets the flag Tensor.no_grad for the block.
+
+  >>> w = Tensor([2.0], requires_grad=True)
+  >>> with no_grad():
+  ...   y = w * 3
+  >>> y.requires_grad is None, Tensor.no_grad
+  (True, False)
+  """
+  return TensorFlag("no_grad", True)
+
+def inference_mode(mode: bool = True) -> TensorFlag:
+  """torch's inference_mode (and tinygrad's Tensor.inference_mode): no_grad for the block when mode is True; here
+  the two are one flag, since a tensor made without gradients can be used with them later anyway.
+
+  >>> w = Tensor([2.0], requires_grad=True)
+  >>> with inference_mode():
+  ...   (w * 3).requires_grad is None
+  True
+  """
+  return TensorFlag("no_grad", mode)
+
+def enable_grad() -> TensorFlag:
+  """torch's enable_grad: gradients recorded again inside a no_grad block.
+
+  >>> w = Tensor([2.0], requires_grad=True)
+  >>> with no_grad(), enable_grad():
+  ...   (w * 3).requires_grad
+  True
+  """
+  return TensorFlag("no_grad", False)
+
+def set_grad_enabled(mode: bool) -> TensorFlag:
+  """torch's set_grad_enabled: records gradients or not (no_grad) for a block.
+
+  >>> with set_grad_enabled(False):
+  ...   Tensor.no_grad
+  True
+  """
+  return TensorFlag("no_grad", not mode)
+
+def is_grad_enabled() -> bool:
+  """Whether ops record gradients now (torch's is_grad_enabled): False inside no_grad and inference_mode.
+
+  >>> is_grad_enabled()
+  True
+  """
+  return not Tensor.no_grad
+
+class _TensorType(type):
+  """Tensor's class: Tensor.training reads and sets the TRAINING knob, so that Tensor.train(), `Tensor.training = True`
+  (tinygrad's form) and Context(TRAINING=1) are one switch."""
+  @property
+  def training(cls) -> bool: return bool(TRAINING.value)
+  @training.setter
+  def training(cls, value: bool) -> None:
+    TRAINING.value = bool(value)
+    ContextVar.version += 1  # as Context does: knob_state() reads the knobs again
+
+def _contiguous_grad(ctx: UOp, x: UOp) -> tuple[UOp]:
+  """contiguous_backward's derivative (a CUSTOM_GRAD's arg, frontend/gradient.py): the gradient, in a buffer of its
+  own."""
+  return (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,), next(_contiguous_ids)),)
+
+class _HostMemory:
+  """A view of a buffer's host memory that holds the Buffer: numpy arrays made from it keep the memory from going back
+  to the allocator (and to another buffer) while a DLPack reader uses it."""
+  def __init__(self, array: np.ndarray, owner: Buffer) -> None:
+    self.__array_interface__, self.owner, self.array = array.__array_interface__, owner, array
+
+class Tensor(InPlaceMixin, metaclass=_TensorType):
+  """A lazy n-dimensional array.
+
+  >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
+  [3, 7]
+  """
+  # _graph: what a tensor that needs gradients was computed from, kept when realize() swaps in its buffer
+  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_views", "_own_moves", "_detached",
+               "_lazy_before", "_assigned_at", "__weakref__")
+  _assigned_at: int | None  # when its pending assign was made (a live serial number), set in _start and assign
+  _graph: UOp | None
+  __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
+  no_grad: ClassVar[bool] = False
+
+  def __init__(self, data: Any, device: DeviceLike | None = None, dtype: DType | str | None = None,
+               requires_grad: bool | None = None) -> None:
+    if isinstance(device, (tuple, list)):  # made on the first device and replicated on the others
+      self.__init__(data, Device.first(open_devices(device, "Tensor")), dtype, requires_grad)  # type: ignore[misc]
+      self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
+      return
+    if isinstance(data, UOp):  # what every op makes: the fast path
+      self.lazydata = data
+      self._start()
+      if requires_grad is not None: self.requires_grad = requires_grad
+      return
+    dt = to_dtype(dtype) if dtype is not None else None
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if isinstance(data, Tensor): self.lazydata = data.lazydata if dt is None else data.cast(dt).lazydata
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(t, Tensor) for t in data):
+      stacked = Tensor.stack(*data)  # a list of tensors stacks (lazily), as in torch.tensor and tinygrad
+      stacked = stacked if dt is None else stacked.cast(dt)
+      self.lazydata = (stacked if device is None else stacked.to(dev)).lazydata
+    elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+      self.lazydata = const_uop(data, python_number_dtype(data, dt), dev, ())
+    elif isinstance(data, (list, tuple, np.ndarray, np.generic)) or hasattr(data, "__dlpack__"):
+      arr, dt = np_from_data(data, dt)
+      buf = Buffer(dev, arr.size, dt).copyin(arr.reshape(-1).data.cast("B"))
+      buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
+      self.lazydata = buffer_view(buf_uop, arr.shape)
+    else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
+                          "a numpy array or a Tensor")
+    # registered once it has its graph: a tensor whose construction raised is never a live holder (a reference cycle
+    # through the exception can keep it alive until the next garbage collection)
+    self._start()
+    if requires_grad is not None: self.requires_grad = requires_grad
+
+  # ---- properties ----
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    """The size of each dimension.
+
+    >>> Tensor.zeros(2, 3).shape
+    (2, 3)
+    """
+    return self.lazydata.shape
+
+  @property
+  def dtype(self) -> DType:
+    """The element type.
+
+    >>> Tensor([1.5]).dtype
+    dtypes.float32
+    """
+    return self.lazydata.dtype
+
+  @property
+  def device(self) -> DeviceLike:
+    """The device that holds (or will hold) the data; for a tensor spread over several (shard), the tuple of them (on
+    a DeviceMesh, nested: a tuple per slice along the first mesh axis).
+
+    >>> Tensor([1]).device == Device.DEFAULT, Tensor([1]).to(("CPU:0", "CPU:1")).device
+    (True, ('CPU', 'CPU:1'))
+    """
+    return self.lazydata.device
+
+  def element_size(self) -> int:
+    """The size of one element in bytes.
+
+    >>> Tensor([1, 2], dtype='int16').element_size()
+    2
+    """
+    return self.dtype.itemsize
+
+  def nbytes(self) -> int:
+    """The size of all the elements in bytes (what a dense buffer of them takes).
+
+    >>> Tensor.zeros(2, 3).nbytes()
+    24
+    """
+    return self.numel() * self.dtype.itemsize
+
+  def __len__(self) -> int:
+    """The size of the first dimension; a 0-d tensor has no len().
+
+    >>> len(Tensor.zeros(4, 2))
+    4
+    """
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+
+  def __iter__(self) -> Iterator[Tensor]:
+    """The tensors along the first dimension, self[0], self[1], ... (lazy: nothing runs).
+
+    >>> [row.tolist() for row in Tensor([[1, 2], [3, 4]])]
+    [[1, 2], [3, 4]]
+    """
+    if not self.shape: raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
+
+  def __repr__(self) -> str:
+    """The values with dtype and device, as numpy and torch print them (summarized when large), when they are known
+    without computing anything: a realized tensor (one in a buffer, or a view of one) or a constant. A lazy tensor (a
+    graph not computed yet) says so and stays lazy: `.realize()` computes it, `.numpy()` returns its values.
+
+    >>> Tensor([[1.0, 2.0], [3.0, 4.0]])
+    Tensor([[1., 2.],
+            [3., 4.]], dtype=float32, device='...')
+    >>> Tensor([1, 2]) + 1
+    <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
+    """
+    grad = ", requires_grad=True" if self._requires_grad else ""
+    if pending.writes: pending.run_before((self,))  # an in-place op into its memory, written through a view
+    if (values := host_values(self.lazydata)) is None:
+      return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
+              f"it, .numpy() returns its values{grad}>")
+    return f"Tensor({np.array2string(values, separator=', ', prefix='Tensor(')}, dtype={self.dtype.name}, " \
+           f"device={self.device!r}{grad})"
+
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+    return bool(self.item())
+
+  def __float__(self) -> float:
+    """float(t) of a one-element tensor (it reads the tensor now).
+
+    >>> float(Tensor([[2.5]])), int(Tensor(3.9)), [10, 20, 30][Tensor(1)]
+    (2.5, 3, 20)
+    """
+    if self.numel() != 1: raise ValueError(f"float() needs a tensor of one element, got shape {self.shape}")
+    return float(self.item())
+
+  def __int__(self) -> int:
+    if self.numel() != 1: raise ValueError(f"int() needs a tensor of one element, got shape {self.shape}")
+    return int(self.item())
+
+  def __index__(self) -> int:
+    # as torch: only an integer (or bool) tensor of one element stands for a Python index
+    if self.dtype.is_float or self.numel() != 1:
+      raise TypeError(f"only an integer tensor of one element can be an index, got {self.dtype} of shape {self.shape}")
+    return int(self.item())
+
+  # ---- realization ----
+
+  def schedule(self, *others: Tensor) -> list:
+    """The kernels that realizing these tensors would run, without running them.
+
+    >>> len(Tensor([1.0]).add(1).schedule())
+    1
+    """
+    return create_schedule([t.lazydata for t in (self,) + others])[0]
+
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor (and `others`) now; returns self.
+
+    >>> Tensor([1, 2]).add(1).realize().tolist()
+    [2, 3]
+    """
+    tensors = (self,) + others
+    if pending.writes: pending.run_before(tensors)
+    # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
+    if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
+    # the moment of the last assign realized here: values computed after it read what it writes, as in torch
+    assigned = [t._assigned_at for t in tensors if t._assigned_at is not None]
+    if readers := live.old_value_readers(tensors, max(assigned) if assigned else None):
+      # the holders are Tensors; one holding an assign is as old as the assign (the random count a captured program
+      # advances is a tensor made before it, assigned in it)
+      readers = [(n if t._assigned_at is None else t._assigned_at, t) for n, t in readers if isinstance(t, Tensor)]
+      before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))
+      if before:
+        with paused_capture(): before[0].realize(*before[1:])
+      tensors += tuple(inside)
+    # views of a lazy tensor realized into buffers of their own: what they view, for when that tensor gets a buffer
+    for t in tensors:
+      if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
+        t._own_moves = moves_between(t.lazydata, t._viewed.lazydata)
+    # each its own memory, unless one is a view of another (two computed alike are one interned node); not looked for
+    # where one value is computed into new memory (the eager path: a set and a dict lookup, no call)
+    if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
+      writes.own_memory(tensors)
+    items, becomes = create_schedule(list(map(_lazydata, tensors)))
+    bad: BadIndexError | None = None
+    # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left
+    # out), so that the write is not pending any more and the next read does not raise it again
+    try: run_schedule(items)
+    except BadIndexError as e: bad = e
+    commit_realized(becomes)
+    for t in tensors:
+      new = becomes.get(t.lazydata, t.lazydata)
+      # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
+      if new is not t.lazydata:
+        if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
+        # what its views taken while lazy were made over (writes.give_buffer); weakly: it must not keep the node alive
+        # (it would be found again)
+        if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
+      if t._assigned_at is not None: pending.writes.pop(t._assigned_at, None)  # done: its graph can go
+      t.lazydata, t._assigned_at = new, None
+    if bad is not None: raise bad
+    return self
+
+  def _buffer(self) -> tuple[Buffer, ShapeTracker]:
+    self.realize()
+    ld = self.lazydata
+    assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, f"realized tensor is {ld.op}"
+    return buffer_map[ld.src[0]], ld.arg
+
+  def numpy(self) -> np.ndarray:
+    """The tensor as a numpy array (a copy). numpy has no bfloat16: a bfloat16 tensor gives its values as float32.
+
+    >>> Tensor([1, 2, 3]).numpy()
+    array([1, 2, 3])
+    """
+    if self.numel() == 0: return from_storage(np.zeros(self.shape, dtype=self.dtype.np), self.dtype)
+    if isinstance(self.device, tuple): return self.to(Device.first(self.device)).numpy()  # gathered on the first one
+    self.realize()
+    ld = self.lazydata
+    dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
+    buf, _ = (self if dense else self.contiguous())._buffer()
+    return from_storage(buf.numpy()[:self.numel()].reshape(self.shape), self.dtype)
+
+  def item(self) -> Any:
+    """The value of a one-element tensor as a Python number.
+
+    >>> Tensor([[2.5]]).item()
+    2.5
+    """
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    return self.numpy().reshape(()).item()
+
+  def tolist(self) -> Any:
+    """The values as (nested) Python lists.
+
+    >>> Tensor([[1, 2], [3, 4]]).tolist()
+    [[1, 2], [3, 4]]
+    """
+    return self.numpy().tolist()
+
+  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    """The values as a numpy array (a copy), so that np.asarray(t) and numpy functions take a Tensor.
+
+    >>> np.asarray(Tensor([1, 2]), dtype=np.float32)
+    array([1., 2.], dtype=float32)
+    """
+    if copy is False: raise ValueError("a Tensor's values cannot be read into numpy without a copy; use copy=None")
+    arr = self.numpy()
+    return arr if dtype is None else arr.astype(dtype)
+
+  def __dlpack__(self, **kwargs: Any) -> Any:
+    """The values as a DLPack capsule, for torch.from_dlpack, np.from_dlpack and other DLPack readers. A realized dense
+    tensor in host memory shares its memory (a write on either side is seen by the other, as between torch tensors
+    made with from_dlpack); any other tensor is first computed into a buffer of its own, or copied to the CPU.
+
+    >>> t = Tensor([1.0, 2.0]).realize()
+    >>> a = np.from_dlpack(t)
+    >>> a[0] = 5.0
+    >>> t.tolist()
+    [5.0, 2.0]
+    """
+    return self._exported_array().__dlpack__(**kwargs)
+
+  def __dlpack_device__(self) -> tuple[int, int]:
+    """Where __dlpack__'s memory lies: the host (DLPack's kDLCPU, device 0).
+
+    >>> Tensor([1]).__dlpack_device__()
+    (1, 0)
+    """
+    return (1, 0)
+
+  def _exported_array(self) -> np.ndarray:
+    """The tensor's memory as a numpy array that keeps the buffer alive (its memory must not be handed to another
+    buffer while a reader holds it)."""
+    if self.dtype == dtypes.bfloat16: raise TypeError("DLPack readers such as numpy take no bfloat16: .float() first")
+    t = self.to("CPU") if isinstance(self.device, tuple) else self.realize()
+    ld = t.lazydata
+    if not (ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous): t = t.contiguous().realize()
+    buf, _ = t._buffer()
+    if (host := buf.host_view()) is None: return t.to("CPU")._exported_array()
+    return np.asarray(_HostMemory(host[:t.numel()].reshape(t.shape), buf))
+
+  @classmethod
+  def from_dlpack(cls, x: Any, device: DeviceLike | None = None) -> Tensor:
+    """A tensor of the values of any object that exports DLPack (a torch tensor, a numpy array, ...), as Tensor(x).
+    The values are copied in: a CPU buffer starts on a cache line and has room past its end that kernels may read,
+    which memory made elsewhere does not promise. The other way (np.from_dlpack(t), torch.from_dlpack(t)) shares.
+
+    >>> Tensor.from_dlpack(np.arange(3, dtype=np.int32)).tolist()
+    [0, 1, 2]
+    """
+    return cls(x, device)
+
+  def __array_function__(self, func: Callable[..., Any], types: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """numpy functions (np.sum, np.stack, ...) called with Tensors compute on their values, as numpy arrays.
+
+    >>> np.sum(Tensor([[1, 2], [3, 4]]), axis=0)
+    array([4, 6])
+    """
+    def to_numpy(x: Any) -> Any:
+      if isinstance(x, Tensor): return x.numpy()
+      return type(x)(to_numpy(v) for v in x) if isinstance(x, (list, tuple)) else x
+    return func(*to_numpy(args), **{k: to_numpy(v) for k, v in kwargs.items()})
+
+  def clone(self) -> Tensor:
+    """A copy in a buffer of its own (one kernel when realized), which writes to either tensor leave the other alone;
+    gradients flow through it, as through torch's clone.
+
+    >>> a = Tensor([1.0, 2.0]).realize()
+    >>> b = a.clone().realize()
+    >>> b[0] = 5.0
+    >>> a.tolist(), b.tolist()
+    ([1.0, 2.0], [5.0, 2.0])
+    """
+    # an identity cast between them keeps the scheduler from folding the CONTIGUOUS of a buffer into that buffer
+    # a node of its own (as contiguous() makes): two clones of one tensor never share a buffer
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.CAST, x.dtype, (x,)),),
+                                         next(_contiguous_ids)))
+
+  def contiguous_backward(self) -> Tensor:
+    """The same value; in backward, the gradient that flows through it is first computed into a buffer of its own
+    (made contiguous), as tinygrad's: a cut that keeps one large backward kernel from recomputing what it reads.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = (w.contiguous_backward() * 3).sum().backward()
+    >>> w.grad.tolist()
+    [3.0, 3.0]
+    """
+    if not self._requires_grad: return self
+    return self._apply_uop(lambda x: UOp(Ops.CUSTOM_GRAD, x.dtype, (x, x), _contiguous_grad))
+
+  def contiguous(self) -> Tensor:
+    """A copy laid out densely in its own buffer (one kernel), unless it already is one.
+
+    >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+    [[1, 3], [2, 4]]
+    """
+    # each call gets a node of its own, so two tensors made this way never share (and mutate) one buffer
+    return self._apply_uop(lambda x: UOp(Ops.CONTIGUOUS, x.dtype, (x,), next(_contiguous_ids)))
+
+  def to(self, *args: Any, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Tensor:
+    """The tensor on another device (a copy; the same tensor if it is there already), or in another dtype, or both, in
+    torch's forms: to(device), to(dtype), to(device, dtype), to(other) (other's device and dtype) and keywords. A
+    tuple of devices replicates it on each; a sharded tensor sent to one device is gathered there.
+
+    >>> Tensor([1, 2]).to('CPU:1').device, Tensor([1, 2]).to(('CPU:1', 'CPU:2')).device
+    ('CPU:1', ('CPU:1', 'CPU:2'))
+    >>> t = Tensor([1.5]).to('CPU:1', dtypes.float16)
+    >>> t.device, t.dtype, Tensor([1.5]).to(dtypes.int32).tolist()
+    ('CPU:1', dtypes.float16, [1])
+    """
+    for a in args:
+      if isinstance(a, Tensor): device, dtype = a.device, a.dtype
+      elif isinstance(a, DType) or (isinstance(a, str) and is_dtype_name(a)): dtype = a
+      else: device = a
+    out = self if dtype is None else self.cast(dtype)
+    return out if device is None else out._to_device(device)
+
+  def _to_device(self, device: DeviceLike) -> Tensor:
+    device = open_devices(device, "to") if isinstance(device, (tuple, list)) else Device.canonicalize(device)
+    if device == self.device: return self
+    if isinstance(device, tuple) and isinstance(self.device, tuple):  # gathered first: a copy between two tuples of
+      return self.to(Device.first(self.device)).to(device)           # devices keeps the layout (schedule/multi.py)
+    return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
+
+  # ---- writing into realized tensors ----
+
+  def is_contiguous(self) -> bool:
+    """Whether the elements lie in row-major order in the memory they are (or will be) computed into, as torch's:
+    False for views that permute, stride, expand or pad it (x.T, x[:, ::2]); True for what ops compute, for dense
+    slices and for constants (zeros, full), which lazytensor never lays out in memory.
+
+    >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+    >>> x.is_contiguous(), x.T.is_contiguous(), x[1:].is_contiguous(), x[:, :2].is_contiguous()
+    (True, False, True, False)
+    """
+    return all(map(row_major, multi_leaves(self.lazydata)))
+
+  def _is_buffer_view(self) -> bool:
+    ld = self.lazydata
+    if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
+    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
+
+  def assign(self, x: Any) -> Tensor:
+    """Write x into this tensor's memory when it is next realized, or before anything that reads that memory is
+    (in place; views of it see the new values, values computed from it before keep the old ones, as in torch).
+
+    >>> t = Tensor([1.0, 2.0]).realize()
+    >>> t.assign(t * 10).tolist()
+    [10.0, 20.0]
+    """
+    return writes.assign(self, x)
+
+
+  def __setitem__(self, indices: Any, value: Any) -> None:
+    """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
+    list indices scatter (where an index repeats, the last value wins; an out-of-range tensor index writes nothing);
+    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry. A write through a
+    view (`t.T[0] = 1`, `t[:, ::2][1] = 2`) reaches the tensor it views, as in torch, unless the view is expanded or
+    padded (its elements are not each one element of the buffer): that view is written as a copy of its own. A lazy
+    tensor is first computed into a buffer of its own, which the views taken from it before go on to view.
+
+    Gradients flow through the write, as through torch's in-place writes: into a tensor computed from ones that
+    require gradients, or of a value that requires them, the tensor's graph becomes the old one where it was not
+    written and the value where it was. A tensor that requires gradients and is not the result of an op (a leaf), or a
+    view of one, cannot be written into (as in torch) except under no_grad().
+
+    >>> t = Tensor.zeros(2, 3).contiguous().realize()
+    >>> t[0, 1:] = 5.0
+    >>> t[1, Tensor([2, 0])] = Tensor([7.0, 8.0])
+    >>> t[t > 7] = -1.0
+    >>> t.tolist()
+    [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
+    """
+    return writes.setitem(self, indices, value)
+
+  def _move_in_place(self, move: Callable[[Tensor], Tensor], name: str) -> Tensor:
+    return writes.move_in_place(self, move, name)
+
+  def _write_in_place(self, value: Any, name: str) -> Tensor: return writes.write_in_place(self, value, name)
+
+
+
+
+  def detach(self) -> Tensor:
+    """The same values, cut off from gradients. As torch's, a view that shares the memory: a write into either
+    tensor (setitem, assign, add_, ...) is seen by the other, and records no gradient.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> d = w.detach()
+    >>> d[0] = 5.0
+    >>> w.tolist(), d.requires_grad
+    ([5.0, 2.0], False)
+    """
+    out = Tensor._of(UOp(Ops.DETACH, self.dtype, (self.lazydata,)))
+    out._requires_grad = False
+    writes.add_view(self, out)
+    out._detached = True
+    return out
+
+  # ---- what every op goes through ----
+
+  def _apply_uop(self, fn: Callable[..., UOp], *others: Tensor) -> Tensor:
+    """Every op goes through here: a float result needs gradients when an input does. Under no_grad, such a result
+    is cut off from its inputs' gradients (DETACH), as torch treats values computed under torch.no_grad()."""
+    # a loop, not comprehensions: each of those is a function call on Python 3.11, at every op
+    srcs, needs_grad = [], False
+    for t in (self,) + others:
+      # a realized input that needs gradients is used through the graph that computed it, so that gradients still
+      # flow through it (the scheduler reads its buffer: nothing is computed twice)
+      srcs.append(t.lazydata if t._graph is None else t._graph_root())
+      if t._requires_grad: needs_grad = True
+    out = fn(*srcs)
+    if not needs_grad: ret = Tensor._of(out)
+    elif Tensor.no_grad: ret = Tensor._of(UOp(Ops.DETACH, out.dtype, (out,)))
+    else:
+      ret = Tensor._of(out)
+      if out.dtype.is_float: ret._requires_grad = True
+    if not others and (out is srcs[0] or out.op in MOVES): writes.add_view(self, ret)
+    return ret
+
+
+  @staticmethod
+  def _of(uop: UOp) -> Tensor:
+    """A new tensor holding `uop`, as Tensor(uop) makes it, without __init__'s dispatch on the kind of data (every
+    op's result is made here)."""
+    t = object.__new__(Tensor)
+    t.lazydata = uop
+    t._start()  # registered once it has its graph, as in __init__
+    return t
+
+  def _start(self) -> None:
+    """The fields every tensor starts with, and its entry in the live registry (for __init__ and _of)."""
+    self.grad: Tensor | None = None
+    self._requires_grad: bool | None = None
+    self._graph = None
+    # the tensor this one is a view of (made from it by movement ops), and the lazy value a realized tensor had:
+    # what a write into a lazy view must reach (writes.give_buffer)
+    self._viewed: Tensor | None = None
+    self._views: list[weakref.ref[Tensor]] | None = None  # the live views of this tensor, made by writes.add_view
+    self._own_moves: Moves | None = None  # a view realized on its own while its tensor was lazy: its view ops
+    self._detached = False  # made by detach() (or a view of such): writes through it record no gradient
+    self._lazy_before: weakref.ref[UOp] | None = None
+    self._assigned_at = None
+    live.track(self)
+
+  def to_(self, *args: Any, device: DeviceLike | None = None, dtype: DType | str | None = None) -> Tensor:
+    """Move (or cast) this tensor in place, as tinygrad's to_: it becomes self.to(...) (see replace).
+
+    >>> t = Tensor([1, 2])
+    >>> t.to_('CPU:1').device
+    'CPU:1'
+    """
+    return self.replace(self.to(*args, device=device, dtype=dtype))
+
+  def replace(self, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
+    """Make this tensor hold x's value (its graph, and so its device and dtype) in place, as tinygrad's replace: to
+    swap a model's weights for new ones without rebinding them. It stops being a view of what it viewed; tensors that
+    viewed it keep viewing the old value; a tensor that requires_grad was set on stays a leaf. Returns self.
+
+    >>> w = Tensor([1.0, 2.0])
+    >>> w.replace(Tensor([3.0, 4.0])).tolist()
+    [3.0, 4.0]
+    """
+    if not isinstance(x, Tensor): raise TypeError(f"replace: expected a Tensor, got {type(x).__name__}")
+    if x.shape != self.shape and not allow_shape_mismatch:
+      raise ValueError(f"replace: shape {x.shape} does not match {self.shape} (allow_shape_mismatch=True allows it)")
+    if self._requires_grad and not x.dtype.is_float:
+      raise TypeError(f"replace: this tensor requires gradients, so its value must be float, got {x.dtype}")
+    self.lazydata, self._graph, self._detached, self._assigned_at = x.lazydata, x._graph, x._detached, x._assigned_at
+    self._viewed = self._views = self._own_moves = self._lazy_before = None
+    if id(self) not in grad_leaves: self._requires_grad = x._requires_grad  # a leaf stays one; a result is x's
+    return self
+
+  # ---- writes recorded for autograd ----
+
+
+
+
+  # ---- autograd ----
+
+  @property
+  def requires_grad(self) -> bool | None:
+    """Whether backward() fills this tensor's .grad; results of ops on such tensors need gradients too.
+    None (the default) means not asked for; only float tensors can require gradients.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> w.requires_grad, (w * 2).requires_grad, (w > 0).requires_grad
+    (True, True, None)
+    """
+    return self._requires_grad
+
+  @requires_grad.setter
+  def requires_grad(self, value: bool | None) -> None:
+    if value and not self.dtype.is_float:
+      raise TypeError(f"only float tensors can require gradients, got a {self.dtype} tensor")
+    # constants are interned: two zeros(3) are one node, and a leaf must be a node of its own
+    if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
+      self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
+    self._requires_grad = value
+    if value: grad_leaves[id(self)] = self
+    else: grad_leaves.pop(id(self), None)
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """Set requires_grad in place; returns self.
+
+    >>> Tensor([1.0]).requires_grad_().requires_grad
+    True
+    """
+    self.requires_grad = requires_grad
+    return self
+
+  @property
+  def is_leaf(self) -> bool:
+    """Whether this tensor is a leaf of the autograd graph, as torch's: one that needs no gradient, or one that
+    requires_grad was set on (whose .grad backward fills); results of ops on tensors that need gradients are not.
+
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> w.is_leaf, (w * 2).is_leaf, Tensor([1.0]).is_leaf
+    (True, False, True)
+    """
+    return not self._requires_grad or id(self) in grad_leaves
+
+  def retain_grad(self) -> None:
+    """Have backward() fill .grad of this non-leaf tensor too (a leaf's is filled anyway), as torch's.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> h = w * 3
+    >>> h.retain_grad()
+    >>> _ = (h * h).sum().backward()
+    >>> h.grad.tolist(), h.retains_grad
+    ([6.0, 12.0], True)
+    """
+    if not self._requires_grad:
+      raise ArgumentError("retain_grad: this tensor needs no gradient (requires_grad is not set on it or on what it "
+                          "was computed from)")
+    if not self.is_leaf: retained[id(self)] = self
+
+  @property
+  def retains_grad(self) -> bool:
+    """Whether retain_grad() was called on this non-leaf tensor.
+
+    >>> Tensor([1.0], requires_grad=True).retains_grad
+    False
+    """
+    return id(self) in retained
+
+  def register_hook(self, hook: GradHook) -> RemovableHandle:
+    """Call hook(grad) each time a gradient with respect to this tensor is computed (backward, gradient). A tensor it
+    returns replaces the gradient: in .grad for a leaf, and in what flows on to the tensors this one was computed
+    from otherwise, as torch's register_hook. Returns a handle whose remove() unregisters the hook.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> handle = w.register_hook(lambda g: g * 10)
+    >>> _ = (w * w).sum().backward()
+    >>> w.grad.tolist()
+    [20.0, 40.0]
+    >>> handle.remove()
+    """
+    if not self._requires_grad:
+      raise ArgumentError("register_hook: this tensor needs no gradient (requires_grad is not set on it or on what it "
+                          "was computed from)")
+    if not callable(hook): raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
+    return add_hook(self, hook)
+
+  def _graph_root(self) -> UOp:
+    """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
+    if self._graph is not None and realized_map.get(self._graph) is self.lazydata: return self._graph
+    return self.lazydata
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, create_graph: bool = False) -> list[Tensor]:
+    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet), as
+    torch.autograd.grad. Any float tensor can be a target, whether it requires gradients or not; but once realized,
+    only a tensor that requires gradients keeps the graph it was computed from. A target this tensor does not depend
+    on (or only through comparisons, or one with no elements) gets zeros, as in tinygrad and torch's
+    materialize_grads. A non-scalar tensor needs `gradient`, the gradient of its output.
+
+    >>> x, y = Tensor([1.0, 2.0, 3.0]), Tensor([5.0])
+    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
+    [[2.0, 4.0, 6.0], [0.0]]
+    >>> (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))[0].tolist()
+    [2.0, 0.0, 12.0]
+
+    create_graph=True: the gradients require grad and keep the graph that computes them, also once realized, so that
+    they can be differentiated again (second derivatives, Hessian-vector products, gradient penalties), as torch's.
+    Without it a gradient is a constant to autograd, and differentiating through it is an error:
+
+    >>> g, = (x ** 3).sum().gradient(x, create_graph=True)
+    >>> g.tolist(), g.sum().gradient(x)[0].tolist()
+    ([3.0, 12.0, 27.0], [6.0, 12.0, 18.0])
+    >>> g, = (x ** 3).sum().gradient(x)
+    >>> g.sum().gradient(x)
+    Traceback (most recent call last):
+    lazytensor.helpers.ArgumentError: gradient: the output reaches a target of shape (3,) only through a gradient ...
+    """
+    for t in targets:
+      if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
+    grads = gradients(self, targets, gradient, asked=True)
+    return [t.zeros_like() if g is None else Tensor._of_gradient(g, create_graph) for t, g in zip(targets, grads)]
+
+  def backward(self, gradient: Tensor | None = None, create_graph: bool = False) -> Tensor:
+    """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:
+    the gradients are computed when used). A non-scalar tensor needs `gradient`, the gradient of its output.
+
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = (w * 3).sum().backward()
+    >>> _ = (w * w).sum().backward()
+    >>> w.grad.tolist()
+    [5.0, 7.0]
+
+    A tensor that needs no gradient (computed from no such tensor, under no_grad, or through a comparison) leaves
+    every .grad as it is, as in tinygrad; one computed from a gradient made without create_graph is an error (as in
+    torch). create_graph=True: the gradients keep their graph, as gradient()'s (a Hessian-vector product):
+
+    >>> x = Tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = (x ** 3).sum().backward(create_graph=True)
+    >>> hv, = (x.grad * Tensor([1.0, 0.0])).sum().gradient(x)
+    >>> x.grad.tolist(), hv.tolist()
+    ([3.0, 12.0], [6.0, 0.0])
+    """
+    if not self._requires_grad:
+      if holds_plain_gradient(self._graph_root()):
+        raise ArgumentError(f"backward: this tensor needs no gradient: it was made from {NO_GRAPH_HINT}")
+      return self
+    # in-place writes pending into memory the graph reads run first: the gradients are of the values it reads now
+    if pending.writes: pending.run_before((self,))
+    leaves = list(grad_leaves.values()) + list(retained.values())
+    for t, g in zip(leaves, gradients(self, leaves, gradient, asked=False)):
+      if g is None: continue
+      grad = Tensor._of_gradient(g, create_graph)
+      t.grad = grad if t.grad is None else t.grad + grad
+      # a gradient reads the memory as the graph it differentiates read it (in-place values a later write overwrote
+      # are recomputed from it): for a write made after, it is a value made before
+      live.as_old(t.grad)
+    return self
+
+  @staticmethod
+  def _of_gradient(g: UOp, create_graph: bool) -> Tensor:
+    """A gradient as a tensor. With create_graph it requires grad (a float one), so that it keeps the graph that
+    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: kept as its
+    graph once realized, so that differentiating through it is an error, never zeros."""
+    if create_graph:
+      t = Tensor._of(g)
+      if g.dtype.is_float: t._requires_grad = True
+      return t
+    t = Tensor._of(UOp(Ops.DETACH, g.dtype, (g,), PLAIN_GRADIENT))
+    t._graph = t.lazydata
+    return t
+
+  @staticmethod
+  def train(mode: bool = True) -> TensorFlag:
+    """A context (or decorator) that sets Tensor.training, which dropout and batchnorm read, for a block.
+
+    >>> with Tensor.train():
+    ...   Tensor.training
+    True
+    >>> Tensor.training
+    False
+    """
+    return TensorFlag("training", mode)
+
+  @staticmethod
+  def inference_mode(mode: bool = True) -> TensorFlag:
+    """tinygrad's spelling of inference_mode: a context (or decorator) under which ops record no gradients.
+
+    >>> with Tensor.inference_mode():
+    ...   Tensor.no_grad
+    True
+    """
+    return inference_mode(mode)
+
+  @staticmethod
+  def test(mode: bool = False) -> TensorFlag:
+    """A context (or decorator) that clears Tensor.training for a block: the same as Tensor.train(False).
+
+    >>> with Tensor.train(), Tensor.test():
+    ...   Tensor.training
+    False
+    """
+    return TensorFlag("training", mode)

@@ -1,0 +1,596 @@
+"""Hand-coded optimizations, used when BEAM=0: a few rules that get most of the speed on CPU and GPU-like devices.
+
+  matmul-like kernels (a reduce over products where each input is broadcast along some output axis): a register tile
+    (upcast both reused output axes; the contiguous one becomes SIMD vectors), threads (CPU) or a block of local
+    threads (GPU);
+  other reductions: unroll a contiguous reduce axis into independent vector accumulators (CPU), or GROUP the reduce
+    across threads when there are few outputs (GPU);
+  elementwise: SIMD vectors along the contiguous axis, then threads or local threads.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lazytensor.helpers import THREADS, prod
+from lazytensor.opt.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.renderer.cpu_target import CPUTarget
+from lazytensor.shape.view import ShapeTracker, View
+from lazytensor.uop.ops import Ops
+
+# below this much work a second CPU thread costs more than it saves: a launch posts a share to a spinning thread in
+# ~3 us (runtime/cpu_threads.py; 256K-element elementwise: 56 us on one thread, 20 on two); work counts elements, or
+# for matmul-like kernels multiply-adds / MATMUL_SPEEDUP (vector FMAs on cached operands do that many per element
+# streamed)
+MIN_THREADED_WORK = 1 << 17
+MATMUL_SPEEDUP = 16
+
+def _try(k: Kernel, opt: Opt) -> bool:
+  try: k.apply_opt(opt)
+  except KernelOptError: return False
+  return True
+
+def _stride(k: Kernel, node_index: int, axis: int) -> int | None:
+  """How far one step along `axis` moves in the buffer; a padded (masked) axis still counts by its view's stride."""
+  st = k.sts[node_index]
+  return st.views[0].strides[axis] if len(st.views) == 1 else st.real_strides()[axis]
+
+def _masked(k: Kernel, node_index: int) -> bool: return any(v.mask is not None for v in k.sts[node_index].views)
+
+def _buffers(k: Kernel) -> list[int]:
+  return [i for i, n in enumerate(k.view_nodes) if n.op in (Ops.LOAD, Ops.STORE)]
+
+def _output_contiguous_axis(k: Kernel) -> int | None:
+  """The global axis along which the output is stored with stride 1 (where SIMD stores go)."""
+  store = next(i for i, n in enumerate(k.view_nodes) if n.op is Ops.STORE)
+  for a in reversed(k.axes_of(AxisKind.GLOBAL)):
+    if _stride(k, store, a) == 1: return a
+  return None
+
+def _reused_axes(k: Kernel) -> list[int]:
+  """Global axes along which some input is broadcast (stride 0): upcasting them reuses loaded values."""
+  loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+  return [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1 for i in loads)]
+
+def _is_matmul_like(k: Kernel) -> bool:
+  return bool(k.reduce_axes) and any(u.op is Ops.MUL for u in k.ast.toposort) and len(_reused_axes(k)) >= 2
+
+def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
+  return next((c for c in choices if size % c == 0 and size >= c), None)
+
+def _upcast(k: Kernel, axis: int | None, choices: tuple[int, ...]) -> None:
+  if axis is None: return
+  if (amt := _largest_divisor(k.full_shape[axis], choices)) is not None: _try(k, Opt(OptOps.UPCAST, axis, amt))
+
+# shares per thread of a THREAD axis: the threads claim them one at a time, so a thread that starts late or is held up
+# by the OS leaves its shares to the others (runtime/cpu_threads.py has the figures)
+SHARES_PER_THREAD = 4
+
+def thread_shares(cores: int, size: int) -> int | None:
+  """How many shares to split an axis of `size` into for `cores` threads: up to SHARES_PER_THREAD each, a multiple of
+  the thread count where one divides the axis (equal work for every thread), else any divisor (7 rows: 4 + 3)."""
+  most = cores * SHARES_PER_THREAD
+  even = tuple(c for c in range(most, 1, -1) if c % cores == 0)
+  return _largest_divisor(size, even) or _largest_divisor(size, tuple(range(most, 1, -1)))
+
+def _thread(k: Kernel, work: int) -> None:
+  cores = int(THREADS.value)
+  if cores < 2 or work < MIN_THREADED_WORK: return
+  for a in k.axes_of(AxisKind.GLOBAL):
+    if (amt := thread_shares(cores, k.full_shape[a])) is not None and _try(k, Opt(OptOps.THREAD, a, amt)): return
+
+# accumulators a register tile may hold: the target's vector registers less a few for the operands (a B vector or
+# two and A's broadcast), and no more than 16, the best measured with 32 registers (AVX-512, Zen 4: 8 rows x 2
+# <16 x float>). With 16 (AVX2, Zen 3) that leaves 12: 6 rows x 2 <8 x float> (_padded_rows); 8 rows spill.
+OPERAND_REGISTERS = 4
+MAX_ACCUMULATORS = 16
+TILE_VECTORS = 2  # vectors across a register tile's row: two loads of B serve each broadcast of A
+
+def _target(k: Kernel) -> CPUTarget:
+  assert k.renderer.target is not None, f"{type(k.renderer).__name__}: the CPU heuristics need a CPU target"
+  return k.renderer.target
+
+def accumulators(t: CPUTarget) -> int: return min(t.vector_registers - OPERAND_REGISTERS, MAX_ACCUMULATORS)
+
+def vector_amounts(t: CPUTarget, vectors: int = 1) -> tuple[int, ...]:
+  """Upcast amounts from `vectors` of the target's vectors down to 4 floats, widest first."""
+  top = vectors * t.vector_floats
+  return tuple(top >> i for i in range(top.bit_length()) if top >> i >= 4)
+
+# an output axis no vector divides (197 tokens, a 50257-word vocabulary) is padded to one vector when that adds at
+# most 1/MAX_PAD_FRACTION of the work: its loads read on past the row where that stays in the buffer (a mask that does
+# not change along the reduce where it does not), the stores get a gate. 32 matmuls of 197x64x197 on one AVX2 thread:
+# 8 -> 24 GFLOP/s (scalar code without), 45-49 with the rows padded too (_pad_for_rows); divisible 192: 76
+MAX_PAD_FRACTION = 8
+
+def _pads_little(size: int, amt: int, fraction: int = MAX_PAD_FRACTION) -> bool:
+  """Whether padding `size` up to a multiple of `amt` adds at most 1/fraction of it."""
+  return -size % amt <= size // fraction
+
+def _pad_to(k: Kernel, axis: int, amounts: Iterable[int], fraction: int = MAX_PAD_FRACTION) -> int | None:
+  """PADTO `axis` to a multiple of the first of `amounts` that adds at most 1/fraction of it (and applies); that
+  amount, or None."""
+  size = k.full_shape[axis]
+  return next((a for a in amounts if _pads_little(size, a, fraction) and _try(k, Opt(OptOps.PADTO, axis, a))), None)
+
+def _vector_choice(k: Kernel, loads: list[int]) -> tuple[int, int] | None:
+  """(axis, amount) for the SIMD vectors of a register tile, applied (with a PADTO first where the amount does not
+  divide the axis, within the padding limit): an output axis along which, once the vector is split off, every operand
+  is contiguous or broadcast (one at least contiguous). The widest vector wins (up to a register), then the axis the
+  output is contiguous along, then one that needs no padding. None when no axis qualifies (x @ W.T: see _dot_tile).
+  (B packed in panels padded past an odd column count is contiguous along the columns only once they are padded.)"""
+  out_axis, options, floats = _output_contiguous_axis(k), [], _target(k).vector_floats
+  for a in k.axes_of(AxisKind.GLOBAL):
+    for amt in vector_amounts(_target(k), TILE_VECTORS):
+      trial, size = k.copy(), k.full_shape[a]
+      if size % amt and _pad_to(trial, a, (amt,)) is None: continue
+      if not _try(trial, Opt(OptOps.UPCAST, a, amt)): continue
+      lane = trial.axes_of(AxisKind.UPCAST)[-1]
+      strides = [_stride(trial, i, lane) for i in loads]
+      if all(st in (0, 1) for st in strides) and 1 in strides:
+        options.append((min(amt, floats), a == out_axis, size % amt == 0, a, amt))
+        break
+  if not options: return None
+  *_, axis, amt = max(options)
+  if k.full_shape[axis] % amt: _try(k, Opt(OptOps.PADTO, axis, amt))
+  return axis, amt
+
+def _pad_for_vectors(k: Kernel, axis: int) -> None:
+  """PADTO `axis` up to the widest vector within the padding limit, if no vector divides it."""
+  amts = vector_amounts(_target(k), TILE_VECTORS)
+  if all(k.full_shape[axis] % amt for amt in amts): _pad_to(k, axis, amts)
+
+CONSECUTIVE_ROWS = 8
+
+def _row_amount(k: Kernel, axis: int, budget: int, consecutive: bool) -> int | None:
+  """How many rows of vectors: the largest divisor within the budget. Rows read from consecutive addresses (a
+  convolution's output width) avoid powers of two: LLVM's SLP vectorizer merges 8 such scalar loads into one vector load
+  and 8 shuffles, which compete with the FMAs for a port (56-wide conv, 16 channels x 8 rows: 40 GFLOP/s; x 7: 120;
+  x 14: 77), and stay within CONSECUTIVE_ROWS."""
+  size = k.full_shape[axis]
+  if consecutive:
+    budget = min(budget, CONSECUTIVE_ROWS)
+    odd = next((c for c in range(budget, max(budget // 2, 2) - 1, -1) if size % c == 0 and c & (c - 1)), None)
+    if odd is not None: return odd
+  return _rows_within(size, budget)
+
+def _pad_for_rows(k: Kernel, axis: int, budget: int, rows: int | None) -> int | None:
+  """Rows of a tile along an axis whose divisors fall short of the budget, after a PADTO (_padded_rows): each B vector
+  then serves that many rows (32 x 197x64x197 on one AVX2 thread, one row at a time: 22 GFLOP/s). The padded rows'
+  loads of A read on past them, or are masked at the end of the buffer."""
+  want, multiple = _padded_rows(k.full_shape[axis], budget)
+  return want if want != rows and _try(k, Opt(OptOps.PADTO, axis, multiple)) else rows
+
+def _rows_within(size: int, budget: int) -> int | None:
+  return _largest_divisor(size, tuple(range(min(budget, 16), 1, -1)))
+
+# padding for more rows: at most 1/MAX_PAD_FRACTION of the axis where its divisors give less than half the budget
+# (197 tokens), at most 1/ROW_PAD_FRACTION where they give more (128 rows stay 4 on AVX2; 512 rows become 516)
+ROW_PAD_FRACTION = 64
+ROW_BLOCKS = 8  # padded rows make a multiple of 8, 4 or 2 tiles where that pads little: blocks and threads divide them
+
+def _padded_rows(size: int, budget: int) -> tuple[int | None, int]:
+  """(rows of a register tile along an axis of `size`, the multiple to pad the axis to): the most rows within the
+  budget that a little padding allows, else its largest divisor within it. AVX2's 12 accumulators take 6 rows of 2
+  vectors, where powers of two allow only 4, and 4 x 2 vectors do not hide the FMA's latency on two pipes: matmul on
+  one Zen 4 thread compiled for x86-64-v3, 4 -> 6 rows, end to end: 1024 97 -> 103-105 GFLOP/s, 2048 100 -> 105-108,
+  512 and bmm 64x128^3 unchanged. The padded axis is a multiple of up to ROW_BLOCKS tiles where that pads very little,
+  so that the cache blocks (_cache_blocks) and threads that split the rows still divide it (2048 -> 2064: 344 tiles,
+  not 2052's 342)."""
+  rows = _rows_within(size, budget)
+  fraction = MAX_PAD_FRACTION if 2 * (rows or 1) < budget else ROW_PAD_FRACTION
+  for a in range(min(budget, 16), rows or 1, -1):
+    blocks = next((b for b in (ROW_BLOCKS, ROW_BLOCKS // 2, 2) if _pads_little(size, a * b, ROW_PAD_FRACTION)), 1)
+    if _pads_little(size, a * blocks, fraction): return a, a * blocks
+  return rows, rows or 1
+
+def _register_tile(k: Kernel) -> None:
+  """Upcast an output axis into SIMD vectors and a second axis into rows of them. The second axis is one along which
+  the vector operand is broadcast, so each vector load serves a whole column of the tile (matmul: B's row serves 8
+  rows of A; conv with packed weights: 16 output channels' weights serve 7 output positions)."""
+  loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+  if (choice := _vector_choice(k, loads)) is None:
+    # no axis without gathers: vector dot products along K if both operands are contiguous there, else the output's
+    # contiguous axis anyway
+    out_axis = _output_contiguous_axis(k)
+    if _dot_tile(k, loads) or out_axis is None: return
+    _pad_for_vectors(k, out_axis)
+    if (out_amt := _largest_divisor(k.full_shape[out_axis], vector_amounts(_target(k), TILE_VECTORS))) is None:
+      return
+    choice = (out_axis, out_amt)
+  vec_axis, vec_amt = choice
+  vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
+  rows_budget = accumulators(_target(k)) // -(-vec_amt // _target(k).vector_floats)
+  candidates, other = _row_axis(k, vec_axis, vec_loads, rows_budget)
+  rows, consecutive = None, False
+  if other is not None:
+    # None with a mask: a padded view (a conv's input); without one, rows packed in panels (schedule.pack_operands)
+    consecutive = any(_stride(k, i, other) == 1 or (_stride(k, i, other) is None and _masked(k, i)) for i in loads)
+    rows = _row_amount(k, other, rows_budget, consecutive)
+    if not consecutive: rows = _pad_for_rows(k, other, rows_budget, rows)
+  # the upcast applied first is the outer one. Rows outside vectors: the code takes one row at a time (broadcast its
+  # value, an FMA into each vector of the row), one broadcast live; vectors outside rows keep every row's broadcast
+  # live across the vectors. Matmul, AVX2, one thread: 4x16 at 2048 86 -> 93 GFLOP/s, 6x16 66 -> 96 (it spilled
+  # accumulators). Rows of consecutive values (a conv's output width) are the exception: LLVM loads them as one
+  # vector and shuffles, and that code is faster with the vectors outside (4x16: 66 vs 63 GFLOP/s).
+  tile = [(vec_axis, vec_amt), (other, rows)]
+  if not consecutive: tile.reverse()
+  # rows of consecutive values stay within CONSECUTIVE_ROWS in all (AVX-512's 7 output positions are not doubled:
+  # 14 of them were slower than 7, and 7 x 2 images is unmeasured)
+  tile.append(_more_rows(k, candidates, other, min(rows_budget, CONSECUTIVE_ROWS if consecutive else rows_budget)
+                         // (rows or 1)))
+  for axis, amt in tile:
+    if axis is None or amt is None: continue
+    if not _try(k, Opt(OptOps.UPCAST, axis, amt)) and axis == vec_axis: return  # no vectors: no tile
+  _panel_loop_outside(k, vec_loads)
+
+def _row_axis(k: Kernel, vec_axis: int, vec_loads: list[int], budget: int) -> tuple[list[int], int | None]:
+  """The axes along which the vector operand is broadcast (each of its loads serves a row of the tile along any of
+  them), and the one for the rows: the last, of those at least as long as the budget where there are some. A shorter
+  one (a conv weight gradient's 3 taps) caps the rows at its length, and a second axis of rows beside it spilled (16
+  output channels x 3 taps x 2 input channels, AVX2: 53 ms where 16 x 4 input channels took 27-30)."""
+  candidates = [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1
+                                                              for i in vec_loads)]
+  if not candidates: return [], next((a for a in _reused_axes(k) if a != vec_axis), None)
+  return candidates, ([a for a in candidates if k.full_shape[a] >= budget] or candidates)[-1]
+
+def _more_rows(k: Kernel, candidates: list[int], other: int | None, room: int) -> tuple[int | None, int | None]:
+  """A second axis of rows, innermost, where the first leaves room for at least twice its rows: the outermost other axis
+  along which the vector operand is broadcast (a convolution's batch: whole images apart, no window overlaps it and
+  no padding's mask varies along it). A 14-wide conv on AVX2 has rows of 2 of the 6 that 12 accumulators allow: 16
+  output channels x 2 positions x 2 images, 32x128x14x14 by 128x3x3 on one thread: 40 -> 25 ms (torch 26); 2 rows of
+  the output height instead: 58 ms (its rows' padding masks differ)."""
+  axis = next((a for a in candidates if a != other and k.full_shape[a] > 1), None)
+  if room < 2 or axis is None: return None, None
+  return axis, _rows_within(k.full_shape[axis], room)
+
+DOT_TILE = 4  # outputs per reused axis in a tile of vector dot products: 16 accumulators where the target has them
+DOT_PAD_FRACTION = 4  # a reduce axis no vector divides is padded by at most a quarter of it for the dot tile
+
+def _dot_axes(k: Kernel, loads: list[int]) -> list[int]:
+  """The two output axes of a dot-product tile, in order: for each operand, one along which it is broadcast, so that
+  every vector load of either serves several outputs (a conv's weight gradient: output channels for the input,
+  input channels rather than the 3 taps for the gradient: 8 -> 30 GFLOP/s); even sizes first, then the innermost."""
+  reused, picks = _reused_axes(k), []
+  for i in loads:
+    own = [a for a in reused if _stride(k, i, a) == 0 and a not in picks]
+    if own: picks.append(max(own, key=lambda a: (k.full_shape[a] % 2 == 0, a)))
+  return sorted(picks[:2])
+
+def _dot_tile(k: Kernel, loads: list[int]) -> bool:
+  """A matmul whose operands are both contiguous along the reduce axis (x @ W.T, as Linear computes it): vectors along
+  the reduce axis instead, so no operand is gathered. A 4x4 tile of outputs, each a vector of partial sums added up
+  across its lanes at the end; every vector load of one operand serves 4 outputs. 128x784 by 784x256 on one thread:
+  1.2 ms (vectors along the output, B gathered) -> 0.49 ms."""
+  red = k.axes_of(AxisKind.REDUCE)
+  if not red or not all(_stride(k, i, red[-1]) in (0, 1) for i in loads): return False
+  size, amts = k.full_shape[red[-1]], vector_amounts(_target(k))[:2]
+  if (amt := _largest_divisor(size, amts)) is None:
+    # rows no vector divides (a conv's weight gradient over 14-wide rows): padded, each padded product masked to 0
+    # (one output at a time, scalar: 0.4 GFLOP/s; padded 14 -> 16: 5-11)
+    amt = _pad_to(k, red[-1], amts, DOT_PAD_FRACTION)
+  if amt is None or not _try(k, Opt(OptOps.UNROLL, red[-1], amt)): return False
+  room = accumulators(_target(k))
+  for i, a in enumerate(_dot_axes(k, loads)):
+    # the first axis leaves room for at least 2 outputs along the second
+    _upcast(k, a, tuple(c for c in (DOT_TILE, 2) if c <= (room // 2 if i == 0 else room)))
+    room = accumulators(_target(k)) // (k.upcast_size() // amt)
+  return True
+
+
+def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
+  """Loop over the vector operand's panels outside the rows that reuse them (matmul: B's column panels outside A's
+  row tiles), so that one panel stays in L2 while every row tile uses it; else each row tile streams all of B again.
+  Measured at 1024: 96 -> 145 GFLOP/s on one thread. Axes along which B varies too (a batch) stay outside: each of
+  their steps reads another B (64 matmuls of 128^3 on one AVX2 thread, the batch inside the panels: 37 -> 60
+  GFLOP/s, torch 64)."""
+  if not vec_loads: return
+  vec, globals_ = vec_loads[0], k.axes_of(AxisKind.GLOBAL)
+  rows = next((a for a in globals_ if _stride(k, vec, a) == 0 and k.full_shape[a] > 1), None)
+  if rows is None: return
+  # B's part that one step of the outer axes reads, up to half of L2, stays there between uses alongside the rest
+  outer = prod(k.full_shape[a] for a in globals_[:globals_.index(rows)])
+  if _operand_bytes(k, vec) // outer <= _target(k).l2_bytes // 2: return
+  others = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD and i not in vec_loads]
+  panel = next((a for a in globals_ if any(_stride(k, i, a) == 0 for i in others) and k.full_shape[a] > 1), None)
+  if panel is None: return
+  if globals_.index(panel) > globals_.index(rows): _try(k, Opt(OptOps.SWAP, rows, panel))
+  _cache_blocks(k, vec_loads, others)
+
+# the operand that every panel sweeps (a matmul's A, read once per column panel of B) comes from L3 while it is at
+# most this fraction of it (the rest holds the panels, the output and what other cores use); a larger one is cut into
+# blocks of its rows that fit SWEPT_BLOCK_FRACTION of L3. Matmul 2048, AVX2, one thread, A 16 MB of a 32 MB L3:
+# 87 -> 96 GFLOP/s in 4 blocks (2 and 8: the same); two threads, 8 blocks: 174 -> 184. One that needs more blocks
+# than the shares allow takes the most there are: 4096 (A 64 MB, 17 blocks wanted) on one Zen 4 thread in 8 blocks,
+# x86-64-v3 54 -> 105 GFLOP/s, AVX-512 90 -> 106 (each panel of B streamed all of A from memory)
+SWEPT_L3_FRACTION = 4
+SWEPT_BLOCK_FRACTION = 8
+
+def _operand_bytes(k: Kernel, node_index: int) -> int:
+  return k.sts[node_index].real_size() * k.view_nodes[node_index].src[0].dtype.itemsize
+
+def blocks_may_pay(k: Kernel) -> bool:
+  """Whether splitting `k` into cache blocks (THREAD shares on one thread) can pay: a reduce re-reads its operands,
+  and one of them is too large to stay in L3 between uses (as _cache_blocks judges it). BEAM on one thread tries
+  THREAD only then: elsewhere the shares only add launches, and each action costs search time."""
+  if not k.reduce_axes or k.renderer.target is None: return False
+  l3 = k.renderer.target.l3_bytes
+  return any(_operand_bytes(k, i) > l3 // SWEPT_L3_FRACTION for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD)
+
+def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
+  """Split the swept operand's row axis into THREAD shares: each share runs every panel over its block of rows
+  before the next share starts (on one thread they run in order), so the block is read from cache at every panel
+  instead of from memory. With threads the blocks are also the threads' shares."""
+  if len(others) != 1: return
+  swept = others[0]
+  size, l3 = _operand_bytes(k, swept), _target(k).l3_bytes
+  if size <= l3 // SWEPT_L3_FRACTION: return
+  rows = next((a for a in k.axes_of(AxisKind.GLOBAL) if _stride(k, swept, a) != 0 and k.full_shape[a] > 1 and
+               all(_stride(k, i, a) == 0 for i in vec_loads)), None)
+  if rows is None: return
+  cores, need = max(1, int(THREADS.value)), -(-size // (l3 // SWEPT_BLOCK_FRACTION))
+  most = cores * MAX_SHARES_PER_THREAD
+  threaded = thread_shares(cores, k.full_shape[rows]) if cores > 1 else None
+  shares = threaded if threaded is not None and threaded >= need else \
+    next((c for c in range(min(need, most), most + 1) if k.full_shape[rows] % c == 0), None)
+  if shares is not None: _try(k, Opt(OptOps.THREAD, rows, shares))
+
+def _cpu(k: Kernel) -> None:
+  work = prod(k.full_shape)
+  # a scatter's entries run in order (schedule/scatter.py): vectors along the targets of one entry
+  if k.scatter is not None: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
+  elif _is_matmul_like(k):
+    work //= MATMUL_SPEEDUP
+    _register_tile(k)
+  elif k.reduce_axes:
+    last = k.axes_of(AxisKind.REDUCE)[-1]
+    loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+    if any(_stride(k, i, last) == 1 for i in loads):
+      amt = _largest_divisor(k.full_shape[last], vector_amounts(_target(k)))
+      if amt is not None and _try(k, Opt(OptOps.UNROLL, last, amt)): _reduce_chains(k, last)
+    else: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k), 4))  # x.sum(0): neighbouring sums
+  elif not _transpose_tile(k): _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
+  _thread(k, work)
+
+# a reduce along a contiguous axis keeps several vector accumulators, the axis unrolled by vectors: one alone waits out
+# the latency of its op at every step (a float max's compare, or and select: ~5 cycles), where the loads and the ops'
+# pipes allow several at once; its lanes are read in one sequential stream. 1024x1024 float32 on one Zen 4 thread, one
+# accumulator -> 4: max(1) 143 -> 70-79 us, sum(1) 69 -> 58-61, max() of all 139 -> 62-70; 4096x256 sum(1) 191 ->
+# 153-167, 256x4096 max(1) 194 -> 151. 8 were slower than 4 in all of these; so were 8 rows at once, each its own
+# accumulator (4096x256 sum(1) 191 -> 255-434 us: eight short streams the prefetchers follow worse than one).
+REDUCE_CHAINS = (4, 2)
+REDUCE_CHAIN_MIN_STEPS = 4  # a loop this long at least after the vectors: shorter ones barely wait
+
+def _reduce_chains(k: Kernel, axis: int) -> None:
+  """Independent accumulators for a reduce vectorized along its contiguous `axis`: several vectors of it at once."""
+  if k.full_shape[axis] < REDUCE_CHAIN_MIN_STEPS: return
+  if (amt := _largest_divisor(k.full_shape[axis], REDUCE_CHAINS)) is not None: _try(k, Opt(OptOps.UNROLL, axis, amt))
+
+# a transpose (an input read along another axis than the one the output is contiguous along) in tiles: a cache line of
+# the input's contiguous axis by TRANSPOSE_ROWS of the output's, so that every line read is read whole and every
+# store writes TRANSPOSE_ROWS neighbours. Vectors along the output alone gather the input a float at a time, a new
+# line (at a large stride a new page) for each: 2048x2048 .T.contiguous() on one AVX2 thread 1.0 -> 8-9 GB/s, 512x512
+# 3 -> 27 (a plain copy: 16 and 59)
+CACHE_LINE = 64
+TRANSPOSE_ROWS = 4
+
+def _transpose_tile(k: Kernel) -> bool:
+  """Upcast the input's contiguous axis by a cache line, then the output's by TRANSPOSE_ROWS (the inner one, which
+  becomes the stored vectors); False where no input is transposed."""
+  if (out_axis := _output_contiguous_axis(k)) is None: return False
+  for i in _loads(k):
+    if _stride(k, i, out_axis) in (0, 1): continue
+    in_axis = next((a for a in k.axes_of(AxisKind.GLOBAL) if _stride(k, i, a) == 1 and k.full_shape[a] > 1), None)
+    if in_axis is None: continue
+    line = CACHE_LINE // k.view_nodes[i].src[0].dtype.itemsize
+    in_amt = _largest_divisor(k.full_shape[in_axis], tuple(line >> j for j in range(line.bit_length() - 1)))
+    out_amt = _largest_divisor(k.full_shape[out_axis], (TRANSPOSE_ROWS, 2))
+    if in_amt is None or out_amt is None: continue
+    # a split keeps the global axes where they are: out_axis still names the output's contiguous axis
+    return _try(k, Opt(OptOps.UPCAST, in_axis, in_amt)) and _try(k, Opt(OptOps.UPCAST, out_axis, out_amt))
+  return False
+
+# threads a GPU block aims for: 8 warps hide memory latency, and a large grid still leaves several blocks per SM
+GPU_BLOCK = 256
+# a reduce this long is split across the threads of a block even when there are many outputs: one thread summing a
+# row alone reads it with a stride between neighbouring threads (uncoalesced), and takes long to finish
+GPU_GROUP_REDUCE = 1024
+GPU_VECTOR_BYTES = 16  # what a thread loads at once along a contiguous axis: ld.global.v4.b32 (4 floats, 8 halves)
+
+def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+
+def _gpu_vector_amt(k: Kernel) -> int:
+  """Elements a vector holds: GPU_VECTOR_BYTES of the kernel's widest element type (so that no access is wider), at
+  most the renderer's widest vector."""
+  widest = max(k.view_nodes[i].src[0].dtype.itemsize for i in _buffers(k))
+  return max((w for w in k.renderer.vector_widths if w * widest <= GPU_VECTOR_BYTES), default=1)
+
+def _gpu_group(k: Kernel) -> bool:
+  """Split the last reduce axis across a block's threads: a vector per thread when the axis is contiguous, then the
+  threads interleaved (GROUP takes the inner part), so that neighbouring threads read neighbouring vectors."""
+  last = k.axes_of(AxisKind.REDUCE)[-1]
+  if prod(k.output_shape()) > 2048 and k.full_shape[last] < GPU_GROUP_REDUCE: return False
+  contiguous, vec = any(_stride(k, i, last) == 1 for i in _loads(k)), _gpu_vector_amt(k)
+  if contiguous and vec > 1 and k.full_shape[last] % (vec * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, vec))
+  amt = _largest_divisor(k.full_shape[last], (GPU_BLOCK, 128, 64, 32, 16))
+  return amt is not None and _try(k, Opt(OptOps.GROUP if contiguous else OptOps.GROUPTOP, last, amt))
+
+def _gpu_vector(k: Kernel) -> None:
+  """Vectors along the axis the output is contiguous along, if every input is contiguous or broadcast there (else a
+  vector would be gathered lane by lane)."""
+  axis, vec = _output_contiguous_axis(k), _gpu_vector_amt(k)
+  if axis is None or vec < 2 or k.full_shape[axis] % vec: return
+  if all(_stride(k, i, axis) in (0, 1) for i in _loads(k)): _try(k, Opt(OptOps.UPCAST, axis, vec))
+
+_LOCAL_AMTS = (256, 128, 64, 32, 16, 8, 4, 2)
+
+def _gpu_atomic_scatter(k: Kernel) -> None:
+  """A scatter whose entries run in parallel as atomic updates: blocks of GPU_BLOCK threads, threadIdx.x along the axis
+  the output is contiguous along (the embedding's D: neighbouring threads read neighbouring values and update
+  neighbouring targets), else along one the values are read contiguously along; the rest of the block along the
+  entries. No vectors: every lane's update is an atomic of its own. Embedding(32000, 256)'s backward over 4096
+  indices: 4096 blocks of 256 threads, one update each, where in order 256 threads looped over all 4096 entries."""
+  if not (globals_ := k.axes_of(AxisKind.GLOBAL)): return
+  inner = _output_contiguous_axis(k)
+  if inner is None:
+    inner = next((a for a in reversed(globals_) if any(_stride(k, i, a) == 1 for i in _loads(k))), globals_[-1])
+  inner_amt = _largest_divisor(k.full_shape[inner], _LOCAL_AMTS) or 1
+  # split first, so that it lands before inner's threads: the last LOCAL axis is threadIdx.x (lowerer._specials)
+  outer = next((a for a in reversed(k.entry_axes()) if a != inner), None)
+  fits = tuple(c for c in _LOCAL_AMTS if c <= GPU_BLOCK // inner_amt)
+  if outer is not None and (amt := _largest_divisor(k.full_shape[outer], fits)): _try(k, Opt(OptOps.LOCAL, outer, amt))
+  if inner_amt > 1: _try(k, Opt(OptOps.LOCAL, inner, inner_amt))
+
+def _gpu(k: Kernel) -> None:
+  r = k.renderer
+  if k.atomic: return _gpu_atomic_scatter(k)
+  if any(_try(k, Opt(OptOps.TC, i, 0)) for i in range(len(r.tensor_cores))): return
+  if _is_matmul_like(k):
+    # a 4x4 register tile: each B vector serves 4 rows, each A value 4 columns
+    vec_axis = _output_contiguous_axis(k)
+    other = next((a for a in _reused_axes(k) if a != vec_axis), None)
+    for axis in (vec_axis, other):
+      if axis is not None and (amt := _largest_divisor(k.full_shape[axis], (4, 2))) is not None:
+        _try(k, Opt(OptOps.UPCAST, axis, amt))
+  elif k.scatter is None and k.reduce_axes and r.has_shared and _gpu_group(k): pass  # a scatter's entries run in order
+  else: _gpu_vector(k)
+  for a in reversed(k.axes_of(AxisKind.GLOBAL)):  # the innermost axis first: threadIdx.x walks it (coalesced)
+    budget = GPU_BLOCK // max(1, k.local_size())
+    if budget < 2: break
+    if (amt := _largest_divisor(k.full_shape[a], tuple(c for c in _LOCAL_AMTS if c <= budget))):
+      _try(k, Opt(OptOps.LOCAL, a, amt))
+
+def hand_coded_optimizations(k: Kernel) -> Kernel:
+  """Apply the heuristics to a copy of `k`; the original is unchanged."""
+  k = k.copy()
+  if k.renderer.has_local: _gpu(k)
+  else: _cpu(k)
+  return k
+
+# ---- packing: a copy kernel that re-lays an operand in blocks before a large reduce over products reads it ----
+
+# matmul: B (k, m) as column panels (m/p, k, p), p the register tile's width. A tile reads p columns of B for every k;
+# in B's own layout each read is a new row, often a new page, so large matmuls become TLB- and cache-bound (AVX-512
+# at 2048: 50 -> 96 GFLOP/s packed) for a copy of about 1% of the matmul. Worth it from this many multiply-adds, with
+# at least PANEL_MIN_REDUCE rows of B and PANEL_MIN_ROWS rows of A (the copies hold only what the matmul reads: on one
+# AVX2 thread, 64x1024 @ 1024x1024 0.45x -> ~0.9x torch, 256x1024 @ 1024x256 0.5x -> ~0.85x, packed from 2**24).
+PANEL_MIN_WORK = 1 << 24
+PANEL_MIN_REDUCE = 256
+PANEL_MIN_ROWS = 64
+# conv: weight (cout, cin, *k) as (cout/16, cin, *k, 16). In its own layout neighbouring output channels' weights are
+# cin*k apart, so the tile vectorizes along the output width instead, every input load masked by the padding; in
+# blocks, one vector load gives 16 output channels and each input is a broadcast scalar (32x64x56x56 by 64x3x3 on one
+# AVX-512 thread: 44 -> ~100 GFLOP/s). 16 channels are one AVX-512 vector or two AVX2 ones, both measured best.
+# A conv's weight gradient (cout, cin, *k) reads the output's gradient in blocks of output channels the same way: 32 x
+# 128x14x14 by 128x3x3 on one AVX2 thread, 16 channels x 4 input channels: 44-56 ms (dot products along 14-wide rows
+# padded to 16, masked) -> 23-30 ms, torch 34; the copy ~0.2-2 ms.
+CHANNEL_BLOCK = 16
+CHANNEL_MIN_WORK = 1 << 24
+
+@dataclass(frozen=True)
+class Packing:
+  """Read operand `operand` from a copy of the elements it reads (its broadcast axes taken once), laid out with axis
+  `axis` of the reduce's input split in blocks of `block`: the blocks outermost, then the operand's other axes in
+  order, then the block's elements innermost (a matmul's B (k, n) becomes (n/block, k, block): column panels). The
+  axis is padded with zeros to a multiple of `multiple` (0: of `block`)."""
+  operand: int
+  axis: int
+  block: int
+  multiple: int = 0
+
+def _clean_view(st: ShapeTracker) -> View | None:
+  return st.views[0] if len(st.views) == 1 and st.views[0].mask is None else None
+
+def _broadcast_size(v: View, out_axes: list[int]) -> int:
+  return max((v.shape[a] for a in out_axes if v.strides[a] == 0), default=1)
+
+def tile_rows(t: CPUTarget, size: int) -> tuple[int | None, int]:
+  """(rows of a matmul register tile two vectors wide (_register_tile), the multiple the tile pads them to) for an
+  axis of `size` rows: A's packed row panels are as tall, padded with zeros as far."""
+  return _padded_rows(size, accumulators(t) // TILE_VECTORS)
+
+def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[int], reduce_size: int,
+                     views: list[View | None], force: bool) -> tuple[Packing, ...] | None:
+  """B as column panels as wide as the register tile, and A as row panels as tall as it (so that a tile's rows of A
+  are neighbours too: AVX2 at 2048, one thread, kernel alone: 0.65-0.69x -> 0.82-0.87x numpy); () for a matmul too
+  small to pay (unless `force`: what BEAM may time); None for no matmul."""
+  # B varies along the output's last axis, where the register tile puts its vectors, and is broadcast along another
+  col = next((a for a in reversed(out_axes) if shape[a] > 1), None)
+  if col is None: return None
+  bs = [(i, v) for i, v in enumerate(views)
+        if v is not None and v.strides[col] != 0 and _broadcast_size(v, out_axes) > 1]
+  if not bs: return None
+  # one contiguous along it is B as it is; one read across its rows (x @ w.T: a Linear's forward) is B transposed, its
+  # panels gathered from rows (an operand contiguous along another output axis is an A read transposed, x.T @ y)
+  i, v = min(bs, key=lambda b: b[1].strides[col] != 1)
+  if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
+  panel = TILE_VECTORS * target.vector_floats
+  small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
+  # panels past the last column are zeros: at most 1/MAX_PAD_FRACTION more work, as _pad_for_vectors pads the kernel
+  if small or shape[col] < 2 * panel or not _pads_little(shape[col], panel): return ()
+  packs = [Packing(i, col, panel)]
+  # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
+  rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
+  rows, multiple = tile_rows(target, shape[rows_axis])
+  packs += [Packing(j, rows_axis, rows, multiple) for j, va in enumerate(views)
+            if j != i and va is not None and rows is not None and va.strides[rows_axis] != 0]
+  return tuple(packs)
+
+def _reads_once(v: View) -> bool:
+  """Whether the view reads no element twice: its axes, by stride, each step past all the smaller ones (a
+  convolution's windows overlap: a copy of what they read would hold the input kernel-size times)."""
+  axes = sorted((abs(st), n) for st, n in zip(v.strides, v.shape) if st != 0 and n > 1)
+  return all(st >= prev_st * prev_n for (prev_st, prev_n), (st, _) in zip(axes, axes[1:]))
+
+def _channel_packing(shape: tuple[int, ...], out_axes: list[int], views: list[View | None],
+                     force: bool) -> tuple[Packing, ...]:
+  """An operand in blocks of CHANNEL_BLOCK along an output axis it is not contiguous along and every other readable
+  operand is broadcast along, if large enough (or `force`): a convolution's weight along the output channels; its
+  weight gradient's output gradient along them too (the tile then runs vectors of output channels by rows of input
+  channels and taps instead of dot products along the image rows). The operand must be read at least CHANNEL_BLOCK
+  times (its broadcast axes) and read once by the view (no overlapping windows to copy many times)."""
+  if not force and prod(shape) < CHANNEL_MIN_WORK: return ()
+  for i, v in enumerate(views):
+    if v is None or prod(v.shape[a] for a in out_axes if v.strides[a] == 0) < CHANNEL_BLOCK or not _reads_once(v):
+      continue
+    for a in reversed(out_axes):
+      if v.strides[a] in (0, 1) or shape[a] % CHANNEL_BLOCK: continue
+      if any(o is not None and o.strides[a] != 0 for j, o in enumerate(views) if j != i): continue
+      return (Packing(i, a, CHANNEL_BLOCK),)
+  return ()
+
+def _packings(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[ShapeTracker],
+              force: bool) -> tuple[Packing, ...]:
+  views = [_clean_view(op) for op in operands]
+  if (v0 := next((v for v in views if v is not None), None)) is None: return ()
+  shape = v0.shape
+  out_axes = [a for a in range(len(shape)) if a not in reduce_axes]
+  matmul = _matmul_packings(target, shape, out_axes, prod(shape[a] for a in reduce_axes), views, force)
+  # a matmul whose last output axis is narrower than a vector (a conv's weight gradient ends in the kernel's 3 taps)
+  # has no room for vectors there: blocks of another axis give them
+  last = next((shape[a] for a in reversed(out_axes) if shape[a] > 1), 1)
+  if matmul is None or (not matmul and last < target.vector_floats): return _channel_packing(shape, out_axes, views,
+                                                                                             force)
+  return matmul
+
+def pack_choice(target: CPUTarget, reduce_axes: tuple[int, ...], operands: list[ShapeTracker]) -> tuple[Packing, ...]:
+  """Which operands of a reduce over the products of `operands` (each viewed at the reduce's input shape) to read from
+  a copy that has the blocks of one of their output axes innermost; () to read them as they are. An operand with a
+  contiguous output axis along which the other is broadcast is a matmul's B (_matmul_packings). Without one (a
+  convolution, whose input windows are masked by the padding), or where that axis is narrower than a vector (a conv
+  weight gradient's taps), the operand broadcast along the others gets blocks of channels (_channel_packing)."""
+  return _packings(target, reduce_axes, operands, force=False)
+
+# BEAM times the packings of a reduce over products from this many multiply-adds (~0.5 ms on one thread); below, a
+# copy kernel costs about what it could save
+PACK_SEARCH_MIN_WORK = 1 << 24
+
+def pack_candidates(target: CPUTarget, reduce_axes: tuple[int, ...],
+                    operands: list[ShapeTracker]) -> list[tuple[Packing, ...]]:
+  """The packings BEAM times for a reduce over products, the heuristics' choice (pack_choice) first: then none, every
+  operand packed that the shape allows whatever its size, and a matmul's B alone. Only the heuristics' choice for a
+  reduce too small to search."""
+  choice = pack_choice(target, reduce_axes, operands)
+  if max((st.size for st in operands), default=0) < PACK_SEARCH_MIN_WORK: return [choice]
+  full = _packings(target, reduce_axes, operands, force=True)
+  return list(dict.fromkeys([choice, (), full, full[:1]]))

@@ -1,0 +1,446 @@
+"""Kernel: one shared shape over all loads and stores of a kernel AST, with a kind for every axis.
+
+Every optimization splits or reorders axes of that shared shape; splitting reshapes every view of the kernel at
+once, so the lowerer sees the same axes everywhere. Axes are kept in kind order:
+global/thread, local, group, reduce, unroll, upcast.
+"""
+from __future__ import annotations
+
+import copy
+import enum
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from lazytensor.dtype import PtrDType
+from lazytensor.helpers import THREADS, colored, prod
+from lazytensor.renderer import Renderer, TensorCore
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.uop.ops import Ops, UOp
+
+
+class AxisKind(enum.Enum):
+  GLOBAL = ("blue", False)
+  THREAD = ("blue", True)
+  LOCAL = ("cyan", False)
+  GROUP = ("green", False)
+  REDUCE = ("red", False)
+  UNROLL = ("magenta", False)
+  UPCAST = ("yellow", False)
+
+  @property
+  def is_reduce(self) -> bool: return self in (AxisKind.GROUP, AxisKind.REDUCE, AxisKind.UNROLL)
+
+def axis_legend() -> str:
+  """The color of each axis kind, as DEBUG>=3 shows kernel shapes."""
+  return "axis colors: " + " ".join(colored(kind.name.lower(), *kind.value) for kind in AxisKind)
+
+AXIS_ORDER = list(AxisKind)
+VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
+# a THREAD axis may have more shares (core ids) than there are threads: the threads claim them one at a time
+# (runtime/cpu_threads.py), so one that starts late or is held up does fewer of them. A share is also the outermost
+# loop of the kernel, a block of its output finished before the next: with THREADS=1 the shares run in order, which
+# keeps the part of an operand one share reads in cache (heuristic._cache_blocks)
+MAX_SHARES_PER_THREAD = 8
+
+class KernelOptError(Exception):
+  """An optimization that this kernel or its renderer cannot take; search treats it as a failed candidate."""
+
+class OptOps(enum.Enum):
+  LOCAL = enum.auto()      # part of a global axis becomes GPU threads of a block
+  UPCAST = enum.auto()     # part of a global axis is computed per thread in registers / SIMD lanes
+  UNROLL = enum.auto()     # part of a reduce axis is unrolled into registers
+  GROUP = enum.auto()      # part of a reduce axis is split across threads, combined through shared memory
+  GROUPTOP = enum.auto()   # GROUP taking the outer part of the axis
+  PADTO = enum.auto()      # pad an axis up to a multiple of amt (masked) so it splits evenly
+  TC = enum.auto()         # map a multiply-accumulate onto tensor cores
+  NOLOCALS = enum.auto()   # forbid LOCAL from here on
+  SWAP = enum.auto()       # exchange two global axes (loop order)
+  THREAD = enum.auto()     # split a global axis into shares that CPU threads claim (one thread: a cache block loop)
+  def __repr__(self) -> str: return f"OptOps.{self.name}"
+
+@dataclass(frozen=True)
+class Opt:
+  """One optimization step. `axis` indexes the kernel's current axes (as DEBUG=3 shows them); amt 0 = the whole axis.
+  For SWAP, amt is the other axis."""
+  op: OptOps
+  axis: int | None = None
+  amt: int = 0
+  def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
+
+@dataclass(frozen=True)
+class TensorCoreUse:
+  """A kernel mapped onto a tensor core: which one, which axes are M, N and K, which loads feed A and B."""
+  tc: TensorCore
+  axis_m: int
+  axis_n: int
+  axis_k: int
+  load_a: UOp
+  load_b: UOp
+
+def _find_mma(ast: UOp, dtype_in: Any, dtype_out: Any) -> tuple[UOp, UOp] | None:
+  """The two `dtype_in` loads multiplied under the kernel's one ADD reduce into `dtype_out`, through casts only."""
+  reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
+  if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or reduces[0].dtype != dtype_out: return None
+  x = reduces[0].src[0]
+  while x.op is Ops.CAST: x = x.src[0]
+  if x.op is not Ops.MUL: return None
+  loads = []
+  for s in x.src:
+    while s.op is Ops.CAST: s = s.src[0]
+    if s.op is not Ops.LOAD or s.dtype != dtype_in: return None
+    loads.append(s)
+  return loads[0], loads[1]
+
+def _check(cond: bool, msg: str) -> None:
+  if not cond: raise KernelOptError(msg)
+
+def grown_load(node: UOp) -> bool:
+  """Whether PADTO on an output axis lengthens this node's view instead of masking it (ShapeTracker.grow): a plain
+  load, whose value at a padded position is never stored, and which the lowerer masks after all where reading on
+  could leave its buffer. (A gather's address depends on a loaded index; a store must not write there.)"""
+  return node.op is Ops.LOAD and len(node.src) == 2
+
+def view_of(node: UOp) -> ShapeTracker:
+  return next(s.arg for s in node.src if s.op is Ops.VIEW)
+
+def reach(node: UOp) -> int:
+  """How many elements of its buffer a load or store reaches: its view's, and past them the steps of a computed
+  index, a gather's LOAD arg (stride, n) (schedule/gather.py) or a scatter's STORE arg (op, axes, stride, n). An index
+  check (schedule/index_check.py) reaches all of its flags."""
+  if node.op is Ops.CHECK: return cast(PtrDType, node.src[0].dtype).size
+  size = view_of(node).real_size()
+  if node.op is Ops.LOAD and len(node.src) == 3: stride, count = node.arg
+  elif node.op is Ops.STORE and len(node.src) == 4: stride, count = node.arg[2:]
+  else: return size
+  return size + (count - 1) * stride
+
+# the number of every AST that got a name, per name: a second different kernel with the same shape is called ...n1 (a
+# dict: a process that makes thousands of kernels of one shape finds each number at once, not by a search of a list)
+_names_seen: defaultdict[tuple, dict[bytes, int]] = defaultdict(dict)
+
+class Kernel:
+  def __init__(self, ast: UOp, renderer: Renderer) -> None:
+    assert ast.op is Ops.SINK, f"a kernel AST is a SINK, got {ast.op}"
+    self.ast, self.renderer = ast, renderer
+    # constants without a view (e.g. the zero outside a pushed-down pad) are the same everywhere: not part of the shape
+    self.view_nodes = [u for u in ast.toposort if u.op in VIEW_OPS and any(s.op is Ops.VIEW for s in u.src)]
+    reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
+    # a scatter (schedule/scatter.py) stores each entry at its index. Where the renderer combines its op into memory
+    # atomically, its entry axes are parallel (GLOBAL) axes and every entry an atomic update; elsewhere they are its
+    # reduce axes, run in order
+    self.scatter = next((u for u in ast.src if u.op is Ops.STORE and len(u.src) == 4), None)
+    assert self.scatter is None or (len(ast.src) == 1 and not reduces), "a scatter kernel is its one store alone"
+    self.atomic = self.scatter is not None and (self.scatter.arg[0], self.scatter.src[2].dtype) in renderer.atomics
+    last: tuple[int, ...] = reduces[0].arg[1] if reduces else self.scatter.arg[1] if self.scatter is not None else ()
+    self.reduce_axes: tuple[int, ...] = () if self.atomic else last
+    assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"
+    self.sts = [view_of(u) for u in self.view_nodes]
+    ndim = len(self.sts[0].shape)
+    full = tuple(max(st.shape[i] for st in self.sts) for i in range(ndim))
+    kinds = [AxisKind.REDUCE if i in self.reduce_axes else AxisKind.GLOBAL for i in range(ndim)]
+    order = [i for i in range(ndim) if i not in last] + list(last)
+    self.full_shape: tuple[int, ...] = tuple(full[i] for i in order)
+    self.kinds: list[AxisKind] = [kinds[i] for i in order]
+    self.sts = [st.permute(tuple(order)) for st in self.sts]
+    self.applied_opts: list[Opt] = []
+    # over full_shape, masks False where PADTO added positions to a reduce axis (they must add the reduce's identity)
+    # and to an output axis (its loads read past their views there, where that stays in bounds: grown_load); views,
+    # so that they follow the splits and permutes of the axes as the buffers' views do
+    self.reduce_pad: ShapeTracker | None = None
+    self.out_pad: ShapeTracker | None = None
+    self.tensor_core: TensorCoreUse | None = None
+    self.dont_use_locals = False
+    self._drop_ones()
+    self._merge_adjacent()
+
+  # ---- the shared shape ----
+
+  @property
+  def shape_len(self) -> int: return len(self.full_shape)
+
+  def st_of(self, node: UOp) -> ShapeTracker: return self.sts[self.view_nodes.index(node)]
+
+  def axes_of(self, *kinds: AxisKind) -> list[int]: return [i for i, k in enumerate(self.kinds) if k in kinds]
+
+  def entry_axes(self) -> list[int]:
+    """A scatter kernel's entry axes (whatever their kind now): the axes its store's view does not walk."""
+    if self.scatter is None: return []
+    st = self.st_of(self.scatter)
+    return [a for a in range(self.shape_len) if st.shape[a] == 1 and self.full_shape[a] > 1]
+
+  def _reshape_all(self, new_full: tuple[int, ...], per_st: list[tuple[int, ...]]) -> None:
+    self.sts = [st.reshape(shape) for st, shape in zip(self.sts, per_st)]
+    self._map_pads(lambda st: st.reshape(new_full))
+    self.full_shape = new_full
+
+  def _map_pads(self, f: Callable[[ShapeTracker], ShapeTracker]) -> None:
+    if self.reduce_pad is not None: self.reduce_pad = f(self.reduce_pad)
+    if self.out_pad is not None: self.out_pad = f(self.out_pad)
+
+  def _drop_ones(self) -> None:
+    keep = [i for i, s in enumerate(self.full_shape) if s != 1]
+    if len(keep) == self.shape_len: return
+    self.sts = [st.reshape(tuple(st.shape[i] for i in keep)) for st in self.sts]
+    self.full_shape = tuple(self.full_shape[i] for i in keep)
+    self.kinds = [self.kinds[i] for i in keep]
+
+  def _mergeable(self, i: int) -> bool:
+    """Axes i and i+1 can become one when every view walks them as one linear range."""
+    if self.kinds[i] != self.kinds[i + 1]: return False
+    for st in self.sts:
+      if st.shape[i] == 1 and st.shape[i + 1] == 1: continue
+      if st.shape[i:i + 2] != self.full_shape[i:i + 2]: return False
+      merged = st.reshape(st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:])
+      if len(merged.views) > len(st.views): return False
+    return True
+
+  def _merge_adjacent(self) -> None:
+    i = 0
+    while i < self.shape_len - 1:
+      if not self._mergeable(i):
+        i += 1
+        continue
+      per_st = [st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:] for st in self.sts]
+      merged_full = self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:]
+      self._reshape_all(merged_full, per_st)
+      del self.kinds[i + 1]
+
+  def split_axis(self, axis: int, amt: int, kind: AxisKind, top: bool = False) -> int:
+    """Split `axis` into (size/amt, amt) (amt first when `top`), give the amt part `kind`, keep kind order.
+
+    Returns the position of the new axis."""
+    size = self.full_shape[axis]
+    assert size % amt == 0, f"{amt} does not divide axis {axis} of size {size}"
+    parts = (amt, size // amt) if top else (size // amt, amt)
+    new_full = self.full_shape[:axis] + parts + self.full_shape[axis + 1:]
+    per_st = [st.shape[:axis] + (parts if st.shape[axis] == size else (1, 1)) + st.shape[axis + 1:] for st in self.sts]
+    self._reshape_all(new_full, per_st)
+    new_pos = axis if top else axis + 1
+    self.kinds.insert(axis + 1, self.kinds[axis])
+    self.kinds[new_pos] = kind
+    return self._move_into_place(new_pos)
+
+  def keep_prefix(self, axis: int, size: int) -> None:
+    """Keep the first `size` indices of a GLOBAL axis: BEAM times a slice of a large kernel whose inner loops are the
+    same as the whole kernel's. The kernel then computes only part of its output."""
+    assert self.kinds[axis] is AxisKind.GLOBAL and 0 < size <= self.full_shape[axis], f"keep {size} of axis {axis}"
+    full = self.full_shape[axis]
+    self.sts = [st.shrink(tuple((0, size) if i == axis and s == full else (0, s) for i, s in enumerate(st.shape)))
+                for st in self.sts]
+    kept = tuple((0, size) if i == axis else (0, s) for i, s in enumerate(self.full_shape))
+    self._map_pads(lambda st: st.shrink(kept))
+    self.full_shape = self.full_shape[:axis] + (size,) + self.full_shape[axis + 1:]
+
+  def _move_into_place(self, pos: int) -> int:
+    kind = self.kinds[pos]
+    rest = [i for i in range(self.shape_len) if i != pos]
+    target = sum(1 for i in rest if AXIS_ORDER.index(self.kinds[i]) <= AXIS_ORDER.index(kind))
+    order = rest[:target] + [pos] + rest[target:]
+    self.permute(order)
+    return target
+
+  def permute(self, order: list[int]) -> None:
+    self.sts = [st.permute(tuple(order)) for st in self.sts]
+    self._map_pads(lambda st: st.permute(tuple(order)))
+    self.full_shape = tuple(self.full_shape[i] for i in order)
+    self.kinds = [self.kinds[i] for i in order]
+
+  # ---- optimizations ----
+
+  def copy(self) -> Kernel:
+    ret = copy.copy(self)
+    ret.sts, ret.kinds = list(self.sts), list(self.kinds)
+    ret.applied_opts = list(self.applied_opts)
+    return ret
+
+  def upcast_size(self) -> int:
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
+  def local_size(self) -> int:
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+  def shared_bytes(self) -> int:
+    """Shared memory a block needs: with a GROUP axis, each reduce keeps a partial result per thread and upcast lane
+    (the lowerer's `_group`)."""
+    if not self.axes_of(AxisKind.GROUP): return 0
+    lanes = prod(s for s, k in zip(self.full_shape, self.kinds) if k is AxisKind.UPCAST)
+    reduces = [u for u in self.ast.toposort if u.op is Ops.REDUCE_AXIS]
+    return sum(self.local_size() * lanes * r.dtype.itemsize for r in reduces)
+
+  def apply_opt(self, opt: Opt) -> None:
+    """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
+    saved = (self.full_shape, list(self.kinds), list(self.sts), self.reduce_pad, self.out_pad, self.tensor_core,
+             self.dont_use_locals)
+    try:
+      self._apply_opt(opt)
+      _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
+             f"a block has at most {self.renderer.shared_max}")
+    except KernelOptError:
+      (self.full_shape, self.kinds, self.sts, self.reduce_pad, self.out_pad, self.tensor_core,
+       self.dont_use_locals) = saved
+      raise
+    self.applied_opts.append(opt)
+
+  def _resolve(self, opt: Opt, kinds: tuple[AxisKind, ...]) -> tuple[int, int]:
+    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len,
+           f"{opt}: axis out of range for shape {self.full_shape}")
+    assert opt.axis is not None
+    kind = self.kinds[opt.axis]
+    _check(kind in kinds, f"{opt}: axis {opt.axis} is {kind.name}, expected {'/'.join(k.name for k in kinds)}")
+    size = self.full_shape[opt.axis]
+    amt = size if opt.amt == 0 else opt.amt
+    _check(amt > 1 or (opt.amt == 0 and size > 1), f"{opt}: amount must be > 1")
+    _check(size % amt == 0, f"{opt}: {amt} does not divide axis {opt.axis} of size {size} (use PADTO first)")
+    return opt.axis, amt
+
+  def _apply_opt(self, opt: Opt) -> None:
+    r = self.renderer
+    if opt.op is OptOps.NOLOCALS:
+      _check(not self.axes_of(AxisKind.LOCAL, AxisKind.GROUP), f"{opt}: the kernel already has local axes")
+      self.dont_use_locals = True
+      return
+    # the tensor core's use names its axes by position: any reshaping or reordering after it (a SWAP too) would feed the
+    # mma the wrong fragments
+    _check(self.tensor_core is None, f"{opt}: {opt.op.name} cannot follow TC (the tensor core fixes the layout)")
+    if opt.op is OptOps.SWAP:
+      a, _ = self._resolve(Opt(opt.op, opt.axis), (AxisKind.GLOBAL,))
+      _check(0 <= opt.amt < self.shape_len and opt.amt != a and self.kinds[opt.amt] is AxisKind.GLOBAL,
+             f"{opt}: amt must name another GLOBAL axis")
+      order = list(range(self.shape_len))
+      order[a], order[opt.amt] = order[opt.amt], order[a]
+      self.permute(order)
+      return
+    if self.scatter is not None:
+      # two entries may name one target: without atomics, entries run one after another in one thread, never in lanes
+      # or threads at once
+      _check(self.atomic or opt.op not in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: a scatter kernel's "
+             "entries (its reduce axes) may name the same target, so they run in order: no UNROLL or GROUP")
+      # a padded entry would still update the target its masked index reads as (0); lanes of one thread naming one
+      # target would be one store (the same node), so even atomic entries are never lanes
+      _check(opt.op not in (OptOps.PADTO, OptOps.UPCAST) or opt.axis not in self.entry_axes(), f"{opt}: a scatter "
+             "kernel's entries are neither padded nor upcast")
+    if opt.op is OptOps.PADTO: return self._padto(opt)
+    if opt.op is OptOps.TC: return self._tc(opt)
+    if opt.op is OptOps.UPCAST:
+      axis, amt = self._resolve(opt, (AxisKind.GLOBAL, AxisKind.LOCAL))
+      _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: upcasting past {r.upcast_max} elements")
+      self.split_axis(axis, amt, AxisKind.UPCAST)
+    elif opt.op is OptOps.UNROLL:
+      axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
+      _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: unrolling past {r.upcast_max} elements")
+      self.split_axis(axis, amt, AxisKind.UNROLL)
+    elif opt.op is OptOps.LOCAL:
+      _check(r.has_local and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} has no local threads"
+             if not r.has_local else f"{opt}: NOLOCALS was applied")
+      axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
+      _check(self.local_size() * amt <= r.threads_max, f"{opt}: more than {r.threads_max} threads per block")
+      self.split_axis(axis, amt, AxisKind.LOCAL)
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+      _check(r.has_local and r.has_shared and not self.dont_use_locals,
+             f"{opt}: {r.device or 'this device'} cannot group")
+      axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
+      _check(not self.axes_of(AxisKind.GROUP), f"{opt}: the kernel is already grouped")
+      _check(self.local_size() * amt <= r.threads_max, f"{opt}: more than {r.threads_max} threads per block")
+      self.split_axis(axis, amt, AxisKind.GROUP, top=opt.op is OptOps.GROUPTOP)
+    elif opt.op is OptOps.THREAD:
+      _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
+      _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
+      axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
+      threads = max(1, int(THREADS.value))  # on one thread the shares run in order
+      _check(amt <= threads * MAX_SHARES_PER_THREAD, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per "
+             f"thread of THREADS={THREADS.value}")
+      self.split_axis(axis, amt, AxisKind.THREAD, top=True)
+    else: raise KernelOptError(f"unknown opt {opt}")
+
+  def _tc(self, opt: Opt) -> None:
+    """Map the multiply-accumulate onto the renderer's tensor core number `axis`: a warp per (M x N) output tile, K in
+    steps of the instruction's K, any other reduce axes (a convolution's window) as loops around it. Either load may
+    be A: a convolution's output channels make M or N, whichever its other axes fit."""
+    r = self.renderer
+    _check(bool(r.tensor_cores), f"{opt}: {r.device or 'this device'} has no tensor cores")
+    _check(opt.axis is not None and 0 <= opt.axis < len(r.tensor_cores), f"{opt}: axis selects one of "
+           f"{len(r.tensor_cores)} tensor cores")
+    _check(not self.applied_opts, f"{opt}: TC must be the first optimization")
+    tc = r.tensor_cores[opt.axis or 0]
+    match = _find_mma(self.ast, tc.dtype_in, tc.dtype_acc)
+    _check(match is not None, f"{opt}: the kernel is not a {tc.dtype_in.name} multiply-accumulate into "
+           f"{tc.dtype_acc.name}")
+    assert match is not None
+    use = self._tc_axes(tc, *match) or self._tc_axes(tc, match[1], match[0])
+    _check(use is not None, f"{opt}: no output axes M, N (one operand broadcast along each) and reduce axis K of "
+           f"sizes divisible by {tc.dims} in {self.full_shape}")
+    self.tensor_core = use
+
+  def _tc_axes(self, tc: TensorCore, load_a: UOp, load_b: UOp) -> TensorCoreUse | None:
+    """M, N and K with load_a as A: the innermost axes of sizes divisible by the instruction's (so that neighbouring
+    lanes read neighbouring elements where the layout allows); K one along which both operands move."""
+    (tm, tn, tk), full = tc.dims, self.full_shape
+    sa, sb = self.st_of(load_a).real_strides(), self.st_of(load_b).real_strides()
+    def last(axes: list[int], size: int, fits: Callable[[int], bool]) -> int | None:
+      return next((a for a in reversed(axes) if full[a] % size == 0 and fits(a)), None)
+    globals_ = self.axes_of(AxisKind.GLOBAL)
+    axis_m = last(globals_, tm, lambda a: sb[a] == 0 and sa[a] != 0)
+    axis_n = last(globals_, tn, lambda a: sa[a] == 0 and sb[a] != 0)
+    axis_k = last(self.axes_of(AxisKind.REDUCE), tk, lambda a: sa[a] != 0 and sb[a] != 0)
+    if axis_m is None or axis_n is None or axis_k is None: return None
+    return TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
+
+  def _padto(self, opt: Opt) -> None:
+    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range")
+    assert opt.axis is not None
+    axis, kind = opt.axis, self.kinds[opt.axis]
+    _check(kind in (AxisKind.GLOBAL, AxisKind.REDUCE), f"{opt}: only GLOBAL and REDUCE axes can be padded")
+    size = self.full_shape[axis]
+    _check(opt.amt > 1, f"{opt}: pad to a multiple > 1")
+    new = -(-size // opt.amt) * opt.amt
+    _check(new != size, f"{opt}: axis {axis} of size {size} is already a multiple of {opt.amt}")
+    _check(new <= size * 2, f"{opt}: padding {size} to {new} more than doubles the work")
+    pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
+    self.sts = [st if st.shape[axis] != size else st.grow(axis, new) if kind is AxisKind.GLOBAL and grown_load(node)
+                else st.pad(pad) for st, node in zip(self.sts, self.view_nodes)]
+    # the tracker of this kind masks the new positions; the other one, of positions on the other kind of axes, has
+    # them valid (it grows along: a later reshape of both needs the new size)
+    padded = (self.reduce_pad if kind is AxisKind.REDUCE else self.out_pad) or ShapeTracker.from_shape(self.full_shape)
+    other = self.out_pad if kind is AxisKind.REDUCE else self.reduce_pad
+    other = None if other is None else other.grow(axis, new)
+    if kind is AxisKind.REDUCE: self.reduce_pad, self.out_pad = padded.pad(pad), other
+    else: self.out_pad, self.reduce_pad = padded.pad(pad), other
+    self.full_shape = self.full_shape[:axis] + (new,) + self.full_shape[axis + 1:]
+
+  # ---- naming ----
+
+  def output_shape(self) -> tuple[int, ...]:
+    return tuple(1 if k.is_reduce else s for s, k in zip(self.full_shape, self.kinds))
+
+  @property
+  def colored_shape(self) -> str:
+    return "_".join(colored(str(s), k.value[0], k.value[1]) for s, k in zip(self.full_shape, self.kinds))
+
+  @property
+  def name(self) -> str:
+    """E_ for elementwise, r_ for reductions, S_ for scatters (schedule/scatter.py), then the shape; colored by axis
+    kind, unique within the process."""
+    prefix = "S" if self.scatter is not None else "r" if self.reduce_axes else "E"
+    base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
+    # numbered by shape and axis kinds, so a kernel's number is the same whether its name prints in color or not
+    seen = _names_seen[(prefix, tuple(self.full_shape), tuple(self.kinds))]
+    n = seen.setdefault(self.ast.key, len(seen))
+    return base if n == 0 else f"{base}n{n}"
+
+  def flops_and_mem(self) -> tuple[int, int]:
+    """ALU operations and bytes moved by one run: an estimate for GFLOPS and GB/s lines."""
+    not_alu = (Ops.SINK, Ops.VIEW, Ops.DEFINE_GLOBAL, Ops.CAST, Ops.BITCAST)
+    # an op on a reduce's result runs once per output, not once per element reduced (a conv's relu mask counted at
+    # the reduce's size showed 3.5x the GFLOPS it ran at)
+    after: dict[UOp, bool] = {}
+    for u in self.ast.toposort: after[u] = any(s.op is Ops.REDUCE_AXIS or after[s] for s in u.src)
+    alu = [u for u in self.ast.toposort if u.op not in VIEW_OPS and u.op not in not_alu]
+    full, outs = prod(self.full_shape), prod(self.output_shape())
+    ops = sum(outs if after[u] else full for u in alu)
+    mem = 0
+    for node in self.view_nodes:
+      if node.op in (Ops.LOAD, Ops.STORE):
+        touched = min(prod(self.full_shape), reach(node)) * node.src[0].dtype.itemsize
+        mem += touched * 2 if node is self.scatter else touched  # a scatter reads what it updates
+    return ops, mem
+

@@ -1,0 +1,311 @@
+"""The schedule cache: graphs of one structure (the same ops, shapes, dtypes and constants over other buffers) share
+one schedule, made once over placeholder buffers (a `Template`) and instantiated with each graph's own, as a JIT
+replays its captured kernels with new inputs.
+
+Two keys find a template:
+  * the abstract graph (`abstract`): realized nodes swapped for their buffers, each buffer for a numbered parameter,
+    interned, so that graphs of one structure give one SINK node. It is what the scheduler schedules, and keys
+    `templates`. Building it makes a UOp per node.
+  * the structure (`Structure`): the same walk writing plain tuples instead of nodes (op, dtype, arg, sources by
+    position in the walk), which keys `structures`: the template's key and where in the walk its outputs lie. An
+    eager call whose structure was seen finds its schedule without building the abstract graph (a 16-element add:
+    about a third of the time to realize it). Equal structures have equal abstract graphs, since each entry holds
+    what its abstract node is made of; the converse is not needed (a miss only costs the abstract walk).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, NamedTuple
+
+from lazytensor.dtype import dtypes
+from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE
+from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.schedule.index_check import IndexFlags
+from lazytensor.uop.ops import NodeMap, Ops, UOp
+
+
+class ScheduleItem(NamedTuple):
+  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first. (A NamedTuple: an
+  eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
+  ast: UOp
+  bufs: tuple[Buffer, ...]
+
+# a ScheduleItem made without the Python __new__ of a NamedTuple: an eager step makes one per kernel
+_new_item = tuple.__new__
+
+# read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
+_BUFFER, _CONTIGUOUS, _VIEW = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW
+_BUFFER_ATTR = buffer_map.attr
+
+# computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
+realized_map: NodeMap[UOp] = NodeMap("_realized")
+_REALIZED = realized_map.attr
+
+class Abstract(NamedTuple):
+  """A graph with realized nodes swapped for their buffers, each buffer replaced by a numbered parameter and each
+  CONTIGUOUS's identity by its position: graphs that differ only in the buffers they read abstract to one interned
+  sink, which keys the schedule cache (as a JIT keys its captured kernels by the function, with the buffers as
+  inputs)."""
+  sink: UOp
+  origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
+  params: list[UOp]       # parameter slot -> the caller's BUFFER node
+
+# placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
+# (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
+_param_buffers: weakref.WeakValueDictionary[tuple, Buffer] = weakref.WeakValueDictionary()
+
+def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
+  device, size = buf_uop.arg[0], buf_uop.arg[1]
+  uop = UOp(Ops.BUFFER, buf_uop.dtype, (), (device, size, ("param", slot, alias)))
+  if uop not in buffer_map:
+    key = (device, size, buf_uop.dtype, alias)
+    if (buf := _param_buffers.get(key)) is None: buf = _param_buffers[key] = Buffer(device, size, buf_uop.dtype)
+    buffer_map[uop] = buf
+  return uop
+
+# deeper graphs are walked with an explicit stack: two frames a level (the visit and its comprehension) stay well
+# inside Python's default limit of 1000 frames, whoever calls
+_MAX_RECURSION = 200
+
+class _TooDeep(Exception):
+  """A graph deeper than _MAX_RECURSION: the walk goes on with an explicit stack."""
+
+class _Abstracter:
+  """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
+  the graph still to compute, not the history behind its inputs."""
+  def __init__(self) -> None:
+    self.done: dict[UOp, UOp] = {}     # caller's node -> abstract node
+    self.in_hits: dict[UOp, UOp] = {}  # the same for the nodes of realized values (not looked up in realized_map)
+    self.origin: dict[UOp, UOp] = {}
+    self.params: list[UOp] = []
+    self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
+    self.aliases: dict[int, int] = {}   # memory bit -> alias number
+    self.contiguous = 0
+
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    if node.op is Ops.BUFFER:
+      if (p := self.slots.get(node)) is None:
+        # a BUFFER node's `reads` is its memory's bit: nodes of one buffer share it, no two live buffers do
+        alias = self.aliases.setdefault(node.reads, len(self.aliases))
+        p = self.slots[node] = _param_uop(node, len(self.params), alias)
+        self.params.append(node)
+      return p
+    if node.op is Ops.CONTIGUOUS and node.arg is not None:
+      self.contiguous += 1
+      return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+
+  def plain(self, root: UOp) -> UOp:
+    for node in root.toposort:
+      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
+    return self.in_hits[root]
+
+  def walk(self, root: UOp) -> UOp:
+    """The abstract node of root. The loop every eager realize runs over its new nodes: recursive (a third less time
+    than a stack of (node, expanded) pairs on the graph of a training step), continued by the stack past
+    _MAX_RECURSION levels (a chain of 10**5 adds). Both visit sources left to right, after their own sources, so
+    parameters are numbered in the same order whichever finishes the walk."""
+    try: return self._visit(root, 0)
+    except _TooDeep: return self._walk_stack(root)
+
+  def _visit(self, node: UOp, depth: int) -> UOp:
+    if (new := self.done.get(node)) is not None: return new
+    if (hit := node.__dict__.get(realized_map.attr)) is not None: new = self.plain(hit)
+    else:
+      if depth > _MAX_RECURSION: raise _TooDeep
+      src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
+      op = node.op
+      if op is Ops.BUFFER or op is Ops.CONTIGUOUS: new = self.convert(node, src)
+      else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
+    self.done[node] = new
+    self.origin[new] = node
+    return new
+
+  def _walk_stack(self, root: UOp) -> UOp:
+    done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
+    while stack:
+      node, expanded = stack.pop()
+      if node in done: continue
+      if expanded:
+        src = tuple([done[s] for s in node.src])
+        if node.op is Ops.BUFFER or node.op is Ops.CONTIGUOUS: new = self.convert(node, src)
+        else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+      elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
+      else:
+        stack.append((node, True))
+        stack += [(s, False) for s in reversed(node.src) if s not in done]
+        continue
+      done[node] = new
+      origin[new] = node
+    return done[root]
+
+class Substituter(_Abstracter):
+  """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
+  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+
+def abstract(outs: list[UOp]) -> Abstract:
+  # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
+  a = _Abstracter()
+  return Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params)
+
+class Template:
+  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
+  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> None:
+    self.sink, self.items, self.becomes = sink, items, list(becomes.items())
+    self.uses = 0
+    params = [n for n in sink.toposort if n.op is Ops.BUFFER]
+    # an instance runs on a list of buffers: the caller's, by parameter slot, then new ones for those the schedule
+    # makes; the items and values name them by position there
+    self.param_slots = [p.arg[2][1] for p in params]
+    position = {id(buffer_map[p]): i for i, p in enumerate(params)}
+    # BUFFER nodes of the values the outputs become: parameters map back to the caller's nodes, the others are new
+    # nodes (for new memory, or new names for assigned memory) made for each instance
+    value_buffers = dict.fromkeys(n for _, v in self.becomes for n in v.toposort if n.op is Ops.BUFFER)
+    # new memory: what the items use, and outputs that no item writes (of 0 elements)
+    made = [b for it in items for b in it.bufs]
+    made += [buffer_map[n] for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    made = list({id(b): b for b in made if id(b) not in position}.values())
+    # the flags of index checks (schedule/index_check.py) are the same at every instance: they carry the message, and
+    # come back clear from every run
+    self.fresh = [b for b in made if not isinstance(b, IndexFlags)]
+    self.flags = [b for b in made if isinstance(b, IndexFlags)]
+    for i, b in enumerate([*self.fresh, *self.flags]): position[id(b)] = len(params) + i
+    self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
+    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
+    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
+    self.fresh_names = [(n, position[id(buffer_map[n])]) for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
+    self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
+
+  def instantiate(self, params: list[UOp], origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The schedule with the caller's buffers: `params` are its BUFFER nodes by parameter slot, `origins` its node
+    for each value of `becomes` (None where its graph has none)."""
+    # loops rather than comprehensions: each of those is a function call on Python 3.11, and an eager step has a
+    # handful of buffers
+    schedule_stats["reused" if self.uses else "scheduled"] += 1
+    self.uses += 1
+    bufs: list[Buffer] = []
+    for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
+    for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
+    bufs += self.flags
+    items: list[ScheduleItem] = []
+    for ast, positions in self.item_bufs: items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__,
+                                                                                                 positions)))))
+    names: dict[UOp, UOp] = {}
+    for n, slot in self.param_names: names[n] = params[slot]
+    for n, i in self.fresh_names:
+      buf = bufs[i]
+      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    becomes: dict[UOp, UOp] = {}
+    for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
+      if orig is None: continue
+      becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
+        value.substitute(names)
+    if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
+      print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
+            f"{' (schedule cache hit)' if self.uses > 1 else ''}")
+    return items, becomes
+
+# a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
+_NUMBERED = "param"
+
+class Structure:
+  """The walk `abstract` makes (the same order, the same stops at realized nodes), each node written as a tuple: what
+  its abstract node is made of, its sources by their position among the entries. `key` is the whole graph's."""
+  def __init__(self) -> None:
+    self.done: dict[UOp, int] = {}     # caller's node -> its entry
+    self.in_hits: dict[UOp, int] = {}  # the same for the nodes of realized values
+    self.entries: list[tuple[Any, ...]] = []
+    # entry -> the caller's node the main walk last finished with it (a realized node stands for its value's root,
+    # as in the abstract graph's origin); the entries of a realized value's inner nodes have none
+    self.node_of: dict[int, UOp] = {}
+    self.params: list[UOp] = []         # parameter slot -> the caller's BUFFER node
+    self.slots: dict[UOp, int] = {}
+    self.aliases: dict[int, int] = {}
+
+  def param(self, node: UOp) -> int:
+    """The entry of a BUFFER node: its parameter's, made when the walk first meets it."""
+    if (i := self.slots.get(node)) is None:
+      alias = self.aliases.setdefault(node.reads, len(self.aliases))
+      self.params.append(node)
+      i = self.slots[node] = len(self.entries)
+      self.entries.append((_BUFFER, node.dtype.ident, node.arg[0], node.arg[1], alias))
+    return i
+
+  def convert(self, node: UOp, src: tuple[int, ...]) -> int:
+    op, entries = node.op, self.entries
+    if op is _BUFFER: return self.param(node)
+    arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
+    # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
+    entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
+    return len(entries) - 1
+
+  def plain(self, root: UOp) -> int:
+    for node in root.toposort:
+      if node not in self.in_hits: self.in_hits[node] = self.convert(node, tuple(self.in_hits[s] for s in node.src))
+    return self.in_hits[root]
+
+  def visit(self, node: UOp, depth: int) -> int:
+    """The entry of a node not in `done` yet, after those of its sources. The loop every eager realize runs over its new
+    nodes: its callers look nodes up in `done`, and the sources are gathered in a loop, not a comprehension (a
+    function call on Python 3.11). A buffer among them is a parameter, taken where it is met rather than visited (each
+    realized input is one): its entry is found by `slots`, not `done`."""
+    done = self.done
+    if (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
+    else:
+      if depth > _MAX_RECURSION: raise _TooDeep
+      src = []
+      for s in node.src:
+        if s.op is _BUFFER: src.append(self.param(s))
+        else: src.append(j if (j := done.get(s)) is not None else self.visit(s, depth + 1))
+      i = self.convert(node, tuple(src))
+    done[node] = i
+    self.node_of[i] = node
+    return i
+
+def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure] | None:
+  """The structure key of a graph and its walk; None for a graph deeper than the recursive walk goes (it takes the
+  abstract path alone)."""
+  s = Structure()
+  roots = []
+  try:
+    for o in outs:
+      if (i := s.done.get(o)) is None: i = s.visit(o, 0)
+      roots.append(i)
+  except _TooDeep: return None
+  return (tuple(s.entries), tuple(roots)), s
+
+class Found(NamedTuple):
+  """What a structure names: its template (held here too: a structure seen again finds it without the abstract graph,
+  even once `templates` has dropped it), and for each value of the template's `becomes` the entry of the caller's node
+  it stands for (None: the graph has no such node)."""
+  template: Template
+  entries: list[int | None]
+
+def found_entries(s: Structure, a: Abstract, template: Template) -> list[int | None] | None:
+  """The entry of the caller's node behind each value of `becomes` (a.origin), for `Found`; None if one has none."""
+  out: list[int | None] = []
+  for node, _ in template.becomes:
+    if (orig := a.origin.get(node)) is None: out.append(None)
+    elif (entry := s.done.get(orig)) is None: return None
+    else: out.append(entry)
+  return out
+
+def origins(s: Structure, found: Found) -> list[UOp | None] | None:
+  """The caller's nodes behind the values of `becomes` in a graph of a found structure; None if one has none (its
+  entry came from inside a realized value there: the abstract walk answers)."""
+  out: list[UOp | None] = []
+  for entry in found.entries:
+    if entry is None: out.append(None)
+    elif (node := s.node_of.get(entry)) is None: return None
+    else: out.append(node)
+  return out
+
+# keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
+# with BEAM a search of that width (whose choice may differ with the thread count)
+templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
+# keyed by a structure and the same knobs
+structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)
+# graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
+schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}

@@ -1,0 +1,555 @@
+"""The scheduler: the tensor graph -> kernels (ScheduleItems) in dependency order.
+
+Fusion rules: elementwise ops fuse into their consumers; views are pushed down to the loads (a masked view over an
+elementwise op becomes a validity check around it); a reduce fuses with the elementwise ops before it and after it.
+A node gets a buffer of its own (is "materialized") when the user asks (outputs, contiguous, copies, assigns), when a
+reduce is consumed through anything but a reshape (e.g. `x - x.max(1, keepdim=True)`), when a reduce sits inside
+another reduce's input, when two reduces of different shapes would share a kernel, or when two kernels would
+otherwise both compute the same reduce.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lazytensor.dtype import dtypes
+from lazytensor.helpers import BEAM, CPU_TARGET, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
+from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
+from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
+from lazytensor.schedule import cache
+from lazytensor.schedule.cache import ScheduleItem, realized_map
+from lazytensor.schedule.gather import fold_gathers
+from lazytensor.schedule.index_check import IndexFlags
+from lazytensor.schedule.memory import plan_memory
+from lazytensor.schedule.multi import is_multi, split_multi
+from lazytensor.schedule.pack_search import beam_packing
+from lazytensor.schedule.reduce_split import split_block, split_reduce
+from lazytensor.schedule.scatter import embedded_scatters, split_scatter
+from lazytensor.shape.view import ShapeTracker
+from lazytensor.uop.graph import is_own_value
+from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
+
+# the walks of deep graphs (a chain of 10**4 ops) recurse past Python's default limit of 1000 frames
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+
+def is_plain_buffer_view(u: UOp) -> bool:
+  """Whether u reads a whole buffer densely: a contiguous() of it is the buffer itself."""
+  return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
+
+MOVES: dict[Ops, Callable[[ShapeTracker, Any], ShapeTracker]] = {
+  Ops.RESHAPE: lambda st, a: st.reshape(a), Ops.PERMUTE: lambda st, a: st.permute(a),
+  Ops.EXPAND: lambda st, a: st.expand(a), Ops.PAD: lambda st, a: st.pad(a),
+  Ops.SHRINK: lambda st, a: st.shrink(a), Ops.FLIP: lambda st, a: st.flip(a),
+}
+
+def _movement_st(op: Ops, arg: Any, src_shape: tuple[int, ...]) -> ShapeTracker:
+  return MOVES[op](ShapeTracker.from_shape(src_shape), arg)
+
+def fold_movement(m: UOp, x: UOp) -> UOp:
+  """A movement op becomes a VIEW, composed with the VIEW below it: the scheduler only ever sees views."""
+  st = _movement_st(m.op, m.arg, x.shape)
+  if x.op is Ops.VIEW: return UOp(Ops.VIEW, m.dtype, x.src, (x.arg + st).simplify())
+  return UOp(Ops.VIEW, m.dtype, (x,), st)
+
+def own_value_up(m: UOp, c: UOp) -> UOp | None:
+  """A movement of a copy op's result (graph.own_value) is the own_value of the movement: the marker goes up the
+  views, which fold onto the value under it as they would without it."""
+  return UOp(Ops.CAST, m.dtype, (m.replace(src=(c.src[0],)),)) if is_own_value(c) else None
+
+def read_through_own_values(u: UOp) -> UOp | None:
+  """An op that consumes a copy op's result reads the value under it, so kernels and fusion are as if it were not
+  there. Only where a tensor holds it (a root, a contiguous of it) it stays, for a buffer of its own."""
+  src = tuple(s.src[0] if is_own_value(s) else s for s in u.src)
+  return None if src == u.src else u.replace(src=src)
+
+pm_resolve: PatternMatcher[UOp] = PatternMatcher([
+  (UPat(GroupOp.Movement, src=(UPat(Ops.CAST, name="c"),), name="m"), own_value_up),      # move(own(x)) -> own(move(x))
+  (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="m"), fold_movement),                # movement -> VIEW
+  (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),                                  # detach(x) -> x
+  (UPat(GroupOp.Elementwise | {Ops.REDUCE_AXIS, Ops.ASSIGN, Ops.COPY}, name="u"),          # f(own(x)) -> f(x)
+   read_through_own_values),
+  (UPat(Ops.CUSTOM_GRAD, name="c"), lambda c: c.src[0]),                                  # the value alone
+  (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer
+   lambda v: v if is_plain_buffer_view(v) else None),
+  (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
+  (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
+])
+
+def _blocked(v: UOp, p: Packing) -> UOp:
+  """The view `v` of x, reading instead a copy of the elements it reads, laid out as p says, in a buffer of its own.
+  Only those elements: a slice of a larger buffer copies the slice (it copied the whole buffer: 16x as much for a
+  1024 block of a 4096x4096 matrix)."""
+  x, st = v.src[0], v.arg
+  shape, strides = st.shape, st.views[-1].strides
+  own = [a for a in range(len(shape)) if strides[a] != 0 and shape[a] > 1]  # the broadcast axes are read once
+  reads = st.shrink(tuple((0, s) if a in own else (0, 1) for a, s in enumerate(shape))).reshape(tuple(shape[a]
+                                                                                                       for a in own))
+  # the axis is filled up with zeros to a multiple of the block (or of p.multiple)
+  j, n = own.index(p.axis), shape[p.axis]
+  blocks = -(-n // (p.multiple or p.block)) * (p.multiple or p.block) // p.block
+  reads = reads.pad(tuple((0, blocks * p.block - n) if i == j else (0, 0) for i in range(len(reads.shape))))
+  split = reads.reshape(reads.shape[:j] + (blocks, p.block) + reads.shape[j + 1:])
+  order = (j,) + tuple(i for i in range(len(split.shape)) if i not in (j, j + 1)) + (j + 1,)
+  packed_st = split.permute(order)
+  packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st.simplify()),))
+  back = ShapeTracker.from_shape(packed_st.shape).permute(tuple(argsort(order))).reshape(
+    tuple((blocks * p.block if a == p.axis else s) if a in own else 1 for a, s in enumerate(shape)))
+  back = back.shrink(tuple((0, n) if a == p.axis else (0, back.shape[a]) for a in range(len(shape)))).expand(shape)
+  return UOp(Ops.VIEW, v.dtype, (packed,), back.simplify())
+
+def _packed(r: UOp, packs: tuple[Packing, ...]) -> UOp:
+  """`r`, reading the operands of its products that `packs` names from re-laid copies."""
+  mul, by_operand = r.src[0], {p.operand: p for p in packs}
+  if not by_operand: return r
+  return r.replace(src=(mul.replace(src=tuple(_blocked(v, by_operand[j]) if j in by_operand else v
+                                              for j, v in enumerate(mul.src))),))
+
+def _probe(r: UOp, packs: tuple[Packing, ...]) -> list[tuple[UOp, tuple[Buffer, ...]]]:
+  """The kernels (AST, buffers) that compute the reduce `r` alone, its operands' sources replaced by fresh buffers and
+  read through `packs`: what BEAM times for each packing."""
+  device, fresh = Device.first(r.device), {}
+  for v in r.src[0].src:
+    if (x := v.src[0]) not in fresh: fresh[x] = new_buffer_uop(device, prod(x.shape), x.dtype)
+  leaves = tuple(UOp(Ops.VIEW, v.dtype, (fresh[v.src[0]],),
+                     (ShapeTracker.from_shape(v.src[0].shape) + v.arg).simplify()) for v in r.src[0].src)
+  alone = _packed(r.replace(src=(r.src[0].replace(src=leaves),)), packs)
+  items, _ = _schedule_graph(UOp(Ops.SINK, dtypes.void, (alone,)), pack=False)
+  return [(it.ast, it.bufs) for it in items]
+
+def _pack_operand(r: UOp) -> UOp:
+  """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them, or with
+  BEAM, the copies of the fastest of the packings the heuristics offer (heuristic.pack_candidates)."""
+  mul = r.src[0]
+  if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
+  device = Device[Device.first(r.device)]
+  if (target := device.renderer.target) is None: return r
+  operands = [v.arg for v in mul.src]
+  if BEAM.value < 1: return _packed(r, pack_choice(target, r.arg[1], operands))
+  candidates = pack_candidates(target, r.arg[1], operands)
+  if len(candidates) == 1: return _packed(r, candidates[0])
+  # the search's key: the reduce and how it reads its operands, not what computes them
+  what = repr((r.arg, r.dtype, [(v.arg, v.src[0].shape, v.src[0].dtype) for v in mul.src], candidates)).encode()
+  best = beam_packing(device, int(BEAM.value), what, [functools.partial(_probe, r, p) for p in candidates])
+  return _packed(r, candidates[best])
+
+def _for_device(r: UOp) -> UOp:
+  """The reduce `r` as the device's heuristics lay it out: split into partial reduces over blocks of rows
+  (schedule/reduce_split.py), or reading operands of its products from re-laid copies (_pack_operand)."""
+  target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
+  if target is not None and (block := split_block(target, r)) is not None: return split_reduce(r, block)
+  return _pack_operand(r)
+
+def pack_operands(sink: UOp) -> UOp:
+  """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
+  heuristics ask for it (heuristic.pack_choice), and a reduce along a strided axis of a large operand runs in two
+  (reduce_split): the tensor graph is the same on every device, its schedule is the device's. One pass, so that a
+  reduce is never packed or split twice."""
+  done: dict[UOp, UOp] = {}
+  for node in sink.toposort:
+    new_src = tuple(done[s] for s in node.src)
+    new = node if new_src == node.src else node.replace(src=new_src)
+    done[node] = _for_device(new) if new.op is Ops.REDUCE_AXIS else new
+  return done[sink]
+
+@dataclass
+class _Graph:
+  """What the scheduler learns about one graph: which nodes are materialized, and each kernel's reduce."""
+  realize: dict[UOp, None] = field(default_factory=dict)
+  kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
+
+def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
+  """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
+  the whole value: when it reads fewer elements (Tensor.arange(10**7)[-3:] computes 3) of an elementwise value that is
+  not itself an output, and no reduce lies under it (its kernel would then copy out of the reduce's buffer, where the
+  view of that buffer costs no kernel). A view of a contiguous, copy or assign stays a view of that buffer."""
+  base = out.base
+  return out.op is Ops.VIEW and (base.op in GroupOp.Elementwise or base.op is Ops.IOTA) and base not in outs and \
+    prod(out.shape) < prod(base.shape) and not any(n.op is Ops.REDUCE_AXIS for n in base.toposort)
+
+def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
+  roots: dict[UOp, None] = {}
+  for out in sink.src:
+    base = out.base
+    if base.op not in (Ops.BUFFER, Ops.CONST): roots[out if _computes_part(out, sink.src) else base] = None
+  for node in sink.toposort:
+    if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
+    # a copy moves a dense buffer: whatever it copies is materialized first
+    if node.op is Ops.COPY and not is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
+  return roots
+
+def _read_by_kernel(n: UOp, g: _Graph) -> bool:
+  """Whether a kernel that uses n loads it rather than computes it: materialized nodes, buffers, copies."""
+  return n in g.realize or n.op in (Ops.BUFFER, Ops.COPY)
+
+def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True) -> tuple[list[UOp], list[UOp]]:
+  """The nodes a kernel computing `start` computes itself, and the nodes it reads instead: materialized ones, buffers,
+  copies (and unmaterialized reduces, unless `through_reduces`)."""
+  inner, reads, stack, seen = [], [], [start], set()
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if n is not start and (_read_by_kernel(n, g) or (n.op is Ops.REDUCE_AXIS and not through_reduces)):
+      reads.append(n)
+      continue
+    inner.append(n)
+    stack.extend(n.src)
+  return inner, reads
+
+def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
+  """Whether an assign's own kernel reads its target at positions other than the one it writes (a.assign(a.flip(0))):
+  that would race. A read is in place only where it reaches the target's own view through elementwise ops alone: a
+  view or a reduce on the way (the windows of a cumsum over the target) reads elsewhere. Reads in other kernels of the
+  schedule (a gradient that reads the weight) are ordered before it."""
+  target = assign.src[0]
+  buffer = target.src[0] if target.op is Ops.VIEW else target
+  stack, seen = [(assign.src[1], False)], set()
+  while stack:
+    item = stack.pop()
+    if item in seen: continue
+    seen.add(item)
+    n, moved = item
+    if n is buffer or (n.op is Ops.VIEW and n.src[0] is buffer):
+      if moved or n is not target: return True
+      continue
+    if n is not assign.src[1] and _read_by_kernel(n, g): continue
+    stack.extend((s, moved or n.op in (Ops.VIEW, Ops.REDUCE_AXIS)) for s in n.src)
+  return False
+
+def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
+  """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
+  start = root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
+  stack: list[tuple[UOp, bool, bool]] = [(start, True, False)]
+  seen: set[tuple[UOp, bool, bool]] = set()
+  while stack:
+    item = stack.pop()
+    if item in seen: continue
+    seen.add(item)
+    node, reshape_only, in_reduce = item
+    if node is not start and (node in g.realize or node.op in LEAVES): continue
+    if node.op is Ops.COPY: continue
+    if node.op is Ops.VIEW:
+      if in_reduce and _worth_materializing_before_expand(node, g): return node.src[0]
+      # a contiguous view is a reshape only when it reads all of its source (not a prefix of it: x[:1] of a reduce)
+      whole = node.arg.contiguous and prod(node.shape) == prod(node.src[0].shape)
+      stack.append((node.src[0], reshape_only and whole, in_reduce))
+    elif node.op is Ops.REDUCE_AXIS:
+      if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
+      other = g.kernel_reduce.get(root)
+      if other is not None and (other.src[0].shape, other.arg[1]) != (node.src[0].shape, node.arg[1]):
+        return node
+      g.kernel_reduce.setdefault(root, node)
+      owner[node] = root
+      stack.append((node.src[0], True, True))
+    else: stack.extend((s, reshape_only, in_reduce) for s in node.src)
+  return None
+
+EXPAND_RATIO = 2          # a view that reads each element of its source this many times or more is an expand
+RECOMPUTE_COST = 2        # ALU ops and extra loads per element of a source that is cheaper to store than to recompute
+MIN_RECOMPUTE_WORK = 1 << 16  # ...when recomputing adds this much work: below, a kernel launch costs more
+MAX_GROWTH = 4            # ...and when it is at most this many times larger than the largest thing it reads
+
+def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
+  """Whether the elementwise computation under an expanding view inside a reduce gets a buffer of its own: fused, it
+  would run once per element of the expanded view (a matmul of relu'(h) * dh by x recomputes the mask for every output
+  column: 1.4 ms instead of 0.65 + 0.01). Not for a single float op on one buffer (a cast: cheaper to recompute than to
+  store and load again; integer and bool ops are index arithmetic, not counted), not when recomputing adds less work
+  than a kernel launch costs, and not when the computation is much larger than what it reads (a one-hot mask from an
+  iota and indices, an outer product: cheap to recompute, huge to store)."""
+  src = view.src[0]
+  ratio = prod(view.shape) / max(prod(src.shape), 1)
+  if src.op not in GroupOp.Elementwise or src in g.realize or ratio < EXPAND_RATIO: return False
+  inner, reads = _fused_nodes(src, g, through_reduces=False)
+  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float)  # int and bool ops index
+  loads = len(reads)
+  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else prod(n.shape) for n in reads), default=0)
+  cost = alu + max(loads - 1, 0)
+  return cost >= RECOMPUTE_COST and prod(src.shape) <= MAX_GROWTH * largest_read and \
+    (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK
+
+def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
+  """Grow the set of materialized nodes (from the roots, and `also`) until every kernel obeys the fusion rules."""
+  g = _Graph(realize={**_must_realize_roots(sink), **dict.fromkeys(also)})
+  while True:
+    g.kernel_reduce = {}
+    owner: dict[UOp, UOp] = {}
+    found = None
+    for root in list(g.realize):
+      if (found := _walk_kernel(root, g, owner)) is not None: break
+      # an assign that would read its own target elsewhere computes its value into a buffer of its own first
+      if root.op is Ops.ASSIGN and root.src[1] not in g.realize and _reads_target_elsewhere(root, g):
+        found = root.src[1]
+        break
+    if found is None: return g
+    g.realize[found] = None
+
+class _KernelBuilder:
+  """Turns a materialized node into a kernel AST: views are pushed to the leaves, other kernels' outputs are loaded."""
+  def __init__(self, root: UOp, g: _Graph, outputs: dict[UOp, Buffer], leaf_buffers: dict[UOp, Buffer]) -> None:
+    self.root, self.g, self.outputs, self.leaf_buffers = root, g, outputs, leaf_buffers
+    self.bufs: list[Buffer] = []
+    self.leaf_reads: set[int] = set()  # ids of buffers read as they were before this schedule (not its outputs)
+    self.root_reads: set[UOp] = set()  # the other kernels of this schedule whose outputs it loads
+    self.memo: dict[tuple[UOp, ShapeTracker | None], UOp] = {}
+    self.reduces: dict[UOp, UOp] = {}  # each REDUCE_AXIS of the kernel -> the graph's reduce it computes
+    # each CHECK of the graph in the kernel -> its flags (schedule/index_check.py)
+    self.flags: dict[UOp, IndexFlags] = {}
+
+  def define_global(self, buf: Buffer) -> UOp:
+    idx = next((i for i, b in enumerate(self.bufs) if b is buf), None)
+    if idx is None:
+      self.bufs.append(buf)
+      idx = len(self.bufs) - 1
+    return UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(size=buf.size), (), idx)
+
+  def load(self, buf: Buffer, st: ShapeTracker) -> UOp:
+    return UOp(Ops.LOAD, buf.dtype, (self.define_global(buf), UOp(Ops.VIEW, dtypes.void, (), st)))
+
+  def build(self) -> UOp:
+    root, out_buf = self.root, self.outputs[self.root]
+    self.define_global(out_buf)
+    if root.op is Ops.ASSIGN: value, store_st = root.src[1], root.src[0].arg  # written through the target's view
+    else:
+      value = root.src[0] if root.op is Ops.CONTIGUOUS else root
+      store_st = ShapeTracker.from_shape(value.shape)
+    pending = None
+    if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
+      # the kernel runs in the reduce's shape; the store writes the same positions, seen in that shape
+      pending, store_st = ShapeTracker.from_shape(value.shape).reshape(red.shape), store_st.reshape(red.shape)
+    val = self.visit(value, pending, is_root=root.op is not Ops.ASSIGN)
+    return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, store_st, val),))
+
+  def _store(self, buf: Buffer, st: ShapeTracker, val: UOp) -> UOp:
+    return UOp(Ops.STORE, dtypes.void, (self.define_global(buf), UOp(Ops.VIEW, dtypes.void, (), st), val))
+
+  def visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool = False) -> UOp:
+    key = (node, pending)
+    if (hit := self.memo.get(key)) is not None: return hit
+    ret = self._visit(node, pending, is_root)
+    self.memo[key] = ret
+    return ret
+
+  def _visit(self, node: UOp, pending: ShapeTracker | None, is_root: bool) -> UOp:
+    if not is_root and node in self.outputs:
+      self.root_reads.add(node)
+      # an assign wrote its buffer through the target's view (a slice of a larger buffer): read it back through it
+      st = node.src[0].arg if node.op is Ops.ASSIGN else ShapeTracker.from_shape(node.shape)
+      return self.load(self.outputs[node], _compose(st, pending))
+    if node.op is Ops.VIEW:
+      base = node.src[0]
+      if base.op is Ops.BUFFER:
+        self.leaf_reads.add(id(self.leaf_buffers[base]))
+        return self.load(self.leaf_buffers[base], _compose(node.arg, pending))
+      return self.visit(base, _compose(node.arg, pending))
+    st = pending if pending is not None else ShapeTracker.from_shape(node.shape)
+    if node.op is Ops.CONST: return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+    if node.op is Ops.IOTA: return UOp(Ops.IOTA, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+    if node.op is Ops.REDUCE_AXIS:
+      assert pending is None or (pending.contiguous and pending.shape == node.shape), (
+        f"reduce reached through {pending}")
+      red = UOp(Ops.REDUCE_AXIS, node.dtype, (self.visit(node.src[0], None),), node.arg)
+      self.reduces[red] = node
+      return red
+    assert node.op in GroupOp.Elementwise, f"scheduler cannot put {node.op} in a kernel"
+    src = tuple(self.visit(s, pending) for s in node.src)
+    masked = pending is not None and any(v.mask is not None for v in pending.views)
+    valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), pending),)) if masked else None
+    ret = self._check(node, src, valid) if node.op is Ops.CHECK else UOp(node.op, node.dtype, src, node.arg)
+    # a padded view of a computed value is zero outside its mask, whatever the op would give there
+    return ret if valid is None else UOp(Ops.WHERE, ret.dtype, (valid, ret, UOp.const(ret.dtype, 0)))
+
+  def _check(self, node: UOp, src: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    """An index checked in the kernel, into a buffer of flags of its own (schedule/index_check.py). Outside a padded
+    view's mask it is no index: what it computes from the zeros loaded there (i + 5) may look out of range."""
+    flags = self.flags.setdefault(node, IndexFlags(self.outputs[self.root].device, node.arg))
+    ok = src[1] if valid is None else src[1] | valid.logical_not()
+    return UOp(Ops.CHECK, node.dtype, (self.define_global(flags), src[0], ok))
+
+def _compose(st: ShapeTracker, pending: ShapeTracker | None) -> ShapeTracker:
+  return st if pending is None else (st + pending).simplify()
+
+def _toposort_roots(sink: UOp, roots: dict[UOp, None]) -> list[UOp]:
+  return [n for n in sink.toposort if n in roots]
+
+def _root_shape(root: UOp) -> tuple[int, ...]:
+  return root.src[0].shape if root.op in (Ops.CONTIGUOUS, Ops.COPY) else root.shape
+
+def _output_buffer(root: UOp) -> Buffer:
+  if root.op is Ops.ASSIGN: return _buffer_of(root.src[0].src[0])
+  device = root.device
+  assert isinstance(device, str), f"{root.op} on the devices {device} reached the scheduler"
+  return Buffer(device, prod(_root_shape(root)), root.dtype)
+
+def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
+
+def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, and
+  what each computed node becomes once they have run; without `pack`, no packing copies are added (a graph that has
+  them already)."""
+  # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
+  resolved = graph_rewrite(sink, pm_resolve, name="resolve")
+  if pack: resolved = pack_operands(resolved)
+  g = _find_realizes(resolved)
+  leaf_buffers = {n: _buffer_of(n) for n in resolved.toposort if n.op is Ops.BUFFER}
+  roots, outputs, built, scatters = _build_kernels(resolved, g, leaf_buffers)
+  if scatters:  # scatter reduces inside bigger expressions get buffers of their own: each a fill and a scatter kernel
+    g = _find_realizes(resolved, scatters)
+    roots, outputs, built, _ = _build_kernels(resolved, g, leaf_buffers)
+  ran = _order_roots(roots, built, outputs)
+  items = [it for r in ran for it in built[r].items]
+  buffer_uops = {r: _buffer_uop_for(r, outputs[r]) for r in roots}
+  becomes = _becomes(sink, resolved, buffer_uops)
+  # an output's buffer holds its base, or itself when it was computed through its view (_computes_part)
+  outs = {o.base for o in resolved.src} | set(resolved.src)
+  keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN}
+  items, reused = plan_memory(items, keep)
+  for r in roots:
+    if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
+  # the order commit_realized records them in: the values, then the assigns in the order they run, so that the last
+  # one into a buffer is the node that stands for its contents (each assign's value is a BUFFER node of its own)
+  run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
+  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] + 1 if kv[0].op is Ops.ASSIGN else 0))
+
+def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
+    tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:
+  """The roots in dependency order, their output buffers, what each runs, and the reduces of the graph that are
+  scatters inside bigger expressions (schedule/scatter.py): they would run as one kernel each if materialized."""
+  roots = _toposort_roots(sink, g.realize)
+  outputs = {r: _output_buffer(r) for r in roots}
+  built: dict[UOp, _Built] = {}
+  scatters: dict[UOp, None] = {}
+  for root in roots:
+    if prod(_root_shape(root)) == 0:  # it writes no element: no kernel (one would store into memory of 0 elements)
+      built[root] = _Built((), set(), set())
+      continue
+    if root.op is Ops.COPY:
+      src = root.src[0]
+      src_buf = outputs[src] if src in outputs else leaf_buffers[src.src[0]]
+      old_reads, root_reads = (set(), {src}) if src in outputs else ({id(src_buf)}, set())
+      built[root] = _Built((ScheduleItem(root.replace(src=()), (outputs[root], src_buf)),), old_reads, root_reads)
+      continue
+    kb = _KernelBuilder(root, g, outputs, leaf_buffers)
+    ast = kb.build()
+    scatters.update(dict.fromkeys(kb.reduces[r] for r in embedded_scatters(ast)))
+    ast = fold_gathers(ast)
+    asts = split_scatter(ast) or (ast,)  # a scatter: a fill, then the scatter kernel updating its output in place
+    built[root] = _Built(tuple(_item(a, kb.bufs) for a in asts), kb.leaf_reads, kb.root_reads)
+  return roots, outputs, built, tuple(scatters)
+
+def _item(ast: UOp, bufs: list[Buffer]) -> ScheduleItem:
+  """A kernel of the AST with the buffers it uses, renumbered 0..n-1 in their order (a kernel split in two uses part
+  of the buffers each)."""
+  used = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL})
+  if used == list(range(len(bufs))): return ScheduleItem(ast, tuple(bufs))
+  renumber = {u: u.replace(arg=used.index(u.arg)) for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}
+  return ScheduleItem(ast.substitute(renumber), tuple(bufs[i] for i in used))
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
+
+  A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
+  reuses that schedule with its own buffers (schedule/cache.py). Nothing is recorded until the caller has run
+  the items and calls `commit_realized(becomes)`."""
+  cap = int(SCHEDULE_CACHE.value)
+  seen = cache.structure(outs) if cap > 0 else None
+  if seen is not None:
+    # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
+    key, walk = (seen[0], knob_state()), seen[1]
+    if (found := cache.structures.get(key)) is not None and (origins := cache.origins(walk, found)) is not None:
+      return found.template.instantiate(walk.params, origins)
+  abstract = cache.abstract(outs)
+  # only single-device graphs have templates: a hit needs no look for MULTI nodes
+  template_key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
+  template = cache.templates.get(template_key) if cap > 0 else None
+  if template is None and is_multi(abstract.sink):
+    # values on several devices: first one graph per device (schedule/multi.py), each scheduled (and cached) on its own
+    flat, regroup = split_multi(outs, cache.Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
+    items, becomes = create_schedule(flat)
+    return items, regroup(becomes)
+  if template is None:
+    template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
+    if cap > 0: cache.templates.put(template_key, template)
+  if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
+    cache.structures.put(key, cache.Found(template, entries))
+  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
+
+@dataclass(frozen=True)
+class _Built:
+  items: tuple[ScheduleItem, ...]  # the kernels of one root, in order
+  leaf_reads: set[int]   # ids of buffers it reads as they were before the schedule
+  root_reads: set[UOp]   # the roots whose outputs it reads
+
+def _order_roots(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, Buffer]) -> list[UOp]:
+  """The order the roots' kernels run in: dependency order, plus: a kernel that reads a buffer's contents (from before
+  the schedule, or as one assign left them) runs before any other assign overwrites them."""
+  after: dict[UOp, set[UOp]] = {r: set(built[r].root_reads) for r in roots}  # root -> roots that must run before it
+  needs: dict[UOp, set[UOp]] = {}  # root -> every root it depends on, transitively (roots come in dependency order)
+  for r in roots: needs[r] = set().union(*(needs[d] | {d} for d in after[r]))
+  writes: dict[int, list[UOp]] = {}
+  for a in roots:
+    if a.op is Ops.ASSIGN: writes.setdefault(id(outputs[a]), []).append(a)
+  for r in roots:
+    for buf, writers in writes.items():
+      if buf in built[r].leaf_reads: after_r = [a for a in writers if a is not r]  # the old contents: before them all
+      else:
+        # the contents that writer w left: before every other writer, unless r needs that one (an earlier writer)
+        read_from = [w for w in built[r].root_reads if w in writers]
+        after_r = [a for a in writers if a is not r and a not in read_from and
+                   (a not in needs[r] or any(w in needs[a] for w in read_from))] if read_from else []
+      for a in after_r: after[a].add(r)
+  order: list[UOp] = []
+  done: set[UOp] = set()
+  while len(done) < len(roots):
+    ready = next((r for r in roots if r not in done and after[r] <= done), None)
+    if ready is None:
+      raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
+                       "together), which one schedule cannot order; realize them one at a time")
+    order.append(ready)
+    done.add(ready)
+  return order
+
+def _buffer_uop_for(root: UOp, buf: Buffer) -> UOp:
+  if root.op is Ops.ASSIGN:
+    # a new BUFFER node for the same memory: graphs built from now on are new nodes, so nothing remembered about
+    # the old contents is mistaken for the new
+    target = root.src[0]
+    return UOp(Ops.VIEW, target.dtype, (new_buffer_uop(buf.device, buf.size, buf.dtype, buf),), target.arg)
+  shape = _root_shape(root)
+  buf_uop = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+  return UOp(Ops.VIEW, root.dtype, (buf_uop,), ShapeTracker.from_shape(shape))
+
+def _becomes(original_sink: UOp, sink: UOp, buffer_uops: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """Each requested output -> a VIEW of the buffer that now holds it (outputs that were views keep their view)."""
+  becomes: dict[UOp, UOp] = {}
+  for orig, new in zip(original_sink.src, sink.src):
+    if new in buffer_uops: becomes[orig] = buffer_uops[new]
+    elif new.op is Ops.VIEW and new.src[0] in buffer_uops:
+      base_view = buffer_uops[new.src[0]]
+      becomes[orig] = UOp(Ops.VIEW, new.dtype, base_view.src, (base_view.arg + new.arg).simplify())
+    else: becomes[orig] = new
+  return becomes
+
+def commit_realized(becomes: dict[UOp, UOp]) -> None:
+  """After a schedule ran: later graphs that contain these nodes read the buffers instead of recomputing. An assign
+  overwrote its buffer: the nodes realized into it before no longer stand for its contents, and are computed again
+  where a graph built before the assign holds them (another value computed alike, a value computed from it).
+
+  `becomes` is recorded in its order, which create_schedule makes the one the assigns ran in: the last one into a
+  buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
+  add standing for x, and a view of x read the second add's node as not computed, running it again)."""
+  # the maps' own methods, inlined: an eager step commits every output
+  attr, buffer_attr = realized_map.attr, buffer_map.attr
+  for node, buf_view in becomes.items():
+    if node is buf_view: continue
+    memory = buf_view.src[0].__dict__.get(buffer_attr) if buf_view.op is Ops.VIEW else None
+    if memory is not None and node.op is Ops.ASSIGN:
+      for ref in memory.realized_nodes:
+        if (old := ref()) is not None: old.__dict__.pop(attr, None)
+      memory.realized_nodes.clear()
+    node.__dict__[attr] = buf_view
+    if memory is not None: memory.remember_realized(node)
