@@ -878,9 +878,12 @@ def test_compare_helper_catches_mismatches() -> None:
 
 def test_api_docs_are_up_to_date() -> None:
   # docs/api.md is generated from the docstrings: a changed docstring must come with `python extra/api_docs.py`
+  import os
   import subprocess
   import sys
   from pathlib import Path
   root = Path(__file__).resolve().parent.parent
-  res = subprocess.run([sys.executable, str(root / "extra" / "api_docs.py"), "--check"], capture_output=True, text=True)
+  env = {**os.environ, "PYTHONPATH": str(root)}  # the checkout under test, installed or not
+  res = subprocess.run([sys.executable, str(root / "extra" / "api_docs.py"), "--check"], capture_output=True, text=True,
+                       env=env)
   assert res.returncode == 0, res.stdout + res.stderr
