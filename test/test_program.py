@@ -1,5 +1,7 @@
 """The one compile path (kernel + opts -> ProgramSpec) and the one cache key that every cache of programs and searched
 opts uses: each knob that changes the code must change the key."""
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -91,6 +93,22 @@ def test_cpu_target_after_a_run_gives_a_new_program(tmp_path) -> None:
     with Context(CPU_TARGET="x86-64-v2"): from_disk = realize.get_runner("CPU", ast)
     assert realize.compile_stats["disk"] == disk + 1 and from_disk.spec == runners["x86-64-v2"].spec
     with Context(CPU_TARGET="x86-64-v3"): assert realize.get_runner("CPU", ast).spec == runners["x86-64-v3"].spec
+
+@pytest.mark.parametrize("device", ["CPU", "EMU", "CUDACPU"])
+def test_unread_buffer_keeps_its_argument(device: str) -> None:
+  # x*0 folds the load of x away, yet the kernel is launched with x's buffer: its program must keep the argument
+  x = Tensor(np.arange(64, dtype=np.int64), device=device).realize()
+  item = create_schedule([(x * 0).lazydata])[0][-1]
+  spec = get_program(Kernel(item.ast, Device[device].renderer), "f")
+  assert spec.buffers == tuple(b.dtype for b in item.bufs) == (dtypes.int64, dtypes.int64)
+
+def test_threaded_kernel_with_an_unread_buffer_runs() -> None:
+  # without its argument the CPU's core id received x's address and the threads stored far out of bounds (a
+  # segfault), so the kernel runs in a process of its own
+  code = ("import numpy as np; from lazytensor import Context, Tensor\n"
+          "with Context(THREADS=2): print(int((Tensor(np.arange(1 << 20)).realize() * 0 + 1).numpy().sum()))")
+  run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+  assert run.returncode == 0 and run.stdout.split() == [str(1 << 20)], run.stderr[-2000:]
 
 def test_program_spec() -> None:
   a = Tensor(np.ones((16, 64), np.float32)).realize()

@@ -1,4 +1,7 @@
 """Kernel counts that users can rely on (docs/architecture.md), and scheduling behaviour."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -282,3 +285,31 @@ def test_prefix_view_of_a_reduce(fn, want) -> None:
   # reduce's shape and failed with an internal AssertionError (reshape changes the size)
   x = np.arange(7 * 8 * 3, dtype=np.float32).reshape(7, 8, 3)
   np.testing.assert_allclose(fn(Tensor(x)).numpy(), want(x))
+
+# each of these made the scheduler loop forever: the contiguous or assign walked into its value although that value
+# was materialized itself, took its reduce as its own, and the reduce's own kernel then asked for it to be materialized
+# again (already was), round after round; so they run in a process of their own, with a time limit
+_MATERIALIZED_VALUE_OF_A_COPY = """
+import numpy as np
+from lazytensor import Tensor
+from lazytensor.schedule.scheduler import create_schedule
+a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).realize()
+a[0:1].assign(a.sum(0, keepdim=True))
+print(a.tolist())
+s = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).sum(0, keepdim=True)
+items, _ = create_schedule([s.lazydata, s.contiguous().lazydata])
+print([sum(u.op.name == "REDUCE_AXIS" for u in it.ast.toposort) for it in items])
+t1 = (Tensor(np.array([[1, 2, 3], [4, 5, 6]], np.int32)) * 2).unsqueeze(1)
+t1.assign(t1 * 3)
+t5 = t1[[0, 0]]
+t5.fill_(6)
+print(t5.tolist(), t1.tolist())
+"""
+
+def test_a_copy_of_a_materialized_value_is_scheduled() -> None:
+  run = subprocess.run([sys.executable, "-c", _MATERIALIZED_VALUE_OF_A_COPY], capture_output=True, text=True,
+                       timeout=60)
+  assert run.returncode == 0, run.stderr[-2000:]
+  # the contiguous of a reduce realized beside it copies the reduce's buffer: one kernel reduces, not two
+  assert run.stdout.splitlines() == ["[[3.0, 5.0, 7.0], [3.0, 4.0, 5.0]]", "[1, 0]",
+                                     "[[[6, 6, 6]], [[6, 6, 6]]] [[[6, 12, 18]], [[24, 30, 36]]]"]

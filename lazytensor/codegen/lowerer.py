@@ -636,7 +636,8 @@ def _blocked_index(n: int, blocks: tuple[int, ...], numbers: itertools.count, ki
   return outer * blocks[0] + loop, loops + [loop]
 
 def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
-  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.
+  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops, and of
+  the DEFINE_GLOBAL of each buffer that none of them reads any more.
 
   Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
   (test/test_large.py, extra/bench/index_dtype.py)."""
@@ -648,6 +649,10 @@ def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
   if lw.flag_stores: sink = sink.replace(src=sink.src + tuple(lw.flag_stores))
   if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
   sink = graph_rewrite(sink, symbolic, name="symbolic")
+  # every buffer of the kernel keeps its argument, read or not (x*0 folds its load away): the program is called with
+  # all of them, and a missing one would shift the arguments after it (the CPU's core id would receive a pointer)
+  unread = tuple(u for u in k.ast.toposort if u.op is Ops.DEFINE_GLOBAL and u not in sink.toposort)
+  if unread: sink = sink.replace(src=sink.src + unread)
   return with_index_dtype(sink, dtypes.int64 if index64 else index_dtype(sink))
 
 # ---- the width of index math ----

@@ -18,7 +18,7 @@ from typing import Any
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
-from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
+from lazytensor.dtype import ALL_DTYPES, DType, PtrDType
 from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored
 from lazytensor.opt.kernel import Kernel, Opt
 from lazytensor.renderer import Renderer
@@ -51,7 +51,7 @@ def launch_dims(uops: list[UOp]) -> LaunchDims:
 @dataclass(frozen=True)
 class ProgramSpec:
   """A kernel ready to compile and launch: the function `name` in `source`, the element dtype of each buffer argument
-  (in order; void for a slot the program does not touch), its launch dims and the shared memory one block uses."""
+  (in order, every buffer of the kernel, read or not), its launch dims and the shared memory one block uses."""
   name: str
   source: str
   buffers: tuple[DType, ...]
@@ -71,23 +71,27 @@ class ProgramSpec:
     if not isinstance(d, dict) or set(d) != {"name", "source", "buffers", "launch", "shared_bytes"} or \
        not isinstance(launch := d["launch"], dict) or set(launch) != {"global_size", "local_size", "core_count"}:
       raise ValueError(f"not a ProgramSpec: fields {sorted(d) if isinstance(d, dict) else type(d).__name__}")
-    names = {**ALL_DTYPES, "void": dtypes.void}
     dims = [launch["global_size"], launch["local_size"]]
     checks = {"name": _is_str(d["name"]) and d["name"].isidentifier(), "source": _is_str(d["source"]),
-              "buffers": isinstance(d["buffers"], list) and all(_is_str(n) and n in names for n in d["buffers"]),
+              "buffers": isinstance(d["buffers"], list) and
+                         all(_is_str(n) and n in ALL_DTYPES for n in d["buffers"]),
               "launch sizes": all(isinstance(v, list) and len(v) == GRID_AXES and all(_is_int(x, 1) for x in v)
                                   for v in dims),
               "core_count": _is_int(launch["core_count"], 1), "shared_bytes": _is_int(d["shared_bytes"], 0)}
     if bad := [field for field, ok in checks.items() if not ok]: raise ValueError(f"not a ProgramSpec: bad {bad}")
-    return ProgramSpec(d["name"], d["source"], tuple(names[n] for n in d["buffers"]),
+    return ProgramSpec(d["name"], d["source"], tuple(ALL_DTYPES[n] for n in d["buffers"]),
                        LaunchDims(tuple(dims[0]), tuple(dims[1]), launch["core_count"]), d["shared_bytes"])
 
 def _is_str(x: Any) -> bool: return isinstance(x, str) and x != ""
 def _is_int(x: Any, lo: int) -> bool: return type(x) is int and x >= lo
 
-def _buffers(uops: list[UOp]) -> tuple[DType, ...]:
-  args = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}
-  return tuple(ALL_DTYPES[args[i].name] if i in args else dtypes.void for i in range(max(args, default=-1) + 1))
+def _buffers(k: Kernel, uops: list[UOp]) -> tuple[DType, ...]:
+  """The element dtype of each buffer argument of the program: every buffer of the kernel, in order, read or not."""
+  want = {u.arg: u.dtype for u in k.ast.toposort if u.op is Ops.DEFINE_GLOBAL}
+  have = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}
+  # the program is called with all of the kernel's buffers: one missing would shift the arguments after it
+  assert have == want and sorted(want) == list(range(len(want))), f"program arguments {have}, kernel buffers {want}"
+  return tuple(ALL_DTYPES[want[i].name] for i in range(len(want)))
 
 def _shared_bytes(uops: list[UOp]) -> int:
   return sum(u.arg[1] * u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL and isinstance(u.dtype, PtrDType))
@@ -103,7 +107,7 @@ def get_program(k: Kernel, name: str, index64: bool = False) -> ProgramSpec:
   if DEBUG >= 6:
     print_listing(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}"
                                                           for i, u in enumerate(uops)))
-  return ProgramSpec(name, k.renderer.render(name, uops), _buffers(uops), launch_dims(uops), _shared_bytes(uops))
+  return ProgramSpec(name, k.renderer.render(name, uops), _buffers(k, uops), launch_dims(uops), _shared_bytes(uops))
 
 # ---- the cache key ----
 

@@ -415,7 +415,8 @@ class LLVMRenderer(Renderer):
     for u in uops:
       if u in f.branched: continue  # rendered by the WHERE that reads it
       if (v := _HANDLERS.get(u.op, _unsupported)(f, u)) is not None: f.r[u] = v
-    # every argument index up to the highest, so that a buffer the program does not touch still has its slot
+    # every argument index up to the highest, so that a buffer the program does not touch still has its slot (one
+    # after the highest is kept by lower_kernel: a missing last one would hand %core_id its pointer)
     nbufs = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_GLOBAL), default=0)
     args = [f"ptr noalias %data{i}" for i in range(nbufs)] + ["i32 %core_id"]
     head = f'define void @"{name}"({", ".join(args)}) #0 {{'

@@ -7,6 +7,7 @@ import ctypes
 import functools
 import hashlib
 import operator
+import re
 import shutil
 import struct
 import subprocess
@@ -99,6 +100,27 @@ def _emitter(target: CPUTarget) -> llvm.TargetMachine:
   # only emits object code and is never given to an engine (engines take ownership of theirs), so it can be reused
   return target_machine(target)
 
+# LLVM 22.1's X86CompressEVEX pass (llvm/llvm-project#191304) turns `vpmovd2m %xmmN, %k; kmov %k, %eax` (the sign bits
+# of a vector of i8/i32/i64 taken to a general register) into the VEX vmovmskps/vmovmskpd/vpmovmskb without checking N:
+# a source in xmm16-31, which VEX cannot name, is encoded as xmm(N-16), so the sign bits of another vector are read.
+# Minimal reproducer (x86-64-v4; right on v3, which has no xmm16): 17 `<4 x i32>` loaded volatile and stored volatile at
+# the end (all live), `%m = icmp slt <4 x i32> %a16, zeroinitializer`, `%b = extractelement <4 x i1> %m, i64 0`,
+# `select i1 %b, i32 1, i32 2` -> 2 for a negative lane 0 of %a16. Our IR has no such mask; SLP makes one of the scalar
+# sign tests of orderable float keys (cummin/sort's `icmp ult bits, 0x80000000`) when it vectorizes the tests but not
+# the selects after them: cummin of exp(x) was wrong on AVX-512. Such a module is optimized again without SLP.
+_SIGN_TEST = re.compile(r"(%[\w.]+) = icmp (?:slt|sgt) <\d+ x i(?:8|32|64)> %[\w.]+, "
+                        r"(?:zeroinitializer|splat \(i\d+ -1\))")
+
+def _sign_mask_out(ir: str) -> bool:
+  """Whether optimized IR takes lanes of a vector sign test to scalar code (extractelement or a bitcast to an integer),
+  the shape that LLVM compiles through vpmov*2m + kmov."""
+  return any(re.search(rf"(?:extractelement|bitcast) <\d+ x i1> {re.escape(name)}(?![\w.])", ir)
+             for name in _SIGN_TEST.findall(ir))
+
+# what optimize() does, in the compile cache's key: changed with it, so that no object the old pipeline built (such as
+# a miscompiled one) is taken from the disk cache
+_PIPELINE = "O3 with loop and SLP vectorizers and unrolling; no SLP where it takes a sign mask to scalars"
+
 class LLVMCompiler(Compiler):
   """LLVM IR -> O3 (new pass manager, loop and SLP vectorizers on) -> object code for the target: `target`, or the one
   CPU_TARGET names at each use when None."""
@@ -109,15 +131,22 @@ class LLVMCompiler(Compiler):
 
   @property
   def cache_key(self) -> str:  # type: ignore[override]
-    return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {self.target.key} {_MAGIC!r}"
+    return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {self.target.key} {_MAGIC!r} {_PIPELINE}"
 
   def optimize(self, src: str) -> llvm.ModuleRef:
+    mod = self._pipeline(src, slp=True)
+    # with AVX-512's 32 vector registers, a sign mask that SLP hands to scalar code can be miscompiled (_SIGN_TEST)
+    if self.target.triple.startswith("x86_64") and self.target.vector_registers > 16 and _sign_mask_out(str(mod)):
+      mod = self._pipeline(src, slp=False)
+    return mod
+
+  def _pipeline(self, src: str, slp: bool) -> llvm.ModuleRef:
     tm = _emitter(self.target)
     mod = llvm.parse_assembly(src)
     mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization, pto.slp_vectorization, pto.loop_unrolling = True, True, True
+    pto.loop_vectorization, pto.slp_vectorization, pto.loop_unrolling = True, slp, True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return mod

@@ -231,7 +231,8 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
     if item in seen: continue
     seen.add(item)
     node, reshape_only, in_reduce = item
-    if node is not start and (node in g.realize or node.op in LEAVES): continue
+    # the value of a contiguous or an assign that is materialized itself is loaded (a copy), not computed again
+    if node is not root and (node in g.realize or node.op in LEAVES): continue
     if node.op is Ops.COPY: continue
     if node.op is Ops.VIEW:
       if in_reduce and _worth_materializing_before_expand(node, g): return node.src[0]
@@ -286,6 +287,8 @@ def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
         found = root.src[1]
         break
     if found is None: return g
+    # asking again for a node that is materialized already would loop here forever
+    assert found not in g.realize, f"scheduler: a kernel asks again for {found.op} {found.shape}, materialized already"
     g.realize[found] = None
 
 class _KernelBuilder:
@@ -321,7 +324,7 @@ class _KernelBuilder:
     if (red := self.g.kernel_reduce.get(root)) is not None and red.shape != value.shape:
       # the kernel runs in the reduce's shape; the store writes the same positions, seen in that shape
       pending, store_st = ShapeTracker.from_shape(value.shape).reshape(red.shape), store_st.reshape(red.shape)
-    val = self.visit(value, pending, is_root=root.op is not Ops.ASSIGN)
+    val = self.visit(value, pending, is_root=value is root)
     return UOp(Ops.SINK, dtypes.void, (self._store(out_buf, store_st, val),))
 
   def _store(self, buf: Buffer, st: ShapeTracker, val: UOp) -> UOp:
