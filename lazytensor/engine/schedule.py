@@ -409,10 +409,12 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
-  # the order commit_realized records them in: the values, then the assigns in the order they run, so that the last
-  # one into a buffer is the node that stands for its contents (each assign's value is a BUFFER node of its own)
+  # the order commit_realized records them in: the assigns in the order they run, so that the last one into a buffer
+  # is the node that stands for its contents (each assign's value is a BUFFER node of its own), then the values: an
+  # assign's commit drops what stood for its memory, which a view of it realized with it (y.add_(w).T) must outlive
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
-  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] + 1 if kv[0].op is Ops.ASSIGN else 0))
+  last = len(run_at)
+  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
 
 def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
     tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:
