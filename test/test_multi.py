@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Tensor, TinyJit, dtypes, nn
+from lazytensor.dtype import DType
 from lazytensor.engine.schedule import create_schedule
 from lazytensor.nn.optim import SGD, Adam, Optimizer
 from lazytensor.nn.state import get_parameters, get_state_dict, load_state_dict
@@ -127,6 +128,26 @@ def test_all_reduce_ring_and_naive(ring: int) -> None:
     check_sharded(lambda a: a.sum(0), [(8, 33)], [(D4, 0)], atol=1e-4)
     check_sharded(lambda a: a.max(1), [(5, 7)], [(D4, 1)])
     check_sharded(lambda a: a.sum(), [(15, 3)], [(D4, 0)], atol=1e-4)
+
+# zeros of both signs and a NaN, where each piece ends up (each column's largest: 5.0, NaN and -0.0)
+_SIGNED = np.array([[-0.0, 1, -0.0], [5, np.nan, -1], [-0.0, -0.0, -0.0], [1, -2, -0.0], [-0.0, 4, -3]], np.float32)
+MOVES_BETWEEN_DEVICES: list[tuple[str, Callable[[Tensor], Tensor], np.ndarray]] = [
+  ("gather", lambda x: x.shard(D4, 0).to("CPU"), _SIGNED),
+  ("all-gather", lambda x: x.shard(D4, 0).to(D4), _SIGNED),
+  ("reshard", lambda x: x.shard(D4, 1) + Tensor.full((5, 3), -0.0).shard(D4, 0), _SIGNED),
+  ("ring all-reduce", lambda x: x.shard(D4, 0).max(0), np.max(_SIGNED, 0)),
+]
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64], ids=str)
+@pytest.mark.parametrize("name,move,want", MOVES_BETWEEN_DEVICES, ids=[n for n, _, _ in MOVES_BETWEEN_DEVICES])
+def test_pieces_put_together_keep_every_bit(name: str, move: Callable[[Tensor], Tensor], want: np.ndarray,
+                                            dtype: DType) -> None:
+  # the pieces were padded with zeros and summed: -0.0 + 0.0 came back as 0.0 on a gather, an all-gather, a reshard
+  # and from the chunks of a ring all-reduce
+  with Context(RING=0):
+    got = move(Tensor(_SIGNED).cast(dtype)).numpy().astype(np.float32)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 # ---- gradients ----
 

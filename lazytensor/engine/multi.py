@@ -60,14 +60,18 @@ def _with_axis(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
 
 # ---- moving slices between devices ----
 
+# the unsigned integer of each width: what a float's bits are read as
+_BITS = {dt.itemsize: dt for dt in (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)}
+
 def _concat(parts: list[tuple[int, UOp]], axis: int, like: UOp, shape: tuple[int, ...], device: DeviceLike) -> UOp:
   """Parts (offset along `axis`, value on `device`) placed side by side into `shape` (with the dtype of `like`):
-  padded and added, which the scheduler fuses into one kernel that reads each part once."""
+  padded with zeros and ORed together, a float's as its bits, which the scheduler fuses into one kernel that reads each
+  part once. Each element is one part's, exactly: a sum of the padded floats made -0.0 + 0.0 = 0.0."""
   if not parts or prod(shape) == 0: return const_uop(0, like.dtype, device, shape)
   if len(parts) == 1 and parts[0][1].shape == shape: return parts[0][1]
-  padded = [axis_pad(x, axis, off, shape[axis] - off - x.shape[axis]) for off, x in parts]
-  join = Ops.OR if padded[0].dtype == dtypes.bool else Ops.ADD
-  return functools.reduce(lambda a, b: a.alu(join, b), padded)
+  bits = _BITS[like.dtype.itemsize] if like.dtype.is_float else like.dtype
+  padded = [axis_pad(x.bitcast(bits), axis, off, shape[axis] - off - x.shape[axis]) for off, x in parts]
+  return combine(Ops.OR, padded).bitcast(like.dtype)
 
 def _local(m: UOp, device: DeviceLike) -> UOp:
   """A replicated value's piece for `device`: its own, or a copy of the first. A piece that is a copy of one value is
