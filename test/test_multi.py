@@ -101,6 +101,27 @@ def test_uneven_bounds() -> None:
   assert x.bounds == ((0, 4), (4, 8), (8, 12), (12, 15))
   assert Tensor.ones(5, 2).shard(D4, axis=0).bounds == ((0, 2), (2, 4), (4, 5), (5, 5))
 
+# (shape, sharded axis, op) over tensors with no elements
+NO_ELEMENTS: list[tuple[tuple[int, ...], int, Callable[[Tensor], Tensor]]] = [
+  ((5, 3), 1, lambda x: x[0:0, ::2]),                # a strided slice pads and reshapes the sharded axis
+  ((2, 0, 5), 2, lambda x: x.reshape((3, 1, 0, 0))),
+  ((2, 0, 4), 2, lambda x: x.reshape((0, 2, 4))),    # the sharded axis stays whole, after another place of a 0
+  ((0, 3), 1, lambda x: x.pad(((1, 0), (1, 2))).reshape(1, 3, 2)),
+]
+
+@pytest.mark.parametrize("shape,axis,fn", NO_ELEMENTS, ids=[f"{s}-{a}" for s, a, _ in NO_ELEMENTS])
+def test_a_value_with_no_elements_keeps_its_shape(shape: tuple[int, ...], axis: int, fn: Callable[[Tensor], Tensor]) \
+    -> None:
+  # the multi pass matched the reshape's axes by the sizes before the sharded one, 0 at several places: realize gave
+  # (0, 1) for (0, 2) and (3, 1, 0, 5) for (3, 1, 0, 0)
+  want = fn(Tensor(np.zeros(shape, np.float32))).shape
+  out = fn(Tensor(np.zeros(shape, np.float32)).shard(D4, axis))
+  assert out.shape == want and out.realize().shape == want and out.numpy().shape == want
+
+def test_padding_keeps_the_bounds_in_order() -> None:
+  # an empty slice at the end stayed before the padding after: ((0, 1), (1, 2), (2, 4), (3, 3))
+  assert Tensor.ones(2, 3).shard(D4, 1).pad(((0, 0), (1, 1))).bounds == ((0, 2), (2, 3), (3, 5), (5, 5))
+
 def test_pieces_live_on_their_devices() -> None:
   a = np.arange(12, dtype=np.float32).reshape(4, 3)
   x = Tensor(a).shard(D2, 0).realize()
