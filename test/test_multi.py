@@ -170,6 +170,17 @@ def test_pieces_put_together_keep_every_bit(name: str, move: Callable[[Tensor], 
   np.testing.assert_array_equal(got, want)
   np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
+@pytest.mark.parametrize("axis", [None, 0], ids=["replicated", "sharded"])
+def test_a_value_realized_before_an_in_place_op_is_computed_again(axis: int | None) -> None:
+  # z's graph holds y * 2, realized into y's pieces before abs_ overwrote them: z read the new contents (+3 for -1)
+  def run(y: Tensor) -> list[np.ndarray]:
+    y = y * 2
+    z = y + 1
+    y.realize().abs_().realize()
+    return [z.numpy(), y.numpy()]
+  x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+  for got, want in zip(run(Tensor(x).shard(D2, axis)), run(Tensor(x))): np.testing.assert_array_equal(got, want)
+
 # ---- gradients ----
 
 def _grads(fn: Callable[..., Tensor], arrays: Sequence[np.ndarray], layouts: Sequence[Layout]) -> list[np.ndarray]:
@@ -188,6 +199,20 @@ def test_matmul_gradients(devices: tuple[str, ...], layouts: tuple[tuple[int | N
   want = _grads(loss, [x, w], [None, None])
   got = _grads(loss, [x, w], [(devices, layouts[0][0]), (devices, layouts[1][0])])
   for g, r in zip(got, want): np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-4)
+
+@pytest.mark.parametrize("axis", [None, 0], ids=["replicated", "sharded"])
+@pytest.mark.parametrize("op", ["abs_", "erfinv_", "exp_"])
+def test_gradient_through_an_in_place_op_on_a_realized_value(op: str, axis: int | None) -> None:
+  # the op's derivative reads the old contents of the clone's memory, 1 / v the new ones: the backward was refused
+  # (these assigns read each other's old contents), as on one device
+  def loss(a: Tensor) -> Tensor:
+    v = a.clone().realize()
+    getattr(v, op)()
+    return (1.0 / v).sum()
+  x = np.array([[-0.5, 0.25], [0.75, -0.125]], np.float32)
+  want = _grads(loss, [x], [None])
+  got = _grads(loss, [x], [(D2, axis)])
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
 
 def test_gradient_of_a_sharded_leaf_is_sharded() -> None:
   w = Tensor(np.ones((8, 3), np.float32)).shard_(D4, axis=0).requires_grad_()

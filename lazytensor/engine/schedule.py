@@ -544,13 +544,21 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
   buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
   add standing for x, and a view of x read the second add's node as not computed, running it again)."""
   # the maps' own methods, inlined: an eager step commits every output
-  attr, buffer_attr = realized_map.attr, buffer_map.attr
+  attr = realized_map.attr
   for node, buf_view in becomes.items():
     if node is buf_view: continue
-    memory = buf_view.src[0].__dict__.get(buffer_attr) if buf_view.op is Ops.VIEW else None
-    if memory is not None and node.op is Ops.ASSIGN:
-      for ref in memory.realized_nodes:
-        if (old := ref()) is not None: old.__dict__.pop(attr, None)
-      memory.realized_nodes.clear()
+    for memory in _memories(buf_view):
+      if node.op is Ops.ASSIGN:
+        for ref in memory.realized_nodes:
+          if (old := ref()) is not None: old.__dict__.pop(attr, None)
+        memory.realized_nodes.clear()
+      memory.remember_realized(node)
     node.__dict__[attr] = buf_view
-    if memory is not None: memory.remember_realized(node)
+
+def _memories(buf_view: UOp) -> tuple[Buffer, ...]:
+  """The buffers a realized value lies in: that of a view, each piece's of a value on several devices (a MULTI of
+  views, nested on a mesh), where an assign overwrites each (y.abs_() on a sharded y left y * 2, realized into it
+  before, standing for the new contents)."""
+  if buf_view.op is Ops.MULTI: return tuple(m for piece in buf_view.src for m in _memories(piece))
+  if buf_view.op is Ops.VIEW and (m := buf_view.src[0].__dict__.get(buffer_map.attr)) is not None: return (m,)
+  return ()
