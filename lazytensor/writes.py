@@ -322,7 +322,9 @@ def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
   # of that value, given memory of its own there)
   graph = (type(t)._of(hit) != 0).where(type(t)._of(placed), type(t)._of(old)).lazydata
   write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
-  root.lazydata = UOp(Ops.VIEW, root.dtype, type(t)(write).realize().lazydata.src, root.lazydata.arg)
+  written = type(t)(write).realize().lazydata
+  # (on several devices the pieces keep their nodes, as a write without gradients leaves them)
+  if root.lazydata.op is not Ops.MULTI: root.lazydata = UOp(Ops.VIEW, root.dtype, written.src, root.lazydata.arg)
   commit_realized({graph: root.lazydata})
   root._graph, root._requires_grad = graph, True
   rebase_views(root, old, graph, requires_grad=True)

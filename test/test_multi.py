@@ -461,6 +461,19 @@ def test_setitem_on_a_sharded_tensor(axis: int | None, dtype: str) -> None:
     if axis is None:
       for piece in x.lazydata.src: np.testing.assert_equal(Tensor(piece).numpy(), a)
 
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_setitem_with_gradients_on_a_sharded_tensor(axis: int | None) -> None:
+  # a write recorded for autograd into a clone on several devices made a VIEW of the pieces with the MULTI's layout as
+  # its view: AttributeError at the next read (fuzz_compose seed 1016)
+  def run(lay: Layout) -> list[np.ndarray]:
+    leaf, w = Tensor(np.arange(1, 13, dtype=np.float32).reshape(4, 3), requires_grad=True), Tensor([[-0.5, -1.0]])
+    w.requires_grad_()
+    x = (leaf if lay is None else leaf.shard(*lay)).clone()
+    x[1:3, Tensor([2, 0]).to(x.device)] = w if lay is None else w.shard(lay[0], None)
+    (x * x).sum().backward()
+    return [x.numpy(), leaf.grad.numpy(), w.grad.numpy()]
+  for got, want in zip(run((D2, axis)), run(None)): np.testing.assert_array_equal(got, want)
+
 def test_a_write_through_a_view_that_merges_the_sharded_axis_is_refused() -> None:
   x = Tensor.ones(4, 3).shard_(D4[:3], 0)
   with pytest.raises(ValueError, match=r"does not keep apart .* \(x\[0:1\] for x\[0\]\)"): x[0, 2] = 7.0
