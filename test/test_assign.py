@@ -1,4 +1,5 @@
 """Writing into realized tensors: assign (lazy, in place) and __setitem__ (now), with the hazards they bring."""
+import contextlib
 import gc
 from collections.abc import Callable
 from typing import Any
@@ -440,21 +441,57 @@ def test_detach_shares_memory_as_torch(lazy: bool) -> None:
     return out + [w.grad.tolist()]
   assert run(Tensor) == run(torch)
 
+# writes that autograd does not see, into a result of ops (lazy or realized): (name, under no_grad, the write)
+UNSEEN_WRITES: list[tuple[str, bool, Callable[[Any], Any]]] = [
+  ("detach add_", False, lambda y: y.detach().add_(1)),
+  ("detach view add_", False, lambda y: y.detach()[0:1].add_(1)),
+  ("detach setitem", False, lambda y: y.detach().__setitem__(0, 9.0)),
+  ("no_grad add_", True, lambda y: y.add_(1)),
+  ("no_grad mul_", True, lambda y: y.mul_(3)),
+  ("no_grad view add_", True, lambda y: y[1:].add_(1)),
+  ("no_grad transposed view add_", True, lambda y: y.T[0].add_(1)),
+  ("no_grad setitem", True, lambda y: y.__setitem__(0, 9.0)),
+]
+
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
-@pytest.mark.parametrize("write", ["setitem", "add_"])
-def test_write_through_detach_keeps_the_gradient_of_a_computed_tensor(write: str) -> None:
-  # y (lazy, computed from w) got a buffer for the write and lost its graph: w.grad was None (setitem), or y * y read
-  # y's old values (add_). As torch: the write is invisible to autograd, y's gradient is the old graph's, and values
-  # computed from y after it read the new contents
+@pytest.mark.parametrize("read", [False, True], ids=["", "read"])
+@pytest.mark.parametrize("realized", [False, True], ids=["lazy", "realized"])
+@pytest.mark.parametrize("name,under_no_grad,write", UNSEEN_WRITES, ids=[n for n, _, _ in UNSEEN_WRITES])
+def test_write_autograd_does_not_see_keeps_the_gradient_of_a_computed_tensor(
+    name: str, under_no_grad: bool, write: Callable[[Any], Any], realized: bool, read: bool) -> None:
+  # y (computed from w) lost its gradient: a write through a detached view read back before backward (its graph was
+  # registered for the new contents before the write ran, which dropped it), or any in-place write under no_grad (the
+  # value written, a constant to autograd, became y's graph). As torch: the write is invisible to autograd, y's
+  # gradient is the old graph's, and values computed from y after it read the new contents
   def run(fw: Any) -> list[Any]:
-    w = Tensor([1.0, 2.0], requires_grad=True) if fw is Tensor else torch.tensor([1.0, 2.0], requires_grad=True)
+    w = fw.tensor([[-0.5, 1.0], [2.0, 3.0]], requires_grad=True) if fw is torch else \
+      Tensor([[-0.5, 1.0], [2.0, 3.0]], requires_grad=True)
     y = w * 2
-    if write == "setitem": y.detach()[0] = 9.0
-    else: y.detach().add_(1)
+    if realized and fw is Tensor: y.realize()
+    with (no_grad() if fw is Tensor else torch.no_grad()) if under_no_grad else contextlib.nullcontext():
+      write(y)
+    if read: y.tolist()
     out = y * y
     out.sum().backward()
-    return [out.tolist() if fw is Tensor else out.detach().tolist(), w.grad.tolist()]
+    return [out.tolist() if fw is Tensor else out.detach().tolist(), None if w.grad is None else w.grad.tolist()]
   assert run(Tensor) == run(torch)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("op", ["add_", "mul_", "copy_"])
+def test_view_of_an_in_place_result_read_before_backward(op: str) -> None:
+  # the view (realized with the pending write it views) lost its graph: the write's commit, after the view's in the
+  # same schedule, dropped what the view's node stood for; x.grad and w.grad were None
+  def run(fw: Any) -> list[Any]:
+    x, w = (fw(np.full((2, 4), v, np.float32)).requires_grad_() for v in (1.0, 3.0))
+    y = x * 1
+    if fw is Tensor: y.realize()
+    getattr(y, op)(w)
+    v = y.transpose(0, 1)
+    v.numpy() if fw is Tensor else v.detach().numpy()
+    (v * 2).sum().backward()
+    # (torch's copy_ passes zeros to x, where lazytensor's backward leaves a gradient it does not reach as None)
+    return [np.zeros((2, 4)).tolist() if t.grad is None else t.grad.tolist() for t in (x, w)]
+  assert run(Tensor) == run(lambda a: torch.from_numpy(a))
 
 def test_repr_shows_an_in_place_op_written_through_a_view() -> None:
   x = Tensor([[1.0, 2.0]]).realize()

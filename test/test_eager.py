@@ -140,9 +140,10 @@ def test_the_structure_walk_numbers_parameters_as_the_abstract_walk() -> None:
     assert seen is not None
     assert seen[1].params == schedule_cache.abstract(outs).params
 
-def test_becomes_lists_the_assigns_last_in_the_order_they_run() -> None:
+def test_becomes_lists_the_assigns_first_in_the_order_they_run() -> None:
   # commit_realized records `becomes` in its order: the last assign into a buffer must be the one that stands for its
-  # contents, without the commit looking at the graphs (it sorted them by the size of their graphs at every step)
+  # contents, without the commit looking at the graphs (it sorted them by the size of their graphs at every step), and
+  # the values come after them: an assign's commit drops what stood for its memory, a view of it realized with it too
   from lazytensor.schedule.scheduler import create_schedule
   from lazytensor.uop.ops import Ops
   for seed in (80, 81):  # scheduled, then reused by structure
@@ -153,8 +154,8 @@ def test_becomes_lists_the_assigns_last_in_the_order_they_run() -> None:
     assert last is outer
     _, becomes = create_schedule([outer, (x * 2).lazydata])
     keys = list(becomes)
-    assert [k.op is Ops.ASSIGN for k in keys] == [False] * (len(keys) - 2) + [True, True]
-    assert keys[-2:] == [inner, outer]
+    assert [k.op is Ops.ASSIGN for k in keys] == [True, True] + [False] * (len(keys) - 2)
+    assert keys[:2] == [inner, outer]
     x.realize()
 
 def test_a_tensor_broadcast_at_every_step_keeps_a_bounded_record_of_its_views() -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Tensor, TinyJit, dtypes, nn
+from lazytensor.dtype import DType
 from lazytensor.nn.optim import SGD, Adam, Optimizer
 from lazytensor.nn.state import get_parameters, get_state_dict, load_state_dict
 from lazytensor.schedule.scheduler import create_schedule
@@ -100,6 +101,27 @@ def test_uneven_bounds() -> None:
   assert x.bounds == ((0, 4), (4, 8), (8, 12), (12, 15))
   assert Tensor.ones(5, 2).shard(D4, axis=0).bounds == ((0, 2), (2, 4), (4, 5), (5, 5))
 
+# (shape, sharded axis, op) over tensors with no elements
+NO_ELEMENTS: list[tuple[tuple[int, ...], int, Callable[[Tensor], Tensor]]] = [
+  ((5, 3), 1, lambda x: x[0:0, ::2]),                # a strided slice pads and reshapes the sharded axis
+  ((2, 0, 5), 2, lambda x: x.reshape((3, 1, 0, 0))),
+  ((2, 0, 4), 2, lambda x: x.reshape((0, 2, 4))),    # the sharded axis stays whole, after another place of a 0
+  ((0, 3), 1, lambda x: x.pad(((1, 0), (1, 2))).reshape(1, 3, 2)),
+]
+
+@pytest.mark.parametrize("shape,axis,fn", NO_ELEMENTS, ids=[f"{s}-{a}" for s, a, _ in NO_ELEMENTS])
+def test_a_value_with_no_elements_keeps_its_shape(shape: tuple[int, ...], axis: int, fn: Callable[[Tensor], Tensor]) \
+    -> None:
+  # the multi pass matched the reshape's axes by the sizes before the sharded one, 0 at several places: realize gave
+  # (0, 1) for (0, 2) and (3, 1, 0, 5) for (3, 1, 0, 0)
+  want = fn(Tensor(np.zeros(shape, np.float32))).shape
+  out = fn(Tensor(np.zeros(shape, np.float32)).shard(D4, axis))
+  assert out.shape == want and out.realize().shape == want and out.numpy().shape == want
+
+def test_padding_keeps_the_bounds_in_order() -> None:
+  # an empty slice at the end stayed before the padding after: ((0, 1), (1, 2), (2, 4), (3, 3))
+  assert Tensor.ones(2, 3).shard(D4, 1).pad(((0, 0), (1, 1))).bounds == ((0, 2), (2, 3), (3, 5), (5, 5))
+
 def test_pieces_live_on_their_devices() -> None:
   a = np.arange(12, dtype=np.float32).reshape(4, 3)
   x = Tensor(a).shard(D2, 0).realize()
@@ -128,6 +150,37 @@ def test_all_reduce_ring_and_naive(ring: int) -> None:
     check_sharded(lambda a: a.max(1), [(5, 7)], [(D4, 1)])
     check_sharded(lambda a: a.sum(), [(15, 3)], [(D4, 0)], atol=1e-4)
 
+# zeros of both signs and a NaN, where each piece ends up (each column's largest: 5.0, NaN and -0.0)
+_SIGNED = np.array([[-0.0, 1, -0.0], [5, np.nan, -1], [-0.0, -0.0, -0.0], [1, -2, -0.0], [-0.0, 4, -3]], np.float32)
+MOVES_BETWEEN_DEVICES: list[tuple[str, Callable[[Tensor], Tensor], np.ndarray]] = [
+  ("gather", lambda x: x.shard(D4, 0).to("CPU"), _SIGNED),
+  ("all-gather", lambda x: x.shard(D4, 0).to(D4), _SIGNED),
+  ("reshard", lambda x: x.shard(D4, 1) + Tensor.full((5, 3), -0.0).shard(D4, 0), _SIGNED),
+  ("ring all-reduce", lambda x: x.shard(D4, 0).max(0), np.max(_SIGNED, 0)),
+]
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64], ids=str)
+@pytest.mark.parametrize("name,move,want", MOVES_BETWEEN_DEVICES, ids=[n for n, _, _ in MOVES_BETWEEN_DEVICES])
+def test_pieces_put_together_keep_every_bit(name: str, move: Callable[[Tensor], Tensor], want: np.ndarray,
+                                            dtype: DType) -> None:
+  # the pieces were padded with zeros and summed: -0.0 + 0.0 came back as 0.0 on a gather, an all-gather, a reshard
+  # and from the chunks of a ring all-reduce
+  with Context(RING=0):
+    got = move(Tensor(_SIGNED).cast(dtype)).numpy().astype(np.float32)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+@pytest.mark.parametrize("axis", [None, 0], ids=["replicated", "sharded"])
+def test_a_value_realized_before_an_in_place_op_is_computed_again(axis: int | None) -> None:
+  # z's graph holds y * 2, realized into y's pieces before abs_ overwrote them: z read the new contents (+3 for -1)
+  def run(y: Tensor) -> list[np.ndarray]:
+    y = y * 2
+    z = y + 1
+    y.realize().abs_().realize()
+    return [z.numpy(), y.numpy()]
+  x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+  for got, want in zip(run(Tensor(x).shard(D2, axis)), run(Tensor(x))): np.testing.assert_array_equal(got, want)
+
 # ---- gradients ----
 
 def _grads(fn: Callable[..., Tensor], arrays: Sequence[np.ndarray], layouts: Sequence[Layout]) -> list[np.ndarray]:
@@ -146,6 +199,20 @@ def test_matmul_gradients(devices: tuple[str, ...], layouts: tuple[tuple[int | N
   want = _grads(loss, [x, w], [None, None])
   got = _grads(loss, [x, w], [(devices, layouts[0][0]), (devices, layouts[1][0])])
   for g, r in zip(got, want): np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-4)
+
+@pytest.mark.parametrize("axis", [None, 0], ids=["replicated", "sharded"])
+@pytest.mark.parametrize("op", ["abs_", "erfinv_", "exp_"])
+def test_gradient_through_an_in_place_op_on_a_realized_value(op: str, axis: int | None) -> None:
+  # the op's derivative reads the old contents of the clone's memory, 1 / v the new ones: the backward was refused
+  # (these assigns read each other's old contents), as on one device
+  def loss(a: Tensor) -> Tensor:
+    v = a.clone().realize()
+    getattr(v, op)()
+    return (1.0 / v).sum()
+  x = np.array([[-0.5, 0.25], [0.75, -0.125]], np.float32)
+  want = _grads(loss, [x], [None])
+  got = _grads(loss, [x], [(D2, axis)])
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
 
 def test_gradient_of_a_sharded_leaf_is_sharded() -> None:
   w = Tensor(np.ones((8, 3), np.float32)).shard_(D4, axis=0).requires_grad_()
@@ -393,6 +460,19 @@ def test_setitem_on_a_sharded_tensor(axis: int | None, dtype: str) -> None:
     np.testing.assert_equal(before.numpy(), np.arange(12).reshape(4, 3))
     if axis is None:
       for piece in x.lazydata.src: np.testing.assert_equal(Tensor(piece).numpy(), a)
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_setitem_with_gradients_on_a_sharded_tensor(axis: int | None) -> None:
+  # a write recorded for autograd into a clone on several devices made a VIEW of the pieces with the MULTI's layout as
+  # its view: AttributeError at the next read (fuzz_compose seed 1016)
+  def run(lay: Layout) -> list[np.ndarray]:
+    leaf, w = Tensor(np.arange(1, 13, dtype=np.float32).reshape(4, 3), requires_grad=True), Tensor([[-0.5, -1.0]])
+    w.requires_grad_()
+    x = (leaf if lay is None else leaf.shard(*lay)).clone()
+    x[1:3, Tensor([2, 0]).to(x.device)] = w if lay is None else w.shard(lay[0], None)
+    (x * x).sum().backward()
+    return [x.numpy(), leaf.grad.numpy(), w.grad.numpy()]
+  for got, want in zip(run((D2, axis)), run(None)): np.testing.assert_array_equal(got, want)
 
 def test_a_write_through_a_view_that_merges_the_sharded_axis_is_refused() -> None:
   x = Tensor.ones(4, 3).shard_(D4[:3], 0)

@@ -169,6 +169,30 @@ def test_setitem_mask_value_must_not_depend_on_the_count() -> None:
   t[Tensor(MASK)] = Tensor([5.0])
   np.testing.assert_array_equal(t.numpy(), np.where(MASK, 5.0, 0.0))
 
+@needs_torch
+@pytest.mark.parametrize("index,value", [
+  ((slice(None), [False] * 4), np.zeros((3, 0))), ([False] * 3, np.zeros((0, 4))), ([[False] * 4] * 3, np.zeros(0)),
+  ([False] * 3, np.zeros((0, 1)))], ids=["dim1", "dim0", "2d", "broadcast"])
+def test_setitem_mask_that_selects_none_takes_a_value_with_no_entries(index: Any, value: Any) -> None:
+  # refused before as a value that depends on the count of True values; torch takes it and writes nothing
+  def run(fw: Any) -> np.ndarray:
+    t = fw(np.array([[1.0, -0.0, 3.0, 4.0]] * 3, np.float32))
+    if fw is Tensor: t.realize()
+    idx = tuple(fw(np.array(i)) if isinstance(i, list) else i for i in index) if isinstance(index, tuple) else \
+      fw(np.array(index))
+    t[idx] = fw(value.astype(np.float32))
+    return t.numpy()
+  want = run(torch.from_numpy)
+  np.testing.assert_array_equal(run(Tensor), want)
+  assert np.signbit(run(Tensor)).tolist() == np.signbit(want).tolist()
+
+def test_setitem_mask_that_selects_some_with_a_value_with_no_entries_is_an_index_error() -> None:
+  # as torch (which raises at the write): the write is refused where it runs, the tensor unchanged
+  t = Tensor([1.0, 2.0, 3.0]).realize()
+  with pytest.raises(IndexError, match=r"x\[mask\] = value: mask entry 1 is out of bounds for a value with no entries"):
+    t[Tensor([False, True, False])] = Tensor([])
+  assert t.tolist() == [1.0, 2.0, 3.0]
+
 # ---- gather, scatter, scatter_reduce ----
 
 GATHER = [((3, 4, 5), 0, (2, 4, 5)), ((3, 4, 5), 1, (3, 6, 2)), ((3, 4, 5), -1, (1, 2, 7)), ((6,), 0, (9,))]

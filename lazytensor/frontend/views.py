@@ -9,7 +9,7 @@ import numpy as np
 
 from lazytensor.dtype import dtypes, from_storage
 from lazytensor.runtime.device import buffer_map
-from lazytensor.schedule.scheduler import MOVES
+from lazytensor.schedule.scheduler import MOVES, realized_map
 from lazytensor.shape.view import ShapeTracker, strides_for_shape
 from lazytensor.uop.graph import is_own_value
 from lazytensor.uop.ops import Ops, UOp
@@ -79,14 +79,19 @@ def row_major(ld: UOp) -> bool:
   return all(st1 == st2 for size, st1, st2 in zip(v.shape, v.strides, strides_for_shape(v.shape)) if size > 1)
 
 def assign_values(g: UOp) -> UOp:
-  """A gradient g with the in-place ops in it that a later one overwrites (x.add_(b).mul_(a): the gradient reads the
-  value of the add, which the mul's assign overwrites) replaced by their values: the gradient computes what it needs
-  instead of reading a buffer that holds something else by then, or running a write again."""
+  """A gradient g with the in-place ops in it replaced by their values where g needs other contents of their memory:
+  an in-place op that a later one overwrites (x.add_(b).mul_(a): the gradient reads the value of the add, which the
+  mul's assign overwrites), and one not run yet whose memory g also reads as it was before (v.abs_() read by 1 / v:
+  abs's derivative reads v's old value, 1 / v's the new one, which no schedule can order in one kernel). The gradient
+  computes what it needs instead of reading a buffer that holds something else by then, or running a write again; a
+  write not run stays pending."""
   if not g.writes: return g
   superseded: set[UOp] = set()
   for n in g.toposort:
-    if n.op is Ops.ASSIGN and n.src[1].writes & n.src[0].reads:
+    if n.op is not Ops.ASSIGN: continue
+    if n.src[1].writes & n.src[0].reads:
       superseded.update(m for m in n.src[1].toposort if m.op is Ops.ASSIGN and m.src[0].reads & n.src[0].reads)
+    if n not in realized_map and _reads_old_value(g, n): superseded.add(n)
   if not superseded: return g
   done: dict[UOp, UOp] = {}
   for n in g.toposort:
@@ -94,6 +99,21 @@ def assign_values(g: UOp) -> UOp:
     # an assign whose value changed would be a second write of the buffer: its value alone
     done[n] = n if src == n.src and n not in superseded else src[1] if n.op is Ops.ASSIGN else n.replace(src=src)
   return done[g]
+
+def _reads_old_value(g: UOp, write: UOp) -> bool:
+  """Whether g, other than through the assign `write`, reads the memory it writes as it is before it runs: the buffer
+  itself (erfinv_'s derivative, computed from its detached input), or a value realized into it (a graph built before
+  the write, whose nodes realize() committed to that memory: abs_'s derivative, the sign of its input)."""
+  memory, seen, stack = write.src[0].reads, {write}, [g]
+  while stack:
+    if (n := stack.pop()) in seen: continue
+    seen.add(n)
+    if (hit := realized_map.get(n)) is not None:
+      if hit.reads & memory: return True
+      continue  # a value read from memory: what computed it is not read
+    if n.op is Ops.BUFFER and n.reads & memory: return True
+    stack.extend(n.src)
+  return False
 
 def writable_view(st: ShapeTracker) -> bool:
   """Whether writes through this view of a buffer reach it, as writes through torch's views (a permute, a strided

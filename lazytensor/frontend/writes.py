@@ -55,10 +55,11 @@ def assign(t: Tensor, x: Any) -> Tensor:
     return t
   if t.lazydata.op is Ops.ASSIGN and read_since_assigned(t, (x, value)): t.realize()
   old = t.lazydata
+  new = value.lazydata if t._viewed is not None else unseen_write(t, value.lazydata)
   if t._viewed is None and not in_memory:
     # nothing to write into yet: the tensor simply becomes the new value, and so do the views taken of it: a value of
     # its own (graph.own_value), not x's buffer or node, which a later write into either tensor would reach the other by
-    t.lazydata = own_value(value.lazydata)
+    t.lazydata = own_value(new)
     if grad_into_plain: t._requires_grad = True
     rebase_views(t, old, t.lazydata, requires_grad=grad_into_plain)
     return t
@@ -76,10 +77,10 @@ def assign(t: Tensor, x: Any) -> Tensor:
   # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
   # old contents in the same schedule)
   if pending.writes: pending.run_before((t,), target.reads)
-  t.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, value.lazydata))
+  t.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, new))
   t._assigned_at = live.serial()  # values computed from now on read what it writes
   pending.writes[t._assigned_at] = (weakref.ref(t), t.lazydata)
-  if t._viewed is not None: written_unseen(t._viewed)
+  if t._viewed is not None: written_unseen(t._viewed, t)
   # views taken of a pending assign read the values the next one writes (views of the buffer read it as it is)
   if t._viewed is None and old.op is Ops.ASSIGN: rebase_views(t, old, t.lazydata)
   return t
@@ -122,14 +123,26 @@ def read_since_assigned(t: Tensor, exempt: tuple[Any, ...]) -> bool:
   return any(n > t._assigned_at and not any(r is e for e in exempt) and write not in r.lazydata.toposort
              for n, r in live.old_value_readers((t,)))
 
-def written_unseen(t: Tensor) -> None:
+def written_unseen(t: Tensor, writer: Tensor | None = None) -> None:
   """After a write that autograd does not see (through a detached view, or under no_grad) into this tensor, which
   keeps the graph that computed it: that graph stands for the new contents from now on (values computed from it read
-  them), with the old graph's gradient, as torch's autograd does not see such a write either."""
+  them), with the old graph's gradient, as torch's autograd does not see such a write either. A write still pending
+  (writer's assign) runs first: running it drops what stood for the memory before, this graph too if it came first."""
   if t._graph is None or not t._requires_grad or not t._is_buffer_view(): return
-  ones = const_uop(1.0, t.dtype, t.device, t.shape)
-  t._graph = UOp(Ops.CUSTOM_GRAD, t.dtype, (t.lazydata, t._graph, ones))
+  if writer is not None: writer.realize()
+  t._graph = with_gradient_of(t.lazydata, t._graph)
   commit_realized({t._graph: t.lazydata})
+
+def unseen_write(t: Tensor, value: UOp) -> UOp:
+  """What a write of `value` into the whole of t leaves in it: under no_grad, into a result of ops that needs
+  gradients, the value with the gradient of the graph t had, as torch's autograd does not see such a write (the value
+  alone, a constant to autograd, cut t's gradient off)."""
+  if not t.no_grad or not t._requires_grad or is_leaf_memory(t): return value
+  return with_gradient_of(value, t._graph_root())
+
+def with_gradient_of(value: UOp, graph: UOp) -> UOp:
+  """value, whose gradient is graph's (d value / d graph = 1): a write autograd does not see."""
+  return UOp(Ops.CUSTOM_GRAD, value.dtype, (value, graph, const_uop(1.0, value.dtype, value.device, value.shape)))
 
 def write_has_grad(t: Tensor, value: Any) -> bool:
   """Whether a write into this tensor is recorded for autograd: outside no_grad, into a float tensor that needs
@@ -266,7 +279,9 @@ def stand_in(root: Tensor) -> Tensor:
   has none), while root and its views keep the graphs they hold (realize moves the views realized with it by those).
   It counts as a view of root: memory that one of root's views holds (computed root's value on its own) is root's too,
   no reason for a copy (own_memory)."""
-  copy = root.contiguous()
+  # computed as outside no_grad: its graph is the one root keeps for its gradient (give_buffer), a write under no_grad
+  # notwithstanding
+  with root.inference_mode(False): copy = root.contiguous()
   copy._viewed = root
   return copy
 
@@ -306,7 +321,9 @@ def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
   # of that value, given memory of its own there)
   graph = (type(t)._of(hit) != 0).where(type(t)._of(placed), type(t)._of(old)).lazydata
   write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
-  root.lazydata = UOp(Ops.VIEW, root.dtype, type(t)(write).realize().lazydata.src, root.lazydata.arg)
+  written = type(t)(write).realize().lazydata
+  # (on several devices the pieces keep their nodes, as a write without gradients leaves them)
+  if root.lazydata.op is not Ops.MULTI: root.lazydata = UOp(Ops.VIEW, root.dtype, written.src, root.lazydata.arg)
   commit_realized({graph: root.lazydata})
   root._graph, root._requires_grad = graph, True
   rebase_views(root, old, graph, requires_grad=True)

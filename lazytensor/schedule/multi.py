@@ -60,14 +60,18 @@ def _with_axis(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
 
 # ---- moving slices between devices ----
 
+# the unsigned integer of each width: what a float's bits are read as
+_BITS = {dt.itemsize: dt for dt in (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)}
+
 def _concat(parts: list[tuple[int, UOp]], axis: int, like: UOp, shape: tuple[int, ...], device: DeviceLike) -> UOp:
   """Parts (offset along `axis`, value on `device`) placed side by side into `shape` (with the dtype of `like`):
-  padded and added, which the scheduler fuses into one kernel that reads each part once."""
+  padded with zeros and ORed together, a float's as its bits, which the scheduler fuses into one kernel that reads each
+  part once. Each element is one part's, exactly: a sum of the padded floats made -0.0 + 0.0 = 0.0."""
   if not parts or prod(shape) == 0: return const_uop(0, like.dtype, device, shape)
   if len(parts) == 1 and parts[0][1].shape == shape: return parts[0][1]
-  padded = [axis_pad(x, axis, off, shape[axis] - off - x.shape[axis]) for off, x in parts]
-  join = Ops.OR if padded[0].dtype == dtypes.bool else Ops.ADD
-  return functools.reduce(lambda a, b: a.alu(join, b), padded)
+  bits = _BITS[like.dtype.itemsize] if like.dtype.is_float else like.dtype
+  padded = [axis_pad(x.bitcast(bits), axis, off, shape[axis] - off - x.shape[axis]) for off, x in parts]
+  return combine(Ops.OR, padded).bitcast(like.dtype)
 
 def _local(m: UOp, device: DeviceLike) -> UOp:
   """A replicated value's piece for `device`: its own, or a copy of the first. A piece that is a copy of one value is
@@ -171,15 +175,16 @@ def _reduce(ctx: int, r: UOp, m: UOp) -> UOp:
 def _reshape(r: UOp, m: UOp) -> UOp:
   """A reshape keeps the slices when the sharded axis, with the axes after it, maps onto one new axis whose slice
   boundaries fall on whole rows of it (never an inserted axis of size 1: one device's slice of everything would land
-  there and be gathered by the next expand); otherwise the value is gathered first."""
+  there and be gathered by the next expand); otherwise the value is gathered first. With no elements, the sizes before
+  the axis match at many places (a 0 among them): the axis and the ones after it must hold as many elements too."""
   axis, bounds = m.arg
   new = tuple(r.arg)
   if axis is None: return _per_piece(m, lambda p: movement(p, Ops.RESHAPE, new))
   outer, inner = prod(m.shape[:axis]), prod(m.shape[axis + 1:])
   for b in range(len(new)):
     new_inner = prod(new[b + 1:])
-    if prod(new[:b]) != outer or new_inner == 0 or (new[b] == 1 != m.shape[axis]) or \
-       any(x * inner % new_inner for lh in bounds for x in lh): continue
+    if prod(new[:b]) != outer or new_inner == 0 or new[b] * new_inner != m.shape[axis] * inner or \
+       (new[b] == 1 != m.shape[axis]) or any(x * inner % new_inner for lh in bounds for x in lh): continue
     nb = tuple((lo * inner // new_inner, hi * inner // new_inner) for lo, hi in bounds)
     pieces = [movement(p, Ops.RESHAPE, _with_axis(new, b, hi - lo)) for p, (lo, hi) in zip(m.src, nb)]
     return multi_uop(pieces, b, nb)
@@ -208,7 +213,9 @@ def _pad(pd: UOp, m: UOp) -> UOp:
   for p, (lo, hi) in zip(m.src, bounds):
     b, a = (before if lo == 0 else 0, after if hi == n else 0) if hi > lo else (0, 0)
     pieces.append(movement(p, Ops.PAD, tuple((b, a) if i == axis else r for i, r in enumerate(pd.arg))))
-    nb.append((lo + before - b, hi + before + a))
+    # an empty slice at the end stays there, past the padding after (the bounds stay in order)
+    shift = before + (after if lo == n else 0)
+    nb.append((lo + before - b, hi + before + a) if hi > lo else (lo + shift, hi + shift))
   if n == 0: return multi_uop([movement(p, Ops.PAD, pd.arg) for p in relayout(m, None, None)], None, None)
   return multi_uop(pieces, axis, tuple(nb))
 

@@ -413,10 +413,12 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   items, reused = plan_memory(items, keep)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
-  # the order commit_realized records them in: the values, then the assigns in the order they run, so that the last
-  # one into a buffer is the node that stands for its contents (each assign's value is a BUFFER node of its own)
+  # the order commit_realized records them in: the assigns in the order they run, so that the last one into a buffer
+  # is the node that stands for its contents (each assign's value is a BUFFER node of its own), then the values: an
+  # assign's commit drops what stood for its memory, which a view of it realized with it (y.add_(w).T) must outlive
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
-  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] + 1 if kv[0].op is Ops.ASSIGN else 0))
+  last = len(run_at)
+  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
 
 def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
     tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:
@@ -546,13 +548,21 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
   buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
   add standing for x, and a view of x read the second add's node as not computed, running it again)."""
   # the maps' own methods, inlined: an eager step commits every output
-  attr, buffer_attr = realized_map.attr, buffer_map.attr
+  attr = realized_map.attr
   for node, buf_view in becomes.items():
     if node is buf_view: continue
-    memory = buf_view.src[0].__dict__.get(buffer_attr) if buf_view.op is Ops.VIEW else None
-    if memory is not None and node.op is Ops.ASSIGN:
-      for ref in memory.realized_nodes:
-        if (old := ref()) is not None: old.__dict__.pop(attr, None)
-      memory.realized_nodes.clear()
+    for memory in _memories(buf_view):
+      if node.op is Ops.ASSIGN:
+        for ref in memory.realized_nodes:
+          if (old := ref()) is not None: old.__dict__.pop(attr, None)
+        memory.realized_nodes.clear()
+      memory.remember_realized(node)
     node.__dict__[attr] = buf_view
-    if memory is not None: memory.remember_realized(node)
+
+def _memories(buf_view: UOp) -> tuple[Buffer, ...]:
+  """The buffers a realized value lies in: that of a view, each piece's of a value on several devices (a MULTI of
+  views, nested on a mesh), where an assign overwrites each (y.abs_() on a sharded y left y * 2, realized into it
+  before, standing for the new contents)."""
+  if buf_view.op is Ops.MULTI: return tuple(m for piece in buf_view.src for m in _memories(piece))
+  if buf_view.op is Ops.VIEW and (m := buf_view.src[0].__dict__.get(buffer_map.attr)) is not None: return (m,)
+  return ()

@@ -250,7 +250,8 @@ def setitem_parts(x: TensorT, indices: Any, value: Any) -> tuple[TensorT, Tensor
 
   Basic indices write `value` into their view. Integer indices write into the whole dims they index: a scatter of
   `value` into the old contents (where an index repeats, the last write wins, as in numpy). A boolean Tensor mask
-  writes where(mask, value, old), so `value` must not depend on how many entries the mask selects."""
+  writes where(mask, value, old), so `value` must not depend on how many entries the mask selects (one with none for
+  them is written where the mask is checked to select none)."""
   p = _progression(_parse(x, indices, "x[index] = value"))
   if p.masks and p.advanced:
     raise ValueError("x[...] = value with a boolean Tensor mask and other tensor indices together is not supported")
@@ -277,14 +278,30 @@ def _masked_write(x: TensorT, p: _Parsed[TensorT], value: Any) -> TensorT:
   # x[mask] has the mask's count of True values in place of its dims, a count known only once the mask is computed:
   # only a value that broadcasts along that dim can be written
   selected = view.shape[:first] + (1,) + view.shape[first + k:]
+  m = mask.reshape((1,) * first + mask.shape + (1,) * (view.ndim - first - k))
   try: v = x._as_value_for(value, selected)
   except ValueError:
+    if _has_no_entries(x, value, view.shape[:first] + (0,) + view.shape[first + k:]): return _selects_none(m, view)
     raise ValueError(f"x[mask] = value: a value of shape {getattr(value, 'shape', ())} cannot be written with a "
                      f"boolean Tensor mask; it must broadcast to {selected}, with a dim of size 1 for the count of "
-                     "True values, which is only known once the mask is computed") from None
-  v = v.reshape(view.shape[:first] + (1,) * k + view.shape[first + k:])
-  m = mask.reshape((1,) * first + mask.shape + (1,) * (view.ndim - first - k))
-  return m.where(v, view)
+                     "True values (or 0, where the mask selects none), which is only known once the mask is "
+                     "computed") from None
+  return m.where(v.reshape(view.shape[:first] + (1,) * k + view.shape[first + k:]), view)
+
+def _has_no_entries(x: TensorT, value: Any, none_selected: tuple[int, ...]) -> bool:
+  """Whether value has no entries for the mask's True values: it broadcasts to x[mask]'s shape with 0 of them (torch's
+  x[mask] = torch.tensor([]), which it takes where the mask is all False)."""
+  try: x._as_value_for(value, none_selected)
+  except ValueError: return False
+  return True
+
+def _selects_none(m: TensorT, view: TensorT) -> TensorT:
+  """view unchanged, once the mask is checked to select nothing: a True raises IndexError at the realize that runs the
+  write (as masked_scatter's source index past its end: the count of True values is not read now), and keeps the old
+  value there, as the write does not happen in torch."""
+  site = IndexSite("x[mask] = value", "a value with no entries for the mask's True values", 0, 1, dtypes.uint8,
+                   noun="mask entry")
+  return m.cast(dtypes.uint8)._check_index(site).cast(dtypes.bool).where(view, view)
 
 # ---- the gather and scatter patterns ----
 
