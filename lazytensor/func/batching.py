@@ -186,9 +186,10 @@ class Trace:
   def __exit__(self, kind: type | None, *exc: object) -> None:
     if self.saved is None: delattr(self.tensor, _DRAW)
     else: setattr(self.tensor, _DRAW, self.saved)
-    refused = [key for key, (_, node) in list(pending.writes.items())
+    refused = [key for key, (_, node) in pending.writes.items()
                if key > self.start and (node.reads | node.writes) & self.memory]
-    for key in refused: del pending.writes[key]  # they cannot run: their memory or their values are placeholders'
+    # they cannot run (their memory or their values are placeholders'): each tensor written goes back to what it held
+    for key in sorted(refused, reverse=True): _undo_write(key)
     if refused and kind is None: raise _write_refused()
 
   def _draw(self, outer: Callable[[int, DeviceLike | None], Tensor], n: int, device: DeviceLike | None) -> Tensor:
@@ -198,3 +199,12 @@ class Trace:
                       "'same' for one draw that every example sees")
     if self.randomness == "same": return outer(n, device)
     return self.stand_in(outer(n * self.size, device).reshape(self.size, n))
+
+def _undo_write(key: int) -> None:
+  """Drop the pending write made at `key`: the tensor it was made on holds again its earlier pending write into the same
+  memory, or the memory's contents."""
+  ref, node = pending.writes.pop(key)
+  if (holder := ref()) is None or holder.lazydata is not node: return
+  earlier = [k for k, (r, _) in pending.writes.items() if k < key and r() is holder]
+  if earlier: holder.lazydata, holder._assigned_at = pending.writes[max(earlier)][1], max(earlier)
+  else: holder.lazydata, holder._assigned_at = node.src[0], None
