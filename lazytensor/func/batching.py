@@ -101,8 +101,10 @@ def _multi(ctx: _Batch, x: UOp) -> UOp:
   return UOp(Ops.MULTI, x.dtype, ctx.all(x), (None if axis is None else axis + 1, bounds))
 
 def _custom_grad(ctx: _Batch, x: UOp) -> UOp:
-  # a stated vector-Jacobian product is a function of one example's gradient and inputs: batched by tracing it
-  return x.replace(src=ctx.all(x), arg=None if x.arg is None else BatchedVJP(x.arg, ctx.size))
+  # a stated vector-Jacobian product is a function of one example's gradient and inputs: batched by tracing it, unless
+  # it is written for sources of any shape (a mark's, a checkpoint's)
+  wrap = x.arg is not None and not getattr(x.arg, "any_shape", False)
+  return x.replace(src=ctx.all(x), arg=BatchedVJP(x.arg, ctx.size) if wrap else x.arg)
 
 def _write_refused() -> VmapError:
   return VmapError("vmap: f writes in place into a batched tensor, or writes a batched value into a tensor (assign, "

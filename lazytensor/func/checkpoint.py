@@ -4,7 +4,7 @@ the region's intermediates are not kept from the forward to the backward.
 In a lazy framework what keeps memory is the schedule: a value that the backward reads is materialized in the forward
 and its buffer lives until its last reader runs; values no later kernel reads give their buffers to the next ones
 (engine/memory.py). `checkpoint(fn)(*args)` returns fn's value as a CUSTOM_GRAD whose arg, `Remat`, is its
-vector-Jacobian product: the region's graph rebuilt over copies of its inputs and differentiated there. The backward
+vector-Jacobian product: the value's graph rebuilt over copies of its inputs and differentiated there. The backward
 thus reads nodes of its own, computed again from the inputs (a duplicate of the forward, not the forward's buffers), and
 the forward's intermediates have their last reader in the forward.
 
@@ -20,14 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from lazytensor.func.marks import mark, needs_gradient
+from lazytensor.dtype import dtypes
+from lazytensor.func.batching import placeholder
+from lazytensor.func.marks import needs_gradient
 from lazytensor.func.tree import flatten
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import movement
 from lazytensor.tensor import Tensor
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 
 def after(x: UOp, deps: Sequence[UOp]) -> UOp:
@@ -42,45 +44,63 @@ def after(x: UOp, deps: Sequence[UOp]) -> UOp:
   return x if flag is None else flag.where(x, x)
 
 def _rebuild(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """root's graph over the nodes `mapping` puts in place of some of its own: every node above them a new one. An
-  assign is kept: a write runs once, and the recomputation reads what it wrote."""
-  done: dict[UOp, UOp] = {}
-  for node in root.toposort:
-    if node in mapping: done[node] = mapping[node]
-    elif node.op is Ops.ASSIGN: done[node] = node
+  """root's graph over the nodes `mapping` puts in place of some of its own (not walked below them): every node above
+  them a new one. An assign is kept: a write runs once, and the recomputation reads what it wrote."""
+  done = dict(mapping)
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    node, ready = stack.pop()
+    if node in done: continue
+    if node.op is Ops.ASSIGN: done[node] = node
+    elif not ready:
+      stack.append((node, True))
+      stack.extend((s, False) for s in node.src if s not in done)
     else:
       src = tuple(done[s] for s in node.src)
       done[node] = node if src == node.src else node.replace(src=src)
   return done[root]
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Remat:
-  """The vector-Jacobian product of a checkpointed region (a CUSTOM_GRAD's arg): `out` computed from `inputs`, of
-  which the first `n_args` are the region's arguments and the rest what it reads from outside (weights), `trainable`
-  telling which of those need gradients."""
-  out: UOp
-  inputs: tuple[UOp, ...]
+  """The vector-Jacobian product of a checkpointed region (the arg of CUSTOM_GRAD(value, value, *inputs)): the value
+  computed from the inputs, of which the first `n_args` are the region's arguments and the rest what it reads from
+  outside (weights), `trainable` telling which of those need gradients. It holds no graph (it gets the value as a
+  source): equal regions of two training steps have equal args, so the step's schedule is found in the cache. It is
+  written with graph ops over its sources whatever their shapes, so vmap batches its sources, not the rule."""
   n_args: int
   trainable: tuple[bool, ...]
+  any_shape: ClassVar[bool] = True
 
-  def __call__(self, ctx: UOp, *inputs: UOp) -> tuple[UOp | None, ...]:
-    args = [after(x, [ctx]) for x in inputs[:self.n_args]]
-    # the outside values marked: a weight inside another one's graph (w and w.T) gets its own gradient, not twice
-    outside = [mark(u) for u in inputs[self.n_args:]]
-    again = _rebuild(self.out, dict(zip(self.inputs, args + outside)))
-    grads = compute_gradient(again, ctx, set(args + outside))
-    outside_grads = [grads.get(o) for o in outside]
+  def __call__(self, ctx: UOp, value: UOp, *inputs: UOp) -> tuple[UOp | None, ...]:
+    # the region differentiated on its own, over placeholders of its inputs and of ctx: the walks stay in the region
+    # (not the whole graph above and below it), and one input inside another's graph (w and w * 2) gets its own
+    # gradient, not both
+    local = {u: placeholder(u.shape, u.dtype, u.device) for u in inputs}
+    seed = placeholder(ctx.shape, ctx.dtype, ctx.device)
+    grads = compute_gradient(_rebuild(value, local), seed, set(local.values()))
+    args, outside = inputs[:self.n_args], inputs[self.n_args:]
+    real = {seed: ctx, **{local[u]: after(u, [ctx]) for u in args}, **{local[u]: u for u in outside}}
+    found = [grads.get(local[u]) for u in inputs]
+    placed = iter(UOp(Ops.SINK, dtypes.void, tuple(g for g in found if g is not None)).substitute(real).src)
+    arg_grads, outside_grads = [[None if g is None else next(placed) for g in part]
+                                for part in (found[:self.n_args], found[self.n_args:])]
     deps = [g for g, t in zip(outside_grads, self.trainable) if t and g is not None]
-    return tuple(after(grads[a], deps) if a in grads else None for a in args) + tuple(outside_grads)
+    return (None, *(None if g is None else after(g, deps) for g in arg_grads), *outside_grads)
 
 def _outside(root: UOp, args: Sequence[UOp]) -> list[UOp]:
   """The nodes that root's graph reads from outside the region that computes it from `args`: sources of the region's
-  nodes that do not depend on the args, except constants (they read no memory)."""
+  nodes that do not depend on the args, below their views (a weight, not its transpose expanded over the batch: its
+  gradient is the weight's own, reduced over the batch), except constants (they read no memory)."""
   region: set[UOp] = set()
   for node in root.toposort:
     if node in args or any(s in region for s in node.src): region.add(node)
-  found = {s: None for n in root.toposort if n in region and n not in args for s in n.src if s not in region}
-  return [s for s in found if s.reads]
+  found: dict[UOp, None] = {}
+  for n in root.toposort:
+    if n not in region or n in args: continue
+    for s in n.src:
+      while s.op in GroupOp.Movement and s not in region: s = s.src[0]
+      if s not in region and s.reads: found[s] = None
+  return list(found)
 
 def checkpoint(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """fn, whose backward recomputes its forward from its arguments instead of keeping its intermediates (as
@@ -105,7 +125,7 @@ def checkpoint(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     root = out._graph_root()
     if not out.requires_grad or not any(a in root.toposort for a in arg_nodes): return out  # no backward to spare
     outside = _outside(root, arg_nodes)
-    remat = Remat(root, tuple(arg_nodes + outside), len(arg_nodes), needs_gradient(outside))
-    return out._apply_uop(lambda v, *xs: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xs), remat),
+    remat = Remat(len(arg_nodes), needs_gradient(outside))
+    return out._apply_uop(lambda v, *xs: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, v, *xs), remat),
                           *(Tensor(n) for n in arg_nodes + outside))
   return checkpointed

@@ -19,6 +19,7 @@ class Identity:
   """The vector-Jacobian product of a mark (a CUSTOM_GRAD's arg): the gradient passes through. Each mark has an
   instance of its own, so that two marks of one value are two nodes."""
   __slots__ = ()
+  any_shape = True  # the rule holds for values of any shape: vmap batches its sources, not the rule
   def __call__(self, ctx: UOp, x: UOp) -> tuple[UOp]: return (ctx,)
 
 def mark(u: UOp) -> UOp: return UOp(Ops.CUSTOM_GRAD, u.dtype, (u, u), Identity())
