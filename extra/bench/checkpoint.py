@@ -108,9 +108,9 @@ def compare(name: str, model: Callable[[], tuple[list[Block], list[Tensor]]], x:
       times[ck], peaks[ck] = min(times[ck], t), peak
   weights = sum(p.nbytes() for p in plain.params)
   print(f"{name}: weights {weights / 1e6:.2f} MB; step without checkpointing {times[False] * 1e3:.0f} ms, peak "
-        f"{peaks[False] / 1e6:.1f} MB; checkpointed {times[True] * 1e3:.0f} ms ({times[True] / times[False]:.2f}x, goal "
-        f"<= 1.4x), peak {peaks[True] / 1e6:.1f} MB ({peaks[True] / peaks[False]:.2f}x, goal <= 0.33x); gradients "
-        f"{'identical' if same else 'DIFFER'}")
+        f"{peaks[False] / 1e6:.1f} MB; checkpointed {times[True] * 1e3:.0f} ms ({times[True] / times[False]:.2f}x, "
+        f"goal <= 1.4x), peak {peaks[True] / 1e6:.1f} MB ({peaks[True] / peaks[False]:.2f}x, goal <= 0.33x); "
+        f"gradients {'identical' if same else 'DIFFER'}")
 
 def main() -> None:
   ap = argparse.ArgumentParser()
