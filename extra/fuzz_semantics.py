@@ -1,14 +1,15 @@
 """Differential fuzzing of op semantics against torch, one area at a time: integer division, remainder and shifts of
 negative numbers, dtype promotion of mixed operands, reductions over size-0 and size-1 axes with keepdim and negative
 dims, empty tensors through every op, where/clamp/min/max with NaN, integer wrap-around, float -> int casts, int
-matmul, softmax of -inf rows, setitem chains with advanced indices, in-place ops on strided views, gradients through
-broadcasting and views, BEAM=1 against the heuristics, and TinyJit with changing inputs.
+matmul, softmax of -inf rows, and TinyJit with changing inputs. Writes into views, gradients and chains of ops are
+fuzz_compose.py's, which draws them at random together with the ops here.
 
 Each area draws random cases from a seed; a case runs one function on lazytensor and on torch and compares shape,
-dtype and values (ints and bools exactly, floats within a tolerance, NaN and inf in the same places).
+dtype and values (ints and bools exactly, floats within a tolerance, NaN and inf in the same places). The modes are
+fuzz_compose.py's, but for the sharded one: the areas make their tensors on the default device.
 
-  python extra/fuzz_semantics.py --seeds 200                  # every area
-  python extra/fuzz_semantics.py --area division --seeds 2000  # one area
+  python extra/fuzz_semantics.py --cases 200                              # every area on the CPU
+  python extra/fuzz_semantics.py --area division --cases 2000 --devices emu,cudacpu  # one area on two devices
 
 What torch leaves undefined is not compared: float -> int casts out of the target's range (lazytensor clamps them as
 its ALU rewrite documents; torch gives whatever the CPU instruction gives), int division by zero (lazytensor gives 0,
@@ -16,25 +17,20 @@ torch raises), INT_MIN // -1.
 """
 from __future__ import annotations
 
-import argparse
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from fuzz_compose import Mismatch, Mode, compare_values, fuzz_args, running_in, sweep, tdt
 
-from lazytensor import Context, Tensor, TinyJit, dtypes
+from lazytensor import Tensor, TinyJit, dtypes
 from lazytensor.dtype import DType
 
 INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32, dtypes.int64]
 FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
 ALL = INTS + FLOATS + [dtypes.bool]
-
-class Mismatch(AssertionError):
-  pass
-
-def tdt(dt: DType) -> Any: return getattr(torch, dt.name)
 
 def pair(arr: np.ndarray, dt: DType) -> tuple[Tensor, Any]:
   return Tensor(arr, dtype=dt), torch.from_numpy(np.array(arr, copy=True)).to(tdt(dt))  # ascontiguousarray: 0-d -> (1,)
@@ -69,16 +65,7 @@ def compare(what: str, got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e
   else: g, w = np.asarray(got), np.asarray(want)
   # a few ulps: torch's `3.0 / half` multiplies by a reciprocal, its half log_softmax rounds on the way
   if g.dtype == np.float16 or w.dtype == np.float16: rtol = max(rtol, 4e-3)
-  if g.dtype.kind == "f" or w.dtype.kind == "f":
-    g64, w64 = g.astype(np.float64), w.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-      ok = (g64 == w64) | (np.isnan(g64) & np.isnan(w64)) | \
-           (np.isfinite(g64) & np.isfinite(w64) & (np.abs(g64 - w64) <= atol + rtol * np.abs(w64)))
-  else: ok = g == w
-  if not np.all(ok):
-    at = tuple(int(i) for i in np.argwhere(~np.asarray(ok))[0]) if np.ndim(ok) else ()
-    raise Mismatch(f"{what}: {int(np.sum(~np.asarray(ok)))} values differ; at {at}: lazytensor "
-                   f"{g[at] if g.ndim else g!r}, torch {w[at] if w.ndim else w!r}")
+  if (problem := compare_values(g, w, None, False, (atol, rtol))) is not None: raise Mismatch(f"{what}: {problem}")
 
 def both(what: str, fn: Callable[[Any], Any], lt_args: list[Any], t_args: list[Any], **tol: float) -> None:
   """fn on both frameworks' arguments; torch raising means the case does not apply."""
@@ -327,100 +314,6 @@ def area_softmax_inf(rng: np.random.Generator) -> None:
                     torch.nn.functional.cross_entropy(x.float(), torch.zeros(x.shape[0], dtype=torch.long)))]:
     both(f"{name}({dt.name} rows of -inf, dim={dim})", fn, [la], [ta], atol=1e-3, rtol=1e-3)
 
-def area_setitem(rng: np.random.Generator) -> None:
-  dt = [dtypes.float32, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.bool, dtypes.float16][int(rng.integers(6))]
-  s = shape(rng, int(rng.integers(1, 4)), zero=0.05)
-  la, ta = pair(values(rng, s, dt, False), dt)
-  la = la.contiguous().realize()
-  for _ in range(int(rng.integers(1, 5))):
-    kind = rng.random()
-    if kind < 0.3:
-      mask = rng.random(s) < 0.5
-      val: Any = values(rng, (), dt, False).item()
-      la[Tensor(mask)] = val
-      ta[torch.from_numpy(mask)] = val
-    elif kind < 0.6 and s[0]:
-      idx = rng.permutation(s[0])[:int(rng.integers(1, s[0] + 1))] - (s[0] if rng.random() < 0.5 else 0)
-      v = values(rng, (1,) * int(rng.integers(0, len(s))) + s[1:] if rng.random() < 0.5 else (len(idx), *s[1:]), dt,
-                 False)
-      lv, tv = pair(v, dt)
-      try: ta[torch.from_numpy(idx)] = tv
-      except RuntimeError: continue
-      la[Tensor(idx)] = lv
-    elif kind < 0.8 and len(s) >= 2 and s[1]:
-      i = int(rng.integers(-s[1], s[1]))
-      step = int(rng.integers(1, 3))
-      v = values(rng, (), dt, False).item()
-      la[::step, i] = v
-      ta[::step, i] = v
-    else:
-      cols = rng.integers(-s[-1], s[-1], size=2) if s[-1] else np.zeros(0, dtype=np.int64)
-      if len(cols) and len(set(int(c) % s[-1] for c in cols)) < len(cols): continue
-      v = values(rng, (len(cols),), dt, False)
-      lv, tv = pair(v, dt)
-      try: ta[..., torch.from_numpy(cols)] = tv
-      except RuntimeError: continue
-      la[..., Tensor(cols)] = lv
-  compare(f"setitem chain on {dt.name} {s}", la, ta)
-
-def area_inplace_views(rng: np.random.Generator) -> None:
-  dt = [dtypes.float32, dtypes.int32, dtypes.float64][int(rng.integers(3))]
-  s = shape(rng, int(rng.integers(2, 4)), zero=0.0)
-  la, ta = pair(values(rng, s, dt, False), dt)
-  if rng.random() < 0.5: la = la.realize()
-  else: la, ta = la * 1, ta * 1
-  for _ in range(int(rng.integers(1, 5))):
-    d = int(rng.integers(len(s)))
-    start, step = int(rng.integers(0, 2)), int(rng.integers(1, 3))
-    idx = (slice(None),) * d + (slice(start, None, step),)
-    perm = rng.random() < 0.4
-    lv, tv = la[idx], ta[idx]
-    if perm: lv, tv = lv.transpose(0, -1), tv.transpose(0, -1)
-    c = int(rng.integers(1, 4))
-    op = int(rng.integers(4))
-    if op == 0: lv.add_(c), tv.add_(c)
-    elif op == 1: lv.mul_(c), tv.mul_(c)
-    elif op == 2: lv.clamp_(-c, c), tv.clamp_(-c, c)
-    else: lv.fill_(c), tv.fill_(c)
-  compare(f"in-place ops on strided views of {dt.name} {s}", la, ta)
-
-def area_grad(rng: np.random.Generator) -> None:
-  s1 = shape(rng, int(rng.integers(1, 4)), zero=0.0)
-  s2 = tuple(1 if rng.random() < 0.5 else d for d in s1)[int(rng.integers(0, len(s1))):]
-  a, b = rng.uniform(-2, 2, size=s1), rng.uniform(0.5, 2, size=s2)
-  la, lb = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
-  ta, tb = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
-  fns: list[Callable[[Any, Any], Any]] = [
-    lambda x, y: x * y + y, lambda x, y: (x / y).exp().sum(-1), lambda x, y: x.maximum(y),
-    lambda x, y: (x - y).abs().mean(0), lambda x, y: x.permute(*range(x.ndim - 1, -1, -1)) * 2 + y.sum(),
-    lambda x, y: x[..., ::2] * y[..., :1] if isinstance(x, Tensor) else x[..., ::2] * y[..., :1],
-    lambda x, y: (x * y).softmax(-1), lambda x, y: x.expand(2, *x.shape).sum(0) * y,
-    lambda x, y: x.clamp(-1, 1) * y, lambda x, y: x.reshape(-1).cumsum(0) * y.sum(),
-    lambda x, y: x.max(-1)[0] if not isinstance(x, Tensor) else x.max(-1), lambda x, y: (x ** 2).sqrt() + y]
-  i = int(rng.integers(len(fns)))
-  try: out_t = fns[i](ta, tb)
-  except RuntimeError: return
-  out_l = fns[i](la, lb)
-  w = rng.uniform(-1, 1, size=tuple(out_t.shape))
-  (out_t * torch.from_numpy(w)).sum().backward()
-  (out_l * Tensor(w)).sum().backward()
-  compare(f"grad fn{i} value {s1} {s2}", out_l, out_t.detach())
-  for name, lg, tg in (("a", la.grad, ta.grad), ("b", lb.grad, tb.grad)):
-    if tg is None: continue
-    if lg is None: raise Mismatch(f"grad fn{i} of {name}: lazytensor None")
-    compare(f"grad fn{i} of {name} {s1} {s2}", lg, tg)
-
-def area_beam(rng: np.random.Generator) -> None:
-  s = (int(rng.choice([1, 3, 7, 16, 33])), int(rng.choice([1, 5, 16, 31])))
-  a, b = rng.standard_normal(s).astype(np.float32), rng.standard_normal(s[::-1]).astype(np.float32)
-  fns: list[Callable[[Tensor, Tensor], Tensor]] = [
-    lambda x, y: x @ y, lambda x, y: (x * 2 + 1).relu().sum(1), lambda x, y: x.softmax(-1),
-    lambda x, y: x.max(0), lambda x, y: (x.T * y).exp().sum(), lambda x, y: x.cumsum(1), lambda x, y: x.argmax(1)]
-  fn = fns[int(rng.integers(len(fns)))]
-  ref = fn(Tensor(a), Tensor(b)).numpy()
-  with Context(BEAM=1): got = fn(Tensor(a), Tensor(b)).numpy()
-  compare(f"BEAM=1 vs heuristics {s}", got, ref, atol=1e-4, rtol=1e-4)
-
 def area_jit(rng: np.random.Generator) -> None:
   w = Tensor(rng.standard_normal((3, 4)).astype(np.float32)).realize()
   @TinyJit
@@ -434,24 +327,22 @@ def area_jit(rng: np.random.Generator) -> None:
 AREAS: dict[str, Callable[[np.random.Generator], None]] = {
   "division": area_division, "promotion": area_promotion, "mixed": area_mixed, "reduce": area_reduce,
   "empty": area_empty, "nan": area_nan, "overflow": area_overflow, "cast": area_cast, "matmul": area_matmul,
-  "softmax": area_softmax_inf,
-  "setitem": area_setitem, "inplace": area_inplace_views, "grad": area_grad, "beam": area_beam, "jit": area_jit}
+  "softmax": area_softmax_inf, "jit": area_jit}
+
+def run_area(area: Callable[[np.random.Generator], None], seed: int, mode: Mode) -> None:
+  try:
+    with running_in(mode): area(np.random.default_rng(seed))
+  except Mismatch: raise
+  except Exception as e: raise Mismatch(traceback.format_exc()) from e  # lazytensor raised where torch ran
 
 def main() -> None:
-  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap = fuzz_args(__doc__, 100, shard_ok=False)
   ap.add_argument("--area", choices=sorted(AREAS), action="append")
-  ap.add_argument("--seeds", type=int, default=100)
-  ap.add_argument("--start", type=int, default=0)
   args = ap.parse_args()
-  for name in args.area or sorted(AREAS):
-    failures: dict[str, list[int]] = {}
-    for seed in range(args.start, args.start + args.seeds):
-      try: AREAS[name](np.random.default_rng(seed))
-      except Mismatch as e: failures.setdefault(str(e).split(":")[0], []).append(seed) or print(f"{name} {seed}: {e}")
-      except Exception:
-        failures.setdefault("error", []).append(seed)
-        print(f"{name} {seed}: {traceback.format_exc()}")
-    print(f"== {name}: {sum(map(len, failures.values()))} of {args.seeds} seeds failed")
+  for mode in args.devices:
+    for name in args.area or sorted(AREAS):
+      sweep(f"{name} ({mode.name})", lambda seed, area=AREAS[name], m=mode: run_area(area, seed, m),
+            range(args.start, args.start + args.cases), args.quiet)
 
 if __name__ == "__main__":
   main()

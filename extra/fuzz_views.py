@@ -9,17 +9,19 @@ the way. numpy replays the same program on arrays and views; every tensor must h
 and at the end. A value computed from a tensor (`x + 1`) keeps the values it had when it was built, as in an eager
 framework: numpy computes it then.
 
-  python extra/fuzz_views.py --seeds 2000 --start 0        # prints the program of each failing seed
+  python extra/fuzz_views.py --cases 2000 --start 0 --devices cpu,emu   # prints the program of each failing seed
+
+The modes are fuzz_compose.py's, but for the sharded one.
 """
 from __future__ import annotations
 
-import argparse
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from fuzz_compose import Mode, fuzz_args, running_in, sweep
 
 from lazytensor import Tensor, dtypes
 
@@ -32,10 +34,11 @@ class Pair:
   writable: bool  # writes through it reach what it views (numpy: a view that owns no repeated element)
 
 class Program:
-  def __init__(self, seed: int) -> None:
+  def __init__(self, seed: int, mode: Mode) -> None:
     self.rng = np.random.default_rng(seed)
     self.pairs: list[Pair] = []
-    self.lines: list[str] = [f"# seed {seed}"]
+    self.lines: list[str] = [f"# seed {seed} in mode {mode.name} ({mode.knobs}): "
+                             f"python extra/fuzz_views.py --devices {mode.name} --start {seed} --cases 1"]
 
   def chance(self, p: float) -> bool: return bool(self.rng.random() < p)
   def randint(self, lo: int, hi: int) -> int: return int(self.rng.integers(lo, hi + 1))
@@ -178,34 +181,26 @@ def read(pr: Program, p: Pair) -> None:
 STEPS: list[tuple[Callable[[Program, Pair], None], float]] = [
   (take_view, 4), (take_copy, 1), (write, 3), (realize, 1.5), (read, 1)]
 
-def run(seed: int) -> None:
-  pr = Program(seed)
-  new_root(pr)
-  steps, weights = zip(*STEPS)
-  p = np.array(weights) / sum(weights)
+def run(seed: int, mode: Mode) -> None:
+  pr = Program(seed, mode)
   try:
-    for _ in range(pr.randint(2, 12)):
-      if pr.chance(0.08): new_root(pr)
-      step = steps[int(pr.rng.choice(len(steps), p=p))]
-      step(pr, pr.pick(pr.pairs[-4:]) if pr.chance(0.7) else pr.pick(pr.pairs))
-    for q in pr.pairs: pr.check(q, "at the end")
+    with running_in(mode):
+      new_root(pr)
+      steps, weights = zip(*STEPS)
+      p = np.array(weights) / sum(weights)
+      for _ in range(pr.randint(2, 12)):
+        if pr.chance(0.08): new_root(pr)
+        step = steps[int(pr.rng.choice(len(steps), p=p))]
+        step(pr, pr.pick(pr.pairs[-4:]) if pr.chance(0.7) else pr.pick(pr.pairs))
+      for q in pr.pairs: pr.check(q, "at the end")
   except AssertionError: raise
   except Exception as e:  # lazytensor raised where numpy ran
     raise AssertionError(f"{traceback.format_exc()}\n" + "\n".join(pr.lines)) from e
 
 def main() -> None:
-  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--seeds", type=int, default=500)
-  ap.add_argument("--start", type=int, default=0)
-  ap.add_argument("--quiet", action="store_true", help="only the failing seeds' numbers")
-  args = ap.parse_args()
-  failed = []
-  for seed in range(args.start, args.start + args.seeds):
-    try: run(seed)
-    except AssertionError as e:
-      failed.append(seed)
-      print(f"seed {seed} failed" if args.quiet else f"{e}\n", flush=True)
-  print(f"{len(failed)} of {args.seeds} seeds failed: {failed[:50]}")
+  args = fuzz_args(__doc__, 500, shard_ok=False).parse_args()
+  for mode in args.devices:
+    sweep(mode.name, lambda seed, m=mode: run(seed, m), range(args.start, args.start + args.cases), args.quiet)
 
 if __name__ == "__main__":
   main()

@@ -48,6 +48,7 @@ from lazytensor.views import (
   moves_over,
   row_major,
 )
+from lazytensor.writes import MAYBE_FOUND, REALIZED
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
@@ -324,6 +325,10 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     for t in tensors:
       if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
         t._own_moves = moves_between(t.lazydata, t._viewed.lazydata)
+    # each its own memory, unless one is a view of another (two computed alike are one interned node); not looked for
+    # where one value is computed into new memory (the eager path: a set and a dict lookup, no call)
+    if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
+      writes.own_memory(tensors)
     items, becomes = create_schedule(list(map(_lazydata, tensors)))
     bad: BadIndexError | None = None
     # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left

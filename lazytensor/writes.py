@@ -3,7 +3,9 @@ detach do. A view (movement ops of a tensor, or a detach) is recorded on the ten
 that tensor a buffer of its own if it is lazy (give_buffer) and moves its live views onto what now stands for its
 contents (rebase_views). Writes recorded for autograd make the written tensor's graph `where(written, value, old)`
 (setitem_with_grad); writes autograd does not see keep the old graph's gradient (written_unseen). An in-place movement
-(t_, unsqueeze_, ...) makes the tensor a view of the memory it held, with a new shape (move_in_place)."""
+(t_, unsqueeze_, ...) makes the tensor a view of the memory it held, with a new shape (move_in_place). Realizing gives
+each tensor memory of its own unless it is a view of another, also two computed alike (one interned node: own_memory),
+so that a write reaches only the tensor written and its views."""
 from __future__ import annotations
 
 import weakref
@@ -14,13 +16,14 @@ from lazytensor import pending
 from lazytensor.autograd import grad_leaves
 from lazytensor.engine import live
 from lazytensor.engine.multi import check_writable
-from lazytensor.engine.schedule import commit_realized, realized_map
+from lazytensor.engine.schedule import commit_realized, is_plain_buffer_view, realized_map
 from lazytensor.gradient import compute_gradient
 from lazytensor.graph import const_uop, own_value
 from lazytensor.helpers import ArgumentError, NotSupportedError
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
 from lazytensor.views import (
+  VIEW_OPS,
   moved_buffer,
   moved_onto,
   moved_st,
@@ -60,11 +63,11 @@ def assign(t: Tensor, x: Any) -> Tensor:
     if grad_into_plain: t._requires_grad = True
     rebase_views(t, old, t.lazydata, requires_grad=grad_into_plain)
     return t
-  # a view on several devices must keep its pieces apart (checked before it is recorded: a pending write that cannot run
-  # would fail every realize after it)
-  if t._viewed is not None and isinstance(t.device, tuple): check_writable(t.lazydata)
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
+  # a view on several devices must keep its pieces apart (checked once it views memory, before the write is recorded: a
+  # pending write that cannot run would fail every realize after it)
+  if t._viewed is not None and isinstance(t.device, tuple): check_writable(t.lazydata)
   if t._viewed is not None and moved_buffer(t.lazydata) and _shares_elements(moved_st(t.lazydata)):
     raise ArgumentError(f"assign (or an in-place op) into an expanded view of shape {t.shape}: several of its elements "
                         "are one element of memory, as in torch this is not supported; clone() the view first")
@@ -194,14 +197,14 @@ def split_base(t: Tensor) -> None:
 def give_buffer(t: Tensor) -> None:
   """Before a write: the tensor this one views (itself, or the one its movement ops were taken from) gets a buffer
   of its own if it is lazy, and every live view of it taken while it was lazy views the buffer, as torch's views do:
-  after a write, the lazy node no longer stands for the buffer's contents. Not the buffer its lazy value would be
-  realized into: another tensor computed alike holds the same (interned) node, and would share that one."""
+  after a write, the lazy node no longer stands for the buffer's contents. Memory of its own: where another tensor
+  computed alike (the same interned node) holds that value's buffer, realize computes a copy (own_memory)."""
   root = t._viewed if t._viewed is not None else t
   if moved_buffer(root.lazydata):  # realized since its views were taken
     old = root._lazy_before() if root._lazy_before is not None else None
   else:
     old = root.lazydata
-    copy = root.contiguous()
+    copy = stand_in(root)
     copy._assigned_at = root._assigned_at  # values computed after its pending assign read what it writes
     root.lazydata = copy.realize().lazydata
     if root._requires_grad and id(root) not in grad_leaves: root._graph = copy._graph  # gradients flow on
@@ -214,6 +217,59 @@ def give_buffer(t: Tensor) -> None:
   if (write := unmoved(t.lazydata)).op is Ops.ASSIGN and moved_buffer(write.src[0]):
     if write not in realized_map: type(t)._of(write).realize()  # (which may realize this view too)
     if moves_over(t.lazydata, write): t.lazydata = moved_onto(t.lazydata, write, write.src[0])
+
+# what handed_value looks under (a value found computed may lie there), and where realized_map keeps its entries:
+# Tensor.realize calls own_memory for one tensor only if its graph is one of those ops, or found computed
+MAYBE_FOUND = VIEW_OPS | {Ops.CONTIGUOUS}
+REALIZED = realized_map.attr
+
+def own_memory(tensors: tuple[Tensor, ...]) -> None:
+  """Before Tensor.realize schedules `tensors`: a tensor whose graph would hand it memory that a tensor other than its
+  views holds as its value is given a copy of its graph to compute instead (clone), which the views taken of it follow.
+  Graphs are interned, so two tensors computed alike (`a = x * 2; b = x * 2`) hold one node: realized together they
+  would share its buffer, and realized one after the other the second would find the first one's buffer
+  (realized_map), and a write into either would reach the other, where torch's results never share memory. The copy
+  is one kernel, and only then: realizing a tensor again, or a view of it with it, is no copy; nor is a value found in
+  memory that no live tensor holds (what a schedule materialized on the way)."""
+  seen: dict[UOp, Tensor] = {}
+  for t in tensors:
+    node, memory = handed_value(t.lazydata)
+    if not _computed(node): continue  # memory it holds already, or writes (a pending assign)
+    root = t._viewed if t._viewed is not None else t
+    if seen.setdefault(node, root) is not root or (memory and _held_by_other(memory, root)):
+      old = t.lazydata
+      t.lazydata = type(t)._of(old).clone().lazydata
+      rebase_views(t, old, t.lazydata)
+
+def handed_value(ld: UOp) -> tuple[UOp, int]:
+  """The node whose value realizing ld gives it (under its views), and the memory (a mask of buffers) that value is
+  already in, or 0 when realizing computes it into new memory. A contiguous() of a value in a dense buffer is that
+  buffer (the scheduler folds it), as torch's contiguous() of a contiguous tensor is the tensor itself."""
+  while ld.op in VIEW_OPS: ld = ld.src[0]
+  if ld.op is Ops.CONTIGUOUS and (hit := realized_map.get(ld.src[0])) is not None and is_plain_buffer_view(hit):
+    return ld.src[0], hit.reads
+  return ld, hit.reads if (hit := realized_map.get(ld)) is not None else 0
+
+def _computed(node: UOp) -> bool:
+  """Whether node is a value that realizing computes (or found computed), not a view of a buffer or a constant, or an
+  assign (into the memory its target names), on some device it lies on."""
+  if node.op is Ops.MULTI: return any(_computed(unmoved(p)) for p in node.src)
+  return node.op is not Ops.VIEW and node.op is not Ops.ASSIGN
+
+def _held_by_other(memory: int, root: Tensor) -> bool:
+  """Whether a live tensor holds `memory` (a mask of buffers) that is neither `root` nor one of its views."""
+  for h in live.holders(memory):
+    if isinstance(h, type(root)) and (h._viewed if h._viewed is not None else h) is not root: return True
+  return False
+
+def stand_in(root: Tensor) -> Tensor:
+  """What is realized in the place of `root` (a lazy tensor that views no other) to give it a dense buffer (a constant
+  has none), while root and its views keep the graphs they hold (realize moves the views realized with it by those).
+  It counts as a view of root: memory that one of root's views holds (computed root's value on its own) is root's too,
+  no reason for a copy (own_memory)."""
+  copy = root.contiguous()
+  copy._viewed = root
+  return copy
 
 def add_view(t: Tensor, view: Tensor) -> None:
   """Record `view` (movement ops of t, or a detach) as a view of the tensor t views, or of t: writes into
@@ -246,8 +302,10 @@ def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
   if target.numel() == 0: return
   # the write's adjoint places the value (and ones, for where it goes) in the written tensor's shape
   ones = const_uop(1.0, target.dtype, target.device, target.shape)
-  placed, hit = (type(t)._of(compute_gradient(target.lazydata, g, {old})[old]) for g in (new.lazydata, ones))
-  graph = (hit != 0).where(placed, type(t)._of(old)).lazydata
+  placed, hit = (compute_gradient(target.lazydata, g, {old})[old] for g in (new.lazydata, ones))
+  # (tensors only for the moment: one holding `placed`, the value's node, while the write runs would be a second tensor
+  # of that value, given memory of its own there)
+  graph = (type(t)._of(hit) != 0).where(type(t)._of(placed), type(t)._of(old)).lazydata
   write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
   root.lazydata = UOp(Ops.VIEW, root.dtype, type(t)(write).realize().lazydata.src, root.lazydata.arg)
   commit_realized({graph: root.lazydata})
@@ -260,7 +318,7 @@ def grad_buffer(t: Tensor) -> UOp:
   (that graph, or the buffer's view), which the views taken from it read it through from now on."""
   if t._is_buffer_view(): return t._graph_root()
   lazy = t.lazydata
-  copy = t.contiguous().realize()
+  copy = stand_in(t).realize()
   t.lazydata = copy.lazydata
   graph = copy._graph_root()
   t._graph = graph if graph is not copy.lazydata else None

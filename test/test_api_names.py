@@ -264,6 +264,21 @@ def test_histc_is_a_scatter() -> None:
   out = x.histc(10, 0, 1).numpy()
   assert out.sum() == 4096 and GlobalCounters.kernel_count <= 3
 
+STATS_ON_ANY_DEVICE: list[tuple[str, Callable[[Tensor], Any]]] = [
+  ("cov", lambda t: t.cov()), ("histc", lambda t: t.histc(4, 0, 4)), ("histc of its range", lambda t: t.histc(4)),
+  ("histc of nothing", lambda t: t[:0].histc(4)),
+  ("mode", lambda t: t.mode(1)), ("unique_consecutive", lambda t: t[0].unique_consecutive(return_counts=True)),
+  ("select_scatter", lambda t: t.select_scatter(t[0] * 2, 1, 1))]
+
+@pytest.mark.parametrize("name,fn", STATS_ON_ANY_DEVICE, ids=[n for n, _ in STATS_ON_ANY_DEVICE])
+def test_statistics_stay_on_the_inputs_device(name: str, fn: Callable[[Tensor], Any]) -> None:
+  """The constants they make (counts, bounds, fills) go to the input's device, not the default one, which was a
+  device mismatch for a tensor on CPU:1."""
+  x = Tensor([[1.0, 1.0, 3.0], [2.0, 0.0, 2.0], [1.0, 3.0, 3.0]])
+  want, got = fn(x), fn(x.to("CPU:1"))
+  for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+    assert g.device == "CPU:1" and g.tolist() == w.tolist()
+
 # ---- autograd conveniences and memory layout ----
 
 @needs_torch

@@ -195,3 +195,14 @@ def test_cumsum_in_blocks_of_8_over_three_levels() -> None:
   np.testing.assert_allclose(Tensor(x).cumsum(1).numpy(), want, rtol=1e-9, atol=1e-9)
   ints = np.random.default_rng(16).integers(-1000, 1000, (3, 3000)).astype(np.int32)
   np.testing.assert_array_equal(Tensor(ints).cumsum(1).numpy(), np.cumsum(ints, 1, dtype=np.int64))
+
+@pytest.mark.parametrize("place", [lambda t: t.to("CPU:1"), lambda t: t.shard(("CPU:0", "CPU:1"), None)],
+                         ids=["CPU:1", "sharded"])
+def test_empty_orders_stay_on_the_inputs_device(place: Callable[[Tensor], Tensor]) -> None:
+  """A topk of k=0 or of an empty tensor, and the indices of an empty sort or running extreme, are made on the input's
+  device, not the default one (found by extra/fuzz_compose.py in the shard mode: a device mismatch in the next op)."""
+  x, empty = place(Tensor([[1.0, 2.0], [3.0, 4.0]])), place(Tensor.ones(3, 0))
+  for out in [*x.topk(0, 1), *empty.topk(0, 1), *empty.topk(1, 0), *empty.sort(1), empty.argsort(0),
+              *empty.cummax(1), *empty.cummin(0)]:
+    assert out.device == x.device
+    assert (out + place(Tensor(1))).device == x.device

@@ -143,3 +143,32 @@ def test_a_gradient_made_without_create_graph_is_a_constant() -> None:
   (gx * x.sin()).sum().backward()
   (gref * ref.sin()).sum().backward()
   _close(x.grad, ref.grad)
+
+# log1p's derivative was the chain rule through log(u) * z / (u - 1), u = fl(1 + z): off by that correction (0.25 at
+# z = 3e-8 in float32), and 0 from the second order on where z is below half an ulp of 1 (log1p was z there), so that
+# asinh''(0) was 1 and atanh'''(0) 0. asinh, atanh and acosh are made of log1p; their derivatives are the chain rule
+# through their formulas, whose terms near 0 are of the order of 1: right to the rounding of those in float32
+TINY = [0.0, -0.0, 1e-30, -1e-9, 3e-8, 1e-3, -0.3, 0.75, 4.0]
+LOG1P_USERS: list[tuple[str, Callable[[Any], Any], list[float]]] = [
+  ("log1p", lambda x: x.log1p(), TINY),
+  ("asinh", lambda x: x.asinh(), TINY),
+  ("atanh", lambda x: x.atanh(), TINY[:-2]),
+  ("acosh", lambda x: x.acosh(), [1 + 2 ** -23, 1 + 1e-5, 1.001, 1.5, 20.0]),
+]
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("via", ["gradient", "backward"])
+@pytest.mark.parametrize("name,fn,points", named(LOG1P_USERS))
+def test_derivatives_of_every_order_through_log1p(name: str, fn: Callable[[Any], Any], points: list[float], via: str,
+                                                   dtype: str) -> None:
+  data = np.array(points, dtype=dtype)
+  # torch in float64 (its float32 acosh' near 1 is 1e-5 off: x * x - 1 cancels)
+  x, ref = Tensor(data, requires_grad=True), torch.tensor(data.astype(np.float64), requires_grad=True)
+  g, r = fn(x), fn(ref)
+  for _ in range(3):
+    if via == "gradient": g, = g.sum().gradient(x, create_graph=True)
+    else:
+      g.sum().backward(create_graph=True)
+      g, x.grad = x.grad, None
+    r, = torch.autograd.grad(r.sum(), ref, create_graph=True)
+    _close(g, r, rtol=1e-5, atol=1e-6 if dtype == "float32" else 1e-12)

@@ -70,6 +70,8 @@ def main() -> None:
      (lambda: torch.exp(torch.relu(t["a"] * t["b"] + t["c"]) * 0.5)) if torch else None),
     (f"row sum {side}x{side}", "GB/s", 4 * side * side, lambda s: s[3].sum(1),
      lambda: big.sum(1), (lambda: t["big"].sum(1)) if torch else None),
+    (f"full sum {n_chain}", "GB/s", 4 * n_chain, lambda s: s[0].sum(),
+     lambda: a.sum(), (lambda: t["a"].sum()) if torch else None),
     (f"column sum {side}x{side}", "GB/s", 4 * side * side, lambda s: s[3].sum(0),
      lambda: big.sum(0), (lambda: t["big"].sum(0)) if torch else None),
     (f"transpose {side}x{side}", "GB/s", 8 * side * side, lambda s: s[3].T.contiguous(),

@@ -103,6 +103,8 @@ class _Lowerer:
     self.k = k
     self.lanes = _lanes(k)
     self.key_axes = [a for a in self.lanes.axes if a != self.lanes.vec_axis]
+    self.loops: list[UOp] = []  # the reduce loops, outermost first
+    self.levels: tuple[int, ...] = ()  # the loops of each accumulator of a float sum, innermost first (_reduce_blocks)
     self.axis_idx = self._axis_indices()
     self.memo: dict[UOp, list[UOp]] = {}
     self.group_gate: UOp | None = None  # set when a GROUP reduce means only group index 0 may store
@@ -116,11 +118,13 @@ class _Lowerer:
     if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape, r.global_max))
     else:
       for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
-    entries_outside = _entries_outside(k)
-    for j, a in enumerate(reduce_axes := k.axes_of(AxisKind.REDUCE)):
-      # loops run in the order of their numbers (linearize.py)
-      number = j - len(reduce_axes) if entries_outside else a
-      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (number, "reduce"))
+    reduce_axes = k.axes_of(AxisKind.REDUCE)
+    blocks, self.levels = _reduce_blocks(k)
+    # loops run in the order of their numbers (linearize.py): a scatter's entries before its other axes
+    numbers = itertools.count(-len(reduce_axes) if _entries_outside(k) else reduce_axes[0] if reduce_axes else 0)
+    for a, b in zip(reduce_axes, blocks):
+      idx[a], loops = _blocked_index(k.full_shape[a], b, numbers, "reduce")
+      self.loops += loops
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
     idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape, r.local_max))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
@@ -423,14 +427,14 @@ class _ReduceLowerer:
     groups: dict[tuple[int, ...], list[UOp]] = {}
     for key, v in zip(lw.lanes.keys, values):
       groups.setdefault(tuple(0 if i in unroll_pos else c for i, c in enumerate(key)), []).append(v)
-    ranges = tuple(lw.axis_idx[a] for a in k.axes_of(AxisKind.REDUCE))
+    ranges = tuple(lw.loops)
     vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
     results: dict[tuple[int, ...], UOp] = {}
     for gkey, vs in groups.items():
       # a value the same in every lane (a constant) still counts once per lane of a vectorized unrolled axis
       lanes = [lw.splat(v, lw.lanes.width) for v in vs] if vec_unrolled else vs
       acc, loops = self._fold_invariant(self._combine(lanes), ranges)
-      if loops: acc = UOp(Ops.REDUCE, acc.dtype, (acc,) + loops, self.op)
+      if loops: acc = self._accumulate(acc, loops, lw.levels)
       if vec_unrolled: acc = self._combine([acc.gep(i) for i in range(acc.dtype.count)])
       results[gkey] = acc
     if k.axes_of(AxisKind.GROUP): results = self._group(results)
@@ -463,8 +467,17 @@ class _ReduceLowerer:
     reduced over some of a kernel's reduce loops would need its own loop nest (two reduces share theirs).
     Returns acc and the loops left."""
     if self.op is Ops.MUL or not ranges or any(r in acc.toposort for r in ranges): return acc, ranges
-    trips = prod(r.src[1].arg - r.src[0].arg for r in ranges)
+    trips = prod(self.k.full_shape[a] for a in self.k.axes_of(AxisKind.REDUCE))
     return (acc * UOp.const(acc.dtype, trips) if self.op is Ops.ADD and trips != 1 else acc), ()
+
+  def _accumulate(self, v: UOp, loops: tuple[UOp, ...], levels: tuple[int, ...]) -> UOp:
+    """v reduced over the loops: a float sum level by level (_levels), each level's accumulator started at 0 at every
+    step of the loops around it and added into the next level's when its loops end; anything else in one."""
+    if self.op is not Ops.ADD or not v.dtype.is_float or not levels:
+      return UOp(Ops.REDUCE, v.dtype, (v,) + loops, self.op)
+    for n in levels:
+      v, loops = UOp(Ops.REDUCE, v.dtype, (v,) + loops[len(loops) - n:], self.op), loops[:len(loops) - n]
+    return v
 
   def _combine(self, vs: list[UOp]) -> UOp:
     """Reduce a list of values with the reduce op as a balanced tree (short dependency chains)."""
@@ -507,13 +520,19 @@ class _ReduceLowerer:
       return simplify((flat * nkeys + n) * width)
     stores = [UOp(Ops.STORE, dtypes.void, (smem, slot(lw.axis_idx, n), v)) for n, v in enumerate(results.values())]
     barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
-    granges = {a: UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (k.shape_len + j, "group"))
-               for j, a in enumerate(group_axes)}
+    # the partials of a float sum in levels too (REDUCE_BLOCK): alike, as the sums of like shares are
+    sum_of_floats = self.op is Ops.ADD and dtype.is_float
+    blocks, levels = _levels([k.full_shape[a] for a in group_axes], REDUCE_BLOCK, REDUCE_BLOCK) if sum_of_floats else \
+      ([()] * len(group_axes), ())
+    numbers, granges, gloops = itertools.count(k.shape_len), {}, []
+    for a, b in zip(group_axes, blocks):
+      granges[a], loops = _blocked_index(k.full_shape[a], b, numbers, "group")
+      gloops += loops
     reread = {**lw.axis_idx, **granges}
     out: dict[tuple[int, ...], UOp] = {}
     for n, key in enumerate(results):
       partial = UOp(Ops.LOAD, dtype.vec(width), (smem, slot(reread, n), barrier))
-      out[key] = UOp(Ops.REDUCE, partial.dtype, (partial,) + tuple(granges.values()), self.op)
+      out[key] = self._accumulate(partial, tuple(gloops), levels)
     self.lw.group_gate = simplify(_all([lw.axis_idx[a].eq(0) for a in group_axes]))
     return out
 
@@ -532,6 +551,89 @@ def _split_for_vectors(k: Kernel) -> Kernel:
   k = k.copy()
   k.split_axis(axis, max(fits), k.kinds[axis])
   return k
+
+# The most steps one accumulator of a float sum takes in a row. Each add rounds to the running sum's precision, so a
+# sum accumulated in one chain of n steps has an error that grows with n: one float32 accumulator per lane over the
+# 156,250 steps of a 1e7-element sum (64 lanes, AVX-512) was off by 4.5e-4 for values near 1, whose small parts were
+# all rounded away once the running sum was large. Blocks of at most this many steps, each summed into an accumulator
+# that starts at 0 and is then added into the next level's, and levels of such blocks around them, bound every
+# chain: a few ulp a level, as numpy's pairwise sum (chains of 16, then pairs). Long chains of alike values round
+# alike: 1e7 values of 0.1 were off by 2.4e-6 in blocks of 256 steps, 7e-7 in 64, 1.1e-7 in 16 (numpy 1.1e-7), and
+# 256 partial sums of like shares (a GPU block's threads) by 1.8e-6. The blocks cost nothing measured: the adds of a
+# level run once per block of the level inside it, and a sum's steps are loads (1e7 and 2^16 to 2^18 floats, rows,
+# columns; AVX-512 and x86-64-v3, one thread: within noise, 1-3%).
+REDUCE_BLOCK = 16
+# The first level of a CPU loop of scalar steps (a reduce without lanes: no vector divides an odd length) or of a
+# register tile (a matmul's, a convolution's) takes this many steps. LLVM vectorizes a scalar loop itself, as it may
+# reassociate an accumulator's adds (renderer/llvm.py), into 64 accumulators on AVX-512: too many for 16 steps (rows
+# of 50257: 1.8x as long, with 256 as fast as one chain). A tile's accumulators fill the registers, and a level's
+# second set is live across the loop inside it. Matmuls in blocks of 256 (K 512 to 65536, x @ w.T, 1x1 and unpadded
+# 3x3 convolutions, AVX-512, one thread): as fast as in one chain, within 3%; near-1 values, K 4096: off by 2.7e-6 in
+# one chain, 3e-7 so (numpy 3.7e-7)
+REDUCE_FIRST_BLOCK = 256
+# A register tile with masked loads (a padded convolution's) keeps one chain up to this many steps: in blocks, padded
+# 3x3 convolutions ran 1.4-1.6x as long (64, 512 and 1024 channels, AVX-512, one thread: LLVM then emits other code
+# for the masked loads; unpadded ones did not change), and the convolutions of models reduce over fewer steps
+REDUCE_TILE_STEPS = 1 << 14
+
+def _is_float_sum(r: UOp) -> bool: return r.op is Ops.REDUCE_AXIS and r.arg[0] is Ops.ADD and r.dtype.is_float
+
+def _tile(k: Kernel, sums: list[UOp]) -> tuple[bool, bool]:
+  """Whether the lanes share loaded values, a register tile (a load under a sum broadcast along an upcast axis: the
+  rows of a matmul's tile share a vector of B, a convolution's output positions the weights); and whether a load under
+  a sum is masked (a padded convolution's input)."""
+  upcast = [a for a in k.axes_of(AxisKind.UPCAST) if k.full_shape[a] > 1]
+  loads = [k.st_of(u) for u in {u for r in sums for u in r.src[0].toposort if u.op is Ops.LOAD}]
+  return any(st.real_strides()[a] == 0 for st in loads for a in upcast), \
+    any(v.mask is not None for st in loads for v in st.views)
+
+def _reduce_blocks(k: Kernel) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+  """The blocks of a float sum's reduce loops (_levels) where they take more steps than its first level does
+  (REDUCE_TILE_STEPS in a register tile with masked loads); else none.
+
+  Made while lowering, after the opts, so that it holds whatever opts the heuristics or BEAM chose, on every renderer:
+  only the loops are cut, never the unrolled or grouped parts of an axis, which have accumulators of their own. One
+  kernel that reads its input in the same order: a split into two kernels (engine/reduce_split.py) would write the
+  partial sums to memory and read them back, and launch twice."""
+  sizes = [k.full_shape[a] for a in k.axes_of(AxisKind.REDUCE)]
+  sums = [u for u in k.ast.toposort if _is_float_sum(u)]
+  tile, masked = _tile(k, sums)
+  first = REDUCE_FIRST_BLOCK if tile or (k.upcast_size() == 1 and k.renderer.target is not None) else REDUCE_BLOCK
+  if k.tensor_core is not None or not sums or prod(sizes) <= (REDUCE_TILE_STEPS if tile and masked else first):
+    return [()] * len(sizes), ()
+  return _levels(sizes, first, REDUCE_BLOCK)
+
+def _levels(sizes: list[int], first: int, block: int) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+  """Loops of `sizes` steps (outermost first) cut into levels of accumulators: the innermost of at most `first` steps,
+  each around it of at most `block`. Returns the blocks each loop is cut into (their sizes, the innermost first) and
+  how many of the loops that makes each level runs, the innermost level first. A block divides its loop where a
+  divisor of more than half the room left does; else the last block is shorter."""
+  plan: list[list[int]] = [[] for _ in sizes]
+  levels: list[int] = []
+  count, steps = 0, 1
+  for j in reversed(range(len(sizes))):
+    n = sizes[j]
+    while n > (room := (block if levels else first) // steps):
+      if room > 1:  # a block of the loop ends this level; the loop over the blocks starts the next
+        d = next((d for d in range(room, room // 2, -1) if n % d == 0), room)
+        plan[j].append(d)
+        n = -(-n // d)
+      levels.append(count + 1 if room > 1 else count)
+      count, steps = 0, 1
+    count, steps = count + 1, steps * n
+  return [tuple(p) for p in plan], tuple(levels + [count])
+
+def _blocked_index(n: int, blocks: tuple[int, ...], numbers: itertools.count, kind: str) -> tuple[UOp, list[UOp]]:
+  """The index of an axis of n steps and its loops (outermost first): one loop, or loops over `blocks` (the innermost
+  first) and the blocks around them. A block that does not divide n leaves a shorter last one: its loop stops at the
+  axis's end. Loops are numbered in order from `numbers` (linearize.py runs them in that order)."""
+  if not blocks:
+    loop = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(n)), (next(numbers), kind))
+    return loop, [loop]
+  outer, loops = _blocked_index(-(-n // blocks[0]), blocks[1:], numbers, kind)
+  end = _const(blocks[0]) if n % blocks[0] == 0 else simplify((_const(n) - outer * blocks[0]).minimum(blocks[0]))
+  loop = UOp(Ops.RANGE, dtypes.index, (_const(0), end), (next(numbers), kind))
+  return outer * blocks[0] + loop, loops + [loop]
 
 def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
   """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.

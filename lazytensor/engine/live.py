@@ -80,6 +80,17 @@ def old_value_readers(holders: Sequence[Holder], made_before: int | None = None)
     seen |= targets
   return out
 
+def holders(memory: int) -> list[Holder]:
+  """The live holders whose value is memory among `memory` (a mask of buffers): realized tensors and views of them, and
+  those with a write into it pending. Not values computed from it (old_value_readers finds those)."""
+  return [h for ref in list(_live) if (h := ref()) is not None and (h.lazydata.reads | h.lazydata.writes) & memory and
+          _holds_memory(h.lazydata)]
+
+def _holds_memory(u: UOp) -> bool:
+  """Whether u is a view of memory (or of a write into it pending), on each device it lies on."""
+  base = _viewed_base(u)
+  return base.op is Ops.BUFFER or base.op is Ops.ASSIGN or (base.op is Ops.MULTI and all(map(_holds_memory, base.src)))
+
 def _viewed_base(u: UOp) -> UOp:
   """u under its views: movement ops, VIEWs and detaches (a detached view shares its input's memory)."""
   while u.op is Ops.DETACH or u.op is Ops.VIEW or u.op in GroupOp.Movement: u = u.src[0]

@@ -37,7 +37,8 @@ LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 # the walks of deep graphs (a chain of 10**4 ops) recurse past Python's default limit of 1000 frames
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 
-def _is_plain_buffer_view(u: UOp) -> bool:
+def is_plain_buffer_view(u: UOp) -> bool:
+  """Whether u reads a whole buffer densely: a contiguous() of it is the buffer itself."""
   return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous and u.arg.size == u.src[0].arg[1]
 
 MOVES: dict[Ops, Callable[[ShapeTracker, Any], ShapeTracker]] = {
@@ -74,7 +75,7 @@ pm_resolve: PatternMatcher[UOp] = PatternMatcher([
    read_through_own_values),
   (UPat(Ops.CUSTOM_GRAD, name="c"), lambda c: c.src[0]),                                  # the value alone
   (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.VIEW, name="v"),)),                                 # contiguous(buffer) -> buffer
-   lambda v: v if _is_plain_buffer_view(v) else None),
+   lambda v: v if is_plain_buffer_view(v) else None),
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), lambda c, x: x if x.device == c.arg else None),  # copy to self -> x
   (UPat(Ops.CONTIGUOUS, src=(UPat((Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN), name="x"),)), lambda x: x),  # already dense
 ])
@@ -178,7 +179,7 @@ def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
     # a copy moves a dense buffer: whatever it copies is materialized first
-    if node.op is Ops.COPY and not _is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
+    if node.op is Ops.COPY and not is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
   return roots
 
 def _read_by_kernel(n: UOp, g: _Graph) -> bool:

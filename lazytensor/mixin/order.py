@@ -79,7 +79,7 @@ class OrderMixin(ReduceMixin):
 
   def _cum_extreme(self, axis: int, largest: bool) -> tuple[Self, Self]:
     self._resolve_axis(axis)
-    if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
+    if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int, device=self.device)
     return self._along(axis, lambda x: cum_extreme_last(x, largest))
 
   def cummax(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
@@ -110,7 +110,7 @@ class OrderMixin(ReduceMixin):
     [[1, 1, 2, 3], [1, 3, 2, 0]]
     """
     self._resolve_axis(dim)
-    if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int)
+    if self.numel() == 0: return self, type(self).zeros(self.shape, dtype=dtypes.default_int, device=self.device)
     return self._along(dim, lambda x: sorted_last(x, descending, x.shape[-1]))
 
   def argsort(self, dim: int = -1, descending: bool = False) -> Self:
@@ -136,7 +136,8 @@ class OrderMixin(ReduceMixin):
       raise ValueError(f"topk: k={k!r} must be an int in [0, {n}] for dimension {d} of {self.shape}")
     if k == 0 or self.numel() == 0:
       shape = tuple(k if i == d else s for i, s in enumerate(self.shape))
-      return type(self).zeros(shape, dtype=self.dtype), type(self).zeros(shape, dtype=dtypes.default_int)
+      return (type(self).zeros(shape, dtype=self.dtype, device=self.device),
+              type(self).zeros(shape, dtype=dtypes.default_int, device=self.device))
     return self._along(dim, lambda x: topk_last(x, largest, int(k)) if topk_selects(x, int(k)) else
                        sorted_last(x, largest, int(k)))
 

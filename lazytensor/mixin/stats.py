@@ -54,7 +54,7 @@ class StatsMixin(TakePutMixin):
                             f"{getattr(wt, 'dtype', type(wt).__name__)} of shape {getattr(wt, 'shape', None)}")
       w = wt.cast(x.dtype) if w is None else w * wt.cast(x.dtype)
     if w is None:
-      avg, norm = x.mean(1, keepdim=True), x.full((), n - correction)
+      avg, norm = x.mean(1, keepdim=True), x.full((), n - correction, device=x.device)
       xw = x - avg
     else:
       w_sum = w.sum()
@@ -88,8 +88,8 @@ class StatsMixin(TakePutMixin):
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo, hi)) or lo > hi:
       raise ValueError(f"{name}: the range ({lo!r}, {hi!r}) must be two finite numbers, the first no larger")
     x = self.reshape(-1)
-    if lo != hi: return x, x.full((), lo), x.full((), hi)
-    if not x.numel(): return x, x.full((), lo - widen), x.full((), hi + widen)
+    if lo != hi: return x, x.full((), lo, device=x.device), x.full((), hi, device=x.device)
+    if not x.numel(): return x, x.full((), lo - widen, device=x.device), x.full((), hi + widen, device=x.device)
     smallest, largest = x.min(), x.max()
     same = smallest.eq(largest)
     return x, same.where(smallest - widen, smallest), same.where(largest + widen, largest)
@@ -147,7 +147,8 @@ class StatsMixin(TakePutMixin):
     def last(x: Self) -> tuple[Self, Self]:
       counts = (x.unsqueeze(-1) == x.unsqueeze(-2)).sum(-1)
       top = counts.eq(counts.max(-1, keepdim=True))
-      value = top.where(x, x.full((), math.inf if x.dtype.is_float else x.dtype.max(), dtype=x.dtype)).min(-1, True)
+      largest = x.full((), math.inf if x.dtype.is_float else x.dtype.max(), dtype=x.dtype, device=x.device)
+      value = top.where(x, largest).min(-1, True)
       pos = x._iota(x.shape[-1], x.device)
       index = x.eq(value).where(pos, -1).max(-1, keepdim=True).cast(dtypes.default_int)
       # the value read at its index: the gradient goes to that one element, as torch's
@@ -255,6 +256,6 @@ class StatsMixin(TakePutMixin):
     if return_inverse: out.append((first.cast(dtypes.default_int).cumsum(0) - 1).reshape(self.shape))
     if return_counts:
       starts, found = first_selected("unique_consecutive", first, k)
-      ends = found[1:].where(starts[1:], n).cat(v.full((1,), n, dtype=starts.dtype)) if k else starts
+      ends = found[1:].where(starts[1:], n).cat(v.full((1,), n, dtype=starts.dtype, device=v.device)) if k else starts
       out.append(found.where(ends - starts, 0).cast(dtypes.default_int))
     return out[0] if len(out) == 1 else tuple(out)

@@ -152,7 +152,8 @@ class TakePutMixin(IndexMixin):
     if not _is_tensor(src) or src.shape != self.shape[:d] + self.shape[d + 1:]:
       raise ArgumentError(f"select_scatter: src must be a Tensor of shape {self.shape[:d] + self.shape[d + 1:]}, got "
                           f"{getattr(src, 'shape', type(src).__name__)}")
-    return self.index_copy(d, self.full((1,), index % n, dtype=dtypes.default_int), src.unsqueeze(d))
+    at = self.full((1,), index % n, dtype=dtypes.default_int, device=self.device)
+    return self.index_copy(d, at, src.unsqueeze(d))
 
   def slice_scatter(self, src: Self, dim: int = 0, start: int | None = None, end: int | None = None,
                     step: int = 1) -> Self:

@@ -88,12 +88,16 @@ def _odd(x: TensorT, fn: Callable[[TensorT], TensorT]) -> TensorT:
 
 def _log1p(z: TensorT) -> TensorT:
   """log(1 + z), accurate for small z: log(u) * z / (u - 1) for u = fl(1 + z) cancels the rounding of 1 + z (Goldberg,
-  "What every computer scientist should know about floating-point arithmetic", theorem 4). The correction z / (u - 1)
-  is 1 to within rounding, so it is detached: its own derivative would be noise divided by (u - 1)^2."""
-  u = z + 1
+  "What every computer scientist should know about floating-point arithmetic", theorem 4). The derivative 1 / (1 + z)
+  is stated, as torch's: the chain rule through the formula was off by the correction z / (u - 1) (0.25 instead of 1
+  at z = 3e-8 in float32), and where z is below half an ulp of 1 (the value is z) its second derivative was 0, not -1.
+  Stated, it is differentiated again as a graph of z: every order is log1p's."""
+  zd = z.detach()
+  u = zd + 1
   exact = u.eq(1)  # z is below half an ulp of 1: log1p(z) = z
-  ratio = (exact | u.eq(math.inf)).where(1.0, z / (u - 1))
-  return exact.where(z, u.log() * ratio.detach())
+  ratio = (exact | u.eq(math.inf)).where(1.0, zd / (u - 1))
+  value = exact.where(zd, u.log() * ratio)
+  return value._apply_uop(lambda v, x, d: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, x, d)), z, 1 / (z + 1))
 
 def _expm1(x: TensorT) -> TensorT:
   """exp(x) - 1, accurate for small x: a Taylor series for |x| < 1/2, where exp(x) - 1 would cancel."""
