@@ -332,6 +332,29 @@ def test_grad_of_grad_and_outer_backward() -> None:
   g.sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), 6 * x.numpy(), rtol=1e-6)
 
+@pytest.mark.parametrize("mode", ["grad", "jacrev", "jacfwd(jacrev)", "jacrev(jacrev)"])
+def test_lazily_drawn_tensors(mode: str) -> None:
+  # an argument and closed-over tensors drawn with randn and not realized (as a layer's fresh weights): their graphs
+  # hold the random count's pending advances, which gradients read through (and a jacrev's vmap must leave alone)
+  def loss(w: Any, x: Any, y: Any) -> Any: return ((x @ w).tanh() - y).square().mean()
+  Tensor.manual_seed(0)
+  w, x, y = Tensor.randn(4, 2), Tensor.randn(8, 4), Tensor.randn(8, 2)
+  lib = {"grad": (func.grad, torch.func.grad), "jacrev": (func.jacrev, torch.func.jacrev),
+         "jacfwd(jacrev)": (lambda f: func.jacfwd(func.jacrev(f)), lambda f: torch.func.jacfwd(torch.func.jacrev(f))),
+         "jacrev(jacrev)": (lambda f: func.jacrev(func.jacrev(f)), lambda f: torch.func.jacrev(torch.func.jacrev(f)))}
+  got = lib[mode][0](lambda w: loss(w, x, y))(w)
+  got.realize()  # before the inputs are: it reads the memory the count's advances overwrite
+  tw, tx, ty = (torch.tensor(t.numpy()) for t in (w, x, y))
+  _close(got, lib[mode][1](lambda w: loss(w, tx, ty))(tw))
+  # a jacrev's tensors over vmap's placeholders, still alive when the count's advance runs, are not computed with it
+  w = Tensor.randn(3)
+  jac = func.jacrev(lambda a: a * w)(Tensor([1.0, 2.0, 3.0]))
+  np.testing.assert_array_equal(jac.numpy(), np.diag(w.numpy()))
+  # Tensor.gradient (which grad uses) as backward: the gradient of x * w is x
+  w, x = Tensor.randn(3, requires_grad=True), Tensor.randn(3)
+  g = (x * w).sum().gradient(w)[0].numpy()
+  np.testing.assert_array_equal(g, x.numpy())
+
 def test_grad_argument_errors() -> None:
   x = Tensor([1.0, 2.0])
   with pytest.raises(ValueError, match="one-element float Tensor"): func.grad(lambda a: a * 2)(x)

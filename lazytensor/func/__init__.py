@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from lazytensor.engine import live
 from lazytensor.func.batching import Trace, VmapError, batch_graph, broadcast
 from lazytensor.func.checkpoint import checkpoint
 from lazytensor.func.forward import compute_tangents
@@ -32,11 +33,14 @@ Argnums = int | tuple[int, ...]
 # ---- shared pieces ----
 
 def _results(nodes: Sequence[UOp]) -> list[Tensor]:
-  """Tensors of `nodes`, needing gradients where their graphs hold a tensor that does."""
+  """Tensors of `nodes`, needing gradients where their graphs hold a tensor that does. Each counts as made before the
+  writes pending now, as a gradient does (live.as_old): a gradient computes the values of superseded writes from the
+  memory (the random count's advances, in tensors drawn lazily), which the pending writes overwrite."""
   out = []
   for node, needs in zip(nodes, needs_gradient(nodes)):
     t = Tensor(node)
     if needs and node.dtype.is_float: t._requires_grad = True
+    live.as_old(t)
     out.append(t)
   return out
 
@@ -53,6 +57,11 @@ class _Marked:
     self.originals = _tensors(leaves, f"{name}: the arguments it differentiates")
     for t in self.originals:
       if not t.dtype.is_float: raise TypeError(f"{name}: differentiates with respect to float tensors, got {t.dtype}")
+    # an argument whose graph holds writes not run yet (a tensor drawn lazily holds the random count's advance) is
+    # computed first, as torch.func's arguments are values: a gradient replaces superseded writes by their values,
+    # rebuilding the graph above them, and an enclosing transformation's mark in it would be lost
+    if due := [t for t in self.originals if t.lazydata.writes and not t.lazydata.reads & live.no_values]:
+      Tensor.realize(*due)
     self.nodes = [mark(t._graph_root()) for t in self.originals]
     self.tensors = [Tensor(n) for n in self.nodes]
     for t in self.tensors: t._requires_grad = True  # so that what f realizes keeps its graph, as a weight's does

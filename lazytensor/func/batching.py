@@ -53,10 +53,22 @@ NEEDS_VALUES = ("vmap: f needs the values of a tensor computed from a vmapped in
 
 class _Traced(Buffer):
   """The memory of a placeholder: there is none. Reading it (a realize or a host read of a graph that holds a
-  placeholder) is something f did under vmap that needs values."""
+  placeholder) is something f did under vmap that needs values. Its bit is in live.no_values while it lives, so that
+  a tensor f made and kept (in a closure, a list) is not computed before an assign that runs later (the random count's
+  advance: it reads the count)."""
   @node_cached
   def handle(self) -> Any: raise VmapError(NEEDS_VALUES)
   def numpy(self) -> Any: raise VmapError(NEEDS_VALUES)
+
+  @property
+  def memory_bit(self) -> int:
+    bit = super().memory_bit
+    live.no_values |= bit
+    return bit
+
+  def __del__(self) -> None:
+    live.no_values &= ~self._bit
+    super().__del__()
 
 _placeholder_ids = itertools.count()
 
