@@ -31,13 +31,13 @@ def _reduce_grad(ctx: UOp, r: UOp) -> Grads:
   op, axes = r.arg
   spread = movement(ctx, Ops.EXPAND, x.shape)
   if op is Ops.ADD: return (spread,)
-  if op is Ops.MUL: return (spread * _prod_others(x, axes),)
+  if op is Ops.MUL: return (spread * prod_others(x, axes),)
   # MAX: every position equal to the maximum shares the gradient evenly (torch's amax)
   is_max = _eq(x, movement(r, Ops.EXPAND, x.shape)).cast(ctx.dtype)
   count = movement(reduce_uop(is_max, Ops.ADD, axes), Ops.EXPAND, x.shape)
   return (spread * is_max / count,)
 
-def _prod_others(x: UOp, axes: tuple[int, ...]) -> UOp:
+def prod_others(x: UOp, axes: tuple[int, ...]) -> UOp:
   """For each element, the product of the others in its reduce window: prod/x, except that x may be zero.
 
   No zero in the window: prod/x. One zero: its position gets the product of the rest, the others 0. More: all 0."""

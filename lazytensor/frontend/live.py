@@ -50,6 +50,10 @@ def as_old(holder: Holder) -> None:
   """Count `holder` as made before every assign there is: old_value_readers keeps it with the values of before."""
   _old[id(holder)] = holder
 
+# the bits of memory that holds no values (vmap's placeholders, while f is traced over them): a holder that reads it
+# cannot be computed, so it is never one of the readers to keep
+no_values = 0
+
 # holders that count as made before every assign (gradients), by id
 _old: weakref.WeakValueDictionary[int, Holder] = weakref.WeakValueDictionary()
 
@@ -66,7 +70,7 @@ def old_value_readers(holders: Sequence[Holder], made_before: int | None = None)
   chosen = {id(h) for h in holders}
   last = made_before if made_before is not None else next(_serials)
   alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen and
-           (n < last or h.lazydata.writes & targets or id(h) in _old)]
+           not h.lazydata.reads & no_values and (n < last or h.lazydata.writes & targets or id(h) in _old)]
   out: list[tuple[int, Holder]] = []
   seen = targets
   while targets:

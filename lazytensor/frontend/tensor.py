@@ -785,7 +785,9 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     for t in targets:
       if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
     grads = gradients(self, targets, gradient, asked=True)
-    return [t.zeros_like() if g is None else Tensor._of_gradient(g, create_graph) for t, g in zip(targets, grads)]
+    out = [t.zeros_like() if g is None else Tensor._of_gradient(g, create_graph) for t, g in zip(targets, grads)]
+    for g in out: live.as_old(g)  # as backward's: read the memory as the graph they differentiate read it
+    return out
 
   def backward(self, gradient: Tensor | None = None, create_graph: bool = False) -> Tensor:
     """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:

@@ -41,6 +41,12 @@ class Allocator:
     return {}
 
   def alloc_cached(self, nbytes: int) -> Any:
+    handle = self._alloc_or_reuse(nbytes)
+    self.allocated_bytes += nbytes
+    self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+    return handle
+
+  def _alloc_or_reuse(self, nbytes: int) -> Any:
     if hs := self.freed.get(nbytes):
       handle = hs.pop()
       self.cached_bytes -= nbytes
@@ -52,6 +58,7 @@ class Allocator:
       return self.alloc(nbytes)
 
   def free_cached(self, handle: Any, nbytes: int) -> None:
+    self.allocated_bytes -= nbytes
     if self.reuse_freed and 0 < nbytes and self.cached_bytes + nbytes <= int(BUFFER_CACHE.value):
       self.freed.setdefault(nbytes, []).append(handle)
       self.cached_bytes += nbytes
@@ -65,6 +72,9 @@ class Allocator:
     self.cached_bytes = 0
 
   cached_bytes = 0  # the bytes `freed` holds
+  # the bytes of the buffers that hold memory now (what `freed` keeps is not counted), and the most since the last reset
+  allocated_bytes = 0
+  peak_bytes = 0
   # False where fresh memory matters (EMU fills it with a poison pattern) or the backend keeps freed blocks itself
   reuse_freed = True
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
@@ -169,6 +179,37 @@ class _DeviceRegistry:
   def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
 
 Device = _DeviceRegistry()
+
+def memory_allocated(device: str | None = None) -> int:
+  """The bytes of the buffers that hold memory on `device` (the default device if None) now, as
+  torch.cuda.memory_allocated: memory the allocator keeps for reuse (BUFFER_CACHE) is not counted.
+
+  >>> before = memory_allocated()
+  >>> t = Tensor.ones(256).contiguous().realize()
+  >>> memory_allocated() - before
+  1024
+  """
+  return Device[Device.canonicalize(device or Device.DEFAULT)].allocator.allocated_bytes
+
+def max_memory_allocated(device: str | None = None) -> int:
+  """The most bytes of buffers that held memory on `device` at once since the start or the last
+  reset_peak_memory_stats, as torch.cuda.max_memory_allocated.
+
+  >>> reset_peak_memory_stats()
+  >>> (Tensor.ones(1024).contiguous() + 1).sum().realize().item() == 2048 and max_memory_allocated() >= 4096
+  True
+  """
+  return Device[Device.canonicalize(device or Device.DEFAULT)].allocator.peak_bytes
+
+def reset_peak_memory_stats(device: str | None = None) -> None:
+  """Start max_memory_allocated of `device` over from what is allocated now, as torch.cuda.reset_peak_memory_stats.
+
+  >>> reset_peak_memory_stats()
+  >>> max_memory_allocated() == memory_allocated()
+  True
+  """
+  allocator = Device[Device.canonicalize(device or Device.DEFAULT)].allocator
+  allocator.peak_bytes = allocator.allocated_bytes
 
 # bits of UOp.reads/writes that no live Buffer holds, lowest first: masks stay as short as the number of live buffers
 _free_bits: list[int] = []
