@@ -22,7 +22,8 @@ from lazytensor.runtime.ops_cpu import (
   undefined_symbols,
   unpack_object,
 )
-from lazytensor.uop.ops import GroupOp, Ops, UOp, exec_alu, graph_rewrite
+from lazytensor.uop.opcodes import GroupOp, Ops, exec_alu
+from lazytensor.uop.ops import UOp, graph_rewrite
 
 DEV = CpuDevice("CPU")
 COMPILER = LLVMCompiler()
