@@ -63,6 +63,20 @@ def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
     if (circle := visit(m, [])) is not None: return circle
   return None
 
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+  """The sets of modules that import each other (each a strongly connected part of the graph), in name order."""
+  def reach(m: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.get(m, ()))
+    while todo:
+      if (t := todo.pop()) not in seen:
+        seen.add(t)
+        todo.extend(graph.get(t, ()))
+    return seen
+  reached = {m: reach(m) for m in graph}
+  parts = {frozenset({m} | {t for t in reached[m] if m in reached[t]}) for m in graph if m in reached[m]}
+  return sorted((set(c) for c in parts), key=sorted)
+
 def layer(module: str) -> int:
   name = module.removeprefix("lazytensor").removeprefix(".")
   matches = [(len(p), i) for i, names in enumerate(LAYERS) for p in names
@@ -74,9 +88,16 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
   return sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
                 if t.startswith("lazytensor") and layer(t) < layer(m))
 
+# the front end's circle, the open part of issue 25: autograd, pending and writes are Tensor methods written as module
+# functions (they take Tensors and rebuild them through type(t)._of). Listed so that every other module is held to no
+# circle now; the test fails when this one changes, and the entry goes when the circle does.
+KNOWN_CIRCLES = [{f"lazytensor.frontend.{m}" for m in ("autograd", "pending", "tensor", "writes")}]
+
 def test_no_import_circles() -> None:
-  circle = find_circle(import_graph())
-  assert circle is None, "import circle: " + " -> ".join([*circle, circle[0]])
+  graph = import_graph()
+  found = circles(graph)
+  shown = [find_circle({m: graph[m] & part for m in part}) or [] for part in found if part not in KNOWN_CIRCLES]
+  assert found == KNOWN_CIRCLES, "import circles: " + "; ".join(" -> ".join([*c, c[0]]) for c in shown if c)
 
 def test_imports_go_down_the_layers() -> None:
   assert upward_imports(import_graph()) == []
@@ -101,6 +122,7 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: pathlib.Path) -> None:
   assert graph["lazytensor.uop.ops"] == {"lazytensor.uop.bounds"}
   assert graph["lazytensor.uop.bounds"] == {"lazytensor.uop.ops"}
   assert find_circle(graph) == ["lazytensor.uop.bounds", "lazytensor.uop.ops"]
+  assert circles(graph) == [{"lazytensor.uop.bounds", "lazytensor.uop.ops"}]
   assert graph["lazytensor.helpers"] == {"extra.bench", "lazytensor.frontend.tensor"}
   assert upward_imports(graph) == ["lazytensor.helpers -> lazytensor.frontend.tensor"]
 
