@@ -13,8 +13,8 @@ from test_llvm_renderer import elementwise, like
 from test_llvm_renderer import run as run_cpu
 
 from lazytensor.codegen.alu import alu_semantics
-from lazytensor.codegen.program import launch_dims
 from lazytensor.dtype import DType, dtypes, from_storage, to_storage, truncate
+from lazytensor.renderer import launch_dims
 from lazytensor.runtime.device import Device
 from lazytensor.runtime.ops_cpu import CPUMemory
 from lazytensor.uop.ops import Ops, UOp, graph_rewrite

@@ -32,9 +32,8 @@ from test_llvm_renderer import run as run_cpu
 
 from lazytensor import GlobalCounters, Tensor
 from lazytensor.codegen.alu import alu_semantics
-from lazytensor.codegen.program import launch_dims
 from lazytensor.dtype import DType, dtypes
-from lazytensor.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
+from lazytensor.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore, launch_dims
 from lazytensor.renderer.emu import EmuRenderer, parse_program
 from lazytensor.runtime.device import Device
 from lazytensor.runtime.ops_emu import EmuDevice, EmuError, EmuProgram, RaceError

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from lazytensor.codegen.alu import alu_semantics
-from lazytensor.codegen.transcendental import SIN_REDUCED_UP_TO, pm_fast_math, xcos, xexp2, xlog2, xmod, xsin
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.helpers import Context
 from lazytensor.renderer.llvm import LLVMRenderer
+from lazytensor.renderer.transcendental import SIN_REDUCED_UP_TO, pm_fast_math, xcos, xexp2, xlog2, xmod, xsin
 from lazytensor.runtime.ops_cpu import (
   CorruptProgramError,
   CpuDevice,
@@ -22,7 +22,8 @@ from lazytensor.runtime.ops_cpu import (
   undefined_symbols,
   unpack_object,
 )
-from lazytensor.uop.ops import GroupOp, Ops, UOp, exec_alu, graph_rewrite
+from lazytensor.uop.opcodes import GroupOp, Ops, exec_alu
+from lazytensor.uop.ops import UOp, graph_rewrite
 
 DEV = CpuDevice("CPU")
 COMPILER = LLVMCompiler()

@@ -9,7 +9,6 @@ import pytest
 
 from lazytensor import Context, Device, Tensor, dtypes
 from lazytensor.codegen.program import (
-  LaunchDims,
   ProgramSpec,
   get_program,
   given_opts,
@@ -20,6 +19,7 @@ from lazytensor.engine import realize
 from lazytensor.helpers import ContextVar
 from lazytensor.opt.kernel import Kernel, Opt, OptOps
 from lazytensor.opt.search_cache import beam_cache_key
+from lazytensor.renderer import LaunchDims
 from lazytensor.renderer.cpu_target import cpu_target
 from lazytensor.renderer.emu import EmuRenderer
 from lazytensor.renderer.llvm import LLVMRenderer

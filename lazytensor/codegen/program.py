@@ -21,32 +21,9 @@ from lazytensor.codegen.lowerer import lower_kernel
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType
 from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored
 from lazytensor.opt.kernel import Kernel, Opt
-from lazytensor.renderer import Renderer
+from lazytensor.renderer import GRID_AXES, LaunchDims, Renderer, launch_dims
 from lazytensor.uop.ops import Ops, UOp
 
-GRID_AXES = 3
-
-@dataclass(frozen=True)
-class LaunchDims:
-  """How many blocks (global_size) of how many threads (local_size) a GPU launch runs, and how many CPU cores a THREAD
-  axis spreads over; every runtime's Program takes these as keyword arguments."""
-  global_size: tuple[int, ...] = (1, 1, 1)
-  local_size: tuple[int, ...] = (1, 1, 1)
-  core_count: int = 1
-
-  def kwargs(self) -> dict[str, Any]: return {"global_size": self.global_size, "local_size": self.local_size,
-                                              "core_count": self.core_count}
-
-def launch_dims(uops: list[UOp]) -> LaunchDims:
-  """The launch a linear program's SPECIALs ask for: gidx<i> blocks, lidx<i> threads, core ids."""
-  sizes: dict[str, int] = {}
-  for u in uops:
-    if u.op is not Ops.SPECIAL: continue
-    name, size = u.arg
-    if sizes.setdefault(name, size) != size: raise ValueError(f"SPECIAL {name} is sized both {sizes[name]} and {size}")
-  dims = [tuple(sizes.get(f"{prefix}{i}", 1) for i in range(GRID_AXES)) for prefix in ("gidx", "lidx")]
-  cores = max([size for name, size in sizes.items() if name.startswith("core")], default=1)
-  return LaunchDims(dims[0], dims[1], cores)
 
 @dataclass(frozen=True)
 class ProgramSpec:

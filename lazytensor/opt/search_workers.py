@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.codegen.program import LaunchDims, get_program
+from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType, to_dtype, to_storage
 from lazytensor.helpers import BEAM_TIMEOUT_SEC, PARALLEL, Context, ContextVar
 from lazytensor.opt.kernel import Kernel, Opt, reach, view_of
+from lazytensor.renderer import LaunchDims
 from lazytensor.runtime.device import Buffer, Device
 from lazytensor.uop.ops import Ops, UOp
 

@@ -1,10 +1,11 @@
 """What a renderer is: the capabilities it declares (checked by apply_opt, read by the lowerer and the heuristics) and
-render(name, linear program). Tensor cores are declared as data (`TensorCore`), so the lowerer, `apply_opt(TC)`, EMU
-and every renderer read one description of an instruction's shape and fragment layout."""
+render(name, linear program), and the launch a linear program asks for (`launch_dims`). Tensor cores are declared as
+data (`TensorCore`), so the lowerer, `apply_opt(TC)`, EMU and every renderer read one description of an instruction's
+shape and fragment layout."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.uop.ops import Ops, PatternMatcher, UOp
@@ -123,3 +124,27 @@ class Renderer:
     return 0
 
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError
+
+GRID_AXES = 3
+
+@dataclass(frozen=True)
+class LaunchDims:
+  """How many blocks (global_size) of how many threads (local_size) a GPU launch runs, and how many CPU cores a THREAD
+  axis spreads over; every runtime's Program takes these as keyword arguments."""
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] = (1, 1, 1)
+  core_count: int = 1
+
+  def kwargs(self) -> dict[str, Any]: return {"global_size": self.global_size, "local_size": self.local_size,
+                                              "core_count": self.core_count}
+
+def launch_dims(uops: list[UOp]) -> LaunchDims:
+  """The launch a linear program's SPECIALs ask for: gidx<i> blocks, lidx<i> threads, core ids."""
+  sizes: dict[str, int] = {}
+  for u in uops:
+    if u.op is not Ops.SPECIAL: continue
+    name, size = u.arg
+    if sizes.setdefault(name, size) != size: raise ValueError(f"SPECIAL {name} is sized both {sizes[name]} and {size}")
+  dims = [tuple(sizes.get(f"{prefix}{i}", 1) for i in range(GRID_AXES)) for prefix in ("gidx", "lidx")]
+  cores = max([size for name, size in sizes.items() if name.startswith("core")], default=1)
+  return LaunchDims(dims[0], dims[1], cores)

@@ -44,10 +44,9 @@ loads read through a struct pointer cast from the element pointer (g++: -fno-str
 """
 from __future__ import annotations
 
-from lazytensor.codegen.program import launch_dims
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import TF32, prod
-from lazytensor.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore
+from lazytensor.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore, launch_dims
 from lazytensor.renderer.cstyle import CStyleRenderer
 from lazytensor.uop.ops import Ops, UOp
 

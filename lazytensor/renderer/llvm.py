@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.codegen.transcendental import pm_fast_math
 from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
 from lazytensor.helpers import CPU_TARGET, FASTMATH
 from lazytensor.renderer import Renderer
 from lazytensor.renderer.cpu_target import CPUTarget, cpu_target
+from lazytensor.renderer.transcendental import pm_fast_math
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 _SCALAR = {"bool": "i1", "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32", "uint32": "i32",

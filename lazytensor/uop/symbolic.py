@@ -21,7 +21,8 @@ import operator
 from typing import Any
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, exec_cast, graph_rewrite
+from lazytensor.uop.opcodes import GroupOp, Ops, exec_alu, exec_cast
+from lazytensor.uop.ops import PatternMatcher, UOp, UPat, graph_rewrite
 
 INTS: tuple[DType, ...] = (*(dt for dt in dtypes.all() if dt.is_int), dtypes.index)
 SINTS: tuple[DType, ...] = tuple(dt for dt in INTS if not dt.is_unsigned)

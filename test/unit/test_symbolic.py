@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazytensor.dtype import DType, dtypes, truncate
-from lazytensor.uop.ops import Ops, UOp, exec_alu, graph_rewrite
+from lazytensor.uop.opcodes import Ops, exec_alu
+from lazytensor.uop.ops import UOp, graph_rewrite
 from lazytensor.uop.symbolic import simplify, symbolic_simple
 
 i32 = dtypes.int32

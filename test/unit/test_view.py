@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from lazytensor.dtype import dtypes
 from lazytensor.shape.view import ShapeTracker, View
-from lazytensor.uop.ops import Ops, UOp, exec_alu
+from lazytensor.uop.opcodes import Ops, exec_alu
+from lazytensor.uop.ops import UOp
 
 MAX_SIZE = 240  # positions a chain may reach: every position is evaluated in Python
 

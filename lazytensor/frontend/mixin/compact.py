@@ -5,16 +5,15 @@ result's size depends on the values (no `size=` given), the count is read now: o
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from lazytensor.dtype import dtypes
 from lazytensor.engine.realize import capturing
+from lazytensor.frontend.mixin.order import OrderMixin
 from lazytensor.helpers import prod
 
-if TYPE_CHECKING:
-  from lazytensor.frontend.mixin.index import IndexMixin
-
-TensorT = TypeVar("TensorT", bound="IndexMixin")
+# the order mixin (its cumsum) is all compaction needs: index.py and stats.py, above it, build on this module
+TensorT = TypeVar("TensorT", bound=OrderMixin)
 
 # a mask is packed into words of this many bits for its running count (uint32: the widest that vectorizes well)
 WORD_BITS = 32
@@ -38,17 +37,17 @@ def first_selected(name: str, m: TensorT, size: int | None, keep: tuple[TensorT,
   words, upto = packed_counts(m)
   if size is None:
     check_not_capturing(name)
-    size = int(upto.realize(words, *keep)[-1].item()) if n else 0
+    size = int(upto.realize(words, *keep).select(0, -1).item()) if n else 0
   # iotas: an arange of another dtype narrowed to int32 is not seen as the scatter's targets (schedule/gather.py)
   slots = type(m)._iota(size, m.device)
   if n == 0: return slots * 0, slots < 0
   # positions and counts in the iota's int32 (int64 past 2^31 elements): half the memory of the default int
   pos = type(m)._iota(n, m.device)
   rank = running_count(words, upto, n).cast(pos.dtype)
-  total = upto[-1].cast(pos.dtype)
+  total = upto.select(0, -1).cast(pos.dtype)
   slot = m.where(rank - 1, total + pos - rank)
   flat = (slot == pos.unsqueeze(-1)).where(pos, 0).sum(-1, dtype=pos.dtype)
-  return flat[:size] if size <= n else flat.pad(((0, size - n),)), slots < total
+  return flat.narrow(0, 0, size) if size <= n else flat.pad(((0, size - n),)), slots < total
 
 def unravel(flat: TensorT, shape: tuple[int, ...]) -> list[TensorT]:
   """The index along each dim of the flat (row-major) indices, all below prod(shape): the first dim's needs no % and
@@ -81,7 +80,7 @@ def running_count(words: TensorT, upto: TensorT, n: int) -> TensorT:
   bit = type(words)._iota(WORD_BITS, words.device).cast(dtypes.uint32)
   below = words.unsqueeze(-1) & (0xFFFFFFFF >> (WORD_BITS - 1 - bit))  # the bits at and below each element's
   before = (upto - popcount(words)).unsqueeze(-1)
-  return (before + popcount(below).cast(dtypes.int32)).reshape(groups * WORD_BITS)[:n]
+  return (before + popcount(below).cast(dtypes.int32)).reshape(groups * WORD_BITS).narrow(0, 0, n)
 
 def popcount(x: TensorT) -> TensorT:
   """The set bits of each uint32, by adding them in pairs, nibbles and bytes (Hacker's Delight 5-1): ALU ops that

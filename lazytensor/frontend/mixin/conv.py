@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+from lazytensor.frontend.mixin.reduce import ReduceMixin
 from lazytensor.helpers import flatten, make_tuple
 from lazytensor.uop.ops import Ops, UOp
 
-if TYPE_CHECKING:
-  from lazytensor.frontend.mixin.nn import NNMixin
-
-TensorT = TypeVar("TensorT", bound="NNMixin")
+# a convolution is views and a sum of products (the reduce mixin): nn.py, above it, builds the methods on this module
+TensorT = TypeVar("TensorT", bound=ReduceMixin)
 
 Padding = int | Sequence[int] | str
 

@@ -21,7 +21,7 @@ TensorT = TypeVar("TensorT", bound="ElementwiseMixin")
 
 def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
   """C's fmod (floor: Python's %) of two float tensors, exactly: MOD is C's fmod (on the CPU float64 arithmetic where
-  that is exact, codegen/transcendental.py; libm's elsewhere). MOD has no derivative rule, so its gradient,
+  that is exact, renderer/transcendental.py; libm's elsewhere). MOD has no derivative rule, so its gradient,
   (1, -trunc(a / b)), rides on t - stop(t) for t = trunc(a / b) * b - a: that is exactly +0.0 in value (subtracting
   it keeps the sign of a zero remainder), and has the gradient of t."""
   dt = a.dtype

@@ -3,16 +3,35 @@ labels, ellipses, the output) turned into contractions of two operands at a time
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import Any, Protocol, Self, TypeVar
 
-from lazytensor.dtype import dtypes, promote_types
+from lazytensor.dtype import DType, dtypes, promote_types
 from lazytensor.helpers import ArgumentError
 
-if TYPE_CHECKING:
-  from lazytensor.frontend.mixin.reduce import ReduceMixin
-  TensorT = TypeVar("TensorT", bound=ReduceMixin)
-else:
-  TensorT = TypeVar("TensorT")
+# the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
+Axis = int | Sequence[int] | None
+
+class Operand(Protocol):
+  """What a product needs of its operands: views, casts, products and sums. reduce.py's ReduceMixin, which builds
+  matmul and einsum on this module, has all of it; naming the protocol instead keeps this module below reduce.py."""
+  @property
+  def shape(self) -> tuple[int, ...]: ...
+  @property
+  def ndim(self) -> int: ...
+  @property
+  def dtype(self) -> DType: ...
+  def reshape(self, *sizes: Any, shape: Sequence[int | None] | int | None = None) -> Self: ...
+  def permute(self, *axes: Any, order: Sequence[int] | None = None, dims: Sequence[int] | None = None) -> Self: ...
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Self: ...
+  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self: ...
+  def cast(self, dtype: DType | str) -> Self: ...
+  def __mul__(self, x: Any) -> Self: ...
+  def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+          dim: Axis = None) -> Self: ...
+  def _sum_of_products(self, other: Self, axis: Axis) -> Self: ...
+
+TensorT = TypeVar("TensorT", bound=Operand)
 
 # ---- einsum notation ----
 

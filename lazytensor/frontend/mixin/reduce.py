@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
-from lazytensor.frontend.mixin.products import _einsum, _matmul
+from lazytensor.frontend.mixin.products import Axis, _einsum, _matmul
 from lazytensor.frontend.mixin.special import SpecialMixin
 from lazytensor.helpers import dim_alias, prod
 from lazytensor.uop.graph import const_uop
@@ -22,9 +22,6 @@ TensorT = TypeVar("TensorT", bound="ReduceMixin")
 def _no_elements_grad(ctx: UOp, x: UOp) -> tuple[UOp]:
   """The gradient of a reduce over no elements (a CUSTOM_GRAD's arg): zeros for its input, whose value it ignores."""
   return (const_uop(0.0, x.dtype, x.device, x.shape),)
-
-# the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
-Axis = int | Sequence[int] | None
 
 class ReduceMixin(SpecialMixin):
   """Tensor's reductions, matmul and einsum: on the special mixin and those below it."""
