@@ -18,7 +18,7 @@ ROOT = pathlib.Path(lazytensor.__file__).parent
 # longest name that it is or lies under (opt.kernel is not opt); names are relative to lazytensor.
 LAYERS: tuple[tuple[str, ...], ...] = (
   ("",),                                # lazytensor/__init__.py: the public face
-  ("nn", "parallel", "engine.jit"),    # built on Tensor: layers, collectives, the JIT of functions of Tensors
+  ("nn", "parallel", "func", "engine.jit"),  # on Tensor: layers, collectives, transformations, the JIT
   ("frontend",),                        # Tensor, its mixins, autograd, writes
   ("engine",),                          # realize: runs a schedule
   ("schedule",),
