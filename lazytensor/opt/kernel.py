@@ -2,7 +2,7 @@
 
 Every optimization splits or reorders axes of that shared shape; splitting reshapes every view of the kernel at
 once, so the lowerer sees the same axes everywhere. Axes are kept in kind order:
-global/thread, local, group, reduce, unroll, upcast.
+global/thread, local, group, mid, reduce, unroll, upcast.
 """
 from __future__ import annotations
 
@@ -209,10 +209,11 @@ class Kernel:
     ret.applied_opts = list(self.applied_opts)
     return ret
 
+  # a MID axis is both: threads while the reduce runs, registers where it finishes and after
   def upcast_size(self) -> int:
-    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL, AxisKind.MID))
   def local_size(self) -> int:
-    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID))
   def shared_bytes(self) -> int:
     """Shared memory a block needs: with a GROUP axis, each reduce keeps a partial result per thread and upcast lane
     (the lowerer's `_group`)."""
