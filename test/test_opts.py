@@ -648,3 +648,13 @@ def test_every_optop_has_a_row_that_apply_opt_follows() -> None:
     assert row.makes is not None and k.kinds.count(row.makes) == before.count(row.makes) + 1, op
   with pytest.raises(KernelOptError, match=r"axis 1 is GROUP, expected GLOBAL/LOCAL"):
     k.apply_opt(Opt(OptOps.UPCAST, 1, 2))
+
+def test_architecture_doc_shows_every_row() -> None:
+  from pathlib import Path
+
+  from lazytensor.opt.optops import OPTOPS
+  doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+  section = doc[doc.index("## Kernels, axes and optimizations"):doc.index("## From an optimized kernel")]
+  names = {n.strip() for line in section.splitlines() if line.startswith("| ") and not line.startswith("| OptOp")
+           for n in line.split("|")[1].split(",")}
+  assert names == {op.name for op in OPTOPS}
