@@ -81,7 +81,7 @@ def test_debug_3_colors_axes_with_one_legend_on_a_terminal(capsys: pytest.Captur
     for _ in range(2): run_with(capsys, reduce=True, DEBUG=3)
   out = term.getvalue()
   legend = ("axis colors: \x1b[34mglobal\x1b[0m \x1b[94mthread\x1b[0m \x1b[36mlocal\x1b[0m \x1b[32mgroup\x1b[0m "
-            "\x1b[31mreduce\x1b[0m \x1b[35munroll\x1b[0m \x1b[33mupcast\x1b[0m")
+            "\x1b[37mmid\x1b[0m \x1b[31mreduce\x1b[0m \x1b[35munroll\x1b[0m \x1b[33mupcast\x1b[0m")
   assert out.count("axis colors") == 1 and f"\n{legend}\n" in out, out
   assert out.count("r_\x1b[34m") == 4  # each kernel's name, in the DEBUG=3 line and the DEBUG=2 line
   with contextlib.redirect_stdout(term := Terminal()): run_with(capsys, reduce=True, DEBUG=3, NO_COLOR="1")

@@ -70,7 +70,8 @@ def _candidate_opts(k: Kernel) -> list[Opt]:
   opts = []
   for axis in range(k.shape_len):
     for amt in (0, 2, 3, 4, 8, 16):
-      for op in (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.THREAD):
+      for op in (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.THREAD,
+                 OptOps.UPCASTMID):
         opts.append(Opt(op, axis, amt))
     opts.append(Opt(OptOps.PADTO, axis, 8))
     opts.extend(Opt(OptOps.SWAP, axis, other) for other in range(k.shape_len))
@@ -116,6 +117,8 @@ def test_random_opt_chains(name: str, picks: list[int], device: str) -> None:
   ("row_sum", Opt(OptOps.GROUP, 1, 4), "group"),              # GROUP needs shared memory
   ("elementwise", Opt(OptOps.UPCAST, 9, 2), "out of range"),  # no such axis
   ("elementwise", Opt(OptOps.THREAD, 0, 64), "THREADS"),      # more than 8 shares per thread allowed
+  ("row_sum", Opt(OptOps.UPCASTMID, 0, 4), "shared memory"),  # UPCASTMID needs a GROUP, which needs shared memory
+  ("row_sum", Opt(OptOps.PADTO, 0, 0), "whole axis"),         # PADTO's amount is a multiple, never the whole axis
 ])
 def test_illegal_opts_raise_and_leave_kernel_unchanged(name: str, opt: Opt, why: str) -> None:
   item = _last_item(name)
@@ -564,3 +567,94 @@ def test_matmul_needing_more_blocks_than_shares_takes_the_most_shares() -> None:
 def test_heuristic_thread_shares(cores: int, size: int, shares: int | None) -> None:
   # 4 shares per thread, a multiple of the thread count where one divides the axis, else any divisor
   assert heuristic.thread_shares(cores, size) == shares
+
+# ---- UPCASTMID: in a GROUP kernel, part of an output axis is threads while the reduce runs and registers where the
+# group's partials meet: one thread finishes the reduce for all of its outputs ----
+
+MID_KERNELS = {
+  "row_sum": lambda: _t(12, 32).sum(1),
+  "max_odd": lambda: (-1 - _t(6, 19).abs()).max(1),             # 19: the whole axis as the group
+  "col_sum": lambda: (_t(64, 8) * 3).sum(0).exp(),              # the output is contiguous along the MID axis
+  "two_reduces": lambda: _t(8, 16).softmax(1).sum(1),
+}
+
+def _mid_item(name: str, device: str):
+  with Context(DEV=device): items, _ = create_schedule([MID_KERNELS[name]().lazydata])
+  from lazytensor.engine.realize import run_schedule
+  run_schedule(items[:-1])
+  return items[-1]
+
+def _mid_opts(k: Kernel, amt: int, extra: tuple[OptOps, ...] = ()) -> list[Opt]:
+  """GROUP the last reduce axis (by 4 where 4 divides it, else whole), then UPCASTMID the last output axis by amt."""
+  red, out = k.axes_of(AxisKind.REDUCE)[-1], k.axes_of(AxisKind.GLOBAL)[-1]
+  opts = [Opt(OptOps.GROUP, red, 4 if k.full_shape[red] % 4 == 0 else 0), Opt(OptOps.UPCASTMID, out, amt)]
+  return opts + [Opt(op, 0, 2) for op in extra]
+
+@pytest.mark.parametrize("device", ["EMU", "CUDACPU"])
+@pytest.mark.parametrize("name,amt", [("row_sum", 4), ("row_sum", 3), ("max_odd", 2), ("col_sum", 4),
+                                      ("two_reduces", 2)])
+def test_upcastmid_computes_what_the_plain_kernel_does(name: str, amt: int, device: str) -> None:
+  item = _mid_item(name, device)
+  ref = _run(item, device, [])
+  opts = _mid_opts(Kernel(item.ast, Device[device].renderer), amt)
+  np.testing.assert_allclose(_run(item, device, opts), ref, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+
+@pytest.mark.parametrize("device", ["EMU", "CUDACPU"])
+def test_upcastmid_with_locals_and_upcasts_around_it(device: str) -> None:
+  item = _mid_item("col_sum", device)
+  ref = _run(item, device, [])
+  k = Kernel(item.ast, Device[device].renderer)
+  out = k.axes_of(AxisKind.GLOBAL)[-1]
+  opts = [Opt(OptOps.LOCAL, out, 2), Opt(OptOps.GROUPTOP, k.axes_of(AxisKind.REDUCE)[-1] + 1, 8),
+          Opt(OptOps.UPCASTMID, out, 2), Opt(OptOps.UPCAST, out, 2)]
+  np.testing.assert_allclose(_run(item, device, opts), ref, rtol=1e-5, atol=1e-5)
+
+def test_upcastmid_one_thread_stores_all_of_its_outputs() -> None:
+  from lazytensor.codegen.lowerer import lower_kernel
+  k = Kernel(_mid_item("row_sum", "EMU").ast, Device["EMU"].renderer)
+  for o in _mid_opts(k, 4): k.apply_opt(o)
+  assert [kind.name for kind in k.kinds] == ["GLOBAL", "GROUP", "MID", "REDUCE"]
+  stores = [u for u in lower_kernel(k).toposort if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL]
+  assert len(stores) == 4, "a store per output the thread finished"
+  # the threads of the MID axis each reduced a quarter of the outputs' partials; thread 0 of them stores all four
+  specials = {u.arg[0] for s in stores for u in s.toposort if u.op is Ops.SPECIAL}
+  assert {"lidx0", "lidx1"} <= specials
+
+def test_upcastmid_needs_a_group_first() -> None:
+  k = Kernel(_mid_item("row_sum", "EMU").ast, Device["EMU"].renderer)
+  with pytest.raises(KernelOptError, match="needs a GROUP axis"): k.apply_opt(Opt(OptOps.UPCASTMID, 0, 4))
+  k.apply_opt(Opt(OptOps.NOLOCALS))
+  with pytest.raises(KernelOptError, match="NOLOCALS was applied"): k.apply_opt(Opt(OptOps.GROUP, 1, 4))
+
+def test_beam_tries_upcastmid_where_a_kernel_is_grouped() -> None:
+  from lazytensor.opt.search_actions import actions
+  item = _mid_item("row_sum", "EMU")
+  k = Kernel(item.ast, Device["EMU"].renderer)
+  assert not any(o.op is OptOps.UPCASTMID and _legal(k, o) for o in actions(k))
+  k.apply_opt(Opt(OptOps.GROUP, 1, 4))
+  mids = [o for o in actions(k) if o.op is OptOps.UPCASTMID and _legal(k, o)]
+  assert mids == [Opt(OptOps.UPCASTMID, 0, 2), Opt(OptOps.UPCASTMID, 0, 4)]
+  assert not any(o.op is OptOps.UPCASTMID for o in actions(Kernel(_last_item("row_sum").ast, Device["CPU"].renderer)))
+
+def test_every_optop_has_a_row_that_apply_opt_follows() -> None:
+  from lazytensor.opt.optops import OPTOPS
+  assert set(OPTOPS) == set(OptOps)
+  # a split makes the row's kind, on the outer part of the axis for TOP rows
+  k = Kernel(_mid_item("row_sum", "EMU").ast, Device["EMU"].renderer)
+  for op in (OptOps.GROUPTOP, OptOps.UPCASTMID, OptOps.UNROLL, OptOps.UPCAST):
+    row, before = OPTOPS[op], list(k.kinds)
+    axis = next(a for a, kind in enumerate(k.kinds) if kind in row.kinds and k.full_shape[a] % 2 == 0)
+    k.apply_opt(Opt(op, axis, 2))
+    assert row.makes is not None and k.kinds.count(row.makes) == before.count(row.makes) + 1, op
+  with pytest.raises(KernelOptError, match=r"axis 1 is GROUP, expected GLOBAL/LOCAL"):
+    k.apply_opt(Opt(OptOps.UPCAST, 1, 2))
+
+def test_architecture_doc_shows_every_row() -> None:
+  from pathlib import Path
+
+  from lazytensor.opt.optops import OPTOPS
+  doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+  section = doc[doc.index("## Kernels, axes and optimizations"):doc.index("## From an optimized kernel")]
+  names = {n.strip() for line in section.splitlines() if line.startswith("| ") and not line.startswith("| OptOp")
+           for n in line.split("|")[1].split(",")}
+  assert names == {op.name for op in OPTOPS}

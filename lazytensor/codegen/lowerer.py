@@ -8,6 +8,8 @@ Axis kinds lower as:
   REDUCE  a RANGE loop inside the globals
   UPCAST / UNROLL  registers: the kernel body is replicated per lane; the last such axis becomes SIMD vectors when
           the renderer has vectors of its size, so values are scalars or vectors ("lanes").
+  MID     (UPCASTMID, in a GROUP kernel) a thread index while the reduce runs; where its partials meet and after, a
+          lane (registers, never the vector axis): one thread finishes the reduce for all of its outputs.
 A scatter's store (schedule/scatter.py) is a load, the op and a store, its entries REDUCE loops; on a renderer with the
 atomic op, its entries are GLOBAL/LOCAL axes and each lane's update one STORE whose arg is the op (atomic).
 """
@@ -90,7 +92,7 @@ def _lanes(k: Kernel) -> _Lanes:
   if k.tensor_core is not None:  # no lane axes: the registers of the C fragment are the lanes
     regs = k.tensor_core.tc.c.size
     return _Lanes([], None, regs, [()], UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", regs)))
-  axes = k.axes_of(*LANE_KINDS)
+  axes = k.axes_of(*LANE_KINDS, AxisKind.MID)
   best = _vector_axis(k)
   vec_axis = best if best is not None and k.full_shape[best] in k.renderer.vector_widths else None
   width = k.full_shape[vec_axis] if vec_axis is not None else 1
@@ -106,7 +108,8 @@ class _Lowerer:
     self.loops: list[UOp] = []  # the reduce loops, outermost first
     self.levels: tuple[int, ...] = ()  # the loops of each accumulator of a float sum, innermost first (_reduce_blocks)
     self.axis_idx = self._axis_indices()
-    self.memo: dict[UOp, list[UOp]] = {}
+    self.memo: dict[tuple[UOp, bool], list[UOp]] = {}
+    self.in_reduce = False  # lowering a reduce's source, where MID axes are threads, not lanes
     self.group_gate: UOp | None = None  # set when a GROUP reduce means only group index 0 may store
     self.flag_stores: dict[UOp, None] = {}  # the index checks' records of a bad index (_check)
 
@@ -126,7 +129,7 @@ class _Lowerer:
       idx[a], loops = _blocked_index(k.full_shape[a], b, numbers, "reduce")
       self.loops += loops
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
-    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP), k.full_shape, r.local_max))
+    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID), k.full_shape, r.local_max))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
     return idx
 
@@ -151,7 +154,7 @@ class _Lowerer:
 
   def idxs_for(self, key: tuple[int, ...], shape: tuple[int, ...]) -> list[UOp]:
     """Index of every axis for one lane key; axes of size 1 in this view (reduced or broadcast) index 0."""
-    lane = dict(zip(self.key_axes, key))
+    lane = {a: c for a, c in zip(self.key_axes, key) if not (self.in_reduce and self.k.kinds[a] is AxisKind.MID)}
     return [_const(0) if s == 1 else _const(lane[a]) if a in lane else self.axis_idx[a] for a, s in enumerate(shape)]
 
   # ---- lanes ----
@@ -177,9 +180,9 @@ class _Lowerer:
   # ---- nodes ----
 
   def lower(self, node: UOp) -> list[UOp]:
-    if (hit := self.memo.get(node)) is not None: return hit
+    if (hit := self.memo.get((node, self.in_reduce))) is not None: return hit
     ret = self._lower(node)
-    self.memo[node] = ret
+    self.memo[(node, self.in_reduce)] = ret
     return ret
 
   def _lower(self, node: UOp) -> list[UOp]:
@@ -422,11 +425,16 @@ class _ReduceLowerer:
   def lower(self) -> list[UOp]:
     lw, k = self.lw, self.k
     if k.tensor_core is not None: return [self._tc(k.tensor_core)]
+    outer, lw.in_reduce = lw.in_reduce, True
     values = [self._mask_padding(v, key) for v, key in zip(lw.lower(self.node.src[0]), lw.lanes.keys)]
+    lw.in_reduce = outer
     unroll_pos = [i for i, a in enumerate(lw.key_axes) if k.kinds[a] is AxisKind.UNROLL]
+    # keys that differ only along MID axes are one value here (each thread computes its own part of them)
+    combined = [i for i, a in enumerate(lw.key_axes) if k.kinds[a] in (AxisKind.UNROLL, AxisKind.MID)]
     groups: dict[tuple[int, ...], list[UOp]] = {}
     for key, v in zip(lw.lanes.keys, values):
-      groups.setdefault(tuple(0 if i in unroll_pos else c for i, c in enumerate(key)), []).append(v)
+      if all(c == 0 for i, c in enumerate(key) if lw.k.kinds[lw.key_axes[i]] is AxisKind.MID):
+        groups.setdefault(tuple(0 if i in combined else c for i, c in enumerate(key)), []).append(v)
     ranges = tuple(lw.loops)
     vec_unrolled = lw.lanes.vec_axis is not None and k.kinds[lw.lanes.vec_axis] is AxisKind.UNROLL
     results: dict[tuple[int, ...], UOp] = {}
@@ -439,6 +447,16 @@ class _ReduceLowerer:
       results[gkey] = acc
     if k.axes_of(AxisKind.GROUP): results = self._group(results)
     return [results[tuple(0 if i in unroll_pos else c for i, c in enumerate(key))] for key in lw.lanes.keys]
+
+  def _mid_keys(self, key: tuple[int, ...]) -> list[tuple[tuple[int, ...], dict[int, UOp]]]:
+    """The keys a stage-one key (MID coordinates 0) stands for, each with the MID axes' indices for its partials."""
+    lw = self.lw
+    mid = [i for i, a in enumerate(lw.key_axes) if self.k.kinds[a] is AxisKind.MID]
+    out = []
+    for coords in itertools.product(*[range(self.k.full_shape[lw.key_axes[i]]) for i in mid]):
+      at = dict(zip(mid, coords))
+      out.append((tuple(at.get(i, c) for i, c in enumerate(key)), {lw.key_axes[i]: _const(c) for i, c in at.items()}))
+    return out
 
   def _tc(self, use: TensorCoreUse) -> UOp:
     """Per K step, each thread loads its A and B fragments (registers placed as the tensor core's layout says) and
@@ -507,7 +525,7 @@ class _ReduceLowerer:
     """Stage two of a GROUP reduce: every thread writes its partial result to shared memory, a barrier, then each
     thread reduces the partials of its group (all threads compute it; only group index 0 stores)."""
     k, lw = self.k, self.lw
-    local_axes = k.axes_of(AxisKind.LOCAL, AxisKind.GROUP)
+    local_axes = k.axes_of(AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID)
     group_axes = k.axes_of(AxisKind.GROUP)
     nkeys = len(results)
     width = max(v.dtype.count for v in results.values())
@@ -528,12 +546,13 @@ class _ReduceLowerer:
     for a, b in zip(group_axes, blocks):
       granges[a], loops = _blocked_index(k.full_shape[a], b, numbers, "group")
       gloops += loops
-    reread = {**lw.axis_idx, **granges}
     out: dict[tuple[int, ...], UOp] = {}
     for n, key in enumerate(results):
-      partial = UOp(Ops.LOAD, dtype.vec(width), (smem, slot(reread, n), barrier))
-      out[key] = self._accumulate(partial, tuple(gloops), levels)
-    self.lw.group_gate = simplify(_all([lw.axis_idx[a].eq(0) for a in group_axes]))
+      for full_key, mid_idx in self._mid_keys(key):
+        partial = UOp(Ops.LOAD, dtype.vec(width), (smem, slot({**lw.axis_idx, **granges, **mid_idx}, n), barrier))
+        out[full_key] = self._accumulate(partial, tuple(gloops), levels)
+    # one thread of each group (and of each MID part: it finishes them all) stores
+    self.lw.group_gate = simplify(_all([lw.axis_idx[a].eq(0) for a in k.axes_of(AxisKind.GROUP, AxisKind.MID)]))
     return out
 
 def _all(conds: list[UOp]) -> UOp:

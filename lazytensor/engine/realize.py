@@ -25,7 +25,8 @@ from lazytensor.helpers import (
   use_color,
 )
 from lazytensor.opt.heuristic import hand_coded_optimizations
-from lazytensor.opt.kernel import Kernel, Opt, axis_legend
+from lazytensor.opt.kernel import Kernel, Opt
+from lazytensor.opt.optops import axis_legend
 from lazytensor.opt.search import beam_search
 from lazytensor.runtime.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
 from lazytensor.schedule.index_check import IndexFlags, bad_index

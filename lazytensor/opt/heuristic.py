@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lazytensor.helpers import THREADS, prod
-from lazytensor.opt.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.optops import legal, max_shares
 from lazytensor.renderer.cpu_target import CPUTarget
 from lazytensor.shape.view import ShapeTracker, View
 from lazytensor.uop.ops import Ops
@@ -328,8 +329,7 @@ def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
   rows = next((a for a in k.axes_of(AxisKind.GLOBAL) if _stride(k, swept, a) != 0 and k.full_shape[a] > 1 and
                all(_stride(k, i, a) == 0 for i in vec_loads)), None)
   if rows is None: return
-  cores, need = max(1, int(THREADS.value)), -(-size // (l3 // SWEPT_BLOCK_FRACTION))
-  most = cores * MAX_SHARES_PER_THREAD
+  cores, need, most = max(1, int(THREADS.value)), -(-size // (l3 // SWEPT_BLOCK_FRACTION)), max_shares()
   threaded = thread_shares(cores, k.full_shape[rows]) if cores > 1 else None
   shares = threaded if threaded is not None and threaded >= need else \
     next((c for c in range(min(need, most), most + 1) if k.full_shape[rows] % c == 0), None)
@@ -395,6 +395,7 @@ GPU_BLOCK = 256
 # a reduce this long is split across the threads of a block even when there are many outputs: one thread summing a
 # row alone reads it with a stride between neighbouring threads (uncoalesced), and takes long to finish
 GPU_GROUP_REDUCE = 1024
+GPU_GROUP_AMTS = (GPU_BLOCK, 128, 64, 32, 16)  # threads a GROUP may split a reduce across, the most first
 GPU_VECTOR_BYTES = 16  # what a thread loads at once along a contiguous axis: ld.global.v4.b32 (4 floats, 8 halves)
 
 def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
@@ -410,9 +411,11 @@ def _gpu_group(k: Kernel) -> bool:
   threads interleaved (GROUP takes the inner part), so that neighbouring threads read neighbouring vectors."""
   last = k.axes_of(AxisKind.REDUCE)[-1]
   if prod(k.output_shape()) > 2048 and k.full_shape[last] < GPU_GROUP_REDUCE: return False
+  # no UNROLL for a group that cannot be (a scatter's entries run in order; a renderer without shared memory)
+  if not any(legal(k, Opt(OptOps.GROUP, last, amt)) for amt in GPU_GROUP_AMTS): return False
   contiguous, vec = any(_stride(k, i, last) == 1 for i in _loads(k)), _gpu_vector_amt(k)
   if contiguous and vec > 1 and k.full_shape[last] % (vec * 16) == 0: _try(k, Opt(OptOps.UNROLL, last, vec))
-  amt = _largest_divisor(k.full_shape[last], (GPU_BLOCK, 128, 64, 32, 16))
+  amt = _largest_divisor(k.full_shape[last], GPU_GROUP_AMTS)
   return amt is not None and _try(k, Opt(OptOps.GROUP if contiguous else OptOps.GROUPTOP, last, amt))
 
 def _gpu_vector(k: Kernel) -> None:
@@ -452,7 +455,7 @@ def _gpu(k: Kernel) -> None:
     for axis in (vec_axis, other):
       if axis is not None and (amt := _largest_divisor(k.full_shape[axis], (4, 2))) is not None:
         _try(k, Opt(OptOps.UPCAST, axis, amt))
-  elif k.scatter is None and k.reduce_axes and r.has_shared and _gpu_group(k): pass  # a scatter's entries run in order
+  elif k.reduce_axes and _gpu_group(k): pass
   else: _gpu_vector(k)
   for a in reversed(k.axes_of(AxisKind.GLOBAL)):  # the innermost axis first: threadIdx.x walks it (coalesced)
     budget = GPU_BLOCK // max(1, k.local_size())

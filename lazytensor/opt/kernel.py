@@ -2,72 +2,26 @@
 
 Every optimization splits or reorders axes of that shared shape; splitting reshapes every view of the kernel at
 once, so the lowerer sees the same axes everywhere. Axes are kept in kind order:
-global/thread, local, group, reduce, unroll, upcast.
+global/thread, local, group, mid, reduce, unroll, upcast.
 """
 from __future__ import annotations
 
 import copy
-import enum
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 from lazytensor.dtype import PtrDType
-from lazytensor.helpers import THREADS, colored, prod
+from lazytensor.helpers import colored, prod
+from lazytensor.opt import optops
+from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
 from lazytensor.renderer import Renderer, TensorCore
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import Ops, UOp
 
-
-class AxisKind(enum.Enum):
-  GLOBAL = ("blue", False)
-  THREAD = ("blue", True)
-  LOCAL = ("cyan", False)
-  GROUP = ("green", False)
-  REDUCE = ("red", False)
-  UNROLL = ("magenta", False)
-  UPCAST = ("yellow", False)
-
-  @property
-  def is_reduce(self) -> bool: return self in (AxisKind.GROUP, AxisKind.REDUCE, AxisKind.UNROLL)
-
-def axis_legend() -> str:
-  """The color of each axis kind, as DEBUG>=3 shows kernel shapes."""
-  return "axis colors: " + " ".join(colored(kind.name.lower(), *kind.value) for kind in AxisKind)
-
 AXIS_ORDER = list(AxisKind)
 VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
-# a THREAD axis may have more shares (core ids) than there are threads: the threads claim them one at a time
-# (runtime/cpu_threads.py), so one that starts late or is held up does fewer of them. A share is also the outermost
-# loop of the kernel, a block of its output finished before the next: with THREADS=1 the shares run in order, which
-# keeps the part of an operand one share reads in cache (heuristic._cache_blocks)
-MAX_SHARES_PER_THREAD = 8
-
-class KernelOptError(Exception):
-  """An optimization that this kernel or its renderer cannot take; search treats it as a failed candidate."""
-
-class OptOps(enum.Enum):
-  LOCAL = enum.auto()      # part of a global axis becomes GPU threads of a block
-  UPCAST = enum.auto()     # part of a global axis is computed per thread in registers / SIMD lanes
-  UNROLL = enum.auto()     # part of a reduce axis is unrolled into registers
-  GROUP = enum.auto()      # part of a reduce axis is split across threads, combined through shared memory
-  GROUPTOP = enum.auto()   # GROUP taking the outer part of the axis
-  PADTO = enum.auto()      # pad an axis up to a multiple of amt (masked) so it splits evenly
-  TC = enum.auto()         # map a multiply-accumulate onto tensor cores
-  NOLOCALS = enum.auto()   # forbid LOCAL from here on
-  SWAP = enum.auto()       # exchange two global axes (loop order)
-  THREAD = enum.auto()     # split a global axis into shares that CPU threads claim (one thread: a cache block loop)
-  def __repr__(self) -> str: return f"OptOps.{self.name}"
-
-@dataclass(frozen=True)
-class Opt:
-  """One optimization step. `axis` indexes the kernel's current axes (as DEBUG=3 shows them); amt 0 = the whole axis.
-  For SWAP, amt is the other axis."""
-  op: OptOps
-  axis: int | None = None
-  amt: int = 0
-  def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
 
 @dataclass(frozen=True)
 class TensorCoreUse:
@@ -255,10 +209,11 @@ class Kernel:
     ret.applied_opts = list(self.applied_opts)
     return ret
 
+  # a MID axis is both: threads while the reduce runs, registers where it finishes and after
   def upcast_size(self) -> int:
-    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL))
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL, AxisKind.MID))
   def local_size(self) -> int:
-    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP))
+    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID))
   def shared_bytes(self) -> int:
     """Shared memory a block needs: with a GROUP axis, each reduce keeps a partial result per thread and upcast lane
     (the lowerer's `_group`)."""
@@ -268,11 +223,12 @@ class Kernel:
     return sum(self.local_size() * lanes * r.dtype.itemsize for r in reduces)
 
   def apply_opt(self, opt: Opt) -> None:
-    """Apply one optimization, or raise KernelOptError and leave the kernel as it was."""
+    """Apply one optimization (checked against its row of optops.OPTOPS), or raise KernelOptError and leave the kernel
+    as it was."""
     saved = (self.full_shape, list(self.kinds), list(self.sts), self.reduce_pad, self.out_pad, self.tensor_core,
              self.dont_use_locals)
     try:
-      self._apply_opt(opt)
+      optops.apply(self, opt)
       _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
              f"a block has at most {self.renderer.shared_max}")
     except KernelOptError:
@@ -281,87 +237,13 @@ class Kernel:
       raise
     self.applied_opts.append(opt)
 
-  def _resolve(self, opt: Opt, kinds: tuple[AxisKind, ...]) -> tuple[int, int]:
-    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len,
-           f"{opt}: axis out of range for shape {self.full_shape}")
-    assert opt.axis is not None
-    kind = self.kinds[opt.axis]
-    _check(kind in kinds, f"{opt}: axis {opt.axis} is {kind.name}, expected {'/'.join(k.name for k in kinds)}")
-    size = self.full_shape[opt.axis]
-    amt = size if opt.amt == 0 else opt.amt
-    _check(amt > 1 or (opt.amt == 0 and size > 1), f"{opt}: amount must be > 1")
-    _check(size % amt == 0, f"{opt}: {amt} does not divide axis {opt.axis} of size {size} (use PADTO first)")
-    return opt.axis, amt
-
-  def _apply_opt(self, opt: Opt) -> None:
-    r = self.renderer
-    if opt.op is OptOps.NOLOCALS:
-      _check(not self.axes_of(AxisKind.LOCAL, AxisKind.GROUP), f"{opt}: the kernel already has local axes")
-      self.dont_use_locals = True
-      return
-    # the tensor core's use names its axes by position: any reshaping or reordering after it (a SWAP too) would feed the
-    # mma the wrong fragments
-    _check(self.tensor_core is None, f"{opt}: {opt.op.name} cannot follow TC (the tensor core fixes the layout)")
-    if opt.op is OptOps.SWAP:
-      a, _ = self._resolve(Opt(opt.op, opt.axis), (AxisKind.GLOBAL,))
-      _check(0 <= opt.amt < self.shape_len and opt.amt != a and self.kinds[opt.amt] is AxisKind.GLOBAL,
-             f"{opt}: amt must name another GLOBAL axis")
-      order = list(range(self.shape_len))
-      order[a], order[opt.amt] = order[opt.amt], order[a]
-      self.permute(order)
-      return
-    if self.scatter is not None:
-      # two entries may name one target: without atomics, entries run one after another in one thread, never in lanes
-      # or threads at once
-      _check(self.atomic or opt.op not in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP), f"{opt}: a scatter kernel's "
-             "entries (its reduce axes) may name the same target, so they run in order: no UNROLL or GROUP")
-      # a padded entry would still update the target its masked index reads as (0); lanes of one thread naming one
-      # target would be one store (the same node), so even atomic entries are never lanes
-      _check(opt.op not in (OptOps.PADTO, OptOps.UPCAST) or opt.axis not in self.entry_axes(), f"{opt}: a scatter "
-             "kernel's entries are neither padded nor upcast")
-    if opt.op is OptOps.PADTO: return self._padto(opt)
-    if opt.op is OptOps.TC: return self._tc(opt)
-    if opt.op is OptOps.UPCAST:
-      axis, amt = self._resolve(opt, (AxisKind.GLOBAL, AxisKind.LOCAL))
-      _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: upcasting past {r.upcast_max} elements")
-      self.split_axis(axis, amt, AxisKind.UPCAST)
-    elif opt.op is OptOps.UNROLL:
-      axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
-      _check(self.upcast_size() * amt <= r.upcast_max, f"{opt}: unrolling past {r.upcast_max} elements")
-      self.split_axis(axis, amt, AxisKind.UNROLL)
-    elif opt.op is OptOps.LOCAL:
-      _check(r.has_local and not self.dont_use_locals, f"{opt}: {r.device or 'this device'} has no local threads"
-             if not r.has_local else f"{opt}: NOLOCALS was applied")
-      axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      _check(self.local_size() * amt <= r.threads_max, f"{opt}: more than {r.threads_max} threads per block")
-      self.split_axis(axis, amt, AxisKind.LOCAL)
-    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
-      _check(r.has_local and r.has_shared and not self.dont_use_locals,
-             f"{opt}: {r.device or 'this device'} cannot group")
-      axis, amt = self._resolve(opt, (AxisKind.REDUCE,))
-      _check(not self.axes_of(AxisKind.GROUP), f"{opt}: the kernel is already grouped")
-      _check(self.local_size() * amt <= r.threads_max, f"{opt}: more than {r.threads_max} threads per block")
-      self.split_axis(axis, amt, AxisKind.GROUP, top=opt.op is OptOps.GROUPTOP)
-    elif opt.op is OptOps.THREAD:
-      _check(r.has_threads, f"{opt}: {r.device or 'this device'} does not run kernels on CPU threads")
-      _check(not self.axes_of(AxisKind.THREAD), f"{opt}: the kernel is already threaded")
-      axis, amt = self._resolve(opt, (AxisKind.GLOBAL,))
-      threads = max(1, int(THREADS.value))  # on one thread the shares run in order
-      _check(amt <= threads * MAX_SHARES_PER_THREAD, f"{opt}: {amt} shares is more than {MAX_SHARES_PER_THREAD} per "
-             f"thread of THREADS={THREADS.value}")
-      self.split_axis(axis, amt, AxisKind.THREAD, top=True)
-    else: raise KernelOptError(f"unknown opt {opt}")
-
-  def _tc(self, opt: Opt) -> None:
-    """Map the multiply-accumulate onto the renderer's tensor core number `axis`: a warp per (M x N) output tile, K in
-    steps of the instruction's K, any other reduce axes (a convolution's window) as loops around it. Either load may
-    be A: a convolution's output channels make M or N, whichever its other axes fit."""
-    r = self.renderer
-    _check(bool(r.tensor_cores), f"{opt}: {r.device or 'this device'} has no tensor cores")
-    _check(opt.axis is not None and 0 <= opt.axis < len(r.tensor_cores), f"{opt}: axis selects one of "
-           f"{len(r.tensor_cores)} tensor cores")
-    _check(not self.applied_opts, f"{opt}: TC must be the first optimization")
-    tc = r.tensor_cores[opt.axis or 0]
+  def use_tensor_core(self, index: int) -> None:
+    """TC (its row in optops.OPTOPS checked): map the multiply-accumulate onto the renderer's tensor core number
+    `index`: a warp per (M x N) output tile, K in steps of the instruction's K, any other reduce axes (a convolution's
+    window) as loops around it. Either load may be A: a convolution's output channels make M or N, whichever its other
+    axes fit."""
+    tc = self.renderer.tensor_cores[index]
+    opt = Opt(OptOps.TC, index)
     match = _find_mma(self.ast, tc.dtype_in, tc.dtype_acc)
     _check(match is not None, f"{opt}: the kernel is not a {tc.dtype_in.name} multiply-accumulate into "
            f"{tc.dtype_acc.name}")
@@ -385,16 +267,10 @@ class Kernel:
     if axis_m is None or axis_n is None or axis_k is None: return None
     return TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
 
-  def _padto(self, opt: Opt) -> None:
-    _check(opt.axis is not None and 0 <= opt.axis < self.shape_len, f"{opt}: axis out of range")
-    assert opt.axis is not None
-    axis, kind = opt.axis, self.kinds[opt.axis]
-    _check(kind in (AxisKind.GLOBAL, AxisKind.REDUCE), f"{opt}: only GLOBAL and REDUCE axes can be padded")
-    size = self.full_shape[axis]
-    _check(opt.amt > 1, f"{opt}: pad to a multiple > 1")
-    new = -(-size // opt.amt) * opt.amt
-    _check(new != size, f"{opt}: axis {axis} of size {size} is already a multiple of {opt.amt}")
-    _check(new <= size * 2, f"{opt}: padding {size} to {new} more than doubles the work")
+  def pad_axis(self, axis: int, multiple: int) -> None:
+    """PADTO (its row in optops.OPTOPS checked): pad `axis` up to a multiple of `multiple`, the new positions masked."""
+    kind, size = self.kinds[axis], self.full_shape[axis]
+    new = -(-size // multiple) * multiple
     pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))
     self.sts = [st if st.shape[axis] != size else st.grow(axis, new) if kind is AxisKind.GLOBAL and grown_load(node)
                 else st.pad(pad) for st, node in zip(self.sts, self.view_nodes)]

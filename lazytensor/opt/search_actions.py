@@ -8,52 +8,35 @@ from collections.abc import Sequence
 
 from lazytensor.helpers import BEAM_LOCAL_MAX, BEAM_UPCAST_MAX, THREADS, prod
 from lazytensor.opt.heuristic import blocks_may_pay
-from lazytensor.opt.kernel import MAX_SHARES_PER_THREAD, AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.kernel import Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.optops import OPTOPS, Amt
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
 MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled bodies mostly cost compile time
 EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32, Ops.COS: 32}  # about this many ALU ops each once lowered
 
-# 6: rows of an AVX2 register tile (6 x 2 <8 x float> fill 12 of 16 registers); 7: a conv's 56-wide rows
-UPCAST_AMTS = (0, 2, 3, 4, 6, 7, 8, 16, 32)
-UNROLL_AMTS = (0, 2, 3, 4, 8, 16)
-LOCAL_AMTS = (2, 4, 8, 16, 32)
-GROUP_AMTS = (0, 4, 8, 16)
-GROUPTOP_AMTS = (16, 32, 64, 128, 256)
-PADTO_AMTS = (4, 8, 16, 32)
-
-def _thread_amts() -> tuple[int, ...]:
-  """THREAD shares to try: powers of two and the thread count's multiples, up to MAX_SHARES_PER_THREAD per thread (on
-  one thread, shares are blocks of the output that run in order: heuristic._cache_blocks)."""
-  cores = max(1, int(THREADS.value))
-  return tuple(sorted({n for n in (2, 4, 8, 16, 32, 64, 128) if n <= cores * MAX_SHARES_PER_THREAD} |
-                      {cores * m for m in (1, 2, 4) if cores * m > 1}))
+def _beam_worthy(k: Kernel, op: OptOps) -> bool:
+  """Whether BEAM tries `op` on `k` at all, beyond what the rows allow: on one thread THREAD shares are only cache
+  blocks, worth trying where they may pay; TC only as the first opt (its row rejects it later anyway)."""
+  if op is OptOps.THREAD: return int(THREADS.value) > 1 or blocks_may_pay(k)
+  if op is OptOps.TC: return not k.applied_opts
+  return True
 
 def actions(k: Kernel) -> list[Opt]:
-  """Every opt worth trying next on `k`: by the kind of each axis and by what its renderer can do."""
-  r, out = k.renderer, []
+  """Every opt worth trying next on `k`, from the rows of optops.OPTOPS: each row's amounts on each axis of its kinds
+  (SWAP: each later axis of its kinds; TC: each tensor core), where the renderer has what the row needs."""
+  rows = [(op, row) for op, row in OPTOPS.items()
+          if all(need.has(k.renderer) for need in row.needs) and _beam_worthy(k, op)]
+  out = []
   for axis, kind in enumerate(k.kinds):
-    if kind in (AxisKind.GLOBAL, AxisKind.LOCAL): out += [Opt(OptOps.UPCAST, axis, a) for a in UPCAST_AMTS]
-    if kind is AxisKind.GLOBAL:
-      out += [Opt(OptOps.SWAP, axis, other) for other in range(axis + 1, k.shape_len)
-              if k.kinds[other] is AxisKind.GLOBAL]
-      # on one thread, shares are only cache blocks
-      if r.has_threads and (int(THREADS.value) > 1 or blocks_may_pay(k)):
-        out += [Opt(OptOps.THREAD, axis, a) for a in _thread_amts()]
-      if r.has_local: out += [Opt(OptOps.LOCAL, axis, a) for a in LOCAL_AMTS]
-    if kind is AxisKind.REDUCE:
-      out += [Opt(OptOps.UNROLL, axis, a) for a in UNROLL_AMTS]
-      if r.has_shared:
-        out += [Opt(OptOps.GROUP, axis, a) for a in GROUP_AMTS] + [Opt(OptOps.GROUPTOP, axis, a) for a in GROUPTOP_AMTS]
-    if kind in (AxisKind.GLOBAL, AxisKind.REDUCE): out += [Opt(OptOps.PADTO, axis, a) for a in PADTO_AMTS]
-  if not k.applied_opts: out += [Opt(OptOps.TC, i, 0) for i in range(len(r.tensor_cores))]
+    for op, row in rows:
+      if kind not in row.kinds: continue
+      if row.amt is Amt.AXIS: out += [Opt(op, axis, other) for other in range(axis + 1, k.shape_len)
+                                      if k.kinds[other] in row.kinds]
+      else: out += [Opt(op, axis, a) for a in row.amounts()]
+  out += [Opt(op, i, 0) for op, row in rows if op is OptOps.TC for i in range(len(k.renderer.tensor_cores))]
   return out
-
-def _amounts(op: OptOps) -> tuple[int, ...]:
-  table = {OptOps.UPCAST: UPCAST_AMTS, OptOps.UNROLL: UNROLL_AMTS, OptOps.LOCAL: LOCAL_AMTS, OptOps.GROUP: GROUP_AMTS,
-           OptOps.GROUPTOP: GROUPTOP_AMTS, OptOps.PADTO: PADTO_AMTS, OptOps.THREAD: _thread_amts()}
-  return table.get(op, ())
 
 def edits(opts: Sequence[Opt]) -> list[list[Opt]]:
   """Opt lists one edit away: one opt dropped, or one opt with another amount. Appending only ever adds to a beam
@@ -62,7 +45,7 @@ def edits(opts: Sequence[Opt]) -> list[list[Opt]]:
   out = []
   for i, o in enumerate(opts):
     out.append([*opts[:i], *opts[i + 1:]])
-    out += [[*opts[:i], Opt(o.op, o.axis, amt), *opts[i + 1:]] for amt in _amounts(o.op) if amt != o.amt]
+    out += [[*opts[:i], Opt(o.op, o.axis, amt), *opts[i + 1:]] for amt in OPTOPS[o.op].amounts() if amt != o.amt]
   return out
 
 def kernel_state(k: Kernel) -> tuple:
