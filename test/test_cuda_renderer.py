@@ -21,6 +21,7 @@ from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.helpers import DISKCACHE_TABLE, to_function_name
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.rules import apply_opt
 from lazytensor.renderer.cstyle import known_multiple
 from lazytensor.renderer.cuda import CUDARenderer
 from lazytensor.runtime.cuda_compiler import (
@@ -64,7 +65,7 @@ def kernels(build: Build, opts: list[Opt] | None = None) -> list[tuple[Kernel, s
   for i, ast in enumerate(asts):
     k = Kernel(ast, R)
     if opts is not None and i == len(asts) - 1:
-      for o in opts: k.apply_opt(o)
+      for o in opts: apply_opt(k, o)
     else: k = hand_coded_optimizations(k)
     name = to_function_name(k.name)
     out_ks.append((k, get_program(k, name).source))
@@ -273,10 +274,10 @@ def test_group_past_the_shared_memory_is_an_illegal_opt() -> None:
   # 1024 threads x 16 upcast rows x 4 bytes of partial sums: 64 KiB, over the 48 KiB a block may declare
   (item,) = create_schedule([Tensor.empty(64, 4096, device="EMU").sum(1).lazydata])[0]
   k = Kernel(item.ast, R)
-  k.apply_opt(Opt(OptOps.UPCAST, 0, 16))
+  apply_opt(k, Opt(OptOps.UPCAST, 0, 16))
   with pytest.raises(KernelOptError, match="65536 bytes of shared memory; a block has at most 49152"):
-    k.apply_opt(Opt(OptOps.GROUP, 1, 1024))
-  k.apply_opt(Opt(OptOps.GROUP, 1, 512))
+    apply_opt(k, Opt(OptOps.GROUP, 1, 1024))
+  apply_opt(k, Opt(OptOps.GROUP, 1, 512))
   assert k.shared_bytes() == 512 * 16 * 4 and "__shared__ alignas(32) float temp" in get_program(k, "k").source
 
 # ---- the compiler ----

@@ -12,6 +12,7 @@ from lazytensor.engine.realize import compile_kernel
 from lazytensor.opt import heuristic
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.rules import apply_opt
 from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
@@ -78,7 +79,7 @@ def _candidate_opts(k: Kernel) -> list[Opt]:
   return opts + [Opt(OptOps.NOLOCALS), Opt(OptOps.TC, 0, 0)]
 
 def _legal(k: Kernel, opt: Opt) -> bool:
-  try: k.copy().apply_opt(opt)
+  try: apply_opt(k.copy(), opt)
   except KernelOptError: return False
   return True
 
@@ -105,7 +106,7 @@ def test_random_opt_chains(name: str, picks: list[int], device: str) -> None:
     legal = [o for o in _candidate_opts(k) if _legal(k, o)]
     if not legal: break
     chain.append(legal[p % len(legal)])
-    k.apply_opt(chain[-1])
+    apply_opt(k, chain[-1])
   np.testing.assert_allclose(_run(item, device, chain), ref, err_msg=str(chain), **_tolerance(name))
 
 @pytest.mark.parametrize("name,opt,why", [
@@ -124,21 +125,21 @@ def test_illegal_opts_raise_and_leave_kernel_unchanged(name: str, opt: Opt, why:
   item = _last_item(name)
   k = Kernel(item.ast, Device["CPU"].renderer)
   before = (k.full_shape, list(k.kinds), list(k.sts), list(k.applied_opts))
-  with Context(THREADS=2), pytest.raises(KernelOptError, match=why): k.apply_opt(opt)
+  with Context(THREADS=2), pytest.raises(KernelOptError, match=why): apply_opt(k, opt)
   assert (k.full_shape, list(k.kinds), list(k.sts), list(k.applied_opts)) == before
 
 def test_swap_after_tc_is_illegal() -> None:
   # found by test_random_opt_chains: a SWAP after TC reordered the axes the tensor core's fragments are laid out on
   k = Kernel(_last_item("matmul_half", "EMU").ast, Device["EMU"].renderer)
-  k.apply_opt(Opt(OptOps.TC, 0, 0))
-  with pytest.raises(KernelOptError, match="SWAP cannot follow TC"): k.apply_opt(Opt(OptOps.SWAP, 0, 1))
+  apply_opt(k, Opt(OptOps.TC, 0, 0))
+  with pytest.raises(KernelOptError, match="SWAP cannot follow TC"): apply_opt(k, Opt(OptOps.SWAP, 0, 1))
 
 def test_padto_lets_an_odd_axis_upcast() -> None:
   item = _last_item("elementwise_odd")
   ref = _run(item, "CPU", [])
   k = Kernel(item.ast, Device["CPU"].renderer)
   axis = k.shape_len - 1
-  with pytest.raises(KernelOptError): k.copy().apply_opt(Opt(OptOps.UPCAST, axis, 8))
+  with pytest.raises(KernelOptError): apply_opt(k.copy(), Opt(OptOps.UPCAST, axis, 8))
   opts = [Opt(OptOps.PADTO, axis, 8), Opt(OptOps.UPCAST, axis, 8)]
   np.testing.assert_allclose(_run(item, "CPU", opts), ref, rtol=1e-6)
 
@@ -179,7 +180,7 @@ def test_padded_output_axis_reads_on_where_in_bounds(device: str) -> None:
     k = Kernel(item.ast, Device[device].renderer)
     axis = k.full_shape.index(padded)
     opts = [Opt(OptOps.PADTO, axis, 8), Opt(OptOps.UPCAST, axis, 8)]
-    for o in opts: k.apply_opt(o)
+    for o in opts: apply_opt(k, o)
     loads = [u for u in lower_kernel(k).toposort if u.op is Ops.LOAD and getattr(u.src[0].dtype, "size", -1) == size]
     assert loads and any(len(u.src) > 2 for u in loads) == gated, loads
     _assert_matmul_close(_run(item, device, opts).reshape(x.shape[0], y.shape[1]), x.numpy(), y.numpy())
@@ -235,9 +236,9 @@ def test_tensor_core_on_emu_matches_and_excludes_other_opts() -> None:
   ref = _run(item, "EMU", [])
   np.testing.assert_allclose(_run(item, "EMU", [Opt(OptOps.TC, 0, 0)]), ref, rtol=1e-2, atol=1e-2)
   k = Kernel(item.ast, Device["EMU"].renderer)
-  k.apply_opt(Opt(OptOps.TC, 0, 0))
+  apply_opt(k, Opt(OptOps.TC, 0, 0))
   for later in (Opt(OptOps.GROUP, k.shape_len - 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 0, 2)):
-    with pytest.raises(KernelOptError, match="follow TC"): k.apply_opt(later)
+    with pytest.raises(KernelOptError, match="follow TC"): apply_opt(k, later)
 
 @pytest.mark.parametrize("x_shape,w_shape,padding", [((2, 16, 8, 16), (32, 16, 3, 3), 1),  # A: input, M: width
                                                      ((1, 32, 10, 10), (16, 32, 3, 3), 0),  # A: weights, M: channels
@@ -258,13 +259,13 @@ def test_tensor_core_needs_divisible_axes() -> None:
   # 12x12 outputs: neither 16 nor 8 divides a spatial axis, so there is no N (nor M) for the input's side
   with Context(DEV="EMU"): items, _ = create_schedule([_h(2, 16, 12, 12).conv2d(_h(32, 16, 3, 3), padding=1).lazydata])
   with pytest.raises(KernelOptError, match=r"no output axes M, N .* divisible by \(16, 8, 16\)"):
-    Kernel(items[-1].ast, Device["EMU"].renderer).apply_opt(Opt(OptOps.TC, 0, 0))
+    apply_opt(Kernel(items[-1].ast, Device["EMU"].renderer), Opt(OptOps.TC, 0, 0))
 
 def test_tf32_tensor_core_only_when_allowed(monkeypatch) -> None:
   # a float32 matmul runs on the m16n8k8 tf32 tensor core only where the renderer allows tf32 (torch's allow_tf32)
   item = _last_item("matmul", "EMU")
   emu = Device["EMU"].renderer
-  with pytest.raises(KernelOptError, match="one of 2 tensor cores"): Kernel(item.ast, emu).apply_opt(Opt(OptOps.TC, 2))
+  with pytest.raises(KernelOptError, match="one of 2 tensor cores"): apply_opt(Kernel(item.ast, emu), Opt(OptOps.TC, 2))
   monkeypatch.setattr(emu, "tf32", True)
   assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32", "m16n8k8_tf32_f32"]
   assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 2, 0)]
@@ -279,12 +280,12 @@ def test_tf32_tensor_core_only_when_allowed(monkeypatch) -> None:
 @pytest.mark.parametrize("name", ["matmul", "elementwise", "row_sum"])
 def test_tensor_core_needs_a_half_matmul(name: str) -> None:
   k = Kernel(_last_item(name, "EMU").ast, Device["EMU"].renderer)
-  with pytest.raises(KernelOptError, match="multiply-accumulate"): k.apply_opt(Opt(OptOps.TC, 0, 0))
+  with pytest.raises(KernelOptError, match="multiply-accumulate"): apply_opt(k, Opt(OptOps.TC, 0, 0))
 
 def test_group_then_tc_is_illegal() -> None:
   k = Kernel(_last_item("matmul_half", "EMU").ast, Device["EMU"].renderer)
-  k.apply_opt(Opt(OptOps.GROUP, k.axes_of(AxisKind.REDUCE)[0], 4))
-  with pytest.raises(KernelOptError, match="first"): k.apply_opt(Opt(OptOps.TC, 0, 0))
+  apply_opt(k, Opt(OptOps.GROUP, k.axes_of(AxisKind.REDUCE)[0], 4))
+  with pytest.raises(KernelOptError, match="first"): apply_opt(k, Opt(OptOps.TC, 0, 0))
 
 def test_heuristic_matmul_with_transposed_b_uses_dot_products() -> None:
   # x @ W.T (as Linear computes it): both operands are contiguous along K, so the vectors run along K
@@ -426,7 +427,7 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   assert k.applied_opts[:2] == tile and OptOps.UNROLL not in [o.op for o in k.applied_opts], k.applied_opts
   # the vectors run along the 16 channels (a lane axis that vectors divide), not along the 3 taps beside them
   vec = Kernel(items[-1].ast, renderer)
-  for o in [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 3, 3)]: vec.apply_opt(o)
+  for o in [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 3, 3)]: apply_opt(vec, o)
   assert any(u.op is Ops.LOAD and u.dtype.count > 1 for u in lower_kernel(vec).toposort)
   from lazytensor.engine.realize import run_schedule
   run_schedule(items[:-1])
@@ -475,7 +476,7 @@ def test_padded_dot_products_of_loads_need_no_select(device: str) -> None:
                             (lambda a: a.exp(), True, np.exp(x.numpy()) @ w.numpy().T)]:
     with Context(DEV=device): item = create_schedule([(fn(x) @ w.T).lazydata])[0][-1]
     k = Kernel(item.ast, Device[device].renderer)
-    for o in (pad, unroll): k.apply_opt(o)
+    for o in (pad, unroll): apply_opt(k, o)
     assert any(u.op is Ops.WHERE and u.dtype.scalar() == x.dtype for u in lower_kernel(k).toposort) == selects
     np.testing.assert_allclose(_run(item, device, [pad, unroll]).reshape(16, 8), want, rtol=1e-4, atol=1e-4)
 
@@ -521,12 +522,12 @@ def test_thread_shares_bounded_by_threads() -> None:
   k = Kernel(_last_item("elementwise").ast, Device["CPU"].renderer)
   with Context(THREADS=2):
     threaded = k.copy()
-    threaded.apply_opt(Opt(OptOps.THREAD, 0, 16))
+    apply_opt(threaded, Opt(OptOps.THREAD, 0, 16))
     assert [threaded.full_shape[a] for a in threaded.axes_of(AxisKind.THREAD)] == [16]
-    with pytest.raises(KernelOptError, match="shares"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 32))
+    with pytest.raises(KernelOptError, match="shares"): apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 32))
   with Context(THREADS=1):  # one thread runs the shares in order: blocks of the output (heuristic._cache_blocks)
-    k.copy().apply_opt(Opt(OptOps.THREAD, 0, 8))
-    with pytest.raises(KernelOptError, match="shares"): k.copy().apply_opt(Opt(OptOps.THREAD, 0, 16))
+    apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 8))
+    with pytest.raises(KernelOptError, match="shares"): apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 16))
 
 @pytest.mark.parametrize("threads, shares", [(1, 8), (2, 8)])
 def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, shares: int) -> None:
@@ -612,7 +613,7 @@ def test_upcastmid_with_locals_and_upcasts_around_it(device: str) -> None:
 def test_upcastmid_one_thread_stores_all_of_its_outputs() -> None:
   from lazytensor.codegen.lowerer import lower_kernel
   k = Kernel(_mid_item("row_sum", "EMU").ast, Device["EMU"].renderer)
-  for o in _mid_opts(k, 4): k.apply_opt(o)
+  for o in _mid_opts(k, 4): apply_opt(k, o)
   assert [kind.name for kind in k.kinds] == ["GLOBAL", "GROUP", "MID", "REDUCE"]
   stores = [u for u in lower_kernel(k).toposort if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL]
   assert len(stores) == 4, "a store per output the thread finished"
@@ -622,37 +623,37 @@ def test_upcastmid_one_thread_stores_all_of_its_outputs() -> None:
 
 def test_upcastmid_needs_a_group_first() -> None:
   k = Kernel(_mid_item("row_sum", "EMU").ast, Device["EMU"].renderer)
-  with pytest.raises(KernelOptError, match="needs a GROUP axis"): k.apply_opt(Opt(OptOps.UPCASTMID, 0, 4))
-  k.apply_opt(Opt(OptOps.NOLOCALS))
-  with pytest.raises(KernelOptError, match="NOLOCALS was applied"): k.apply_opt(Opt(OptOps.GROUP, 1, 4))
+  with pytest.raises(KernelOptError, match="needs a GROUP axis"): apply_opt(k, Opt(OptOps.UPCASTMID, 0, 4))
+  apply_opt(k, Opt(OptOps.NOLOCALS))
+  with pytest.raises(KernelOptError, match="NOLOCALS was applied"): apply_opt(k, Opt(OptOps.GROUP, 1, 4))
 
 def test_beam_tries_upcastmid_where_a_kernel_is_grouped() -> None:
   from lazytensor.opt.search_actions import actions
   item = _mid_item("row_sum", "EMU")
   k = Kernel(item.ast, Device["EMU"].renderer)
   assert not any(o.op is OptOps.UPCASTMID and _legal(k, o) for o in actions(k))
-  k.apply_opt(Opt(OptOps.GROUP, 1, 4))
+  apply_opt(k, Opt(OptOps.GROUP, 1, 4))
   mids = [o for o in actions(k) if o.op is OptOps.UPCASTMID and _legal(k, o)]
   assert mids == [Opt(OptOps.UPCASTMID, 0, 2), Opt(OptOps.UPCASTMID, 0, 4)]
   assert not any(o.op is OptOps.UPCASTMID for o in actions(Kernel(_last_item("row_sum").ast, Device["CPU"].renderer)))
 
 def test_every_optop_has_a_row_that_apply_opt_follows() -> None:
-  from lazytensor.opt.optops import OPTOPS
+  from lazytensor.opt.rules import OPTOPS
   assert set(OPTOPS) == set(OptOps)
   # a split makes the row's kind, on the outer part of the axis for TOP rows
   k = Kernel(_mid_item("row_sum", "EMU").ast, Device["EMU"].renderer)
   for op in (OptOps.GROUPTOP, OptOps.UPCASTMID, OptOps.UNROLL, OptOps.UPCAST):
     row, before = OPTOPS[op], list(k.kinds)
     axis = next(a for a, kind in enumerate(k.kinds) if kind in row.kinds and k.full_shape[a] % 2 == 0)
-    k.apply_opt(Opt(op, axis, 2))
+    apply_opt(k, Opt(op, axis, 2))
     assert row.makes is not None and k.kinds.count(row.makes) == before.count(row.makes) + 1, op
   with pytest.raises(KernelOptError, match=r"axis 1 is GROUP, expected GLOBAL/LOCAL"):
-    k.apply_opt(Opt(OptOps.UPCAST, 1, 2))
+    apply_opt(k, Opt(OptOps.UPCAST, 1, 2))
 
 def test_architecture_doc_shows_every_row() -> None:
   from pathlib import Path
 
-  from lazytensor.opt.optops import OPTOPS
+  from lazytensor.opt.rules import OPTOPS
   doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
   section = doc[doc.index("## Kernels, axes and optimizations"):doc.index("## From an optimized kernel")]
   names = {n.strip() for line in section.splitlines() if line.startswith("| ") and not line.startswith("| OptOp")

@@ -18,6 +18,7 @@ from lazytensor.codegen.program import (
 from lazytensor.engine import realize
 from lazytensor.helpers import ContextVar
 from lazytensor.opt.kernel import Kernel, Opt, OptOps
+from lazytensor.opt.rules import apply_opt
 from lazytensor.opt.search_cache import beam_cache_key
 from lazytensor.renderer import LaunchDims
 from lazytensor.renderer.cpu_target import cpu_target
@@ -114,7 +115,7 @@ def test_program_spec() -> None:
   a = Tensor(np.ones((16, 64), np.float32)).realize()
   ast = create_schedule([(a * 2).sum(1).lazydata])[0][-1].ast
   k = Kernel(ast, Device["EMU"].renderer)
-  for o in (Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUPTOP, 2, 16)): k.apply_opt(o)
+  for o in (Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUPTOP, 2, 16)): apply_opt(k, o)
   spec = get_program(k, "prog")
   assert spec.name == "prog" and spec.buffers == (dtypes.float32, dtypes.float32)
   assert spec.launch == LaunchDims((4, 1, 1), (16, 4, 1), 1) and spec.shared_bytes == 4 * 4 * 16
@@ -122,5 +123,5 @@ def test_program_spec() -> None:
   with pytest.raises(ValueError, match="not a ProgramSpec"): ProgramSpec.from_json('{"name": "x"}')
   with Context(THREADS=2):
     k = Kernel(ast, Device["CPU"].renderer)
-    k.apply_opt(Opt(OptOps.THREAD, 0, 2))
+    apply_opt(k, Opt(OptOps.THREAD, 0, 2))
     assert get_program(k, "f").launch == LaunchDims(core_count=2)

@@ -17,6 +17,7 @@ from lazytensor.dtype import DType
 from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.opt import search, search_actions, search_workers
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.rules import apply_opt
 from lazytensor.renderer import Renderer
 from lazytensor.schedule.scatter import SCATTER_MIN_WORK
 from lazytensor.schedule.scheduler import create_schedule
@@ -279,9 +280,9 @@ def test_kernel_refuses_opts_that_run_entries_together(device: str, dtype: DType
   assert k.scatter is not None and not k.atomic and k.full_shape[entry] == N
   for opt in [Opt(OptOps.UNROLL, entry, 4), Opt(OptOps.GROUP, entry, 16), Opt(OptOps.GROUPTOP, entry, 16),
               Opt(OptOps.PADTO, entry, 300)]:
-    with pytest.raises(KernelOptError): k.apply_opt(opt)
+    with pytest.raises(KernelOptError): apply_opt(k, opt)
   # the other axes are split as in any kernel
-  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+  apply_opt(k, Opt(OptOps.UPCAST, 0, 4))
   assert k.full_shape[k.axes_of(AxisKind.REDUCE)[0]] == N
 
 @pytest.mark.parametrize("device,every,dtype", [("CPU", 7, dtypes.float32), ("EMU", 23, dtypes.int16),
@@ -310,7 +311,7 @@ def test_every_search_action_computes_the_same(device: str, every: int, dtype: D
 def _legal(ast: UOp, renderer: Renderer, opts: list[Opt]) -> bool:
   k = Kernel(ast, renderer)
   try:
-    for o in opts: k.apply_opt(o)
+    for o in opts: apply_opt(k, o)
   except KernelOptError: return False
   # entries run in order in one thread (REDUCE loops), or as threads and blocks with atomic updates: never as lanes
   assert not k.axes_of(AxisKind.UNROLL, AxisKind.GROUP)

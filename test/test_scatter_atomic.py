@@ -20,6 +20,7 @@ from lazytensor.engine.realize import compile_kernel, run_schedule
 from lazytensor.opt import search, search_workers
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
+from lazytensor.opt.rules import apply_opt
 from lazytensor.renderer import NVIDIA_ATOMICS
 from lazytensor.renderer.cuda import CUDARenderer
 from lazytensor.renderer.emu import render_program
@@ -310,4 +311,4 @@ def test_padded_targets_are_never_updated(device: str) -> None:
       np.testing.assert_array_equal(item.bufs[0].numpy().reshape(V, 30), _add_at((V, 30), idx, np.ones((N, 30))),
                                     err_msg=str(opts))
     with pytest.raises(KernelOptError, match="neither padded nor upcast"):
-      Kernel(item.ast, dev.renderer).apply_opt(Opt(OptOps.PADTO, 1, 300))
+      apply_opt(Kernel(item.ast, dev.renderer), Opt(OptOps.PADTO, 1, 300))

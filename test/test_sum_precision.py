@@ -13,6 +13,7 @@ from lazytensor.codegen.lowerer import REDUCE_BLOCK, REDUCE_FIRST_BLOCK, REDUCE_
 from lazytensor.engine.realize import compile_kernel
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
+from lazytensor.opt.rules import apply_opt
 from lazytensor.renderer.llvm import LLVMRenderer
 from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops, UOp
@@ -167,7 +168,7 @@ def test_every_accumulator_chain_is_at_most_a_block(opts: list[Opt]) -> None:
   x = _data("near1", (8, 32 * 12503))
   items, _ = create_schedule([Tensor(x).sum(1).lazydata])
   k = Kernel(items[-1].ast, Device["CPU"].renderer)
-  for o in opts: k.apply_opt(o)
+  for o in opts: apply_opt(k, o)
   # steps without lanes take a first level of their own (LLVM vectorizes them)
   assert max(_chains(k)) <= (REDUCE_FIRST_BLOCK if k.upcast_size() == 1 else REDUCE_BLOCK)
   compile_kernel(items[-1].ast, Device["CPU"], opts)(items[-1].bufs)
@@ -177,6 +178,6 @@ def test_every_accumulator_chain_is_at_most_a_block(opts: list[Opt]) -> None:
                                   [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 2, 32)]], ids=str)
 def test_grouped_sums_chain_at_most_a_block(opts: list[Opt]) -> None:
   k = _kernel(lambda: Tensor.empty(8, 1 << 18, device="EMU").sum(1), Device["EMU"].renderer)
-  for o in opts: k.apply_opt(o)
+  for o in opts: apply_opt(k, o)
   # each thread's loop is cut into blocks; the partials of a group's threads are one short chain
   assert max(_chains(k)) <= REDUCE_BLOCK

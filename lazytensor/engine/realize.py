@@ -27,6 +27,7 @@ from lazytensor.helpers import (
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import Kernel, Opt
 from lazytensor.opt.optops import axis_legend
+from lazytensor.opt.rules import apply_opt
 from lazytensor.opt.search import beam_search
 from lazytensor.runtime.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
 from lazytensor.schedule.index_check import IndexFlags, bad_index
@@ -70,7 +71,7 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
   if opts is None: k = optimize_kernel(ast, device)
   else:
     k = Kernel(ast, device.renderer)
-    for o in opts: k.apply_opt(o)
+    for o in opts: apply_opt(k, o)
   if DEBUG >= 5: print_listing(f"AST of {k.name}", repr(ast))
   if DEBUG >= 3: _print_opts(k)
   spec, lib = _program(k, device, to_function_name(k.name))

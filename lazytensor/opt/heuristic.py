@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from lazytensor.helpers import THREADS, prod
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
-from lazytensor.opt.optops import legal, max_shares
+from lazytensor.opt.optops import max_shares
+from lazytensor.opt.rules import apply_opt, legal
 from lazytensor.renderer.cpu_target import CPUTarget
 from lazytensor.shape.view import ShapeTracker, View
 from lazytensor.uop.ops import Ops
@@ -27,7 +28,7 @@ MIN_THREADED_WORK = 1 << 17
 MATMUL_SPEEDUP = 16
 
 def _try(k: Kernel, opt: Opt) -> bool:
-  try: k.apply_opt(opt)
+  try: apply_opt(k, opt)
   except KernelOptError: return False
   return True
 

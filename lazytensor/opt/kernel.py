@@ -14,7 +14,6 @@ from typing import Any, cast
 
 from lazytensor.dtype import PtrDType
 from lazytensor.helpers import colored, prod
-from lazytensor.opt import optops
 from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
 from lazytensor.renderer import Renderer, TensorCore
 from lazytensor.shape.view import ShapeTracker
@@ -222,23 +221,8 @@ class Kernel:
     reduces = [u for u in self.ast.toposort if u.op is Ops.REDUCE_AXIS]
     return sum(self.local_size() * lanes * r.dtype.itemsize for r in reduces)
 
-  def apply_opt(self, opt: Opt) -> None:
-    """Apply one optimization (checked against its row of optops.OPTOPS), or raise KernelOptError and leave the kernel
-    as it was."""
-    saved = (self.full_shape, list(self.kinds), list(self.sts), self.reduce_pad, self.out_pad, self.tensor_core,
-             self.dont_use_locals)
-    try:
-      optops.apply(self, opt)
-      _check(self.shared_bytes() <= self.renderer.shared_max, f"{opt}: {self.shared_bytes()} bytes of shared memory; "
-             f"a block has at most {self.renderer.shared_max}")
-    except KernelOptError:
-      (self.full_shape, self.kinds, self.sts, self.reduce_pad, self.out_pad, self.tensor_core,
-       self.dont_use_locals) = saved
-      raise
-    self.applied_opts.append(opt)
-
   def use_tensor_core(self, index: int) -> None:
-    """TC (its row in optops.OPTOPS checked): map the multiply-accumulate onto the renderer's tensor core number
+    """TC (its row in rules.OPTOPS checked): map the multiply-accumulate onto the renderer's tensor core number
     `index`: a warp per (M x N) output tile, K in steps of the instruction's K, any other reduce axes (a convolution's
     window) as loops around it. Either load may be A: a convolution's output channels make M or N, whichever its other
     axes fit."""
@@ -268,7 +252,7 @@ class Kernel:
     return TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
 
   def pad_axis(self, axis: int, multiple: int) -> None:
-    """PADTO (its row in optops.OPTOPS checked): pad `axis` up to a multiple of `multiple`, the new positions masked."""
+    """PADTO (its row in rules.OPTOPS checked): pad `axis` up to a multiple of `multiple`, the new positions masked."""
     kind, size = self.kinds[axis], self.full_shape[axis]
     new = -(-size // multiple) * multiple
     pad = tuple((0, new - size) if i == axis else (0, 0) for i in range(self.shape_len))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from lazytensor.helpers import BEAM_LOCAL_MAX, BEAM_UPCAST_MAX, THREADS, prod
 from lazytensor.opt.heuristic import blocks_may_pay
 from lazytensor.opt.kernel import Kernel, KernelOptError, Opt, OptOps
-from lazytensor.opt.optops import OPTOPS, Amt
+from lazytensor.opt.rules import OPTOPS, Amt, apply_opt
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
@@ -24,7 +24,7 @@ def _beam_worthy(k: Kernel, op: OptOps) -> bool:
   return True
 
 def actions(k: Kernel) -> list[Opt]:
-  """Every opt worth trying next on `k`, from the rows of optops.OPTOPS: each row's amounts on each axis of its kinds
+  """Every opt worth trying next on `k`, from the rows of rules.OPTOPS: each row's amounts on each axis of its kinds
   (SWAP: each later axis of its kinds; TC: each tensor core), where the renderer has what the row needs."""
   rows = [(op, row) for op, row in OPTOPS.items()
           if all(need.has(k.renderer) for need in row.needs) and _beam_worthy(k, op)]
@@ -67,6 +67,6 @@ def replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
   """`k` with `opts` applied, or None when one of them is illegal for it."""
   out = k.copy()
   try:
-    for o in opts: out.apply_opt(o)
+    for o in opts: apply_opt(out, o)
   except KernelOptError: return None
   return out

@@ -22,6 +22,7 @@ from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType, to_dtype, to_storage
 from lazytensor.helpers import BEAM_TIMEOUT_SEC, PARALLEL, Context, ContextVar
 from lazytensor.opt.kernel import Kernel, Opt, reach, view_of
+from lazytensor.opt.rules import apply_opt
 from lazytensor.renderer import LaunchDims
 from lazytensor.runtime.device import Buffer, Device
 from lazytensor.uop.ops import Ops, UOp
@@ -115,7 +116,7 @@ def compile_job(job: CompileJob) -> Binary:
   """Kernel -> opts -> (slice) -> ProgramSpec -> binary, all in a worker."""
   start, dev = time.perf_counter(), Device[job.device]
   k = Kernel(job.ast, dev.renderer)
-  for o in job.opts: k.apply_opt(o)
+  for o in job.opts: apply_opt(k, o)
   for axis, size in job.keep: k.keep_prefix(axis, size)
   spec = get_program(k, CANDIDATE_NAME)
   lib = dev.compiler.compile(spec.source)

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
   ("schedule",),
   ("opt",),                             # the heuristics and BEAM, which compiles and times candidates
   ("codegen",),
-  ("opt.kernel",),                      # the Kernel and its opts, which codegen lowers
+  ("opt.kernel", "opt.optops"),         # the Kernel, its axis kinds and opts, which codegen lowers
   ("runtime",),                         # a device: allocator, renderer, compiler
   ("renderer",),
   ("uop", "shape"),
