@@ -124,21 +124,27 @@ def _default_cache_dir() -> str:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "lazytensor")
 
-KNOWN_DEVICES = ("CPU", "CUDA", "CUDACPU", "EMU")
 CPU_TARGETS = ("native", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")
+
+@functools.cache
+def device_names() -> tuple[str, ...]:
+  """The devices there are, one per file runtime/ops_<name>.py, upper-cased: adding a backend is adding its file."""
+  runtime = pathlib.Path(__file__).resolve().parent / "runtime"
+  return tuple(sorted(f.stem.removeprefix("ops_").upper() for f in runtime.glob("ops_*.py")))
 
 def _is_device_name(name: str) -> bool:
   base, colon, num = name.upper().partition(":")
-  return name == "" or (base in KNOWN_DEVICES and (num.isdigit() or not colon))
+  return name == "" or (base in device_names() and (num.isdigit() or not colon))
 
 DEBUG = ContextVar("DEBUG", 0,
                    "1 schedule summary; 2 one line per kernel; 3 opts and axis kinds; 4 source (lowered again, past "
                    "the program cache); 5 AST; 6 linear program; 7 asm", between(0, 7))
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics", between(0))
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
-DEV = ContextVar("DEV", "", "default device: CPU, CUDA, CUDACPU or EMU, or a numbered instance of one (CPU:1); empty "
-                "picks CPU", Allowed(_is_device_name, f"that names a device ({', '.join(KNOWN_DEVICES)}; :N for an "
-                                                      "instance), or empty"))
+DEV = ContextVar("DEV", "", f"default device: {', '.join(device_names())} (one per runtime/ops_<name>.py), or a "
+                "numbered instance of one (CPU:1); empty picks CPU",
+                Allowed(_is_device_name, f"that names a device ({', '.join(device_names())}; :N for an instance), or "
+                                         "empty"))
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture", between(0, 1))
 RING = ContextVar("RING", 1 << 18, "all-reduces over 3 or more devices of at least this many bytes use a ring "
                   "(reduce-scatter + all-gather); smaller ones copy every partial result to every device", between(0))
@@ -168,7 +174,7 @@ BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts a
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use", between(1))
 CPU_TARGET = ContextVar("CPU_TARGET", "native", "the CPU that CPU kernels are compiled and optimized for: native, "
                         "x86-64-v2 (SSE4.2), x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or aarch64 (NEON); a target "
-                        "this host cannot run is for compiling only", one_of(*CPU_TARGETS))
+                        "this host cannot run is for compiling only", one_of(*CPU_TARGETS), code=True)
 NVCC_CHECK = ContextVar("NVCC_CHECK", False,
                         "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
 FASTMATH = ContextVar("FASTMATH", True, "vectorized exp2/log2/sin/fmod on the CPU instead of libm calls", code=True)

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from lazytensor import Context, Device, Tensor, helpers
+from lazytensor.codegen import program
 from lazytensor.codegen.program import ProgramSpec
 from lazytensor.engine import realize
 from lazytensor.helpers import DISKCACHE_TABLE, diskcache_get, diskcache_put
@@ -142,6 +143,35 @@ def test_processes_share_a_bounded_cache(db: Path) -> None:
     assert p.returncode == 0 and out.strip() == "ok" and "unusable" not in err, err
   assert in_use(db) <= 1 << 20
 
+def test_processes_that_meet_kernels_in_another_order_share_programs(db: Path) -> None:
+  # three kernels of one shape, named E_16, E_16n1 and E_16n2 in the order a process meets them: the names differ
+  # between the two processes, their programs' keys and code must not
+  script = textwrap.dedent(f"""
+    import json, sys
+    import numpy as np
+    from lazytensor import Context, Tensor
+    from lazytensor.engine import realize
+    from lazytensor.runtime.device import compile_stats
+    x = np.arange(16, dtype=np.float32)
+    exprs = [(lambda t: t * 3, x * 3), (lambda t: t + 5, x + 5), (lambda t: t * t - 1, x * x - 1)]
+    names = {{}}
+    with Context(CACHEDB={str(db)!r}):
+      for i in map(int, sys.argv[1]):
+        build, want = exprs[i]
+        np.testing.assert_allclose(build(Tensor(x)).numpy(), want)
+        names[i] = list(realize._runners.entries.values())[-1].display_name
+    print(json.dumps({{"names": names, "compiled": compile_stats["compiled"]}}))
+  """)
+  env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+  runs = []
+  for order in ("012", "210"):
+    done = subprocess.run([sys.executable, "-c", script, order], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    runs.append(json.loads(done.stdout))
+  first, second = runs
+  assert first["names"] != second["names"] and len(set(first["names"].values())) == 3
+  assert first["compiled"] == 3 and second["compiled"] == 0
+
 @pytest.mark.parametrize("when", ["before this process opens it", "after this process opened it"])
 def test_a_locked_cache_costs_seconds_not_minutes(db: Path, when: str, capsys: pytest.CaptureFixture[str]) -> None:
   if when.startswith("after"): fresh()[0].realize()
@@ -166,11 +196,11 @@ def test_object_code_is_stored_once(db: Path) -> None:
 
 def _lowered_again(monkeypatch: pytest.MonkeyPatch) -> list[str]:
   lowered: list[str] = []
-  real = realize.get_program
+  real = program.get_program
   def counting(k: Kernel, name: str) -> ProgramSpec:
     lowered.append(name)
     return real(k, name)
-  monkeypatch.setattr(realize, "get_program", counting)
+  monkeypatch.setattr(program, "get_program", counting)
   return lowered
 
 @pytest.mark.parametrize("damage", [{"core_count": 0}, {"core_count": -1}, {"core_count": "2"},

@@ -24,6 +24,7 @@ from lazytensor.renderer import LaunchDims
 from lazytensor.renderer.cpu_target import cpu_target
 from lazytensor.renderer.emu import EmuRenderer
 from lazytensor.renderer.llvm import LLVMRenderer
+from lazytensor.schedule.cache import schedule_stats
 from lazytensor.schedule.scheduler import create_schedule
 
 
@@ -35,14 +36,31 @@ def key_now(how: tuple = ("heuristics",)) -> str:
   dev = Device["CPU"]
   return program_key(dev.renderer, dev.compiler.cache_key, exp_ast().key, how)
 
+# two values each string knob with code=True takes (numbers and booleans are changed by 1)
+STRING_VALUES = {"CPU_TARGET": ("x86-64-v2", "x86-64-v3")}
+
+def another_value(var: ContextVar) -> Any:
+  if isinstance(var.value, bool): return not var.value
+  if isinstance(var.value, str): return next(v for v in STRING_VALUES[var.key] if v != var.value)
+  return var.value + 1
+
 def test_every_code_knob_is_in_the_key() -> None:
   code_knobs = [v for v in ContextVar.registry.values() if v.code]
-  assert "FASTMATH" in [v.key for v in code_knobs]
+  assert {"FASTMATH", "CPU_TARGET"} <= {v.key for v in code_knobs}
   base = key_now()
   for var in code_knobs:
-    other = (not var.value) if isinstance(var.value, bool) else var.value + 1
+    other = another_value(var)
     with Context(**{var.key: other}): assert key_now() != base, var.key
   assert key_now() == base
+
+def test_every_code_knob_keys_the_schedule_cache() -> None:
+  # a schedule's packing copies follow the code the device gets: its cache takes the knobs of program_key (knob_key)
+  x = Tensor(np.ones((4, 4), np.float32)).realize()
+  for var in [v for v in ContextVar.registry.values() if v.code]:
+    (x + 1).realize()
+    scheduled = schedule_stats["scheduled"]
+    with Context(**{var.key: another_value(var)}): np.testing.assert_allclose((x + 1).numpy(), np.full((4, 4), 2.0))
+    assert schedule_stats["scheduled"] == scheduled + 1, var.key
 
 @pytest.mark.parametrize("knobs", [{"THREADS": 1}, {"THREADS": 3}, {"NOOPT": 1}, {"BEAM": 2}])
 def test_opt_choosing_knobs_are_in_the_key(knobs: dict[str, Any]) -> None:

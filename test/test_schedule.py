@@ -119,6 +119,7 @@ def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
 
 def test_a_warm_process_loads_programs_without_lowering(tmp_path, monkeypatch) -> None:
   from lazytensor import Context, Device
+  from lazytensor.codegen import program
   from lazytensor.engine import realize
   x = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8)).realize()
   with Context(CACHEDB=str(tmp_path / "cache.db")):
@@ -127,7 +128,7 @@ def test_a_warm_process_loads_programs_without_lowering(tmp_path, monkeypatch) -
     realize.forget_programs()
     def no_lowering(k, name):
       raise AssertionError("lowered again")
-    monkeypatch.setattr(realize, "get_program", no_lowering)
+    monkeypatch.setattr(program, "get_program", no_lowering)
     again = realize.compile_kernel(item.ast, Device["CPU"])
     assert again.launch == first.launch and again.kernel.applied_opts == first.kernel.applied_opts
     assert (x @ x.T + 1).tolist() == (x.numpy() @ x.numpy().T + 1).tolist()

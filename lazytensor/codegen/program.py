@@ -1,10 +1,10 @@
-"""Kernel + opts -> ProgramSpec: the one path from an optimized kernel to the source a compiler takes and what a
-runtime needs to launch it; and the one cache key for everything built from a kernel.
+"""Kernel + opts -> ProgramSpec -> binary -> loaded program: the one path from an optimized kernel to code a device
+runs; and the one cache key for everything built from a kernel.
 
 `get_program` lowers the kernel, linearizes it, gives ALU edge cases their meaning (`alu_semantics`, so that every
-renderer inherits it) and renders it.
-realize (the runner cache and the disk program cache) and BEAM (its candidates and its cache of chosen opts) all go
-through it and through `program_key`.
+renderer inherits it) and renders it. `compile_program` adds the binary, through the disk caches, and `build_program`
+loads it: realize, BEAM's packing search and BEAM's workers (which compile, while the searching process loads) all
+go through them, and through `program_key`, whose knobs (`knob_key`) also key the schedule cache.
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType
-from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored
+from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored, diskcache_get, diskcache_put
 from lazytensor.opt.kernel import Kernel, Opt
 from lazytensor.renderer import GRID_AXES, LaunchDims, Renderer, launch_dims
+from lazytensor.runtime.device import Compiled, Program, compile_stats
 from lazytensor.uop.ops import Ops, UOp
 
 
@@ -116,14 +117,64 @@ def _code_knobs(declared: int) -> tuple[ContextVar, ...]:
   """The knobs declared with code=True, once `declared` knobs exist (a module imported later may declare more)."""
   return tuple(var for var in ContextVar.registry.values() if var.code)
 
+def knob_key(threads: bool) -> tuple[tuple[str, Any], ...]:
+  """The knobs' part of every key of what is built from kernels (programs, BEAM's choices, schedules): the value of
+  every knob declared with code=True (CPU_TARGET, FASTMATH, ...), and with `threads` (renderers with CPU threads) of
+  THREADS, which bounds THREAD opts and so changes which opts are chosen."""
+  knobs = tuple((var.key, var.value) for var in _code_knobs(len(ContextVar.registry)))
+  return knobs + ((THREADS.key, THREADS.value),) if threads else knobs
+
 def program_key(renderer: Renderer, compiler_key: str, what: bytes, how: tuple[Any, ...]) -> str:
   """The one key of everything built from a kernel: programs in this process and on disk, and the opts BEAM chose.
 
   `what` names the kernel (its AST's key, or BEAM's loop-structure signature), `how` its opts (`given_opts`,
   `opts_choice()`, or a search: ("BEAM", width)). The rest is everything else that changes the code: the renderer and
-  its target, the compiler (`Compiler.cache_key`), lazytensor's code, every knob declared with code=True (FASTMATH,
-  ...), and THREADS on renderers with CPU threads (it bounds THREAD opts, so it changes which opts are chosen)."""
-  knobs = [(var.key, var.value) for var in _code_knobs(len(ContextVar.registry))]
-  threads = THREADS.value if renderer.has_threads else 0
-  text = f"{what.hex()} {how!r} {_target_digest(renderer.cache_key, compiler_key)} {knobs!r} {threads}"
+  its target, the compiler (`Compiler.cache_key`), lazytensor's code and the knobs (`knob_key`). Never the kernel's
+  name, which depends on the order a process meets kernels in (programs are compiled under `Kernel.function_name`)."""
+  knobs = knob_key(renderer.has_threads)
+  text = f"{what.hex()} {how!r} {_target_digest(renderer.cache_key, compiler_key)} {knobs!r}"
   return hashlib.sha256(text.encode()).hexdigest()
+
+# ---- compile and load ----
+
+CANDIDATE_NAME = "beam_candidate"  # every BEAM candidate renders under one name, so equal code is equal text
+
+def compile_program(k: Kernel, device: Compiled, candidate: bool = False) -> tuple[ProgramSpec, bytes]:
+  """The spec and binary of an optimized kernel for `device`, compiled under `k.function_name`.
+
+  A process that has built this kernel before (same program_key) finds the spec on disk without lowering it again,
+  which for a large register tile is most of the set-up (a 16x7 conv tile: ~140 ms to lower, ~2 ms to load), and the
+  binary under the spec's source (Compiler.binary: object code is stored once). DEBUG>=4 always lowers, to show the
+  code. A BEAM `candidate` is rendered under CANDIDATE_NAME and compiled now, past every cache: hundreds per kernel,
+  each tried once."""
+  if candidate:
+    code = get_program(k, CANDIDATE_NAME)
+    return code, device.compiler.compile(code.source)
+  compiler, name = device.compiler, k.function_name
+  key = None
+  if compiler.cache_key and DEBUG < 4:
+    key = program_key(device.renderer, compiler.cache_key, k.ast.key, given_opts(k.applied_opts))
+  if key is not None and (spec := _cached_spec(key, name)) is not None:
+    lib, origin = compiler.binary(spec.source)
+    compile_stats["compiled" if origin == "compiled" else "disk"] += 1
+    return spec, lib
+  spec = get_program(k, name)
+  if DEBUG >= 4: print_listing(f"source of {k.name}", spec.source)
+  lib = compiler.compile_cached(spec.source)
+  if DEBUG >= 7: print_listing(f"assembly of {k.name}", compiler.disassemble(lib))
+  if key is not None: diskcache_put("program", key, spec.to_json().encode())
+  return spec, lib
+
+def _cached_spec(key: str, name: str) -> ProgramSpec | None:
+  """The spec of a program entry, if there is one that checks out (ProgramSpec.from_json checks every field)."""
+  if (raw := diskcache_get("program", key)) is None: return None
+  try:
+    if (spec := ProgramSpec.from_json(raw.decode())).name == name: return spec
+  except (ValueError, UnicodeDecodeError): pass
+  if DEBUG >= 1: print("program cache: a corrupt entry was built again")
+  return None
+
+def build_program(k: Kernel, device: Compiled) -> tuple[ProgramSpec, Program]:
+  """The spec of an optimized kernel and its program loaded on `device` (compile_program, then Compiled.load)."""
+  spec, lib = compile_program(k, device)
+  return spec, device.load(spec.name, lib)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
-from lazytensor.codegen.program import ProgramSpec, get_program, given_opts, opts_choice, print_listing, program_key
+from lazytensor.codegen.program import ProgramSpec, build_program, opts_choice, print_listing, program_key
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
@@ -18,10 +18,7 @@ from lazytensor.helpers import (
   PROGRAM_CACHE,
   GlobalCounters,
   ansilen,
-  diskcache_get,
-  diskcache_put,
   knob_state,
-  to_function_name,
   use_color,
 )
 from lazytensor.opt.heuristic import hand_coded_optimizations
@@ -65,7 +62,7 @@ def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
   return hand_coded_optimizations(k)
 
 def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) -> CompiledRunner:
-  """AST -> Kernel -> opts -> ProgramSpec -> binary -> loaded program.
+  """AST -> Kernel -> opts -> ProgramSpec -> binary -> loaded program (codegen/program.build_program).
 
   With `opts` None the kernel is optimized as the knobs say; a list (even empty) is applied as given."""
   if opts is None: k = optimize_kernel(ast, device)
@@ -74,9 +71,9 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
     for o in opts: apply_opt(k, o)
   if DEBUG >= 5: print_listing(f"AST of {k.name}", repr(ast))
   if DEBUG >= 3: _print_opts(k)
-  spec, lib = _program(k, device, to_function_name(k.name))
+  spec, program = build_program(k, device)
   flops, mem = k.flops_and_mem()
-  return CompiledRunner(k.name, device.load(spec.name, lib), k, flops, mem, spec)
+  return CompiledRunner(k.name, program, k, flops, mem, spec)
 
 _legend_shown = False
 
@@ -92,35 +89,6 @@ def _print_opts(k: Kernel) -> None:
     print(axis_legend())
     _legend_shown = True
   print(f"{k.name}: {k.applied_opts}")
-
-def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, bytes]:
-  """The spec and binary of an optimized kernel. A process that has built this kernel before (same program_key) finds
-  the spec on disk without lowering it again, which for a large register tile is most of the set-up (a 16x7 conv tile:
-  ~140 ms to lower, ~2 ms to load), and the binary under the spec's source (Compiler.binary: object code is stored
-  once). DEBUG>=4 always lowers, to show the code."""
-  compiler = device.compiler
-  key = None
-  if compiler.cache_key and DEBUG < 4:
-    key = program_key(device.renderer, compiler.cache_key, k.ast.key, given_opts(k.applied_opts) + (fn_name,))
-  if key is not None and (spec := _cached_spec(key, fn_name)) is not None:
-    lib, origin = compiler.binary(spec.source)
-    compile_stats["compiled" if origin == "compiled" else "disk"] += 1
-    return spec, lib
-  spec = get_program(k, fn_name)
-  if DEBUG >= 4: print_listing(f"source of {k.name}", spec.source)
-  lib = compiler.compile_cached(spec.source)
-  if DEBUG >= 7: print_listing(f"assembly of {k.name}", compiler.disassemble(lib))
-  if key is not None: diskcache_put("program", key, spec.to_json().encode())
-  return spec, lib
-
-def _cached_spec(key: str, fn_name: str) -> ProgramSpec | None:
-  """The spec of a program entry, if there is one that checks out (ProgramSpec.from_json checks every field)."""
-  if (raw := diskcache_get("program", key)) is None: return None
-  try:
-    if (spec := ProgramSpec.from_json(raw.decode())).name == fn_name: return spec
-  except (ValueError, UnicodeDecodeError): pass
-  if DEBUG >= 1: print("program cache: a corrupt entry was built again")
-  return None
 
 # compiled kernels by program key, as many as PROGRAM_CACHE: an evicted one is freed (its engine or module with it,
 # once no TinyJit and no entry of _memo holds it) and built again from the disk cache when it is needed

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from lazytensor.dtype import PtrDType
-from lazytensor.helpers import colored, prod
+from lazytensor.helpers import colored, prod, to_function_name
 from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
 from lazytensor.renderer import Renderer, TensorCore
 from lazytensor.shape.view import ShapeTracker
@@ -277,15 +277,25 @@ class Kernel:
     return "_".join(colored(str(s), k.value[0], k.value[1]) for s, k in zip(self.full_shape, self.kinds))
 
   @property
+  def _prefix(self) -> str: return "S" if self.scatter is not None else "r" if self.reduce_axes else "E"
+
+  @property
   def name(self) -> str:
     """E_ for elementwise, r_ for reductions, S_ for scatters (schedule/scatter.py), then the shape; colored by axis
-    kind, unique within the process."""
-    prefix = "S" if self.scatter is not None else "r" if self.reduce_axes else "E"
+    kind, unique within the process. A display label (DEBUG, profiles): its number depends on the order a process meets
+    kernels in, so no program is compiled under it (`function_name`)."""
+    prefix = self._prefix
     base = f"{prefix}_{self.colored_shape}" if self.full_shape else prefix
     # numbered by shape and axis kinds, so a kernel's number is the same whether its name prints in color or not
     seen = _names_seen[(prefix, tuple(self.full_shape), tuple(self.kinds))]
     n = seen.setdefault(self.ast.key, len(seen))
     return base if n == 0 else f"{base}n{n}"
+
+  @property
+  def function_name(self) -> str:
+    """The symbol the kernel's program is compiled under: its name without color and without the number, which the
+    kernel's AST and opts decide alone, so that a program's code and its cache entries are the same in every process."""
+    return to_function_name("_".join([self._prefix, *map(str, self.full_shape)]))
 
   def flops_and_mem(self) -> tuple[int, int]:
     """ALU operations and bytes moved by one run: an estimate for GFLOPS and GB/s lines."""

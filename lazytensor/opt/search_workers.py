@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lazytensor.codegen.program import get_program
+from lazytensor.codegen.program import CANDIDATE_NAME, compile_program
 from lazytensor.dtype import DType, to_dtype, to_storage
 from lazytensor.helpers import BEAM_TIMEOUT_SEC, PARALLEL, Context, ContextVar
 from lazytensor.opt.kernel import Kernel, Opt, reach, view_of
@@ -27,7 +27,6 @@ from lazytensor.renderer import LaunchDims
 from lazytensor.runtime.device import Buffer, Device
 from lazytensor.uop.ops import Ops, UOp
 
-CANDIDATE_NAME = "beam_candidate"  # every candidate renders under one name, so equal code is equal text
 MIN_RUNS, MAX_RUNS = 3, 20
 DUEL_RUNS = 5           # turns each when the winner and the heuristics' kernel are timed side by side
 MIN_TIMED_S = 0.005     # short kernels run more than MIN_RUNS times, until this much run time is summed
@@ -113,13 +112,12 @@ class RunJob:
   fill: int = 0             # output runs: the byte that output buffers hold before the run
 
 def compile_job(job: CompileJob) -> Binary:
-  """Kernel -> opts -> (slice) -> ProgramSpec -> binary, all in a worker."""
+  """Kernel -> opts -> (slice) -> ProgramSpec -> binary, all in a worker (the process that runs it loads it)."""
   start, dev = time.perf_counter(), Device[job.device]
   k = Kernel(job.ast, dev.renderer)
   for o in job.opts: apply_opt(k, o)
   for axis, size in job.keep: k.keep_prefix(axis, size)
-  spec = get_program(k, CANDIDATE_NAME)
-  lib = dev.compiler.compile(spec.source)
+  spec, lib = compile_program(k, dev, candidate=True)
   return Binary(hashlib.sha256(spec.source.encode()).digest(), lib, spec.launch, time.perf_counter() - start)
 
 def prepare_job(job: RunJob) -> None:

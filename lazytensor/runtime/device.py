@@ -1,4 +1,8 @@
-"""Devices: the registry, Buffer, and the Allocator / Compiler / Program interfaces every backend implements."""
+"""Devices: the registry, Buffer, and the Allocator / Compiler / Program interfaces every backend implements.
+
+A backend is one file, `ops_<name>.py` in this folder, defining the class `<Name>Device` (a Compiled: `CpuDevice`,
+`CudacpuDevice`, ...): `Device["NAME"]` and `Device["NAME:1"]` import the file and open that class; the file's name is
+all that lists a device (helpers.device_names)."""
 from __future__ import annotations
 
 import functools
@@ -7,6 +11,7 @@ import heapq
 import importlib
 import itertools
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -16,9 +21,9 @@ from lazytensor.helpers import (
   BUFFER_CACHE,
   DEBUG,
   DEV,
-  KNOWN_DEVICES,
   LRU,
   PROGRAM_CACHE,
+  device_names,
   diskcache_get,
   diskcache_put,
 )
@@ -135,6 +140,14 @@ class Compiled:
 
   def load(self, name: str, lib: bytes) -> Program: return self.program_cls(self, name, lib)
 
+def device_class(base: str) -> Callable[[str], Compiled]:
+  """The class of the devices named `base` (canonical, without ':N'): `<Base>Device` of runtime/ops_<base>.py."""
+  module = importlib.import_module(f"lazytensor.runtime.ops_{base.lower()}")
+  cls = getattr(module, class_name := f"{base.capitalize()}Device", None)
+  if not (isinstance(cls, type) and issubclass(cls, Compiled)):
+    raise TypeError(f"device {base}: {module.__name__} defines no Compiled subclass named {class_name}")
+  return cls
+
 class _DeviceRegistry:
   """`Device["CPU:1"]` opens (once) the device of that name; `Device.DEFAULT` is where new tensors go."""
   def __init__(self) -> None: self._opened: dict[str, Compiled] = {}
@@ -145,16 +158,14 @@ class _DeviceRegistry:
       raise ValueError(f"device name {name!r}: expected a string such as 'CPU', 'CPU:1', 'CUDA' or 'EMU'")
     base, _, num = name.upper().partition(":")
     if num and not num.isdigit(): raise ValueError(f"device name {name!r}: the part after ':' must be a number")
-    if base not in KNOWN_DEVICES: raise ValueError(f"unknown device {name!r}; known: {', '.join(KNOWN_DEVICES)}")
+    if base not in device_names(): raise ValueError(f"unknown device {name!r}; known: {', '.join(device_names())}")
     return base if num in ("", "0") else f"{base}:{int(num)}"
 
   def __getitem__(self, name: str) -> Compiled:
     if (opened := self._opened.get(name)) is not None: return opened  # a canonical name: every Buffer asks this
     name = self.canonicalize(name)
     if name not in self._opened:
-      base = name.partition(":")[0]
-      module = importlib.import_module(f"lazytensor.runtime.ops_{base.lower()}")
-      self._opened[name] = getattr(module, f"{base.capitalize()}Device")(name)
+      self._opened[name] = device_class(name.partition(":")[0])(name)
       if DEBUG >= 1: print(f"opened device {name}")
     return self._opened[name]
 

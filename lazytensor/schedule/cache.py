@@ -303,7 +303,8 @@ def origins(s: Structure, found: Found) -> list[UOp | None] | None:
   return out
 
 # keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
-# with BEAM a search of that width (whose choice may differ with the thread count)
+# with BEAM a search of that width (whose choice may differ with the thread count); the knobs as
+# codegen/program.knob_key says, the one list of the knobs that change compiled code
 templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
 # keyed by a structure and the same knobs
 structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)

@@ -11,12 +11,12 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lazytensor.codegen.program import get_program
+from lazytensor.codegen.program import build_program
 from lazytensor.helpers import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, diskcache_get, diskcache_put
 from lazytensor.opt.kernel import Kernel
 from lazytensor.opt.search import TIE_RATIO, beam_search, fmt_time
 from lazytensor.opt.search_cache import beam_cache_key, report_once
-from lazytensor.opt.search_workers import CANDIDATE_NAME, buffer_specs, input_values, raw_bytes
+from lazytensor.opt.search_workers import buffer_specs, input_values, raw_bytes
 from lazytensor.runtime.device import Buffer, Compiled
 from lazytensor.uop.ops import UOp
 
@@ -27,9 +27,8 @@ def _loaded_variant(device: Compiled, width: int, items: Sequence[tuple[UOp, Seq
   function that runs them all and returns their time."""
   runs: list[Callable[[], float]] = []
   for ast, bufs in items:
-    k = beam_search(Kernel(ast, device.renderer), device, width)
-    spec = get_program(k, CANDIDATE_NAME)
-    program = device.load(CANDIDATE_NAME, device.compiler.compile_cached(spec.source))
+    # through the program caches: the winner's kernels are the ones realize then asks for
+    spec, program = build_program(beam_search(Kernel(ast, device.renderer), device, width), device)
     for s, b in zip(buffer_specs(ast), bufs):
       if s.loaded: b.copyin(raw_bytes(input_values(s)))
     runs.append(functools.partial(_run_program, program, [b.handle for b in bufs], spec.launch.kwargs()))

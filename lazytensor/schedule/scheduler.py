@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazytensor.codegen.program import knob_key
 from lazytensor.dtype import dtypes
-from lazytensor.helpers import BEAM, CPU_TARGET, SCHEDULE_CACHE, THREADS, argsort, knob_state, prod
+from lazytensor.helpers import BEAM, SCHEDULE_CACHE, argsort, knob_state, prod
 from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule import cache
@@ -469,7 +470,9 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
       return found.template.instantiate(walk.params, origins)
   abstract = cache.abstract(outs)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
-  template_key = (abstract.sink, str(CPU_TARGET.value), int(BEAM.value), int(THREADS.value) if BEAM.value >= 1 else 0)
+  # the packing copies a schedule makes are the CPU target's heuristics', or a BEAM search's of that width: keyed by
+  # the knobs every program key holds (knob_key: the target, THREADS) and the width
+  template_key = (abstract.sink, int(BEAM.value), knob_key(threads=True))
   template = cache.templates.get(template_key) if cap > 0 else None
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (schedule/multi.py), each scheduled (and cached) on its own
