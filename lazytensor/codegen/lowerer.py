@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from lazytensor.codegen.passes import CodegenCtx, Pass, run_passes
 from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.opt.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
@@ -635,20 +636,42 @@ def _blocked_index(n: int, blocks: tuple[int, ...], numbers: itertools.count, ki
   loop = UOp(Ops.RANGE, dtypes.index, (_const(0), end), (next(numbers), kind))
   return outer * blocks[0] + loop, loops + [loop]
 
-def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
-  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.
-
-  Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
-  (test/test_large.py, extra/bench/index_dtype.py)."""
+def lower(ast: UOp, ctx: CodegenCtx) -> UOp:
+  """The pass `lower`: the kernel's AST as a loop-level graph, a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.
+  Procedural: what an AST node becomes depends on the kernel's axes and lanes, not on the node alone."""
+  k = ctx.k
+  assert ast is k.ast, "lower takes the kernel's own AST"
   lw = _Lowerer(_split_for_vectors(k))
   sink = lw.lower(k.ast)[0]
   if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
     sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
   # every thread records the bad indices it reads, the group's too
   if lw.flag_stores: sink = sink.replace(src=sink.src + tuple(lw.flag_stores))
-  if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
-  sink = graph_rewrite(sink, symbolic, name="symbolic")
-  return with_index_dtype(sink, dtypes.int64 if index64 else index_dtype(sink))
+  return sink
+
+def _renderer_rules(sink: UOp, ctx: CodegenCtx) -> UOp:
+  pm = ctx.k.renderer.extra_matcher
+  return sink if pm is None else graph_rewrite(sink, pm, name="renderer_rules")
+
+def _index_dtype(sink: UOp, ctx: CodegenCtx) -> UOp:
+  return with_index_dtype(sink, dtypes.int64 if ctx.index64 else index_dtype(sink))
+
+# kernel AST -> loop-level graph: the lowering (procedural), the rules the renderer adds (a decomposition the target
+# needs), the symbolic simplification of index math (rules), and the width of index math (one walk: index_dtype)
+LOWER_PASSES = (
+  Pass("lower", lower),
+  Pass("renderer_rules", _renderer_rules),
+  Pass("symbolic", lambda sink, ctx: graph_rewrite(sink, symbolic, name="symbolic")),
+  Pass("index_dtype", _index_dtype),
+)
+
+def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
+  """The loop-level program of a kernel as a graph (LOWER_PASSES): a SINK of STOREs over RANGEs, REDUCEs, LOADs and
+  ALU ops.
+
+  Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
+  (test/test_large.py, extra/bench/index_dtype.py)."""
+  return run_passes(LOWER_PASSES, k.ast, CodegenCtx(k, index64))
 
 # ---- the width of index math ----
 
