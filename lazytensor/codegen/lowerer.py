@@ -76,8 +76,8 @@ def _vector_axis(k: Kernel) -> int | None:
   with packed weights: the output channels, scattered only when stored.)"""
   axes = k.axes_of(*LANE_KINDS)
   if not axes: return None
-  views = [(n.op is Ops.STORE, k.sts[i].real_strides()) for i, n in enumerate(k.view_nodes)
-           if n.op in (Ops.LOAD, Ops.STORE)]
+  views = [(n.op in GroupOp.Store, k.sts[i].real_strides()) for i, n in enumerate(k.view_nodes)
+           if n.op in GroupOp.Load | GroupOp.Store]
   has_reduce, widths = bool(k.axes_of(AxisKind.REDUCE, AxisKind.UNROLL)), k.renderer.vector_widths
   def cost(a: int) -> tuple[bool, int, int, bool, int]:
     loads = sum(1 for is_store, st in views if not is_store and st[a] not in (0, 1))
@@ -186,9 +186,9 @@ class _Lowerer:
   def _lower(self, node: UOp) -> list[UOp]:
     op = node.op
     if op is Ops.SINK: return [UOp(Ops.SINK, dtypes.void, tuple(u for s in node.src for u in self.lower(s)))]
-    if op is Ops.STORE: return self._store(node)
+    if op in GroupOp.Store: return self._store(node)
     if op is Ops.CONST and not node.src: return [node] * len(self.lanes.keys)
-    if op is Ops.LOAD and len(node.src) == 3:
+    if op is Ops.GATHER:
       return [self._gather(node, key, at) for key, at in zip(self.lanes.keys, self.lower(node.src[2]))]
     if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
       return [self._view_value(node, key) for key in self.lanes.keys]
@@ -312,7 +312,7 @@ class _Lowerer:
 
   def _store(self, node: UOp) -> list[UOp]:
     buf, values = node.src[0], self.lower(node.src[2])
-    ats = self.lower(node.src[3]) if len(node.src) == 4 else None
+    ats = self.lower(node.src[3]) if node.op is Ops.SCATTER else None
     stores: dict[UOp, None] = {}
     for n, (key, value) in enumerate(zip(self.lanes.keys, values)):
       idx, valid = self.index_of(node, key)
@@ -584,7 +584,7 @@ def _tile(k: Kernel, sums: list[UOp]) -> tuple[bool, bool]:
   rows of a matmul's tile share a vector of B, a convolution's output positions the weights); and whether a load under
   a sum is masked (a padded convolution's input)."""
   upcast = [a for a in k.axes_of(AxisKind.UPCAST) if k.full_shape[a] > 1]
-  loads = [k.st_of(u) for u in {u for r in sums for u in r.src[0].toposort if u.op is Ops.LOAD}]
+  loads = [k.st_of(u) for u in {u for r in sums for u in r.src[0].toposort if u.op in GroupOp.Load}]
   return any(st.real_strides()[a] == 0 for st in loads for a in upcast), \
     any(v.mask is not None for st in loads for v in st.views)
 
