@@ -490,7 +490,7 @@ def test_fast_math_rewrite() -> None:
       out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math, name="renderer_rules")
       assert out.dtype == dt and not any(u.op in (Ops.EXP2, Ops.LOG2) for u in out.toposort)
     out = graph_rewrite(UOp(Ops.MOD, dt, (load(glob(0, dt.scalar()), c(0), dt), load(glob(1, dt.scalar()), c(0), dt))),
-                        pm_fast_math)
+                        pm_fast_math, name="renderer_rules")
     assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.MOD)
     # SIN and COS keep a float64 op for the lanes past the reduction
     for op in (Ops.SIN, Ops.COS):

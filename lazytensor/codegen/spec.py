@@ -145,12 +145,13 @@ def _linear(alu: Callable[[UOp], bool], alu_text: str) -> list[Rule]:
     Rule("WMMA(A, B, C): a tensor-core multiply-accumulate", UPat(Ops.WMMA, src=(UPat(), UPat(), UPat())))]
 
 def _alu_done(u: UOp) -> bool:
-  """After alu_semantics also: no float MAX (NaN's meaning is made explicit), no bfloat16 arithmetic."""
+  """After alu_semantics also: no float MAX (NaN's meaning is made explicit), no bfloat16 arithmetic (a select is
+  none: it moves bits)."""
   return _alu(u) and not (u.op is Ops.MAX and u.dtype.is_float) and \
-    all(s.dtype.scalar() != dtypes.bfloat16 for s in (u, *u.src))
+    (u.op is Ops.WHERE or all(s.dtype.scalar() != dtypes.bfloat16 for s in (u, *u.src)))
 
 LINEAR = _linear(_alu, _ALU_TEXT)
-ALU_DONE = _linear(_alu_done, _ALU_TEXT + "; no float MAX, no bfloat16 arithmetic")
+ALU_DONE = _linear(_alu_done, _ALU_TEXT + "; no float MAX, no bfloat16 arithmetic but selects")
 
 # the spec of each pass's output, by the pass's name
 SPEC: dict[str, list[Rule]] = {"lower": LOOP, "renderer_rules": LOOP, "symbolic": LOOP, "index_dtype": SIZED,

@@ -2,7 +2,8 @@
 
 The same node type describes three levels of the compiler:
   * the tensor graph (BUFFER, CONST, VIEW, ALU ops, REDUCE_AXIS, COPY, CONTIGUOUS, ASSIGN), built by Tensor;
-  * the kernel AST (SINK of STOREs of ALU/REDUCE_AXIS trees over LOADs through VIEWs), built by the scheduler;
+  * the kernel AST (SINK of STOREs of ALU/REDUCE_AXIS trees over LOADs through VIEWs; GATHER and SCATTER read and
+    write at an index the kernel computes), built by the scheduler;
   * the loop-level program (RANGE, SPECIAL, LOAD/STORE with index math, REDUCE, DEFINE_ACC, ...), built by the lowerer
     and put in order by the linearizer.
 """
