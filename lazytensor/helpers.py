@@ -138,7 +138,14 @@ def _is_device_name(name: str) -> bool:
 
 DEBUG = ContextVar("DEBUG", 0,
                    "1 schedule summary; 2 one line per kernel; 3 opts and axis kinds; 4 source (lowered again, past "
-                   "the program cache); 5 AST; 6 linear program; 7 asm", between(0, 7))
+                   "the program cache); 5 AST and the graph after every pass; 6 linear program; 7 asm", between(0, 7))
+# the name of every pass (uop.ops.run_pass): graph rewrites of the tensor graph (multi, resolve) and codegen's pipeline
+# in its order (codegen/program.py), which DEBUGPASS may name
+PASSES = ("multi", "resolve", "lower", "renderer_rules", "symbolic", "index_dtype", "linearize", "alu_semantics")
+DEBUGPASS = ContextVar("DEBUGPASS", "", "a pass name, or a comma list of them: the graph after each such pass is "
+                       "printed (DEBUG=5 prints it after every pass)", Allowed(
+                         lambda v: v == "" or all(n in PASSES for n in v.split(",")),
+                         "that names a pass, or a comma list of them, of: " + ", ".join(PASSES)))
 BEAM = ContextVar("BEAM", 0, "beam width for kernel search; 0 uses the hand-coded heuristics", between(0))
 NOOPT = ContextVar("NOOPT", False, "apply no kernel optimizations at all")
 DEV = ContextVar("DEV", "", f"default device: {', '.join(device_names())} (one per runtime/ops_<name>.py), or a "

@@ -35,7 +35,7 @@ def folded(op: Ops, dt: DType, *args: Any, fr: DType | None = None) -> Any:
   srcs = tuple(UOp.const(fr or dt, a) for a in args)
   out_dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else dt
   node = UOp(op, out_dt, srcs)
-  out = graph_rewrite(node, symbolic)
+  out = graph_rewrite(node, symbolic, name="symbolic")
   assert out.op is Ops.CONST, f"{op} of {args} did not fold: {out}"
   return out.arg
 
@@ -116,7 +116,7 @@ def test_nan_agrees(dt: DType) -> None:
 
 def test_minimum_propagates_nan() -> None:
   x = UOp.const(dtypes.float32, 1.0)
-  assert math.isnan(graph_rewrite(x.minimum(UOp.const(dtypes.float32, math.nan)), symbolic).arg)
+  assert math.isnan(graph_rewrite(x.minimum(UOp.const(dtypes.float32, math.nan)), symbolic, name="symbolic").arg)
 
 def test_safe_operands_are_left_alone() -> None:
   # a constant divisor (index math), an amount the bounds keep in range, a known-positive divisor: nothing added

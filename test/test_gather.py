@@ -26,7 +26,7 @@ def _asts(t: Tensor) -> list[UOp]:
 def _reduces(t: Tensor) -> int: return sum(u.op is Ops.REDUCE_AXIS for ast in _asts(t) for u in ast.toposort)
 
 def _gathered_loads(t: Tensor) -> int:
-  return sum(u.op is Ops.LOAD and len(u.src) == 3 for ast in _asts(t) for u in ast.toposort)
+  return sum(u.op is Ops.GATHER for ast in _asts(t) for u in ast.toposort)
 
 def _unfolded(fn: Callable[[], Tensor], monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
   """fn() computed by the reduce as written, every candidate compared."""

@@ -488,14 +488,15 @@ def test_fast_math_rewrite() -> None:
   # EXP2/LOG2 of float16/float32 (and vectors of them) become arithmetic; float64 keeps the intrinsic
   for dt in (dtypes.float16, F32, F32.vec(8)):
     for op in (Ops.EXP2, Ops.LOG2):
-      out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
+      out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math, name="renderer_rules")
       assert out.dtype == dt and not any(u.op in (Ops.EXP2, Ops.LOG2) for u in out.toposort)
     out = graph_rewrite(UOp(Ops.MOD, dt, (load(glob(0, dt.scalar()), c(0), dt), load(glob(1, dt.scalar()), c(0), dt))),
-                        pm_fast_math)
+                        pm_fast_math, name="renderer_rules")
     assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is Ops.MOD)
     # SIN and COS keep a float64 op for the lanes past the reduction
     for op in (Ops.SIN, Ops.COS):
-      out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math)
+      out = graph_rewrite(UOp(op, dt, (load(glob(0, dt.scalar()), c(0), dt),)), pm_fast_math, name="renderer_rules")
       assert out.dtype == dt and all(u.dtype.scalar() == dtypes.float64 for u in out.toposort if u.op is op)
   f64 = UOp(Ops.EXP2, dtypes.float64, (load(glob(0, dtypes.float64), c(0), dtypes.float64),))
-  assert not any(u.op is Ops.EXP2 for u in graph_rewrite(f64, pm_fast_math).toposort)  # float64 too
+  out = graph_rewrite(f64, pm_fast_math, name="renderer_rules")
+  assert not any(u.op is Ops.EXP2 for u in out.toposort)  # float64 too

@@ -32,7 +32,7 @@ def _asts(*ts: Tensor) -> list[UOp]:
 
 def _scatters(*ts: Tensor) -> int:
   """How many kernels realizing ts runs as scatters (a STORE at an index)."""
-  return sum(1 for ast in _asts(*ts) if any(u.op is Ops.STORE and len(u.src) == 4 for u in ast.src))
+  return sum(1 for ast in _asts(*ts) if any(u.op is Ops.SCATTER for u in ast.src))
 
 def _scans(*ts: Tensor) -> int:
   """The largest loop nest (product of a kernel's shared shape) among the kernels realizing ts: a scatter run as

@@ -117,7 +117,7 @@ V, D, N = 300, 32, 256  # targets, elements per target, entries: past SCATTER_MI
 
 def _scatter_asts(t: Tensor) -> list[UOp]:
   items, _ = create_schedule([t.lazydata])
-  return [it.ast for it in items if it.ast.op is Ops.SINK and any(len(s.src) == 4 for s in it.ast.src)]
+  return [it.ast for it in items if it.ast.op is Ops.SINK and any(s.op is Ops.SCATTER for s in it.ast.src)]
 
 def _index(lo: int, hi: int, shape: tuple[int, ...]) -> np.ndarray: return rng.integers(lo, hi, shape).astype(np.int32)
 

@@ -198,7 +198,7 @@ def test_two_processes_search_at_once(tmp_path: Path) -> None:
 
 def _reduce_of(t: Tensor) -> UOp:
   """The reduce over products in a tensor's graph, its movement ops folded into views as the scheduler sees them."""
-  sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, (t.lazydata,)), pm_resolve)
+  sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, (t.lazydata,)), pm_resolve, name="resolve")
   return next(u for u in sink.toposort if u.op is Ops.REDUCE_AXIS)
 
 def _candidates(r: UOp, target: str = "native") -> list[tuple[Packing, ...]]:

@@ -143,7 +143,7 @@ def alu_semantics(uops: list[UOp]) -> list[UOp]:
   program = _Program()
   for u in uops:
     new = u.replace(src=tuple(done.get(s, s) for s in u.src)) if any(s in done for s in u.src) else u
-    if _may_change(new): new = graph_rewrite(new, pm_alu_semantics)
+    if _may_change(new): new = graph_rewrite(new, pm_alu_semantics, name="alu_semantics")
     program.add(new)
     if new is not u: done[u] = new
   return program.linear()

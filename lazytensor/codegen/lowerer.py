@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from lazytensor.codegen.passes import CodegenCtx, Pass, run_passes
 from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.opt.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
@@ -77,8 +78,8 @@ def _vector_axis(k: Kernel) -> int | None:
   with packed weights: the output channels, scattered only when stored.)"""
   axes = k.axes_of(*LANE_KINDS)
   if not axes: return None
-  views = [(n.op is Ops.STORE, k.sts[i].real_strides()) for i, n in enumerate(k.view_nodes)
-           if n.op in (Ops.LOAD, Ops.STORE)]
+  views = [(n.op in GroupOp.Store, k.sts[i].real_strides()) for i, n in enumerate(k.view_nodes)
+           if n.op in GroupOp.Load | GroupOp.Store]
   has_reduce, widths = bool(k.axes_of(AxisKind.REDUCE, AxisKind.UNROLL)), k.renderer.vector_widths
   def cost(a: int) -> tuple[bool, int, int, bool, int]:
     loads = sum(1 for is_store, st in views if not is_store and st[a] not in (0, 1))
@@ -188,9 +189,9 @@ class _Lowerer:
   def _lower(self, node: UOp) -> list[UOp]:
     op = node.op
     if op is Ops.SINK: return [UOp(Ops.SINK, dtypes.void, tuple(u for s in node.src for u in self.lower(s)))]
-    if op is Ops.STORE: return self._store(node)
+    if op in GroupOp.Store: return self._store(node)
     if op is Ops.CONST and not node.src: return [node] * len(self.lanes.keys)
-    if op is Ops.LOAD and len(node.src) == 3:
+    if op is Ops.GATHER:
       return [self._gather(node, key, at) for key, at in zip(self.lanes.keys, self.lower(node.src[2]))]
     if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
       return [self._view_value(node, key) for key in self.lanes.keys]
@@ -314,7 +315,7 @@ class _Lowerer:
 
   def _store(self, node: UOp) -> list[UOp]:
     buf, values = node.src[0], self.lower(node.src[2])
-    ats = self.lower(node.src[3]) if len(node.src) == 4 else None
+    ats = self.lower(node.src[3]) if node.op is Ops.SCATTER else None
     stores: dict[UOp, None] = {}
     for n, (key, value) in enumerate(zip(self.lanes.keys, values)):
       idx, valid = self.index_of(node, key)
@@ -602,7 +603,7 @@ def _tile(k: Kernel, sums: list[UOp]) -> tuple[bool, bool]:
   rows of a matmul's tile share a vector of B, a convolution's output positions the weights); and whether a load under
   a sum is masked (a padded convolution's input)."""
   upcast = [a for a in k.axes_of(AxisKind.UPCAST) if k.full_shape[a] > 1]
-  loads = [k.st_of(u) for u in {u for r in sums for u in r.src[0].toposort if u.op is Ops.LOAD}]
+  loads = [k.st_of(u) for u in {u for r in sums for u in r.src[0].toposort if u.op in GroupOp.Load}]
   return any(st.real_strides()[a] == 0 for st in loads for a in upcast), \
     any(v.mask is not None for st in loads for v in st.views)
 
@@ -654,25 +655,49 @@ def _blocked_index(n: int, blocks: tuple[int, ...], numbers: itertools.count, ki
   loop = UOp(Ops.RANGE, dtypes.index, (_const(0), end), (next(numbers), kind))
   return outer * blocks[0] + loop, loops + [loop]
 
-def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
-  """The loop-level program of a kernel as a graph: a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops, and of
-  the DEFINE_GLOBAL of each buffer that none of them reads any more.
-
-  Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
-  (test/test_large.py, extra/bench/index_dtype.py)."""
+def lower(ast: UOp, ctx: CodegenCtx) -> UOp:
+  """The pass `lower`: the kernel's AST as a loop-level graph, a SINK of STOREs over RANGEs, REDUCEs, LOADs and ALU ops.
+  Procedural: what an AST node becomes depends on the kernel's axes and lanes, not on the node alone."""
+  k = ctx.k
+  assert ast is k.ast, "lower takes the kernel's own AST"
   lw = _Lowerer(_split_for_vectors(k))
   sink = lw.lower(k.ast)[0]
   if lw.group_gate is not None:  # after a GROUP reduce only the first thread of each group writes the result
     sink = sink.replace(src=tuple(_add_gate(s, lw.group_gate) for s in sink.src))
   # every thread records the bad indices it reads, the group's too
   if lw.flag_stores: sink = sink.replace(src=sink.src + tuple(lw.flag_stores))
-  if k.renderer.extra_matcher is not None: sink = graph_rewrite(sink, k.renderer.extra_matcher, name="renderer rules")
+  return sink
+
+def _renderer_rules(sink: UOp, ctx: CodegenCtx) -> UOp:
+  pm = ctx.k.renderer.extra_matcher
+  return sink if pm is None else graph_rewrite(sink, pm, name="renderer_rules")
+
+def _symbolic(sink: UOp, ctx: CodegenCtx) -> UOp:
   sink = graph_rewrite(sink, symbolic, name="symbolic")
   # every buffer of the kernel keeps its argument, read or not (x*0 folds its load away): the program is called with
   # all of them, and a missing one would shift the arguments after it (the CPU's core id would receive a pointer)
-  unread = tuple(u for u in k.ast.toposort if u.op is Ops.DEFINE_GLOBAL and u not in sink.toposort)
-  if unread: sink = sink.replace(src=sink.src + unread)
-  return with_index_dtype(sink, dtypes.int64 if index64 else index_dtype(sink))
+  unread = tuple(u for u in ctx.k.ast.toposort if u.op is Ops.DEFINE_GLOBAL and u not in sink.toposort)
+  return sink.replace(src=sink.src + unread) if unread else sink
+
+def _index_dtype(sink: UOp, ctx: CodegenCtx) -> UOp:
+  return with_index_dtype(sink, dtypes.int64 if ctx.index64 else index_dtype(sink))
+
+# kernel AST -> loop-level graph: the lowering (procedural), the rules the renderer adds (a decomposition the target
+# needs), the symbolic simplification of index math (rules), and the width of index math (one walk: index_dtype)
+LOWER_PASSES = (
+  Pass("lower", lower),
+  Pass("renderer_rules", _renderer_rules),
+  Pass("symbolic", _symbolic),
+  Pass("index_dtype", _index_dtype),
+)
+
+def lower_kernel(k: Kernel, index64: bool = False) -> UOp:
+  """The loop-level program of a kernel as a graph (LOWER_PASSES): a SINK of STOREs over RANGEs, REDUCEs, LOADs and
+  ALU ops, and of the DEFINE_GLOBAL of each buffer that none of them reads any more.
+
+  Index math is in int32 where it fits, else int64 (`index_dtype`); index64 makes it int64 always, to compare the two
+  (test/test_large.py, extra/bench/index_dtype.py)."""
+  return run_passes(LOWER_PASSES, k.ast, CodegenCtx(k, index64))
 
 # ---- the width of index math ----
 

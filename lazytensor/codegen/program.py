@@ -1,10 +1,24 @@
 """Kernel + opts -> ProgramSpec -> binary -> loaded program: the one path from an optimized kernel to code a device
 runs; and the one cache key for everything built from a kernel.
 
-`get_program` lowers the kernel, linearizes it, gives ALU edge cases their meaning (`alu_semantics`, so that every
-renderer inherits it) and renders it. `compile_program` adds the binary, through the disk caches, and `build_program`
-loads it: realize, BEAM's packing search and BEAM's workers (which compile, while the searching process loads) all
-go through them, and through `program_key`, whose knobs (`knob_key`) also key the schedule cache.
+`get_program` runs the kernel through PIPELINE, an ordered list of named passes, and renders the result:
+  lower           kernel AST -> loop-level graph (codegen/lowerer.py)                    procedural
+  renderer_rules  the renderer's own rules (a decomposition its target needs)            rules
+  symbolic        index math simplified (uop/symbolic.py)                                rules
+  index_dtype     index math in int32 where it fits, else int64                          procedural
+  linearize       loop-level graph -> linear program: loops opened and closed            procedural
+  alu_semantics   ALU edge cases given their meaning, for every renderer (codegen/alu.py) rules, op by op
+Three stay written out in code, as they read better so: the lowering decides what an AST node becomes from the kernel's
+axes and lanes, not from the node (a rule would take the whole kernel as its context and be the same code); index_dtype
+retypes every node once, with nothing to match (and a walk is 4x as fast as a rewrite: see with_index_dtype);
+linearize places each node in the loops it needs, a question about the whole graph (a tree of loops), not a node.
+After linearize the graph is a SINK whose sources are the program in execution order. codegen/spec.py says which ops
+each pass may leave. Every pass reports to uop.ops.rewrite_listeners: DEBUG=5 prints the graph after each, DEBUGPASS
+after those it names.
+
+`compile_program` adds the binary, through the disk caches, and `build_program` loads it: realize, BEAM's packing
+search and BEAM's workers (which compile, while the searching process loads) all go through them, and through
+`program_key`, whose knobs (`knob_key`) also key the schedule cache.
 """
 from __future__ import annotations
 
@@ -17,8 +31,9 @@ from typing import Any
 
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.linearize import linearize
-from lazytensor.codegen.lowerer import lower_kernel
-from lazytensor.dtype import ALL_DTYPES, DType, PtrDType
+from lazytensor.codegen.lowerer import LOWER_PASSES
+from lazytensor.codegen.passes import CodegenCtx, Pass, run_passes
+from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
 from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored, diskcache_get, diskcache_put
 from lazytensor.opt.kernel import Kernel, Opt
 from lazytensor.renderer import GRID_AXES, LaunchDims, Renderer, launch_dims
@@ -78,10 +93,15 @@ def print_listing(title: str, body: str) -> None:
   print(colored(title, "cyan"))
   print(body)
 
+def _linearize(sink: UOp, ctx: CodegenCtx) -> UOp: return UOp(Ops.SINK, dtypes.void, tuple(linearize(sink)))
+def _alu_semantics(program: UOp, ctx: CodegenCtx) -> UOp:
+  return UOp(Ops.SINK, dtypes.void, tuple(alu_semantics(list(program.src))))
+
+PIPELINE = LOWER_PASSES + (Pass("linearize", _linearize), Pass("alu_semantics", _alu_semantics))
+
 def get_program(k: Kernel, name: str, index64: bool = False) -> ProgramSpec:
-  """The program of an optimized kernel: lowered (index64: see lower_kernel), linearized, ALU edge cases made
-  explicit, rendered as `name`."""
-  uops = alu_semantics(linearize(lower_kernel(k, index64)))
+  """The program of an optimized kernel: run through PIPELINE (index64: see lower_kernel) and rendered as `name`."""
+  uops = list(run_passes(PIPELINE, k.ast, CodegenCtx(k, index64)).src)
   if DEBUG >= 6:
     print_listing(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}"
                                                           for i, u in enumerate(uops)))

@@ -18,7 +18,7 @@ from lazytensor.opt.optops import max_shares
 from lazytensor.opt.rules import apply_opt, legal
 from lazytensor.renderer.cpu_target import CPUTarget
 from lazytensor.shape.view import ShapeTracker, View
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import GroupOp, Ops
 
 # below this much work a second CPU thread costs more than it saves: a launch posts a share to a spinning thread in
 # ~3 us (runtime/cpu_threads.py; 256K-element elementwise: 56 us on one thread, 20 on two); work counts elements, or
@@ -40,18 +40,18 @@ def _stride(k: Kernel, node_index: int, axis: int) -> int | None:
 def _masked(k: Kernel, node_index: int) -> bool: return any(v.mask is not None for v in k.sts[node_index].views)
 
 def _buffers(k: Kernel) -> list[int]:
-  return [i for i, n in enumerate(k.view_nodes) if n.op in (Ops.LOAD, Ops.STORE)]
+  return [i for i, n in enumerate(k.view_nodes) if n.op in GroupOp.Load | GroupOp.Store]
 
 def _output_contiguous_axis(k: Kernel) -> int | None:
   """The global axis along which the output is stored with stride 1 (where SIMD stores go)."""
-  store = next(i for i, n in enumerate(k.view_nodes) if n.op is Ops.STORE)
+  store = next(i for i, n in enumerate(k.view_nodes) if n.op in GroupOp.Store)
   for a in reversed(k.axes_of(AxisKind.GLOBAL)):
     if _stride(k, store, a) == 1: return a
   return None
 
 def _reused_axes(k: Kernel) -> list[int]:
   """Global axes along which some input is broadcast (stride 0): upcasting them reuses loaded values."""
-  loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+  loads = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
   return [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1 for i in loads)]
 
 def _is_matmul_like(k: Kernel) -> bool:
@@ -190,7 +190,7 @@ def _register_tile(k: Kernel) -> None:
   """Upcast an output axis into SIMD vectors and a second axis into rows of them. The second axis is one along which
   the vector operand is broadcast, so each vector load serves a whole column of the tile (matmul: B's row serves 8
   rows of A; conv with packed weights: 16 output channels' weights serve 7 output positions)."""
-  loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+  loads = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
   if (choice := _vector_choice(k, loads)) is None:
     # no axis without gathers: vector dot products along K if both operands are contiguous there, else the output's
     # contiguous axis anyway
@@ -293,7 +293,7 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
   # B's part that one step of the outer axes reads, up to half of L2, stays there between uses alongside the rest
   outer = prod(k.full_shape[a] for a in globals_[:globals_.index(rows)])
   if _operand_bytes(k, vec) // outer <= _target(k).l2_bytes // 2: return
-  others = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD and i not in vec_loads]
+  others = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load and i not in vec_loads]
   panel = next((a for a in globals_ if any(_stride(k, i, a) == 0 for i in others) and k.full_shape[a] > 1), None)
   if panel is None: return
   if globals_.index(panel) > globals_.index(rows): _try(k, Opt(OptOps.SWAP, rows, panel))
@@ -317,7 +317,7 @@ def blocks_may_pay(k: Kernel) -> bool:
   THREAD only then: elsewhere the shares only add launches, and each action costs search time."""
   if not k.reduce_axes or k.renderer.target is None: return False
   l3 = k.renderer.target.l3_bytes
-  return any(_operand_bytes(k, i) > l3 // SWEPT_L3_FRACTION for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD)
+  return any(_operand_bytes(k, i) > l3 // SWEPT_L3_FRACTION for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load)
 
 def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
   """Split the swept operand's row axis into THREAD shares: each share runs every panel over its block of rows
@@ -345,7 +345,7 @@ def _cpu(k: Kernel) -> None:
     _register_tile(k)
   elif k.reduce_axes:
     last = k.axes_of(AxisKind.REDUCE)[-1]
-    loads = [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+    loads = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
     if any(_stride(k, i, last) == 1 for i in loads):
       amt = _largest_divisor(k.full_shape[last], vector_amounts(_target(k)))
       if amt is not None and _try(k, Opt(OptOps.UNROLL, last, amt)): _reduce_chains(k, last)
@@ -399,7 +399,7 @@ GPU_GROUP_REDUCE = 1024
 GPU_GROUP_AMTS = (GPU_BLOCK, 128, 64, 32, 16)  # threads a GROUP may split a reduce across, the most first
 GPU_VECTOR_BYTES = 16  # what a thread loads at once along a contiguous axis: ld.global.v4.b32 (4 floats, 8 halves)
 
-def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op is Ops.LOAD]
+def _loads(k: Kernel) -> list[int]: return [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
 
 def _gpu_vector_amt(k: Kernel) -> int:
   """Elements a vector holds: GPU_VECTOR_BYTES of the kernel's widest element type (so that no access is wider), at

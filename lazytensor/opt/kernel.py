@@ -17,10 +17,10 @@ from lazytensor.helpers import colored, prod, to_function_name
 from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
 from lazytensor.renderer import Renderer, TensorCore
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 AXIS_ORDER = list(AxisKind)
-VIEW_OPS = {Ops.LOAD, Ops.STORE, Ops.CONST, Ops.IOTA, Ops.VALID}
+VIEW_OPS = GroupOp.Load | GroupOp.Store | {Ops.CONST, Ops.IOTA, Ops.VALID}
 
 @dataclass(frozen=True)
 class TensorCoreUse:
@@ -53,7 +53,7 @@ def grown_load(node: UOp) -> bool:
   """Whether PADTO on an output axis lengthens this node's view instead of masking it (ShapeTracker.grow): a plain
   load, whose value at a padded position is never stored, and which the lowerer masks after all where reading on
   could leave its buffer. (A gather's address depends on a loaded index; a store must not write there.)"""
-  return node.op is Ops.LOAD and len(node.src) == 2
+  return node.op is Ops.LOAD
 
 def view_of(node: UOp) -> ShapeTracker:
   return next(s.arg for s in node.src if s.op is Ops.VIEW)
@@ -64,8 +64,8 @@ def reach(node: UOp) -> int:
   check (schedule/index_check.py) reaches all of its flags."""
   if node.op is Ops.CHECK: return cast(PtrDType, node.src[0].dtype).size
   size = view_of(node).real_size()
-  if node.op is Ops.LOAD and len(node.src) == 3: stride, count = node.arg
-  elif node.op is Ops.STORE and len(node.src) == 4: stride, count = node.arg[2:]
+  if node.op is Ops.GATHER: stride, count = node.arg
+  elif node.op is Ops.SCATTER: stride, count = node.arg[2:]
   else: return size
   return size + (count - 1) * stride
 
@@ -83,7 +83,7 @@ class Kernel:
     # a scatter (schedule/scatter.py) stores each entry at its index. Where the renderer combines its op into memory
     # atomically, its entry axes are parallel (GLOBAL) axes and every entry an atomic update; elsewhere they are its
     # reduce axes, run in order
-    self.scatter = next((u for u in ast.src if u.op is Ops.STORE and len(u.src) == 4), None)
+    self.scatter = next((u for u in ast.src if u.op is Ops.SCATTER), None)
     assert self.scatter is None or (len(ast.src) == 1 and not reduces), "a scatter kernel is its one store alone"
     self.atomic = self.scatter is not None and (self.scatter.arg[0], self.scatter.src[2].dtype) in renderer.atomics
     last: tuple[int, ...] = reduces[0].arg[1] if reduces else self.scatter.arg[1] if self.scatter is not None else ()
@@ -309,7 +309,7 @@ class Kernel:
     ops = sum(outs if after[u] else full for u in alu)
     mem = 0
     for node in self.view_nodes:
-      if node.op in (Ops.LOAD, Ops.STORE):
+      if node.op in GroupOp.Load | GroupOp.Store:
         touched = min(prod(self.full_shape), reach(node)) * node.src[0].dtype.itemsize
         mem += touched * 2 if node is self.scatter else touched  # a scatter reads what it updates
     return ops, mem

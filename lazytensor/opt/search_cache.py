@@ -13,7 +13,7 @@ from lazytensor.helpers import CACHELEVEL, diskcache_get, diskcache_put
 from lazytensor.opt.kernel import Kernel, Opt, OptOps
 from lazytensor.opt.search_actions import replay
 from lazytensor.runtime.device import Compiled
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import GroupOp
 
 
 def beam_cache_key(device: Compiled, width: int, what: bytes) -> str:
@@ -22,7 +22,7 @@ def beam_cache_key(device: Compiled, width: int, what: bytes) -> str:
 def shape_signature(k: Kernel) -> bytes:
   """The loop structure of a kernel without its arithmetic: shape, axis kinds, how each buffer is walked."""
   access = [(n.op.name, n.src[0].dtype.name, st.shape, st.real_strides()) for n, st in zip(k.view_nodes, k.sts)
-            if n.op in (Ops.LOAD, Ops.STORE)]
+            if n.op in GroupOp.Load | GroupOp.Store]
   return repr((k.full_shape, [kind.name for kind in k.kinds], access)).encode()
 
 def encode_opts(opts: Sequence[Opt]) -> bytes: return json.dumps([[o.op.name, o.axis, o.amt] for o in opts]).encode()

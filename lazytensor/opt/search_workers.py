@@ -25,7 +25,7 @@ from lazytensor.opt.kernel import Kernel, Opt, reach, view_of
 from lazytensor.opt.rules import apply_opt
 from lazytensor.renderer import LaunchDims
 from lazytensor.runtime.device import Buffer, Device
-from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 MIN_RUNS, MAX_RUNS = 3, 20
 DUEL_RUNS = 5           # turns each when the winner and the heuristics' kernel are timed side by side
@@ -43,17 +43,19 @@ class BufferSpec:
   stored: bool
   whole: bool  # the kernel stores every element (an unmasked store view with one position per element)
 
+_ACCESSES = GroupOp.Load | GroupOp.Store | {Ops.CHECK}
+
 def buffer_specs(ast: UOp) -> list[BufferSpec]:
   # an index check's flags (schedule/index_check.py) are neither loaded nor stored: zeros, never compared
-  nodes = [u for u in ast.toposort if u.op in (Ops.LOAD, Ops.STORE, Ops.CHECK) and u.src[0].op is Ops.DEFINE_GLOBAL]
+  nodes = [u for u in ast.toposort if u.op in _ACCESSES and u.src[0].op is Ops.DEFINE_GLOBAL]
   specs = []
   for g in sorted({n.src[0] for n in nodes}, key=lambda g: g.arg):
     mine = [n for n in nodes if n.src[0] is g]
     size = max(1, *(reach(n) for n in mine))
-    stores = [view_of(n) for n in mine if n.op is Ops.STORE]
+    stores = [view_of(n) for n in mine if n.op in GroupOp.Store]
     whole = any(st.size == size and all(v.mask is None for v in st.views) for st in stores)
     # a scatter's store reads what it updates
-    loaded = any(n.op is Ops.LOAD or len(n.src) == 4 for n in mine)
+    loaded = any(n.op in GroupOp.Load or n.op is Ops.SCATTER for n in mine)
     specs.append(BufferSpec(g.arg, size, to_dtype(g.dtype.name), loaded, bool(stores), whole))
   assert [s.index for s in specs] == list(range(len(specs))), "a kernel's buffers are numbered 0..n-1"
   return specs

@@ -7,7 +7,8 @@ one-hot times the values, as `nn.Embedding`'s matmul). Run as written that reads
 
 `fold_gathers` rewrites such a reduce into the one read it stands for: the values `v` with the reduced axis fixed at
 `e`, and the reduce's identity where `e` is outside [0, n) (which is what the sum gives: no candidate matches). A
-load of `v` that walks the reduced axis becomes a LOAD with a third source, the index `e`, and arg (stride, n): the
+load of `v` that walks the reduced axis becomes a GATHER, a load with a third source, the index `e`, and arg
+(stride, n): the
 lowerer adds `clamp(e, 0, n - 1) * stride` to its address, so a load is always in bounds, whatever the index buffer
 holds (BEAM fills it with random bits). The graph a Tensor builds is unchanged, and so are its gradients; only the
 kernel reads less.
@@ -18,7 +19,7 @@ from lazytensor.dtype import dtypes
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, UOp, identity_element
 
-LEAVES = (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID)
+LEAVES = (Ops.LOAD, Ops.GATHER, Ops.CONST, Ops.IOTA, Ops.VALID)
 
 def _view(u: UOp) -> ShapeTracker | None:
   return next((s.arg for s in u.src if s.op is Ops.VIEW), None)
@@ -50,9 +51,10 @@ class AxisFold:
     if u.op in LEAVES and (st := _view(u)) is not None:
       src = tuple(s.replace(arg=self._first(st)) if s.op is Ops.VIEW else s for s in u.src)
       if _invariant(st, self.axis): return u.replace(src=src)
-      if self.e is None or len(st.views) != 1 or st.views[0].mask is not None or len(u.src) > 2: return None
+      if self.e is None or len(st.views) != 1 or st.views[0].mask is not None or u.op is Ops.GATHER:
+        return None
       stride = st.views[0].strides[self.axis]
-      if u.op is Ops.LOAD: return UOp(Ops.LOAD, u.dtype, src + (self.e,), (stride, self.size))
+      if u.op is Ops.LOAD: return UOp(Ops.GATHER, u.dtype, src + (self.e,), (stride, self.size))
       if u.op is Ops.IOTA: return u.replace(src=src) + self.e.cast(u.dtype) * stride
       return None
     if u.op not in GroupOp.Elementwise: return None

@@ -10,8 +10,8 @@ indices: 1.2 s).
 `split_scatter` runs such a kernel as two, each O(its own data):
 * a fill: the output gets what it holds before any entry arrives, the reduce's identity (or the term g of a store
   value `g + reduce`, the same for every entry: a gradient accumulated onto another);
-* the scatter: a kernel over the entry axes (and the output's other axes, the embedding's D) whose STORE has a fourth
-  source, the index e, and arg (op, entry axes, stride, n), the mirror of the gather's LOAD (index, (stride, n)): each
+* the scatter: a kernel over the entry axes (and the output's other axes, the embedding's D) whose store is a SCATTER,
+  a STORE with a fourth source, the index e, and arg (op, entry axes, stride, n), the mirror of the GATHER: each
   entry combines its value into out[... + e * stride ...] in place (a read-modify-write). An entry whose index is
   outside [0, n) writes nothing, which is what the reduce computes (no target matches it).
 Two kernels rather than one: the fill covers the whole output, which the scatter kernel does not walk (its target
@@ -51,7 +51,7 @@ from lazytensor.dtype import dtypes
 from lazytensor.helpers import prod
 from lazytensor.schedule.gather import AxisFold, compared_with_arange, kept_values
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import Ops, UOp, identity_element
+from lazytensor.uop.ops import GroupOp, Ops, UOp, identity_element
 
 SCATTER_OPS = (Ops.ADD, Ops.MAX)
 # below this many candidate pairs (entries x targets x other elements) the reduce as written stays: one kernel that
@@ -114,19 +114,19 @@ def split_scatter(ast: UOp) -> tuple[UOp, UOp] | None:
   """(fill, scatter): the kernel ASTs that compute `ast`'s output when it stores a scatter reduce (see the module's
   docstring); None when it does not, or when its entries' values or indices read the buffer it writes (the fill
   overwrites them before the scatter runs)."""
-  if len(ast.src) != 1 or (store := ast.src[0]).op is not Ops.STORE or len(store.src) != 3: return None
+  if len(ast.src) != 1 or (store := ast.src[0]).op is not Ops.STORE: return None
   if (found := _reduce_and_rest(store.src[2])) is None: return None
   red, rest = found
   if (sc := _as_scatter(red, store.src[1].arg.shape)) is None: return None
   if (view := _store_view_along(store, sc.axis)) is None: return None
   buf = store.src[0]
-  if any(u.op is Ops.LOAD and u.src[0] is buf for x in (sc.values, sc.e) for u in x.toposort): return None
+  if any(u.op in GroupOp.Load and u.src[0] is buf for x in (sc.values, sc.e) for u in x.toposort): return None
   op, axes = red.arg
   if rest is None:
     everywhere = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(store.src[1].arg.shape))
     rest = UOp(Ops.CONST, red.dtype, (everywhere,), identity_element(op, red.dtype.scalar()))
   fill = ast.replace(src=(store.replace(src=(buf, store.src[1], rest)),))
-  scatter = UOp(Ops.STORE, dtypes.void, (buf, view[0], sc.values.cast(red.dtype), sc.e), (op, axes, view[1], sc.n))
+  scatter = UOp(Ops.SCATTER, dtypes.void, (buf, view[0], sc.values.cast(red.dtype), sc.e), (op, axes, view[1], sc.n))
   return fill, UOp(Ops.SINK, dtypes.void, (scatter,))
 
 def embedded_scatters(ast: UOp) -> list[UOp]:
@@ -134,6 +134,6 @@ def embedded_scatters(ast: UOp) -> list[UOp]:
   expression: given a buffer of their own, each becomes a fill and a scatter."""
   if split_scatter(ast) is not None: return []
   # a store of the reduce itself that split_scatter refused (its values read the output) gains nothing from a buffer
-  stores = [s for s in ast.src if s.op is Ops.STORE]
+  stores = [s for s in ast.src if s.op in GroupOp.Store]
   top, shape = {s.src[2] for s in stores}, stores[0].src[1].arg.shape  # every store of a kernel has its shape
   return [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS and u not in top and _as_scatter(u, shape) is not None]

@@ -50,8 +50,14 @@ class Ops(enum.Enum):
   ENDRANGE = enum.auto()       # src=(range,) closes a loop in the linear program
   REDUCE = enum.auto()         # arg=op; src=(value, *ranges): loop-level reduction over the ranges
   LOAD = enum.auto()           # src=(buffer, index, [gate, alt]) or, in the AST, (buffer, VIEW)
+  # in the AST only, src=(buffer, VIEW, index), arg=(stride, n): a load whose address moves by clamp(index, 0, n-1)
+  # times stride (schedule/gather.py)
+  GATHER = enum.auto()
   STORE = enum.auto()          # src=(buffer, index, value, [gate]) or, in the AST, (buffer, VIEW, value); a loop-level
                                # one with arg=op (ADD, MAX) is atomic: buffer[index] op= value in one step
+  # in the AST only, src=(buffer, VIEW, value, index), arg=(op, entry axes, stride, n): value combined by op into the
+  # element clamp(index, 0, n-1) * stride past the view's, none where index is outside [0, n) (schedule/scatter.py)
+  SCATTER = enum.auto()
   IF = enum.auto()
   ENDIF = enum.auto()
   BARRIER = enum.auto()
@@ -108,6 +114,9 @@ class GroupOp:
   Comparison = {Ops.CMPLT, Ops.CMPNE}
   Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+  # the nodes of a kernel AST that read and that write a buffer through a VIEW
+  Load = {Ops.LOAD, Ops.GATHER}
+  Store = {Ops.STORE, Ops.SCATTER}
 
 # ---- constant evaluation, shared by symbolic folding and bounds. The meaning of every edge case here (x/0, x%0,
 # INT_MIN/-1, shift amounts out of range, float -> int out of range, nan in max) is the one codegen/alu.py gives the

@@ -214,8 +214,8 @@ def test_edge_ops_fold_to_the_framework_answer() -> None:
   assert simplify(g // 0) is g // 0  # a variable divided by 0 is left for the rewrite before rendering
 
 def test_simple_table_has_no_bounds_rules() -> None:
-  assert graph_rewrite(g < 16, symbolic_simple) is (g < 16)
-  assert graph_rewrite((c(2) + 3) * g * 1, symbolic_simple) is (c(5) * g)
+  assert graph_rewrite(g < 16, symbolic_simple, name="symbolic") is (g < 16)
+  assert graph_rewrite((c(2) + 3) * g * 1, symbolic_simple, name="symbolic") is (c(5) * g)
 
 # ---- floats: only IEEE-exact rewrites ----
 

@@ -27,18 +27,18 @@ def test_rewrite_to_fixed_point_and_commutative_patterns() -> None:
     (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
     (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
   ])
-  assert graph_rewrite((x * 1 + 0) * 1, pm) is x
-  assert graph_rewrite(UOp.const(dtypes.int32, 0) + x, pm) is x  # 0+x matches x+0: ADD is commutative
+  assert graph_rewrite((x * 1 + 0) * 1, pm, name="symbolic") is x
+  assert graph_rewrite(UOp.const(dtypes.int32, 0) + x, pm, name="symbolic") is x  # 0+x matches x+0: ADD is commutative
 
 def test_deep_graphs_do_not_recurse() -> None:
   x = UOp(Ops.SPECIAL, dtypes.int32, (), ("x", 8))
   y = x
   for _ in range(20000): y = y + 0
-  assert graph_rewrite(y, PatternMatcher([(UPat.var("x") + 0, lambda x: x)])) is x
+  assert graph_rewrite(y, PatternMatcher([(UPat.var("x") + 0, lambda x: x)]), name="symbolic") is x
   assert len(y.toposort) == 20002
 
 def test_named_variables_must_bind_consistently() -> None:
   x, y = (UOp(Ops.SPECIAL, dtypes.int32, (), (n, 8)) for n in "xy")
   pm = PatternMatcher([(UPat.var("a") - UPat.var("a"), lambda a: UOp.const(dtypes.int32, 0))])  # a-a -> 0
-  assert graph_rewrite(x - x, pm) is UOp.const(dtypes.int32, 0)
-  assert graph_rewrite(x - y, pm) is x - y
+  assert graph_rewrite(x - x, pm, name="symbolic") is UOp.const(dtypes.int32, 0)
+  assert graph_rewrite(x - y, pm, name="symbolic") is x - y
