@@ -536,6 +536,9 @@ class PatternMatcher(Generic[R]):
 
 _SAME = object()  # a node that no rule changes, in a PatternMatcher's memo (a value holding its key would never die)
 
+# called after each named graph_rewrite with its name, the root before and the root after (lazytensor/viz records them)
+rewrite_listeners: list[Callable[[str, UOp, UOp], None]] = []
+
 def graph_rewrite(root: UOp, pm: PatternMatcher[UOp], ctx: Any = None, name: str = "") -> UOp:
   """Rewrite bottom-up until no rule applies anywhere (a fixed point). Iterative, so deep graphs are fine.
 
@@ -569,6 +572,8 @@ def graph_rewrite(root: UOp, pm: PatternMatcher[UOp], ctx: Any = None, name: str
       done[node] = done[rewritten]
   if memo is not None:
     for k, v in done.items(): memo[k] = _SAME if v is k else v
+  if rewrite_listeners and name:
+    for listener in rewrite_listeners: listener(name, root, done[root])
   return done[root]
 
 def ops_iter(root: UOp, op: Ops) -> Iterator[UOp]: return (u for u in root.toposort if u.op is op)
