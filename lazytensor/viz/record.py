@@ -62,14 +62,20 @@ class Recorder:
   kernels (shape and axis kinds, opts, BEAM's candidates, rewrite passes, source, runs)."""
   def __init__(self) -> None:
     self.lock = threading.Lock()   # the server reads the model from its own thread
-    self.schedules: list[dict[str, Any]] = []
-    self.kernels: list[dict[str, Any]] = []
-    self.kernel_of: dict[str, int] = {}   # ast_id -> index in kernels of its latest compile
-    self.runs: dict[str, int] = {}        # ast_id -> how many times a schedule ran it
-    self.candidates: dict[str, list[dict[str, Any]]] = {}  # ast_id -> BEAM's timed candidates, until it compiles
-    self.passes: list[dict[str, Any]] = []  # rewrite passes since the last schedule or kernel recorded
-    self.dropped_passes = 0
     self.version = 0  # grows with every schedule and kernel recorded: a page written at this version is current
+    self.clear()
+
+  def clear(self) -> None:
+    """Forget what was recorded (a page shows what runs from now on: after a warm-up, say)."""
+    with self.lock:
+      self.schedules: list[dict[str, Any]] = []
+      self.kernels: list[dict[str, Any]] = []
+      self.kernel_of: dict[str, int] = {}   # ast_id -> index in kernels of its latest compile
+      self.runs: dict[str, int] = {}        # ast_id -> how many times a schedule ran it
+      self.candidates: dict[str, list[dict[str, Any]]] = {}  # ast_id -> BEAM's timed candidates, until it compiles
+      self.passes: list[dict[str, Any]] = []  # rewrite passes since the last schedule or kernel recorded
+      self.dropped_passes = 0
+      self.version += 1
 
   # ---- listening ----
 
@@ -166,7 +172,7 @@ def tensor_graph(sink: UOp, reasons: dict[UOp, str], roots: list[UOp]) -> dict[s
   edges = [(index[s], index[n]) for n in nodes for s in n.src if s in index]
   computed = _computed_by(roots)
   where = layered(len(nodes), edges)
-  return {"nodes": [{"label": _label(n), "title": _describe(n), "shape": list(n.shape) if n.op is not Ops.SINK else [],
+  return {"nodes": [{"label": _label(n), "title": _describe(n), "shape": list(n.shape),
                      "kernels": computed.get(n, []), "reason": reasons.get(n), "x": x, "y": y}
                     for n, (x, y) in zip(nodes, where)], "edges": edges}
 
