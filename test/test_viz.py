@@ -22,7 +22,7 @@ from lazytensor.opt import search
 from lazytensor.schedule import scheduler
 from lazytensor.uop import ops
 from lazytensor.viz import page
-from lazytensor.viz.layout import layered
+from lazytensor.viz.layout import NODE_GAP, layered
 
 
 @pytest.fixture(autouse=True)
@@ -137,10 +137,14 @@ def test_taken_port_is_said_not_raised(capsys: pytest.CaptureFixture[str]) -> No
 def test_layered_layout() -> None:
   # a diamond over a chain: 0 -> 1, 0 -> 2, 1 -> 3, 2 -> 3, 3 -> 4, and 0 -> 4 skipping layers
   edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (0, 4)]
-  where = layered(5, edges)
+  where, bends = layered(5, edges)
   assert all(where[a][1] < where[b][1] for a, b in edges)
   assert where[1][1] == where[2][1] and where[1][0] != where[2][0]  # one layer, side by side
   assert len({where[v][1] for v in range(5)}) == 4  # ranks by longest path: 4 goes below 3
+  # 0 -> 4 crosses the layers of 1, 2 and 3 beside their boxes, one point in each, never under a box
+  route = bends[edges.index((0, 4))]
+  assert [y for _, y in route] == [where[1][1], where[3][1]] and all(bends[i] == [] for i in range(5))
+  assert all(abs(x - where[v][0]) >= 0.5 * NODE_GAP for x, y in route for v in range(5) if where[v][1] == y)
 
 def _chromium() -> str | None:
   return next((p for name in ("chromium", "chromium-browser") if (p := shutil.which(name))), None)

@@ -100,10 +100,10 @@ def _program(k: Kernel, device: Compiled, fn_name: str) -> tuple[ProgramSpec, by
   """The spec and binary of an optimized kernel. A process that has built this kernel before (same program_key) finds
   the spec on disk without lowering it again, which for a large register tile is most of the set-up (a 16x7 conv tile:
   ~140 ms to lower, ~2 ms to load), and the binary under the spec's source (Compiler.binary: object code is stored
-  once). DEBUG>=4 always lowers, to show the code."""
+  once). DEBUG>=4 always lowers, to show the code, and so does VIZ, to show the rewrite passes."""
   compiler = device.compiler
   key = None
-  if compiler.cache_key and DEBUG < 4:
+  if compiler.cache_key and DEBUG < 4 and not kernel_listeners:
     key = program_key(device.renderer, compiler.cache_key, k.ast.key, given_opts(k.applied_opts) + (fn_name,))
   if key is not None and (spec := _cached_spec(key, fn_name)) is not None:
     lib, origin = compiler.binary(spec.source)

@@ -4,14 +4,19 @@
 2. Order within a layer by barycenter: a few sweeps down and up, each placing a node at the mean position of its
    neighbours in the layers already placed, which removes most crossings of a tensor graph (a chain of ops with
    branches that meet again).
-3. Coordinates: layers LAYER_GAP apart, nodes of a layer NODE_GAP apart, each layer centered on the widest.
+   An edge that spans several layers gets a dummy node in each layer between its ends, so it is ordered like the
+   nodes and runs between boxes instead of under them.
+3. Coordinates: layers LAYER_GAP apart, nodes NODE_GAP wide and dummies DUMMY_GAP, each layer centered on the widest.
 
 No external tool or JS library: the page stays one offline file.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 NODE_GAP = 170.0   # horizontal distance between node centers: a box of 150 px with a margin
 LAYER_GAP = 70.0   # vertical distance between layers: a box of 36 px and room for the edges
+DUMMY_GAP = 24.0   # the room an edge takes where it crosses a layer
 SWEEPS = 4         # barycenter sweeps down and up; more rarely changes a tensor graph's order
 
 def ranks(n: int, edges: list[tuple[int, int]]) -> list[int]:
@@ -42,22 +47,46 @@ def _sweep(layers: list[list[int]], neighbours: list[list[int]], order: range) -
     layers[r].sort(key=barycenter)
     for i, v in enumerate(layers[r]): pos[v] = i
 
-def layered(n: int, edges: list[tuple[int, int]]) -> list[tuple[float, float]]:
-  """(x, y) of each node's center, all >= 0."""
+class Layout(NamedTuple):
+  nodes: list[tuple[float, float]]        # each node's center
+  bends: list[list[tuple[float, float]]]  # each edge's points between its ends: one per layer it crosses
+
+def layered(n: int, edges: list[tuple[int, int]]) -> Layout:
+  """Where each node goes (all coordinates >= 0), and the route of each edge. An edge that crosses layers goes through
+  a point in each (a dummy node, ordered with the others), so it runs between the boxes of those layers, never under
+  one."""
   rank = ranks(n, edges)
-  layers: list[list[int]] = [[] for _ in range(max(rank, default=-1) + 1)]
-  for v in range(n): layers[rank[v]].append(v)
   preds: list[list[int]] = [[] for _ in range(n)]
   succs: list[list[int]] = [[] for _ in range(n)]
+  chains: list[list[int]] = []  # each edge's dummy nodes, top down
   for a, b in edges:
-    preds[b].append(a)
-    succs[a].append(b)
+    chain = []
+    for r in range(rank[a] + 1, rank[b]):
+      chain.append(len(rank))
+      rank.append(r)
+      preds.append([])
+      succs.append([])
+    path = [a, *chain, b]
+    for u, v in zip(path, path[1:]):
+      preds[v].append(u)
+      succs[u].append(v)
+    chains.append(chain)
+  layers: list[list[int]] = [[] for _ in range(max(rank, default=-1) + 1)]
+  for v in range(len(rank)): layers[rank[v]].append(v)
   for _ in range(SWEEPS):
     _sweep(layers, preds, range(1, len(layers)))
     _sweep(layers, succs, range(len(layers) - 2, -1, -1))
-  widest = max((len(layer) for layer in layers), default=0)
-  where = [(0.0, 0.0)] * n
+  where = _place(layers, n)
+  return Layout(where[:n], [[where[d] for d in chain] for chain in chains])
+
+def _place(layers: list[list[int]], n: int) -> list[tuple[float, float]]:
+  """Coordinates: a node takes NODE_GAP of its layer, a dummy DUMMY_GAP; each layer centered on the widest."""
+  def gap(v: int) -> float: return NODE_GAP if v < n else DUMMY_GAP
+  widest = max((sum(map(gap, layer)) for layer in layers), default=0.0)
+  where = [(0.0, 0.0)] * sum(map(len, layers))
   for r, layer in enumerate(layers):
-    left = (widest - len(layer)) / 2
-    for i, v in enumerate(layer): where[v] = ((left + i + 0.5) * NODE_GAP, (r + 0.5) * LAYER_GAP)
+    x = (widest - sum(map(gap, layer))) / 2
+    for v in layer:
+      where[v] = (x + gap(v) / 2, (r + 0.5) * LAYER_GAP)
+      x += gap(v)
   return where

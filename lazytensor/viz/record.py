@@ -167,14 +167,14 @@ def tensor_graph(sink: UOp, reasons: dict[UOp, str], roots: list[UOp]) -> dict[s
   """The graph as the fusion rules see it (movement ops folded into VIEWs): each node with the kernels that compute it
   and, where it is materialized, why; laid out in layers."""
   nodes = [n for n in sink.toposort if n.op not in NOT_DRAWN]
-  if len(nodes) > MAX_GRAPH_NODES: return {"too_large": len(nodes), "nodes": [], "edges": []}
+  if len(nodes) > MAX_GRAPH_NODES: return {"too_large": len(nodes), "nodes": [], "edges": [], "bends": []}
   index = {n: i for i, n in enumerate(nodes)}
   edges = [(index[s], index[n]) for n in nodes for s in n.src if s in index]
   computed = _computed_by(roots)
-  where = layered(len(nodes), edges)
+  layout = layered(len(nodes), edges)
   return {"nodes": [{"label": _label(n), "title": _describe(n), "shape": list(n.shape),
                      "kernels": computed.get(n, []), "reason": reasons.get(n), "x": x, "y": y}
-                    for n, (x, y) in zip(nodes, where)], "edges": edges}
+                    for n, (x, y) in zip(nodes, layout.nodes)], "edges": edges, "bends": layout.bends}
 
 def _written(it: ScheduleItem) -> set[int]:
   """The positions in it.bufs that the item writes: a copy's destination, a kernel's stored buffers."""
@@ -203,9 +203,9 @@ def schedule_graph(per_root: list[tuple[UOp, tuple[ScheduleItem, ...]]], reasons
         holder[id(b)] = len(nodes)
         nodes.append(_buffer_node(b.size, b.dtype.name, str(b.device)))
         edges.append((me, holder[id(b)]))
-  where = layered(len(nodes), edges)
-  for node, (x, y) in zip(nodes, where): node.update(x=x, y=y)
-  return {"nodes": nodes, "edges": edges, "count": sum(len(items) for _, items in per_root)}
+  layout = layered(len(nodes), edges)
+  for node, (x, y) in zip(nodes, layout.nodes): node.update(x=x, y=y)
+  return {"nodes": nodes, "edges": edges, "bends": layout.bends, "count": sum(len(items) for _, items in per_root)}
 
 def _buffer_node(size: int, dtype: str, device: str) -> dict[str, Any]:
   return {"kind": "buffer", "label": f"{dtype}[{size}]", "title": f"{size} x {dtype} on {device}"}
