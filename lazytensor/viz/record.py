@@ -32,7 +32,7 @@ from lazytensor.viz.layout import layered
 CSS_COLORS = {"blue": ("#2f6fdf", "#5fa8ff"), "cyan": ("#0fa8b8", "#5fe0ee"), "green": ("#2e9e44", "#66d97a"),
               "red": ("#d23c3c", "#ff7070"), "magenta": ("#b23cc8", "#e07af0"), "yellow": ("#c9a400", "#f0d04a")}
 MAX_GRAPH_NODES = 2000    # a larger tensor graph is summarized (its node count), not drawn: a browser chokes on it
-MAX_PASSES = 200          # rewrite passes kept per schedule or kernel (BEAM lowering candidates in this process...)
+MAX_PASSES = 200          # rewrite passes kept per schedule or kernel (BEAM with PARALLEL=0 lowers each candidate)
 PASS_LISTING_NODES = 300  # a pass's graph before and after is listed up to this many nodes (pretty_print's limit)
 NOT_DRAWN = {Ops.SINK, Ops.DEVICE}  # in every graph, and saying nothing about it
 
