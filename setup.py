@@ -7,8 +7,9 @@ setup(
   long_description=open("README.md").read(),
   long_description_content_type="text/markdown",
   packages=find_packages(include=["lazytensor", "lazytensor.*"]),
-  # DEV=CUDACPU compiles kernels against these CUDA headers for the CPU, and builds its runtime from runtime.cpp
-  package_data={"lazytensor.runtime": ["cudacpu/*.h", "cudacpu/*.cpp"]},
+  # DEV=CUDACPU compiles kernels against these CUDA headers for the CPU, and builds its runtime from runtime.cpp; VIZ's
+  # page is a template
+  package_data={"lazytensor.runtime": ["cudacpu/*.h", "cudacpu/*.cpp"], "lazytensor.viz": ["page.html"]},
   python_requires=">=3.10",
   install_requires=["numpy", "llvmlite", "tqdm"],
   extras_require={

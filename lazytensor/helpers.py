@@ -207,6 +207,11 @@ TRAINING = ContextVar("TRAINING", False, "training mode, which Tensor.training r
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0, "seconds a lazytensor.parallel.distributed collective waits for the "
                           "other ranks before it raises (a collective that some ranks never call would hang)",
                           above(0.0))
+VIZ = ContextVar("VIZ", "0", "1 serves a page of what the run compiled (graphs, schedule, kernels, opts, passes, "
+                 "source) on 127.0.0.1:VIZ_PORT; a path ending in .html writes that page there instead; read at each "
+                 "realize", Allowed(lambda v: v in ("0", "1") or v.endswith(".html"), "that is 0, 1 or a path ending "
+                                    "in .html"))
+VIZ_PORT = ContextVar("VIZ_PORT", 8000, "the port of VIZ=1's page (0: any free port)", between(0, 65535))
 
 def launched_ranks() -> int:
   """How many processes an MPI launcher (mpiexec of MPICH or Open MPI) started this one among; 1 when none did."""

@@ -159,20 +159,21 @@ def program_key(renderer: Renderer, compiler_key: str, what: bytes, how: tuple[A
 
 CANDIDATE_NAME = "beam_candidate"  # every BEAM candidate renders under one name, so equal code is equal text
 
-def compile_program(k: Kernel, device: Compiled, candidate: bool = False) -> tuple[ProgramSpec, bytes]:
+def compile_program(k: Kernel, device: Compiled, candidate: bool = False,
+                    relower: bool = False) -> tuple[ProgramSpec, bytes]:
   """The spec and binary of an optimized kernel for `device`, compiled under `k.function_name`.
 
   A process that has built this kernel before (same program_key) finds the spec on disk without lowering it again,
   which for a large register tile is most of the set-up (a 16x7 conv tile: ~140 ms to lower, ~2 ms to load), and the
   binary under the spec's source (Compiler.binary: object code is stored once). DEBUG>=4 always lowers, to show the
-  code. A BEAM `candidate` is rendered under CANDIDATE_NAME and compiled now, past every cache: hundreds per kernel,
-  each tried once."""
+  code, and so does `relower` (VIZ, to show the rewrite passes). A BEAM `candidate` is rendered under CANDIDATE_NAME and
+  compiled now, past every cache: hundreds per kernel, each tried once."""
   if candidate:
     code = get_program(k, CANDIDATE_NAME)
     return code, device.compiler.compile(code.source)
   compiler, name = device.compiler, k.function_name
   key = None
-  if compiler.cache_key and DEBUG < 4:
+  if compiler.cache_key and DEBUG < 4 and not relower:
     key = program_key(device.renderer, compiler.cache_key, k.ast.key, given_opts(k.applied_opts))
   if key is not None and (spec := _cached_spec(key, name)) is not None:
     lib, origin = compiler.binary(spec.source)
@@ -194,7 +195,7 @@ def _cached_spec(key: str, name: str) -> ProgramSpec | None:
   if DEBUG >= 1: print("program cache: a corrupt entry was built again")
   return None
 
-def build_program(k: Kernel, device: Compiled) -> tuple[ProgramSpec, Program]:
+def build_program(k: Kernel, device: Compiled, relower: bool = False) -> tuple[ProgramSpec, Program]:
   """The spec of an optimized kernel and its program loaded on `device` (compile_program, then Compiled.load)."""
-  spec, lib = compile_program(k, device)
+  spec, lib = compile_program(k, device, relower=relower)
   return spec, device.load(spec.name, lib)

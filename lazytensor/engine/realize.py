@@ -53,6 +53,10 @@ class CompiledRunner:
 # a buffer's memory, read with no Python frame (map of a comprehension's frame) at every launch
 _handle = operator.attrgetter("handle")
 
+# lazytensor/viz listens: to each kernel compiled (with its program), and to each schedule that ran
+kernel_listeners: list[Callable[[Kernel, ProgramSpec], None]] = []
+run_listeners: list[Callable[[list[ScheduleItem]], None]] = []
+
 def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
   """The kernel with its optimizations: none with NOOPT, beam search with BEAM >= 1, the hand-coded heuristics
   otherwise."""
@@ -71,8 +75,9 @@ def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) ->
     for o in opts: apply_opt(k, o)
   if DEBUG >= 5: print_listing(f"AST of {k.name}", repr(ast))
   if DEBUG >= 3: _print_opts(k)
-  spec, program = build_program(k, device)
+  spec, program = build_program(k, device, relower=bool(kernel_listeners))  # VIZ shows the passes: lower
   flops, mem = k.flops_and_mem()
+  for listener in kernel_listeners: listener(k, spec)
   return CompiledRunner(k.name, program, k, flops, mem, spec)
 
 _legend_shown = False
@@ -219,6 +224,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     bad_index(flags)  # cleared, or a later run of their kernels would be blamed; the failure is what is raised
     raise
   if flags and (err := bad_index(flags)) is not None: raise err
+  for listener in run_listeners: listener(items)
   if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}
     print(f"ran {len(items)} items; programs: {new['compiled']} compiled, {new['disk']} from the disk cache")

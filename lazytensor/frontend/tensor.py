@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lazytensor import viz
 from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from_data, python_number_dtype, to_dtype
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.frontend import live, pending, writes
@@ -42,7 +43,7 @@ from lazytensor.frontend.views import (
   row_major,
 )
 from lazytensor.frontend.writes import MAYBE_FOUND, REALIZED
-from lazytensor.helpers import TRAINING, ArgumentError, ContextVar
+from lazytensor.helpers import TRAINING, VIZ, ArgumentError, ContextVar
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import BadIndexError
 from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule, realized_map
@@ -330,6 +331,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     # where one value is computed into new memory (the eager path: a set and a dict lookup, no call)
     if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
       writes.own_memory(tensors)
+    if VIZ.value != viz.recording_for: viz.switch()  # VIZ changed: start or stop recording what runs
     items, becomes = create_schedule(list(map(_lazydata, tensors)))
     bad: BadIndexError | None = None
     # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left

@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,6 +160,9 @@ def cheapest_among_ties(ranked: list[Candidate]) -> list[Candidate]:
   ties = [c for c in ranked if c.time <= ranked[0].time * (1 + TIE_RATIO)]
   return sorted(ties, key=lambda c: c.binary.compile_s if c.binary else math.inf) + ranked[len(ties):]
 
+# called with each candidate timed and its time in seconds for the whole kernel (inf: it failed): lazytensor/viz
+candidate_listeners: list[Callable[[Kernel, float], None]] = []
+
 def fmt_time(t: float) -> str: return "inf" if math.isinf(t) else f"{t * 1e6:.1f} us"
 
 class _Search:
@@ -216,6 +220,7 @@ class _Search:
     self.n_timed += 1
     c.time = math.inf if isinstance(res, JobFailed) else min(res) * c.scale
     self.timed[id(c.kernel)] = c.time
+    for listener in candidate_listeners: listener(c.kernel, c.time)
     if BEAM_DEBUG >= 2: self.say(f"  {fmt_time(c.time):>12s} {c.kernel.applied_opts}")
 
   def evaluate(self, kernels: list[Kernel]) -> list[Candidate]:

@@ -35,6 +35,10 @@ from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_re
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
 
+# called with each graph scheduled anew (not for a schedule cache hit): the graph as the fusion rules see it, its
+# materialized nodes with the reasons, and each of those with its items in the order they run (lazytensor/viz)
+schedule_listeners: list[Callable[[UOp, dict[UOp, str], list[tuple[UOp, tuple[ScheduleItem, ...]]]], None]] = []
+
 # the walks of deep graphs (a chain of 10**4 ops) recurse past Python's default limit of 1000 frames
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 
@@ -159,8 +163,9 @@ def pack_operands(sink: UOp) -> UOp:
 
 @dataclass
 class _Graph:
-  """What the scheduler learns about one graph: which nodes are materialized, and each kernel's reduce."""
-  realize: dict[UOp, None] = field(default_factory=dict)
+  """What the scheduler learns about one graph: which nodes are materialized (each with the reason, which VIZ shows),
+  and each kernel's reduce."""
+  realize: dict[UOp, str] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
 
 def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
@@ -172,15 +177,17 @@ def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   return out.op is Ops.VIEW and (base.op in GroupOp.Elementwise or base.op is Ops.IOTA) and base not in outs and \
     prod(out.shape) < prod(base.shape) and not any(n.op is Ops.REDUCE_AXIS for n in base.toposort)
 
-def _must_realize_roots(sink: UOp) -> dict[UOp, None]:
-  roots: dict[UOp, None] = {}
+def _must_realize_roots(sink: UOp) -> dict[UOp, str]:
+  roots: dict[UOp, str] = {}
   for out in sink.src:
     base = out.base
-    if base.op not in (Ops.BUFFER, Ops.CONST): roots[out if _computes_part(out, sink.src) else base] = None
+    if base.op not in (Ops.BUFFER, Ops.CONST):
+      roots.setdefault(out if _computes_part(out, sink.src) else base, "an output")
   for node in sink.toposort:
-    if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots[node] = None
+    if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots.setdefault(node, f"{node.op.name.lower()} asks for it")
     # a copy moves a dense buffer: whatever it copies is materialized first
-    if node.op is Ops.COPY and not is_plain_buffer_view(node.src[0]): roots[node.src[0]] = None
+    if node.op is Ops.COPY and not is_plain_buffer_view(node.src[0]):
+      roots.setdefault(node.src[0], "a copy moves a dense buffer")
   return roots
 
 def _read_by_kernel(n: UOp, g: _Graph) -> bool:
@@ -222,8 +229,8 @@ def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
     stack.extend((s, moved or n.op in (Ops.VIEW, Ops.REDUCE_AXIS)) for s in n.src)
   return False
 
-def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
-  """Visit what `root`'s kernel would compute; returns a node that must be materialized, if one is found."""
+def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> tuple[UOp, str] | None:
+  """Visit what `root`'s kernel would compute; returns a node that must be materialized and why, if one is found."""
   start = root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
   stack: list[tuple[UOp, bool, bool]] = [(start, True, False)]
   seen: set[tuple[UOp, bool, bool]] = set()
@@ -236,15 +243,18 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> UOp | None:
     if node is not root and (node in g.realize or node.op in LEAVES): continue
     if node.op is Ops.COPY: continue
     if node.op is Ops.VIEW:
-      if in_reduce and _worth_materializing_before_expand(node, g): return node.src[0]
+      if in_reduce and _worth_materializing_before_expand(node, g):
+        return node.src[0], "cheaper stored than recomputed per element of an expand into a reduce"
       # a contiguous view is a reshape only when it reads all of its source (not a prefix of it: x[:1] of a reduce)
       whole = node.arg.contiguous and prod(node.shape) == prod(node.src[0].shape)
       stack.append((node.src[0], reshape_only and whole, in_reduce))
     elif node.op is Ops.REDUCE_AXIS:
-      if in_reduce or not reshape_only or owner.get(node, root) is not root: return node
+      if in_reduce: return node, "a reduce in another reduce's input"
+      if not reshape_only: return node, "a reduce read through a view that is not a reshape"
+      if owner.get(node, root) is not root: return node, "a reduce that two kernels would both compute"
       other = g.kernel_reduce.get(root)
       if other is not None and (other.src[0].shape, other.arg[1]) != (node.src[0].shape, node.arg[1]):
-        return node
+        return node, "a reduce of another shape than the kernel's"
       g.kernel_reduce.setdefault(root, node)
       owner[node] = root
       stack.append((node.src[0], True, True))
@@ -275,8 +285,9 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
     (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK
 
 def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
-  """Grow the set of materialized nodes (from the roots, and `also`) until every kernel obeys the fusion rules."""
-  g = _Graph(realize={**_must_realize_roots(sink), **dict.fromkeys(also)})
+  """Grow the set of materialized nodes (from the roots, and the scatters `also`) until every kernel obeys the fusion
+  rules."""
+  g = _Graph(realize={**_must_realize_roots(sink), **dict.fromkeys(also, "a scatter inside an expression")})
   while True:
     g.kernel_reduce = {}
     owner: dict[UOp, UOp] = {}
@@ -285,12 +296,13 @@ def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
       if (found := _walk_kernel(root, g, owner)) is not None: break
       # an assign that would read its own target elsewhere computes its value into a buffer of its own first
       if root.op is Ops.ASSIGN and root.src[1] not in g.realize and _reads_target_elsewhere(root, g):
-        found = root.src[1]
+        found = root.src[1], "an assign's value reads its target elsewhere"
         break
     if found is None: return g
     # asking again for a node that is materialized already would loop here forever
-    assert found not in g.realize, f"scheduler: a kernel asks again for {found.op} {found.shape}, materialized already"
-    g.realize[found] = None
+    assert found[0] not in g.realize, \
+      f"scheduler: a kernel asks again for {found[0].op} {found[0].shape}, materialized already"
+    g.realize[found[0]] = found[1]
 
 class _KernelBuilder:
   """Turns a materialized node into a kernel AST: views are pushed to the leaves, other kernels' outputs are loaded."""
@@ -377,7 +389,7 @@ class _KernelBuilder:
 def _compose(st: ShapeTracker, pending: ShapeTracker | None) -> ShapeTracker:
   return st if pending is None else (st + pending).simplify()
 
-def _toposort_roots(sink: UOp, roots: dict[UOp, None]) -> list[UOp]:
+def _toposort_roots(sink: UOp, roots: dict[UOp, str]) -> list[UOp]:
   return [n for n in sink.toposort if n in roots]
 
 def _root_shape(root: UOp) -> tuple[int, ...]:
@@ -412,6 +424,7 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   outs = {o.base for o in resolved.src} | set(resolved.src)
   keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
+  if pack and schedule_listeners: _tell_listeners(resolved, g, ran, [len(built[r].items) for r in ran], items)
   for r in roots:
     if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
   # the order commit_realized records them in: the assigns in the order they run, so that the last one into a buffer
@@ -420,6 +433,11 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
   last = len(run_at)
   return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
+
+def _tell_listeners(sink: UOp, g: _Graph, ran: list[UOp], counts: list[int], items: list[ScheduleItem]) -> None:
+  starts = [sum(counts[:i]) for i in range(len(counts))]
+  per_root = [(r, tuple(items[s:s + n])) for r, s, n in zip(ran, starts, counts)]
+  for listener in schedule_listeners: listener(sink, g.realize, per_root)
 
 def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
     tuple[list[UOp], dict[UOp, Buffer], dict[UOp, _Built], tuple[UOp, ...]]:

@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
   ("",),                                # lazytensor/__init__.py: the public face
   ("nn", "parallel", "func", "engine.jit"),  # on Tensor: layers, collectives, transformations, the JIT
   ("frontend",),                        # Tensor, its mixins, autograd, writes
+  ("viz",),                             # records what the stages below did, for VIZ
   ("engine",),                          # realize: runs a schedule
   ("schedule",),
   ("opt",),                             # the heuristics and BEAM, which compiles and times candidates
