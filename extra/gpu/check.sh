@@ -57,23 +57,25 @@ EOF
   command -v nvcc > /dev/null && nvcc --version | tail -2
 }
 
-open_device() {  # what lazytensor opens: the GPU, its architecture and the compiler it chose (NVRTC or nvcc)
+open_device() {  # what lazytensor opens (the GPU, its architecture, the compiler it chose: NVRTC or nvcc), and one
+  # kernel run on it, so that a device that cannot run anything shows one clear traceback before the tests
   "$PY" - "$DEV" << 'EOF'
 import sys
-from lazytensor import Device
+from lazytensor import Device, Tensor
 dev = Device[sys.argv[1]]
 gpu = f"{dev.gpu.name()}, compute capability {dev.gpu.compute_capability()}, " if hasattr(dev, "gpu") else ""
 print(f"{dev.name}: {gpu}compiler {type(dev.compiler).__name__} ({dev.compiler.cache_key})")
+print(f"a first kernel: (arange(6) * 2).sum() = {(Tensor.arange(6, device=dev.name) * 2).sum().item()} (30 expected)")
 EOF
 }
 
 run_tests() {
-  local args=(-m gpu -q -p no:cacheprovider -rfEs --junitxml="$OUT_DIR/tests.xml") name
+  local args=(-m gpu -q -p no:cacheprovider -rfEs --durations=10 --junitxml="$OUT_DIR/tests.xml") name
   "$PY" -c "import pytest_timeout" 2> /dev/null && args+=(--timeout "$TEST_TIMEOUT_S")
   if ((DRY)); then
     for name in "${DRY_RUN_TESTS[@]}"; do args+=("$ROOT/test/test_gpu.py::$name"); done
   else args+=(-n 8 "$ROOT/test/test_gpu.py"); fi
-  (cd "$ROOT/test" && timeout "$TESTS_MAX_S" "$PY" -m pytest "${args[@]}")
+  (cd "$ROOT" && timeout "$TESTS_MAX_S" "$PY" -m pytest "${args[@]}")
 }
 
 run_bench() {
@@ -85,7 +87,7 @@ run_bench() {
 }
 
 main() {
-  echo "extra/gpu/check.sh$( ((DRY)) && echo " --dry-run") on $(hostname), $(date -u +%FT%TZ), writing to $OUT_DIR"
+  echo "extra/gpu/check.sh$( ((DRY)) && echo " --dry-run") on $(uname -n), $(date -u +%FT%TZ), writing to $OUT_DIR"
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 DEV
   section "machine"
   if ((DRY)); then echo "dry run: DEV=CUDACPU, no wheels"; else

