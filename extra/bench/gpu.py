@@ -4,17 +4,23 @@ bandwidth, and index_add (nn.Embedding's backward: a scatter of atomic adds); ea
 with BEAM=2. Kernel times come from CUDA events around each launch (the sum over a schedule's kernels, best of several
 runs). Goals: TC matmul >= 0.7x cuBLAS, elementwise >= 80% of bandwidth.
 
-Usage: python extra/bench/gpu.py [--quick] [--beam N] [--device CUDA:1]
+Usage: python extra/bench/gpu.py [--quick] [--beam N] [--device CUDA:1] [--only WORD] [--json PATH]
 Needs a GPU, pycuda (pip install -e ".[cuda]") and, for the comparisons, a CUDA build of torch; exits with a message
 saying what is missing otherwise. `--device CUDACPU --quick` runs the script itself without a GPU (its numbers are the
 CPU's, not a GPU's, and nothing is compared).
+
+Every item is first timed with the heuristics and torch, then with BEAM (a search can take minutes): a run cut short
+still has the first figures of every item. `--json` writes them all after each figure (extra/gpu/check.sh keeps it):
+the device, and per item its name, unit, the lazytensor figures by BEAM width, torch's, and the ratio of lazytensor's
+best to torch's (above 1: faster than torch).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,7 +29,8 @@ class Item:
   name: str
   unit: str            # GFLOP/s or GB/s
   work: float          # flops or bytes of one run
-  build: Callable[[Any], Any]  # (module: lazytensor or torch namespace) -> the expression, on the GPU
+  inputs: Callable[[Any], tuple[Any, ...]]  # (lazytensor's or torch's namespace) -> the inputs, on the GPU
+  op: Callable[..., Any]  # inputs -> the expression timed: the inputs are made once, outside the timing
 
 def lazytensor_time(build: Callable[[], Any], beam: int, runs: int) -> float:
   """The best over `runs` of the summed kernel times (CUDA events) of the expression's schedule."""
@@ -66,22 +73,25 @@ def items(quick: bool) -> list[Item]:
   chain = 1 << (18 if quick else 26)
   batch, ch, hw = (2, 16, 16) if quick else (32, 64, 56)
   vocab, dim, rows = (1000, 64, 512) if quick else (32000, 256, 4096)
+  conv_flops = 2 * batch * ch * ch * 9 * hw * hw
   return [
-    Item(f"matmul fp32 {n}", "GFLOP/s", 2 * n**3, lambda m: m.rand(n, n) @ m.rand(n, n)),
+    Item(f"matmul fp32 {n}", "GFLOP/s", 2 * n**3, lambda m: (m.rand(n, n), m.rand(n, n)), lambda a, b: a @ b),
     Item(f"matmul fp16 {n} (tensor cores)", "GFLOP/s", 2 * n**3,
-         lambda m: m.rand(n, n, half=True) @ m.rand(n, n, half=True)),
-    Item(f"softmax {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: m.rand(n, n).softmax(1)),
-    Item(f"layernorm {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: m.rand(n, n).layernorm()),
-    Item(f"conv2d {batch}x{ch}x{hw}x{hw} 3x3", "GFLOP/s", 2 * batch * ch * ch * 9 * hw * hw,
-         lambda m: m.rand(batch, ch, hw, hw).conv2d(m.rand(ch, ch, 3, 3), padding=1)),
-    Item(f"conv2d fp16 {batch}x{ch}x{hw}x{hw} 3x3 (tensor cores)", "GFLOP/s", 2 * batch * ch * ch * 9 * hw * hw,
-         lambda m: m.rand(batch, ch, hw, hw, half=True).conv2d(m.rand(ch, ch, 3, 3, half=True), padding=1)),
-    Item(f"elementwise chain {chain}", "GB/s", 4 * 4 * chain,
-         lambda m: ((m.rand(chain) * m.rand(chain) + m.rand(chain)).exp() * 0.5).sqrt()),
+         lambda m: (m.rand(n, n, half=True), m.rand(n, n, half=True)), lambda a, b: a @ b),
+    Item(f"softmax {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: (m.rand(n, n),), lambda x: x.softmax(1)),
+    Item(f"layernorm {n}x{n}", "GB/s", 2 * 4 * n * n, lambda m: (m.rand(n, n),), lambda x: x.layernorm()),
+    Item(f"conv2d {batch}x{ch}x{hw}x{hw} 3x3", "GFLOP/s", conv_flops,
+         lambda m: (m.rand(batch, ch, hw, hw), m.rand(ch, ch, 3, 3)), lambda x, w: x.conv2d(w, padding=1)),
+    Item(f"conv2d fp16 {batch}x{ch}x{hw}x{hw} 3x3 (tensor cores)", "GFLOP/s", conv_flops,
+         lambda m: (m.rand(batch, ch, hw, hw, half=True), m.rand(ch, ch, 3, 3, half=True)),
+         lambda x, w: x.conv2d(w, padding=1)),
+    Item(f"elementwise chain {chain}", "GB/s", 4 * 4 * chain, lambda m: (m.rand(chain), m.rand(chain), m.rand(chain)),
+         lambda a, b, c: ((a * b + c).exp() * 0.5).sqrt()),
     # nn.Embedding's backward: rows of the gradient added into a table at their indices (atomicAdd, entries in
     # parallel); bytes: each row read, and its target read and written
     Item(f"index_add {vocab}x{dim} <- {rows} rows", "GB/s", 3 * 4 * rows * dim,
-         lambda m: m.zeros(vocab, dim).index_add(0, m.indices(vocab, rows), m.rand(rows, dim))),
+         lambda m: (m.zeros(vocab, dim), m.indices(vocab, rows), m.rand(rows, dim)),
+         lambda t, i, r: t.index_add(0, i, r)),
   ]
 
 class _Torch:
@@ -114,42 +124,83 @@ class _TorchT:
   def index_add(self, dim: int, index: _TorchT, source: _TorchT) -> _TorchT:
     return _TorchT(self.t.index_add(dim, index.t, source.t))
 
+def open_device(name: str) -> tuple[Any, Any, float | None]:
+  """The lazytensor device, torch's namespace for the comparison (None without a CUDA torch or a GPU), and the GPU's
+  peak memory bandwidth in bytes/s (None off a GPU)."""
+  from lazytensor import Device
+  from lazytensor.runtime.ops_cuda import CudaDevice, CUDAUnavailableError
+  try: dev = Device[name]
+  except (CUDAUnavailableError, IndexError) as e: sys.exit(f"extra/bench/gpu.py needs a CUDA GPU: {e}")
+  if not isinstance(dev, CudaDevice):
+    print(f"{dev.name}: not a GPU; these numbers say nothing about CUDA speed")
+    return dev, None, None
+  tt = None
+  try:
+    import torch
+    tt = _Torch(torch) if torch.cuda.is_available() else None
+  except ImportError: pass
+  if tt is None: print("torch with CUDA is not installed: no cuBLAS/cuDNN comparison")
+  peak = memory_bandwidth(dev)
+  print(f"{dev.gpu.name()}, peak memory bandwidth {peak * 1e-9:.0f} GB/s")
+  return dev, tt, peak
+
+@dataclass
+class Run:
+  """One run of the benchmark: where, how, and the rows of figures so far."""
+  lt: Any                  # lazytensor's namespace on the device
+  tt: Any                  # torch's, or None: no comparison
+  peak: float | None       # the GPU's memory bandwidth, bytes/s
+  runs: int                # timed runs of each expression, the best kept
+  json_path: str | None
+  head: dict[str, Any]
+  rows: list[dict[str, Any]] = field(default_factory=list)
+
+  def record(self) -> None:
+    """Each row's ratio (lazytensor's best figure over torch's) brought up to date, and all of it written out."""
+    for row in self.rows:
+      row["ratio"] = round(max(row["lazytensor"].values()) / row["torch"], 3) if row["torch"] else None
+    if self.json_path is None: return
+    with open(self.json_path, "w") as f: json.dump({**self.head, "rows": self.rows}, f, indent=1)
+
+  def heuristics_and_torch(self, it: Item) -> None:
+    figure = it.work / lazytensor_time(lambda: it.op(*it.inputs(self.lt)), 0, self.runs) * 1e-9
+    row: dict[str, Any] = {"name": it.name, "unit": it.unit, "lazytensor": {"BEAM=0": round(figure, 2)}, "torch": None}
+    line = [f"{it.name:44s}", f"BEAM=0 {figure:9.1f} {it.unit}"]
+    if self.tt is not None:
+      inputs = it.inputs(self.tt)
+      row["torch"] = round(it.work / torch_time(lambda: it.op(*inputs), self.runs) * 1e-9, 2)
+      line.append(f"torch {row['torch']:9.1f} (lazytensor {figure / row['torch']:4.2f}x torch)")
+    if it.unit == "GB/s" and self.peak is not None:
+      line.append(f"{figure * 1e9 / self.peak * 100:5.1f}% of peak bandwidth")
+    print("  ".join(line))
+    self.rows.append(row)
+    self.record()
+
+  def searched(self, it: Item, row: dict[str, Any], beam: int) -> None:
+    figure = it.work / lazytensor_time(lambda: it.op(*it.inputs(self.lt)), beam, self.runs) * 1e-9
+    row["lazytensor"][f"BEAM={beam}"] = round(figure, 2)
+    self.record()
+    vs_torch = f"  lazytensor {row['ratio']:4.2f}x torch" if row["torch"] else ""
+    print(f"{it.name:44s}  BEAM={beam} {figure:9.1f} {it.unit} ({figure / row['lazytensor']['BEAM=0']:4.2f}x BEAM=0)"
+          f"{vs_torch}")
+
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
   ap.add_argument("--beam", type=int, default=2, help="beam width compared with the heuristics (0 skips it)")
   ap.add_argument("--device", default="CUDA", help="CUDA, CUDA:1, ...; CUDACPU to run the script without a GPU")
+  ap.add_argument("--only", action="append", default=[], help="only the items whose name holds this word (repeatable)")
+  ap.add_argument("--json", help="write the figures to this file as they come")
   args = ap.parse_args()
-  from lazytensor import Device, Tensor
-  from lazytensor.runtime.ops_cuda import CudaDevice, CUDAUnavailableError
-  try: dev = Device[args.device]
-  except (CUDAUnavailableError, IndexError) as e: sys.exit(f"extra/bench/gpu.py needs a CUDA GPU: {e}")
-  on_gpu = isinstance(dev, CudaDevice)
-  tt, peak = None, None
-  if on_gpu:
-    try:
-      import torch
-      tt = _Torch(torch) if torch.cuda.is_available() else None
-    except ImportError: pass
-    if tt is None: print("torch with CUDA is not installed: no cuBLAS/cuDNN comparison")
-    peak = memory_bandwidth(dev)
-    print(f"{dev.gpu.name()}, peak memory bandwidth {peak * 1e-9:.0f} GB/s")
-  else: print(f"{dev.name}: not a GPU; these numbers say nothing about CUDA speed")
-  runs = 3 if args.quick else 10
-  lt = _Lazy(Tensor, dev.name)
-  for it in items(args.quick):
-    line = [f"{it.name:44s}"]
-    base = lazytensor_time(lambda it=it: it.build(lt), 0, runs)
-    line.append(f"BEAM=0 {it.work / base * 1e-9:9.1f} {it.unit}")
-    if args.beam:
-      searched = lazytensor_time(lambda it=it: it.build(lt), args.beam, runs)
-      line.append(f"BEAM={args.beam} {it.work / searched * 1e-9:9.1f} ({base / searched:4.2f}x BEAM=0)")
-      base = min(base, searched)
-    if tt is not None:
-      ref = torch_time(lambda it=it: it.build(tt), runs)
-      line.append(f"torch {it.work / ref * 1e-9:9.1f} (lazytensor {ref / base:4.2f}x torch)")
-    if it.unit == "GB/s" and peak is not None: line.append(f"{it.work / base / peak * 100:5.1f}% of peak bandwidth")
-    print("  ".join(line))
+  from lazytensor import Tensor
+  dev, tt, peak = open_device(args.device)
+  head = {"device": dev.name, "gpu": dev.gpu.name() if peak else None, "peak_bandwidth_gbs": peak and peak * 1e-9,
+          "quick": args.quick}
+  run = Run(_Lazy(Tensor, dev.name), tt, peak, 3 if args.quick else 10, args.json, head)
+  chosen = [it for it in items(args.quick) if not args.only or any(w in it.name for w in args.only)]
+  for it in chosen: run.heuristics_and_torch(it)
+  if args.beam:  # the searches last, as they take longest
+    for it, row in zip(chosen, run.rows): run.searched(it, row, args.beam)
 
 class _Lazy:
   """lazytensor's Tensor, made on the benchmarked device and realized before timing (so that a half input is half in

@@ -96,6 +96,10 @@ class CStyleRenderer(Renderer):
     `atomics` say which)."""
     raise NotImplementedError(f"{type(self).__name__}: no atomic {op.name} of {dt.name}")
 
+  def non_finite(self, dt: DType, v: float) -> str:
+    """inf, -inf or nan of float32 or float64 (C has no literal for them, and compilers differ in their builtins)."""
+    raise NotImplementedError
+
   # ---- types and constants ----
 
   def scalar_type(self, dt: DType) -> str:
@@ -129,10 +133,11 @@ class CStyleRenderer(Renderer):
 
   def bitcast_helper(self) -> str:
     return (f"template <class T, class F> {self.function_prefix} T lt_bitcast(F x) "
-            "{ T t; __builtin_memcpy(&t, &x, sizeof(T)); return t; }")
+            "{ T t; memcpy(&t, &x, sizeof(T)); return t; }")
 
   def const(self, dt: DType, v: float | int | bool) -> str:
-    """A constant of a scalar type, exact: floats through their shortest round-trip decimal, inf/nan as builtins."""
+    """A constant of a scalar type, exact: floats through their shortest round-trip decimal, inf/nan as the
+    language writes them (`non_finite`)."""
     if dt.is_bool: return "true" if v else "false"
     if dt.is_int:
       iv, name = int(v), dt.name
@@ -143,8 +148,7 @@ class CStyleRenderer(Renderer):
     if dt.name in self.storage_floats: return f"{self.storage_floats[dt.name][2]}({self.const(dtypes.float32, v)})"
     suffix = "f" if dt == dtypes.float32 else ""
     fv = float(struct.unpack("<f", struct.pack("<f", float(v)))[0]) if dt == dtypes.float32 else float(v)
-    if math.isnan(fv): return f"__builtin_nan{suffix}(\"\")"
-    if math.isinf(fv): return f"{'-' if fv < 0 else ''}__builtin_inf{suffix}()"
+    if not math.isfinite(fv): return self.non_finite(dt, fv)
     return f"{fv!r}{suffix}"
 
   def const_value(self, dt: DType, v: float | int | bool) -> str:

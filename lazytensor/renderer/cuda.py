@@ -19,9 +19,10 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 even), __bfloat162float, __float2bfloat16; a double converts through float (the C cast
                 `(float)(x)`), ints through a C cast to float
   math          exp2f log2f sinf cosf sqrtf truncf fmodf and the double versions exp2 log2 sin cos sqrt trunc fmod
-  builtins      __builtin_inff() __builtin_nanf("") __builtin_inf() __builtin_nan("") for non-finite constants;
-                __builtin_memcpy in `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)` (with
-                a BITCAST or an atomic float max)
+  bit casts     __int_as_float(0x7f800000) and __longlong_as_double(0x7ff0000000000000ll) for non-finite constants
+                (inf, nan 0x7fc00000 / 0x7ff8000000000000ll, -inf as a negation); memcpy in
+                `template <class T, class F> __device__ __forceinline__ T lt_bitcast(F x)` (with a BITCAST or an atomic
+                float max). No GNU builtins (__builtin_inff, __builtin_memcpy): nvcc takes them, NVRTC does not
   atomics       a scatter's updates (a STORE whose arg is ADD or MAX; renderer.NVIDIA_ATOMICS lists the dtypes), return
                 values unused: `atomicAdd(p, v);` for float, double, __half, __nv_bfloat16, int, unsigned int,
                 unsigned long long, and for long long as
@@ -43,6 +44,8 @@ Signed integer arithmetic is C's: the GPU wraps on overflow; a C++ compiler must
 loads read through a struct pointer cast from the element pointer (g++: -fno-strict-aliasing).
 """
 from __future__ import annotations
+
+import math
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import TF32, prod
@@ -89,6 +92,11 @@ def _mma_of(u: UOp) -> tuple[str, str]:
     raise NotImplementedError(f"CUDA: no tensor core {u.arg!r} taking {a} to {u.dtype}; have {sorted(_MMA)}")
   return hit
 
+# inf and nan as CUDA's bit casts of their bits (the quiet nan of C's NAN): NVRTC knows none of the GNU builtins
+# (__builtin_inff, __builtin_nanf, __builtin_memcpy) that nvcc accepts; the CUDACPU prelude defines these casts too
+_NON_FINITE = {dtypes.float32: ("__int_as_float", "0x7f800000", "0x7fc00000"),
+               dtypes.float64: ("__longlong_as_double", "0x7ff0000000000000ll", "0x7ff8000000000000ll")}
+
 # the unsigned type atomicCAS swaps for a float of each size
 _CAS_TYPES = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
@@ -130,6 +138,11 @@ class CUDARenderer(CStyleRenderer):
 
   def render_wmma(self, u: UOp, out: str, srcs: list[str]) -> str:
     return f"{_mma_of(u)[0]}({out}.v, {srcs[0]}.v, {srcs[1]}.v, {srcs[2]}.v);"
+
+  def non_finite(self, dt: DType, v: float) -> str:
+    cast, inf, nan = _NON_FINITE[dt]
+    if math.isnan(v): return f"{cast}({nan})"
+    return f"{'-' if v < 0 else ''}{cast}({inf})"
 
   def atomic(self, op: Ops, dt: DType, ptr: str, value: str) -> str:
     if (op, dt) not in self.atomics: return super().atomic(op, dt, ptr, value)

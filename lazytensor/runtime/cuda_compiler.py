@@ -3,7 +3,8 @@ to BEAM) when libnvrtc can be loaded, else with nvcc. Needs no GPU and no pycuda
 machines without either.
 
 libnvrtc is looked for as the system linker finds it, under CUDA_HOME / CUDA_PATH / /usr/local/cuda, and in the
-`nvidia-cuda-nvrtc` wheel that CUDA builds of torch install.
+`nvidia-cuda-nvrtc` wheel that CUDA builds of torch install: nvidia/cuda_nvrtc/lib/libnvrtc.so.12 for CUDA 12,
+nvidia/cu13/lib/libnvrtc.so.13 for CUDA 13.
 """
 from __future__ import annotations
 
@@ -73,14 +74,24 @@ def _nvrtc_candidates() -> list[str]:
   for home in _cuda_homes(): found += sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")))
   if (spec := importlib.util.find_spec("nvidia")) is not None and spec.submodule_search_locations:
     for root in spec.submodule_search_locations:
-      found += sorted(glob.glob(os.path.join(root, "cuda_nvrtc", "lib", "libnvrtc.so*")))
+      found += sorted(glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so*")))
   return [p for p in found if p and "builtins" not in p and ".alt." not in p]
+
+def _load_builtins_beside(path: str) -> None:
+  """libnvrtc opens libnvrtc-builtins (of its own version) by name as it compiles, through the linker's search path,
+  which a wheel's directory is not on ("failed to open libnvrtc-builtins.so.13.0"); a library already loaded is found
+  by its name, so the copy beside `path` is loaded first (ctypes never unloads it)."""
+  if not os.path.isabs(path): return  # found by the linker, which finds the builtins the same way
+  for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+    if ".alt." not in builtins: ctypes.CDLL(builtins)
 
 @functools.cache
 def load_nvrtc() -> ctypes.CDLL | None:
   """libnvrtc, or None when no copy of it loads."""
   for path in _nvrtc_candidates():
-    try: lib = ctypes.CDLL(path)
+    try:
+      _load_builtins_beside(path)
+      lib = ctypes.CDLL(path)
     except OSError: continue
     for fn in ("nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog",
                "nvrtcGetCUBINSize", "nvrtcGetCUBIN", "nvrtcDestroyProgram", "nvrtcVersion"):
