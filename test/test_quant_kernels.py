@@ -19,7 +19,7 @@ from lazytensor.renderer.llvm import LLVMRenderer, dot4_kind
 from lazytensor.runtime.cuda_compiler import find_nvcc
 from lazytensor.runtime.ops_cpu import LLVMCompiler
 from lazytensor.schedule.scheduler import create_schedule
-from lazytensor.uop.ops import exec_alu, Ops
+from lazytensor.uop.ops import Ops, exec_alu
 
 rng = np.random.default_rng(0)
 EDGES = np.array([0, -1, 0x7F7F7F7F, -0x80808080, 0x00FF80FF, 0x7F80FF01], dtype=np.int64).astype(np.int32)
