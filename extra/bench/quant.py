@@ -10,11 +10,14 @@ Usage: python extra/bench/quant.py [--threads N] [--quick] [--skip-accuracy]
 3. the digits MLP and CNN of extra/examples/train_digits.py: held-out accuracy in float32, after post-training
    quantization (prepare, calibration on the training images, convert) and after quantization-aware training (a few
    epochs from the float weights, then convert). Goal: within 0.5 points of float32.
+4. the character GPT of extra/examples/train_gpt.py (its defaults): held-out loss in float32 and with its Linear layers
+   quantized by quantize_dynamic. Goal: within 2%.
 The header names the CPU (lazytensor's native target: its x86-64 level, and whether it has AVX-512 VNNI).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from collections.abc import Callable
@@ -36,8 +39,8 @@ def matmul(n: int, runs: int) -> None:
   qa = Tensor.randint(n, n // 4, low=-2 ** 31, high=2 ** 31 - 1, dtype=dtypes.int32).realize()
   qb = Tensor.randint(n // 4, n, low=-2 ** 31, high=2 ** 31 - 1, dtype=dtypes.int32).realize()
   f32 = bench_clock.best_time(_kernels(lambda: a @ b), runs)
-  i8 = bench_clock.best_time(_kernels(lambda: dot4(qa.reshape(n, -1, 1), qb.reshape(1, -1, n)).sum(1, dtype=dtypes.int32)),
-                             runs)
+  int8_sums = lambda: dot4(qa.reshape(n, -1, 1), qb.reshape(1, -1, n)).sum(1, dtype=dtypes.int32)  # noqa: E731
+  i8 = bench_clock.best_time(_kernels(int8_sums), runs)
   ops = 2 * n ** 3 / 1e9
   print(f"matmul {n}: float32 {f32 * 1e3:7.2f} ms ({ops / f32:6.0f} GFLOP/s)   int8 {i8 * 1e3:7.2f} ms "
         f"({ops / i8:6.0f} GOP/s)   int8 / float32 speed {f32 / i8:.2f}x (goal 2x)")
@@ -55,7 +58,8 @@ def linear_stack(width: int, depth: int, batch: int, runs: int) -> None:
     t = torch.nn.Linear(width, width)
     t.weight.data, t.bias.data = torch.tensor(layer.weight.numpy()), torch.tensor(layer.bias.numpy())  # type: ignore[union-attr]
     tlayers += [t, torch.nn.ReLU()]
-  tmodel = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(*tlayers[:-1]), {torch.nn.Linear}, torch.qint8)
+  tmodel = torch.ao.quantization.quantize_dynamic(copy.deepcopy(torch.nn.Sequential(*tlayers[:-1])), {torch.nn.Linear},
+                                                  torch.qint8)
   qlayers = [quantize_dynamic(layer) for layer in layers]
   @TinyJit
   def forward(x: Tensor) -> Tensor:
@@ -64,11 +68,14 @@ def linear_stack(width: int, depth: int, batch: int, runs: int) -> None:
   x = np.random.default_rng(0).standard_normal((batch, width)).astype(np.float32)
   tx = torch.tensor(x)
   ours = bench_clock.best_time(lambda: forward(Tensor(x)), runs)
-  with torch.no_grad(): theirs = bench_clock.best_time(lambda: tmodel(tx), runs)
+  tfloat = torch.nn.Sequential(*tlayers[:-1])
+  with torch.no_grad():
+    theirs = bench_clock.best_time(lambda: tmodel(tx), runs)
+    theirs_f32 = bench_clock.best_time(lambda: tfloat(tx), runs)
   err = np.abs(forward(Tensor(x)).numpy() - tmodel(tx).detach().numpy()).max()
   print(f"Linear stack {depth} x {width}, batch {batch}: lazytensor int8 {ours * 1e3:7.2f} ms   torch quantize_dynamic "
-        f"({torch.backends.quantized.engine}) {theirs * 1e3:7.2f} ms   speed {theirs / ours:.2f}x (goal 1.0x); "
-        f"outputs differ by {err:.3f} at most")
+        f"({torch.backends.quantized.engine}) {theirs * 1e3:7.2f} ms (torch float32 {theirs_f32 * 1e3:.2f} ms)   speed "
+        f"{theirs / ours:.2f}x (goal 1.0x); outputs differ by {err:.3f} at most")
 
 def digits(quick: bool) -> None:
   import numpy as np
@@ -97,7 +104,24 @@ def digits(quick: bool) -> None:
       for i in range(0, len(x_train) - 63, 64): step(Tensor(x_train[order[i:i + 64]]), Tensor(y_train[order[i:i + 64]]))
     qat = accuracy(quant.convert(qat_model), x_test, y_test)
     print(f"digits {name}: float32 {f32:.2%}   PTQ int8 {ptq:.2%} ({(ptq - f32) * 100:+.2f} points)   "
-          f"QAT int8 {qat:.2%} ({(qat - f32) * 100:+.2f} points) (goal within 0.5 points)")
+          f"QAT int8 {qat:.2%} ({(qat - f32) * 100:+.2f} points) (goal: at most 0.5 points below)")
+
+def gpt(quick: bool) -> None:
+  import numpy as np
+  from train_gpt import GPT, encode, held_out_loss, stdlib_text, train
+
+  from lazytensor import Tensor, nn
+  from lazytensor.nn import quant
+  ids = encode(stdlib_text(2_000_000))
+  split = len(ids) * 9 // 10
+  Tensor.manual_seed(0)
+  model = GPT(32, 64, 2, 4)
+  train(model, ids[:split], 60 if quick else 600, 32, 1e-2, np.random.default_rng(0))
+  f32 = held_out_loss(model, ids[split:], 32)
+  quant.quantize_dynamic(model, (nn.Linear,))  # GPT reads its embedding tables' weights itself
+  q = held_out_loss(model, ids[split:], 32)
+  print(f"character GPT (train_gpt.py's defaults): held-out loss float32 {f32:.4f}   int8 dynamic {q:.4f} "
+        f"({(q / f32 - 1) * 100:+.2f}%, goal within 2%)")
 
 def main() -> None:
   ap = argparse.ArgumentParser()
@@ -110,6 +134,7 @@ def main() -> None:
   bench_clock.set_threads(args.threads)
   import torch
   torch.set_num_threads(args.threads)
+  torch.backends.quantized.engine = "fbgemm"
 
   from lazytensor import Context
   from lazytensor.renderer.cpu_target import cpu_target
@@ -119,7 +144,9 @@ def main() -> None:
   with Context(THREADS=args.threads):
     matmul(1024, runs)
     linear_stack(512 if args.quick else 1024, 4, 256, runs)
-    if not args.skip_accuracy: digits(args.quick)
+    if not args.skip_accuracy:
+      digits(args.quick)
+      gpt(args.quick)
 
 if __name__ == "__main__":
   main()

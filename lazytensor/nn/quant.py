@@ -210,7 +210,9 @@ class _QuantizedLayer:
   def _input_bytes(self, x: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor | int, Tensor]:
     """x as uint8 bytes (its quint8 values, or its int8 values + 128), their zero point and their scale."""
     if self.dynamic:
-      scale, _ = calculate_qparams(x.min(axes, keepdim=True), x.max(axes, keepdim=True), *QINT8, symmetric=True)
+      # symmetric: the range is +-the largest magnitude, one reduce where min and max would be two
+      amax = x.abs().max(axes, keepdim=True)
+      scale, _ = calculate_qparams(-amax, amax, *QINT8, symmetric=True)
       return (quantize(x, scale, 0, *QINT8) - QINT8[0]).cast(dtypes.uint8), -QINT8[0], scale
     zero_point = self.input_zero_point.cast(dtypes.float32)
     return quantize(x, self.input_scale, zero_point, *QUINT8).cast(dtypes.uint8), self.input_zero_point, \
@@ -324,21 +326,23 @@ def _qparams(observer: MinMaxObserver) -> tuple[Tensor, Tensor]:
   scale, zero_point = observer.calculate_qparams()
   return scale.contiguous().realize(), zero_point.contiguous().realize()
 
-def _dynamic(obj: Any) -> Any:
+def _dynamic(obj: Any, layers: tuple[type, ...]) -> Any:
+  if not isinstance(obj, layers): return None
   if isinstance(obj, (Linear, Conv2d)): return _linear_or_conv(obj, _quantize_weight(obj.weight), None)
   if isinstance(obj, Embedding) and not isinstance(obj, QuantizedEmbedding):
     return QuantizedEmbedding(*_quantize_weight(obj.weight))
   return None
 
-def quantize_dynamic(model: Any) -> Any:
-  """The model with every Linear, Conv2d and Embedding quantized to int8 (in place; returns it): weights per output
-  channel, inputs per row (per image) at run time.
+def quantize_dynamic(model: Any, layers: tuple[type, ...] = (Linear, Conv2d, Embedding)) -> Any:
+  """The model with every layer of the types in `layers` (Linear, Conv2d, Embedding) quantized to int8 (in place;
+  returns it): weights per output channel, inputs per row (per image) at run time. (A model that reads an Embedding's
+  weight itself, not through the layer, keeps its Embeddings float: layers=(Linear,).)
 
   >>> model = quantize_dynamic(Linear(8, 2))
   >>> type(model).__name__, model(Tensor.ones(3, 8)).shape
   ('QuantizedLinear', (3, 2))
   """
-  return _swap(model, _dynamic, set())
+  return _swap(model, lambda m: _dynamic(m, layers), set())
 
 def prepare(model: Any, observer: Callable[[], MinMaxObserver] = MinMaxObserver) -> Any:
   """The model with an observer (quint8, per tensor) recording the input of every Linear and Conv2d (in place; returns
