@@ -120,3 +120,15 @@ def test_malformed_files_raise_clear_errors(tmp_path, damage: str) -> None:
   }[damage]
   path.write_bytes(damaged)
   with pytest.raises(SafetensorsError): safe_load(path)
+
+def test_loaded_parameters_train_as_leaves() -> None:
+  # values that require grad (another model's parameters) are copied: the loaded model's parameters, handed to an
+  # optimizer after the load, get gradients (they used to get none, the gradient flowing to the source's tensors)
+  src = Tensor([1.0, 2.0], requires_grad=True)
+  class M:
+    def __init__(self) -> None: self.w = Tensor([0.0, 0.0])
+  m = M()
+  load_state_dict(m, {"w": src.contiguous().realize()})
+  m.w.requires_grad = True
+  (m.w * Tensor([3.0, 4.0])).sum().backward()
+  assert m.w.grad is not None and m.w.grad.tolist() == [3.0, 4.0] and src.grad is None

@@ -120,6 +120,38 @@ def sample(model: GPT, prompt: np.ndarray, n: int, temperature: float, rng: np.r
     ids.append(int(rng.choice(len(VOCAB), p=probs / probs.sum())))
   return decode(np.array(ids[len(prompt):]))
 
+def train(model: GPT, train_ids: np.ndarray, steps: int, batch: int, lr: float,
+          rng: np.random.Generator) -> tuple[list[float], float]:
+  """AdamW for `steps` TinyJit-captured steps on random windows of the text; returns the losses and the seconds."""
+  opt = AdamW(get_parameters(model), lr=lr, weight_decay=0.01)
+
+  @TinyJit
+  def train_step(x: Tensor, y: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = loss_of(model, x, y).backward()
+    opt.step()  # the loss and the gradients are computed in the step's schedule, before the update
+    return loss
+
+  warmup = max(1, steps // 20)
+  start, losses = time.perf_counter(), []
+  with tqdm(range(steps), desc="train", unit="step", dynamic_ncols=True) as bar:
+    for i in bar:
+      # linear warmup, then cosine decay; the rate lives in a tensor, so the captured step reads each new value
+      scale = (i + 1) / warmup if i < warmup else 0.5 * (1 + math.cos(math.pi * (i - warmup) / (steps - warmup)))
+      opt.lr.assign(Tensor([lr * scale])).realize()
+      losses.append(train_step(*(Tensor(a) for a in batches(train_ids, model.context, batch, rng))).item())
+      if i % 20 == 0 or i == steps - 1: bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+  return losses, time.perf_counter() - start
+
+def held_out_loss(model: GPT, val_ids: np.ndarray, batch: int) -> float:
+  """The mean loss over 8 batches of held-out text, the same batches at every call."""
+  @TinyJit
+  def val_step(x: Tensor, y: Tensor) -> Tensor:
+    with no_grad(): return loss_of(model, x, y).realize()
+  val_rng = np.random.default_rng(1234)
+  val_batches = [batches(val_ids, model.context, batch, val_rng) for _ in range(8)]
+  return float(np.mean([val_step(Tensor(x), Tensor(y)).item() for x, y in val_batches]))
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--chars", type=int, default=2_000_000, help="characters of standard-library source to use")
@@ -147,34 +179,8 @@ def main() -> None:
   params = get_parameters(model)
   print(f"model: {sum(p.numel() for p in params):,} parameters, {args.layers} layers, dim {args.dim}, "
         f"{args.heads} heads, context {args.context}")
-  opt = AdamW(params, lr=args.lr, weight_decay=0.01)
-
-  @TinyJit
-  def train_step(x: Tensor, y: Tensor) -> Tensor:
-    opt.zero_grad()
-    loss = loss_of(model, x, y).backward()
-    opt.step()  # the loss and the gradients are computed in the step's schedule, before the update
-    return loss
-
-  @TinyJit
-  def val_step(x: Tensor, y: Tensor) -> Tensor:
-    with no_grad(): return loss_of(model, x, y).realize()
-
-  val_rng = np.random.default_rng(1234)  # the same validation batches at every evaluation
-  val_batches = [batches(val_ids, args.context, args.batch, val_rng) for _ in range(8)]
-  def validation_loss() -> float: return float(np.mean([val_step(Tensor(x), Tensor(y)).item() for x, y in val_batches]))
-
-  warmup = max(1, args.steps // 20)
-  start, losses = time.perf_counter(), []
-  with tqdm(range(args.steps), desc="train", unit="step", dynamic_ncols=True) as bar:
-    for i in bar:
-      # linear warmup, then cosine decay; the rate lives in a tensor, so the captured step reads each new value
-      scale = (i + 1) / warmup if i < warmup else 0.5 * (1 + math.cos(math.pi * (i - warmup) / (args.steps - warmup)))
-      opt.lr.assign(Tensor([args.lr * scale])).realize()
-      losses.append(train_step(*(Tensor(a) for a in batches(train_ids, args.context, args.batch, rng))).item())
-      if i % 20 == 0 or i == args.steps - 1: bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-  seconds = time.perf_counter() - start
-  val = validation_loss()
+  losses, seconds = train(model, train_ids, args.steps, args.batch, args.lr, rng)
+  val = held_out_loss(model, val_ids, args.batch)
   tokens = args.steps * args.batch * args.context
   print(f"trained {args.steps} steps in {seconds:.1f}s ({args.steps / seconds:.1f} steps/s, "
         f"{tokens / seconds:,.0f} chars/s)")

@@ -195,7 +195,11 @@ class Embedding:
     # it. An index outside [0, num_embeddings) raises IndexError when a kernel reading it runs (schedule/index_check.py)
     idx = idx._check_index(dim_site("nn.Embedding", 0, self.num_embeddings, idx.dtype, wraps=False))
     hot = idx.reshape(*idx.shape, 1, 1) == Tensor.arange(self.num_embeddings, device=idx.device).reshape(-1, 1)
-    return hot.where(self.weight, 0).sum(-2)
+    return hot.where(self._table(), 0).sum(-2)
+
+  def _table(self) -> Tensor:
+    """The rows looked up (nn/quant.py's int8 embedding computes them from its int8 rows, reading only those named)."""
+    return self.weight
 
 def _additive_mask(mask: Tensor, name: str) -> Tensor:
   """An attention mask as torch's MultiheadAttention reads it: a bool mask marks the positions that may NOT be

@@ -80,7 +80,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
       raise ValueError(f"load_state_dict: {name} has shape {target.shape} in the model but {value.shape} in the state")
     if value.dtype != target.dtype:
       raise ValueError(f"load_state_dict: {name} has dtype {target.dtype} in the model but {value.dtype} in the state")
-    target.assign(value.to(target.device))
+    target.assign(value.detach().to(target.device))  # a copy of the values: the target stays a leaf of its own
   targets = list(own.values())
   if targets: targets[0].realize(*targets[1:])
 

@@ -55,7 +55,8 @@ def _reused_axes(k: Kernel) -> list[int]:
   return [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1 for i in loads)]
 
 def _is_matmul_like(k: Kernel) -> bool:
-  return bool(k.reduce_axes) and any(u.op is Ops.MUL for u in k.ast.toposort) and len(_reused_axes(k)) >= 2
+  return bool(k.reduce_axes) and any(u.op in (Ops.MUL, Ops.DOT4) for u in k.ast.toposort) and \
+    len(_reused_axes(k)) >= 2
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
   return next((c for c in choices if size % c == 0 and size >= c), None)

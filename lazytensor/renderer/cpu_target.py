@@ -19,6 +19,9 @@ _X86_LEVELS: dict[str, tuple[str, ...]] = {
   "x86-64-v3": ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave"),
   "x86-64-v4": ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
 }
+# each level with every feature of the levels below it
+_X86_IMPLIED = {lvl: frozenset(f for below in list(_X86_LEVELS)[:i + 1] for f in _X86_LEVELS[below])
+                for i, lvl in enumerate(_X86_LEVELS)}
 _X86_TRIPLE, _AARCH64_TRIPLE = "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"
 # caches assumed where the OS does not say (a target that is not this host's): a typical core of either ISA
 _DEFAULT_CACHES = (32 << 10, 1 << 20, 32 << 20)
@@ -41,6 +44,11 @@ class CPUTarget:
 
   @property
   def vector_floats(self) -> int: return self.vector_bits // 32
+
+  def has(self, feature: str) -> bool:
+    """Whether code for this target may use an instruction set extension (LLVM's name: "avx512vnni", "avx2"): in
+    its feature string, or implied by the x86-64 level it names."""
+    return feature in _X86_IMPLIED.get(self.cpu, frozenset()) or feature in _feature_set(self.features)
 
   @property
   def key(self) -> str:
@@ -93,7 +101,7 @@ def _caches(on_host: bool) -> tuple[int, int, int]:
   """The caches code for a target will meet: the host's when it runs here, else typical ones."""
   return (_os_caches() or _DEFAULT_CACHES) if on_host else _DEFAULT_CACHES
 
-def _x86_shape(features: set[str]) -> tuple[int, int]:
+def _x86_shape(features: set[str] | frozenset[str]) -> tuple[int, int]:
   """Vector bits and registers of an x86 cpu with these features."""
   if "avx512f" in features: return 512, 32
   return (256, 16) if "avx" in features else (128, 16)
@@ -108,8 +116,7 @@ def _native() -> CPUTarget:
 
 def _x86(level: str) -> CPUTarget:
   triple, _, host_features = _host()
-  names = list(_X86_LEVELS)
-  needs = {f for lvl in names[:names.index(level) + 1] for f in _X86_LEVELS[lvl]}
+  needs = _X86_IMPLIED[level]
   bits, regs = _x86_shape(needs)
   runs = triple.startswith("x86_64") and needs <= _feature_set(host_features)
   return CPUTarget(level, triple if triple.startswith("x86_64") else _X86_TRIPLE, level, "", bits, regs,

@@ -53,6 +53,9 @@ _OPS: dict[Ops, dict[str, str]] = {
   Ops.AND: {"iu": "({0}&{1})", "b": "({0}&&{1})"}, Ops.OR: {"iu": "({0}|{1})", "b": "({0}||{1})"},
   Ops.XOR: {"iu": "({0}^{1})", "b": "({0}!={1})"}, Ops.SHL: {"iu": "({0}<<{1})"}, Ops.SHR: {"iu": "({0}>>{1})"},
   Ops.WHERE: {"fiub": "({0}?{1}:{2})"}, Ops.MULACC: {"fiu": "(({0}*{1})+{2})"},
+  # CUDA's dp4a takes both words' bytes signed: a's unsigned bytes are those minus 128 (the top bit flipped), plus 128
+  # times the sum of b's bytes
+  Ops.DOT4: {"i": "(__dp4a((int)({0}^0x80808080u),{1},0)+__dp4a(0x01010101,{1},0)*128)"},
 }
 _OPS_BY_KIND = {(op, k): fmt for op, per in _OPS.items() for kinds, fmt in per.items() for k in kinds}
 

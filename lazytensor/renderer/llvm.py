@@ -71,6 +71,60 @@ def _intr(name: str) -> Builder:
 def _int_mulacc(f: _Function, env: dict[str, str], xs: list[str]) -> str:
   return _bin("add")(f, env, [_bin("mul")(f, env, xs[:2]), xs[2]])
 
+# ---- DOT4: an int8 dot product in groups of 4 bytes (uop/ops.py), with the accumulator it is added to when it is
+# the one use of the dot product (the reduce loop of an int8 matmul): VNNI adds into it in the same instruction
+
+_PMADDWD = {4: "sse2.pmadd.wd", 8: "avx2.pmadd.wd", 16: "avx512.pmaddw.d.512"}
+
+def _dot4_vnni(f: _Function, n: int, a: str, b: str, acc: str | None) -> str:
+  """vpdpbusd: per int32 lane, a's 4 bytes unsigned times b's signed, added to acc, in one instruction."""
+  t = f"<{n} x i32>"
+  return f.call(f"llvm.x86.avx512.vpdpbusd.{32 * n}", t, [(t, acc or "zeroinitializer"), (t, a), (t, b)])
+
+def _dot4_pmaddwd(f: _Function, n: int, a: str, b: str) -> str:
+  """Without VNNI: the bytes widened to 16 bits in place (the even ones by masking or shifting left and back, the odd
+  ones by shifting right: zero-extended for a, sign-extended for b), then vpmaddwd multiplies 16-bit pairs and adds
+  each pair into 32 bits: a0*b0 + a2*b2 and a1*b1 + a3*b3, exact. (vpmaddubsw takes the bytes as they are, but
+  saturates its 16-bit pair sums: 255*127*2 does not fit.)"""
+  t, w = f"<{n} x i32>", f"<{2 * n} x i16>"
+  def k(v: int) -> str: return lconst_vec(dtypes.int16.vec(2 * n), v)
+  a16, b16 = (f.emit(f"bitcast {t} {x} to {w}") for x in (a, b))
+  a_even, a_odd = f.emit(f"and {w} {a16}, {k(0xFF)}"), f.emit(f"lshr {w} {a16}, {k(8)}")
+  b_even, b_odd = f.emit(f"ashr {w} {f.emit(f'shl {w} {b16}, {k(8)}')}, {k(8)}"), f.emit(f"ashr {w} {b16}, {k(8)}")
+  even, odd = (f.call(f"llvm.x86.{_PMADDWD[n]}", t, [(w, x), (w, y)]) for x, y in ((a_even, b_even), (a_odd, b_odd)))
+  return f.emit(f"add {t} {even}, {odd}")
+
+def _dot4_generic(f: _Function, n: int, a: str, b: str) -> str:
+  """Any target: the bytes extended to 32 bits, multiplied, and each lane's 4 products added."""
+  t, bytes_t, wide = ltype(dtypes.int32.vec(n)), f"<{4 * n} x i8>", f"<{4 * n} x i32>"
+  a8, b8 = (f.emit(f"bitcast {t} {x} to {bytes_t}") for x in (a, b))
+  p = f.emit(f"mul nsw {wide} {f.emit(f'zext {bytes_t} {a8} to {wide}')}, {f.emit(f'sext {bytes_t} {b8} to {wide}')}")
+  if n == 1: return f.call("llvm.vector.reduce.add.v4i32", "i32", [(wide, p)])
+  parts = [f.emit(f"shufflevector {wide} {p}, {wide} poison, <{n} x i32> <" +
+                  ", ".join(f"i32 {4 * i + j}" for i in range(n)) + ">") for j in range(4)]
+  return f.emit(f"add {t} {f.emit(f'add {t} {parts[0]}, {parts[1]}')}, {f.emit(f'add {t} {parts[2]}, {parts[3]}')}")
+
+def dot4_kind(target: CPUTarget, n: int) -> str:
+  """The instructions a vector of n DOT4 lanes takes on the target: "vnni" (vpdpbusd), "pmaddwd" or "generic"."""
+  if n == 16 and target.has("avx512vnni") or n in (4, 8) and (target.has("avxvnni") or
+                                                             target.has("avx512vnni") and target.has("avx512vl")):
+    return "vnni"
+  if n == 16 and target.has("avx512bw") or n == 8 and target.has("avx2") or n == 4 and target.has("sse2"):
+    return "pmaddwd"
+  return "generic"
+
+def _dot4(f: _Function, u: UOp, acc: UOp | None = None) -> str:
+  n, (a, b) = u.dtype.count, (f.r[s] for s in u.src)
+  kind = dot4_kind(f.target, n) if f.target.triple.startswith("x86_64") else "generic"
+  if kind == "vnni": return _dot4_vnni(f, n, a, b, None if acc is None else f.r[acc])
+  v = _dot4_pmaddwd(f, n, a, b) if kind == "pmaddwd" else _dot4_generic(f, n, a, b)
+  return v if acc is None else f.emit(f"add {ltype(u.dtype)} {v}, {f.r[acc]}")
+
+def _add(f: _Function, u: UOp) -> str:
+  dot = next((s for s in u.src if s in f.fused_dots), None)
+  if dot is None: return _alu(f, u)
+  return _dot4(f, dot, u.src[1] if u.src[0] is dot else u.src[0])
+
 _ALU: dict[Ops, dict[str, Builder]] = {
   Ops.NEG: {"f": _ins("fneg {t} {0}"), "iu": _ins("sub {t} zeroinitializer, {0}"),
             "b": _ins("icmp eq {t} {0}, zeroinitializer")},
@@ -151,7 +205,7 @@ def _loop_kind(r: UOp) -> str | None: return r.arg[-1] if isinstance(r.arg, tupl
 
 class _Function:
   """The state of one render: lines of the body, allocas for the entry block, intrinsic declarations, value names."""
-  def __init__(self, uops: list[UOp]) -> None:
+  def __init__(self, uops: list[UOp], target: CPUTarget) -> None:
     self.lines: list[str] = []
     self.allocas: list[str] = []
     self.decls: dict[str, None] = {}
@@ -165,6 +219,8 @@ class _Function:
     # and a multiply feeding that add may fuse with it into an FMA (a multiply-accumulate is the matmul inner loop)
     self.acc_updates |= {s for u in list(self.acc_updates) for s in u.src if s.op is Ops.MUL}
     self.branched = _branched_calls(uops)
+    self.fused_dots = _fused_dots(uops)
+    self.target = target
 
   def fresh(self) -> int:
     self.count += 1
@@ -184,6 +240,13 @@ class _Function:
   def call(self, fn: str, ret: str, args: list[tuple[str, str]], flags: str = "") -> str:
     self.decls[f"declare {ret} @{fn}({', '.join(t for t, _ in args)})"] = None
     return self.emit(f"call{flags} {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
+
+def _fused_dots(uops: list[UOp]) -> set[UOp]:
+  """The DOT4s whose one use is an ADD: rendered there, with the ADD's other operand as the accumulator."""
+  users: dict[UOp, list[UOp]] = {}
+  for u in uops:
+    for s in u.src: users.setdefault(s, []).append(u)
+  return {u for u in uops if u.op is Ops.DOT4 and len(us := users.get(u, [])) == 1 and us[0].op is Ops.ADD}
 
 def _address_math(uops: list[UOp]) -> set[UOp]:
   """Index ALU nodes (int32 or int64, as the lowerer chose) whose every use is an address or a loop bound (directly or
@@ -370,7 +433,7 @@ _HANDLERS: dict[Ops, Callable[[_Function, UOp], str | None]] = {
   Ops.STORE: _store, Ops.DEFINE_ACC: _define_acc, Ops.ASSIGN: _assign,
   Ops.CAST: lambda f, u: _cast(f, u.src[0].dtype, u.dtype, f.r[u.src[0]]),
   Ops.BITCAST: lambda f, u: f.emit(f"bitcast {ltype(u.src[0].dtype)} {f.r[u.src[0]]} to {ltype(u.dtype)}"),
-  **{op: _alu for op in GroupOp.ALU}, Ops.WHERE: _where,
+  **{op: _alu for op in GroupOp.ALU}, Ops.WHERE: _where, Ops.DOT4: _dot4, Ops.ADD: _add,
 }
 
 # every CPU buffer is followed by this many readable bytes (runtime/ops_cpu.py allocates them), an eighth of its size up
@@ -411,9 +474,9 @@ class LLVMRenderer(Renderer):
     return pm_fast_math if FASTMATH else None
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    f = _Function(uops)
+    f = _Function(uops, self.target)
     for u in uops:
-      if u in f.branched: continue  # rendered by the WHERE that reads it
+      if u in f.branched or u in f.fused_dots: continue  # rendered by the WHERE or ADD that reads it
       if (v := _HANDLERS.get(u.op, _unsupported)(f, u)) is not None: f.r[u] = v
     # every argument index up to the highest, so that a buffer the program does not touch still has its slot (one
     # after the highest is kept by lower_kernel: a missing last one would hand %core_id its pointer)

@@ -144,6 +144,11 @@ def _shift(a: Any, b: Any, left: bool) -> Any:
   if np.any(b < 0) or np.any(b >= width): raise _undefined(f"a shift by an amount outside [0, {width})")
   return np.left_shift(a, b) if left else np.right_shift(a, b)
 
+def _dot4(a: Any, b: Any) -> Any:
+  wa, wb = np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)
+  byte = [(wa >> 8 * i & 0xFF, ((wb >> 8 * i & 0xFF) ^ 0x80) - 128) for i in range(4)]  # unsigned, signed
+  return np.sum([x * y for x, y in byte], axis=0).astype(np.int32)
+
 _ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
   Ops.NEG: {"fiu": np.negative, "b": np.logical_not},
   Ops.EXP2: {"f": np.exp2}, Ops.LOG2: {"f": np.log2}, Ops.SIN: {"f": np.sin}, Ops.COS: {"f": np.cos},
@@ -156,7 +161,7 @@ _ALU: dict[Ops, dict[str, Callable[..., Any]]] = {
   Ops.MAX: {"iub": np.maximum}, Ops.CMPLT: {"fiub": np.less}, Ops.CMPNE: {"fiub": np.not_equal},
   Ops.AND: {"iub": np.bitwise_and}, Ops.OR: {"iub": np.bitwise_or}, Ops.XOR: {"iub": np.bitwise_xor},
   Ops.SHL: {"iu": functools.partial(_shift, left=True)}, Ops.SHR: {"iu": functools.partial(_shift, left=False)},
-  Ops.WHERE: {"fiub": np.where}, Ops.MULACC: {"fiu": lambda a, b, c: a * b + c},
+  Ops.WHERE: {"fiub": np.where}, Ops.MULACC: {"fiu": lambda a, b, c: a * b + c}, Ops.DOT4: {"i": _dot4},
 }
 _ALU_BY_KIND = {(op, k): fn for op, per in _ALU.items() for kinds, fn in per.items() for k in kinds}
 

@@ -139,6 +139,7 @@ _rules: dict[Ops, Callable[[Node], Bounds | None]] = {
   Ops.SHL: _shift,
   Ops.SHR: _shift,
   Ops.WHERE: _where,
+  Ops.DOT4: lambda u: (4 * 255 * -128, 4 * 255 * 127),  # 4 products of a byte in [0, 255] and one in [-128, 127]
   Ops.CAST: _cast,
   Ops.VECTORIZE: lambda u: (min(s.vmin for s in u.src), max(s.vmax for s in u.src)),
   Ops.GEP: _gep,

@@ -90,6 +90,9 @@ class Ops(enum.Enum):
   XOR = enum.auto()
   SHL = enum.auto()
   SHR = enum.auto()
+  # int32 words of 4 bytes each: the sum of the 4 products of a's bytes read unsigned and b's read signed, in int32
+  # (one lane of x86's vpdpbusd, CUDA's dp4a): an int8 dot product in groups of 4 (nn/quant.py)
+  DOT4 = enum.auto()
   # ternary
   WHERE = enum.auto()
   MULACC = enum.auto()
@@ -105,7 +108,7 @@ class Ops(enum.Enum):
 class GroupOp:
   Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
   Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR,
-            Ops.XOR, Ops.SHL, Ops.SHR}
+            Ops.XOR, Ops.SHL, Ops.SHR, Ops.DOT4}
   Ternary = {Ops.WHERE, Ops.MULACC}
   ALU = Unary | Binary | Ternary
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST, Ops.CHECK}
@@ -126,6 +129,10 @@ def _c_idiv(a: int, b: int) -> int: return 0 if b == 0 else abs(a) // abs(b) * (
 def _c_mod(a: int, b: int) -> int: return 0 if b == 0 else a - _c_idiv(a, b) * b
 def _shl(a: int, b: int) -> int: return a << b if 0 <= b < 64 else 0  # exec_alu's truncation drops bits past the width
 def _shr(a: int, b: int) -> int: return a >> b if b >= 0 else -1 if a < 0 else 0  # a negative amount is a huge one
+def _byte(x: int, i: int, signed: bool) -> int:
+  b = (x >> 8 * i) & 0xFF
+  return b - 256 if signed and b >= 128 else b
+def _dot4(a: int, b: int) -> int: return sum(_byte(a, i, False) * _byte(b, i, True) for i in range(4))
 def _max(a: Any, b: Any) -> Any: return a if a != a else b if b != b else max(a, b)  # nan wins
 def _safe_exp2(x: float) -> float:
   try: return 2.0 ** x
@@ -146,6 +153,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
   Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _safe_div,
   Ops.IDIV: _c_idiv, Ops.MOD: _c_mod, Ops.MAX: _max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
   Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b, Ops.SHL: _shl, Ops.SHR: _shr,
+  Ops.DOT4: _dot4,
   Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
 }
 

@@ -9,7 +9,7 @@ forward's speed); the weights' gradient stays the chain rule's, one reduce of th
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -69,15 +69,19 @@ def conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride:
     raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
                      f"of weight {weight.shape}")
   pads = tuple(conv_padding(padding, kernel, dilations, strides, name, crop=True))
-  out = _windows_times_weights(x.pad([(0, 0), (0, 0), *pads]), weight, groups, strides, dilations)
+  out = windows_times_weights(x.pad([(0, 0), (0, 0), *pads]), weight, groups, strides, dilations)
   if x.requires_grad or weight.requires_grad:
     grad = ConvGrad(type(x), groups, strides, dilations, pads)
     out = out._apply_uop(lambda v, xu, wu: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, xu, wu), grad), x, weight)
   return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
 
-def _windows_times_weights(xp: TensorT, weight: TensorT, groups: int, strides: tuple[int, ...],
-                           dilations: tuple[int, ...]) -> TensorT:
-  """The convolution of an input already padded: its windows times the weights, summed over each window."""
+def _sum_of_products(a: TensorT, b: TensorT, axes: list[int]) -> TensorT: return a._sum_of_products(b, axes)
+
+def windows_times_weights(xp: TensorT, weight: TensorT, groups: int, strides: tuple[int, ...],
+                          dilations: tuple[int, ...],
+                          reduce: Callable[[TensorT, TensorT, list[int]], TensorT] = _sum_of_products) -> TensorT:
+  """The convolution of an input already padded: its windows times the weights, summed over each window (`reduce` of
+  the windows, the weights and the axes: nn/quant.py's int8 convolution sums int8 dot products instead)."""
   nk, bs, (cout, cin_g, *kernel) = weight.ndim - 2, xp.shape[0], weight.shape
   win = xp._pool_windows(kernel, strides, dilations)  # (bs, cin, *o, *k)
   outs = win.shape[2:2 + nk]
@@ -86,7 +90,7 @@ def _windows_times_weights(xp: TensorT, weight: TensorT, groups: int, strides: t
   win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
   win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
   w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
-  return win._sum_of_products(w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
+  return reduce(win, w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
 
 @dataclass(frozen=True)
 class ConvGrad:

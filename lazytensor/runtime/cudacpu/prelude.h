@@ -56,6 +56,11 @@ const uint32_t* lt_warp_exchange(const uint32_t* words, int n);
 constexpr int warpSize = 32;
 
 inline void __syncthreads() { lt_syncthreads(); }
+// the sum of the products of the 4 signed bytes of a and of b, plus c (sm_61's dp4a.s32.s32)
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> 8 * i) * (int)(signed char)(b >> 8 * i);
+  return c;
+}
 inline void __syncwarp(unsigned = 0xffffffffu) {}  // the lanes of a warp only meet in mma.sync here
 inline void __threadfence_block() {}
 inline void __threadfence() {}
