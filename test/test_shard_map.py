@@ -98,3 +98,59 @@ def test_tuple_spec_entries() -> None:
 def _leaves(x: Tensor) -> list[Tensor]:
   from lazytensor.uop.graph import multi_leaves
   return [Tensor(u) for u in multi_leaves(x.lazydata)]
+
+# values the same on every device meeting values that vary (a pvary): gradients summed over the devices, or not
+LINE_CASES.update({
+  "replicated_in_and_out": (lambda x: x * 2, None, None, (2, 3), lambda a: a * 2),
+  "psum_of_replicated": (lambda x: psum(x, "i"), None, None, (2, 3), lambda a: a * 4),
+  "replicated_meets_varying": (lambda x: x * (axis_index("i") + 1), None, ("i",), (2, 3),
+                               lambda a: np.concatenate([a * k for k in range(1, 5)])),
+  "gather_of_replicated": (lambda x: all_gather(x.exp(), "i", tiled=True).sum(0), None, ("i",), (2, 3),
+                           lambda a: np.concatenate([np.exp(a).sum(0) * 4] * 4)),
+})
+
+def jacobian(fn: Callable[[np.ndarray], np.ndarray], a: np.ndarray) -> np.ndarray:
+  """d fn(a) / d a by central differences in float64 (exact for the piecewise linear maps here)."""
+  a64, eps = a.astype(np.float64), 1e-4
+  cols = []
+  for k in range(a.size):
+    e = np.zeros(a.size)
+    e[k] = eps
+    cols.append((fn(a64 + e.reshape(a.shape)) - fn(a64 - e.reshape(a.shape))).ravel() / (2 * eps))
+  return np.stack(cols, 1)
+
+@pytest.mark.parametrize("name", list(LINE_CASES))
+def test_gradient_through_collective(name: str) -> None:
+  # each collective's transpose: the gradient of sum(f(x) * r) is J^T r
+  f, in_spec, out_spec, shape, want = LINE_CASES[name]
+  a = rand(*shape)
+  x = Tensor(a, requires_grad=True)
+  out = shard_map(f, LINE, in_specs=(in_spec,), out_specs=out_spec)(x)
+  r = rand(*out.shape)
+  (out * Tensor(r).to(out.device)).sum().backward()
+  assert x.grad is not None
+  np.testing.assert_allclose(x.grad.numpy().ravel(), jacobian(want, a).T @ r.ravel(), atol=1e-4)
+
+def mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, reduce: Callable[[Tensor], Tensor]) -> Tensor:
+  return reduce((x @ w1 + b1).relu() @ w2) + b2
+
+MEGATRON = (("dp", None), (None, "tp"), ("tp",), ("tp", None), None)
+
+@pytest.mark.parametrize("mesh", [DeviceMesh(D4, shape=(1, 4), names=("dp", "tp")), GRID], ids=["tp4", "dp2xtp2"])
+def test_megatron_mlp_equals_one_device(mesh: DeviceMesh) -> None:
+  # column-parallel w1 (and b1), row-parallel w2 with one psum; x replicated along tp, so its gradient needs the sum
+  # over tp of each device's share (Megatron's pending reduction), which the pvary's transpose makes
+  arrays = [rand(8, 16), rand(16, 32), rand(32), rand(32, 4), rand(4)]
+  def loss_and_grads(spmd: bool) -> list[np.ndarray]:
+    ts = [Tensor(a, requires_grad=True) for a in arrays]
+    if spmd:
+      fn = shard_map(lambda *p: mlp(*p, reduce=lambda h: psum(h, "tp")), mesh, in_specs=MEGATRON,
+                     out_specs=("dp", None))
+      out = fn(*ts)
+    else: out = mlp(*ts, reduce=lambda h: h)
+    loss = out.square().mean()
+    loss.backward()
+    return [out.numpy(), loss.numpy()] + [t.grad.numpy() for t in ts if t.grad is not None]
+  want, got = loss_and_grads(False), loss_and_grads(True)
+  assert len(got) == len(want) == 7
+  for g, w in zip(got, want): np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
