@@ -52,7 +52,8 @@ LINE_CASES: dict[str, tuple[Callable[[Tensor], Tensor], object, object, tuple[in
                lambda a: np.roll(a, 2, 0)),
   "ppermute_partial": (lambda x: ppermute(x, "i", [(0, 3)]), ("i",), ("i",), (8, 3),
                        lambda a: np.concatenate([np.zeros((6, 3), np.float32), a[:2]])),
-  "axis_index": (lambda x: x + axis_index("i"), ("i",), ("i",), (8, 3), lambda a: a + np.repeat(np.arange(4), 2)[:, None]),
+  "axis_index": (lambda x: x + axis_index("i"), ("i",), ("i",), (8, 3),
+                 lambda a: a + np.repeat(np.arange(4), 2)[:, None]),
 }
 
 @pytest.mark.parametrize("name", list(LINE_CASES))
@@ -73,10 +74,10 @@ def test_collectives_on_a_grid() -> None:
   np.testing.assert_allclose(run(lambda x: psum(x, "dp"), (None, "tp")), np.concatenate([rows[0][t] + rows[1][t]
                                                                                           for t in range(2)], 1))
   np.testing.assert_allclose(run(lambda x: psum(x, ("dp", "tp")), None), sum(b for r in rows for b in r))
+  # all_gather's result varies along the axis it gathers over (JAX): out_specs names it; columns of a per tp device
   gathered = run(lambda x: all_gather(x, "dp", tiled=True), ("tp", "dp"))
-  np.testing.assert_allclose(gathered, np.concatenate([a] * 2, 1).reshape(4, 12).reshape(2, 2, 12).transpose(1, 0, 2)
-                             .reshape(4, 12) if False else np.concatenate([np.concatenate([a[:, :3]] * 2, 1),
-                                                                           np.concatenate([a[:, 3:]] * 2, 1)]))
+  np.testing.assert_allclose(gathered, np.concatenate([np.concatenate([a[:, :3]] * 2, 1),
+                                                       np.concatenate([a[:, 3:]] * 2, 1)]))
   index = run(lambda x: x * 0 + axis_index(("dp", "tp")), ("dp", "tp"))
   np.testing.assert_equal(index, np.repeat(np.repeat(np.arange(4).reshape(2, 2), 2, 0), 3, 1))
   # a tuple axis name, minor axis first: tp-major order
@@ -154,3 +155,50 @@ def test_megatron_mlp_equals_one_device(mesh: DeviceMesh) -> None:
   want, got = loss_and_grads(False), loss_and_grads(True)
   assert len(got) == len(want) == 7
   for g, w in zip(got, want): np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
+
+def test_check_rep() -> None:
+  a = rand(8, 3)
+  with pytest.raises(ValueError, match=r"varies along the mesh axes \('i',\).*psum over them"):
+    shard_map(lambda x: x * 2, LINE, in_specs=(("i",),), out_specs=None)(Tensor(a))
+  with pytest.raises(ValueError, match=r"varies along the mesh axes \('i',\)"):  # all_gather's result varies (JAX)
+    shard_map(lambda x: all_gather(x, "i", tiled=True), LINE, in_specs=(("i",),), out_specs=None)(Tensor(a))
+  with pytest.raises(ValueError, match=r"varies along the mesh axes \('dp',\)"):
+    shard_map(lambda x: psum(x, "tp"), GRID, in_specs=(("dp", "tp"),), out_specs=None)(Tensor(rand(4, 4)))
+  # unchecked, the device at index 0 along the axis stands for the others, for the value and for the gradient
+  x = Tensor(a, requires_grad=True)
+  out = shard_map(lambda b: b * 2, LINE, in_specs=(("i",),), out_specs=None, check_rep=False)(x)
+  np.testing.assert_allclose(out.numpy(), a[:2] * 2)
+  out.sum().backward()
+  assert x.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), np.concatenate([np.full((2, 3), 2.0), np.zeros((6, 3))]))
+
+def test_bad_axis_names_and_specs() -> None:
+  x = Tensor(rand(8, 3))
+  with pytest.raises(ValueError, match=r"psum: 'j' is not an axis of the mesh; its axes are \('i',\)"):
+    shard_map(lambda b: psum(b, "j"), LINE, in_specs=(("i",),), out_specs=None)(x)
+  with pytest.raises(ValueError, match="'model' is not an axis of the mesh"):
+    shard_map(lambda b: b, GRID, in_specs=(("model",),), out_specs=("model",))(x)
+  with pytest.raises(ValueError, match=r"dimension 1 \(3\) of the shape \(8, 3\) does not split evenly over the 4"):
+    shard_map(lambda b: b, LINE, in_specs=((None, "i"),), out_specs=(None, "i"))(x)
+  with pytest.raises(ValueError, match="in_specs must hold one spec per argument"):
+    shard_map(lambda b: b, LINE, in_specs=(("i",), None), out_specs=None)(x)
+  with pytest.raises(TypeError, match="argument 0: expected a spec"):
+    shard_map(lambda b: b, LINE, in_specs=("i",), out_specs=None)(x)
+  with pytest.raises(ValueError, match="psum: called outside shard_map"):
+    psum(x, "i")
+  with pytest.raises(ValueError, match="must be 4"):
+    shard_map(lambda b: psum_scatter(b, "i"), LINE, in_specs=(("i",),), out_specs=("i",))(x)
+  with pytest.raises(ValueError, match="ppermute: perm"):
+    shard_map(lambda b: ppermute(b, "i", [(0, 1), (2, 1)]), LINE, in_specs=(("i",),), out_specs=("i",))(x)
+
+def test_devices_that_call_different_collectives() -> None:
+  # f may read values, so it may branch on them; every device must still call the same collectives
+  def f(b: Tensor) -> Tensor:
+    return psum(b, "i") if axis_index("i").item() == 0 else all_gather(b, "i")
+  with pytest.raises(ValueError, match=r"same collectives in the same order.*CPU: psum.*CPU:1: all_gather"):
+    shard_map(f, LINE, in_specs=(("i",),), out_specs=None)(Tensor(rand(8, 3)))
+  def g(b: Tensor) -> Tensor:
+    if axis_index("i").item() == 2: raise KeyError("device 2 gives up")
+    return psum(b, "i")
+  with pytest.raises(KeyError, match="device 2 gives up"):
+    shard_map(g, LINE, in_specs=(("i",),), out_specs=None)(Tensor(rand(8, 3)))

@@ -544,8 +544,8 @@ def _layout(mesh: DeviceMesh, spec: object, x: Tensor, what: str, split: bool) -
     for k, dk in enumerate(dims):
       if dk == d: n *= mesh.shape[k]
     if x.shape[d] % n:
-      raise ValueError(f"shard_map: {what}: dimension {d} of shape {x.shape} ({x.shape[d]}) does not split evenly over "
-                       f"the {n} devices of the mesh axes {full[d] if full else None!r}")
+      raise ValueError(f"shard_map: {what}: dimension {d} ({x.shape[d]}) of the shape {x.shape} does not split evenly "
+                       f"over the {n} devices of the mesh axes {full[d] if full else None!r}")
   return dims
 
 Region = tuple[tuple[int, int], ...]  # a [lo, hi) per dimension
@@ -683,7 +683,8 @@ def shard_map(f: Callable[..., Any], mesh: DeviceMesh, in_specs: Sequence[Spec |
       if not isinstance(a, Tensor): raise TypeError(f"shard_map: argument {i} is a {type(a).__name__}, not a Tensor")
     specs = _spec_list(in_specs, len(args), "in_specs")
     run = _Run(mesh)
-    per_arg = [_blocks(run, a, _layout(mesh, s, a, f"argument {i}", split=True)) for i, (a, s) in enumerate(zip(args, specs))]
+    per_arg = [_blocks(run, a, _layout(mesh, s, a, f"argument {i}", split=True))
+               for i, (a, s) in enumerate(zip(args, specs))]
     outs = run.run(f, [[blocks[c] for blocks in per_arg] for c in range(len(run.devices))])
     return _results(run, outs, out_specs, check_rep)
   return mapped
