@@ -202,3 +202,29 @@ def test_devices_that_call_different_collectives() -> None:
     return psum(b, "i")
   with pytest.raises(KeyError, match="device 2 gives up"):
     shard_map(g, LINE, in_specs=(("i",),), out_specs=None)(Tensor(rand(8, 3)))
+
+def test_megatron_moves_only_the_input_gradient() -> None:
+  # forward: psum's all-reduce (each of 4 devices receives the 3 others' partials); backward: psum's transpose moves
+  # nothing, and the only copies are the all-reduce of x's gradient (x is replicated, each device has a share)
+  mesh = DeviceMesh(D4, names=("tp",))
+  specs = (None, (None, "tp"), ("tp",), ("tp", None), None)
+  ts = [Tensor(rand(*s), requires_grad=True) for s in [(8, 16), (16, 32), (32,), (32, 4), (4,)]]
+  for t, spec in zip(ts, specs): t.shard_(mesh, spec)
+  out = shard_map(lambda *p: mlp(*p, reduce=lambda h: psum(h, "tp")), mesh, in_specs=specs, out_specs=None)(*ts)
+  assert len(_copies(out)) == 12
+  out.realize()
+  grads = out.square().mean().gradient(*ts)
+  assert len(_copies(*grads)) == 12 and [g.device for g in grads] == [t.device for t in ts]
+
+def _copies(*ts: Tensor) -> list[object]:
+  from lazytensor.schedule.scheduler import create_schedule
+  from lazytensor.uop.ops import Ops
+  items, _ = create_schedule([t.lazydata for t in ts])
+  return [i for i in items if i.ast.op is Ops.COPY]
+
+def test_docstring_examples() -> None:
+  import doctest
+
+  import lazytensor.parallel.shard_map
+  result = doctest.testmod(lazytensor.parallel.shard_map, optionflags=doctest.ELLIPSIS)
+  assert result.failed == 0 and result.attempted >= 5, result

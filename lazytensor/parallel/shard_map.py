@@ -672,8 +672,8 @@ def shard_map(f: Callable[..., Any], mesh: DeviceMesh, in_specs: Sequence[Spec |
   >>> from lazytensor.parallel.shard_map import psum
   >>> mesh = DeviceMesh(("CPU:0", "CPU:1"), names=("tp",))
   >>> x, w = Tensor([[1.0, 2.0, 3.0, 4.0]]), Tensor([[1.0], [1.0], [2.0], [2.0]])
-  >>> shard_map(lambda x, w: psum(x @ w, "tp"), mesh, in_specs=((None, "tp"), ("tp", None)), out_specs=None)(x, w)
-  ... .tolist()
+  >>> f = shard_map(lambda x, w: psum(x @ w, "tp"), mesh, in_specs=((None, "tp"), ("tp", None)), out_specs=None)
+  >>> f(x, w).tolist()
   [[17.0]]
   """
   if not isinstance(mesh, DeviceMesh): raise TypeError(f"shard_map: expected a DeviceMesh, got {mesh!r}")
