@@ -97,6 +97,7 @@ class _Entry(_Rule):
 
 @dataclass(frozen=True)
 class _AxisIndex(_Rule):
+  """axis_index's value on one device: an integer (no gradient) that varies along `axes`."""
   position: int
   axes: Axes
   def __call__(self, ctx: UOp, *xs: UOp) -> tuple[None, ...]: return (None,) * len(xs)
