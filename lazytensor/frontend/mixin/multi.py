@@ -17,7 +17,10 @@ from lazytensor.uop.ops import DeviceLike, Ops, UOp
 if TYPE_CHECKING:
   from typing import Self
 
-Spec = Sequence[str | None]  # per tensor dimension: the name of the mesh axis it is sliced along, or None
+# per tensor dimension: the mesh axis it is sliced along, a tuple of mesh axes (sliced along the first, each slice
+# sliced again along the next: ("dp", "tp") is dp-major), or None
+SpecEntry = str | tuple[str, ...] | None
+Spec = Sequence[SpecEntry]
 
 def open_devices(devices: Sequence[DeviceLike] | str, what: str) -> tuple[DeviceLike, ...]:
   """A tuple of devices (nested for a mesh) in canonical form, each opened now so that one that is not there fails
@@ -77,7 +80,8 @@ class DeviceMesh:
 
   def dims_of(self, spec: Spec | None, ndim: int) -> tuple[int | None, ...]:
     """The tensor dimension sliced along each mesh axis (None: replicated along it), from a spec of one entry per
-    tensor dimension (a mesh axis name or None; spec None replicates on the whole mesh)."""
+    tensor dimension (a mesh axis name, a tuple of them in the mesh's order, or None; spec None replicates on the whole
+    mesh)."""
     if spec is None: return (None,) * len(self.shape)
     if isinstance(spec, str) or not isinstance(spec, (tuple, list)):
       raise TypeError(f"shard: on a mesh, expected a spec of one mesh axis name (or None) per tensor dimension, such "
@@ -85,17 +89,29 @@ class DeviceMesh:
     if len(spec) != ndim:
       raise ValueError(f"shard: the spec {tuple(spec)} has {len(spec)} entries for a tensor of {ndim} dimensions")
     dims: list[int | None] = [None] * len(self.shape)
-    for dim, name in enumerate(spec):
-      if name is None: continue
-      if not isinstance(name, str):
-        raise TypeError(f"shard: spec entry {name!r} for dimension {dim}: expected a mesh axis name or None")
-      k = self._axis(name, "shard")
-      if dims[k] is not None: raise ValueError(f"shard: the spec {tuple(spec)} slices two dimensions along {name!r}")
-      dims[k] = dim
+    for dim, entry in enumerate(spec):
+      for k in self.entry_axes(entry, f"shard: spec entry {entry!r} for dimension {dim}"):
+        if dims[k] is not None:
+          raise ValueError(f"shard: the spec {tuple(spec)} slices two dimensions along {self.names[k]!r}")
+        dims[k] = dim
     return tuple(dims)
 
-  def spec(self, t: MultiMixin) -> tuple[str | None, ...]:
-    """The spec a tensor laid out on this mesh has now: per dimension, the mesh axis it is sliced along, or None.
+  def entry_axes(self, entry: object, what: str) -> tuple[int, ...]:
+    """The mesh axes (their positions) that one spec entry names: none for None, one for a name, several for a tuple
+    of names, which must follow the mesh's order (a slice of a slice: the first is the major one)."""
+    if entry is None: return ()
+    names = (entry,) if isinstance(entry, str) else entry
+    if not isinstance(names, tuple) or not names or not all(isinstance(n, str) for n in names):
+      raise TypeError(f"{what}: expected a mesh axis name, a tuple of them or None")
+    axes = tuple(self._axis(n, what) for n in names)
+    if list(axes) != sorted(set(axes)):
+      raise ValueError(f"{what}: the mesh axes of one dimension must be distinct and in the mesh's order "
+                       f"{self.names}, as {tuple(n for n in self.names if n in names)}")
+    return axes
+
+  def spec(self, t: MultiMixin) -> tuple[SpecEntry, ...]:
+    """The spec a tensor laid out on this mesh has now: per dimension, the mesh axis it is sliced along (a tuple of
+    them where several slice it), or None.
 
     >>> mesh = DeviceMesh(("CPU:0", "CPU:1", "CPU:2", "CPU:3"), shape=(2, 2), names=("dp", "tp"))
     >>> mesh.spec(Tensor.ones(4, 6).shard(mesh, ("dp", None)) @ Tensor.ones(6, 8).shard(mesh, (None, "tp")))
@@ -103,13 +119,13 @@ class DeviceMesh:
     """
     if t.device != self.devices:
       raise ValueError(f"spec: the tensor is on {t.device}, not on this mesh {self.devices}")
-    out: list[str | None] = [None] * t.ndim
+    out: list[tuple[str, ...]] = [() for _ in range(t.ndim)]
     level = t.lazydata if t.lazydata.op is Ops.MULTI else t.realize().lazydata
     for name in self.names:
       if level.op is not Ops.MULTI: break  # replicated along this axis and the ones after it
-      if (dim := level.arg[0]) is not None: out[dim] = name
+      if (dim := level.arg[0]) is not None: out[dim] += (name,)
       level = _first_live_piece(level)
-    return tuple(out)
+    return tuple(names[0] if len(names) == 1 else (names or None) for names in out)
 
 def _grid(flat: tuple[DeviceLike, ...], shape: tuple[int, ...]) -> DeviceLike:
   """Devices in row-major order nested into a tuple per mesh axis: the first axis outermost."""
@@ -130,7 +146,8 @@ class MultiMixin(NNMixin):
     """This tensor spread over `devices`: device i holds the i-th slice of `axis` (slices of ceil(n/len(devices)),
     the last ones smaller: 15 rows over 4 devices are 4, 4, 4, 3), or all of it when axis is None (replicated). Ops on
     the result run on every device, with data moved between them where slices must meet; `.device` is the tuple.
-    On a DeviceMesh, `axis` is a spec: per dimension, the mesh axis it is sliced along, or None.
+    On a DeviceMesh, `axis` is a spec: per dimension, the mesh axis it is sliced along, a tuple of mesh axes in the
+    mesh's order (("dp", "tp"): sliced along dp, each slice sliced again along tp), or None.
 
     >>> x = Tensor.arange(15).reshape(15, 1).shard(("CPU:0", "CPU:1", "CPU:2", "CPU:3"), axis=0)
     >>> x.device, x.bounds, (x * 2).sum().item()
@@ -138,6 +155,8 @@ class MultiMixin(NNMixin):
     >>> mesh = DeviceMesh(("CPU:0", "CPU:1", "CPU:2", "CPU:3"), shape=(2, 2), names=("dp", "tp"))
     >>> Tensor.ones(4, 6).shard(mesh, ("dp", "tp")).device
     (('CPU', 'CPU:1'), ('CPU:2', 'CPU:3'))
+    >>> mesh.spec(Tensor.ones(8, 6).shard(mesh, (("dp", "tp"), None)))
+    (('dp', 'tp'), None)
     """
     if isinstance(devices, DeviceMesh):
       names, dims = devices.devices, devices.dims_of(cast("Spec | None", axis), self.ndim)
