@@ -154,16 +154,16 @@ def test_an_assign_in_the_graph_of_a_reader_is_counted_as_its_write() -> None:
   assert reader.tolist() == [22.0, 42.0] and a.tolist() == [7.0, 7.0] and b.tolist() == [0.0, 0.0]
 
 def test_the_live_registry_forgets_tensors_as_they_die() -> None:
-  from lazytensor.frontend import live
+  from lazytensor.frontend.state import state
   t = Tensor([1.0, 2.0]).realize()
   gc.collect()  # tensors left in reference cycles by earlier tests would otherwise leave the registry mid-count
   gc.disable()
   try:
-    before = len(live._live)
+    before = len(state.live)
     kept = [t * i for i in range(100)]
-    assert len(live._live) == before + 100
+    assert len(state.live) == before + 100
     del kept
-    assert len(live._live) == before
+    assert len(state.live) == before
   finally: gc.enable()
 
 # ---- values that must not share memory, and writes through views (found by test/test_fuzz_compose.py) ----

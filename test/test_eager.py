@@ -159,7 +159,7 @@ def test_becomes_lists_the_assigns_first_in_the_order_they_run() -> None:
     x.realize()
 
 def test_a_tensor_broadcast_at_every_step_keeps_a_bounded_record_of_its_views() -> None:
-  # each broadcast of lr is a view of it (writes.add_view): the records of the dead ones must not pile up, one a step
+  # each broadcast of lr is a view of it (Tensor._add_view): the records of the dead ones must not pile up, one a step
   lr, x = Tensor([0.5]).realize(), Tensor.ones(4).realize()
   for _ in range(300): (x * lr).realize()
   assert lr._views is not None and len(lr._views) <= 128

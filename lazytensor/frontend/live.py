@@ -9,53 +9,29 @@ built): finding the readers is one AND per live tensor, never a walk of its grap
 from __future__ import annotations
 
 import contextlib
-import itertools
-import weakref
 from collections.abc import Iterator, Sequence
-from typing import Protocol
 
+from lazytensor.frontend.state import Holder, LiveRef, state
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 
-class Holder(Protocol):
-  """What the engine needs of a tensor: the graph of its value, which realizing replaces with a view of a buffer."""
-  lazydata: UOp
-
-class _Ref(weakref.ref):
-  """A weak reference that hashes and compares as itself, never through its holder (a Tensor's == builds a Tensor, and
-  its __hash__ is a Python call)."""
-  __slots__ = ()
-  __hash__ = object.__hash__
-  __eq__ = object.__eq__
-
-_serials = itertools.count()
-# every holder, weakly, with its serial number. Each entry goes when its holder dies, by a callback that is dict.pop
-# itself (no Python frame), so the entries live exactly as long as the tensors: none pile up for the garbage collector
-_live: dict[_Ref, int] = {}
-
 def track(holder: Holder) -> None:
   """Record a new holder (every Tensor made)."""
-  _live[_Ref(holder, _live.pop)] = next(_serials)
+  live = state.live
+  live[LiveRef(holder, live.pop)] = next(state.serials)
 
 def alive() -> Iterator[Holder]:
   """Every live holder."""
-  for ref in list(_live):
+  for ref in list(state.live):
     if (h := ref()) is not None: yield h
 
 def serial() -> int:
   """A serial number from the sequence the holders get theirs from: holders made after this moment have larger ones."""
-  return next(_serials)
+  return next(state.serials)
 
 def as_old(holder: Holder) -> None:
   """Count `holder` as made before every assign there is: old_value_readers keeps it with the values of before."""
-  _old[id(holder)] = holder
-
-# the bits of memory that holds no values (vmap's placeholders, while f is traced over them): a holder that reads it
-# cannot be computed, so it is never one of the readers to keep
-no_values = 0
-
-# holders that count as made before every assign (gradients), by id
-_old: weakref.WeakValueDictionary[int, Holder] = weakref.WeakValueDictionary()
+  state.old[id(holder)] = holder
 
 def old_value_readers(holders: Sequence[Holder], made_before: int | None = None) -> list[tuple[int, Holder]]:
   """The live holders, other than `holders`, whose values are computed from memory that realizing `holders` will
@@ -68,9 +44,9 @@ def old_value_readers(holders: Sequence[Holder], made_before: int | None = None)
   for holder in holders: targets |= holder.lazydata.writes
   if not targets: return []
   chosen = {id(h) for h in holders}
-  last = made_before if made_before is not None else next(_serials)
-  alive = [(n, h) for ref, n in list(_live.items()) if (h := ref()) is not None and id(h) not in chosen and
-           not h.lazydata.reads & no_values and (n < last or h.lazydata.writes & targets or id(h) in _old)]
+  last = made_before if made_before is not None else next(state.serials)
+  alive = [(n, h) for ref, n in list(state.live.items()) if (h := ref()) is not None and id(h) not in chosen and
+           not h.lazydata.reads & state.no_values and (n < last or h.lazydata.writes & targets or id(h) in state.old)]
   out: list[tuple[int, Holder]] = []
   seen = targets
   while targets:
@@ -87,8 +63,8 @@ def old_value_readers(holders: Sequence[Holder], made_before: int | None = None)
 def holders(memory: int) -> list[Holder]:
   """The live holders whose value is memory among `memory` (a mask of buffers): realized tensors and views of them, and
   those with a write into it pending. Not values computed from it (old_value_readers finds those)."""
-  return [h for ref in list(_live) if (h := ref()) is not None and (h.lazydata.reads | h.lazydata.writes) & memory and
-          _holds_memory(h.lazydata)]
+  return [h for ref in list(state.live) if (h := ref()) is not None and
+          (h.lazydata.reads | h.lazydata.writes) & memory and _holds_memory(h.lazydata)]
 
 def _holds_memory(u: UOp) -> bool:
   """Whether u is a view of memory (or of a write into it pending), on each device it lies on."""
@@ -100,19 +76,16 @@ def _viewed_base(u: UOp) -> UOp:
   while u.op is Ops.DETACH or u.op is Ops.VIEW or u.op in GroupOp.Movement: u = u.src[0]
   return u
 
-# while a TinyJit captures: the serial number of the first holder its function made
-_program_start: list[int] = []
-
 @contextlib.contextmanager
 def capturing_program() -> Iterator[None]:
   """The block of a TinyJit capture: the tensors made before it are not the program's. When one of them must be
   computed before an assign in the program, it is computed outside the program (once, not at every replay, which
   would overwrite its buffer)."""
-  _program_start.append(next(_serials))
+  state.program_start.append(next(state.serials))
   try: yield
-  finally: _program_start.pop()
+  finally: state.program_start.pop()
 
 def split_by_program(readers: list[tuple[int, Holder]]) -> tuple[list[Holder], list[Holder]]:
   """Readers made before the program that is being captured (to compute outside it), and the others."""
-  start = _program_start[-1] if _program_start else -1
+  start = state.program_start[-1] if state.program_start else -1
   return [h for n, h in readers if n < start], [h for n, h in readers if n >= start]

@@ -1,11 +1,11 @@
 """Tensor: a lazy, numpy-like array. Every operation builds UOps; realize() schedules, compiles and runs them.
 
 This module holds the class itself: construction from data, properties, realization, autograd and the funnel
-every op goes through (_apply_uop); how writes into a tensor's memory reach the views that share it is in
-frontend/writes.py. The ops come from a chain of mixins, one module per area (lazytensor/frontend/mixin/: movement,
+every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (frontend/mixin/: movement,
 shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi, aliases, linalg,
-inplace), each building only on those below it and on the primitives that the chain's base declares and this class
-implements.
+inplace, writes), each building only on those below it and on the primitives that the chain's base declares and
+this class implements; the top one, writes, is how writes into a tensor's memory reach the views that share it. What
+the tensors share (the live ones, autograd's leaves and hooks, the pending writes) is in frontend/state.py.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import operator
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,38 +21,35 @@ import numpy as np
 from lazytensor import viz
 from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from_data, python_number_dtype, to_dtype
 from lazytensor.engine.realize import paused_capture, run_schedule
-from lazytensor.frontend import live, pending, writes
+from lazytensor.frontend import live
 from lazytensor.frontend.autograd import (
   NO_GRAPH_HINT,
   PLAIN_GRADIENT,
-  GradHook,
   RemovableHandle,
-  add_hook,
-  grad_leaves,
-  gradients,
+  gradients_of,
   holds_plain_gradient,
-  retained,
 )
-from lazytensor.frontend.mixin.inplace import InPlaceMixin
 from lazytensor.frontend.mixin.multi import open_devices
+from lazytensor.frontend.mixin.writes import MAYBE_FOUND, REALIZED, WritesMixin
+from lazytensor.frontend.state import state
 from lazytensor.frontend.views import (
-  Moves,
   host_values,
   moves_between,
   moves_over,
   row_major,
 )
-from lazytensor.frontend.writes import MAYBE_FOUND, REALIZED
 from lazytensor.helpers import TRAINING, VIZ, ArgumentError, ContextVar
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import BadIndexError
 from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule, realized_map
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves
+from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
+# a gradient hook (register_hook): called with the gradient, it returns None or a replacement of its shape
+GradHook = Callable[["Tensor"], "Tensor | None"]
 
 
 class TensorFlag(contextlib.ContextDecorator):
@@ -140,17 +137,13 @@ class _HostMemory:
   def __init__(self, array: np.ndarray, owner: Buffer) -> None:
     self.__array_interface__, self.owner, self.array = array.__array_interface__, owner, array
 
-class Tensor(InPlaceMixin, metaclass=_TensorType):
+class Tensor(WritesMixin, metaclass=_TensorType):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
   [3, 7]
   """
-  # _graph: what a tensor that needs gradients was computed from, kept when realize() swaps in its buffer
-  __slots__ = ("lazydata", "_requires_grad", "_graph", "grad", "_viewed", "_views", "_own_moves", "_detached",
-               "_lazy_before", "_assigned_at", "__weakref__")
-  _assigned_at: int | None  # when its pending assign was made (a live serial number), set in _start and assign
-  _graph: UOp | None
+  __slots__ = ("lazydata", "grad", "__weakref__")  # and those of the writes mixin
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   no_grad: ClassVar[bool] = False
 
@@ -262,7 +255,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     <Tensor (2,) int64 on ..., lazy: not computed yet; .realize() computes it, .numpy() returns its values>
     """
     grad = ", requires_grad=True" if self._requires_grad else ""
-    if pending.writes: pending.run_before((self,))  # an in-place op into its memory, written through a view
+    if state.pending: self._run_pending_writes()  # an in-place op into its memory, written through a view
     if (values := host_values(self.lazydata)) is None:
       return (f"<Tensor {self.shape} {self.dtype.name} on {self.device}, lazy: not computed yet; .realize() computes "
               f"it, .numpy() returns its values{grad}>")
@@ -310,7 +303,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     [2, 3]
     """
     tensors = (self,) + others
-    if pending.writes: pending.run_before(tensors)
+    if state.pending: self._run_pending_writes(*others)
     # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
     if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
     # the moment of the last assign realized here: values computed after it read what it writes, as in torch
@@ -330,7 +323,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     # each its own memory, unless one is a view of another (two computed alike are one interned node); not looked for
     # where one value is computed into new memory (the eager path: a set and a dict lookup, no call)
     if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
-      writes.own_memory(tensors)
+      self._own_memory(tensors)
     if VIZ.value != viz.recording_for: viz.switch()  # VIZ changed: start or stop recording what runs
     items, becomes = create_schedule(list(map(_lazydata, tensors)))
     bad: BadIndexError | None = None
@@ -343,11 +336,11 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
       new = becomes.get(t.lazydata, t.lazydata)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
-        if t._requires_grad and id(t) not in grad_leaves: t._graph = t.lazydata
-        # what its views taken while lazy were made over (writes.give_buffer); weakly: it must not keep the node alive
+        if t._requires_grad and id(t) not in state.grad_leaves: t._graph = t.lazydata
+        # what its views taken while lazy were made over (_give_buffer); weakly: it must not keep the node alive
         # (it would be found again)
         if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
-      if t._assigned_at is not None: pending.writes.pop(t._assigned_at, None)  # done: its graph can go
+      if t._assigned_at is not None: state.pending.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
     if bad is not None: raise bad
     return self
@@ -514,7 +507,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
       return self.to(Device.first(self.device)).to(device)           # devices keeps the layout (schedule/multi.py)
     return self._apply_uop(lambda x: UOp(Ops.COPY, x.dtype, (x,), device))
 
-  # ---- writing into realized tensors ----
+  # ---- layout, and a view that shares the memory ----
 
   def is_contiguous(self) -> bool:
     """Whether the elements lie in row-major order in the memory they are (or will be) computed into, as torch's:
@@ -526,52 +519,6 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     (True, False, True, False)
     """
     return all(map(row_major, multi_leaves(self.lazydata)))
-
-  def _is_buffer_view(self) -> bool:
-    ld = self.lazydata
-    if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
-    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
-
-  def assign(self, x: Any) -> Tensor:
-    """Write x into this tensor's memory when it is next realized, or before anything that reads that memory is
-    (in place; views of it see the new values, values computed from it before keep the old ones, as in torch).
-
-    >>> t = Tensor([1.0, 2.0]).realize()
-    >>> t.assign(t * 10).tolist()
-    [10.0, 20.0]
-    """
-    return writes.assign(self, x)
-
-
-  def __setitem__(self, indices: Any, value: Any) -> None:
-    """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
-    list indices scatter (where an index repeats, the last value wins; an out-of-range tensor index writes nothing);
-    a boolean Tensor mask writes a value that broadcasts to the selected elements of one entry. A write through a
-    view (`t.T[0] = 1`, `t[:, ::2][1] = 2`) reaches the tensor it views, as in torch, unless the view is expanded or
-    padded (its elements are not each one element of the buffer): that view is written as a copy of its own. A lazy
-    tensor is first computed into a buffer of its own, which the views taken from it before go on to view.
-
-    Gradients flow through the write, as through torch's in-place writes: into a tensor computed from ones that
-    require gradients, or of a value that requires them, the tensor's graph becomes the old one where it was not
-    written and the value where it was. A tensor that requires gradients and is not the result of an op (a leaf), or a
-    view of one, cannot be written into (as in torch) except under no_grad().
-
-    >>> t = Tensor.zeros(2, 3).contiguous().realize()
-    >>> t[0, 1:] = 5.0
-    >>> t[1, Tensor([2, 0])] = Tensor([7.0, 8.0])
-    >>> t[t > 7] = -1.0
-    >>> t.tolist()
-    [[0.0, 5.0, 5.0], [-1.0, 0.0, 7.0]]
-    """
-    return writes.setitem(self, indices, value)
-
-  def _move_in_place(self, move: Callable[[Tensor], Tensor], name: str) -> Tensor:
-    return writes.move_in_place(self, move, name)
-
-  def _write_in_place(self, value: Any, name: str) -> Tensor: return writes.write_in_place(self, value, name)
-
-
-
 
   def detach(self) -> Tensor:
     """The same values, cut off from gradients. As torch's, a view that shares the memory: a write into either
@@ -585,7 +532,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     """
     out = Tensor._of(UOp(Ops.DETACH, self.dtype, (self.lazydata,)))
     out._requires_grad = False
-    writes.add_view(self, out)
+    self._add_view(out)
     out._detached = True
     return out
 
@@ -607,7 +554,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     else:
       ret = Tensor._of(out)
       if out.dtype.is_float: ret._requires_grad = True
-    if not others and (out is srcs[0] or out.op in MOVES): writes.add_view(self, ret)
+    if not others and (out is srcs[0] or out.op in MOVES): self._add_view(ret)
     return ret
 
 
@@ -623,15 +570,14 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
   def _start(self) -> None:
     """The fields every tensor starts with, and its entry in the live registry (for __init__ and _of)."""
     self.grad: Tensor | None = None
-    self._requires_grad: bool | None = None
+    # the fields of the writes mixin (mixin/writes.py says what each is)
+    self._requires_grad = None
     self._graph = None
-    # the tensor this one is a view of (made from it by movement ops), and the lazy value a realized tensor had:
-    # what a write into a lazy view must reach (writes.give_buffer)
-    self._viewed: Tensor | None = None
-    self._views: list[weakref.ref[Tensor]] | None = None  # the live views of this tensor, made by writes.add_view
-    self._own_moves: Moves | None = None  # a view realized on its own while its tensor was lazy: its view ops
-    self._detached = False  # made by detach() (or a view of such): writes through it record no gradient
-    self._lazy_before: weakref.ref[UOp] | None = None
+    self._viewed = None
+    self._views = None
+    self._own_moves = None
+    self._detached = False
+    self._lazy_before = None
     self._assigned_at = None
     live.track(self)
 
@@ -660,13 +606,8 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
       raise TypeError(f"replace: this tensor requires gradients, so its value must be float, got {x.dtype}")
     self.lazydata, self._graph, self._detached, self._assigned_at = x.lazydata, x._graph, x._detached, x._assigned_at
     self._viewed = self._views = self._own_moves = self._lazy_before = None
-    if id(self) not in grad_leaves: self._requires_grad = x._requires_grad  # a leaf stays one; a result is x's
+    if id(self) not in state.grad_leaves: self._requires_grad = x._requires_grad  # a leaf stays one; a result is x's
     return self
-
-  # ---- writes recorded for autograd ----
-
-
-
 
   # ---- autograd ----
 
@@ -689,8 +630,8 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
       self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
     self._requires_grad = value
-    if value: grad_leaves[id(self)] = self
-    else: grad_leaves.pop(id(self), None)
+    if value: state.grad_leaves[id(self)] = self
+    else: state.grad_leaves.pop(id(self), None)
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     """Set requires_grad in place; returns self.
@@ -710,7 +651,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     >>> w.is_leaf, (w * 2).is_leaf, Tensor([1.0]).is_leaf
     (True, False, True)
     """
-    return not self._requires_grad or id(self) in grad_leaves
+    return not self._requires_grad or id(self) in state.grad_leaves
 
   def retain_grad(self) -> None:
     """Have backward() fill .grad of this non-leaf tensor too (a leaf's is filled anyway), as torch's.
@@ -725,7 +666,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     if not self._requires_grad:
       raise ArgumentError("retain_grad: this tensor needs no gradient (requires_grad is not set on it or on what it "
                           "was computed from)")
-    if not self.is_leaf: retained[id(self)] = self
+    if not self.is_leaf: state.retained[id(self)] = self
 
   @property
   def retains_grad(self) -> bool:
@@ -734,7 +675,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     >>> Tensor([1.0], requires_grad=True).retains_grad
     False
     """
-    return id(self) in retained
+    return id(self) in state.retained
 
   def register_hook(self, hook: GradHook) -> RemovableHandle:
     """Call hook(grad) each time a gradient with respect to this tensor is computed (backward, gradient). A tensor it
@@ -752,7 +693,21 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
       raise ArgumentError("register_hook: this tensor needs no gradient (requires_grad is not set on it or on what it "
                           "was computed from)")
     if not callable(hook): raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
-    return add_hook(self, hook)
+    key, hooks = id(self), state.hooks
+    if key not in hooks: hooks[key] = (weakref.ref(self, lambda _: hooks.pop(key, None)), [])
+    hooks[key][1].append(hook)
+    return RemovableHandle(hooks[key][1], hook)
+
+  def _hooked(self, g: UOp) -> UOp:
+    """g, the gradient with respect to this tensor, after its hooks: each may return a replacement of its shape."""
+    for hook in list(state.hooks[id(self)][1]) if id(self) in state.hooks else []:
+      out = hook(Tensor(g))
+      if out is None: continue
+      if not isinstance(out, Tensor) or out.shape != self.shape:
+        raise ValueError(f"register_hook: a hook returned {getattr(out, 'shape', type(out).__name__)}; expected None "
+                         f"or a Tensor of the gradient's shape {self.shape}")
+      g = out.cast(self.dtype).lazydata
+    return g
 
   def _graph_root(self) -> UOp:
     """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
@@ -786,7 +741,7 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
     """
     for t in targets:
       if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
-    grads = gradients(self, targets, gradient, asked=True)
+    grads = self._gradients(targets, gradient, asked=True)
     out = [t.zeros_like() if g is None else Tensor._of_gradient(g, create_graph) for t, g in zip(targets, grads)]
     for g in out: live.as_old(g)  # as backward's: read the memory as the graph they differentiate read it
     return out
@@ -816,9 +771,9 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
         raise ArgumentError(f"backward: this tensor needs no gradient: it was made from {NO_GRAPH_HINT}")
       return self
     # in-place writes pending into memory the graph reads run first: the gradients are of the values it reads now
-    if pending.writes: pending.run_before((self,))
-    leaves = list(grad_leaves.values()) + list(retained.values())
-    for t, g in zip(leaves, gradients(self, leaves, gradient, asked=False)):
+    if state.pending: self._run_pending_writes()
+    leaves = [t for t in (*state.grad_leaves.values(), *state.retained.values()) if isinstance(t, Tensor)]
+    for t, g in zip(leaves, self._gradients(leaves, gradient, asked=False)):
       if g is None: continue
       grad = Tensor._of_gradient(g, create_graph)
       t.grad = grad if t.grad is None else t.grad + grad
@@ -826,6 +781,28 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
       # are recomputed from it): for a write made after, it is a value made before
       live.as_old(t.grad)
     return self
+
+  def _gradients(self, targets: Sequence[Tensor], gradient: Tensor | None, asked: bool) -> list[UOp | None]:
+    """d(self)/d(target) for each target (None where self does not depend on it), seeded with `gradient`, after the
+    hooks: a non-leaf's act inside the backward pass, on what flows on; a leaf's on its gradient. asked: the targets
+    were named (autograd.gradients_of)."""
+    if not self.dtype.is_float: raise TypeError(f"gradient of a {self.dtype} tensor; only float outputs have gradients")
+    if gradient is None:
+      if self.numel() != 1:
+        raise ValueError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient= of that shape; "
+                         "only a one-element output has an implicit gradient of 1")
+      seed = const_uop(1.0, self.dtype, self.device, self.shape)
+    else:
+      if gradient.shape != self.shape:
+        raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
+      seed = gradient.cast(self.dtype).lazydata
+    inner = [t for ref, _ in list(state.hooks.values()) if isinstance(t := ref(), Tensor) and not t.is_leaf]
+    grads = gradients_of(self._graph_root(), seed, [t.lazydata for t in targets],
+                         [(t.lazydata, t._hooked) for t in inner], asked)
+    grads = [t._hooked(g) if g is not None and t.is_leaf else g for t, g in zip(targets, grads)]
+    # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
+    return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
+            for t, g in zip(targets, grads)]
 
   @staticmethod
   def _of_gradient(g: UOp, create_graph: bool) -> Tensor:

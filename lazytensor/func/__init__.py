@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lazytensor.frontend import live
+from lazytensor.frontend.state import state
 from lazytensor.frontend.tensor import Tensor, enable_grad
 from lazytensor.func.batching import Trace, VmapError, batch_graph, broadcast
 from lazytensor.func.checkpoint import checkpoint
@@ -60,7 +61,7 @@ class _Marked:
     # an argument whose graph holds writes not run yet (a tensor drawn lazily holds the random count's advance) is
     # computed first, as torch.func's arguments are values: a gradient replaces superseded writes by their values,
     # rebuilding the graph above them, and an enclosing transformation's mark in it would be lost
-    if due := [t for t in self.originals if t.lazydata.writes and not t.lazydata.reads & live.no_values]:
+    if due := [t for t in self.originals if t.lazydata.writes and not t.lazydata.reads & state.no_values]:
       Tensor.realize(*due)
     self.nodes = [mark(t._graph_root()) for t in self.originals]
     self.tensors = [Tensor(n) for n in self.nodes]

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.frontend import live, pending
+from lazytensor.frontend import live
+from lazytensor.frontend.state import state
 from lazytensor.helpers import ArgumentError, prod
 from lazytensor.runtime.device import Buffer, Device, buffer_map
 from lazytensor.uop.graph import buffer_view, const_uop, movement
@@ -52,7 +53,7 @@ NEEDS_VALUES = ("vmap: f needs the values of a tensor computed from a vmapped in
 
 class _Traced(Buffer):
   """The memory of a placeholder: there is none. Reading it (a realize or a host read of a graph that holds a
-  placeholder) is something f did under vmap that needs values. Its bit is in live.no_values while it lives, so that
+  placeholder) is something f did under vmap that needs values. Its bit is in state.no_values while it lives, so that
   a tensor f made and kept (in a closure, a list) is not computed before an assign that runs later (the random count's
   advance: it reads the count)."""
   @node_cached
@@ -62,11 +63,11 @@ class _Traced(Buffer):
   @property
   def memory_bit(self) -> int:
     bit = super().memory_bit
-    live.no_values |= bit
+    state.no_values |= bit
     return bit
 
   def __del__(self) -> None:
-    live.no_values &= ~self._bit
+    state.no_values &= ~self._bit
     super().__del__()
 
 _placeholder_ids = itertools.count()
@@ -199,10 +200,10 @@ class Trace:
   def __exit__(self, kind: type | None, *exc: object) -> None:
     if self.saved is None: delattr(self.tensor, _DRAW)
     else: setattr(self.tensor, _DRAW, self.saved)
-    refused = [key for key, (_, node) in pending.writes.items()
+    refused = [key for key, (_, node) in state.pending.items()
                if key > self.start and (node.reads | node.writes) & self.memory]
     # they cannot run (their memory or their values are placeholders'): each tensor written goes back to what it held
-    for key in sorted(refused, reverse=True): _undo_write(key)
+    for key in sorted(refused, reverse=True): _undo_write(key, self.tensor)
     if refused and kind is None: raise _write_refused()
 
   def _draw(self, outer: Callable[[int, DeviceLike | None], Tensor], n: int, device: DeviceLike | None) -> Tensor:
@@ -213,11 +214,11 @@ class Trace:
     if self.randomness == "same": return outer(n, device)
     return self.stand_in(outer(n * self.size, device).reshape(self.size, n))
 
-def _undo_write(key: int) -> None:
+def _undo_write(key: int, tensor: type[Tensor]) -> None:
   """Drop the pending write made at `key`: the tensor it was made on holds again its earlier pending write into the same
   memory, or the memory's contents."""
-  ref, node = pending.writes.pop(key)
-  if (holder := ref()) is None or holder.lazydata is not node: return
-  earlier = [k for k, (r, _) in pending.writes.items() if k < key and r() is holder]
-  if earlier: holder.lazydata, holder._assigned_at = pending.writes[max(earlier)][1], max(earlier)
+  ref, node = state.pending.pop(key)
+  if not isinstance(holder := ref(), tensor) or holder.lazydata is not node: return
+  earlier = [k for k, (r, _) in state.pending.items() if k < key and r() is holder]
+  if earlier: holder.lazydata, holder._assigned_at = state.pending[max(earlier)][1], max(earlier)
   else: holder.lazydata, holder._assigned_at = node.src[0], None

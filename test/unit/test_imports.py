@@ -89,16 +89,11 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
   return sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
                 if t.startswith("lazytensor") and layer(t) < layer(m))
 
-# the front end's circle, the open part of issue 25: autograd, pending and writes are Tensor methods written as module
-# functions (they take Tensors and rebuild them through type(t)._of). Listed so that every other module is held to no
-# circle now; the test fails when this one changes, and the entry goes when the circle does.
-KNOWN_CIRCLES = [{f"lazytensor.frontend.{m}" for m in ("autograd", "pending", "tensor", "writes")}]
-
 def test_no_import_circles() -> None:
   graph = import_graph()
   found = circles(graph)
-  shown = [find_circle({m: graph[m] & part for m in part}) or [] for part in found if part not in KNOWN_CIRCLES]
-  assert found == KNOWN_CIRCLES, "import circles: " + "; ".join(" -> ".join([*c, c[0]]) for c in shown if c)
+  shown = [find_circle({m: graph[m] & part for m in part}) or [] for part in found]
+  assert found == [], "import circles: " + "; ".join(" -> ".join([*c, c[0]]) for c in shown if c)
 
 def test_imports_go_down_the_layers() -> None:
   assert upward_imports(import_graph()) == []

@@ -5,7 +5,7 @@ Most are made by one factory from the op they run (one table, the class attribut
 `t.assign(t.exp())`, in t's dtype. As in torch, a result that t's dtype cannot hold (a float result in an int tensor,
 an int one in a bool tensor) is a TypeError, not a silent cast. torch's in-place movement ops (unsqueeze_, squeeze_,
 t_, transpose_, swapaxes_, swapdims_) change the shape of the tensor object itself: the tensor becomes a view, with the
-new shape, of the memory it held (lazytensor/frontend/writes.py, move_in_place), so it goes on sharing that memory with
+new shape, of the memory it held (frontend/mixin/writes.py, _move_in_place), so it goes on sharing that memory with
 every view taken of it, before or after. resize_ and as_strided_ are left out: they make views that movement ops
 cannot."""
 from __future__ import annotations
@@ -159,11 +159,11 @@ class InPlaceMixin(LinalgMixin):
 
   def _write_in_place(self, value: Any, name: str) -> Self:
     """value written into this tensor's memory by the in-place op `name` (an assign), refused on a leaf that requires
-    grad outside no_grad (Tensor implements it: lazytensor/frontend/writes.py)."""
+    grad outside no_grad (the writes mixin above implements it: mixin/writes.py)."""
     raise NotImplementedError("Tensor._write_in_place")
 
   def _move_in_place(self, move: Callable[[Self], Self], name: str) -> Self:
-    """self becomes move(self), a view of the memory it held (Tensor implements it: lazytensor/frontend/writes.py)."""
+    """self becomes move(self), a view of the memory it held (the writes mixin above implements it: mixin/writes.py)."""
     raise NotImplementedError("Tensor._move_in_place")
 
   def unsqueeze_(self, dim: int) -> Self:
