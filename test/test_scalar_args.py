@@ -32,7 +32,7 @@ def count() -> Iterator[Callable[[], int]]:
   yield lambda: built() - start
 
 def test_distinct_constants_compile_two_kernels(count: Callable[[], int]) -> None:
-  # the first value compiles a kernel with the number in it, the second one with an argument, reused for every later value
+  # the first value compiles a kernel with the number in it, the second one with an argument, reused by every later one
   for i in range(1000):
     out = Tensor.full((1021,), float(i)).contiguous().realize()
     if i % 250 == 3: np.testing.assert_array_equal(out.numpy(), np.full(1021, i, np.float32))

@@ -49,7 +49,7 @@ class CompiledRunner:
 
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False, vals: tuple[Any, ...] = ()) -> float | None:
     """One launch on `bufs`, the kernel's scalar arguments taking `vals` (ScheduleItem.vals)."""
-    typed = self.spec.var_args(vals) if self.spec.vars else ()
+    typed = self.spec.var_args(vals) if vals else ()
     return self.program(*map(_handle, bufs), wait=wait, vals=typed, **self.launch)
 
 # a buffer's memory, read with no Python frame (map of a comprehension's frame) at every launch

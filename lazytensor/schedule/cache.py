@@ -260,6 +260,7 @@ class Structure:
     self.slots: dict[UOp, int] = {}
     self.aliases: dict[int, int] = {}
     self.consts: list[UOp] = []         # position -> the caller's CONST node there (Positions)
+    self.const_keys: list[Any] = []     # position -> its value, as _value_key writes it
 
   def param(self, node: UOp) -> int:
     """The entry of a BUFFER node: its parameter's, made when the walk first meets it."""
@@ -275,6 +276,7 @@ class Structure:
     if op is _BUFFER: return self.param(node)
     if op is _CONST and node.dtype.ident in _ARG_IDENTS and node.src:
       self.consts.append(node)
+      self.const_keys.append(_value_key(node.arg))
       entries.append((op, node.dtype.ident, src, _POSITION))
       return len(entries) - 1
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
@@ -283,7 +285,8 @@ class Structure:
 
   def values(self, dynamic: tuple[int, ...]) -> tuple[Any, ...]:
     """The constants' values at the positions that are not `dynamic`: with the structure, what keys a schedule."""
-    keys = [_value_key(c.arg) for c in self.consts]
+    if not dynamic: return tuple(self.const_keys)
+    keys = self.const_keys[:]
     for i in dynamic: keys[i] = None
     return tuple(keys)
 
@@ -329,26 +332,34 @@ class Positions:
     self.first = walk.values(())
     self.dynamic: tuple[int, ...] = ()
 
-  def update(self, walk: Structure) -> tuple[int, ...]:
-    """The dynamic positions, once those where this graph's values differ from the first graph's have joined them."""
+  def update(self, walk: Structure) -> Positions:
+    """These positions, once those where this graph's values differ from the first graph's have joined `dynamic`."""
     if walk.consts and (values := walk.values(())) != self.first:
       changed = {i for i, (a, b) in enumerate(zip(values, self.first)) if a != b}
       if not changed <= set(self.dynamic):
         self.dynamic = tuple(sorted(changed | set(self.dynamic)))
         if DEBUG.value >= 1: print(f"schedule cache: {len(self.dynamic)} constants become kernel arguments")
-    return self.dynamic
-
-def dynamic_consts(key: tuple[Any, ...], walk: Structure) -> tuple[int, ...]:
-  """The positions of the structure `key` whose constants are kernel arguments, after this graph's (`walk`) values."""
-  if (p := positions.get(key)) is None: p = positions.put(key, Positions(walk))
-  return p.update(walk)
+    return self
 
 class Found(NamedTuple):
   """What a structure names: its template (held here too: a structure seen again finds it without the abstract graph,
-  even once `templates` has dropped it), and for each value of the template's `becomes` the entry of the caller's node
-  it stands for (None: the graph has no such node)."""
+  even once `templates` has dropped it), for each value of the template's `becomes` the entry of the caller's node
+  it stands for (None: the graph has no such node), the structure's constant positions, those that are kernel
+  arguments in the template, and the values of the others, which the template holds."""
   template: Template
   entries: list[int | None]
+  positions: Positions
+  dynamic: tuple[int, ...]
+  values: tuple[Any, ...]
+
+def find(key: tuple[Any, ...], walk: Structure, scalar_args: bool) -> tuple[Found | None, Positions, tuple[int, ...]]:
+  """The schedule of the structure `key` if it suits this graph's values (`walk`), the structure's positions (after
+  those values, on a miss) and which of them are kernel arguments; without `scalar_args`, none."""
+  found = structures.get(key)
+  # an eager step that repeats a graph finds its schedule by one tuple of values: its positions stand as they were
+  if found is not None and walk.values(found.dynamic) == found.values: return found, found.positions, found.dynamic
+  positions = found.positions if found is not None else Positions(walk)
+  return None, positions, positions.update(walk).dynamic if scalar_args else ()
 
 def found_entries(s: Structure, a: Abstract, template: Template) -> list[int | None] | None:
   """The entry of the caller's node behind each value of `becomes` (a.origin), for `Found`; None if one has none."""
@@ -373,9 +384,8 @@ def origins(s: Structure, found: Found) -> list[UOp | None] | None:
 # with BEAM a search of that width (whose choice may differ with the thread count); the knobs as
 # codegen/program.knob_key says, the one list of the knobs that change compiled code
 templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
-# keyed by a structure, the same knobs and the values of its constants that are not kernel arguments
+# keyed by a structure and the same knobs: the schedule of its latest values (once its numbers that change are kernel
+# arguments, of all of them)
 structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)
-# keyed by a structure
-positions: LRU[tuple[Any, ...], Positions] = LRU(SCHEDULE_CACHE)
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}

@@ -488,11 +488,11 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   seen = cache.structure(outs) if cap > 0 else None
   dynamic: list[UOp] = []
   if seen is not None:
-    walk, positions = seen[1], cache.dynamic_consts(seen[0], seen[1]) if SCALAR_ARGS else ()
-    dynamic = [walk.consts[i] for i in positions]
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
-    key = (seen[0], knob_state(), walk.values(positions))
-    if (found := cache.structures.get(key)) is not None and (origins := cache.origins(walk, found)) is not None:
+    key, walk = (seen[0], knob_state()), seen[1]
+    found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS))
+    dynamic = [walk.consts[i] for i in at] if at else []
+    if found is not None and (origins := cache.origins(walk, found)) is not None:
       return found.template.instantiate(walk.params, origins, dynamic)
   abstract = cache.abstract(outs, dynamic)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
@@ -509,7 +509,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
     if cap > 0: cache.templates.put(template_key, template)
   if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
-    cache.structures.put(key, cache.Found(template, entries))
+    cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at)))
   return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts)
 
 @dataclass(frozen=True)
