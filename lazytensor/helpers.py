@@ -188,6 +188,9 @@ FASTMATH = ContextVar("FASTMATH", True, "vectorized exp2/log2/sin/fmod on the CP
 SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 512, "schedules remembered by graph structure, buffers as parameters "
                             "(an eager step repeated with new buffers skips scheduling); 0 schedules every graph anew",
                             between(0))
+SCALAR_ARGS = ContextVar("SCALAR_ARGS", True, "a constant that takes a second value where graphs of one structure had "
+                         "another becomes a kernel argument: compiled once more, then one kernel serves every value "
+                         "(schedule/cache.py); 0 compiles a kernel for each value")
 PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 1024, "compiled kernels a process keeps loaded (with their object code); "
                            "past it the least recently used are freed, and built again from the disk cache if needed",
                            between(1))

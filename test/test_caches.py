@@ -36,6 +36,12 @@ from lazytensor.schedule.scheduler import create_schedule
 _consts = itertools.count(1)
 x = np.arange(64, dtype=np.float32)
 
+@pytest.fixture(autouse=True)
+def kernel_per_constant() -> Iterator[None]:
+  """fresh() makes a kernel never built by giving it a new constant: one that would otherwise become a kernel argument
+  (SCALAR_ARGS) and reuse the kernel."""
+  with Context(SCALAR_ARGS=0): yield
+
 def fresh() -> tuple[Tensor, np.ndarray, float]:
   """An expression whose kernel this process has never built (its constant is new), its value and its constant."""
   c = 3.0 + next(_consts) / 1024

@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,12 @@ from lazytensor.opt import search, search_workers
 from lazytensor.runtime.device import compile_stats
 
 _consts = itertools.count(1)
+
+@pytest.fixture(autouse=True)
+def kernel_per_constant() -> Iterator[None]:
+  """fresh() makes a kernel never built by giving it a new constant: one that would otherwise become a kernel argument
+  (SCALAR_ARGS) and reuse the kernel."""
+  with Context(SCALAR_ARGS=0): yield
 
 def fresh(n: int = 64, reduce: bool = False) -> tuple[Tensor, np.ndarray]:
   """An expression whose kernel this process has never built (its constant is new), and its value."""

@@ -193,7 +193,7 @@ class _Lowerer:
     if op is Ops.CONST and not node.src: return [node] * len(self.lanes.keys)
     if op is Ops.GATHER:
       return [self._gather(node, key, at) for key, at in zip(self.lanes.keys, self.lower(node.src[2]))]
-    if op in (Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.VALID):
+    if op in (Ops.LOAD, Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, Ops.VALID):
       return [self._view_value(node, key) for key in self.lanes.keys]
     if op is Ops.REDUCE_AXIS: return _ReduceLowerer(self, node).lower()
     if op is Ops.CHECK: return self._check(node)
@@ -384,7 +384,9 @@ def _add_terms(x: UOp) -> list[UOp]:
 def _scalar_view_value(node: UOp, idx: UOp, valid: UOp) -> UOp:
   always = valid.op is Ops.CONST and valid.arg is True
   if node.op is Ops.VALID: return valid
-  value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else idx.cast(node.dtype)
+  if node.op is Ops.CONST: value = UOp.const(node.dtype, node.arg)
+  elif node.op is Ops.DEFINE_VAR: value = UOp(Ops.DEFINE_VAR, node.dtype, (), node.arg)  # a kernel argument
+  else: value = idx.cast(node.dtype)
   return value if always else valid.where(value, UOp.const(node.dtype, 0))
 
 def _gated_load(buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
@@ -676,7 +678,10 @@ def _symbolic(sink: UOp, ctx: CodegenCtx) -> UOp:
   sink = graph_rewrite(sink, symbolic, name="symbolic")
   # every buffer of the kernel keeps its argument, read or not (x*0 folds its load away): the program is called with
   # all of them, and a missing one would shift the arguments after it (the CPU's core id would receive a pointer)
-  unread = tuple(u for u in ctx.k.ast.toposort if u.op is Ops.DEFINE_GLOBAL and u not in sink.toposort)
+  # so does every scalar argument (x*v where x is all padding reads no v)
+  args = [u if u.op is Ops.DEFINE_GLOBAL else UOp(Ops.DEFINE_VAR, u.dtype, (), u.arg) for u in ctx.k.ast.toposort
+          if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)]
+  unread = tuple(u for u in args if u not in sink.toposort)
   return sink.replace(src=sink.src + unread) if unread else sink
 
 def _index_dtype(sink: UOp, ctx: CodegenCtx) -> UOp:

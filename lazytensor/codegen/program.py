@@ -26,8 +26,11 @@ import functools
 import hashlib
 import json
 import pathlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.codegen.linearize import linearize
@@ -44,16 +47,25 @@ from lazytensor.uop.ops import Ops, UOp
 @dataclass(frozen=True)
 class ProgramSpec:
   """A kernel ready to compile and launch: the function `name` in `source`, the element dtype of each buffer argument
-  (in order, every buffer of the kernel, read or not), its launch dims and the shared memory one block uses."""
+  (in order, every buffer of the kernel, read or not), the dtype of each scalar argument (its DEFINE_VARs, passed
+  after the buffers), its launch dims and the shared memory one block uses."""
   name: str
   source: str
   buffers: tuple[DType, ...]
   launch: LaunchDims
   shared_bytes: int = 0
+  vars: tuple[DType, ...] = ()
 
   def to_json(self) -> str:
-    fields = asdict(self) | {"buffers": [dt.name for dt in self.buffers]}
+    fields = asdict(self) | {"buffers": [dt.name for dt in self.buffers], "vars": [dt.name for dt in self.vars]}
     return json.dumps(fields)
+
+  def var_args(self, values: Sequence[Any] | None = None) -> tuple[np.generic, ...]:
+    """The scalar arguments of a launch as numpy scalars of their dtypes, which every runtime passes; without values,
+    1 of each (what BEAM times and checks a kernel with)."""
+    if values is None: values = [1] * len(self.vars)
+    assert len(values) == len(self.vars), f"{self.name} takes {len(self.vars)} scalar arguments, given {len(values)}"
+    return tuple(dt.np.type(v) for dt, v in zip(self.vars, values))
 
   @staticmethod
   def from_json(text: str) -> ProgramSpec:
@@ -61,19 +73,21 @@ class ProgramSpec:
     GRID_AXES sizes >= 1, a core count >= 1, known dtypes): a spec read from the disk cache is launched as it says."""
     try: d = json.loads(text)
     except ValueError as e: raise ValueError(f"not a ProgramSpec: {e}") from e
-    if not isinstance(d, dict) or set(d) != {"name", "source", "buffers", "launch", "shared_bytes"} or \
+    if not isinstance(d, dict) or set(d) != {"name", "source", "buffers", "launch", "shared_bytes", "vars"} or \
        not isinstance(launch := d["launch"], dict) or set(launch) != {"global_size", "local_size", "core_count"}:
       raise ValueError(f"not a ProgramSpec: fields {sorted(d) if isinstance(d, dict) else type(d).__name__}")
     dims = [launch["global_size"], launch["local_size"]]
     checks = {"name": _is_str(d["name"]) and d["name"].isidentifier(), "source": _is_str(d["source"]),
               "buffers": isinstance(d["buffers"], list) and
                          all(_is_str(n) and n in ALL_DTYPES for n in d["buffers"]),
+              "vars": isinstance(d["vars"], list) and all(_is_str(n) and n in ALL_DTYPES for n in d["vars"]),
               "launch sizes": all(isinstance(v, list) and len(v) == GRID_AXES and all(_is_int(x, 1) for x in v)
                                   for v in dims),
               "core_count": _is_int(launch["core_count"], 1), "shared_bytes": _is_int(d["shared_bytes"], 0)}
     if bad := [field for field, ok in checks.items() if not ok]: raise ValueError(f"not a ProgramSpec: bad {bad}")
     return ProgramSpec(d["name"], d["source"], tuple(ALL_DTYPES[n] for n in d["buffers"]),
-                       LaunchDims(tuple(dims[0]), tuple(dims[1]), launch["core_count"]), d["shared_bytes"])
+                       LaunchDims(tuple(dims[0]), tuple(dims[1]), launch["core_count"]), d["shared_bytes"],
+                       tuple(ALL_DTYPES[n] for n in d["vars"]))
 
 def _is_str(x: Any) -> bool: return isinstance(x, str) and x != ""
 def _is_int(x: Any, lo: int) -> bool: return type(x) is int and x >= lo
@@ -84,6 +98,14 @@ def _buffers(k: Kernel, uops: list[UOp]) -> tuple[DType, ...]:
   have = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}
   # the program is called with all of the kernel's buffers: one missing would shift the arguments after it
   assert have == want and sorted(want) == list(range(len(want))), f"program arguments {have}, kernel buffers {want}"
+  return tuple(ALL_DTYPES[want[i].name] for i in range(len(want)))
+
+def _vars(k: Kernel, uops: list[UOp]) -> tuple[DType, ...]:
+  """The dtype of each scalar argument of the program: every DEFINE_VAR of the kernel, in order, read or not."""
+  want = {u.arg: u.dtype for u in k.ast.toposort if u.op is Ops.DEFINE_VAR}
+  have = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_VAR}
+  # as with buffers: an argument missing from the program would shift those after it
+  assert have == want and sorted(want) == list(range(len(want))), f"program scalars {have}, kernel scalars {want}"
   return tuple(ALL_DTYPES[want[i].name] for i in range(len(want)))
 
 def _shared_bytes(uops: list[UOp]) -> int:
@@ -105,7 +127,8 @@ def get_program(k: Kernel, name: str, index64: bool = False) -> ProgramSpec:
   if DEBUG >= 6:
     print_listing(f"linear program of {k.name}", "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype} {u.arg!r}"
                                                           for i, u in enumerate(uops)))
-  return ProgramSpec(name, k.renderer.render(name, uops), _buffers(k, uops), launch_dims(uops), _shared_bytes(uops))
+  return ProgramSpec(name, k.renderer.render(name, uops), _buffers(k, uops), launch_dims(uops), _shared_bytes(uops),
+                     _vars(k, uops))
 
 # ---- the cache key ----
 

@@ -31,6 +31,8 @@ def _idx(dt: DType) -> bool: return dt.scalar() in (dtypes.index, dtypes.int32, 
 def _sized(dt: DType) -> bool: return dt.scalar() in (dtypes.int32, dtypes.int64)
 def _ptr(u: UOp) -> bool: return isinstance(u.dtype, PtrDType)
 def _bool(u: UOp) -> bool: return u.dtype.scalar() == dtypes.bool
+def _scalar_arg(u: UOp) -> bool:
+  return type(u.arg) is int and u.arg >= 0 and not _ptr(u) and u.dtype.count == 1 and u.dtype != dtypes.void
 
 _BUF, _ANY = UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL), name="buf"), UPat(name="x")
 _ALU_OK: dict[Ops, Callable[[UOp], bool]] = {
@@ -65,6 +67,8 @@ AST: list[Rule] = [
        lambda u, buf, e, **_: e.dtype.is_int and _of(u, buf) and len(u.arg) == 2),
   Rule("CONST, IOTA or VALID of a VIEW (a CONST also alone)", UPat((Ops.CONST, Ops.IOTA, Ops.VALID), src=(_VIEW,))),
   Rule("a CONST without a view", UPat(Ops.CONST, src=())),
+  Rule("DEFINE_VAR of a VIEW: a scalar argument, its index", UPat(Ops.DEFINE_VAR, src=(_VIEW,), name="u"),
+       lambda u: _scalar_arg(u)),
   Rule("VIEW: a ShapeTracker, no sources", UPat(Ops.VIEW, src=())),
   Rule("DEFINE_GLOBAL: a pointer, its argument index", UPat(Ops.DEFINE_GLOBAL, src=(), name="u"),
        lambda u: _ptr(u) and isinstance(u.arg, int)),
@@ -87,7 +91,8 @@ def _loop(index: Callable[[DType], bool], alu: Callable[[UOp], bool] = _alu, alu
   """The loop-level ops, index math in dtypes for which `index` holds, ALU ops valid where `alu` holds."""
   i = UPat(name="idx")
   return [
-    Rule("SINK of STOREs", UPat(Ops.SINK, name="u"), lambda u: all(s.op is Ops.STORE for s in u.src)),
+    Rule("SINK of STOREs and the arguments none reads", UPat(Ops.SINK, name="u"),
+         lambda u: all(s.op in (Ops.STORE, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR) for s in u.src)),
     Rule("STORE(buffer, index, value, [bool gate]), arg None or an atomic op",
          UPat(Ops.STORE, dtypes.void, (_BUF, i, _ANY), name="u", allow_any_len=True),
          lambda u, buf, idx, x: index(idx.dtype) and len(u.src) in (3, 4) and (len(u.src) == 3 or _bool(u.src[3])) and
@@ -109,6 +114,8 @@ def _loop(index: Callable[[DType], bool], alu: Callable[[UOp], bool] = _alu, alu
     Rule("BARRIER after the stores to shared memory", UPat(Ops.BARRIER, dtypes.void, name="u"),
          lambda u: all(s.op is Ops.STORE and s.src[0].op is Ops.DEFINE_LOCAL for s in u.src)),
     Rule("CONST, no sources", UPat(Ops.CONST, src=())),
+    Rule("DEFINE_VAR: a scalar argument, its index, no sources", UPat(Ops.DEFINE_VAR, src=(), name="u"),
+         lambda u: _scalar_arg(u)),
     Rule("VECTORIZE of count scalars of its dtype", UPat(Ops.VECTORIZE, name="u"),
          lambda u: len(u.src) == u.dtype.count > 1 and all(s.dtype == u.dtype.scalar() for s in u.src)),
     Rule("GEP: lane arg of a vector", UPat(Ops.GEP, src=(_ANY,), name="u"),

@@ -47,8 +47,10 @@ class CompiledRunner:
     # the arguments that are the flags of index checks (schedule/index_check.py), read after the schedule
     self.flag_args = tuple(sorted({u.src[0].arg for u in self.kernel.ast.toposort if u.op is Ops.CHECK}))
 
-  def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False) -> float | None:
-    return self.program(*map(_handle, bufs), wait=wait, **self.launch)
+  def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False, vals: tuple[Any, ...] = ()) -> float | None:
+    """One launch on `bufs`, the kernel's scalar arguments taking `vals` (ScheduleItem.vals)."""
+    typed = self.spec.var_args(vals) if vals else ()
+    return self.program(*map(_handle, bufs), wait=wait, vals=typed, **self.launch)
 
 # a buffer's memory, read with no Python frame (map of a comprehension's frame) at every launch
 _handle = operator.attrgetter("handle")
@@ -138,10 +140,11 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   dst.copyin((arr if arr is not None else src.numpy()).data.cast("B"))
 
 class ExecItem(NamedTuple):
-  """One step that ran: a compiled kernel (or a copy, runner None) and its buffers. TinyJit replays these. (A
-  NamedTuple: every eager kernel launch makes one.)"""
+  """One step that ran: a compiled kernel (or a copy, runner None), its buffers and the values of its scalar
+  arguments. TinyJit replays these. (A NamedTuple: every eager kernel launch makes one.)"""
   runner: CompiledRunner | None
   bufs: tuple[Buffer, ...]
+  vals: tuple[Any, ...] = ()
 
   @property
   def written(self) -> tuple[Buffer, ...]:
@@ -150,9 +153,9 @@ class ExecItem(NamedTuple):
     return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
-    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value)
+    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals)
 
-def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int) -> None:
+def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int, vals: tuple[Any, ...] = ()) -> None:
   """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are
   allocated as the copy or the launch reads their handles."""
   if runner is None:
@@ -161,7 +164,7 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
     et: float | None = time.perf_counter() - st
     flops, mem = 0, bufs[0].nbytes * 2
   else:
-    et = runner(bufs, wait=debug >= 2)
+    et = runner(bufs, wait=debug >= 2, vals=vals)
     flops, mem = runner.flops, runner.mem
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += flops
@@ -215,10 +218,10 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   recording = _capturing[-1] if _capturing else None
   flags: list[IndexFlags] = []
   try:
-    for ast, bufs in items:
+    for ast, bufs, vals in items:
       runner = None if ast.op is Ops.COPY else get_runner(bufs[0].device, ast)
-      _execute(runner, bufs, debug)
-      if recording is not None: recording.append(ExecItem(runner, bufs))
+      _execute(runner, bufs, debug, vals)
+      if recording is not None: recording.append(ExecItem(runner, bufs, vals))
       if runner is not None and runner.flag_args: flags += _flags_of(runner, bufs)
   except BaseException:
     bad_index(flags)  # cleared, or a later run of their kernels would be blamed; the failure is what is raised

@@ -20,7 +20,7 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 AXIS_ORDER = list(AxisKind)
-VIEW_OPS = GroupOp.Load | GroupOp.Store | {Ops.CONST, Ops.IOTA, Ops.VALID}
+VIEW_OPS = GroupOp.Load | GroupOp.Store | {Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, Ops.VALID}
 
 @dataclass(frozen=True)
 class TensorCoreUse:

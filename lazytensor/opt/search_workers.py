@@ -91,12 +91,14 @@ def _scratch_for(device: str, ast: UOp) -> _Scratch:
 
 @dataclass(frozen=True)
 class Binary:
-  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch dims, and how
-  long lowering and compiling it took."""
+  """A compiled candidate: a digest of its source (equal code, equal digest), the program, its launch dims, how long
+  lowering and compiling it took, and the scalar arguments it is run with (ProgramSpec.var_args: 1 each, for every
+  candidate alike)."""
   digest: bytes
   lib: bytes
   launch: LaunchDims
   compile_s: float
+  vals: tuple[Any, ...] = ()
 
 @dataclass(frozen=True)
 class CompileJob:
@@ -120,7 +122,8 @@ def compile_job(job: CompileJob) -> Binary:
   for o in job.opts: apply_opt(k, o)
   for axis, size in job.keep: k.keep_prefix(axis, size)
   spec, lib = compile_program(k, dev, candidate=True)
-  return Binary(hashlib.sha256(spec.source.encode()).digest(), lib, spec.launch, time.perf_counter() - start)
+  return Binary(hashlib.sha256(spec.source.encode()).digest(), lib, spec.launch, time.perf_counter() - start,
+                spec.var_args())
 
 def prepare_job(job: RunJob) -> None:
   """Allocate and fill the scratch buffers (outputs too: their pages get touched here, not in a timed run), so that
@@ -135,8 +138,8 @@ def _launch(job: RunJob) -> Callable[[], float]:
   scratch = _scratch_for(job.device, job.ast)
   program = Device[job.device].load(CANDIDATE_NAME, job.binary.lib)
   handles = [b.handle for b in scratch.bufs]
-  launch = job.binary.launch.kwargs()
-  return lambda: float(program(*handles, wait=True, **launch) or 0.0)
+  launch, vals = job.binary.launch.kwargs(), job.binary.vals
+  return lambda: float(program(*handles, wait=True, vals=vals, **launch) or 0.0)
 
 def time_job(job: RunJob) -> list[float]:
   """Run times in seconds: at least MIN_RUNS (more for short kernels), fewer once a run is slower than the cutoff."""

@@ -126,6 +126,9 @@ class Renderer:
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError
 
 GRID_AXES = 3
+# where a runtime passes a kernel's scalar arguments (its DEFINE_VARs) in memory, one block of this many bytes each, in
+# order: the CPU (whose threads' launcher passes pointers only) and CUDACPU (whose launcher does the same)
+VAR_SLOT = 8
 
 @dataclass(frozen=True)
 class LaunchDims:

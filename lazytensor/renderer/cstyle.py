@@ -195,6 +195,8 @@ class CStyleRenderer(Renderer):
     for u in uops: w.op(u)
     nbufs = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_GLOBAL), default=0)
     params = [w.params.get(i, f"void* data{i}") for i in range(nbufs)]
+    # the scalar arguments by value after the buffers (codegen keeps every one in the program, read or not)
+    params += [f"const {self.scalar_type(u.dtype)} var{u.arg}" for u in scalar_args(uops)]
     return self.render_kernel(name, params, w.lines, uops)
 
 class _Writer:
@@ -282,6 +284,10 @@ class _Writer:
     self.depth -= 1
     self.emit("}")
 
+def scalar_args(uops: list[UOp]) -> list[UOp]:
+  """The DEFINE_VARs of a program in the order of their arguments."""
+  return sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg)
+
 def _define_global(w: _Writer, u: UOp) -> str:
   assert isinstance(u.dtype, PtrDType)
   const = "const " if u not in w.stored else ""
@@ -336,7 +342,8 @@ def _bitcast(w: _Writer, u: UOp) -> str:
   return w.var(u, "cast", f"lt_bitcast<{w.lang.ctype(u.dtype)}>({w.r[u.src[0]]})")
 
 _HANDLERS: dict[Ops, Callable[[_Writer, UOp], str | None]] = {
-  Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_LOCAL: _define_local, Ops.SPECIAL: _special,
+  Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: lambda w, u: f"var{u.arg}", Ops.DEFINE_LOCAL: _define_local,
+  Ops.SPECIAL: _special,
   Ops.CONST: lambda w, u: w.lang.const_value(u.dtype, u.arg), Ops.DEFINE_ACC: _define_acc, Ops.ASSIGN: _assign,
   Ops.RANGE: _range, Ops.ENDRANGE: lambda w, u: w.end(), Ops.IF: _if, Ops.ENDIF: lambda w, u: w.end(),
   Ops.BARRIER: _barrier, Ops.LOAD: _Writer.load, Ops.STORE: _Writer.store, Ops.VECTORIZE: _vectorize,

@@ -49,8 +49,16 @@ import math
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import TF32, prod
-from lazytensor.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore, launch_dims
-from lazytensor.renderer.cstyle import CStyleRenderer
+from lazytensor.renderer import (
+  NVIDIA_ATOMICS,
+  TC_NV_BF16,
+  TC_NV_F16,
+  TC_NV_TF32,
+  VAR_SLOT,
+  TensorCore,
+  launch_dims,
+)
+from lazytensor.renderer.cstyle import CStyleRenderer, scalar_args
 from lazytensor.uop.ops import Ops, UOp
 
 _IDS = {"gidx": "blockIdx", "lidx": "threadIdx"}
@@ -177,7 +185,18 @@ class CUDARenderer(CStyleRenderer):
     mmas = list(dict.fromkeys(_mma_of(u)[1] for u in uops if u.op is Ops.WMMA))
     threads = prod(launch_dims(uops).local_size)
     head = f"{self.kernel_prefix} void __launch_bounds__({threads}) {name}({', '.join(params)}) {{"
-    return "\n".join([*includes, *self.helpers(uops), *mmas, head, *body, "}", ""])
+    return "\n".join([*includes, *self.helpers(uops), *mmas, head, *body, "}", *self._vars_entry(name, params, uops),
+                      ""])
+
+  def _vars_entry(self, name: str, params: list[str], uops: list[UOp]) -> list[str]:
+    """For CUDACPU, whose launcher passes pointers only: `name`_vars, taking the scalar arguments in one block of
+    memory after the buffers (VAR_SLOT bytes each) and calling the kernel with them. nvcc never sees it."""
+    if not (scalars := scalar_args(uops)): return []
+    bufs = params[:len(params) - len(scalars)]
+    args = [p.rsplit(" ", 1)[1] for p in bufs] + \
+      [f"*(const {self.scalar_type(u.dtype)}*)(vars + {u.arg * VAR_SLOT})" for u in scalars]
+    return ["#ifdef LT_CUDACPU", f'extern "C" void {name}_vars({", ".join([*bufs, "const char* vars"])}) {{',
+            f"  {name}({', '.join(args)});", "}", "#endif"]
 
   def _check_limits(self, name: str, uops: list[UOp]) -> None:
     launch = launch_dims(uops)

@@ -14,7 +14,7 @@ import numpy as np
 
 from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
 from lazytensor.helpers import CPU_TARGET, FASTMATH
-from lazytensor.renderer import Renderer
+from lazytensor.renderer import VAR_SLOT, Renderer
 from lazytensor.renderer.cpu_target import CPUTarget, cpu_target
 from lazytensor.renderer.transcendental import pm_fast_math
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp
@@ -266,6 +266,11 @@ def _address_math(uops: list[UOp]) -> set[UOp]:
 
 def _define_global(f: _Function, u: UOp) -> str: return f"%data{u.arg}"
 
+def _define_var(f: _Function, u: UOp) -> str:
+  # the scalar arguments come in one block of memory after the buffers (VAR_SLOT)
+  at = f.emit(f"getelementptr inbounds i8, ptr %vars, i64 {u.arg * VAR_SLOT}")
+  return f.emit(f"load {ltype(u.dtype)}, ptr {at}, align {u.dtype.itemsize}")
+
 def _special(f: _Function, u: UOp) -> str:
   if not u.arg[0].startswith("core"): raise NotImplementedError(f"LLVM renderer: no {u.arg[0]} on the CPU (only core*)")
   return "%core_id" if u.dtype == dtypes.int32 else f.emit(f"sext i32 %core_id to {ltype(u.dtype)}")
@@ -428,7 +433,8 @@ def _where(f: _Function, u: UOp) -> str:
 def _unsupported(f: _Function, u: UOp) -> None: raise NotImplementedError(f"LLVM renderer: {u.op} has no CPU lowering")
 
 _HANDLERS: dict[Ops, Callable[[_Function, UOp], str | None]] = {
-  Ops.DEFINE_GLOBAL: _define_global, Ops.SPECIAL: _special, Ops.CONST: lambda f, u: lconst(u.dtype, u.arg),
+  Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.SPECIAL: _special,
+  Ops.CONST: lambda f, u: lconst(u.dtype, u.arg),
   Ops.VECTORIZE: _vectorize, Ops.GEP: _gep, Ops.RANGE: _range, Ops.ENDRANGE: _endrange, Ops.LOAD: _load,
   Ops.STORE: _store, Ops.DEFINE_ACC: _define_acc, Ops.ASSIGN: _assign,
   Ops.CAST: lambda f, u: _cast(f, u.src[0].dtype, u.dtype, f.r[u.src[0]]),
@@ -481,7 +487,9 @@ class LLVMRenderer(Renderer):
     # every argument index up to the highest, so that a buffer the program does not touch still has its slot (one
     # after the highest is kept by lower_kernel: a missing last one would hand %core_id its pointer)
     nbufs = max((u.arg + 1 for u in uops if u.op is Ops.DEFINE_GLOBAL), default=0)
-    args = [f"ptr noalias %data{i}" for i in range(nbufs)] + ["i32 %core_id"]
+    args = [f"ptr noalias %data{i}" for i in range(nbufs)]
+    if any(u.op is Ops.DEFINE_VAR for u in uops): args.append("ptr noalias readonly %vars")
+    args.append("i32 %core_id")
     head = f'define void @"{name}"({", ".join(args)}) #0 {{'
     return "\n".join([head, "entry:", *f.allocas, *f.lines, "  ret void", "}", *f.decls,
                       f"attributes #0 = {{ {self._attributes()} }}", *_NO_LOOP_VECTORIZE, ""])

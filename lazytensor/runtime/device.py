@@ -126,9 +126,10 @@ _compile_memo: LRU[str, bytes] = LRU(PROGRAM_CACHE)
 compile_stats: dict[str, int] = {"compiled": 0, "disk": 0, "memory": 0}
 
 class Program(Protocol):
-  """A loaded kernel. Returns its run time in seconds when `wait` is set."""
+  """A loaded kernel, called with its buffers' handles and its scalar arguments (`vals`, numpy scalars of the
+  ProgramSpec's `vars` dtypes). Returns its run time in seconds when `wait` is set."""
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
-               core_count: int = 1, wait: bool = False) -> float | None: ...
+               core_count: int = 1, wait: bool = False, vals: tuple[Any, ...] = ()) -> float | None: ...
 
 class Compiled:
   """A device: memory, a renderer, a compiler, and the class that loads and runs compiled programs."""

@@ -22,6 +22,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from lazytensor.helpers import CPU_TARGET, THREADS
+from lazytensor.renderer import VAR_SLOT
 from lazytensor.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
 from lazytensor.renderer.llvm import LLVMRenderer, cpu_readable_past
 from lazytensor.runtime import cpu_threads
@@ -183,6 +184,10 @@ def _kernel_type(nbufs: int) -> Any:
 # a buffer's address, read with no Python frame at every launch
 _addr = operator.attrgetter("addr")
 
+def pack_vars(vals: tuple[np.generic, ...]) -> ctypes.Array:
+  """A kernel's scalar arguments as the block of memory it reads them from (renderer.VAR_SLOT bytes each)."""
+  return (ctypes.c_uint64 * len(vals)).from_buffer_copy(b"".join(v.tobytes().ljust(VAR_SLOT, b"\0") for v in vals))
+
 class CPUProgram:
   """A compiled kernel loaded into its own MCJIT engine, which lives as long as the program: freeing the program (the
   runner cache dropped it, PROGRAM_CACHE) frees its code pages and target machine."""
@@ -213,13 +218,16 @@ class CPUProgram:
     except Exception: pass  # interpreter shutdown
 
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
-               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
-    if (fn := self._fns.get(len(bufs))) is None: fn = self._fns[len(bufs)] = _kernel_type(len(bufs))(self.addr)
+               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False,
+               vals: tuple[np.generic, ...] = ()) -> float | None:
+    addrs = list(map(_addr, bufs))
+    block = pack_vars(vals) if vals else None  # held until the kernel has returned
+    if block is not None: addrs.append(ctypes.addressof(block))
+    if (fn := self._fns.get(len(addrs))) is None: fn = self._fns[len(addrs)] = _kernel_type(len(addrs))(self.addr)
     if core_count == 1:  # on the calling thread (every eager launch of an unthreaded kernel), timed only if asked
       start = time.perf_counter() if wait else 0.0
-      fn(*map(_addr, bufs), 0)
+      fn(*addrs, 0)
       return time.perf_counter() - start if wait else None
-    addrs = list(map(_addr, bufs))
     # the worker threads start (and their spin loops compile) before the clock does: DEBUG=2 times the kernel only
     threads = min(core_count, int(THREADS.value))
     pool = cpu_threads.workers()

@@ -99,19 +99,25 @@ class CUDAProgram:
     self.prepared = False  # the argument format is set on first call, when the number of buffers is known
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
-               core_count: int = 1, wait: bool = False) -> float | None:
+               core_count: int = 1, wait: bool = False, vals: tuple[Any, ...] = ()) -> float | None:
     if core_count != 1: raise ValueError(f"CUDA {self.name}: core_count {core_count}; CUDA has no CPU threads (THREAD)")
     grid, block = _dims(global_size), _dims(local_size)
     drv = self.dev.drv
     with self.dev.current():
-      if not self.prepared: self.prepared = bool(self.fn.prepare("P" * len(bufs)))
+      # the scalar arguments by value after the buffers, in the struct format of their numpy dtypes
+      if not self.prepared: self.prepared = bool(self.fn.prepare("P" * len(bufs) + "".join(map(_struct_code, vals))))
       start, end = (drv.Event(), drv.Event()) if wait else (None, None)
       if start is not None: start.record()
-      self.fn.prepared_call(grid, block, *[int(b) for b in bufs])
+      self.fn.prepared_call(grid, block, *[int(b) for b in bufs], *vals)
       if end is None or start is None: return None
       end.record()
       end.synchronize()
       return float(end.time_since(start)) * 1e-3
+
+def _struct_code(v: Any) -> str:
+  """The struct module's code of a numpy scalar (int64 is "q": numpy's own character is "l" on Linux)."""
+  return {("f", 4): "f", ("f", 8): "d", ("i", 4): "i", ("i", 8): "q", ("u", 4): "I", ("u", 8): "Q"}[
+    (v.dtype.kind, v.dtype.itemsize)]
 
 def _dims(size: tuple[int, ...]) -> tuple[int, int, int]:
   d = tuple(int(s) for s in size) + (1,) * (3 - len(size))

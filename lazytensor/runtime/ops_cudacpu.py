@@ -33,7 +33,7 @@ from lazytensor.helpers import NVCC_CHECK, THREADS, ensure_cache_dir
 from lazytensor.renderer.cuda import CUDARenderer
 from lazytensor.runtime.cuda_compiler import CUDACompileError, cuda_compiler, kernel_name
 from lazytensor.runtime.device import Compiled, Compiler
-from lazytensor.runtime.ops_cpu import CPUAllocator, CPUMemory
+from lazytensor.runtime.ops_cpu import CPUAllocator, CPUMemory, pack_vars
 
 HEADERS = pathlib.Path(__file__).resolve().parent / "cudacpu"
 PRELUDE = HEADERS / "prelude.h"
@@ -185,6 +185,9 @@ class CudacpuProgram:
       self.so = ctypes.CDLL(f.name)  # mapped now; the file can go
     try: self.fn = ctypes.cast(getattr(self.so, name), ctypes.c_void_p).value
     except AttributeError: raise RuntimeError(f"CUDACPU: the compiled program has no kernel named {name!r}") from None
+    # a kernel with scalar arguments is entered through the function that takes them in memory (renderer/cuda.py)
+    entry = getattr(self.so, f"{name}_vars", None)
+    self.fn_vars = None if entry is None else ctypes.cast(entry, ctypes.c_void_p).value
     self._err = ctypes.create_string_buffer(1024)
 
   def __del__(self) -> None:
@@ -193,14 +196,20 @@ class CudacpuProgram:
     except Exception: pass  # interpreter shutdown
 
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
-               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
+               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False,
+               vals: tuple[Any, ...] = ()) -> float | None:
     grid, block = _dims(global_size), _dims(local_size)
     if (threads := block[0] * block[1] * block[2]) > self.device.renderer.threads_max:
       raise ValueError(f"CUDACPU {self.name}: a block of {threads} threads {tuple(block)}; at most "
                        f"{self.device.renderer.threads_max}")
-    args = (ctypes.c_void_p * max(len(bufs), 1))(*[b.addr for b in bufs])
+    addrs, fn = [b.addr for b in bufs], self.fn
+    scalars = pack_vars(vals) if vals else None  # held until the launch has returned
+    if scalars is not None:
+      if self.fn_vars is None: raise ValueError(f"CUDACPU {self.name}: {len(vals)} scalars for a kernel of none")
+      addrs, fn = addrs + [ctypes.addressof(scalars)], self.fn_vars
+    args = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
     start = time.perf_counter()
-    rc = self.runtime.lt_launch(self.fn, len(bufs), args, grid, block, int(THREADS.value), self._err, len(self._err))
+    rc = self.runtime.lt_launch(fn, len(addrs), args, grid, block, int(THREADS.value), self._err, len(self._err))
     elapsed = time.perf_counter() - start
     if rc != 0: raise RuntimeError(f"CUDACPU {self.name}: {self._err.value.decode(errors='replace')}")
     return elapsed if wait else None

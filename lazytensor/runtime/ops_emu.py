@@ -359,6 +359,7 @@ class Executable:
     self.pos = {u: i for i, u in enumerate(uops)}
     self.init: list[Any] = [None] * len(uops)
     self.globals: list[tuple[int, int, np.dtype]] = []
+    self.vars: list[tuple[int, int]] = []  # (value, index among the scalar arguments)
     self.locals: list[tuple[int, UOp]] = []
     self.specials: list[tuple[int, UOp]] = []
     self.warp = 1  # a block must hold whole warps of the widest tensor core it uses
@@ -418,11 +419,14 @@ class Executable:
         raise ValueError(f"EMU {self.name}: {u.arg[0]} counts to {u.arg[1]}, but the launch (global_size "
                          f"{g.global_size}, local_size {g.local_size}) gives it {size}")
 
-  def run(self, bufs: tuple[np.ndarray, ...], grid: Grid) -> None:
+  def run(self, bufs: tuple[np.ndarray, ...], grid: Grid, vals: tuple[np.generic, ...] = ()) -> None:
     v = list(self.init)
     for at, k, mem_np in self.globals:
       if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
       v[at] = bufs[k].view(mem_np)
+    for at, k in self.vars:
+      if k >= len(vals): raise ValueError(f"EMU {self.name}: the program uses var{k}, but got {len(vals)} scalars")
+      v[at] = vals[k]
     for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], grid.blocks)
     for at, u in self.specials: v[at] = grid.ids[u.arg[0]].astype(u.dtype.np, copy=False)  # the kernel's index dtype
     L = Launch(self.name, grid, v)
@@ -437,6 +441,7 @@ def _const(ex: Executable, i: int, u: UOp) -> None:
   ex.init[i] = np.full(u.dtype.count, value) if u.dtype.count > 1 else value
 
 def _define_global(ex: Executable, i: int, u: UOp) -> None: ex.globals.append((i, u.arg, _mem_np(u.dtype)))
+def _define_var(ex: Executable, i: int, u: UOp) -> None: ex.vars.append((i, u.arg))
 def _define_local(ex: Executable, i: int, u: UOp) -> None: ex.locals.append((i, u))
 def _special(ex: Executable, i: int, u: UOp) -> None:
   if u.arg[0] not in SPECIAL_NAMES:
@@ -538,7 +543,8 @@ def _unsupported(ex: Executable, i: int, u: UOp) -> Step:
   raise NotImplementedError(f"EMU: cannot run {u.op.name} (op {i})")
 
 _BUILD: dict[Ops, Callable[[Executable, int, UOp], Step | None]] = {
-  Ops.CONST: _const, Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_LOCAL: _define_local, Ops.SPECIAL: _special,
+  Ops.CONST: _const, Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.DEFINE_LOCAL: _define_local,
+  Ops.SPECIAL: _special,
   Ops.DEFINE_ACC: lambda ex, i, u: ex.pure(i, lambda init: init, u.src), Ops.LOAD: _load, Ops.STORE: _store,
   Ops.ASSIGN: _assign, Ops.IF: _if, Ops.BARRIER: _barrier, Ops.WMMA: _wmma,
   Ops.VECTORIZE: lambda ex, i, u: ex.pure(i, _vectorize, u.src),
@@ -566,7 +572,8 @@ class EmuProgram:
     self.grids: dict[tuple[tuple[int, ...], tuple[int, ...]], Grid] = {}
 
   def __call__(self, *bufs: np.ndarray, global_size: tuple[int, ...] = (1, 1, 1),
-               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False) -> float | None:
+               local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False,
+               vals: tuple[np.generic, ...] = ()) -> float | None:
     """One launch of global_size blocks of local_size threads (a ProgramSpec's launch dims)."""
     if core_count != 1: raise ValueError(f"EMU {self.name}: core_count {core_count}; EMU has no CPU threads (THREAD)")
     dims = (tuple(global_size), tuple(local_size))
@@ -575,7 +582,7 @@ class EmuProgram:
       self.exe.check_launch(grid)
       self.grids[dims] = grid
     start = time.perf_counter()
-    self.exe.run(bufs, grid)
+    self.exe.run(bufs, grid, vals)
     return time.perf_counter() - start if wait else None
 
 class EmuDevice(Compiled):

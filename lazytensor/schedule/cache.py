@@ -11,13 +11,22 @@ Two keys find a template:
     eager call whose structure was seen finds its schedule without building the abstract graph (a 16-element add:
     about a third of the time to realize it). Equal structures have equal abstract graphs, since each entry holds
     what its abstract node is made of; the converse is not needed (a miss only costs the abstract walk).
+
+Constants, as torch.compile's "automatic dynamic" treats shapes: the structure writes each constant of a scalar
+argument's dtype (ARG_DTYPES) as a position, not a value, and `Positions` remembers, per structure, the values the first
+graph had there. While a position keeps that value the graph is scheduled with it (a specialized kernel: x*1, x+0 and
+their kin fold away); the first graph with another value there makes the position dynamic for good, and from then on
+the abstract graph holds a DEFINE_VAR in its place: the kernels take the number as an argument, each schedule item
+carries the values to pass (`ScheduleItem.vals`), and one compiled program serves every later value (a learning rate
+that changes every step compiles twice, not once a step). A position is the constant's node, so two positions that
+hold equal values in one graph are one (x * a + a is another structure than x * a + b).
 """
 from __future__ import annotations
 
 import weakref
 from typing import Any, NamedTuple
 
-from lazytensor.dtype import dtypes
+from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import IndexFlags
@@ -25,16 +34,24 @@ from lazytensor.uop.ops import NodeMap, Ops, UOp
 
 
 class ScheduleItem(NamedTuple):
-  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first. (A NamedTuple: an
-  eager step makes one per kernel, at a third of a frozen dataclass's cost.)"""
+  """One kernel (ast is a SINK of STOREs) or one copy (ast is a COPY); bufs lists outputs first, vals the numbers the
+  kernel's scalar arguments (its DEFINE_VARs, by index) take. (A NamedTuple: an eager step makes one per kernel, at a
+  third of a frozen dataclass's cost.) In a template, vals holds the slots of the abstract graph's DEFINE_VARs that
+  each argument takes its value from, as its placeholder buffers stand for the caller's."""
   ast: UOp
   bufs: tuple[Buffer, ...]
+  vals: tuple[Any, ...] = ()
 
 # a ScheduleItem made without the Python __new__ of a NamedTuple: an eager step makes one per kernel
 _new_item = tuple.__new__
 
 # read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
-_BUFFER, _CONTIGUOUS, _VIEW = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW
+_BUFFER, _CONTIGUOUS, _VIEW, _CONST = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW, Ops.CONST
+
+# the dtypes of the constants that may become kernel arguments: those every runtime passes as a plain machine number
+ARG_DTYPES: frozenset[DType] = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32,
+                                          dtypes.uint64})
+_ARG_IDENTS = frozenset(dt.ident for dt in ARG_DTYPES)
 _BUFFER_ATTR = buffer_map.attr
 
 # computed node -> VIEW(BUFFER) holding its value, kept on the node: an entry lives as long as some graph holds the node
@@ -49,6 +66,7 @@ class Abstract(NamedTuple):
   sink: UOp
   origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
   params: list[UOp]       # parameter slot -> the caller's BUFFER node
+  consts: list[UOp]       # DEFINE_VAR slot -> the caller's CONST node
 
 # placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
 # (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
@@ -72,8 +90,11 @@ class _TooDeep(Exception):
 
 class _Abstracter:
   """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
-  the graph still to compute, not the history behind its inputs."""
-  def __init__(self) -> None:
+  the graph still to compute, not the history behind its inputs. The CONST nodes in `dynamic` become DEFINE_VARs,
+  numbered by their position there."""
+  def __init__(self, dynamic: list[UOp] | None = None) -> None:
+    self.consts = dynamic or []
+    self.var_slots = {c: i for i, c in enumerate(self.consts)}
     self.done: dict[UOp, UOp] = {}     # caller's node -> abstract node
     self.in_hits: dict[UOp, UOp] = {}  # the same for the nodes of realized values (not looked up in realized_map)
     self.origin: dict[UOp, UOp] = {}
@@ -93,6 +114,8 @@ class _Abstracter:
     if node.op is Ops.CONTIGUOUS and node.arg is not None:
       self.contiguous += 1
       return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
+    if node.op is _CONST and (slot := self.var_slots.get(node)) is not None:
+      return UOp(Ops.DEFINE_VAR, node.dtype, src, slot)
     return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
   def plain(self, root: UOp) -> UOp:
@@ -115,7 +138,7 @@ class _Abstracter:
       if depth > _MAX_RECURSION: raise _TooDeep
       src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
       op = node.op
-      if op is Ops.BUFFER or op is Ops.CONTIGUOUS: new = self.convert(node, src)
+      if op is Ops.BUFFER or op is Ops.CONTIGUOUS or op is _CONST: new = self.convert(node, src)
       else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
     self.done[node] = new
     self.origin[new] = node
@@ -128,7 +151,7 @@ class _Abstracter:
       if node in done: continue
       if expanded:
         src = tuple([done[s] for s in node.src])
-        if node.op is Ops.BUFFER or node.op is Ops.CONTIGUOUS: new = self.convert(node, src)
+        if node.op in (Ops.BUFFER, Ops.CONTIGUOUS, _CONST): new = self.convert(node, src)
         else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
       elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
       else:
@@ -144,10 +167,11 @@ class Substituter(_Abstracter):
   def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
     return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
-def abstract(outs: list[UOp]) -> Abstract:
+def abstract(outs: list[UOp], dynamic: list[UOp] | None = None) -> Abstract:
+  """The abstract graph of `outs`, with the CONST nodes in `dynamic` as kernel arguments (Positions.dynamic)."""
   # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
-  a = _Abstracter()
-  return Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params)
+  a = _Abstracter(dynamic)
+  return Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params, a.consts)
 
 class Template:
   """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
@@ -171,16 +195,20 @@ class Template:
     self.fresh = [b for b in made if not isinstance(b, IndexFlags)]
     self.flags = [b for b in made if isinstance(b, IndexFlags)]
     for i, b in enumerate([*self.fresh, *self.flags]): position[id(b)] = len(params) + i
-    self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs)) for it in items]
+    self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs), it.vals) for it in items]
     # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
     self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
     self.fresh_names = [(n, position[id(buffer_map[n])]) for n in value_buffers if not isinstance(n.arg[2], tuple)]
+    # a value that is no buffer's (a constant output) may hold a kernel argument: the caller's constant stands there
+    self.var_names = [(n, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
     self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
 
-  def instantiate(self, params: list[UOp], origins: list[UOp | None]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    """The schedule with the caller's buffers: `params` are its BUFFER nodes by parameter slot, `origins` its node
-    for each value of `becomes` (None where its graph has none)."""
+  def instantiate(self, params: list[UOp], origins: list[UOp | None],
+                  consts: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The schedule with the caller's buffers and numbers: `params` are its BUFFER nodes by parameter slot, `consts`
+    its CONST nodes by DEFINE_VAR slot, `origins` its node for each value of `becomes` (None where its graph has
+    none)."""
     # loops rather than comprehensions: each of those is a function call on Python 3.11, and an eager step has a
     # handful of buffers
     schedule_stats["reused" if self.uses else "scheduled"] += 1
@@ -190,10 +218,12 @@ class Template:
     for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
     bufs += self.flags
     items: list[ScheduleItem] = []
-    for ast, positions in self.item_bufs: items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__,
-                                                                                                 positions)))))
+    for ast, positions, slots in self.item_bufs:
+      vals = tuple([consts[s].arg for s in slots]) if slots else ()
+      items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__, positions)), vals)))
     names: dict[UOp, UOp] = {}
     for n, slot in self.param_names: names[n] = params[slot]
+    for n, slot in self.var_names: names[n] = consts[slot]
     for n, i in self.fresh_names:
       buf = bufs[i]
       names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
@@ -209,6 +239,12 @@ class Template:
 
 # a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
 _NUMBERED = "param"
+# a constant that may become a kernel argument stands in the structure by its position too (Positions)
+_POSITION = "position"
+
+def _value_key(arg: Any) -> Any:
+  # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
+  return (type(arg), repr(arg) if isinstance(arg, float) else arg)
 
 class Structure:
   """The walk `abstract` makes (the same order, the same stops at realized nodes), each node written as a tuple: what
@@ -223,6 +259,8 @@ class Structure:
     self.params: list[UOp] = []         # parameter slot -> the caller's BUFFER node
     self.slots: dict[UOp, int] = {}
     self.aliases: dict[int, int] = {}
+    self.consts: list[UOp] = []         # position -> the caller's CONST node there (Positions)
+    self.const_keys: list[Any] = []     # position -> its value, as _value_key writes it
 
   def param(self, node: UOp) -> int:
     """The entry of a BUFFER node: its parameter's, made when the walk first meets it."""
@@ -236,10 +274,21 @@ class Structure:
   def convert(self, node: UOp, src: tuple[int, ...]) -> int:
     op, entries = node.op, self.entries
     if op is _BUFFER: return self.param(node)
+    if op is _CONST and node.dtype.ident in _ARG_IDENTS and node.src:
+      self.consts.append(node)
+      self.const_keys.append(_value_key(node.arg))
+      entries.append((op, node.dtype.ident, src, _POSITION))
+      return len(entries) - 1
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
-    # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
     entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
     return len(entries) - 1
+
+  def values(self, dynamic: tuple[int, ...]) -> tuple[Any, ...]:
+    """The constants' values at the positions that are not `dynamic`: with the structure, what keys a schedule."""
+    if not dynamic: return tuple(self.const_keys)
+    keys = self.const_keys[:]
+    for i in dynamic: keys[i] = None
+    return tuple(keys)
 
   def plain(self, root: UOp) -> int:
     for node in root.toposort:
@@ -276,12 +325,41 @@ def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure] | None:
   except _TooDeep: return None
   return (tuple(s.entries), tuple(roots)), s
 
+class Positions:
+  """The constant positions of one structure: the values its first graph had there, and the positions that have seen
+  another value since (`dynamic`, for good), whose constants are kernel arguments."""
+  def __init__(self, walk: Structure) -> None:
+    self.first = walk.values(())
+    self.dynamic: tuple[int, ...] = ()
+
+  def update(self, walk: Structure) -> Positions:
+    """These positions, once those where this graph's values differ from the first graph's have joined `dynamic`."""
+    if walk.consts and (values := walk.values(())) != self.first:
+      changed = {i for i, (a, b) in enumerate(zip(values, self.first)) if a != b}
+      if not changed <= set(self.dynamic):
+        self.dynamic = tuple(sorted(changed | set(self.dynamic)))
+        if DEBUG.value >= 1: print(f"schedule cache: {len(self.dynamic)} constants become kernel arguments")
+    return self
+
 class Found(NamedTuple):
   """What a structure names: its template (held here too: a structure seen again finds it without the abstract graph,
-  even once `templates` has dropped it), and for each value of the template's `becomes` the entry of the caller's node
-  it stands for (None: the graph has no such node)."""
+  even once `templates` has dropped it), for each value of the template's `becomes` the entry of the caller's node
+  it stands for (None: the graph has no such node), the structure's constant positions, those that are kernel
+  arguments in the template, and the values of the others, which the template holds."""
   template: Template
   entries: list[int | None]
+  positions: Positions
+  dynamic: tuple[int, ...]
+  values: tuple[Any, ...]
+
+def find(key: tuple[Any, ...], walk: Structure, scalar_args: bool) -> tuple[Found | None, Positions, tuple[int, ...]]:
+  """The schedule of the structure `key` if it suits this graph's values (`walk`), the structure's positions (after
+  those values, on a miss) and which of them are kernel arguments; without `scalar_args`, none."""
+  found = structures.get(key)
+  # an eager step that repeats a graph finds its schedule by one tuple of values: its positions stand as they were
+  if found is not None and walk.values(found.dynamic) == found.values: return found, found.positions, found.dynamic
+  positions = found.positions if found is not None else Positions(walk)
+  return None, positions, positions.update(walk).dynamic if scalar_args else ()
 
 def found_entries(s: Structure, a: Abstract, template: Template) -> list[int | None] | None:
   """The entry of the caller's node behind each value of `becomes` (a.origin), for `Found`; None if one has none."""
@@ -306,7 +384,8 @@ def origins(s: Structure, found: Found) -> list[UOp | None] | None:
 # with BEAM a search of that width (whose choice may differ with the thread count); the knobs as
 # codegen/program.knob_key says, the one list of the knobs that change compiled code
 templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
-# keyed by a structure and the same knobs
+# keyed by a structure and the same knobs: the schedule of its latest values (once its numbers that change are kernel
+# arguments, of all of them)
 structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}

@@ -19,7 +19,7 @@ from lazytensor.dtype import dtypes
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, UOp, identity_element
 
-LEAVES = (Ops.LOAD, Ops.GATHER, Ops.CONST, Ops.IOTA, Ops.VALID)
+LEAVES = (Ops.LOAD, Ops.GATHER, Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, Ops.VALID)
 
 def _view(u: UOp) -> ShapeTracker | None:
   return next((s.arg for s in u.src if s.op is Ops.VIEW), None)

@@ -30,7 +30,7 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> tuple[list[Schedul
     for b in item.bufs[:_outputs_of(item)]:
       if id(b) in intermediates and id(b) not in replace and (pool := free.get((b.device, b.size, b.dtype))):
         replace[id(b)] = pool.pop()
-    out.append(type(item)(item.ast, tuple(replace.get(id(b), b) for b in item.bufs)))
+    out.append(item._replace(bufs=tuple(replace.get(id(b), b) for b in item.bufs)))
     for b in item.bufs:
       if id(b) in intermediates and last_use[id(b)] == i:
         free.setdefault((b.device, b.size, b.dtype), []).append(replace.get(id(b), b))

@@ -31,7 +31,8 @@ def _loaded_variant(device: Compiled, width: int, items: Sequence[tuple[UOp, Seq
     spec, program = build_program(beam_search(Kernel(ast, device.renderer), device, width), device)
     for s, b in zip(buffer_specs(ast), bufs):
       if s.loaded: b.copyin(raw_bytes(input_values(s)))
-    runs.append(functools.partial(_run_program, program, [b.handle for b in bufs], spec.launch.kwargs()))
+    launch = spec.launch.kwargs() | {"vals": spec.var_args()}  # scalar arguments: 1 each, for every variant alike
+    runs.append(functools.partial(_run_program, program, [b.handle for b in bufs], launch))
   return lambda: sum(run() for run in runs)
 
 def _run_program(program: Any, handles: list[Any], launch: dict[str, Any]) -> float:

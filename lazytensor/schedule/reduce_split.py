@@ -25,6 +25,8 @@ SPLIT_MIN_ROWS = 64  # at least this many rows to reduce: 8 partial sums each
 SPLIT_MIN_ROW_BYTES = 4096  # a page: the contiguous run of outputs that one row holds
 SPLIT_L3_FRACTION = 2  # the operand at least this fraction of L3
 
+_NUMBERS = (Ops.CONST, Ops.DEFINE_VAR)  # read no buffer
+
 def _leaf_strides(u: UOp, axis: int) -> list[tuple[int, int]] | None:
   """(stride along `axis`, stride along the last axis) of each buffer that `u` reads through elementwise ops, in
   elements; None where it reads something else (a computed value, a view of more than one layer)."""
@@ -33,7 +35,7 @@ def _leaf_strides(u: UOp, axis: int) -> list[tuple[int, int]] | None:
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
-    if n.op is Ops.CONST or (n.op is Ops.VIEW and n.src[0].op is Ops.CONST): continue
+    if n.op in _NUMBERS or (n.op is Ops.VIEW and n.src[0].op in _NUMBERS): continue
     if n.op is Ops.VIEW and n.src[0].op is Ops.BUFFER:
       if len(n.arg.views) != 1: return None
       strides = n.arg.views[0].strides

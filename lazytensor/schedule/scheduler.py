@@ -17,7 +17,7 @@ from typing import Any
 
 from lazytensor.codegen.program import knob_key
 from lazytensor.dtype import dtypes
-from lazytensor.helpers import BEAM, SCHEDULE_CACHE, argsort, knob_state, prod
+from lazytensor.helpers import BEAM, SCALAR_ARGS, SCHEDULE_CACHE, argsort, knob_state, prod
 from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule import cache
@@ -33,7 +33,7 @@ from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import is_own_value
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
-LEAVES = {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE}
+LEAVES = {Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, Ops.DEVICE}
 
 # called with each graph scheduled anew (not for a schedule cache hit): the graph as the fusion rules see it, its
 # materialized nodes with the reasons, and each of those with its items in the order they run (lazytensor/viz)
@@ -181,7 +181,7 @@ def _must_realize_roots(sink: UOp) -> dict[UOp, str]:
   roots: dict[UOp, str] = {}
   for out in sink.src:
     base = out.base
-    if base.op not in (Ops.BUFFER, Ops.CONST):
+    if base.op not in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR):
       roots.setdefault(out if _computes_part(out, sink.src) else base, "an output")
   for node in sink.toposort:
     if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): roots.setdefault(node, f"{node.op.name.lower()} asks for it")
@@ -363,7 +363,8 @@ class _KernelBuilder:
         return self.load(self.leaf_buffers[base], _compose(node.arg, pending))
       return self.visit(base, _compose(node.arg, pending))
     st = pending if pending is not None else ShapeTracker.from_shape(node.shape)
-    if node.op is Ops.CONST: return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+    if node.op in (Ops.CONST, Ops.DEFINE_VAR):  # a number, or a kernel argument that stands for one
+      return UOp(node.op, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
     if node.op is Ops.IOTA: return UOp(Ops.IOTA, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
     if node.op is Ops.REDUCE_AXIS:
       assert pending is None or (pending.contiguous and pending.shape == node.shape), (
@@ -467,26 +468,33 @@ def _build_kernels(sink: UOp, g: _Graph, leaf_buffers: dict[UOp, Buffer]) -> \
 
 def _item(ast: UOp, bufs: list[Buffer]) -> ScheduleItem:
   """A kernel of the AST with the buffers it uses, renumbered 0..n-1 in their order (a kernel split in two uses part
-  of the buffers each)."""
+  of the buffers each), and its scalar arguments numbered 0..m-1, each with the slot of the graph's DEFINE_VAR it
+  reads (the template's placeholder for the value): kernels that differ only in which constants of their graphs they
+  take are one kernel."""
   used = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL})
-  if used == list(range(len(bufs))): return ScheduleItem(ast, tuple(bufs))
-  renumber = {u: u.replace(arg=used.index(u.arg)) for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}
-  return ScheduleItem(ast.substitute(renumber), tuple(bufs[i] for i in used))
+  slots = tuple(dict.fromkeys(u.arg for u in ast.toposort if u.op is Ops.DEFINE_VAR))
+  index = {Ops.DEFINE_GLOBAL: used.index, Ops.DEFINE_VAR: slots.index}
+  renumber = {u: u.replace(arg=new) for u in ast.toposort if u.op in index and (new := index[u.op](u.arg)) != u.arg}
+  return ScheduleItem(ast.substitute(renumber) if renumber else ast, tuple(bufs[i] for i in used), slots)
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
 
   A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
-  reuses that schedule with its own buffers (schedule/cache.py). Nothing is recorded until the caller has run
-  the items and calls `commit_realized(becomes)`."""
+  reuses that schedule with its own buffers (schedule/cache.py); a constant that has had another value there before
+  is a kernel argument, and the items carry this graph's value. Nothing is recorded until the caller has run the
+  items and calls `commit_realized(becomes)`."""
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
+  dynamic: list[UOp] = []
   if seen is not None:
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
     key, walk = (seen[0], knob_state()), seen[1]
-    if (found := cache.structures.get(key)) is not None and (origins := cache.origins(walk, found)) is not None:
-      return found.template.instantiate(walk.params, origins)
-  abstract = cache.abstract(outs)
+    found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS))
+    dynamic = [walk.consts[i] for i in at] if at else []
+    if found is not None and (origins := cache.origins(walk, found)) is not None:
+      return found.template.instantiate(walk.params, origins, dynamic)
+  abstract = cache.abstract(outs, dynamic)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   # the packing copies a schedule makes are the CPU target's heuristics', or a BEAM search's of that width: keyed by
   # the knobs every program key holds (knob_key: the target, THREADS) and the width
@@ -501,8 +509,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
     if cap > 0: cache.templates.put(template_key, template)
   if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
-    cache.structures.put(key, cache.Found(template, entries))
-  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes])
+    cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at)))
+  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts)
 
 @dataclass(frozen=True)
 class _Built:

@@ -44,6 +44,10 @@ class Ops(enum.Enum):
   # kernel AST and loop level
   DEFINE_GLOBAL = enum.auto()  # arg=index of the kernel argument; dtype is a PtrDType
   DEFINE_LOCAL = enum.auto()   # arg=(name, size); shared memory of a GPU block
+  # a scalar argument of a kernel, a number passed at each launch in place of a CONST (schedule/cache.py says when):
+  # arg=its index among the kernel's scalar arguments (in the abstract tensor graph, its slot there); in the tensor
+  # graph and the AST src is a CONST's (DEVICE, or the VIEW it is read through), at the loop level none
+  DEFINE_VAR = enum.auto()
   DEFINE_ACC = enum.auto()     # arg=uid; src=(initial value,); a register that a reduce accumulates into
   SPECIAL = enum.auto()        # arg=(name, size): a launch index (gidx0, lidx1, core id)
   RANGE = enum.auto()          # arg=(axis, kind); src=(start, end): a loop variable

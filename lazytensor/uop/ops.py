@@ -275,6 +275,7 @@ def _multi_shape(u: UOp) -> tuple[int, ...]:
 
 _shape_rules: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.BUFFER: lambda u: (u.arg[1],), Ops.IOTA: lambda u: (u.arg,), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
+  Ops.DEFINE_VAR: lambda u: (),
   Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape, Ops.MULTI: _multi_shape,
   Ops.RESHAPE: lambda u: u.arg, Ops.EXPAND: lambda u: u.arg, Ops.FLIP: lambda u: u.src[0].shape,
   Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
