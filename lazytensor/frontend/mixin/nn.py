@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from lazytensor.dtype import dtypes
+from lazytensor.frontend.autocast import low_precision
 from lazytensor.frontend.mixin.conv import Padding, conv, conv_padding, conv_params, conv_transpose
 from lazytensor.frontend.mixin.random import RandomMixin
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
@@ -282,7 +283,9 @@ class NNMixin(RandomMixin):
     >>> Tensor([[1.0, 2.0]]).linear(Tensor([3.0, 4.0]), Tensor([0.5, 0.5])).tolist()
     [[3.5, 8.5]]
     """
-    x = self * weight if weight.ndim == 1 else self @ weight
+    if weight.ndim == 1: x = self * weight
+    else:  # autocast: the bias in half too, as torch's linear (else it promotes the half product back to float32)
+      x, bias = self @ weight, None if bias is None else bias.cast(low_precision(bias.dtype))
     return x + bias if bias is not None else x
 
   # ---- pooling and resampling: over the trailing dims, as many as the kernel has ----

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 from lazytensor.dtype import DType, dtypes, promote_types
+from lazytensor.frontend.autocast import low_precision
 from lazytensor.helpers import ArgumentError
 
 # the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
@@ -142,6 +143,7 @@ def _matmul(x: TensorT, w: TensorT) -> TensorT:
       raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
                           "that do not broadcast")
   k, m = a.shape[-1], b.shape[-1]
+  a, b = a.cast(low_precision(a.dtype)), b.cast(low_precision(b.dtype))  # autocast: float32 operands in half
   # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel; the scheduler may read B from a re-laid copy
   # where the device's heuristics ask for one (engine/schedule.pack_operands)
   out = a.reshape(*a.shape[:-1], 1, k)._sum_of_products(b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k), -1)

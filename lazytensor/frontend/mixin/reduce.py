@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
+from lazytensor.frontend.autocast import widened
 from lazytensor.frontend.mixin.products import Axis, _einsum, _matmul
 from lazytensor.frontend.mixin.special import SpecialMixin
 from lazytensor.helpers import dim_alias, prod
@@ -60,7 +61,7 @@ class ReduceMixin(SpecialMixin):
 
   def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DType | str | None) -> Self:
     """sum and prod: torch's result dtype, a float32 accumulator for 16-bit floats, the identity for empty inputs."""
-    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    out = to_dtype(dtype) if dtype is not None else widened(self._sum_dtype())  # autocast: half sums give float32
     if self.numel() == 0 and self.ndim: return self._empty_reduce(0 if op is Ops.ADD else 1, axis, keepdim, out)
     return self.cast(self._acc_dtype(out))._reduce(op, axis, keepdim).cast(out)
 
@@ -132,7 +133,7 @@ class ReduceMixin(SpecialMixin):
     acc = self._acc_dtype(x.dtype)  # float16 sums overflow long before their mean does
     total = x.sum(axis, keepdim, dtype=acc)
     count = prod(self.shape[a] for a in self._axes(axis))
-    return (total * (1 / count) if count else total / 0).cast(x.dtype)
+    return (total * (1 / count) if count else total / 0).cast(widened(x.dtype))
 
   def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
     """The variance over `axis`, dividing by (count - correction); ints become float.
@@ -243,7 +244,7 @@ class ReduceMixin(SpecialMixin):
     axis = dim_alias("softmax", axis, dim, -1)
     x = self._to_float()
     if x.numel() == 0: return x._check_axis(axis)
-    if x.dtype.is_half: return x.float().softmax(axis).cast(x.dtype)  # see log_softmax
+    if x.dtype.is_half: return x.float().softmax(axis).cast(widened(x.dtype))  # see log_softmax; autocast: float32
     # the shift by the max cancels out of the result, so it is detached: its gradient would be zero, at the cost of
     # two more backward kernels (the tie mask and its count)
     e = (x - x.max(axis, keepdim=True).detach()).exp()
@@ -260,7 +261,7 @@ class ReduceMixin(SpecialMixin):
     if x.numel() == 0: return x._check_axis(axis)
     # 16-bit floats in float32, rounded once, as torch: the log of a sum near 1 rounded to half first was 0 or an ulp
     # of 1 (float16 log_softmax of [[0, -7], [-7, 0]] gave -0.000977 where it is -0.000912)
-    if x.dtype.is_half: return x.float().log_softmax(axis).cast(x.dtype)
+    if x.dtype.is_half: return x.float().log_softmax(axis).cast(widened(x.dtype))
     # the shift cancels out (see softmax): no gradient through it
     shifted = x - x.max(axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
