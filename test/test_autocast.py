@@ -194,5 +194,6 @@ def test_docstring_examples() -> None:
 
   import lazytensor.frontend.autocast
   import lazytensor.nn.amp
-  results = [doctest.testmod(m, optionflags=doctest.ELLIPSIS) for m in (lazytensor.frontend.autocast, lazytensor.nn.amp)]
+  modules = (lazytensor.frontend.autocast, lazytensor.nn.amp)
+  results = [doctest.testmod(m, optionflags=doctest.ELLIPSIS) for m in modules]
   assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) >= 8, results
