@@ -51,11 +51,12 @@ class ReduceMixin(SpecialMixin):
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out.is_half else out
 
-  def _sum_of_products(self, other: Self, axis: Axis) -> Self:
-    """(self * other).sum(axis) in their promoted dtype, the products made and summed in the accumulator's dtype and
-    rounded once: float32 for 16-bit floats (a product of two of them is exact in it), as torch's matmul and conv on
-    the CPU; rounding each product to half before summing was off by an ulp or more in about half the results."""
-    out = promote_types(self.dtype, other.dtype)
+  def _sum_of_products(self, other: Self, axis: Axis, dtype: DType | None = None) -> Self:
+    """(self * other).sum(axis) in `dtype` (their promoted dtype by default), the products made and summed in the
+    accumulator's dtype and rounded once: float32 for 16-bit floats (a product of two of them is exact in it), as
+    torch's matmul and conv on the CPU; rounding each product to half before summing was off by an ulp or more in about
+    half the results."""
+    out = dtype if dtype is not None else promote_types(self.dtype, other.dtype)
     acc = self._acc_dtype(out)
     return (self.cast(acc) * other.cast(acc)).sum(axis, dtype=acc).cast(out)
 
@@ -317,21 +318,24 @@ class ReduceMixin(SpecialMixin):
 
   # ---- matmul and einsum ----
 
-  def dot(self, w: Self) -> Self:
-    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
+  def dot(self, w: Self, dtype: DType | str | None = None) -> Self:
+    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions; `dtype` (tinygrad's) is the
+    result's, the products summed in it or in float32 if it is a 16-bit float.
 
     >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[1], [1]])).tolist()
     [[3], [7]]
+    >>> Tensor([[1.0, 2.0]]).half().dot(Tensor([[3.0], [4.0]]).half(), dtype="float32").dtype
+    dtypes.float32
     """
-    return _matmul(self, w)
+    return _matmul(self, w, None if dtype is None else to_dtype(dtype))
 
-  def matmul(self, w: Self) -> Self:
+  def matmul(self, w: Self, dtype: DType | str | None = None) -> Self:
     """The matrix product (`@`): the same as dot.
 
     >>> (Tensor([[1, 2]]) @ Tensor([[3], [4]])).tolist()
     [[11]]
     """
-    return self.dot(w)
+    return self.dot(w, dtype)
 
   def __matmul__(self, x: Self) -> Self: return self.matmul(x)
   def __rmatmul__(self, x: Self) -> Self:
