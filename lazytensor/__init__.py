@@ -2,6 +2,7 @@
 from lazytensor import func, nn
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.jit import TinyJit
+from lazytensor.frontend.autocast import autocast
 from lazytensor.frontend.mixin.multi import DeviceMesh
 from lazytensor.frontend.tensor import Tensor, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from lazytensor.helpers import Context, GlobalCounters
@@ -10,5 +11,5 @@ from lazytensor.runtime.device import Device, max_memory_allocated, memory_alloc
 from lazytensor.version import __version__
 
 __all__ = ["Tensor", "DeviceMesh", "DType", "dtypes", "Device", "Context", "GlobalCounters", "no_grad",
-           "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "TinyJit", "nn", "func", "shard_map",
-           "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "__version__"]
+           "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "autocast", "TinyJit", "nn", "func",
+           "shard_map", "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "__version__"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from lazytensor import Context, Tensor, dtypes
+from lazytensor import Context, Tensor, autocast, dtypes
 from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType, from_storage
 from lazytensor.engine.realize import compile_kernel, run_schedule
@@ -190,6 +190,22 @@ def test_bfloat16_matmul_on_tensor_cores() -> None:
   assert k.tensor_core is not None and k.tensor_core.tc.name == "m16n8k16_bf16_f32"  # the heuristics pick bf16 TC
   assert "#include <cuda_bf16.h>" in src and "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
   assert "lt_mma_m16n8k16_bf16_f32(" in src and "lt_mma_m16n8k16_f16_f32" not in src
+
+def _autocast_matmul(m: Maker) -> Tensor:
+  with autocast(dtypes.half): return m(64, 32) @ m(32, 48)
+
+@needs_nvcc
+@pytest.mark.parametrize("dt,build", [
+  (dtypes.float16, lambda m: m(64, 32).half() @ m(32, 48).half()),
+  (dtypes.bfloat16, lambda m: m(64, 32).cast(dtypes.bfloat16) @ m(32, 48).cast(dtypes.bfloat16)),
+  (dtypes.float16, _autocast_matmul)], ids=["half", "bfloat16", "autocast"])
+def test_16_bit_casts_of_float32_on_tensor_cores(dt: DType, build: Build) -> None:
+  # one kernel: each thread loads float32 elements and rounds them in registers into its fragments (they were stored
+  # as float32 copies first, and the product of float32 loads took no tensor core)
+  [(k, src)] = check(build, tol=1e-1 if dt == dtypes.bfloat16 else 1e-2)
+  name = "bf16" if dt == dtypes.bfloat16 else "f16"
+  assert k.tensor_core is not None and f".m16n8k16.row.col.f32.{name}.{name}.f32" in src
+  assert "const float* __restrict__ data1" in src and f"__float2{'bfloat16' if name == 'bf16' else 'half'}(val" in src
 
 OTHERS: dict[str, Build] = {
   "conv": lambda m: m(2, 3, 12, 12).conv2d(m(8, 3, 3, 3), padding=1),

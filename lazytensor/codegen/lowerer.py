@@ -466,17 +466,18 @@ class _ReduceLowerer:
     the warp multiplies-accumulates them into its C registers."""
     lw, k, tc = self.lw, self.k, use.tc
     k0 = lw.axis_idx[use.axis_k] * tc.dims[2]
-    def frag(load: UOp, f: Fragment, axes: tuple[int, int], base: tuple[UOp, UOp]) -> UOp:
+    def frag(load: UOp, operand: UOp, f: Fragment, axes: tuple[int, int], base: tuple[UOp, UOp]) -> UOp:
       st, elems = k.st_of(load), []
       for j in range(f.size):
         row, col = _fragment_coords(f, lw.tc_lane, _const(j))
         at = {axes[0]: base[0] + row, axes[1]: base[1] + col}
         idxs = [_const(0) if st.shape[a] == 1 else at.get(a, lw.axis_idx.get(a, _const(0))) for a in range(k.shape_len)]
-        elems.append(_gated_load(load.src[0], load.dtype, *lw.indexed(load, idxs)))
-      return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), tuple(elems))
+        # the operand's casts (a float32 load rounded to half), in registers on the way into the fragment
+        elems.append(operand.substitute({load: _gated_load(load.src[0], load.dtype, *lw.indexed(load, idxs))}))
+      return UOp(Ops.VECTORIZE, tc.dtype_in.vec(len(elems)), tuple(elems))
     tile_m, tile_n = lw.tc_tile[use.axis_m], lw.tc_tile[use.axis_n]
-    a = frag(use.load_a, tc.a, (use.axis_m, use.axis_k), (tile_m, k0))
-    b = frag(use.load_b, tc.b, (use.axis_k, use.axis_n), (k0, tile_n))
+    a = frag(use.load_a, use.in_a, tc.a, (use.axis_m, use.axis_k), (tile_m, k0))
+    b = frag(use.load_b, use.in_b, tc.b, (use.axis_k, use.axis_n), (k0, tile_n))
     dtype = self.node.dtype.vec(tc.c.size)
     ranges = tuple(lw.axis_idx[r] for r in k.axes_of(AxisKind.REDUCE))
     return UOp(Ops.REDUCE, dtype, (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims)))

@@ -13,6 +13,7 @@ from typing import Any
 from lazytensor.dtype import dtypes
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import make_tuple, prod
+from lazytensor.nn import amp as amp
 from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
 from lazytensor.nn import state as state

@@ -10,9 +10,9 @@ import copy
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
-from lazytensor.dtype import PtrDType
+from lazytensor.dtype import DType, PtrDType
 from lazytensor.helpers import colored, prod, to_function_name
 from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
 from lazytensor.renderer import Renderer, TensorCore
@@ -24,27 +24,42 @@ VIEW_OPS = GroupOp.Load | GroupOp.Store | {Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, 
 
 @dataclass(frozen=True)
 class TensorCoreUse:
-  """A kernel mapped onto a tensor core: which one, which axes are M, N and K, which loads feed A and B."""
+  """A kernel mapped onto a tensor core: which one, which axes are M, N and K, which loads feed A and B, and the
+  operands as the instruction takes them (`in_a`, `in_b`: the loads themselves, or casts of them to its input dtype,
+  which each fragment element goes through in registers)."""
   tc: TensorCore
   axis_m: int
   axis_n: int
   axis_k: int
   load_a: UOp
   load_b: UOp
+  in_a: UOp
+  in_b: UOp
 
-def _find_mma(ast: UOp, dtype_in: Any, dtype_out: Any) -> tuple[UOp, UOp] | None:
-  """The two `dtype_in` loads multiplied under the kernel's one ADD reduce into `dtype_out`, through casts only."""
+def _widens(src: DType, dst: DType) -> bool:
+  """Whether casting float `src` to float `dst` keeps every value (half or bfloat16 to float32, float32 to float64)."""
+  return src.is_float and dst.is_float and dst.itemsize > src.itemsize
+
+def _under_casts(x: UOp) -> UOp:
+  while x.op is Ops.CAST: x = x.src[0]
+  return x
+
+def _mma_operand(x: UOp, dtype_in: DType) -> UOp | None:
+  """The `dtype_in` value that a product's operand holds, if it is read from a load: under exact widenings (a half
+  made float32 to be multiplied), a `dtype_in` load or casts of a load ending in `dtype_in` (x.half() of a float32
+  x: the tensor core rounds its operand as the cast does)."""
+  while x.dtype != dtype_in and x.op is Ops.CAST and _widens(x.src[0].dtype, x.dtype): x = x.src[0]
+  return x if x.dtype == dtype_in and _under_casts(x).op is Ops.LOAD else None
+
+def _find_mma(ast: UOp, dtype_in: DType, dtype_out: DType) -> tuple[UOp, UOp] | None:
+  """The two `dtype_in` operands (_mma_operand) multiplied under the kernel's one ADD reduce into `dtype_out`."""
   reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
   if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or reduces[0].dtype != dtype_out: return None
   x = reduces[0].src[0]
   while x.op is Ops.CAST: x = x.src[0]
   if x.op is not Ops.MUL: return None
-  loads = []
-  for s in x.src:
-    while s.op is Ops.CAST: s = s.src[0]
-    if s.op is not Ops.LOAD or s.dtype != dtype_in: return None
-    loads.append(s)
-  return loads[0], loads[1]
+  a, b = (_mma_operand(s, dtype_in) for s in x.src)
+  return None if a is None or b is None else (a, b)
 
 def _check(cond: bool, msg: str) -> None:
   if not cond: raise KernelOptError(msg)
@@ -237,10 +252,11 @@ class Kernel:
            f"sizes divisible by {tc.dims} in {self.full_shape}")
     self.tensor_core = use
 
-  def _tc_axes(self, tc: TensorCore, load_a: UOp, load_b: UOp) -> TensorCoreUse | None:
-    """M, N and K with load_a as A: the innermost axes of sizes divisible by the instruction's (so that neighbouring
-    lanes read neighbouring elements where the layout allows); K one along which both operands move."""
+  def _tc_axes(self, tc: TensorCore, in_a: UOp, in_b: UOp) -> TensorCoreUse | None:
+    """M, N and K with operand in_a as A: the innermost axes of sizes divisible by the instruction's (so that
+    neighbouring lanes read neighbouring elements where the layout allows); K one along which both operands move."""
     (tm, tn, tk), full = tc.dims, self.full_shape
+    load_a, load_b = _under_casts(in_a), _under_casts(in_b)
     sa, sb = self.st_of(load_a).real_strides(), self.st_of(load_b).real_strides()
     def last(axes: list[int], size: int, fits: Callable[[int], bool]) -> int | None:
       return next((a for a in reversed(axes) if full[a] % size == 0 and fits(a)), None)
@@ -249,7 +265,7 @@ class Kernel:
     axis_n = last(globals_, tn, lambda a: sa[a] == 0 and sb[a] != 0)
     axis_k = last(self.axes_of(AxisKind.REDUCE), tk, lambda a: sa[a] != 0 and sb[a] != 0)
     if axis_m is None or axis_n is None or axis_k is None: return None
-    return TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b)
+    return TensorCoreUse(tc, axis_m, axis_n, axis_k, load_a, load_b, in_a, in_b)
 
   def pad_axis(self, axis: int, multiple: int) -> None:
     """PADTO (its row in rules.OPTOPS checked): pad `axis` up to a multiple of `multiple`, the new positions masked."""

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from lazytensor.dtype import ALL_DTYPES, DType, PtrDType, dtypes
+from lazytensor.helpers import TF32
 from lazytensor.renderer import NVIDIA_ATOMICS, TC_NV_BF16, TC_NV_F16, TC_NV_TF32, Renderer, TensorCore
 from lazytensor.uop.ops import Ops, UOp
 
@@ -113,7 +114,8 @@ class EmuRenderer(Renderer):
   atomics = NVIDIA_ATOMICS  # the GPU's, so that EMU runs the scatter kernels CUDA runs
 
   def __init__(self, tf32: bool = False) -> None:
-    # float32 matmuls on tf32 tensor cores round their inputs: only when asked for, as torch's allow_tf32
+    # float32 matmuls on tf32 tensor cores round their inputs: only when asked for (here, or by the TF32 knob as on
+    # CUDA), as torch's allow_tf32
     self.tf32 = tf32
 
   @property
@@ -121,7 +123,8 @@ class EmuRenderer(Renderer):
 
   @property
   def tensor_cores(self) -> tuple[TensorCore, ...]:
-    """NVIDIA's mma.sync tensor cores, run by EMU with their fragment layouts."""
-    return (TC_NV_F16, TC_NV_BF16, TC_NV_TF32) if self.tf32 else (TC_NV_F16, TC_NV_BF16)
+    """NVIDIA's mma.sync tensor cores, run by EMU with their fragment layouts; tf32 as the CUDA renderer's (the knob
+    read per use)."""
+    return (TC_NV_F16, TC_NV_BF16, TC_NV_TF32) if self.tf32 or TF32 else (TC_NV_F16, TC_NV_BF16)
 
   def render(self, name: str, uops: list[UOp]) -> str: return render_program(name, uops)

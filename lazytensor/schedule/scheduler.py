@@ -277,7 +277,11 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   ratio = prod(view.shape) / max(prod(src.shape), 1)
   if src.op not in GroupOp.Elementwise or src in g.realize or ratio < EXPAND_RATIO: return False
   inner, reads = _fused_nodes(src, g, through_reduces=False)
-  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float)  # int and bool ops index
+  # a float cast to or from a tensor core's input dtype (x.half().float() times a weight) is what the tensor core
+  # takes in registers as it loads its fragments (opt/kernel._mma_operand): stored, the product could not use it
+  tc_in = {tc.dtype_in for tc in Device[Device.first(view.device)].renderer.tensor_cores}
+  free = [n for n in inner if n.op is Ops.CAST and n.src[0].dtype.is_float and {n.dtype, n.src[0].dtype} & tc_in]
+  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float) - len(free)  # int, bool ops index
   loads = len(reads)
   largest_read = max((n.arg[1] if n.op is Ops.BUFFER else prod(n.shape) for n in reads), default=0)
   cost = alu + max(loads - 1, 0)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from lazytensor.frontend.autocast import low_precision
 from lazytensor.frontend.mixin.reduce import ReduceMixin
 from lazytensor.helpers import flatten, make_tuple
 from lazytensor.uop.ops import Ops, UOp
@@ -69,6 +70,8 @@ def conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride:
     raise ValueError(f"{name}: bias of shape {bias.shape} does not match the {cout} output channels "
                      f"of weight {weight.shape}")
   pads = tuple(conv_padding(padding, kernel, dilations, strides, name, crop=True))
+  x, weight = x.cast(low_precision(x.dtype)), weight.cast(low_precision(weight.dtype))  # autocast: in half
+  if bias is not None: bias = bias.cast(low_precision(bias.dtype))
   out = windows_times_weights(x.pad([(0, 0), (0, 0), *pads]), weight, groups, strides, dilations)
   if x.requires_grad or weight.requires_grad:
     grad = ConvGrad(type(x), groups, strides, dilations, pads)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 from lazytensor.dtype import DType, dtypes, promote_types
+from lazytensor.frontend.autocast import low_precision
 from lazytensor.helpers import ArgumentError
 
 # the dims a reduction runs over: one, several or (None) all; methods take it as numpy's axis= or torch's dim=
@@ -29,7 +30,7 @@ class Operand(Protocol):
   def __mul__(self, x: Any) -> Self: ...
   def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
           dim: Axis = None) -> Self: ...
-  def _sum_of_products(self, other: Self, axis: Axis) -> Self: ...
+  def _sum_of_products(self, other: Self, axis: Axis, dtype: DType | None = None) -> Self: ...
 
 TensorT = TypeVar("TensorT", bound=Operand)
 
@@ -126,8 +127,9 @@ def _contract(a: TensorT, a_labels: list[Any], b: TensorT | None, b_labels: list
 
 # ---- matmul ----
 
-def _matmul(x: TensorT, w: TensorT) -> TensorT:
-  """numpy matmul: 1-D operands gain and then lose a dimension, batch dimensions broadcast."""
+def _matmul(x: TensorT, w: TensorT, dtype: DType | None = None) -> TensorT:
+  """numpy matmul: 1-D operands gain and then lose a dimension, batch dimensions broadcast; the result in `dtype`
+  (by default the operands' promoted dtype)."""
   if not isinstance(w, type(x)): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
   if x.ndim == 0 or w.ndim == 0:
     raise ArgumentError(f"matmul: both operands need at least 1 dimension, got {x.shape} and {w.shape}")
@@ -142,9 +144,10 @@ def _matmul(x: TensorT, w: TensorT) -> TensorT:
       raise ArgumentError(f"matmul: shapes {x.shape} and {w.shape} have batch dimensions {batch_a} and {batch_b} "
                           "that do not broadcast")
   k, m = a.shape[-1], b.shape[-1]
+  a, b = a.cast(low_precision(a.dtype)), b.cast(low_precision(b.dtype))  # autocast: float32 operands in half
   # (..., n, 1, k) * (..., 1, m, k) summed over k: one reduce kernel; the scheduler may read B from a re-laid copy
   # where the device's heuristics ask for one (engine/schedule.pack_operands)
-  out = a.reshape(*a.shape[:-1], 1, k)._sum_of_products(b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k), -1)
+  out = a.reshape(*a.shape[:-1], 1, k)._sum_of_products(b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k), -1, dtype)
   if x.ndim == 1: out = out.reshape(*out.shape[:-2], m)
   if w.ndim == 1: out = out.reshape(*out.shape[:-1])
   return out

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from lazytensor.dtype import DType, dtypes, promote_types, to_dtype
+from lazytensor.frontend.autocast import widened
 from lazytensor.frontend.mixin.products import Axis, _einsum, _matmul
 from lazytensor.frontend.mixin.special import SpecialMixin
 from lazytensor.helpers import dim_alias, prod
@@ -50,17 +51,18 @@ class ReduceMixin(SpecialMixin):
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out.is_half else out
 
-  def _sum_of_products(self, other: Self, axis: Axis) -> Self:
-    """(self * other).sum(axis) in their promoted dtype, the products made and summed in the accumulator's dtype and
-    rounded once: float32 for 16-bit floats (a product of two of them is exact in it), as torch's matmul and conv on
-    the CPU; rounding each product to half before summing was off by an ulp or more in about half the results."""
-    out = promote_types(self.dtype, other.dtype)
+  def _sum_of_products(self, other: Self, axis: Axis, dtype: DType | None = None) -> Self:
+    """(self * other).sum(axis) in `dtype` (their promoted dtype by default), the products made and summed in the
+    accumulator's dtype and rounded once: float32 for 16-bit floats (a product of two of them is exact in it), as
+    torch's matmul and conv on the CPU; rounding each product to half before summing was off by an ulp or more in about
+    half the results."""
+    out = dtype if dtype is not None else promote_types(self.dtype, other.dtype)
     acc = self._acc_dtype(out)
     return (self.cast(acc) * other.cast(acc)).sum(axis, dtype=acc).cast(out)
 
   def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DType | str | None) -> Self:
     """sum and prod: torch's result dtype, a float32 accumulator for 16-bit floats, the identity for empty inputs."""
-    out = to_dtype(dtype) if dtype is not None else self._sum_dtype()
+    out = to_dtype(dtype) if dtype is not None else widened(self._sum_dtype())  # autocast: half sums give float32
     if self.numel() == 0 and self.ndim: return self._empty_reduce(0 if op is Ops.ADD else 1, axis, keepdim, out)
     return self.cast(self._acc_dtype(out))._reduce(op, axis, keepdim).cast(out)
 
@@ -132,7 +134,7 @@ class ReduceMixin(SpecialMixin):
     acc = self._acc_dtype(x.dtype)  # float16 sums overflow long before their mean does
     total = x.sum(axis, keepdim, dtype=acc)
     count = prod(self.shape[a] for a in self._axes(axis))
-    return (total * (1 / count) if count else total / 0).cast(x.dtype)
+    return (total * (1 / count) if count else total / 0).cast(widened(x.dtype))
 
   def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
     """The variance over `axis`, dividing by (count - correction); ints become float.
@@ -243,7 +245,7 @@ class ReduceMixin(SpecialMixin):
     axis = dim_alias("softmax", axis, dim, -1)
     x = self._to_float()
     if x.numel() == 0: return x._check_axis(axis)
-    if x.dtype.is_half: return x.float().softmax(axis).cast(x.dtype)  # see log_softmax
+    if x.dtype.is_half: return x.float().softmax(axis).cast(widened(x.dtype))  # see log_softmax; autocast: float32
     # the shift by the max cancels out of the result, so it is detached: its gradient would be zero, at the cost of
     # two more backward kernels (the tie mask and its count)
     e = (x - x.max(axis, keepdim=True).detach()).exp()
@@ -260,7 +262,7 @@ class ReduceMixin(SpecialMixin):
     if x.numel() == 0: return x._check_axis(axis)
     # 16-bit floats in float32, rounded once, as torch: the log of a sum near 1 rounded to half first was 0 or an ulp
     # of 1 (float16 log_softmax of [[0, -7], [-7, 0]] gave -0.000977 where it is -0.000912)
-    if x.dtype.is_half: return x.float().log_softmax(axis).cast(x.dtype)
+    if x.dtype.is_half: return x.float().log_softmax(axis).cast(widened(x.dtype))
     # the shift cancels out (see softmax): no gradient through it
     shifted = x - x.max(axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
@@ -316,21 +318,24 @@ class ReduceMixin(SpecialMixin):
 
   # ---- matmul and einsum ----
 
-  def dot(self, w: Self) -> Self:
-    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions.
+  def dot(self, w: Self, dtype: DType | str | None = None) -> Self:
+    """Matrix product with numpy's rules for 1-D operands and broadcast batch dimensions; `dtype` (tinygrad's) is the
+    result's, the products summed in it or in float32 if it is a 16-bit float.
 
     >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[1], [1]])).tolist()
     [[3], [7]]
+    >>> Tensor([[1.0, 2.0]]).half().dot(Tensor([[3.0], [4.0]]).half(), dtype="float32").dtype
+    dtypes.float32
     """
-    return _matmul(self, w)
+    return _matmul(self, w, None if dtype is None else to_dtype(dtype))
 
-  def matmul(self, w: Self) -> Self:
+  def matmul(self, w: Self, dtype: DType | str | None = None) -> Self:
     """The matrix product (`@`): the same as dot.
 
     >>> (Tensor([[1, 2]]) @ Tensor([[3], [4]])).tolist()
     [[11]]
     """
-    return self.dot(w)
+    return self.dot(w, dtype)
 
   def __matmul__(self, x: Self) -> Self: return self.matmul(x)
   def __rmatmul__(self, x: Self) -> Self:
