@@ -3,9 +3,10 @@
 This module holds the class itself: construction from data, properties, realization, autograd and the funnel
 every op goes through (_apply_uop). The ops come from a chain of mixins, one module per area (frontend/mixin/: movement,
 shapes, elementwise, join, create, unary, special, reduce, index, take_put, stats, random, nn, multi, aliases, linalg,
-inplace, writes), each building only on those below it and on the primitives that the chain's base declares and
-this class implements; the top one, writes, is how writes into a tensor's memory reach the views that share it. What
-the tensors share (the live ones, autograd's leaves and hooks, the pending writes) is in frontend/state.py.
+inplace, writes, grads), each building only on those below it and on the primitives that the chain's base declares and
+this class implements; writes is how writes into a tensor's memory reach the views that share it, and grads, the top
+one, is autograd. What the tensors share (the live ones, autograd's leaves and hooks, the pending writes) is in
+frontend/state.py.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import contextlib
 import itertools
 import operator
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,15 +23,9 @@ from lazytensor import viz
 from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from_data, python_number_dtype, to_dtype
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.frontend import live
-from lazytensor.frontend.autograd import (
-  NO_GRAPH_HINT,
-  PLAIN_GRADIENT,
-  RemovableHandle,
-  gradients_of,
-  holds_plain_gradient,
-)
+from lazytensor.frontend.mixin.grads import GradMixin
 from lazytensor.frontend.mixin.multi import open_devices
-from lazytensor.frontend.mixin.writes import MAYBE_FOUND, REALIZED, WritesMixin
+from lazytensor.frontend.mixin.writes import MAYBE_FOUND, REALIZED
 from lazytensor.frontend.state import state
 from lazytensor.frontend.views import (
   host_values,
@@ -38,18 +33,16 @@ from lazytensor.frontend.views import (
   moves_over,
   row_major,
 )
-from lazytensor.helpers import TRAINING, VIZ, ArgumentError, ContextVar
+from lazytensor.helpers import TRAINING, VIZ, ContextVar
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import BadIndexError
-from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule, realized_map
+from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves, shard_like
+from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
-# a gradient hook (register_hook): called with the gradient, it returns None or a replacement of its shape
-GradHook = Callable[["Tensor"], "Tensor | None"]
 
 
 class TensorFlag(contextlib.ContextDecorator):
@@ -137,13 +130,13 @@ class _HostMemory:
   def __init__(self, array: np.ndarray, owner: Buffer) -> None:
     self.__array_interface__, self.owner, self.array = array.__array_interface__, owner, array
 
-class Tensor(WritesMixin, metaclass=_TensorType):
+class Tensor(GradMixin, metaclass=_TensorType):
   """A lazy n-dimensional array.
 
   >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
   [3, 7]
   """
-  __slots__ = ("lazydata", "grad", "__weakref__")  # and those of the writes mixin
+  __slots__ = ("lazydata", "__weakref__")  # and those of the mixins (writes: what writes change; grads: .grad)
   __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to Tensor.__radd__
   no_grad: ClassVar[bool] = False
 
@@ -608,214 +601,6 @@ class Tensor(WritesMixin, metaclass=_TensorType):
     self._viewed = self._views = self._own_moves = self._lazy_before = None
     if id(self) not in state.grad_leaves: self._requires_grad = x._requires_grad  # a leaf stays one; a result is x's
     return self
-
-  # ---- autograd ----
-
-  @property
-  def requires_grad(self) -> bool | None:
-    """Whether backward() fills this tensor's .grad; results of ops on such tensors need gradients too.
-    None (the default) means not asked for; only float tensors can require gradients.
-
-    >>> w = Tensor([1.0], requires_grad=True)
-    >>> w.requires_grad, (w * 2).requires_grad, (w > 0).requires_grad
-    (True, True, None)
-    """
-    return self._requires_grad
-
-  @requires_grad.setter
-  def requires_grad(self, value: bool | None) -> None:
-    if value and not self.dtype.is_float:
-      raise TypeError(f"only float tensors can require gradients, got a {self.dtype} tensor")
-    # constants are interned: two zeros(3) are one node, and a leaf must be a node of its own
-    if value and self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
-      self.lazydata = Tensor(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
-    self._requires_grad = value
-    if value: state.grad_leaves[id(self)] = self
-    else: state.grad_leaves.pop(id(self), None)
-
-  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-    """Set requires_grad in place; returns self.
-
-    >>> Tensor([1.0]).requires_grad_().requires_grad
-    True
-    """
-    self.requires_grad = requires_grad
-    return self
-
-  @property
-  def is_leaf(self) -> bool:
-    """Whether this tensor is a leaf of the autograd graph, as torch's: one that needs no gradient, or one that
-    requires_grad was set on (whose .grad backward fills); results of ops on tensors that need gradients are not.
-
-    >>> w = Tensor([1.0], requires_grad=True)
-    >>> w.is_leaf, (w * 2).is_leaf, Tensor([1.0]).is_leaf
-    (True, False, True)
-    """
-    return not self._requires_grad or id(self) in state.grad_leaves
-
-  def retain_grad(self) -> None:
-    """Have backward() fill .grad of this non-leaf tensor too (a leaf's is filled anyway), as torch's.
-
-    >>> w = Tensor([1.0, 2.0], requires_grad=True)
-    >>> h = w * 3
-    >>> h.retain_grad()
-    >>> _ = (h * h).sum().backward()
-    >>> h.grad.tolist(), h.retains_grad
-    ([6.0, 12.0], True)
-    """
-    if not self._requires_grad:
-      raise ArgumentError("retain_grad: this tensor needs no gradient (requires_grad is not set on it or on what it "
-                          "was computed from)")
-    if not self.is_leaf: state.retained[id(self)] = self
-
-  @property
-  def retains_grad(self) -> bool:
-    """Whether retain_grad() was called on this non-leaf tensor.
-
-    >>> Tensor([1.0], requires_grad=True).retains_grad
-    False
-    """
-    return id(self) in state.retained
-
-  def register_hook(self, hook: GradHook) -> RemovableHandle:
-    """Call hook(grad) each time a gradient with respect to this tensor is computed (backward, gradient). A tensor it
-    returns replaces the gradient: in .grad for a leaf, and in what flows on to the tensors this one was computed
-    from otherwise, as torch's register_hook. Returns a handle whose remove() unregisters the hook.
-
-    >>> w = Tensor([1.0, 2.0], requires_grad=True)
-    >>> handle = w.register_hook(lambda g: g * 10)
-    >>> _ = (w * w).sum().backward()
-    >>> w.grad.tolist()
-    [20.0, 40.0]
-    >>> handle.remove()
-    """
-    if not self._requires_grad:
-      raise ArgumentError("register_hook: this tensor needs no gradient (requires_grad is not set on it or on what it "
-                          "was computed from)")
-    if not callable(hook): raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
-    key, hooks = id(self), state.hooks
-    if key not in hooks: hooks[key] = (weakref.ref(self, lambda _: hooks.pop(key, None)), [])
-    hooks[key][1].append(hook)
-    return RemovableHandle(hooks[key][1], hook)
-
-  def _hooked(self, g: UOp) -> UOp:
-    """g, the gradient with respect to this tensor, after its hooks: each may return a replacement of its shape."""
-    for hook in list(state.hooks[id(self)][1]) if id(self) in state.hooks else []:
-      out = hook(Tensor(g))
-      if out is None: continue
-      if not isinstance(out, Tensor) or out.shape != self.shape:
-        raise ValueError(f"register_hook: a hook returned {getattr(out, 'shape', type(out).__name__)}; expected None "
-                         f"or a Tensor of the gradient's shape {self.shape}")
-      g = out.cast(self.dtype).lazydata
-    return g
-
-  def _graph_root(self) -> UOp:
-    """The graph that computes this tensor: after realize() swapped in its buffer, the one it was computed from."""
-    if self._graph is not None and realized_map.get(self._graph) is self.lazydata: return self._graph
-    return self.lazydata
-
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, create_graph: bool = False) -> list[Tensor]:
-    """The gradients of this tensor with respect to each target (lazy tensors; nothing runs yet), as
-    torch.autograd.grad. Any float tensor can be a target, whether it requires gradients or not; but once realized,
-    only a tensor that requires gradients keeps the graph it was computed from. A target this tensor does not depend
-    on (or only through comparisons, or one with no elements) gets zeros, as in tinygrad and torch's
-    materialize_grads. A non-scalar tensor needs `gradient`, the gradient of its output.
-
-    >>> x, y = Tensor([1.0, 2.0, 3.0]), Tensor([5.0])
-    >>> [g.tolist() for g in (x * x).sum().gradient(x, y)]
-    [[2.0, 4.0, 6.0], [0.0]]
-    >>> (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))[0].tolist()
-    [2.0, 0.0, 12.0]
-
-    create_graph=True: the gradients require grad and keep the graph that computes them, also once realized, so that
-    they can be differentiated again (second derivatives, Hessian-vector products, gradient penalties), as torch's.
-    Without it a gradient is a constant to autograd, and differentiating through it is an error:
-
-    >>> g, = (x ** 3).sum().gradient(x, create_graph=True)
-    >>> g.tolist(), g.sum().gradient(x)[0].tolist()
-    ([3.0, 12.0, 27.0], [6.0, 12.0, 18.0])
-    >>> g, = (x ** 3).sum().gradient(x)
-    >>> g.sum().gradient(x)
-    Traceback (most recent call last):
-    lazytensor.helpers.ArgumentError: gradient: the output reaches a target of shape (3,) only through a gradient ...
-    """
-    for t in targets:
-      if not t.dtype.is_float: raise TypeError(f"gradient with respect to a {t.dtype} tensor; only floats have them")
-    grads = self._gradients(targets, gradient, asked=True)
-    out = [t.zeros_like() if g is None else Tensor._of_gradient(g, create_graph) for t, g in zip(targets, grads)]
-    for g in out: live.as_old(g)  # as backward's: read the memory as the graph they differentiate read it
-    return out
-
-  def backward(self, gradient: Tensor | None = None, create_graph: bool = False) -> Tensor:
-    """Accumulate d(self)/d(t) into t.grad for every tensor t with requires_grad=True that self depends on (lazily:
-    the gradients are computed when used). A non-scalar tensor needs `gradient`, the gradient of its output.
-
-    >>> w = Tensor([1.0, 2.0], requires_grad=True)
-    >>> _ = (w * 3).sum().backward()
-    >>> _ = (w * w).sum().backward()
-    >>> w.grad.tolist()
-    [5.0, 7.0]
-
-    A tensor that needs no gradient (computed from no such tensor, under no_grad, or through a comparison) leaves
-    every .grad as it is, as in tinygrad; one computed from a gradient made without create_graph is an error (as in
-    torch). create_graph=True: the gradients keep their graph, as gradient()'s (a Hessian-vector product):
-
-    >>> x = Tensor([1.0, 2.0], requires_grad=True)
-    >>> _ = (x ** 3).sum().backward(create_graph=True)
-    >>> hv, = (x.grad * Tensor([1.0, 0.0])).sum().gradient(x)
-    >>> x.grad.tolist(), hv.tolist()
-    ([3.0, 12.0], [6.0, 0.0])
-    """
-    if not self._requires_grad:
-      if holds_plain_gradient(self._graph_root()):
-        raise ArgumentError(f"backward: this tensor needs no gradient: it was made from {NO_GRAPH_HINT}")
-      return self
-    # in-place writes pending into memory the graph reads run first: the gradients are of the values it reads now
-    if state.pending: self._run_pending_writes()
-    leaves = [t for t in (*state.grad_leaves.values(), *state.retained.values()) if isinstance(t, Tensor)]
-    for t, g in zip(leaves, self._gradients(leaves, gradient, asked=False)):
-      if g is None: continue
-      grad = Tensor._of_gradient(g, create_graph)
-      t.grad = grad if t.grad is None else t.grad + grad
-      # a gradient reads the memory as the graph it differentiates read it (in-place values a later write overwrote
-      # are recomputed from it): for a write made after, it is a value made before
-      live.as_old(t.grad)
-    return self
-
-  def _gradients(self, targets: Sequence[Tensor], gradient: Tensor | None, asked: bool) -> list[UOp | None]:
-    """d(self)/d(target) for each target (None where self does not depend on it), seeded with `gradient`, after the
-    hooks: a non-leaf's act inside the backward pass, on what flows on; a leaf's on its gradient. asked: the targets
-    were named (autograd.gradients_of)."""
-    if not self.dtype.is_float: raise TypeError(f"gradient of a {self.dtype} tensor; only float outputs have gradients")
-    if gradient is None:
-      if self.numel() != 1:
-        raise ValueError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient= of that shape; "
-                         "only a one-element output has an implicit gradient of 1")
-      seed = const_uop(1.0, self.dtype, self.device, self.shape)
-    else:
-      if gradient.shape != self.shape:
-        raise ValueError(f"gradient shape {gradient.shape} does not match the output shape {self.shape}")
-      seed = gradient.cast(self.dtype).lazydata
-    inner = [t for ref, _ in list(state.hooks.values()) if isinstance(t := ref(), Tensor) and not t.is_leaf]
-    grads = gradients_of(self._graph_root(), seed, [t.lazydata for t in targets],
-                         [(t.lazydata, t._hooked) for t in inner], asked)
-    grads = [t._hooked(g) if g is not None and t.is_leaf else g for t, g in zip(targets, grads)]
-    # a tensor spread over devices gets its gradient laid out as it is (a sharded weight, a sharded gradient)
-    return [shard_like(g, t.lazydata) if g is not None and t.lazydata.op is Ops.MULTI else g
-            for t, g in zip(targets, grads)]
-
-  @staticmethod
-  def _of_gradient(g: UOp, create_graph: bool) -> Tensor:
-    """A gradient as a tensor. With create_graph it requires grad (a float one), so that it keeps the graph that
-    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: kept as its
-    graph once realized, so that differentiating through it is an error, never zeros."""
-    if create_graph:
-      t = Tensor._of(g)
-      if g.dtype.is_float: t._requires_grad = True
-      return t
-    t = Tensor._of(UOp(Ops.DETACH, g.dtype, (g,), PLAIN_GRADIENT))
-    t._graph = t.lazydata
-    return t
 
   @staticmethod
   def train(mode: bool = True) -> TensorFlag:

@@ -12,7 +12,7 @@ from lazytensor.frontend.mixin.movement import MovementMixin
 
 CHAIN = ["movement", "rearrange", "shapes", "operands", "compare", "elementwise", "join", "create", "unary", "special",
          "reduce", "order", "index", "take_put", "stats", "random", "nn", "multi", "aliases", "linalg",
-         "inplace", "writes"]
+         "inplace", "writes", "grads"]
 # modules whose attributes share names with Tensor methods (np.arange, math.floor, dtypes.float32, ...)
 NOT_TENSORS = {"np", "math", "dtypes", "functools", "itertools", "re", "Device", "Ops", "UOp"}
 
