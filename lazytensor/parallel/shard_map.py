@@ -44,13 +44,6 @@ Axes = frozenset[str]
 
 # ---- the mesh seen from one device ----
 
-def _coords(mesh: DeviceMesh, c: int) -> list[int]:
-  out = []
-  for size in reversed(mesh.shape):
-    out.append(c % size)
-    c //= size
-  return out[::-1]
-
 def _flat(mesh: DeviceMesh, coords: Sequence[int]) -> int:
   c = 0
   for i, size in zip(coords, mesh.shape): c = c * size + i
@@ -58,7 +51,7 @@ def _flat(mesh: DeviceMesh, coords: Sequence[int]) -> int:
 
 def _group(mesh: DeviceMesh, c: int, axes: tuple[int, ...]) -> list[int]:
   """The devices (flat indices) that differ from device c only along the mesh axes `axes`, the first axis major."""
-  coords, members = _coords(mesh, c), []
+  coords, members = collectives.unravel(mesh.shape, c), []
   for idx in itertools.product(*(range(mesh.shape[a]) for a in axes)):
     for a, i in zip(axes, idx): coords[a] = i
     members.append(_flat(mesh, coords))
@@ -461,7 +454,7 @@ def axis_index(axis_name: str | Sequence[str]) -> Tensor:
   one)."""
   run, c = _current("axis_index")
   axes = _axis_positions(run.mesh, axis_name, "axis_index")
-  coords, index = _coords(run.mesh, c), 0
+  coords, index = collectives.unravel(run.mesh.shape, c), 0
   for a in axes: index = index * run.mesh.shape[a] + coords[a]
   value = Tensor(index, device=run.devices[c], dtype=dtypes.int32)
   return _custom(value, [value], _AxisIndex(0, frozenset(run.mesh.names[a] for a in axes)))
@@ -555,7 +548,7 @@ def _regions(mesh: DeviceMesh, dims: tuple[int | None, ...], shape: tuple[int, .
   """Each device's block (a [lo, hi) per dimension) of a whole of `shape` laid out by `dims`."""
   out = []
   for c in range(len(Device.flat(mesh.devices))):
-    coords, region = _coords(mesh, c), []
+    coords, region = collectives.unravel(mesh.shape, c), []
     for d, size in enumerate(shape):
       index, parts = 0, 1
       for k, dk in enumerate(dims):
@@ -563,18 +556,6 @@ def _regions(mesh: DeviceMesh, dims: tuple[int | None, ...], shape: tuple[int, .
       region.append((index * size // parts, (index + 1) * size // parts))
     out.append(tuple(region))
   return out
-
-def _assemble(mesh: DeviceMesh, dims: tuple[int | None, ...], blocks: Sequence[UOp]) -> UOp:
-  """The devices' blocks as one value laid out on the mesh by dims: a MULTI per mesh axis, as Tensor.shard makes."""
-  def level(k: int, part: Sequence[UOp]) -> UOp:
-    if k == len(mesh.shape): return part[0]
-    n, d = mesh.shape[k], dims[k]
-    step = len(part) // n
-    subs = tuple(level(k + 1, part[i * step:(i + 1) * step]) for i in range(n))
-    if d is None: return UOp(Ops.MULTI, subs[0].dtype, subs, (None, None))
-    size = subs[0].shape[d]
-    return UOp(Ops.MULTI, subs[0].dtype, subs, (d, tuple((i * size, (i + 1) * size) for i in range(n))))
-  return level(0, blocks)
 
 def _laid_out(u: UOp, mesh: DeviceMesh, dims: tuple[int | None, ...]) -> bool:
   """Whether u is already laid out on the mesh by dims (its blocks are its pieces: nothing to cut or copy)."""
@@ -593,7 +574,8 @@ def _blocks(run: _Run, x: Tensor, dims: tuple[int | None, ...]) -> list[Tensor]:
   def whole(u: UOp) -> UOp:
     if _laid_out(u, mesh, dims): return u
     regions = _regions(mesh, dims, u.shape)
-    return _assemble(mesh, dims, [copy_to(movement(u, Ops.SHRINK, r), d) for r, d in zip(regions, run.devices)])
+    blocks = [copy_to(movement(u, Ops.SHRINK, r), d) for r, d in zip(regions, run.devices)]
+    return collectives.assemble(mesh, dims, blocks)
   w = x._apply_uop(whole)
   axes = frozenset(mesh.names[k] for k, d in enumerate(dims) if d is not None)
   leaves = multi_leaves(w.lazydata if w.lazydata.op is Ops.MULTI else w.lazydata.src[0])
@@ -626,13 +608,13 @@ def _result(run: _Run, vary: _Varying, per_device: list[Tensor], spec: object, c
                      f"is the same on each device: psum over them, name them in out_specs, or pass check_rep=False")
   lead = [i for i, n in enumerate(mesh.names) if n in unnamed]
   def stand_in(c: int) -> int:  # the device whose result is taken for device c's
-    coords = _coords(mesh, c)
+    coords = collectives.unravel(mesh.shape, c)
     for a in lead: coords[a] = 0
     return _flat(mesh, coords)
   blocks = [u if stand_in(c) == c else copy_to(results[stand_in(c)], run.devices[c]) for c, u in enumerate(results)]
-  regions = _regions(mesh, dims, _assemble(mesh, dims, blocks).shape)
+  regions = _regions(mesh, dims, collectives.assemble(mesh, dims, blocks).shape)
   exit_rule = _Exit(tuple(r if stand_in(c) == c else None for c, r in enumerate(regions)))
-  node = UOp(Ops.CUSTOM_GRAD, blocks[0].dtype, (_assemble(mesh, dims, blocks), *results), exit_rule)
+  node = UOp(Ops.CUSTOM_GRAD, blocks[0].dtype, (collectives.assemble(mesh, dims, blocks), *results), exit_rule)
   return per_device[0]._apply_uop(lambda *_: node, *per_device[1:])
 
 def _results(run: _Run, outs: list[Any], out_specs: object, check_rep: bool) -> Tensor | tuple[Tensor, ...]:
