@@ -8,6 +8,7 @@ import gc
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 now: Callable[[], float] = time.perf_counter
 
@@ -18,6 +19,23 @@ def add_argument(ap: argparse.ArgumentParser) -> None:
 def set_threads(n: int) -> None:
   """numpy's BLAS (and torch's OpenMP) on n threads, as lazytensor's THREADS: set before they are imported."""
   for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[var] = str(n)
+
+def setup(ap: argparse.ArgumentParser) -> argparse.Namespace:
+  """The arguments (with --clock added; `ap` has --threads), the clock they name read from now on, and numpy's BLAS
+  and torch's OpenMP set to --threads threads: call it before numpy or torch is imported."""
+  add_argument(ap)
+  args = ap.parse_args()
+  use(ap, args)
+  set_threads(args.threads)
+  return args
+
+def torch_on(threads: int) -> Any:
+  """torch on `threads` threads, or None where it is not installed."""
+  try:
+    import torch
+  except ImportError: return None
+  torch.set_num_threads(threads)
+  return torch
 
 def use(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
   """Read the clock that --clock names from now on."""

@@ -120,10 +120,7 @@ def main() -> None:
   ap.add_argument("--batch", type=int, default=4096, help="the MLP's batch")
   ap.add_argument("--seq", type=int, default=1024, help="the transformer's sequence length")
   ap.add_argument("--layers", type=int, default=0, help="blocks (default: 16 for the MLP, 12 for the transformer)")
-  bench_clock.add_argument(ap)
-  args = ap.parse_args()
-  bench_clock.use(ap, args)
-  bench_clock.set_threads(args.threads)
+  args = bench_clock.setup(ap)
   import numpy as np
 
   from lazytensor import Context, Tensor

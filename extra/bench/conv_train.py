@@ -16,18 +16,12 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-  bench_clock.add_argument(ap)
-  args = ap.parse_args()
-  bench_clock.use(ap, args)
-  bench_clock.set_threads(args.threads)
+  args = bench_clock.setup(ap)
   import numpy as np
 
   from lazytensor import Context
   from lazytensor.renderer.cpu_target import cpu_target
-  try:
-    import torch
-    torch.set_num_threads(args.threads)
-  except ImportError: torch = None
+  torch = bench_clock.torch_on(args.threads)
 
   shapes = [(4, 16, 16, 16, 32)] if args.quick else [(16, 32, 32, 32, 64), (8, 64, 56, 56, 64), (32, 128, 14, 14, 128)]
   print(f"threads={args.threads}  host {cpu_target('native').describe()}"

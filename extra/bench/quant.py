@@ -128,10 +128,7 @@ def main() -> None:
   ap.add_argument("--threads", type=int, default=2)
   ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer epochs, for a smoke run")
   ap.add_argument("--skip-accuracy", action="store_true", help="the speeds only")
-  bench_clock.add_argument(ap)
-  args = ap.parse_args()
-  bench_clock.use(ap, args)
-  bench_clock.set_threads(args.threads)
+  args = bench_clock.setup(ap)
   import torch
   torch.set_num_threads(args.threads)
   torch.backends.quantized.engine = "fbgemm"

@@ -22,17 +22,11 @@ def main() -> None:
   ap.add_argument("--sizes", default="1e7,1e8", help="comma-separated element counts (multiples of 16)")
   ap.add_argument("--runs", type=int, default=5)
   ap.add_argument("--threads", type=int, default=1)
-  bench_clock.add_argument(ap)
-  args = ap.parse_args()
-  bench_clock.use(ap, args)
-  bench_clock.set_threads(args.threads)
+  args = bench_clock.setup(ap)
   import numpy as np
 
   from lazytensor import Context, Tensor
-  try:
-    import torch
-    torch.set_num_threads(args.threads)
-  except ImportError: torch = None
+  torch = bench_clock.torch_on(args.threads)
 
   rng = np.random.default_rng(0)
   kinds: dict[str, Callable[[int], np.ndarray]] = {

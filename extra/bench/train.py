@@ -66,18 +66,11 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--steps", type=int, default=200, help="steps per timed run (the eager run does a tenth)")
-  bench_clock.add_argument(ap)
-  args = ap.parse_args()
-  bench_clock.use(ap, args)
-  bench_clock.set_threads(args.threads)
+  args = bench_clock.setup(ap)
   import numpy as np
 
   from lazytensor import Context
-  try:
-    import torch
-  except ImportError:
-    torch = None  # type: ignore[assignment]
-  if torch: torch.set_num_threads(args.threads)
+  torch = bench_clock.torch_on(args.threads)
 
   rng = np.random.default_rng(0)
   data = [(rng.standard_normal((BATCH, IN), dtype=np.float32), rng.integers(0, CLASSES, BATCH).astype(np.int32))
