@@ -514,6 +514,13 @@ def test_lanes_of_a_warp_share_an_element(threads: int, gated: bool) -> None:
   read = threads // 2 if gated else threads
   assert got == Traffic(global_load=read, global_store=threads * 4)
 
+def test_traffic_in_a_loop() -> None:
+  # a load whose indices move alike in every lane moves as many bytes again; one whose pattern changes is counted anew
+  t, r = special("lidx0", 64), rng(2)
+  prog = linear(r, store(glob(0, F32), r * 64 + t, load(glob(1, F32), t // (r + 1), F32)), end(r))
+  got = traffic(prog, [np.zeros(128, np.float32), randn(64)])
+  assert got == Traffic(global_load=(64 + 32) * 4, global_store=128 * 4)
+
 def test_traffic_of_a_group_reduce() -> None:
   # 8 blocks of 16 threads: 16 floats a block into shared memory, thread 0 reads them back one by one
   got = traffic(group_reduce(8, 64, 16), [np.zeros(8, np.float32), randn(8, 64)])

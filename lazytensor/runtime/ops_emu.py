@@ -140,25 +140,52 @@ def _per_warp(grid: Grid, lanes: np.ndarray, elem: np.ndarray) -> tuple[np.ndarr
   return rows, fresh
 
 def _global_bytes(grid: Grid, x: Any, offs: np.ndarray, act: np.ndarray | None, itemsize: int) -> int:
-  """The bytes a global access moves; the common cases (one index in every lane, or every lane naming elements after
-  the lane before it) without a sort."""
+  """The bytes a global access moves. The common cases need no sort: one index in every lane, or, within each warp,
+  each lane's index the one before it or past its elements (coalesced, or lanes sharing elements, as a tile's row)."""
   lanes = grid.lanes if act is None else np.flatnonzero(act)
   if not lanes.size: return 0
-  if np.ndim(x) == 0:  # a broadcast: each warp with a running lane reads the elements once
+  if np.ndim(x) == 0:  # each warp with a running lane reads the elements once
     return (int(np.count_nonzero(np.diff(grid.warp[lanes]))) + 1) * offs.size * itemsize
-  elem = x[lanes][:, None] + offs
-  if (flat := elem.ravel()).size < 2 or (flat[1:] > flat[:-1]).all(): return flat.size * itemsize
-  return int(np.count_nonzero(_per_warp(grid, lanes, elem)[1])) * itemsize
+  at, count = x[lanes], offs.size
+  step, warp_starts = np.diff(at), np.diff(grid.warp[lanes]) != 0
+  if ((step == 0) | (step >= count) | warp_starts).all():
+    return (int(np.count_nonzero((step != 0) | warp_starts)) + 1) * count * itemsize
+  return int(np.count_nonzero(_per_warp(grid, lanes, at[:, None] + offs)[1])) * itemsize
+
+class GlobalBytes:
+  """The bytes one global LOAD or STORE moves at each run. In a loop its indices mostly move alike in every lane from
+  one run to the next, on the same lanes: it moves as many bytes as the last time, found without counting again."""
+  __slots__ = ("x", "act", "nbytes")
+  def __init__(self) -> None: self.forget()
+
+  def forget(self) -> None:
+    """At the end of a launch: the next one starts afresh, and its arrays are not kept alive."""
+    self.x: Any = None
+    self.act: np.ndarray | None = None
+    self.nbytes = 0
+
+  def __call__(self, L: Launch, x: Any, offs: np.ndarray, act: np.ndarray | None, itemsize: int) -> int:
+    if self.x is None or act is not self.act or np.ndim(x) != np.ndim(self.x) or not _shifted(x, self.x):
+      self.nbytes = _global_bytes(L.grid, x, offs, act, itemsize)
+    self.x, self.act = x, act
+    return self.nbytes
+
+def _shifted(x: Any, last: Any) -> bool:
+  """Whether x is `last` plus the same amount in every lane."""
+  if np.ndim(x) == 0: return True
+  d = x - last
+  return bool((d == d[0]).all())
 
 def _count_shared(L: Launch, lanes: np.ndarray, pos: np.ndarray, itemsize: int, load: bool) -> None:
   """Count a shared access of `lanes` to elements `pos` (lanes x elements) of one DEFINE_LOCAL. A block's part of it
   starts at a multiple of the array's size, which shifts the banks of all the lanes of a warp alike: the conflicts are
   those of the array starting at bank 0."""
   if not lanes.size: return
-  nbytes = int(np.count_nonzero(_per_warp(L.grid, lanes, pos)[1])) * itemsize
   per_word = max(1, itemsize // 4)  # an element under 4 bytes lies in one word (it is aligned to its size)
   words = (pos * itemsize // 4)[..., None] + np.arange(per_word)
   words, fresh = _per_warp(L.grid, lanes, words.reshape(len(lanes), -1))
+  # elements of 4 bytes or more fill their words; smaller ones may share one
+  nbytes = int(np.count_nonzero(fresh if itemsize >= 4 else _per_warp(L.grid, lanes, pos)[1])) * min(itemsize, 4)
   warp = np.broadcast_to(np.arange(len(words))[:, None], words.shape)
   in_bank = np.bincount((warp * BANKS + words % BANKS)[fresh], minlength=len(words) * BANKS).reshape(-1, BANKS)
   fewest = -(-np.count_nonzero(fresh, axis=1) // BANKS)  # the wavefronts of 128 bytes its distinct words fill
@@ -343,7 +370,6 @@ def _check_bounds(L: Launch, what: str, name: str, size: int, x: Any, count: int
   raise L.fail(IndexError, lane, f"{what} {name}[{span}], out of bounds: {name} has {size} elements")
 
 def _read_global(L: Launch, mem: np.ndarray, x: Any, offs: np.ndarray, act: np.ndarray | None) -> Any:
-  L.traffic.global_load += _global_bytes(L.grid, x, offs, act, mem.itemsize)
   if act is not None:  # lanes that do not run read element 0 (of a dummy when there is none): in bounds, never used
     x, mem = np.where(act, x, 0), mem if mem.size else np.zeros(1, mem.dtype)
   return mem[x if offs.size == 1 else np.expand_dims(x, -1) + offs]
@@ -387,7 +413,6 @@ def _write_global(L: Launch, mem: np.ndarray, name: str, x: Any, val: Any, offs:
                   act: np.ndarray | None) -> None:
   lanes, elem, vals = _sites(L, x, val, offs, act, mem.dtype)
   _check_conflicts(L, name, lanes, elem, elem, vals)
-  L.traffic.global_store += _global_bytes(L.grid, x, offs, act, mem.itemsize)
   mem[elem] = vals
 
 def _write_shared(L: Launch, sh: Shared, name: str, x: Any, val: Any, offs: np.ndarray,
@@ -442,6 +467,7 @@ class Executable:
     self.locals: list[tuple[int, UOp]] = []
     self.specials: list[tuple[int, UOp]] = []
     self.warp = 1  # a block must hold whole warps of the widest tensor core it uses
+    self.counters: list[GlobalBytes] = []
     self.steps = self._blocks(uops)
     if (shared := sum(u.arg[1] * u.dtype.itemsize for _, u in self.locals)) > EmuRenderer.shared_max:
       raise ValueError(f"EMU: {shared} bytes of shared memory; at most {EmuRenderer.shared_max}")
@@ -510,8 +536,11 @@ class Executable:
     for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], grid.blocks)
     for at, u in self.specials: v[at] = grid.ids[u.arg[0]].astype(u.dtype.np, copy=False)  # the kernel's index dtype
     L = Launch(self.name, grid, v)
-    with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
-      for step in self.steps: step(L)
+    try:
+      with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
+        for step in self.steps: step(L)
+    finally:
+      for c in self.counters: c.forget()
     return L.traffic
 
 # ---- one builder an op: returns the op's step, or None for a value known before it runs ----
@@ -529,6 +558,13 @@ def _special(ex: Executable, i: int, u: UOp) -> None:
     raise ValueError(f"EMU: SPECIAL {u.arg[0]!r} is not a GPU id; expected {SPECIAL_NAMES}")
   ex.specials.append((i, u))
 
+def _global_counter(ex: Executable, buf: UOp) -> GlobalBytes | None:
+  """What counts the bytes of an access through buf: a GlobalBytes for global memory (shared accesses are counted as
+  they run, with their bank conflicts)."""
+  if buf.op is not Ops.DEFINE_GLOBAL: return None
+  ex.counters.append(GlobalBytes())
+  return ex.counters[-1]
+
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
   src = tuple(s for s in u.src if s.op is not Ops.BARRIER)  # a barrier source only orders the load after it
@@ -536,10 +572,12 @@ def _load(ex: Executable, i: int, u: UOp) -> Step:
   read, _, name = _memory(u)
   mem, idx, is_bool, offs = ex.pos[src[0]], ex.pos[src[1]], u.dtype.is_bool, np.arange(u.dtype.count)
   gate, alt = (ex.pos[src[2]], ex.pos[src[3]]) if len(src) == 4 else (None, None)
+  counted, itemsize = _global_counter(ex, src[0]), _mem_np(u.dtype).itemsize
   def load(L: Launch) -> None:
     v = L.v
     x, act = v[idx], _active(L, gate)
     _check_bounds(L, "loads", name, v[mem].size, x, offs.size, act)
+    if counted is not None: L.traffic.global_load += counted(L, x, offs, act, itemsize)
     out = read(L, v[mem], x, offs, act)
     if is_bool: out = out != 0
     if alt is not None and act is not None: out = np.where(_per_lane(act, offs.size), out, v[alt])
@@ -555,11 +593,14 @@ def _store(ex: Executable, i: int, u: UOp) -> Step:
     raise ValueError(f"EMU: an atomic {u.arg} STORE of {u.src[2].dtype} to a {u.src[0].op.name}; EMU has "
                      f"{sorted((op.name, dt.name) for op, dt in EmuRenderer.atomics)} on global memory")
   atomic, dt = u.arg, u.src[2].dtype
+  counted, itemsize = _global_counter(ex, u.src[0]), _mem_np(dt).itemsize
   def store(L: Launch) -> None:
     v = L.v
     x, act = v[idx], _active(L, gate)
     _check_bounds(L, "stores to", name, v[mem].size, x, offs.size, act)
-    if atomic is None: write(L, v[mem], name, x, v[val], offs, act)
+    if atomic is None:
+      if counted is not None: L.traffic.global_store += counted(L, x, offs, act, itemsize)
+      write(L, v[mem], name, x, v[val], offs, act)
     else: _atomic_global(L, v[mem], x, v[val], act, atomic, dt)
   return store
 
