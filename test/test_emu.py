@@ -30,13 +30,13 @@ from test_llvm_renderer import (
 )
 from test_llvm_renderer import run as run_cpu
 
-from lazytensor import GlobalCounters, Tensor
+from lazytensor import Context, GlobalCounters, Tensor
 from lazytensor.codegen.alu import alu_semantics
 from lazytensor.dtype import DType, dtypes
 from lazytensor.renderer import TC_NV_BF16, TC_NV_F16, TC_NV_TF32, TensorCore, launch_dims
 from lazytensor.renderer.emu import EmuRenderer, parse_program
 from lazytensor.runtime.device import Device
-from lazytensor.runtime.ops_emu import EmuDevice, EmuError, EmuProgram, RaceError
+from lazytensor.runtime.ops_emu import EmuDevice, EmuError, EmuProgram, RaceError, Traffic
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 EMU = EmuDevice("EMU")
@@ -56,16 +56,19 @@ def endif(i: UOp) -> UOp: return UOp(Ops.ENDIF, VOID, (i,))
 def compile_emu(uops: list[UOp]) -> EmuProgram:
   return EmuProgram(EMU, "kernel", EMU.compiler.compile(EMU.renderer.render("kernel", alu_semantics(uops))))
 
-def run_emu(uops: list[UOp], arrays: list[np.ndarray], **launch: Any) -> list[np.ndarray]:
+def launch_emu(uops: list[UOp], arrays: list[np.ndarray], **launch: Any) -> tuple[EmuProgram, list[np.ndarray]]:
   """Render, compile and run on EMU (launched as the program's SPECIALs ask, unless told otherwise); buffer i holds
-  arrays[i]; returns every buffer's contents afterwards."""
+  arrays[i]; returns the program and every buffer's contents afterwards."""
   prog, alloc = compile_emu(uops), EMU.allocator
   handles = [alloc.alloc(a.nbytes) for a in arrays]
   for h, a in zip(handles, arrays): alloc.copyin(h, np.ascontiguousarray(a).data.cast("B"))
   prog(*handles, **{**launch_dims(uops).kwargs(), **launch})
   outs = [np.empty_like(a) for a in arrays]
   for h, o in zip(handles, outs): alloc.copyout(o.data.cast("B"), h)
-  return outs
+  return prog, outs
+
+def run_emu(uops: list[UOp], arrays: list[np.ndarray], **launch: Any) -> list[np.ndarray]:
+  return launch_emu(uops, arrays, **launch)[1]
 
 BACKENDS: dict[str, Callable[[list[UOp], list[np.ndarray]], list[np.ndarray]]] = {"EMU": run_emu, "CPU": run_cpu}
 
@@ -481,3 +484,70 @@ def test_outputs_of_zero_elements_run_no_kernel(dev: str) -> None:
     assert GlobalCounters.kernel_count == 3
     for out, w in zip(outs, want): np.testing.assert_array_equal(out.numpy(), w)
     assert outs[0].lazydata.op is Ops.VIEW and outs[0].lazydata.src[0].op is Ops.BUFFER  # realized: a buffer
+
+# ---- traffic counters: bytes each warp's access moves, and shared-memory bank replays ----
+
+def traffic(uops: list[UOp], arrays: list[np.ndarray], **launch: Any) -> Traffic:
+  got = launch_emu(uops, arrays, **launch)[0].traffic
+  assert got is not None
+  return got
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_traffic_of_a_copy(count: int) -> None:
+  # 8 blocks of 8 threads: each warp is a part of one, as on a GPU
+  n = 64 * count
+  got = traffic(shifted_copy(0, count), [np.zeros(n, np.float32), np.zeros(n, np.float32)])
+  assert got == Traffic(global_load=n * 4, global_store=n * 4)
+
+def test_traffic_of_an_elementwise_loop() -> None:
+  prog = elementwise([lambda x, y: x * y + x, lambda x, y: x.lt(y)], [F32, F32], [F32, dtypes.bool], 64, 4)
+  got = traffic(prog, [np.zeros(64, np.float32), np.zeros(64, bool), randn(64), randn(64)])
+  assert got == Traffic(global_load=2 * 64 * 4, global_store=64 * 4 + 64)
+
+@pytest.mark.parametrize("threads,gated", [(64, False), (8, False), (64, True)])
+def test_lanes_of_a_warp_share_an_element(threads: int, gated: bool) -> None:
+  # thread t reads in[t // 4]: a warp reads each of its elements once; lanes gated off read nothing
+  t = special("lidx0", threads)
+  gate = t.lt(32) if gated else None
+  value = load(glob(1, F32), t // 4, F32, *([gate, c(0.0, F32)] if gate is not None else []))
+  got = traffic(linear(store(glob(0, F32), t, value)), [np.zeros(threads, np.float32), randn(threads // 4)])
+  read = threads // 2 if gated else threads
+  assert got == Traffic(global_load=read, global_store=threads * 4)
+
+def test_traffic_in_a_loop() -> None:
+  # a load whose indices move alike in every lane moves as many bytes again; one whose pattern changes is counted anew
+  t, r = special("lidx0", 64), rng(2)
+  prog = linear(r, store(glob(0, F32), r * 64 + t, load(glob(1, F32), t // (r + 1), F32)), end(r))
+  got = traffic(prog, [np.zeros(128, np.float32), randn(64)])
+  assert got == Traffic(global_load=(64 + 32) * 4, global_store=128 * 4)
+
+def test_traffic_of_a_group_reduce() -> None:
+  # 8 blocks of 16 threads: 16 floats a block into shared memory, thread 0 reads them back one by one
+  got = traffic(group_reduce(8, 64, 16), [np.zeros(8, np.float32), randn(8, 64)])
+  assert got == Traffic(global_load=8 * 64 * 4, global_store=8 * 4, shared_load=8 * 16 * 4, shared_store=8 * 16 * 4)
+
+@pytest.mark.parametrize("stride,width,replays", [(1, 1, 0), (2, 1, 1), (32, 1, 31), (33, 1, 0), (4, 4, 0),
+                                                  (8, 4, 4), (0, 1, 0)])
+def test_bank_conflicts(stride: int, width: int, replays: int) -> None:
+  # two warps each write and read back shared[t * stride : + width]: a stride of 32 words puts all 32 lanes in one
+  # bank, 33 spreads them over all; a float4 a lane takes 4 wavefronts, the fewest its 512 bytes need, but at a
+  # stride of 8 words its 128 words fill only 16 banks (8 a bank); a stride of 0 is a broadcast
+  t, tmp = special("lidx0", 64), shared("temp0", 64 * 33)
+  at = t * stride
+  value = t.cast(F32) if width == 1 else UOp(Ops.VECTORIZE, F32.vec(width), tuple(t.cast(F32) for _ in range(width)))
+  put = store(tmp, at, value if stride else c(1.0, F32))
+  out = store(glob(0, F32), t * width, load(tmp, at, F32.vec(width)))
+  got = traffic(linear(put, barrier(put), out), [np.zeros(64 * width, np.float32)])
+  moved = 2 * 4 * width if stride == 0 else 64 * 4 * width
+  assert got == Traffic(global_store=64 * 4 * width, shared_load=moved, shared_store=moved,
+                        bank_conflicts=2 * 2 * replays)
+
+def test_traffic_on_the_debug_line(capsys: pytest.CaptureFixture[str]) -> None:
+  n = 1 << 18  # 1 MiB of float32
+  a, b = Tensor(randn(n), device="EMU"), Tensor(randn(n, seed=1), device="EMU")
+  a.realize(), b.realize()
+  with Context(DEBUG=2): (a + b).realize()
+  line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("*** EMU")][-1]
+  assert line.endswith("global ld 2.000 st 1.000 MiB, shared ld 0.000 st 0.000 MiB, 0 bank replays")
+  with Context(DEBUG=2): Tensor(randn(n), device="CPU").add(1).realize()
+  assert "global ld" not in capsys.readouterr().out

@@ -176,6 +176,9 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
     t = et or 0.0
     pad = " " * max(0, 40 - ansilen(name))
     perf = f"({flops / t * 1e-9:9.2f} GFLOPS {mem / t * 1e-9:7.2f} GB/s)" if t > 0 else ""
+    # a device that sees every access (EMU) says what the launch moved: its program's `traffic`
+    if (traffic := getattr(runner.program, "traffic", None) if runner is not None else None) is not None:
+      perf += f" {traffic}"
     print(f"*** {bufs[0].device:6s} {GlobalCounters.kernel_count:4d} {name}{pad} arg {len(bufs):2d} mem "
           f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/"
           f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")

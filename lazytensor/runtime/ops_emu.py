@@ -17,12 +17,16 @@ It is strict where a GPU is undefined: a load or store out of bounds raises Inde
 the thread; two threads storing different values to one element in one STORE, or touching one shared element (read
 after write, write after read, write after write) in the same barrier epoch, raise RaceError; reading shared memory no
 thread wrote, non-uniform loop bounds, a BARRIER or WMMA reached by part of a block or warp raise EmuError.
+
+Seeing every access, it counts what each launch moves (Traffic, printed on the DEBUG=2 kernel line): global and shared
+bytes loaded and stored, and the replays that shared-memory bank conflicts cost.
 """
 from __future__ import annotations
 
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,6 +63,7 @@ def _mem_np(dt: DType) -> np.dtype:
 # ---- launch geometry ----
 
 _AXES = range(3)
+WARP = 32
 SPECIAL_NAMES = tuple(f"{p}{i}" for p in ("gidx", "lidx") for i in _AXES)
 
 def _dims(what: str, dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -83,6 +88,11 @@ class Grid:
   @functools.cached_property
   def block(self) -> np.ndarray: return self.lanes // self.threads
   @functools.cached_property
+  def warp(self) -> np.ndarray:
+    """Each lane's warp: WARP consecutive threads of its block (the last one of a block short if WARP does not divide
+    its threads), numbered in lane order."""
+    return self.block * -(-self.threads // WARP) + self.lanes % self.threads // WARP
+  @functools.cached_property
   def ids(self) -> dict[str, np.ndarray]:
     per_kind = (("gidx", self.block, self.global_size), ("lidx", self.lanes % self.threads, self.local_size))
     return {f"{p}{i}": base // prod(dims[:i]) % dims[i] for p, base, dims in per_kind for i in _AXES}
@@ -93,13 +103,104 @@ class Grid:
     gidx = tuple(b // prod(self.global_size[:i]) % self.global_size[i] for i in _AXES)
     return f"block {gidx} thread {tuple(t // prod(self.local_size[:i]) % self.local_size[i] for i in _AXES)}"
 
+# ---- traffic: what a launch's memory accesses move, counted as a GPU moves them ----
+
+BANKS = 32  # shared memory is 32 banks of 4-byte words; word w is in bank w % BANKS
+
+@dataclass
+class Traffic:
+  """The bytes one launch loaded and stored in global and in shared memory, each element once per warp and access
+  (lanes of a warp that name one element share it, a broadcast; an atomic update counts once per lane), and the
+  replays of its shared accesses: for each warp and access, the wavefronts it takes (the most distinct words it
+  touches in one bank) beyond the fewest its bytes need (one per 128 bytes), summed."""
+  global_load: int = 0
+  global_store: int = 0
+  shared_load: int = 0
+  shared_store: int = 0
+  bank_conflicts: int = 0
+
+  def __str__(self) -> str:
+    mib = 1 / (1 << 20)
+    return (f"global ld {self.global_load * mib:.3f} st {self.global_store * mib:.3f} MiB, shared ld "
+            f"{self.shared_load * mib:.3f} st {self.shared_store * mib:.3f} MiB, {self.bank_conflicts} bank replays")
+
+def _per_warp(grid: Grid, lanes: np.ndarray, elem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """The elements (>= 0) that `lanes` name in an access (lanes x elements), one row a warp, sorted (a row sort is a
+  hundred times faster than np.unique over them all), -1 where a lane does not run; and where each is new in its row."""
+  if elem.dtype.kind == "u": elem = elem.astype(np.int64)  # room for the -1
+  width = WARP * elem.shape[1]
+  if lanes.size == grid.n and grid.threads % WARP == 0: rows = elem.reshape(-1, width)
+  else:
+    rows = np.full((int(grid.warp[-1]) + 1, WARP, elem.shape[1]), -1, elem.dtype)
+    rows[grid.warp[lanes], lanes % grid.threads % WARP] = elem
+    rows = rows.reshape(-1, width)
+  rows = np.sort(rows, axis=1)
+  fresh = rows >= 0
+  fresh[:, 1:] &= rows[:, 1:] != rows[:, :-1]
+  return rows, fresh
+
+def _global_bytes(grid: Grid, x: Any, offs: np.ndarray, act: np.ndarray | None, itemsize: int) -> int:
+  """The bytes a global access moves. The common cases need no sort: one index in every lane, or, within each warp,
+  each lane's index the one before it or past its elements (coalesced, or lanes sharing elements, as a tile's row)."""
+  lanes = grid.lanes if act is None else np.flatnonzero(act)
+  if not lanes.size: return 0
+  if np.ndim(x) == 0:  # each warp with a running lane reads the elements once
+    return (int(np.count_nonzero(np.diff(grid.warp[lanes]))) + 1) * offs.size * itemsize
+  at, count = x[lanes], offs.size
+  step, warp_starts = np.diff(at), np.diff(grid.warp[lanes]) != 0
+  if ((step == 0) | (step >= count) | warp_starts).all():
+    return (int(np.count_nonzero((step != 0) | warp_starts)) + 1) * count * itemsize
+  return int(np.count_nonzero(_per_warp(grid, lanes, at[:, None] + offs)[1])) * itemsize
+
+class GlobalBytes:
+  """The bytes one global LOAD or STORE moves at each run. In a loop its indices mostly move alike in every lane from
+  one run to the next, on the same lanes: it moves as many bytes as the last time, found without counting again."""
+  __slots__ = ("x", "act", "nbytes")
+  def __init__(self) -> None: self.forget()
+
+  def forget(self) -> None:
+    """At the end of a launch: the next one starts afresh, and its arrays are not kept alive."""
+    self.x: Any = None
+    self.act: np.ndarray | None = None
+    self.nbytes = 0
+
+  def __call__(self, L: Launch, x: Any, offs: np.ndarray, act: np.ndarray | None, itemsize: int) -> int:
+    if self.x is None or act is not self.act or np.ndim(x) != np.ndim(self.x) or not _shifted(x, self.x):
+      self.nbytes = _global_bytes(L.grid, x, offs, act, itemsize)
+    self.x, self.act = x, act
+    return self.nbytes
+
+def _shifted(x: Any, last: Any) -> bool:
+  """Whether x is `last` plus the same amount in every lane."""
+  if np.ndim(x) == 0: return True
+  d = x - last
+  return bool((d == d[0]).all())
+
+def _count_shared(L: Launch, lanes: np.ndarray, pos: np.ndarray, itemsize: int, load: bool) -> None:
+  """Count a shared access of `lanes` to elements `pos` (lanes x elements) of one DEFINE_LOCAL. A block's part of it
+  starts at a multiple of the array's size, which shifts the banks of all the lanes of a warp alike: the conflicts are
+  those of the array starting at bank 0."""
+  if not lanes.size: return
+  per_word = max(1, itemsize // 4)  # an element under 4 bytes lies in one word (it is aligned to its size)
+  words = (pos * itemsize // 4)[..., None] + np.arange(per_word)
+  words, fresh = _per_warp(L.grid, lanes, words.reshape(len(lanes), -1))
+  # elements of 4 bytes or more fill their words; smaller ones may share one
+  nbytes = int(np.count_nonzero(fresh if itemsize >= 4 else _per_warp(L.grid, lanes, pos)[1])) * min(itemsize, 4)
+  warp = np.broadcast_to(np.arange(len(words))[:, None], words.shape)
+  in_bank = np.bincount((warp * BANKS + words % BANKS)[fresh], minlength=len(words) * BANKS).reshape(-1, BANKS)
+  fewest = -(-np.count_nonzero(fresh, axis=1) // BANKS)  # the wavefronts of 128 bytes its distinct words fill
+  t = L.traffic
+  if load: t.shared_load += nbytes
+  else: t.shared_store += nbytes
+  t.bank_conflicts += int(in_bank.max(1).sum() - fewest.sum())
+
 # ---- the state of one launch ----
 
 class Launch:
   """What the closures of a program read and write while it runs."""
-  __slots__ = ("name", "grid", "v", "mask", "masks", "epoch")
+  __slots__ = ("name", "grid", "v", "mask", "masks", "epoch", "traffic")
   def __init__(self, name: str, grid: Grid, values: list[Any]) -> None:
-    self.name, self.grid, self.v = name, grid, values
+    self.name, self.grid, self.v, self.traffic = name, grid, values, Traffic()
     self.mask: np.ndarray | None = None         # the lanes that run; None: all of them
     self.masks: list[np.ndarray | None] = []    # the masks outside each open IF
     self.epoch = np.zeros(grid.blocks, np.int64)  # barriers each block has passed
@@ -278,6 +379,7 @@ def _read_shared(L: Launch, sh: Shared, x: Any, offs: np.ndarray, act: np.ndarra
   lanes = grid.lanes if act is None else np.flatnonzero(act)
   pos = (grid.block[lanes] * sh.size + np.broadcast_to(x, (grid.n,))[lanes])[:, None] + offs
   sh.check_read(L, lanes, pos)
+  _count_shared(L, lanes, pos, sh.data.itemsize, load=True)
   got = sh.data[pos]
   if act is not None:
     full = np.zeros((grid.n, offs.size), got.dtype)
@@ -319,6 +421,7 @@ def _write_shared(L: Launch, sh: Shared, name: str, x: Any, val: Any, offs: np.n
   pos = L.grid.block[lanes][:, None] * sh.size + elem
   _check_conflicts(L, name, lanes, pos, elem, vals)
   sh.check_write(L, lanes, pos)
+  _count_shared(L, lanes, pos, sh.data.itemsize, load=False)
   sh.data[pos] = vals
 
 _MEMORY = {Ops.DEFINE_GLOBAL: (_read_global, _write_global), Ops.DEFINE_LOCAL: (_read_shared, _write_shared)}
@@ -330,6 +433,7 @@ def _atomic_global(L: Launch, mem: np.ndarray, x: Any, val: Any, act: np.ndarray
   lane order (any order is one a GPU may take), each round updating one lane of every element named, rounded to dt."""
   _, elem, vals = _sites(L, x, val, np.arange(1), act, mem.dtype)
   flat, vals = elem[:, 0], vals[:, 0]
+  L.traffic.global_store += flat.size * mem.itemsize
   order = np.argsort(flat, kind="stable")
   ranked = flat[order]
   starts = np.maximum.accumulate(np.where(np.r_[True, ranked[1:] != ranked[:-1]], np.arange(ranked.size), 0))
@@ -363,6 +467,7 @@ class Executable:
     self.locals: list[tuple[int, UOp]] = []
     self.specials: list[tuple[int, UOp]] = []
     self.warp = 1  # a block must hold whole warps of the widest tensor core it uses
+    self.counters: list[GlobalBytes] = []
     self.steps = self._blocks(uops)
     if (shared := sum(u.arg[1] * u.dtype.itemsize for _, u in self.locals)) > EmuRenderer.shared_max:
       raise ValueError(f"EMU: {shared} bytes of shared memory; at most {EmuRenderer.shared_max}")
@@ -419,7 +524,8 @@ class Executable:
         raise ValueError(f"EMU {self.name}: {u.arg[0]} counts to {u.arg[1]}, but the launch (global_size "
                          f"{g.global_size}, local_size {g.local_size}) gives it {size}")
 
-  def run(self, bufs: tuple[np.ndarray, ...], grid: Grid, vals: tuple[np.generic, ...] = ()) -> None:
+  def run(self, bufs: tuple[np.ndarray, ...], grid: Grid, vals: tuple[np.generic, ...] = ()) -> Traffic:
+    """One launch; returns what its memory accesses moved."""
     v = list(self.init)
     for at, k, mem_np in self.globals:
       if k >= len(bufs): raise ValueError(f"EMU {self.name}: the program uses data{k}, but got {len(bufs)} buffers")
@@ -430,8 +536,12 @@ class Executable:
     for at, u in self.locals: v[at] = Shared(u.arg[0], u.dtype, u.arg[1], grid.blocks)
     for at, u in self.specials: v[at] = grid.ids[u.arg[0]].astype(u.dtype.np, copy=False)  # the kernel's index dtype
     L = Launch(self.name, grid, v)
-    with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
-      for step in self.steps: step(L)
+    try:
+      with np.errstate(all="ignore"):  # wrap-around, inf and NaN are the semantics here, not accidents
+        for step in self.steps: step(L)
+    finally:
+      for c in self.counters: c.forget()
+    return L.traffic
 
 # ---- one builder an op: returns the op's step, or None for a value known before it runs ----
 
@@ -448,6 +558,13 @@ def _special(ex: Executable, i: int, u: UOp) -> None:
     raise ValueError(f"EMU: SPECIAL {u.arg[0]!r} is not a GPU id; expected {SPECIAL_NAMES}")
   ex.specials.append((i, u))
 
+def _global_counter(ex: Executable, buf: UOp) -> GlobalBytes | None:
+  """What counts the bytes of an access through buf: a GlobalBytes for global memory (shared accesses are counted as
+  they run, with their bank conflicts)."""
+  if buf.op is not Ops.DEFINE_GLOBAL: return None
+  ex.counters.append(GlobalBytes())
+  return ex.counters[-1]
+
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
   src = tuple(s for s in u.src if s.op is not Ops.BARRIER)  # a barrier source only orders the load after it
@@ -455,10 +572,12 @@ def _load(ex: Executable, i: int, u: UOp) -> Step:
   read, _, name = _memory(u)
   mem, idx, is_bool, offs = ex.pos[src[0]], ex.pos[src[1]], u.dtype.is_bool, np.arange(u.dtype.count)
   gate, alt = (ex.pos[src[2]], ex.pos[src[3]]) if len(src) == 4 else (None, None)
+  counted, itemsize = _global_counter(ex, src[0]), _mem_np(u.dtype).itemsize
   def load(L: Launch) -> None:
     v = L.v
     x, act = v[idx], _active(L, gate)
     _check_bounds(L, "loads", name, v[mem].size, x, offs.size, act)
+    if counted is not None: L.traffic.global_load += counted(L, x, offs, act, itemsize)
     out = read(L, v[mem], x, offs, act)
     if is_bool: out = out != 0
     if alt is not None and act is not None: out = np.where(_per_lane(act, offs.size), out, v[alt])
@@ -474,11 +593,14 @@ def _store(ex: Executable, i: int, u: UOp) -> Step:
     raise ValueError(f"EMU: an atomic {u.arg} STORE of {u.src[2].dtype} to a {u.src[0].op.name}; EMU has "
                      f"{sorted((op.name, dt.name) for op, dt in EmuRenderer.atomics)} on global memory")
   atomic, dt = u.arg, u.src[2].dtype
+  counted, itemsize = _global_counter(ex, u.src[0]), _mem_np(dt).itemsize
   def store(L: Launch) -> None:
     v = L.v
     x, act = v[idx], _active(L, gate)
     _check_bounds(L, "stores to", name, v[mem].size, x, offs.size, act)
-    if atomic is None: write(L, v[mem], name, x, v[val], offs, act)
+    if atomic is None:
+      if counted is not None: L.traffic.global_store += counted(L, x, offs, act, itemsize)
+      write(L, v[mem], name, x, v[val], offs, act)
     else: _atomic_global(L, v[mem], x, v[val], act, atomic, dt)
   return store
 
@@ -570,6 +692,7 @@ class EmuProgram:
     if text_name != name: raise ValueError(f"EMU: asked for kernel {name!r}, but the program is {text_name!r}")
     self.device, self.name, self.exe = device, name, Executable(name, uops)
     self.grids: dict[tuple[tuple[int, ...], tuple[int, ...]], Grid] = {}
+    self.traffic: Traffic | None = None  # what the last launch moved
 
   def __call__(self, *bufs: np.ndarray, global_size: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False,
@@ -582,7 +705,7 @@ class EmuProgram:
       self.exe.check_launch(grid)
       self.grids[dims] = grid
     start = time.perf_counter()
-    self.exe.run(bufs, grid, vals)
+    self.traffic = self.exe.run(bufs, grid, vals)
     return time.perf_counter() - start if wait else None
 
 class EmuDevice(Compiled):
