@@ -480,3 +480,16 @@ def test_a_write_through_a_view_that_merges_the_sharded_axis_is_refused() -> Non
   with pytest.raises(ValueError, match="does not keep apart"): x[0, 2].assign(Tensor(7.0).to(x.device))
   x[0:1, 2:3] = 7.0  # nothing of the refused writes is left pending
   assert x.numpy()[0, 2] == 7.0 and x.numpy().sum() == 18.0
+
+@pytest.mark.parametrize("axis", [None, 0, 2])
+def test_in_place_op_through_a_view_of_a_sharded_clone_with_gradients(axis: int | None) -> None:
+  # the view's writability was read from the MULTI's arg (its layout) as if it were a view of a buffer: AttributeError
+  # (fuzz_compose seed 1040: v7.diagonal(-1).permute(...).sigmoid_() of a realized clone)
+  def loss(a: Tensor) -> Tensor:
+    v = a.permute(0, 2, 1).clone().realize()
+    v.diagonal(-1).permute(1, 0).sigmoid_()
+    return (v * v).sum()
+  x = np.arange(24, dtype=np.float32).reshape(2, 1, 12) / 8
+  want = _grads(loss, [x], [None])
+  got = _grads(loss, [x], [(D4, axis)])
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)

@@ -530,7 +530,8 @@ class Tensor(InPlaceMixin, metaclass=_TensorType):
   def _is_buffer_view(self) -> bool:
     ld = self.lazydata
     if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
-    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
+    # an empty piece (a slice of the sharded axis that holds nothing) is a constant: it has nothing to compute either
+    return all((p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER) or p.size == 0 for p in multi_leaves(ld))
 
   def assign(self, x: Any) -> Tensor:
     """Write x into this tensor's memory when it is next realized, or before anything that reads that memory is

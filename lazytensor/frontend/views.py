@@ -54,12 +54,14 @@ def moves_over(ld: UOp, base: UOp) -> bool:
   return ld is base
 
 def moved_st(ld: UOp) -> ShapeTracker:
-  """The view that movement ops over a VIEW of a buffer make of it."""
+  """The view that movement ops over a VIEW of a buffer make of it. Over a value on several devices (MULTI), whose
+  arg is its layout and not a view, the view they make of its full shape read densely: an expand or a pad of it is one
+  of the pieces cut from it too (schedule/multi.py), and where a move splits the pieces apart check_writable says."""
   moves = []
   while ld.op in VIEW_OPS:
     if ld.op in MOVES: moves.append(ld)
     ld = ld.src[0]
-  st = ld.arg
+  st = ShapeTracker.from_shape(ld.shape) if ld.op is Ops.MULTI else ld.arg
   for m in reversed(moves): st = MOVES[m.op](st, m.arg)
   return st
 
