@@ -17,6 +17,7 @@ from lazytensor.frontend.autograd import grad_leaves
 from lazytensor.frontend.gradient import compute_gradient
 from lazytensor.frontend.views import (
   VIEW_OPS,
+  assign_uop,
   moved_buffer,
   moved_onto,
   moved_st,
@@ -27,10 +28,9 @@ from lazytensor.frontend.views import (
   writable_view,
 )
 from lazytensor.helpers import ArgumentError, NotSupportedError
-from lazytensor.schedule.multi import check_writable
 from lazytensor.schedule.scheduler import commit_realized, is_plain_buffer_view, realized_map
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.graph import const_uop, own_value
+from lazytensor.uop.graph import const_uop, multi_leaves, own_value
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -65,10 +65,8 @@ def assign(t: Tensor, x: Any) -> Tensor:
     return t
   # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
   if t._viewed is not None or old.op is not Ops.ASSIGN: give_buffer(t)
-  # a view on several devices must keep its pieces apart (checked once it views memory, before the write is recorded: a
-  # pending write that cannot run would fail every realize after it)
-  if t._viewed is not None and isinstance(t.device, tuple): check_writable(t.lazydata)
-  if t._viewed is not None and moved_buffer(t.lazydata) and _shares_elements(moved_st(t.lazydata)):
+  if t._viewed is not None and (moved_buffer(t.lazydata) or unmoved(t.lazydata).op is Ops.MULTI) and \
+     _shares_elements(moved_st(t.lazydata)):
     raise ArgumentError(f"assign (or an in-place op) into an expanded view of shape {t.shape}: several of its elements "
                         "are one element of memory, as in torch this is not supported; clone() the view first")
   # a second assign before realizing writes the same buffer (its value may read the first one's result)
@@ -77,7 +75,14 @@ def assign(t: Tensor, x: Any) -> Tensor:
   # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
   # old contents in the same schedule)
   if pending.writes: pending.run_before((t,), target.reads)
-  t.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, new))
+  if (write := assign_uop(target, new)).src[0] is not target:
+    # a view on several devices that merges the pieces, written through a box of its memory (assign_uop): now, as
+    # setitem writes (a pending write of another shape than t's)
+    assert t._viewed is not None
+    renamed(t._viewed, type(t)(write).realize().lazydata)
+    written_unseen(t._viewed)
+    return t
+  t.lazydata = write
   t._assigned_at = live.serial()  # values computed from now on read what it writes
   pending.writes[t._assigned_at] = (weakref.ref(t), t.lazydata)
   if t._viewed is not None: written_unseen(t._viewed, t)
@@ -108,6 +113,16 @@ def setitem(t: Tensor, indices: Any, value: Any) -> None:
   # the buffer now has a new node (the old one names the old contents): the whole tensor reads it from now on
   t.lazydata = UOp(Ops.VIEW, t.dtype, written.src, t.lazydata.arg)
   written_unseen(t._viewed if t._viewed is not None else t)
+
+def renamed(root: Tensor, written: UOp) -> None:
+  """After a write into a box of root's memory on several devices (assign_uop), run: root's pieces read the buffer
+  nodes the write named, as after setitem (the old nodes name the old contents, which a copy made before may hold:
+  realized_map finds it by them), and so do its views."""
+  old = root.lazydata
+  names = {o.src[0]: w.src[0] for o, w in zip(multi_leaves(old), multi_leaves(written))
+           if o.op is Ops.VIEW and o.src[0].op is Ops.BUFFER and w.op is Ops.VIEW and w.src[0].op is Ops.BUFFER}
+  root.lazydata = old.substitute(names)
+  rebase_views(root, old, root.lazydata)
 
 def _shares_elements(st: ShapeTracker) -> bool:
   """Whether two elements of this view are one element of the memory it views (an expand)."""
@@ -320,10 +335,12 @@ def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
   # (tensors only for the moment: one holding `placed`, the value's node, while the write runs would be a second tensor
   # of that value, given memory of its own there)
   graph = (type(t)._of(hit) != 0).where(type(t)._of(placed), type(t)._of(old)).lazydata
-  write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
+  written_view = moved_onto(target.lazydata, old, root.lazydata)
+  write = assign_uop(written_view, new.lazydata)
   written = type(t)(write).realize().lazydata
   # (on several devices the pieces keep their nodes, as a write without gradients leaves them)
   if root.lazydata.op is not Ops.MULTI: root.lazydata = UOp(Ops.VIEW, root.dtype, written.src, root.lazydata.arg)
+  elif write.src[0] is not written_view: renamed(root, written)
   commit_realized({graph: root.lazydata})
   root._graph, root._requires_grad = graph, True
   rebase_views(root, old, graph, requires_grad=True)
