@@ -97,7 +97,7 @@ def setitem(t: Tensor, indices: Any, value: Any) -> None:
     # on several devices: an assign into the view written, which the multi pass runs on each piece where it lies (what
     # follows names one device's buffer)
     target, new = t._setitem_parts(indices, value)
-    if target.numel(): target.assign(new).realize()
+    if target.numel(): renamed(t._viewed if t._viewed is not None else t, target.assign(new).realize().lazydata)
     return
   give_buffer(t)
   if not moved_buffer(t.lazydata): t.lazydata = t.contiguous().realize().lazydata
@@ -115,12 +115,13 @@ def setitem(t: Tensor, indices: Any, value: Any) -> None:
   written_unseen(t._viewed if t._viewed is not None else t)
 
 def renamed(root: Tensor, written: UOp) -> None:
-  """After a write into a box of root's memory on several devices (assign_uop), run: root's pieces read the buffer
-  nodes the write named, as after setitem (the old nodes name the old contents, which a copy made before may hold:
-  realized_map finds it by them), and so do its views."""
+  """After a write into root's memory on several devices, run (`written`, what it realized to): root's pieces read the
+  buffer nodes the write named, as on one device after setitem (the old nodes name the old contents, which a copy
+  realized from them before holds: realized_map would find it by them), and so do its views."""
   old = root.lazydata
   names = {o.src[0]: w.src[0] for o, w in zip(multi_leaves(old), multi_leaves(written))
-           if o.op is Ops.VIEW and o.src[0].op is Ops.BUFFER and w.op is Ops.VIEW and w.src[0].op is Ops.BUFFER}
+           if o.op is Ops.VIEW and w.op is Ops.VIEW and o.src[0].op is Ops.BUFFER and w.src[0].op is Ops.BUFFER and
+           o.src[0].reads == w.src[0].reads}
   root.lazydata = old.substitute(names)
   rebase_views(root, old, root.lazydata)
 
@@ -227,7 +228,7 @@ def give_buffer(t: Tensor) -> None:
   after a write, the lazy node no longer stands for the buffer's contents. Memory of its own: where another tensor
   computed alike (the same interned node) holds that value's buffer, realize computes a copy (own_memory)."""
   root = t._viewed if t._viewed is not None else t
-  if moved_buffer(root.lazydata):  # realized since its views were taken
+  if moved_buffer(root.lazydata) or root._is_buffer_view():  # realized since its views were taken
     old = root._lazy_before() if root._lazy_before is not None else None
   else:
     old = root.lazydata
