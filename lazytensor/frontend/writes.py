@@ -336,12 +336,11 @@ def setitem_with_grad(t: Tensor, indices: Any, value: Any) -> None:
   # (tensors only for the moment: one holding `placed`, the value's node, while the write runs would be a second tensor
   # of that value, given memory of its own there)
   graph = (type(t)._of(hit) != 0).where(type(t)._of(placed), type(t)._of(old)).lazydata
-  written_view = moved_onto(target.lazydata, old, root.lazydata)
-  write = assign_uop(written_view, new.lazydata)
+  write = assign_uop(moved_onto(target.lazydata, old, root.lazydata), new.lazydata)
   written = type(t)(write).realize().lazydata
-  # (on several devices the pieces keep their nodes, as a write without gradients leaves them)
+  # the buffer's new node (the old one names the old contents), as without gradients
   if root.lazydata.op is not Ops.MULTI: root.lazydata = UOp(Ops.VIEW, root.dtype, written.src, root.lazydata.arg)
-  elif write.src[0] is not written_view: renamed(root, written)
+  else: renamed(root, written)
   commit_realized({graph: root.lazydata})
   root._graph, root._requires_grad = graph, True
   rebase_views(root, old, graph, requires_grad=True)
