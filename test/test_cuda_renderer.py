@@ -259,7 +259,8 @@ def test_64_bit_index_math_compiles() -> None:
 
 def test_constants_are_exact() -> None:
   assert R.const(dtypes.float32, 0.1) == "0.10000000149011612f"
-  assert R.const(dtypes.float32, -0.0) == "-0.0f"
+  # a negative literal in parentheses: `a - -2.5f` would be written `a--2.5f`, a decrement
+  assert R.const(dtypes.float32, -0.0) == "(-0.0f)" and R.const(dtypes.int32, -5) == "(-5)"
   assert R.const(dtypes.float64, 0.1) == "0.1"
   assert R.const(dtypes.int32, -2**31) == "(-2147483647-1)"
   assert R.const(dtypes.int64, -2**63) == "(-9223372036854775807ll-1)"

@@ -315,3 +315,10 @@ ENGINE_TESTS = [
 def test_engine_test_on_cudacpu(module: str, name: str) -> None:
   fn = getattr(importlib.import_module(module), name)
   with Context(DEV="CUDACPU"): fn()
+
+def test_minus_a_negative_constant_compiles() -> None:
+  # logaddexp(x, -2.5) subtracts the constant: rendered `(val0--2.5f)`, a decrement to the compiler (fuzz_compose
+  # cudacpu seeds 40014, 40057)
+  a = np.arange(-3, 3).astype(np.float32)
+  with Context(DEV="CUDACPU"): out = Tensor(a).logaddexp(-2.5).numpy()
+  np.testing.assert_allclose(out, np.logaddexp(a, -2.5), rtol=1e-6)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -474,9 +475,82 @@ def test_setitem_with_gradients_on_a_sharded_tensor(axis: int | None) -> None:
     return [x.numpy(), leaf.grad.numpy(), w.grad.numpy()]
   for got, want in zip(run((D2, axis)), run(None)): np.testing.assert_array_equal(got, want)
 
-def test_a_write_through_a_view_that_merges_the_sharded_axis_is_refused() -> None:
+# writes through views that merge the sharded axis (or drop it), made by torch-like code on a numpy array or a tensor
+MERGING_WRITES: list[Callable[[Any], object]] = [
+  lambda x: x.__setitem__((0, 2), 7),
+  lambda x: x[1].__setitem__(-1, 7),
+  lambda x: x[2:].__setitem__((slice(None), 0), 7),
+  lambda x: x.__setitem__(slice(None, None, 3), 7),  # a strided slice: pieces of rows 0 and 3
+  lambda x: x.reshape(-1)[1:9].__setitem__(slice(None), 7),
+  lambda x: x.T[1].__setitem__(slice(None), 7),
+  lambda x: x[1].__iadd__(1),
+  lambda x: x[:3, :3].diagonal().__imul__(-1) if isinstance(x, Tensor) else np.einsum("ii->i", x[:3, :3]).__imul__(-1),
+]
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
+@pytest.mark.parametrize("write", range(len(MERGING_WRITES)))
+def test_a_write_through_a_view_that_merges_the_sharded_axis(axis: int, dtype: str, write: int) -> None:
+  # refused with "pieces it does not keep apart" (fuzz_compose shard seeds 1063, 1106, 1116); torch writes them: the
+  # write goes to the box of the pieces that holds the view's elements
+  if dtype == "bool" and write in (6, 7): pytest.skip("numpy's += and *= of bools are logical")
+  a = (np.arange(20).reshape(5, 4) % 3).astype(dtype)
+  x = Tensor(a).shard_(D4[:3], axis)
+  before = x * 1  # built before the write: keeps the old values
+  MERGING_WRITES[write](x)
+  MERGING_WRITES[write](a)
+  np.testing.assert_equal(x.numpy(), a)
+  np.testing.assert_equal(before.numpy(), (np.arange(20).reshape(5, 4) % 3).astype(dtype))
+
+def test_a_merging_write_with_gradients_and_through_a_detached_view() -> None:
+  def run(lay: Layout) -> list[np.ndarray]:
+    leaf, w = Tensor(np.arange(1, 13, dtype=np.float32).reshape(4, 3), requires_grad=True), Tensor([-0.5, -1.0, 2.0])
+    w.requires_grad_()
+    x = (leaf if lay is None else leaf.shard(*lay)).clone()
+    x[::3, 1] = w[:2] if lay is None else w[:2].shard(lay[0], None)
+    x.detach()[2, 0] = 9.0
+    (x * x).sum().backward()
+    return [x.numpy(), leaf.grad.numpy(), w.grad.numpy()]
+  for got, want in zip(run((D4[:3], 0)), run(None)): np.testing.assert_array_equal(got, want)
+
+def test_a_write_into_an_expanded_view_of_a_sharded_tensor_is_refused() -> None:
   x = Tensor.ones(4, 3).shard_(D4[:3], 0)
-  with pytest.raises(ValueError, match=r"does not keep apart .* \(x\[0:1\] for x\[0\]\)"): x[0, 2] = 7.0
-  with pytest.raises(ValueError, match="does not keep apart"): x[0, 2].assign(Tensor(7.0).to(x.device))
-  x[0:1, 2:3] = 7.0  # nothing of the refused writes is left pending
-  assert x.numpy()[0, 2] == 7.0 and x.numpy().sum() == 18.0
+  with pytest.raises(ValueError, match="expanded view"): x[:, :1].expand(4, 3).add_(1)
+
+@pytest.mark.parametrize("axis", [None, 0, 2])
+def test_in_place_op_through_a_view_of_a_sharded_clone_with_gradients(axis: int | None) -> None:
+  # the view's writability was read from the MULTI's arg (its layout) as if it were a view of a buffer: AttributeError
+  # (fuzz_compose seed 1040: v7.diagonal(-1).permute(...).sigmoid_() of a realized clone)
+  def loss(a: Tensor) -> Tensor:
+    v = a.permute(0, 2, 1).clone().realize()
+    v.diagonal(-1).permute(1, 0).sigmoid_()
+    return (v * v).sum()
+  x = np.arange(24, dtype=np.float32).reshape(2, 1, 12) / 8
+  want = _grads(loss, [x], [None])
+  got = _grads(loss, [x], [(D4, axis)])
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+@pytest.mark.parametrize("box", [False, True], ids=["keeps_pieces_apart", "merges_pieces"])
+def test_a_copy_realized_before_a_write_into_a_sharded_tensor_is_not_read_after(box: bool) -> None:
+  # the pieces kept their buffer nodes through a write, so the gather read the copy of a piece realized before it
+  # (once the schedule cache held the graph: from the second or third time on)
+  for _ in range(5):
+    a = (np.arange(20).reshape(5, 4) % 3).astype(np.int32)
+    x = Tensor(a).shard_(D4[:3], 1)
+    x.reshape(-1)[1:9].realize()  # gathered: copies of the pieces
+    if box: x.reshape(-1)[5:7] = 7  # flattened: the pieces of two devices, through a box of their memory
+    else: x[0:2] = 7
+    if box: a.reshape(-1)[5:7] = 7
+    else: a[0:2] = 7
+    np.testing.assert_equal(x.numpy(), a)
+    np.testing.assert_equal(x.to("CPU").numpy(), a)
+
+def test_a_write_through_a_detached_view_of_a_sharded_clone_that_needs_gradients() -> None:
+  # give_buffer copied a realized sharded tensor (never memory to it), and the view, over the clone's graph, then
+  # followed neither: AttributeError (fuzz_compose shard seed 60332)
+  def run(lay: Layout) -> np.ndarray:
+    leaf = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2, requires_grad=True)
+    v = (leaf if lay is None else leaf.shard(*lay)).clone().realize()
+    v.diagonal(0).detach().relu_()
+    return v.numpy()
+  np.testing.assert_array_equal(run((D4, 0)), run(None))

@@ -3,15 +3,18 @@ make, whether writes through it reach the buffer, the same moves replayed over a
 ops a gradient must compute), for reading values on the host without running a kernel, and for is_contiguous."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from lazytensor.dtype import dtypes, from_storage
+from lazytensor.helpers import argsort
 from lazytensor.runtime.device import buffer_map
+from lazytensor.schedule.multi import keeps_pieces_apart
 from lazytensor.schedule.scheduler import MOVES, realized_map
 from lazytensor.shape.view import ShapeTracker, strides_for_shape
-from lazytensor.uop.graph import is_own_value
+from lazytensor.uop.graph import const_uop, is_own_value, movement
 from lazytensor.uop.ops import Ops, UOp
 
 # what a view is made of: movement ops, and DETACH (torch's detach() shares its input's memory: a view that moves
@@ -54,14 +57,49 @@ def moves_over(ld: UOp, base: UOp) -> bool:
   return ld is base
 
 def moved_st(ld: UOp) -> ShapeTracker:
-  """The view that movement ops over a VIEW of a buffer make of it."""
+  """The view that movement ops over a VIEW of a buffer make of it. Over a value on several devices (MULTI), whose
+  arg is its layout and not a view, the view they make of its full shape read densely: an expand or a pad of it is one
+  of the pieces cut from it too (schedule/multi.py); where a move merges the pieces, assign_uop writes around it."""
   moves = []
   while ld.op in VIEW_OPS:
     if ld.op in MOVES: moves.append(ld)
     ld = ld.src[0]
-  st = ld.arg
+  st = ShapeTracker.from_shape(ld.shape) if ld.op is Ops.MULTI else ld.arg
   for m in reversed(moves): st = MOVES[m.op](st, m.arg)
   return st
+
+# each move undone: (its arg, the shape it moved) -> the move that puts its result back in that shape, zeros around it
+UNDO: dict[Ops, Callable[[Any, tuple[int, ...]], tuple[Ops, Any]]] = {
+  Ops.RESHAPE: lambda arg, shape: (Ops.RESHAPE, shape), Ops.PERMUTE: lambda arg, shape: (Ops.PERMUTE, argsort(arg)),
+  Ops.EXPAND: lambda arg, shape: (Ops.SHRINK, tuple((0, n) for n in shape)),  # one copy: a written view shares none
+  Ops.PAD: lambda arg, shape: (Ops.SHRINK, tuple((b, b + n) for (b, _), n in zip(arg, shape))),
+  Ops.SHRINK: lambda arg, shape: (Ops.PAD, tuple((b, n - e) for (b, e), n in zip(arg, shape))),
+  Ops.FLIP: lambda arg, shape: (Ops.FLIP, arg),
+}
+
+def placed(view: UOp, base: UOp, value: UOp) -> UOp:
+  """value (of view's shape) put where view's elements lie in `base`, which view moves over, zeros elsewhere: each move
+  undone, the last one first. Exact in any dtype, where a gradient's adjoint adds the copies of an expand up."""
+  while view is not base:
+    if view.op in UNDO: value = movement(value, *UNDO[view.op](view.arg, view.src[0].shape))
+    view = view.src[0]
+  return value
+
+def assign_uop(view: UOp, value: UOp) -> UOp:
+  """The ASSIGN that writes value into view (movement ops of memory). On several devices, a view that does not keep
+  the pieces apart (x[0] of a tensor sharded on axis 0, which each device would read as a gathered copy) is written
+  through the box of its memory that holds its elements instead, a shrink that keeps them apart (the multi pass
+  writes the pieces that hold some of it, each where it lies), with those elements replaced: the assign's value is
+  then that box's."""
+  if not isinstance(view.device, tuple) or keeps_pieces_apart(view):
+    return UOp(Ops.ASSIGN, view.dtype, (view, value))
+  base = unmoved(view)
+  pos, _ = moved_st(view).positions()
+  box = tuple((int(c.min()), int(c.max()) + 1) for c in np.unravel_index(pos.reshape(-1), base.shape))
+  region = movement(base, Ops.SHRINK, box)
+  hit = const_uop(True, dtypes.bool, view.device, view.shape)
+  def in_box(v: UOp) -> UOp: return movement(placed(view, base, v), Ops.SHRINK, box)
+  return UOp(Ops.ASSIGN, view.dtype, (region, in_box(hit).where(in_box(value), region)))
 
 def row_major(ld: UOp) -> bool:
   """Whether ld's elements lie in row-major order in the memory they are (or will be) computed into: its movement

@@ -71,6 +71,11 @@ def known_multiple(u: UOp) -> int:
   if u.op is Ops.SHL and u.src[1].op is Ops.CONST: return known_multiple(u.src[0]) << int(u.src[1].arg)
   return 1
 
+
+def _signed(literal: str) -> str:
+  """A negative literal in parentheses: after a binary minus, `a--2.5f` is a decrement (g++ and nvcc reject it)."""
+  return f"({literal})" if literal.startswith("-") else literal
+
 class CStyleRenderer(Renderer):
   """The C-like base. Subclasses fill in the language's names and `render_kernel`."""
   kernel_prefix: str = ""         # before `void`: 'extern "C" __global__' on CUDA
@@ -146,13 +151,13 @@ class CStyleRenderer(Renderer):
       iv, name = int(v), dt.name
       if name in _INT_SUFFIX:
         if iv == dt.min() and dt.kind == "i": return f"({iv + 1}{_INT_SUFFIX[name]}-1)"
-        return f"{iv}{_INT_SUFFIX[name]}"
+        return _signed(f"{iv}{_INT_SUFFIX[name]}")
       return f"(({self.scalar_type(dt)}){iv})"
     if dt.name in self.storage_floats: return f"{self.storage_floats[dt.name][2]}({self.const(dtypes.float32, v)})"
     suffix = "f" if dt == dtypes.float32 else ""
     fv = float(struct.unpack("<f", struct.pack("<f", float(v)))[0]) if dt == dtypes.float32 else float(v)
     if not math.isfinite(fv): return self.non_finite(dt, fv)
-    return f"{fv!r}{suffix}"
+    return _signed(f"{fv!r}{suffix}")
 
   def const_value(self, dt: DType, v: float | int | bool) -> str:
     if dt.count == 1: return self.const(dt, v)

@@ -261,18 +261,17 @@ def _replicate(c: UOp, x: UOp) -> UOp | None:
 
 def _assign(a: UOp, t: UOp, v: UOp) -> UOp:
   """Each piece of the target written on its device; a piece that holds nothing of the view written writes nothing."""
-  _check_pieces_writable(t)
+  # a view that does not keep them apart is written through a box of its memory that does (frontend/views.assign_uop)
+  assert _pieces_are_memory(t), f"assign into a view of shape {t.shape} on {t.device} that merges its pieces"
   return multi_uop([a.replace(src=(tp, vp)) if tp.size else tp for tp, vp in zip(t.src, relayout(v, *t.arg))], *t.arg)
 
-def _check_pieces_writable(t: UOp) -> None:
-  if any(p.size and not _is_memory(p) for p in multi_leaves(t)):
-    raise ValueError(f"assign into a view of shape {t.shape} of a tensor on {t.device} whose pieces it does not keep "
-                     "apart (it drops or merges the sharded axis, as x[0] of a tensor sharded on axis 0): index with "
-                     "slices that keep that axis (x[0:1] for x[0])")
+def _pieces_are_memory(t: UOp) -> bool: return all(not p.size or _is_memory(p) for p in multi_leaves(t))
 
-def check_writable(view: UOp) -> None:
-  """Raise the error an assign into `view` (movement ops of a value on several devices) would raise when it runs."""
-  _check_pieces_writable(graph_rewrite(view, pm_multi, ctx=int(RING.value), name="multi"))
+def keeps_pieces_apart(view: UOp) -> bool:
+  """Whether `view` (movement ops of memory on several devices) is, on each device, a view of that device's piece: an
+  assign into it can write each piece where it lies. One that drops or merges the sharded axis (x[0] of a tensor
+  sharded on axis 0) is a value gathered onto each device instead."""
+  return _pieces_are_memory(graph_rewrite(view, pm_multi, ctx=int(RING.value), name="multi"))
 
 def _unary(x: UOp, m: UOp) -> UOp: return _per_piece(m, lambda p: x.replace(src=(p,)))
 

@@ -353,6 +353,12 @@ class ShapeTracker:
   def gather(self, flat: np.ndarray) -> np.ndarray:
     """The values this tracker reads from the 1-d array `flat` (0 where it reads padding), computed on the host with
     numpy: what printing a realized view shows without running a kernel."""
+    pos, valid = self.positions()
+    return np.where(valid, flat[pos] if flat.size else 0, 0).astype(flat.dtype)
+
+  def positions(self) -> tuple[np.ndarray, np.ndarray]:
+    """Each element's position in the 1-d memory this tracker reads, and whether it reads one (0 where it reads
+    padding), computed on the host with numpy."""
     pos = np.arange(self.size).reshape(self.shape)  # each element's row-major position in the outermost view
     valid = np.ones(self.shape, dtype=bool)
     for view in reversed(self.views):
@@ -361,7 +367,7 @@ class ShapeTracker:
       if view.mask is not None:
         for c, (lo, hi) in zip(coords, view.mask): valid &= (c >= lo) & (c < hi)
       pos = view.offset + sum((c * st for c, st in zip(coords, view.strides)), np.zeros(self.shape, dtype=np.int64))
-    return np.where(valid, flat[np.where(valid, pos, 0)] if flat.size else 0, 0).astype(flat.dtype)
+    return np.where(valid, pos, 0), valid
 
   # ---- queries for the optimizer ----
 

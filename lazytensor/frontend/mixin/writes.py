@@ -22,6 +22,7 @@ from lazytensor.frontend.state import state
 from lazytensor.frontend.views import (
   VIEW_OPS,
   Moves,
+  assign_uop,
   moved_buffer,
   moved_onto,
   moved_st,
@@ -32,7 +33,6 @@ from lazytensor.frontend.views import (
   writable_view,
 )
 from lazytensor.helpers import ArgumentError, NotSupportedError
-from lazytensor.schedule.multi import check_writable
 from lazytensor.schedule.scheduler import commit_realized, is_plain_buffer_view, realized_map
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import const_uop, multi_leaves, own_value
@@ -72,7 +72,8 @@ class WritesMixin(InPlaceMixin):
     """Whether this tensor is a view of a realized buffer, on each device it lies on."""
     ld = self.lazydata
     if ld.op is not Ops.MULTI: return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER
-    return all(p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER for p in multi_leaves(ld))
+    # an empty piece (a slice of the sharded axis that holds nothing) is a constant: it has nothing to compute either
+    return all((p.op is Ops.VIEW and p.src[0].op is Ops.BUFFER) or p.size == 0 for p in multi_leaves(ld))
 
   # ---- writes ----
 
@@ -116,10 +117,8 @@ class WritesMixin(InPlaceMixin):
     """assign's write of `new` into memory: recorded as a pending ASSIGN, after the writes pending into that memory."""
     # a view of a lazy tensor writes that tensor: it gets a buffer first, and the views taken of it before view it
     if self._viewed is not None or self.lazydata.op is not Ops.ASSIGN: self._give_buffer()
-    # a view on several devices must keep its pieces apart (checked once it views memory, before the write is recorded:
-    # a pending write that cannot run would fail every realize after it)
-    if self._viewed is not None and isinstance(self.device, tuple): check_writable(self.lazydata)
-    if self._viewed is not None and moved_buffer(self.lazydata) and _shares_elements(moved_st(self.lazydata)):
+    if self._viewed is not None and (moved_buffer(self.lazydata) or unmoved(self.lazydata).op is Ops.MULTI) and \
+       _shares_elements(moved_st(self.lazydata)):
       raise ArgumentError(f"assign (or an in-place op) into an expanded view of shape {self.shape}: several of its "
                           "elements are one element of memory, as in torch this is not supported; clone() the view "
                           "first")
@@ -129,7 +128,14 @@ class WritesMixin(InPlaceMixin):
     # this assign does, when it is realized: a value built before them, as the gradients an optimizer reads, keeps the
     # old contents in the same schedule)
     if state.pending: self._run_pending_writes(reads=target.reads)
-    self.lazydata = UOp(Ops.ASSIGN, target.dtype, (target, new))
+    if (write := assign_uop(target, new)).src[0] is not target:
+      # a view on several devices that merges the pieces, written through a box of its memory (assign_uop): now, as
+      # setitem writes (a pending write of another shape than this tensor's)
+      assert self._viewed is not None
+      self._viewed._renamed(type(self)(write).realize().lazydata)
+      self._viewed._written_unseen()
+      return
+    self.lazydata = write
     self._assigned_at = live.serial()  # values computed from now on read what it writes
     state.pending[self._assigned_at] = (weakref.ref(self), self.lazydata)
     if self._viewed is not None: self._viewed._written_unseen(self)
@@ -159,7 +165,8 @@ class WritesMixin(InPlaceMixin):
       # on several devices: an assign into the view written, which the multi pass runs on each piece where it lies
       # (what follows names one device's buffer)
       target, new = self._setitem_parts(indices, value)
-      if target.numel(): target.assign(new).realize()
+      if target.numel():
+        (self._viewed if self._viewed is not None else self)._renamed(target.assign(new).realize().lazydata)
       return
     self._give_buffer()
     if not moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
@@ -287,7 +294,7 @@ class WritesMixin(InPlaceMixin):
     after a write, the lazy node no longer stands for the buffer's contents. Memory of its own: where another tensor
     computed alike (the same interned node) holds that value's buffer, realize computes a copy (_own_memory)."""
     root = self._viewed if self._viewed is not None else self
-    if moved_buffer(root.lazydata):  # realized since its views were taken
+    if moved_buffer(root.lazydata) or root._is_buffer_view():  # realized since its views were taken
       old = root._lazy_before() if root._lazy_before is not None else None
     else:
       old = root.lazydata
@@ -377,10 +384,11 @@ class WritesMixin(InPlaceMixin):
     # (tensors only for the moment: one holding `placed`, the value's node, while the write runs would be a second
     # tensor of that value, given memory of its own there)
     graph = (type(self)(hit) != 0).where(type(self)(placed), type(self)(old)).lazydata
-    write = UOp(Ops.ASSIGN, target.dtype, (moved_onto(target.lazydata, old, root.lazydata), new.lazydata))
+    write = assign_uop(moved_onto(target.lazydata, old, root.lazydata), new.lazydata)
     written = type(self)(write).realize().lazydata
-    # (on several devices the pieces keep their nodes, as a write without gradients leaves them)
+    # the buffer's new node (the old one names the old contents), as without gradients
     if root.lazydata.op is not Ops.MULTI: root.lazydata = UOp(Ops.VIEW, root.dtype, written.src, root.lazydata.arg)
+    else: root._renamed(written)
     commit_realized({graph: root.lazydata})
     root._graph, root._requires_grad = graph, True
     root._rebase_views(old, graph, requires_grad=True)
@@ -397,6 +405,17 @@ class WritesMixin(InPlaceMixin):
     self._graph = graph if graph is not copy.lazydata else None
     self._rebase_views(lazy, graph)
     return graph
+
+  def _renamed(self, written: UOp) -> None:
+    """After a write into this tensor's memory on several devices, run (`written`, what it realized to): its pieces
+    read the buffer nodes the write named, as on one device after setitem (the old nodes name the old contents, which
+    a copy realized from them before holds: realized_map would find it by them), and so do its views."""
+    old = self.lazydata
+    names = {o.src[0]: w.src[0] for o, w in zip(multi_leaves(old), multi_leaves(written))
+             if o.op is Ops.VIEW and w.op is Ops.VIEW and o.src[0].op is Ops.BUFFER and w.src[0].op is Ops.BUFFER and
+             o.src[0].reads == w.src[0].reads}
+    self.lazydata = old.substitute(names)
+    self._rebase_views(old, self.lazydata)
 
   def _rebase_views(self, old: UOp | None, new: UOp, requires_grad: bool = False) -> None:
     """Every live view taken from this tensor while it was `old` (movement ops over it), or realized into a buffer of
