@@ -4,6 +4,7 @@ detach, no_grad and training, and the kernels a backward pass costs.
 
 Each distinct kernel costs a compile, so every op runs on one or two small shapes that still exercise broadcasting.
 """
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from helpers import HAVE_TORCH, check_grad_numeric, check_op, named, nonzero, po
 from lazytensor import Tensor, dtypes, no_grad
 
 F16, F32, F64 = dtypes.float16, dtypes.float32, dtypes.float64
+NAN = math.nan
 
 def _rand(*shapes: tuple[int, ...], gen: Any = None, seed: int = 0) -> list[np.ndarray]:
   """float64 inputs for the numerical checks: uniform in [-2, 2), or from a helpers generator (positive, nonzero)."""
@@ -78,6 +80,39 @@ TIES = np.array([[-1.0, 0.0, 2.0, 2.0], [0.0, 0.0, -3.0, 1.0]], dtype=np.float32
    lambda a, b: a.maximum(torch.tensor(0.0)) + b.minimum(torch.tensor(2.0)))]))
 def test_elementwise_ties(name: str, fn: Callable[..., Any], torch_fn: Any) -> None:
   check_op([TIES, TIES[::-1].copy()], fn, torch_fn=torch_fn)
+
+def _exact_grads_vs_torch(fn: Callable[..., Any], values: list[list[float]], weight: list[float]) -> None:
+  """The gradients of sum(fn(*values) * weight) in float64, equal to torch's bit for bit, NaN and inf included
+  (check_op does not check the gradients of inputs with NaN or inf)."""
+  ours = [Tensor(v, dtype=F64, requires_grad=True) for v in values]
+  (fn(*ours) * Tensor(weight, dtype=F64)).sum().backward()
+  refs = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in values]
+  (fn(*refs) * torch.tensor(weight, dtype=torch.float64)).sum().backward()
+  for i, (t, r) in enumerate(zip(ours, refs)): np.testing.assert_equal(t.grad.numpy(), r.grad.numpy(), f"input {i}")
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_maximum_infinite_gradient_and_nan() -> None:
+  # an infinite output gradient reaches only the larger side: the smaller got inf * 0 = NaN; a NaN side gives both all
+  _exact_grads_vs_torch(lambda a, b: a.maximum(b), [[0.0, 1.0, NAN, 2.0, 1.0], [1.0, 0.0, 1.0, NAN, 1.0]],
+                        [math.inf, -math.inf, 1.0, 1.0, math.inf])
+
+# clamp by tensor bounds, on and around ties, with min == max and min > max (torch's rule gives x < min == max nothing)
+CLAMP_X = np.array([0.0, 1.0, 2.0, 1.0, 0.0, 3.0, 1.5, 0.5, 2.5], np.float32)
+CLAMP_LO = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0], np.float32)
+CLAMP_HI = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0], np.float32)
+
+@pytest.mark.parametrize("name,fn", named([
+  ("both", lambda x, lo, hi: x.clamp(lo, hi)), ("same_tensor", lambda x, lo, hi: x.clip(lo, lo) + hi),
+  ("min_only", lambda x, lo, hi: x.clamp(min=lo) * hi), ("max_only", lambda x, lo, hi: x.clamp(max=hi) * lo)]))
+def test_clamp_tensor_bounds_gradient(name: str, fn: Callable[..., Any]) -> None:
+  check_op([CLAMP_X, CLAMP_LO, CLAMP_HI], fn)
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+def test_clamp_gradient_with_nan() -> None:
+  # a NaN x gets no gradient, a NaN bound none either, as torch
+  x, lo, hi = [NAN, 0.0, 0.5, 3.0, 0.5], [0.0, NAN, 0.0, NAN, 0.0], [1.0, 1.0, NAN, 2.0, 1.0]
+  _exact_grads_vs_torch(lambda a, b, c: a.clamp(b, c), [x, lo, hi], [1.0, 2.0, 3.0, 4.0, 5.0])
+  _exact_grads_vs_torch(lambda a, b: a.clamp(min=b), [x, lo], [1.0, 2.0, 3.0, 4.0, 5.0])
 
 # far out where exp overflows, a saturated sigmoid or tanh has gradient 0, not inf * 0 = NaN; a zero base of a power
 # keeps its gradient finite

@@ -22,9 +22,10 @@ def _c(like: UOp, value: Any) -> UOp: return const_like(like, value)
 def _eq(a: UOp, b: UOp) -> UOp: return a.ne(b).alu(Ops.CMPNE, const_like(a, True, dtypes.bool))
 
 def _max_grad(ctx: UOp, a: UOp, b: UOp) -> Grads:
-  # ties split the gradient evenly between both sides, as torch.maximum does
-  tie = _eq(a, b).cast(ctx.dtype) * _c(ctx, 0.5)
-  return (ctx * (b.lt(a).cast(ctx.dtype) + tie), ctx * (a.lt(b).cast(ctx.dtype) + tie))
+  # selected, not multiplied by a 0/1 mask: an infinite ctx times 0 was NaN. As torch.maximum: ties split the gradient
+  # evenly, and where a or b is NaN (no side is less) both get all of it
+  half, zero, tie = ctx * _c(ctx, 0.5), _c(ctx, 0), _eq(a, b)
+  return (tie.where(half, a.lt(b).where(zero, ctx)), tie.where(half, b.lt(a).where(zero, ctx)))
 
 def _reduce_grad(ctx: UOp, r: UOp) -> Grads:
   x = r.src[0]

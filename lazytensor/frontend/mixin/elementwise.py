@@ -6,18 +6,37 @@ in join.py.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lazytensor.dtype import DType, dtypes
 from lazytensor.frontend.mixin.compare import CompareMixin
 from lazytensor.frontend.mixin.operands import check_operand
 from lazytensor.helpers import ArgumentError
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from typing import Self
 
 TensorT = TypeVar("TensorT", bound="ElementwiseMixin")
+
+@dataclass(frozen=True)
+class ClampGrad:
+  """clamp's derivative as torch states it (a CUSTOM_GRAD's arg, called by frontend/gradient.py with the output's
+  gradient and the broadcast x and given bounds): x gets it where min <= x <= max, min where x < min < max, max where
+  x > max or max < min. It is not the chain rule through clamp's wheres: where x < min == max none of the three gets
+  any, and neither does a NaN x. `tensor` is the class that wraps the graph nodes."""
+  tensor: type
+  has_min: bool
+  has_max: bool
+
+  def __call__(self, ctx: UOp, xu: UOp, *bounds: UOp) -> tuple[UOp, ...]:
+    g, x = self.tensor(ctx), self.tensor(xu)
+    lo, hi = self.tensor(bounds[0]), self.tensor(bounds[-1])
+    if not self.has_min: picks = [x <= hi, x > hi]
+    elif not self.has_max: picks = [x >= lo, x < lo]
+    else: picks = [(x >= lo) & (x <= hi), (x < lo) & (lo < hi), (x > hi) | (hi < lo)]
+    return tuple(p.where(g, 0.0).lazydata for p in picks)
 
 def _float_remainder(a: TensorT, b: TensorT, floor: bool) -> TensorT:
   """C's fmod (floor: Python's %) of two float tensors, exactly: MOD is C's fmod (on the CPU float64 arithmetic where
@@ -176,8 +195,8 @@ class ElementwiseMixin(CompareMixin):
 
   def clamp(self, min: Self | Any = None, max: Self | Any = None) -> Self:
     """Limit the values to [min, max]; either bound may be None, a number or a tensor that broadcasts. A NaN in x or
-    in a bound gives NaN; where min > max the result is max; the gradient reaches x inside [min, max], bounds
-    included, and a tensor bound where it is chosen, as in torch.
+    in a bound gives NaN; where min > max the result is max; the gradient follows torch's rule (ClampGrad): x gets it
+    inside [min, max], bounds included, a tensor bound where it is chosen, except where x < min == max.
 
     >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
     [-1.0, 0.5, 1.0]
@@ -185,14 +204,16 @@ class ElementwiseMixin(CompareMixin):
     [1, 4, 9]
     """
     if min is None and max is None: raise ArgumentError("clamp: at least one of min and max must be given")
-    x = self
-    for name, bound in (("min", min), ("max", max)):
-      if bound is None: continue
-      check_operand("clamp", name, bound)
-      a, b = x._broadcasted(bound)
-      out = (a < b) if name == "min" else (b < a)
-      x = (out | b.ne(b) if a.dtype.is_float else out).where(b, a)
-    return x
+    given = [(name, bound) for name, bound in (("min", min), ("max", max)) if bound is not None]
+    for name, bound in given: check_operand("clamp", name, bound)
+    x, *bounds = self._broadcast_all(*(bound for _, bound in given))
+    out = x
+    for (name, _), b in zip(given, bounds):
+      beyond = (out < b) if name == "min" else (b < out)
+      out = (beyond | b.ne(b) if x.dtype.is_float else beyond).where(b, out)
+    if not x.dtype.is_float: return out
+    grad = ClampGrad(type(self), min is not None, max is not None)
+    return out._apply_uop(lambda v, *u: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *u), grad), x, *bounds)
 
   def clip(self, min: Self | Any = None, max: Self | Any = None) -> Self:
     """The same as clamp.
