@@ -301,3 +301,36 @@ def test_in_place_matmul() -> None:
   with pytest.raises(TypeError, match="@=: the result has dtype float32"): i @= Tensor([[0.5, 0.0], [0.0, 1.0]])
   i @= Tensor([[0, 1], [1, 0]])
   assert i.tolist() == [[2, 1], [4, 3]] and w.tolist() == ref.tolist()
+
+def test_gradient_of_a_view_of_an_in_place_op_realized_with_another_value() -> None:
+  # realized together with another computed value (m), the view d of c's pending abs_ kept no graph: its gradient was
+  # None (the scheduler committed the assign after the view, which dropped the view's entry as an older value)
+  x = np.float32([-1.0, 2.0, -3.0])
+  def run(make: Any) -> np.ndarray:
+    a = make(x, requires_grad=True)
+    b = a * 2
+    m = b + 1
+    c = b.clone()
+    if make is Tensor: c.realize()
+    c.abs_()
+    d = c[1:]
+    if make is Tensor: a.realize(m, d)
+    (d * make([0.5, -2.0])).sum().backward()
+    return a.grad.numpy()
+  np.testing.assert_allclose(run(Tensor), run(torch.tensor))
+
+def test_gradient_of_an_in_place_op_through_a_view_of_a_clone_of_an_assigned_tensor() -> None:
+  # c.diagonal(-1).add_(w), c a lazy clone of a pending assign: the value (diagonal + w) was realized with c's buffer
+  # (a reader of the assigned memory), and the write placed its buffer, not its graph: no gradient reached v there
+  def run(make: Any) -> tuple[np.ndarray, np.ndarray]:
+    a = make(np.float32([1.0, 2.0]), requires_grad=True)
+    v = make(np.arange(12, dtype=np.float32).reshape(6, 2), requires_grad=True)
+    w = make(np.float32([10.0, 20.0]), requires_grad=True)
+    t = (a.reshape(2, 1) * 1).repeat([3, 2]).clone()
+    if make is Tensor: t.realize()
+    t.copy_(v) if make is torch.tensor else t.assign(v)
+    c = t.clone()
+    c.diagonal(-1).add_(w)
+    (c * make(np.arange(12, dtype=np.float32).reshape(6, 2))).sum().backward()
+    return v.grad.numpy(), w.grad.numpy()
+  for got, want in zip(run(Tensor), run(torch.tensor)): np.testing.assert_allclose(got, want)

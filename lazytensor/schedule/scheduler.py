@@ -435,8 +435,9 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   # the order commit_realized records them in: the assigns in the order they run, so that the last one into a buffer
   # is the node that stands for its contents (each assign's value is a BUFFER node of its own), then the values: an
   # assign's commit drops what stood for its memory, which a view of it realized with it (y.add_(w).T) must outlive
+  # (positions in `ran`, which holds the other roots too: the values sort after the last of them)
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
-  last = len(run_at)
+  last = len(ran)
   return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
 
 def _tell_listeners(sink: UOp, g: _Graph, ran: list[UOp], counts: list[int], items: list[ScheduleItem]) -> None:

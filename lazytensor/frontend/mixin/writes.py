@@ -380,7 +380,9 @@ class WritesMixin(InPlaceMixin):
     if target.numel() == 0: return
     # the write's adjoint places the value (and ones, for where it goes) in the written tensor's shape
     ones = const_uop(1.0, target.dtype, target.device, target.shape)
-    placed, hit = (compute_gradient(target.lazydata, g, {old})[old] for g in (new.lazydata, ones))
+    # (through the value's graph: one realized meanwhile, with _grad_buffer's copy, as a reader of memory that a pending
+    # write run there wrote, is a buffer in its lazydata, a constant to autograd)
+    placed, hit = (compute_gradient(target.lazydata, g, {old})[old] for g in (new._graph_root(), ones))
     # (tensors only for the moment: one holding `placed`, the value's node, while the write runs would be a second
     # tensor of that value, given memory of its own there)
     graph = (type(self)(hit) != 0).where(type(self)(placed), type(self)(old)).lazydata
