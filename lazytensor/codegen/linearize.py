@@ -43,15 +43,19 @@ class _Placement:
   def __init__(self, sink: UOp, closes: dict[UOp, tuple[UOp, ...]]) -> None:
     # a reduce result lives at least in the loops around the loops it closes: two reduces over the same ranges, one of
     # them independent of the outer loops (a count of valid window positions), share those loops, so both results
-    # come after them; grown until it holds
+    # come after them. And a node that reads a reduce's range from outside the reduce (an index check's record of an
+    # index computed in the reduce loop) needs that loop inside its own other loops: the reduce is then computed there
+    # too, since a loop runs in one place. Grown until both hold.
     extra: dict[UOp, frozenset[UOp]] = {}
+    reduce_ranges = frozenset(r for rs in closes.values() for r in rs)
     while True:
       self._contexts(sink, closes, extra)
       self.enclosing = self._enclosing(sink, closes)
       grown = False
       for result, rs in closes.items():
-        need = frozenset().union(*(self.enclosing[r] for r in rs)) - set(rs)
-        if not need <= self.ctx[result]:
+        need = frozenset().union(*(self.enclosing[r] for r in rs))
+        need |= frozenset().union(*(c - reduce_ranges for c in self.ctx.values() if not c.isdisjoint(rs)))
+        if not (need := need - set(rs)) <= self.ctx[result]:
           extra[result], grown = extra.get(result, frozenset()) | need, True
       if not grown: break
     self.path: dict[UOp, tuple[UOp, ...]] = {n: self._path(self.ctx[n]) for n in sink.toposort}
