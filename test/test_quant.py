@@ -147,6 +147,44 @@ def test_embedding_rows_int8() -> None:
   np.testing.assert_array_equal(q(Tensor(idx)).numpy(), want)
   np.testing.assert_allclose(want, w[idx], atol=np.abs(w).max() / 127)
 
+def _quantization_mse(x: np.ndarray, scale: float, zero_point: int, qmin: int, qmax: int) -> float:
+  q = np.clip(np.round(x / scale) + zero_point, qmin, qmax)
+  return float((((q - zero_point) * scale - x) ** 2).mean())
+
+@pytest.mark.parametrize("dtype, symmetric", [("quint8", False), ("qint8", True)])
+def test_histogram_observer_quantizes_with_less_error_than_torchs_and_minmax(dtype: str, symmetric: bool) -> None:
+  # a bulk of normal values and a few outliers, seen in 4 batches of growing range (the histogram re-binned each time)
+  x = np.random.default_rng(0).standard_normal(40000).astype(np.float32)
+  x[::2000] *= 40
+  batches = [np.sort(x)[i::4] * f for i, f in enumerate((0.25, 0.5, 1.0, 1.0))]
+  qmin, qmax = quant.QUINT8 if dtype == "quint8" else quant.QINT8
+  scheme = torch.per_tensor_symmetric if symmetric else torch.per_tensor_affine
+  observers = [quant.HistogramObserver(dtype=dtype, symmetric=symmetric), quant.MinMaxObserver(dtype, symmetric),
+               tq.HistogramObserver(dtype=getattr(torch, dtype), qscheme=scheme)]
+  errors = []
+  for o in observers:
+    for b in batches: o(torch.tensor(b) if isinstance(o, tq.HistogramObserver) else Tensor(b))
+    scale, zero_point = o.calculate_qparams()
+    errors.append(_quantization_mse(np.concatenate(batches), scale.item(), int(zero_point.item()), qmin, qmax))
+  ours, minmax, torchs = errors
+  assert ours <= torchs * 1.001 and ours < 0.95 * minmax, errors
+  assert observers[0].histogram.sum().item() == sum(b.size for b in batches)
+
+def test_histogram_observer_keeps_the_whole_range_of_uniform_values() -> None:
+  o = quant.HistogramObserver()
+  o(Tensor(np.linspace(-1, 3, 10001, dtype=np.float32)))
+  scale, zero_point = o.calculate_qparams()
+  assert abs(scale.item() - 4 / 255) < 0.02 * 4 / 255 and zero_point.item() in (63, 64)
+
+def test_histogram_observer_of_one_value_and_bad_arguments() -> None:
+  o = quant.HistogramObserver(bins=64)
+  o(Tensor([2.0, 2.0])), o(Tensor([2.0]))
+  scale, zero_point = o.calculate_qparams()
+  assert np.isclose(scale.item(), 2 / 255) and zero_point.item() == 0 and o.histogram.sum().item() == 3
+  with pytest.raises(ValueError, match="bins=1 must be an int >= 2"): quant.HistogramObserver(bins=1)
+  with pytest.raises(ValueError, match="dtype 'int4'"): quant.HistogramObserver(dtype="int4")
+  with pytest.raises(ValueError, match="must be finite"): quant.HistogramObserver()(Tensor([1.0, float("inf")]))
+
 # ---- whole models ----
 
 class Net:
@@ -173,6 +211,17 @@ def test_prepare_convert_uses_the_observed_ranges() -> None:
   assert isinstance(net.emb["table"], quant.QuantizedEmbedding)
   ws, wz = observer.calculate_qparams()
   assert net.conv.input_scale.item() == ws.item() and net.conv.input_zero_point.item() == wz.item()
+  for b, w in zip(batches, want): np.testing.assert_allclose(net(Tensor(b)).numpy(), w, atol=0.1 * np.abs(w).max())
+
+def test_prepare_with_a_histogram_observer_converts_with_its_range() -> None:
+  net = Net()
+  batches = [_np(8, 2, 6, 6, scale=s) for s in (1.0, 2.0)]
+  want = [net(Tensor(b)).numpy() for b in batches]
+  quant.prepare(net, quant.HistogramObserver)
+  for b in batches: net(Tensor(b))
+  chosen = net.conv.observer.calculate_qparams()[0].item()
+  quant.convert(net)
+  assert net.conv.input_scale.item() == chosen
   for b, w in zip(batches, want): np.testing.assert_allclose(net(Tensor(b)).numpy(), w, atol=0.1 * np.abs(w).max())
 
 def test_qat_trains_and_converts_to_what_it_simulated() -> None:

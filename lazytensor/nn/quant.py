@@ -21,20 +21,30 @@ saves and loads with `safe_save` / `safe_load`.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from lazytensor.dtype import dtypes
 from lazytensor.frontend.mixin.conv import conv_padding, conv_params, windows_times_weights
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.nn import Conv2d, Embedding, Linear
+from lazytensor.nn.observers import (
+  QINT8,
+  QUINT8,
+  HistogramObserver,
+  MinMaxObserver,
+  MovingAverageMinMaxObserver,
+  Observer,
+  PerChannelMinMaxObserver,
+  calculate_qparams,
+)
 from lazytensor.uop.ops import Ops, UOp
 
-QINT8, QUINT8 = (-128, 127), (0, 255)
-EPS = float(np.finfo(np.float32).eps)  # the smallest scale, as torch's observers
+__all__ = ["dot4", "pack_words", "quantize", "fake_quantize", "calculate_qparams", "MinMaxObserver",
+           "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver", "HistogramObserver", "FakeQuantize",
+           "QuantizedLinear", "QuantizedConv2d", "QuantizedEmbedding", "quantize_dynamic", "prepare", "prepare_qat",
+           "convert"]
+
 
 # ---- the int8 kernels' operands ----
 
@@ -93,68 +103,6 @@ def fake_quantize(x: Tensor, scale: Tensor | float, zero_point: Tensor | float, 
   inside = ((unclamped >= quant_min) & (unclamped <= quant_max)).cast(x.dtype)
   value = (unclamped.clamp(quant_min, quant_max) - z) * s
   return value._apply_uop(lambda v, u, d: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, u, d)), x, inside)
-
-def calculate_qparams(min_val: Tensor, max_val: Tensor, quant_min: int, quant_max: int,
-                      symmetric: bool) -> tuple[Tensor, Tensor]:
-  """(scale, zero_point) for values in [min_val, max_val] (widened to hold 0), as torch's observers compute them:
-  symmetric, the larger magnitude over half the range and a zero point in its middle (0 for qint8, 128 for quint8);
-  affine, the range over the range of values, and the zero point that maps min_val to quant_min."""
-  lo, hi = min_val.minimum(0.0), max_val.maximum(0.0)
-  if symmetric:
-    scale = (hi.maximum(-lo) / ((quant_max - quant_min) / 2)).maximum(EPS)
-    return scale, Tensor.full(scale.shape, (quant_min + quant_max + 1) // 2, dtype=dtypes.int32)
-  scale = ((hi - lo) / float(quant_max - quant_min)).maximum(EPS)
-  zero_point = (quant_min - (lo / scale).round()).clamp(quant_min, quant_max)
-  return scale, zero_point.cast(dtypes.int32)
-
-# ---- observers ----
-
-class MinMaxObserver:
-  """Records the running minimum and maximum of the values it sees (per tensor, or per index of `ch_axis`) and turns
-  them into qparams, as torch's MinMaxObserver and PerChannelMinMaxObserver; with `averaging_constant`, a moving average
-  of each batch's minimum and maximum instead (MovingAverage(PerChannel)MinMaxObserver), the first batch taken whole.
-  Calling it returns its input. Its statistics are tensors updated in place: realized at once in eval mode
-  (calibration), with the optimizer's step in training mode (as BatchNorm's)."""
-  def __init__(self, dtype: str = "quint8", symmetric: bool = False, ch_axis: int | None = None,
-               averaging_constant: float | None = None, channels: int = 1) -> None:
-    if dtype not in ("quint8", "qint8"):
-      raise ValueError(f"MinMaxObserver: dtype {dtype!r} must be 'quint8' or 'qint8'")
-    self.quant_min, self.quant_max = QUINT8 if dtype == "quint8" else QINT8
-    self.symmetric, self.ch_axis, self.averaging_constant = symmetric, ch_axis, averaging_constant
-    shape = (channels,) if ch_axis is not None else ()
-    self.min_val = Tensor.full(shape, math.inf).contiguous().realize()
-    self.max_val = Tensor.full(shape, -math.inf).contiguous().realize()
-    for t in (self.min_val, self.max_val): t.requires_grad = False
-
-  def __call__(self, x: Tensor) -> Tensor:
-    v = x.detach().cast(dtypes.float32)
-    axes = tuple(d for d in range(v.ndim) if self.ch_axis is None or d != self.ch_axis % v.ndim)
-    lo, hi = v.min(axes), v.max(axes)
-    if self.ch_axis is not None and lo.shape != self.min_val.shape:
-      raise ValueError(f"MinMaxObserver: {lo.shape[0]} channels along axis {self.ch_axis}, expected "
-                       f"{self.min_val.shape[0]}")
-    if self.averaging_constant is None: lo, hi = self.min_val.minimum(lo), self.max_val.maximum(hi)
-    else:
-      c, first = self.averaging_constant, self.min_val.isinf()
-      lo = first.where(lo, self.min_val + c * (lo - self.min_val))
-      hi = first.where(hi, self.max_val + c * (hi - self.max_val))
-    self.min_val.assign(lo)
-    self.max_val.assign(hi)
-    if not Tensor.training: self.min_val.realize(self.max_val)
-    return x
-
-  def calculate_qparams(self) -> tuple[Tensor, Tensor]:
-    """(scale, zero_point) of the values seen so far."""
-    return calculate_qparams(self.min_val, self.max_val, self.quant_min, self.quant_max, self.symmetric)
-
-def MovingAverageMinMaxObserver(dtype: str = "quint8", averaging_constant: float = 0.01) -> MinMaxObserver:
-  """torch's MovingAverageMinMaxObserver: affine, per tensor, each batch's range averaged in."""
-  return MinMaxObserver(dtype, averaging_constant=averaging_constant)
-
-def PerChannelMinMaxObserver(channels: int, ch_axis: int = 0, dtype: str = "qint8",
-                             symmetric: bool = True) -> MinMaxObserver:
-  """torch's PerChannelMinMaxObserver with its defaults for weights: qint8, symmetric, one range per output channel."""
-  return MinMaxObserver(dtype, symmetric, ch_axis, channels=channels)
 
 class FakeQuantize:
   """An observer, then fake_quantize with the qparams it has chosen (torch's FakeQuantize)."""
@@ -268,7 +216,7 @@ class QuantizedEmbedding(Embedding):
 
 class Observed:
   """A Linear or Conv2d whose input an observer records (prepare)."""
-  def __init__(self, layer: Linear | Conv2d, observer: MinMaxObserver) -> None:
+  def __init__(self, layer: Linear | Conv2d, observer: Observer) -> None:
     self.layer, self.observer = layer, observer
 
   def __call__(self, x: Tensor) -> Tensor: return self.layer(self.observer(x))
@@ -322,7 +270,7 @@ def _linear_or_conv(layer: Linear | Conv2d, weight: tuple[Tensor, Tensor],
   if layer.groups != 1: raise ValueError(f"quantized Conv2d: groups={layer.groups} is not supported, only 1")
   return QuantizedConv2d(*weight, bias, input_qparams, layer.stride, layer.padding, layer.dilation)
 
-def _qparams(observer: MinMaxObserver) -> tuple[Tensor, Tensor]:
+def _qparams(observer: Observer) -> tuple[Tensor, Tensor]:
   scale, zero_point = observer.calculate_qparams()
   return scale.contiguous().realize(), zero_point.contiguous().realize()
 
@@ -344,9 +292,9 @@ def quantize_dynamic(model: Any, layers: tuple[type, ...] = (Linear, Conv2d, Emb
   """
   return _swap(model, lambda m: _dynamic(m, layers), set())
 
-def prepare(model: Any, observer: Callable[[], MinMaxObserver] = MinMaxObserver) -> Any:
-  """The model with an observer (quint8, per tensor) recording the input of every Linear and Conv2d (in place; returns
-  it). Run representative batches through it, then `convert`."""
+def prepare(model: Any, observer: Callable[[], Observer] = MinMaxObserver) -> Any:
+  """The model with an observer (quint8, per tensor: MinMaxObserver, or another such as HistogramObserver) recording
+  the input of every Linear and Conv2d (in place; returns it). Run representative batches through it, then `convert`."""
   return _swap(model, lambda m: Observed(m, observer()) if isinstance(m, (Linear, Conv2d)) else None, set())
 
 def prepare_qat(model: Any) -> Any:
