@@ -355,6 +355,18 @@ def test_gradients_finite_far_out() -> None:
   g = sum(outs[1:], outs[0]).sum().gradient(x)[0].numpy()  # one kernel; NaN in any term would reach the sum
   assert not np.isnan(g).any(), g
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="compares with torch")
+def test_softplus_passes_an_infinite_gradient_on_as_torch() -> None:
+  # softplus is max(x, 0) + log1p(e^-|x|): the chain rule through both terms adds inf and -inf * e^-|x| into NaN where
+  # torch multiplies the incoming gradient by sigmoid(x) once (fuzz seed emu 130748: a gradient through x / 0)
+  x = np.array([-25.0, -1.2, 0.0, 1.0, 1.8, 30.0], np.float32)
+  for name, fn, torch_fn in (("softplus", lambda t: t.softplus(), F.softplus),
+                             ("logsigmoid", lambda t: t.logsigmoid(), F.logsigmoid)):
+    lt, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (fn(lt) / 0.0).sum().backward()
+    (torch_fn(tt) / 0.0).sum().backward()
+    np.testing.assert_array_equal(lt.grad.numpy(), tt.grad.numpy(), err_msg=name)
+
 def test_softmin_axes() -> None:
   check_op([(3, 4, 2)], lambda x: x.softmin(1), torch_fn=lambda x: F.softmin(x, 1))
   check_op([(3, 4)], lambda x: x.softmin(), torch_fn=lambda x: F.softmin(x, -1), dtype=F64)

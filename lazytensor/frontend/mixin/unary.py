@@ -628,7 +628,13 @@ class UnaryMixin(CreationMixin):
     0.693147
     """
     if beta == 0: raise ValueError("softplus: beta must not be 0")
-    return self._float_op(lambda x: (x * beta > threshold).where(x, _softplus(x * beta) / beta))
+    def op(x: Self) -> Self:
+      linear = x * beta > threshold
+      # the derivative stated as one factor, sigmoid(beta * x), as torch's: the chain rule through _softplus's two
+      # terms adds a gradient of inf and one of -inf * e^-|x| into NaN
+      value, slope = linear.where(x, _softplus(x * beta) / beta), linear.where(1.0, (x * beta).sigmoid())
+      return value._apply_uop(lambda v, xu, d: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, xu, d)), x, slope)
+    return self._float_op(op)
 
   def softsign(self) -> Self:
     """x / (1 + |x|).
@@ -674,7 +680,7 @@ class UnaryMixin(CreationMixin):
     >>> round(Tensor([0.0]).logsigmoid().item(), 6)
     -0.693147
     """
-    return self._float_op(lambda x: -_softplus(-x))
+    return self._float_op(lambda x: -(-x).softplus(threshold=math.inf))
 
   # ---- torch's special functions built on the ones above ----
 
