@@ -164,8 +164,8 @@ class ExecItem(NamedTuple):
     if self.runner is None: return self.bufs[:1]
     return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
-  def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
-    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals)
+  def run(self, bufs: tuple[Buffer, ...] | None = None, vals: tuple[Any, ...] | None = None) -> None:
+    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals if vals is None else vals)
 
 def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int, vals: tuple[Any, ...] = ()) -> None:
   """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are
