@@ -5,6 +5,7 @@ import pytest
 from lazytensor import Context, GlobalCounters, Tensor, dtypes
 from lazytensor.engine.jit import JitError, TinyJit, _Same
 from lazytensor.nn.optim import SGD
+from lazytensor.uop.ops import UOp
 
 
 def test_replay_gives_fresh_results_for_new_inputs() -> None:
@@ -232,3 +233,20 @@ def test_tinyjit_on_a_method_binds_the_instance() -> None:
   # the jit is the class's: another instance is another argument, so it captures again for it
   assert [b.step(Tensor([float(i)])).item() for i in range(3)] == [1.0, 6.0, 11.0]
   assert isinstance(Model.step, TinyJit)
+
+def test_replay_across_bound_values_captures_once() -> None:
+  # a decode-like step: write at a symbolic position of a max-size buffer, reduce over what is written so far
+  from lazytensor import Variable
+  from lazytensor.runtime.device import compile_stats
+  sp, cache = Variable("start_pos", 0, 31), Tensor.zeros(32, 4).contiguous().realize()
+  def step(x: Tensor, pos: UOp) -> Tensor:
+    cache[pos:pos + 1].assign((x * 2.0).realize()).realize()
+    return (cache[:pos + 1].sum(0) + 1).realize()
+  jitted, rng = TinyJit(step), np.random.default_rng(0)
+  xs = rng.standard_normal((12, 1, 4)).astype(np.float32)
+  for i in range(12):
+    out = jitted(Tensor(xs[i]), sp.bind(i))
+    if i == 2: built = compile_stats["compiled"] + compile_stats["disk"]
+    np.testing.assert_allclose(out.numpy(), xs[:i + 1, 0].sum(0) * 2 + 1, rtol=1e-5, atol=1e-6)
+  assert jitted.calls == 2 and jitted.var_items  # captured once, replayed with each call's start_pos
+  assert compile_stats["compiled"] + compile_stats["disk"] == built

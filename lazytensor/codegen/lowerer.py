@@ -23,11 +23,13 @@ from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
 from lazytensor.opt.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
 from lazytensor.renderer import Fragment
+from lazytensor.shape.view import ast_variables
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
+from lazytensor.uop.sint import is_sym, sint, sint_prod
 from lazytensor.uop.symbolic import simplify, symbolic
 
 
-def _const(v: int) -> UOp: return UOp.const(dtypes.index, v)
+def _const(v: sint) -> UOp: return v if isinstance(v, UOp) else UOp.const(dtypes.index, v)
 
 LOOP_KINDS = (AxisKind.GLOBAL, AxisKind.REDUCE)
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
@@ -119,9 +121,12 @@ class _Lowerer:
     if k.tensor_core is not None: return self._tc_indices(k.tensor_core)
     idx: dict[int, UOp] = {}
     globals_ = k.axes_of(AxisKind.GLOBAL)
-    if r.has_local: idx.update(_specials("gidx", globals_, k.full_shape, r.global_max))
-    else:
-      for a in globals_: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
+    # a launch's size is fixed when the program is: a symbolic axis is a loop in each thread, whose end the kernel
+    # reads from its arguments
+    launched = [a for a in globals_ if r.has_local and not isinstance(k.full_shape[a], UOp)]
+    idx.update(_specials("gidx", launched, k.full_shape, r.global_max))
+    for a in globals_:
+      if a not in launched: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
     reduce_axes = k.axes_of(AxisKind.REDUCE)
     blocks, self.levels = _reduce_blocks(k)
     # loops run in the order of their numbers (linearize.py): a scatter's entries before its other axes
@@ -153,7 +158,7 @@ class _Lowerer:
       idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(steps)), (a, "reduce"))
     return idx
 
-  def idxs_for(self, key: tuple[int, ...], shape: tuple[int, ...]) -> list[UOp]:
+  def idxs_for(self, key: tuple[int, ...], shape: tuple[sint, ...]) -> list[UOp]:
     """Index of every axis for one lane key; axes of size 1 in this view (reduced or broadcast) index 0."""
     lane = {a: c for a, c in zip(self.key_axes, key) if not (self.in_reduce and self.k.kinds[a] is AxisKind.MID)}
     return [_const(0) if s == 1 else _const(lane[a]) if a in lane else self.axis_idx[a] for a, s in enumerate(shape)]
@@ -489,8 +494,11 @@ class _ReduceLowerer:
     reduced over some of a kernel's reduce loops would need its own loop nest (two reduces share theirs).
     Returns acc and the loops left."""
     if self.op is Ops.MUL or not ranges or any(r in acc.toposort for r in ranges): return acc, ranges
-    trips = prod(self.k.full_shape[a] for a in self.k.axes_of(AxisKind.REDUCE))
-    return (acc * UOp.const(acc.dtype, trips) if self.op is Ops.ADD and trips != 1 else acc), ()
+    trips = sint_prod(self.k.full_shape[a] for a in self.k.axes_of(AxisKind.REDUCE))
+    if self.op is not Ops.ADD or trips == 1: return acc, ()
+    if not isinstance(trips, UOp): return acc * UOp.const(acc.dtype, trips), ()
+    # a symbolic trip count is a number the kernel reads from its arguments
+    return acc * self.lw.splat(trips.cast(acc.dtype.scalar()), acc.dtype.count), ()
 
   def _accumulate(self, v: UOp, loops: tuple[UOp, ...], levels: tuple[int, ...]) -> UOp:
     """v reduced over the loops: a float sum level by level (_levels), each level's accumulator started at 0 at every
@@ -619,6 +627,8 @@ def _reduce_blocks(k: Kernel) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
   kernel that reads its input in the same order: a split into two kernels (schedule/reduce_split.py) would write the
   partial sums to memory and read them back, and launch twice."""
   sizes = [k.full_shape[a] for a in k.axes_of(AxisKind.REDUCE)]
+  # a symbolic loop is one chain: blocks of it would need its length when the program is made
+  if is_sym(sizes): return [()] * len(sizes), ()
   sums = [u for u in k.ast.toposort if _is_float_sum(u)]
   tile, masked = _tile(k, sums)
   first = REDUCE_FIRST_BLOCK if tile or (k.upcast_size() == 1 and k.renderer.target is not None) else REDUCE_BLOCK
@@ -681,12 +691,21 @@ def _symbolic(sink: UOp, ctx: CodegenCtx) -> UOp:
   # all of them, and a missing one would shift the arguments after it (the CPU's core id would receive a pointer)
   # so does every scalar argument (x*v where x is all padding reads no v)
   args = [u if u.op is Ops.DEFINE_GLOBAL else UOp(Ops.DEFINE_VAR, u.dtype, (), u.arg) for u in ctx.k.ast.toposort
-          if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)]
+          if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)] + ast_variables(ctx.k.ast)
   unread = tuple(u for u in args if u not in sink.toposort)
   return sink.replace(src=sink.src + unread) if unread else sink
 
 def _index_dtype(sink: UOp, ctx: CodegenCtx) -> UOp:
-  return with_index_dtype(sink, dtypes.int64 if ctx.index64 else index_dtype(sink))
+  dt = dtypes.int64 if ctx.index64 else index_dtype(sink)
+  return number_variables(with_index_dtype(sink, dt), ctx.k.ast, dt)
+
+def number_variables(sink: UOp, ast: UOp, dt: DType) -> UOp:
+  """Each Variable of the kernel (its bounds read, now that index math has its width) as the scalar argument it is
+  passed in: after the kernel's numbered ones, in the order of their names (shape.view.ast_variables)."""
+  first = len({u.arg for u in ast.toposort if u.op is Ops.DEFINE_VAR})
+  numbered = {UOp(Ops.DEFINE_VAR, dt, (), v.arg): UOp(Ops.DEFINE_VAR, dt, (), first + i)
+              for i, v in enumerate(ast_variables(ast))}
+  return sink.substitute(numbered) if numbered else sink
 
 # kernel AST -> loop-level graph: the lowering (procedural), the rules the renderer adds (a decomposition the target
 # needs), the symbolic simplification of index math (rules), and the width of index math (one walk: index_dtype)

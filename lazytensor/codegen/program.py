@@ -41,6 +41,7 @@ from lazytensor.helpers import BEAM, DEBUG, NOOPT, THREADS, ContextVar, colored,
 from lazytensor.opt.kernel import Kernel, Opt
 from lazytensor.renderer import GRID_AXES, LaunchDims, Renderer, launch_dims
 from lazytensor.runtime.device import Compiled, Program, compile_stats
+from lazytensor.shape.view import ast_variables
 from lazytensor.uop.ops import Ops, UOp
 
 
@@ -104,6 +105,8 @@ def _vars(k: Kernel, uops: list[UOp]) -> tuple[DType, ...]:
   """The dtype of each scalar argument of the program: every DEFINE_VAR of the kernel, in order, read or not."""
   want = {u.arg: u.dtype for u in k.ast.toposort if u.op is Ops.DEFINE_VAR}
   have = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_VAR}
+  # then the Variables of its views, in the width of its index math (codegen/lowerer.number_variables)
+  want.update({len(want) + i: have[len(want) + i] for i in range(len(ast_variables(k.ast)))})
   # as with buffers: an argument missing from the program would shift those after it
   assert have == want and sorted(want) == list(range(len(want))), f"program scalars {have}, kernel scalars {want}"
   return tuple(ALL_DTYPES[want[i].name] for i in range(len(want)))

@@ -32,7 +32,9 @@ def _sized(dt: DType) -> bool: return dt.scalar() in (dtypes.int32, dtypes.int64
 def _ptr(u: UOp) -> bool: return isinstance(u.dtype, PtrDType)
 def _bool(u: UOp) -> bool: return u.dtype.scalar() == dtypes.bool
 def _scalar_arg(u: UOp) -> bool:
-  return type(u.arg) is int and u.arg >= 0 and not _ptr(u) and u.dtype.count == 1 and u.dtype != dtypes.void
+  # its index among the kernel's scalar arguments, or a Variable's (name, min, max) until index_dtype numbers it
+  numbered = type(u.arg) is int and u.arg >= 0
+  return (numbered or isinstance(u.arg, tuple)) and not _ptr(u) and u.dtype.count == 1 and u.dtype != dtypes.void
 
 _BUF, _ANY = UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL), name="buf"), UPat(name="x")
 _ALU_OK: dict[Ops, Callable[[UOp], bool]] = {

@@ -9,6 +9,10 @@ and the value of every other argument (Python numbers, strings, tuples, lists an
 contents, any other object by identity). A changed non-Tensor argument captures again, on that call: what the
 function computed from it (`x * s`, `x * Tensor([s])`) is part of the captured kernels and buffers.
 
+A bound Variable (uop/sint.py) is the exception: as an argument, or in an input's shape (a batch dimension that
+changes), the capture is keyed on the Variable alone, and each replay passes the call's values to the kernels that
+read it (one program serves its whole range; buffers of a symbolic size hold its largest value).
+
 Outputs stay valid: every replay writes the tensors it returns into buffers of their own (allocated at each call; the
 cost of an allocation, no copy), so a result kept from one call is not overwritten by the next. Intermediate buffers
 are the ones recorded. Returned tensors that the function did not compute (a weight it updated, one of its inputs)
@@ -32,9 +36,12 @@ from lazytensor.frontend.live import capturing_program
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import DEBUG, JIT
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.schedule.cache import bind_values
 from lazytensor.schedule.index_check import IndexFlags, bad_index
+from lazytensor.shape.view import ast_variables
 from lazytensor.uop.graph import multi_leaves
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.uop.sint import unbind
 
 R = TypeVar("R")
 Path = tuple[int | str, ...]
@@ -65,13 +72,18 @@ def _value_key(x: Any) -> Hashable:
   if isinstance(x, (np.ndarray, np.generic)): return (np.ndarray, x.dtype.str, np.shape(x), np.asarray(x).tobytes())
   return _Same(x)
 
-def _flatten(x: Any, path: Path, tensors: list[Tensor], key: dict[Path, Hashable]) -> None:
-  """The Tensors in an argument (in tuples, lists and dicts too), and the key of every other value, by position."""
+def _flatten(x: Any, path: Path, tensors: list[Tensor], key: dict[Path, Hashable], var_vals: dict[UOp, int]) -> None:
+  """The Tensors in an argument (in tuples, lists and dicts too), and the key of every other value, by position; a
+  bound Variable is keyed by the Variable, its value put in var_vals."""
   if isinstance(x, Tensor): tensors.append(x)
   elif isinstance(x, (tuple, list)):
-    for i, v in enumerate(x): _flatten(v, path + (i,), tensors, key)
+    for i, v in enumerate(x): _flatten(v, path + (i,), tensors, key, var_vals)
   elif isinstance(x, dict):
-    for k, v in x.items(): _flatten(v, path + (k,), tensors, key)
+    for k, v in x.items(): _flatten(v, path + (k,), tensors, key, var_vals)
+  elif isinstance(x, UOp) and x.op is Ops.BIND:
+    var, val = x.unbind()
+    bind_values(var_vals, {var: val})
+    key[path] = (Ops.BIND, var)
   else: key[path] = _value_key(x)
 
 def _where(path: Path) -> str:
@@ -133,13 +145,15 @@ class TinyJit(Generic[R]):
     self.input_buffers: list[Buffer] = []  # every input's buffers in order (a buffer per device when spread)
     self.fresh: list[Buffer] = []  # the outputs' buffers that the program made: new ones at every replay
     self.flags: list[IndexFlags] = []  # the flags of the program's index checks, read after every replay
+    self.var_items: list[tuple[int, int, list[UOp]]] = []  # (item, scalar args before its Variables, the Variables)
     self.ret: Any = None
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     inputs: list[Tensor] = []
     key: dict[Path, Hashable] = {}
-    for i, a in enumerate(args): _flatten(a, (i,), inputs, key)
-    for name, a in kwargs.items(): _flatten(a, (name,), inputs, key)
+    var_vals: dict[UOp, int] = {}
+    for i, a in enumerate(args): _flatten(a, (i,), inputs, key, var_vals)
+    for name, a in kwargs.items(): _flatten(a, (name,), inputs, key, var_vals)
     for t in inputs: t.realize()
     if not JIT.value: return self.fn(*args, **kwargs)
     if self.calls == 2 and key != self.key:
@@ -150,7 +164,7 @@ class TinyJit(Generic[R]):
       self.calls = 1
       return self._run_and_realize(args, kwargs)
     if self.calls == 1: return self._capture(args, kwargs, inputs, key)
-    return self._replay(inputs)
+    return self._replay(inputs, var_vals)
 
   def _changed(self, key: dict[Path, Hashable]) -> str:
     path = next(p for p in sorted({*key, *self.key}, key=str) if key.get(p) != self.key.get(p))
@@ -171,7 +185,10 @@ class TinyJit(Generic[R]):
       return ret
     self.items, self.ret, self.key, self.calls = items, ret, key, 2
     self.flags = realize.index_flags(items)
-    self.signature = [_signature(t) for t in inputs]
+    self.signature = [_signature(t, {}) for t in inputs]
+    # the kernels whose last arguments are Variables' values, with how many come before them
+    self.var_items = [(i, len(it.vals) - len(vs), vs) for i, it in enumerate(items)
+                      if it.runner is not None and (vs := ast_variables(it.runner.kernel.ast))]
     self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
     written = {id(b) for item in items for b in item.written}
     returned = {id(b): b for t in _outputs(ret) for b in _buffers(t)}
@@ -179,28 +196,40 @@ class TinyJit(Generic[R]):
     if DEBUG >= 1: print(f"TinyJit: captured {len(items)} items")
     return ret
 
-  def _replay(self, inputs: list[Tensor]) -> R:
-    sig = [_signature(t) for t in inputs]
+  def _replay(self, inputs: list[Tensor], var_vals: dict[UOp, int]) -> R:
+    sig = [_signature(t, var_vals) for t in inputs]
     if sig != self.signature:
       raise JitError(_mismatch(self.signature, sig))
     swap = {id(old): new for old, new in zip(self.input_buffers, (b for t in inputs for b in _buffers_of(t)))}
     swap |= {id(b): Buffer(b.device, b.size, b.dtype) for b in self.fresh}
+    vals: list[tuple[Any, ...] | None] = [None] * len(self.items)
+    for i, fixed, vs in self.var_items:
+      if missing := [v.arg[0] for v in vs if v not in var_vals]:
+        raise JitError(f"TinyJit: the captured kernels read the Variables {missing}, which this call binds nowhere")
+      vals[i] = self.items[i].vals[:fixed] + tuple(var_vals[v] for v in vs)
     try:
-      for item in self.items: item.run(tuple(swap.get(id(b), b) for b in item.bufs))
+      for item, v in zip(self.items, vals): item.run(tuple(swap.get(id(b), b) for b in item.bufs), v)
     except BaseException:
       bad_index(self.flags)  # cleared: the next replay must not be blamed for this one's indices
       raise
     # as after a schedule: an index out of range raises at the call that read it (schedule/index_check.py)
     if self.flags and (err := bad_index(self.flags)) is not None: raise err
-    return _map_tensors(self.ret, lambda t: _renewed(t, swap))
+    return _map_tensors(self.ret, lambda t: _renewed(t, swap, var_vals))
 
 def _layout(ld: UOp) -> Any:
   """How a realized tensor reads its buffers: the view, or for one spread over devices the slices and each view."""
   if ld.op is Ops.MULTI: return (ld.arg, tuple(_layout(p) for p in ld.src))
-  return ld.arg if ld.op is Ops.VIEW else None
+  return ld.arg.unbind()[0] if ld.op is Ops.VIEW else None
 
-def _signature(t: Tensor) -> InputSignature:
-  return InputSignature(t.shape, t.dtype, t.device, _layout(t.lazydata))
+def _signature(t: Tensor, var_vals: dict[UOp, int]) -> InputSignature:
+  """An input as the capture compares it: its shape and view with their Variables unbound (their values put in
+  var_vals)."""
+  shape: list[Any] = []
+  for dim in t.shape:
+    unbound, found = unbind(dim)
+    bind_values(var_vals, found)
+    shape.append(unbound)
+  return InputSignature(tuple(shape), t.dtype, t.device, _layout(t.lazydata))
 
 def _buffers_of(t: Tensor) -> list[Buffer]:
   leaves = multi_leaves(t.lazydata)
@@ -210,11 +239,12 @@ def _buffers_of(t: Tensor) -> list[Buffer]:
 def _buffers(t: Tensor) -> list[Buffer]:
   return [buffer_map[u] for u in t.lazydata.toposort if u.op is Ops.BUFFER]
 
-def _renewed(t: Tensor, swap: dict[int, Buffer]) -> Tensor:
+def _renewed(t: Tensor, swap: dict[int, Buffer], var_vals: dict[UOp, int]) -> Tensor:
   """A returned tensor of the capture as this replay's. Every BUFFER node is renamed (as after an assign: a graph built
   on the result after a replay is new, so a value remembered from before (schedule.realized_map) is not taken for the
-  new one). A tensor whose buffers the replay replaced (an output it made, an input) is a new tensor on the new
-  buffers; one it did not make (a weight it updated) keeps its identity."""
+  new one), and its views bound to this call's Variables' values. A tensor whose buffers the replay replaced (an
+  output it made, an input) is a new tensor on the new buffers; one it did not make (a weight it updated) keeps its
+  identity."""
   new_uops: dict[UOp, UOp] = {}
   replaced = False
   for u in t.lazydata.toposort:
@@ -222,8 +252,12 @@ def _renewed(t: Tensor, swap: dict[int, Buffer]) -> Tensor:
       buf = swap.get(id(old := buffer_map[u]), old)
       replaced |= buf is not old
       new_uops[u] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
-  if replaced: return Tensor(t.lazydata.substitute(new_uops))
-  t.lazydata = t.lazydata.substitute(new_uops)
+  ld = t.lazydata.substitute(new_uops)
+  if var_vals:
+    ld = ld.substitute({u: u.replace(arg=u.arg.unbind()[0].bind(var_vals)) for u in ld.toposort
+                        if u.op is Ops.VIEW and u.arg.symbolic})
+  if replaced: return Tensor(ld)
+  t.lazydata = ld
   return t
 
 def _mismatch(expected: list[InputSignature], got: list[InputSignature]) -> str:

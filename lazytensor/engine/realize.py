@@ -23,7 +23,7 @@ from lazytensor.helpers import (
 )
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import Kernel, Opt
-from lazytensor.opt.optops import axis_legend
+from lazytensor.opt.optops import KernelOptError, axis_legend
 from lazytensor.opt.rules import apply_opt
 from lazytensor.opt.search import beam_search
 from lazytensor.runtime.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
@@ -64,8 +64,20 @@ def optimize_kernel(ast: UOp, device: Compiled) -> Kernel:
   otherwise."""
   k = Kernel(ast, device.renderer)
   if NOOPT: return k
-  if BEAM >= 1: return beam_search(k, device, int(BEAM.value))
-  return hand_coded_optimizations(k)
+  if k.symbolic: return _replay(k, _choose(k.at_max(), device))
+  return _choose(k, device)
+
+def _choose(k: Kernel, device: Compiled) -> Kernel:
+  return beam_search(k, device, int(BEAM.value)) if BEAM >= 1 else hand_coded_optimizations(k)
+
+def _replay(k: Kernel, chosen: Kernel) -> Kernel:
+  """A copy of the symbolic kernel k with the opts chosen for it at its Variables' largest values, up to the first
+  that it refuses (a split of a symbolic axis): the opts after it name axes of the other kernel's layout."""
+  k = k.copy()
+  for opt in chosen.applied_opts:
+    try: apply_opt(k, opt)
+    except KernelOptError: break
+  return k
 
 def compile_kernel(ast: UOp, device: Compiled, opts: list[Opt] | None = None) -> CompiledRunner:
   """AST -> Kernel -> opts -> ProgramSpec -> binary -> loaded program (codegen/program.build_program).
@@ -152,8 +164,8 @@ class ExecItem(NamedTuple):
     if self.runner is None: return self.bufs[:1]
     return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
 
-  def run(self, bufs: tuple[Buffer, ...] | None = None) -> None:
-    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals)
+  def run(self, bufs: tuple[Buffer, ...] | None = None, vals: tuple[Any, ...] | None = None) -> None:
+    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals if vals is None else vals)
 
 def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int, vals: tuple[Any, ...] = ()) -> None:
   """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are

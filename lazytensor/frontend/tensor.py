@@ -33,13 +33,14 @@ from lazytensor.frontend.views import (
   moves_over,
   row_major,
 )
-from lazytensor.helpers import TRAINING, VIZ, ContextVar
+from lazytensor.helpers import TRAINING, VIZ, ContextVar, prod
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import BadIndexError
 from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.uop.sint import shape_str, sym_infer
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
@@ -350,13 +351,21 @@ class Tensor(GradMixin, metaclass=_TensorType):
     >>> Tensor([1, 2, 3]).numpy()
     array([1, 2, 3])
     """
-    if self.numel() == 0: return from_storage(np.zeros(self.shape, dtype=self.dtype.np), self.dtype)
+    shape = self._bound_shape("numpy")
+    if prod(shape) == 0: return from_storage(np.zeros(shape, dtype=self.dtype.np), self.dtype)
     if isinstance(self.device, tuple): return self.to(Device.first(self.device)).numpy()  # gathered on the first one
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
     buf, _ = (self if dense else self.contiguous())._buffer()
-    return from_storage(buf.numpy()[:self.numel()].reshape(self.shape), self.dtype)
+    return from_storage(buf.numpy()[:prod(shape)].reshape(shape), self.dtype)
+
+  def _bound_shape(self, op: str) -> tuple[int, ...]:
+    """The shape at the values its Variables are bound to (uop/sint.py); ValueError naming `op` where one is not."""
+    try: return tuple(sym_infer(s, {}) for s in self.shape)
+    except ValueError as e:
+      raise ValueError(f"{op}: the shape {shape_str(self.shape)} has a Variable with no value; bind it (v.bind(n)) "
+                       "where the shape is made") from e
 
   def item(self) -> Any:
     """The value of a one-element tensor as a Python number.

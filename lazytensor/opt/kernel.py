@@ -7,6 +7,7 @@ global/thread, local, group, mid, reduce, unroll, upcast.
 from __future__ import annotations
 
 import copy
+import functools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ from lazytensor.dtype import DType, PtrDType
 from lazytensor.helpers import colored, prod, to_function_name
 from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
 from lazytensor.renderer import Renderer, TensorCore
-from lazytensor.shape.view import ShapeTracker
+from lazytensor.shape.view import ShapeTracker, ast_variables, concrete_ast
 from lazytensor.uop.ops import GroupOp, Ops, UOp
+from lazytensor.uop.sint import is_sym, max_size, sint, sint_prod, smax
 
 AXIS_ORDER = list(AxisKind)
 VIEW_OPS = GroupOp.Load | GroupOp.Store | {Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, Ops.VALID}
@@ -106,10 +108,12 @@ class Kernel:
     assert all(r.arg[1] == self.reduce_axes for r in reduces), "one kernel reduces one set of axes"
     self.sts = [view_of(u) for u in self.view_nodes]
     ndim = len(self.sts[0].shape)
-    full = tuple(max(st.shape[i] for st in self.sts) for i in range(ndim))
+    full = tuple(functools.reduce(smax, (cast(sint, st.shape[i]) for st in self.sts)) for i in range(ndim))
     kinds = [AxisKind.REDUCE if i in self.reduce_axes else AxisKind.GLOBAL for i in range(ndim)]
     order = [i for i in range(ndim) if i not in last] + list(last)
-    self.full_shape: tuple[int, ...] = tuple(full[i] for i in order)
+    # an axis may be symbolic (uop/sint.py: a UOp here), which only the lowerer and `symbolic` meet: the heuristics and
+    # BEAM, whose arithmetic is on ints, only ever see a kernel at numbers (at_max), and the opts refuse to split it
+    self.full_shape: tuple[int, ...] = cast(tuple[int, ...], tuple(full[i] for i in order))
     self.kinds: list[AxisKind] = [kinds[i] for i in order]
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self.applied_opts: list[Opt] = []
@@ -160,7 +164,7 @@ class Kernel:
     for st in self.sts:
       if st.shape[i] == 1 and st.shape[i + 1] == 1: continue
       if st.shape[i:i + 2] != self.full_shape[i:i + 2]: return False
-      merged = st.reshape(st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:])
+      merged = st.reshape(st.shape[:i] + (sint_prod(st.shape[i:i + 2]),) + st.shape[i + 2:])
       if len(merged.views) > len(st.views): return False
     return True
 
@@ -170,8 +174,8 @@ class Kernel:
       if not self._mergeable(i):
         i += 1
         continue
-      per_st = [st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:] for st in self.sts]
-      merged_full = self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:]
+      per_st = [st.shape[:i] + (cast(int, sint_prod(st.shape[i:i + 2])),) + st.shape[i + 2:] for st in self.sts]
+      merged_full = self.full_shape[:i] + (cast(int, sint_prod(self.full_shape[i:i + 2])),) + self.full_shape[i + 2:]
       self._reshape_all(merged_full, per_st)
       del self.kinds[i + 1]
 
@@ -214,6 +218,18 @@ class Kernel:
     self._map_pads(lambda st: st.permute(tuple(order)))
     self.full_shape = tuple(self.full_shape[i] for i in order)
     self.kinds = [self.kinds[i] for i in order]
+
+  # ---- symbolic shapes ----
+
+  @property
+  def symbolic(self) -> bool:
+    """Whether an axis's size is an expression of Variables: one program serves each value they take."""
+    return is_sym(self.full_shape)
+
+  def at_max(self) -> Kernel:
+    """This kernel with each Variable at its largest value: what the heuristics and BEAM choose opts for (BEAM times
+    candidates there), since their arithmetic on sizes needs numbers."""
+    return Kernel(concrete_ast(self.ast, {v: v.vmax for v in ast_variables(self.ast)}), self.renderer)
 
   # ---- optimizations ----
 
@@ -321,12 +337,13 @@ class Kernel:
     after: dict[UOp, bool] = {}
     for u in self.ast.toposort: after[u] = any(s.op is Ops.REDUCE_AXIS or after[s] for s in u.src)
     alu = [u for u in self.ast.toposort if u.op not in VIEW_OPS and u.op not in not_alu]
-    full, outs = prod(self.full_shape), prod(self.output_shape())
+    # a symbolic kernel is counted at its Variables' largest values
+    full, outs = max_size(self.full_shape), max_size(self.output_shape())
     ops = sum(outs if after[u] else full for u in alu)
     mem = 0
     for node in self.view_nodes:
       if node.op in GroupOp.Load | GroupOp.Store:
-        touched = min(prod(self.full_shape), reach(node)) * node.src[0].dtype.itemsize
+        touched = min(full, max_size((reach(node),))) * node.src[0].dtype.itemsize
         mem += touched * 2 if node is self.scatter else touched  # a scatter reads what it updates
     return ops, mem
 

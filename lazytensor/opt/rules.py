@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from lazytensor.helpers import THREADS
 from lazytensor.opt.kernel import Kernel
 from lazytensor.opt.optops import MAX_SHARES_PER_THREAD, AxisKind, KernelOptError, Opt, OptOps, max_shares
+from lazytensor.uop.ops import UOp
 
 if TYPE_CHECKING:
   from lazytensor.renderer import Renderer
@@ -177,6 +178,8 @@ def _amount(k: Kernel, opt: Opt, row: OptRow, axis: int) -> int:
     return opt.amt
   if row.amt is Amt.NONE: return opt.amt
   size = k.full_shape[axis]
+  # one program serves every value of a symbolic axis: no amount is known to divide it, nor to pad it
+  _check(not isinstance(size, UOp), f"{opt}: axis {axis} has the symbolic size {size}; it is not split")
   _check(opt.amt != 0 or row.whole, f"{opt}: amt 0 (the whole axis) is not an amount for {opt.op.name}")
   amt = size if opt.amt == 0 else opt.amt
   _check(amt > 1 or (opt.amt == 0 and size > 1), f"{opt}: amount must be > 1")

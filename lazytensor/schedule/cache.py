@@ -31,6 +31,7 @@ from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import IndexFlags
 from lazytensor.uop.ops import NodeMap, Ops, UOp
+from lazytensor.uop.sint import unbind
 
 
 class ScheduleItem(NamedTuple):
@@ -67,6 +68,7 @@ class Abstract(NamedTuple):
   origin: dict[UOp, UOp]  # abstract node -> the node of the caller's graph that it stands for
   params: list[UOp]       # parameter slot -> the caller's BUFFER node
   consts: list[UOp]       # DEFINE_VAR slot -> the caller's CONST node
+  var_vals: dict[UOp, int]  # Variable -> the value the caller's graph binds it to
 
 # placeholder Buffers, never allocated: one per (device, size, dtype, alias), so parameters that name the same memory
 # (an old and a new BUFFER node of one buffer) share one, as the scheduler's buffer identity checks expect
@@ -80,6 +82,56 @@ def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
     if (buf := _param_buffers.get(key)) is None: buf = _param_buffers[key] = Buffer(device, size, buf_uop.dtype)
     buffer_map[uop] = buf
   return uop
+
+# ---- Variables: a graph's BINDs (uop/sint.py) stand in the args of its movements and views. The abstract graph and the
+# structure hold the Variables alone, and the values they are bound to travel beside (into ScheduleItem.vals), so that
+# graphs bound to other values share one schedule and one program ----
+
+# the ops whose arg may hold a symbolic dimension
+_SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.VIEW})
+_UNBOUND = "_unbound"
+
+def _flat(arg: Any) -> list[Any]: return [y for x in arg for y in (_flat(x) if isinstance(x, tuple) else (x,))]
+
+def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
+  """The arg of a movement or VIEW node with each BIND in it replaced by its Variable, and the values they had; None
+  where it binds nothing. Kept on the node: a graph is walked at every realize."""
+  if (hit := node.__dict__.get(_UNBOUND, node)) is not node: return hit
+  ret: tuple[Any, dict[UOp, int]] | None = None
+  if node.op is Ops.VIEW:
+    if node.arg.symbolic and (found := node.arg.unbind())[1]: ret = found
+  elif any(isinstance(x, UOp) for x in _flat(node.arg)):
+    vals: dict[UOp, int] = {}
+    def strip(x: Any) -> Any:
+      if isinstance(x, tuple): return tuple(strip(y) for y in x)
+      x, found = unbind(x)
+      bind_values(vals, found)
+      return x
+    if (arg := strip(node.arg)) != node.arg: ret = arg, vals
+  node.__dict__[_UNBOUND] = ret
+  return ret
+
+def bind_values(into: dict[UOp, int], found: dict[UOp, int]) -> None:
+  """Add the values `found` to a graph's values of its Variables: one graph binds a Variable to one value."""
+  for v, val in found.items():
+    if into.setdefault(v, val) != val:
+      raise ValueError(f"Variable {v.arg[0]!r} is bound to both {into[v]} and {val} in one graph; realize the parts "
+                       "bound to each value apart")
+
+def item_vals(slots: tuple[Any, ...], consts: list[UOp], var_vals: dict[UOp, int]) -> tuple[Any, ...]:
+  """The values of a kernel's scalar arguments: the graph's constant at each slot, then its Variables' values."""
+  out = []
+  for s in slots:
+    if type(s) is int: out.append(consts[s].arg)
+    elif (val := var_vals.get(s)) is not None: out.append(val)
+    else: raise ValueError(f"Variable {s.arg[0]!r} stands in a shape with no value: bind it (v.bind(n)) where the "
+                           "shape is made")
+  return tuple(out)
+
+def bind_views(value: UOp, var_vals: dict[UOp, int]) -> UOp:
+  """A realized value (VIEWs of buffers) with its views' Variables bound to var_vals, as a tensor's graph holds them."""
+  views = {u: u.replace(arg=u.arg.bind(var_vals)) for u in value.toposort if u.op is Ops.VIEW and u.arg.symbolic}
+  return value.substitute(views) if views else value
 
 # deeper graphs are walked with an explicit stack: two frames a level (the visit and its comprehension) stay well
 # inside Python's default limit of 1000 frames, whoever calls
@@ -102,6 +154,14 @@ class _Abstracter:
     self.slots: dict[UOp, UOp] = {}     # caller's BUFFER node -> its parameter
     self.aliases: dict[int, int] = {}   # memory bit -> alias number
     self.contiguous = 0
+    self.var_vals: dict[UOp, int] = {}
+
+  def rebuild(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
+    """node over the sources src, its arg's BINDs replaced by their Variables (their values recorded)."""
+    if node.op in _SYMBOLIC_ARGS and (ub := unbound_arg(node)) is not None:
+      bind_values(self.var_vals, ub[1])
+      return UOp(node.op, node.dtype, src, ub[0])
+    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
   def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
     if node.op is Ops.BUFFER:
@@ -116,7 +176,7 @@ class _Abstracter:
       return UOp(Ops.CONTIGUOUS, node.dtype, src, ("param", self.contiguous))
     if node.op is _CONST and (slot := self.var_slots.get(node)) is not None:
       return UOp(Ops.DEFINE_VAR, node.dtype, src, slot)
-    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+    return self.rebuild(node, src)
 
   def plain(self, root: UOp) -> UOp:
     for node in root.toposort:
@@ -139,7 +199,7 @@ class _Abstracter:
       src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
       op = node.op
       if op is Ops.BUFFER or op is Ops.CONTIGUOUS or op is _CONST: new = self.convert(node, src)
-      else: new = node if src == node.src else UOp(op, node.dtype, src, node.arg)
+      else: new = self.rebuild(node, src)
     self.done[node] = new
     self.origin[new] = node
     return new
@@ -152,7 +212,7 @@ class _Abstracter:
       if expanded:
         src = tuple([done[s] for s in node.src])
         if node.op in (Ops.BUFFER, Ops.CONTIGUOUS, _CONST): new = self.convert(node, src)
-        else: new = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+        else: new = self.rebuild(node, src)
       elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
       else:
         stack.append((node, True))
@@ -171,7 +231,8 @@ def abstract(outs: list[UOp], dynamic: list[UOp] | None = None) -> Abstract:
   """The abstract graph of `outs`, with the CONST nodes in `dynamic` as kernel arguments (Positions.dynamic)."""
   # the outputs are walked one by one: a SINK of the caller's nodes would be a new node at every call, made to die
   a = _Abstracter(dynamic)
-  return Abstract(UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs])), a.origin, a.params, a.consts)
+  sink = UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs]))
+  return Abstract(sink, a.origin, a.params, a.consts, a.var_vals)
 
 class Template:
   """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
@@ -204,11 +265,11 @@ class Template:
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
     self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
 
-  def instantiate(self, params: list[UOp], origins: list[UOp | None],
-                  consts: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  def instantiate(self, params: list[UOp], origins: list[UOp | None], consts: list[UOp],
+                  var_vals: dict[UOp, int]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The schedule with the caller's buffers and numbers: `params` are its BUFFER nodes by parameter slot, `consts`
-    its CONST nodes by DEFINE_VAR slot, `origins` its node for each value of `becomes` (None where its graph has
-    none)."""
+    its CONST nodes by DEFINE_VAR slot, `var_vals` the values of its Variables, `origins` its node for each value of
+    `becomes` (None where its graph has none)."""
     # loops rather than comprehensions: each of those is a function call on Python 3.11, and an eager step has a
     # handful of buffers
     schedule_stats["reused" if self.uses else "scheduled"] += 1
@@ -219,7 +280,7 @@ class Template:
     bufs += self.flags
     items: list[ScheduleItem] = []
     for ast, positions, slots in self.item_bufs:
-      vals = tuple([consts[s].arg for s in slots]) if slots else ()
+      vals = item_vals(slots, consts, var_vals) if slots else ()
       items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__, positions)), vals)))
     names: dict[UOp, UOp] = {}
     for n, slot in self.param_names: names[n] = params[slot]
@@ -230,8 +291,8 @@ class Template:
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
-      becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg) if direct else \
-        value.substitute(names)
+      if direct: becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg.bind(var_vals))
+      else: becomes[orig] = bind_views(value.substitute(names), var_vals) if var_vals else value.substitute(names)
     if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
       print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
             f"{' (schedule cache hit)' if self.uses > 1 else ''}")
@@ -261,6 +322,7 @@ class Structure:
     self.aliases: dict[int, int] = {}
     self.consts: list[UOp] = []         # position -> the caller's CONST node there (Positions)
     self.const_keys: list[Any] = []     # position -> its value, as _value_key writes it
+    self.var_vals: dict[UOp, int] = {}  # Variable -> the value the graph binds it to (not in the key)
 
   def param(self, node: UOp) -> int:
     """The entry of a BUFFER node: its parameter's, made when the walk first meets it."""
@@ -280,6 +342,9 @@ class Structure:
       entries.append((op, node.dtype.ident, src, _POSITION))
       return len(entries) - 1
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
+    if op in _SYMBOLIC_ARGS and (ub := unbound_arg(node)) is not None:
+      arg = ub[0]
+      bind_values(self.var_vals, ub[1])
     entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
     return len(entries) - 1
 

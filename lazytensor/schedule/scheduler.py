@@ -29,9 +29,10 @@ from lazytensor.schedule.multi import is_multi, split_multi
 from lazytensor.schedule.pack_search import beam_packing
 from lazytensor.schedule.reduce_split import split_block, split_reduce
 from lazytensor.schedule.scatter import embedded_scatters, split_scatter
-from lazytensor.shape.view import ShapeTracker
+from lazytensor.shape.view import ShapeTracker, ast_variables
 from lazytensor.uop.graph import is_own_value
 from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from lazytensor.uop.sint import is_sym, max_size, sint_lt, sint_prod
 
 LEAVES = {Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, Ops.DEVICE}
 
@@ -145,6 +146,8 @@ def _pack_operand(r: UOp) -> UOp:
 def _for_device(r: UOp) -> UOp:
   """The reduce `r` as the device's heuristics lay it out: split into partial reduces over blocks of rows
   (schedule/reduce_split.py), or reading operands of its products from re-laid copies (_pack_operand)."""
+  # a symbolic reduce is one kernel for every value: blocks and panels are sized for the numbers of one
+  if is_sym(r.src[0].shape): return r
   target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
   if target is not None and (block := split_block(target, r)) is not None: return split_reduce(r, block)
   return _pack_operand(r)
@@ -175,7 +178,8 @@ def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   view of that buffer costs no kernel). A view of a contiguous, copy or assign stays a view of that buffer."""
   base = out.base
   return out.op is Ops.VIEW and (base.op in GroupOp.Elementwise or base.op is Ops.IOTA) and base not in outs and \
-    prod(out.shape) < prod(base.shape) and not any(n.op is Ops.REDUCE_AXIS for n in base.toposort)
+    bool(sint_lt(sint_prod(out.shape), sint_prod(base.shape))) and \
+    not any(n.op is Ops.REDUCE_AXIS for n in base.toposort)
 
 def _must_realize_roots(sink: UOp) -> dict[UOp, str]:
   roots: dict[UOp, str] = {}
@@ -246,7 +250,7 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> tuple[UOp, str]
       if in_reduce and _worth_materializing_before_expand(node, g):
         return node.src[0], "cheaper stored than recomputed per element of an expand into a reduce"
       # a contiguous view is a reshape only when it reads all of its source (not a prefix of it: x[:1] of a reduce)
-      whole = node.arg.contiguous and prod(node.shape) == prod(node.src[0].shape)
+      whole = node.arg.contiguous and sint_prod(node.shape) == sint_prod(node.src[0].shape)
       stack.append((node.src[0], reshape_only and whole, in_reduce))
     elif node.op is Ops.REDUCE_AXIS:
       if in_reduce: return node, "a reduce in another reduce's input"
@@ -274,7 +278,7 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   than a kernel launch costs, and not when the computation is much larger than what it reads (a one-hot mask from an
   iota and indices, an outer product: cheap to recompute, huge to store)."""
   src = view.src[0]
-  ratio = prod(view.shape) / max(prod(src.shape), 1)
+  ratio = max_size(view.shape) / max(max_size(src.shape), 1)  # symbolic sizes at their largest
   if src.op not in GroupOp.Elementwise or src in g.realize or ratio < EXPAND_RATIO: return False
   inner, reads = _fused_nodes(src, g, through_reduces=False)
   # a float cast to or from a tensor core's input dtype (x.half().float() times a weight) is what the tensor core
@@ -283,10 +287,10 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   free = [n for n in inner if n.op is Ops.CAST and n.src[0].dtype.is_float and {n.dtype, n.src[0].dtype} & tc_in]
   alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float) - len(free)  # int, bool ops index
   loads = len(reads)
-  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else prod(n.shape) for n in reads), default=0)
+  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads), default=0)
   cost = alu + max(loads - 1, 0)
-  return cost >= RECOMPUTE_COST and prod(src.shape) <= MAX_GROWTH * largest_read and \
-    (ratio - 1) * cost * prod(src.shape) >= MIN_RECOMPUTE_WORK
+  return cost >= RECOMPUTE_COST and max_size(src.shape) <= MAX_GROWTH * largest_read and \
+    (ratio - 1) * cost * max_size(src.shape) >= MIN_RECOMPUTE_WORK
 
 def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
   """Grow the set of materialized nodes (from the roots, and the scatters `also`) until every kernel obeys the fusion
@@ -404,7 +408,8 @@ def _output_buffer(root: UOp) -> Buffer:
   if root.op is Ops.ASSIGN: return _buffer_of(root.src[0].src[0])
   device = root.device
   assert isinstance(device, str), f"{root.op} on the devices {device} reached the scheduler"
-  return Buffer(device, prod(_root_shape(root)), root.dtype)
+  # a symbolic size gets memory for its Variables' largest values: one buffer serves them all
+  return Buffer(device, max_size(_root_shape(root)), root.dtype)
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
@@ -480,7 +485,9 @@ def _item(ast: UOp, bufs: list[Buffer]) -> ScheduleItem:
   slots = tuple(dict.fromkeys(u.arg for u in ast.toposort if u.op is Ops.DEFINE_VAR))
   index = {Ops.DEFINE_GLOBAL: used.index, Ops.DEFINE_VAR: slots.index}
   renumber = {u: u.replace(arg=new) for u in ast.toposort if u.op in index and (new := index[u.op](u.arg)) != u.arg}
-  return ScheduleItem(ast.substitute(renumber) if renumber else ast, tuple(bufs[i] for i in used), slots)
+  # the Variables of its views come after, each standing for the value the caller's graph binds it to
+  return ScheduleItem(ast.substitute(renumber) if renumber else ast, tuple(bufs[i] for i in used),
+                      slots + tuple(ast_variables(ast)))
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
@@ -498,7 +505,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS))
     dynamic = [walk.consts[i] for i in at] if at else []
     if found is not None and (origins := cache.origins(walk, found)) is not None:
-      return found.template.instantiate(walk.params, origins, dynamic)
+      return found.template.instantiate(walk.params, origins, dynamic, walk.var_vals)
   abstract = cache.abstract(outs, dynamic)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   # the packing copies a schedule makes are the CPU target's heuristics', or a BEAM search's of that width: keyed by
@@ -515,7 +522,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     if cap > 0: cache.templates.put(template_key, template)
   if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
     cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at)))
-  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts)
+  return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts,
+                              abstract.var_vals)
 
 @dataclass(frozen=True)
 class _Built:

@@ -10,24 +10,40 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple, cast
 
 import numpy as np
 
 from lazytensor.dtype import dtypes
-from lazytensor.uop.ops import UOp
+from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.sint import (
+  is_sym,
+  sint,
+  sint_eq,
+  sint_le,
+  sint_lt,
+  sint_prod,
+  smax,
+  smin,
+  ssimplify,
+  sym_infer,
+  unbind,
+  variables,
+)
 
-Mask = tuple[tuple[int, int], ...]
+Mask = tuple[tuple[sint, sint], ...]
 
-def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   """Row-major strides, 0 for size-1 dims: their index is always 0, so a canonical view does not depend on them."""
   return tuple(0 if s == 1 else span for s, span in zip(shape, _spans(shape)))
 
-def _spans(shape: tuple[int, ...]) -> tuple[int, ...]:
+def _spans(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   # the true row-major stride of every dim (size-1 dims included), the radix of the flat index
-  return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+  return tuple(sint_prod(shape[d + 1:]) for d in range(len(shape)))
 
-def _index(x: int) -> UOp: return UOp.const(dtypes.index, x)
+def _index(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
 
 _TRUE = UOp.const(dtypes.bool, True)
 
@@ -38,33 +54,39 @@ def _and(a: UOp, b: UOp) -> UOp:
 
 @dataclass(frozen=True)
 class View:
-  """One affine map from a shape to buffer indices; `mask` is the per-dim [start, end) box of valid positions."""
+  """One affine map from a shape to buffer indices; `mask` is the per-dim [start, end) box of valid positions.
+
+  Any of its numbers may be symbolic (uop/sint.py: an expression of Variables, folded to a canonical node), which the
+  view math here, the scheduler and the lowerer handle through the sint helpers. The fields are typed as the ints that
+  every other reader (the heuristics, BEAM, packing and gather folding) sees: those only meet views at numbers
+  (Kernel.at_max, and the scheduler leaves symbolic reduces unpacked)."""
   shape: tuple[int, ...]
   strides: tuple[int, ...]
   offset: int
-  mask: Mask | None
+  mask: tuple[tuple[int, int], ...] | None
   contiguous: bool
 
   @staticmethod
-  def create(shape: tuple[int, ...], strides: tuple[int, ...] | None = None, offset: int = 0,
+  def create(shape: tuple[sint, ...], strides: tuple[sint, ...] | None = None, offset: sint = 0,
              mask: Mask | None = None) -> View:
     """The canonical view, so that views describing the same map compare equal (and intern as one UOp arg)."""
     shape = tuple(shape)
     strides = strides_for_shape(shape) if strides is None else tuple(strides)
     assert len(strides) == len(shape) and \
       (mask is None or len(mask) == len(shape)), f"bad view {shape} {strides} {mask}"
-    if 0 in shape: return View(shape, (0,) * len(shape), 0, None, True)
+    if 0 in shape: return _view(shape, (0,) * len(shape), 0, None, True)
     if mask is not None:
       mask = tuple(mask)
-      if any(end <= start for start, end in mask):
-        return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
+      if any(sint_le(end, start) for start, end in mask):
+        return _view(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
       # a dim with one valid index only ever reads that index: fold it into the offset
-      offset += sum(start * st for (start, end), st in zip(mask, strides) if end - start == 1)
-      strides = tuple(0 if end - start == 1 else st for (start, end), st in zip(mask, strides))
+      one = [ssimplify(end - start) == 1 for start, end in mask]
+      offset = ssimplify(offset + sum(start * st for (start, end), st, o in zip(mask, strides, one) if o))
+      strides = tuple(0 if o else st for o, st in zip(one, strides))
       if all(m == (0, s) for m, s in zip(mask, shape)): mask = None
     strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
     contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
-    return View(shape, strides, offset, mask, contiguous)
+    return _view(shape, strides, offset, mask, contiguous)
 
   @property
   def masked_out(self) -> bool:
@@ -74,11 +96,23 @@ class View:
   def valid_ranges(self) -> Mask: return self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
   def axis_masked(self, axis: int) -> bool: return self.mask is not None and self.mask[axis] != (0, self.shape[axis])
 
-  def real_size(self) -> int:
+  def real_size(self) -> sint:
     """1 + the largest buffer index a valid position reads, 0 when none is valid."""
     if 0 in self.shape or self.masked_out: return 0
     ranges = zip(self.strides, self.valid_ranges())
-    return 1 + self.offset + sum(st * (end - 1) if st > 0 else st * start for st, (start, end) in ranges)
+    return ssimplify(1 + self.offset + sum(st * (end - 1) if sint_lt(0, st) else st * start
+                                           for st, (start, end) in ranges))
+
+  @property
+  def symbolic(self) -> bool:
+    """Whether a number of this view is an expression of Variables."""
+    return is_sym(self.shape) or is_sym(self.strides) or isinstance(self.offset, UOp) or \
+      (self.mask is not None and any(is_sym(m) for m in self.mask))
+
+  def map_sints(self, fn: Callable[[sint], sint]) -> View:
+    """This view with every number replaced by fn of it (binding or unbinding its Variables)."""
+    mask = None if self.mask is None else tuple((fn(b), fn(e)) for b, e in self.mask)
+    return View.create(tuple(fn(s) for s in self.shape), tuple(fn(st) for st in self.strides), fn(self.offset), mask)
 
   # ---- movement ops that a single view always expresses ----
 
@@ -87,19 +121,21 @@ class View:
     mask = None if self.mask is None else tuple(self.mask[i] for i in order)
     return View.create(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset, mask)
 
-  def expand(self, new_shape: tuple[int, ...]) -> View:
-    assert len(new_shape) == len(self.shape) and all(s in (ns, 1) for s, ns in zip(self.shape, new_shape)), \
-      f"expand: {self.shape} -> {new_shape}"
+  def expand(self, new_shape: tuple[sint, ...]) -> View:
+    assert len(new_shape) == len(self.shape) and \
+      all(s == 1 or sint_eq(s, ns) for s, ns in zip(self.shape, new_shape)), f"expand: {self.shape} -> {new_shape}"
     if self.masked_out: return View.create(new_shape, mask=((0, 0),) * len(new_shape))
     mask = None if self.mask is None else \
       tuple(m if s == ns else (0, ns) for m, s, ns in zip(self.mask, self.shape, new_shape))
     return View.create(new_shape, self.strides, self.offset, mask)
 
-  def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
-    assert len(arg) == len(self.shape) and all(b >= 0 and a >= 0 for b, a in arg), f"pad: {arg} for {self.shape}"
-    mask = tuple((before + start, before + end) for (before, _), (start, end) in zip(arg, self.valid_ranges()))
-    offset = self.offset - sum(before * st for (before, _), st in zip(arg, self.strides))
-    return View.create(tuple(s + b + a for s, (b, a) in zip(self.shape, arg)), self.strides, offset, mask)
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+    assert len(arg) == len(self.shape) and all(sint_le(0, b) is not False and sint_le(0, a) is not False
+                                               for b, a in arg), f"pad: {arg} for {self.shape}"
+    mask = tuple((ssimplify(before + start), ssimplify(before + end))
+                 for (before, _), (start, end) in zip(arg, self.valid_ranges()))
+    offset = ssimplify(self.offset - sum(before * st for (before, _), st in zip(arg, self.strides)))
+    return View.create(tuple(ssimplify(s + b + a) for s, (b, a) in zip(self.shape, arg)), self.strides, offset, mask)
 
   def grow(self, axis: int, size: int) -> View:
     """This view with `axis` lengthened to `size`, reading on with the same strides past its end (unmasked there
@@ -110,61 +146,66 @@ class View:
                                                 for i, (lo, hi) in enumerate(self.mask))
     return View.create(self.shape[:axis] + (size,) + self.shape[axis + 1:], self.strides, self.offset, mask)
 
-  def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
-    assert len(arg) == len(self.shape) and all(0 <= b <= e <= s for (b, e), s in zip(arg, self.shape)), \
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+    assert len(arg) == len(self.shape) and all(sint_le(0, b) is not False and sint_le(b, e) is not False and
+                                               sint_le(e, s) is not False for (b, e), s in zip(arg, self.shape)), \
       f"shrink: {arg} for {self.shape}"
-    mask = tuple((max(start, b) - b, min(end, e) - b) for (b, e), (start, end) in zip(arg, self.valid_ranges()))
-    offset = self.offset + sum(b * st for (b, _), st in zip(arg, self.strides))
-    return View.create(tuple(e - b for b, e in arg), self.strides, offset, mask)
+    mask = tuple((ssimplify(smax(start, b) - b), ssimplify(smin(end, e) - b))
+                 for (b, e), (start, end) in zip(arg, self.valid_ranges()))
+    offset = ssimplify(self.offset + sum(b * st for (b, _), st in zip(arg, self.strides)))
+    return View.create(tuple(ssimplify(e - b) for b, e in arg), self.strides, offset, mask)
 
   def flip(self, arg: tuple[bool, ...]) -> View:
     assert len(arg) == len(self.shape), f"flip: {arg} for {self.shape}"
-    offset = self.offset + sum((s - 1) * st for f, s, st in zip(arg, self.shape, self.strides) if f)
-    strides = tuple(-st if f else st for f, st in zip(arg, self.strides))
-    mask = None if self.mask is None else \
-      tuple((s - end, s - start) if f else (start, end) for f, s, (start, end) in zip(arg, self.shape, self.mask))
+    offset = ssimplify(self.offset + sum((s - 1) * st for f, s, st in zip(arg, self.shape, self.strides) if f))
+    strides = tuple(ssimplify(-st) if f else st for f, st in zip(arg, self.strides))
+    mask = None if self.mask is None else tuple((ssimplify(s - end), ssimplify(s - start)) if f else (start, end)
+                                                for f, s, (start, end) in zip(arg, self.shape, self.mask))
     return View.create(self.shape, strides, offset, mask)
 
   # ---- reshape: split and merge dims, None when one view cannot say it ----
 
-  def reshape(self, new_shape: tuple[int, ...]) -> View | None:
+  def reshape(self, new_shape: tuple[sint, ...]) -> View | None:
     new_shape = tuple(new_shape)
-    assert math.prod(new_shape) == math.prod(self.shape), f"reshape: {self.shape} -> {new_shape} changes the size"
+    assert sint_eq(sint_prod(new_shape), sint_prod(self.shape)), \
+      f"reshape: {self.shape} -> {new_shape} changes the size"
     if new_shape == self.shape: return self
     if self.contiguous: return View.create(new_shape)
     if self.masked_out: return _masked_out(new_shape)
     # size-1 dims carry nothing (stride 0, always valid): match the others in the fewest groups of equal size
-    old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.valid_ranges()) if s != 1]
+    old: list[Dim] = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.valid_ranges()) if s != 1]
     new = [s for s in new_shape if s != 1]
-    strides: list[int] = []
-    mask: list[tuple[int, int]] = []
-    offset, i, j = self.offset, 0, 0
+    strides: list[sint] = []
+    mask: list[tuple[sint, sint]] = []
+    offset: sint = self.offset
+    i, j = 0, 0
     while i < len(old):
-      i_end, j_end = i + 1, j + 1
-      while math.prod(d[0] for d in old[i:i_end]) != math.prod(new[j:j_end]):
-        if math.prod(d[0] for d in old[i:i_end]) < math.prod(new[j:j_end]): i_end += 1
-        else: j_end += 1
+      if (ends := _group(old, new, i, j)) is None: return None
+      i_end, j_end = ends
       if (merged := _merge_dims(old[i:i_end])) is None: return None
       if (split := _split_dim(merged[1], merged[2], tuple(new[j:j_end]))) is None: return None
       offset += merged[3]
       strides += split[0]
       mask += split[1]
       i, j = i_end, j_end
-    return View.create(new_shape, _with_ones(new_shape, strides, 0), offset, _with_ones(new_shape, mask, (0, 1)))
+    return View.create(new_shape, _with_ones(new_shape, [ssimplify(st) for st in strides], 0), ssimplify(offset),
+                       _with_ones(new_shape, mask, (0, 1)))
 
   # ---- merging two views ----
 
   def __add__(self, other: View) -> View | None:
     """The one view equal to `other` read through this one (other indexes this view's row-major flattening)."""
     # only a grown view (View.grow) reads past the end: its reads there are not this view's, so it stays on top
-    if other.real_size() > math.prod(self.shape): return None
+    if sint_lt(sint_prod(self.shape), other.real_size()): return None
     if self.contiguous or 0 in other.shape: return other
     if self.masked_out or other.masked_out: return _masked_out(other.shape)
+    # the affine merge below reasons about concrete numbers: symbolic views stay stacked (a div/mod chain)
+    if self.symbolic or other.symbolic: return None
     # padding and flips of `other` are peeled off and put back, so that the core only sees non-negative strides
     if other.mask is not None:
       inner = self + other.shrink(other.mask)
       return None if inner is None else inner.pad(tuple((b, s - e) for (b, e), s in zip(other.mask, other.shape)))
-    if any(flipped := tuple(st < 0 for st in other.strides)):
+    if any(flipped := tuple(cast(int, st) < 0 for st in other.strides)):
       inner = self + other.flip(flipped)
       return None if inner is None else inner.flip(flipped)
     return self._collapsed()._merge_affine(other)
@@ -176,22 +217,24 @@ class View:
       if dim[0] == 1: continue
       if groups and _merge_dims(groups[-1] + [dim]) is not None: groups[-1].append(dim)
       else: groups.append([dim])
-    collapsed = self.reshape(tuple(math.prod(d[0] for d in g) for g in groups))
+    collapsed = self.reshape(tuple(sint_prod(d[0] for d in g) for g in groups))
     assert collapsed is not None, "merging mergeable dims always reshapes"
     return collapsed
 
   def _merge_affine(self, other: View) -> View | None:
     # when every coordinate of self, (flat // span) % size, is affine in other's indices, so is the buffer index, and
-    # self's mask becomes a condition on other's indices that must be a box
-    strides, offset = [0] * len(other.shape), self.offset
-    mask = [(0, s) for s in other.shape]
-    for d, (size, span, stride) in enumerate(zip(self.shape, _spans(self.shape), self.strides)):
+    # self's mask becomes a condition on other's indices that must be a box (numbers only: __add__ keeps symbolic views
+    # stacked)
+    me, them = _ints(self), _ints(other)
+    strides, offset = [0] * len(them.shape), me.offset
+    mask = [(0, s) for s in them.shape]
+    for d, (size, span, stride) in enumerate(zip(me.shape, _spans(me.shape), me.strides)):
       if stride == 0 and not self.axis_masked(d): continue  # a coordinate that moves nothing may wrap as it likes
-      if (coord := _coordinate(other, span, size)) is None: return None
+      if (coord := _coordinate(them, cast(int, span), size)) is None: return None
       strides = [st + stride * step for st, step in zip(strides, coord[0])]
       offset += stride * coord[1]
       if self.axis_masked(d):
-        if (narrowed := _narrow(mask, coord, self.valid_ranges()[d], other.shape)) is None: return None
+        if (narrowed := _narrow(mask, coord, me.valid[d], them.shape)) is None: return None
         mask = narrowed
     return View.create(other.shape, tuple(strides), offset, tuple(mask))
 
@@ -205,17 +248,47 @@ class View:
     if terms and self.offset != 0: idx = idx + self.offset
     valid = _TRUE
     for i, (start, end), s in zip(idxs, self.valid_ranges(), self.shape):
-      if start > 0: valid = _and(valid, i > start - 1)  # i >= start, as one comparison
-      if end < s: valid = _and(valid, i < end)
+      # a bound that Variables leave undecided is checked: it is right for every value
+      if sint_lt(0, start) is not False: valid = _and(valid, i > start - 1)  # i >= start, as one comparison
+      if sint_lt(end, s) is not False: valid = _and(valid, i < end)
     return idx, valid
 
-def _masked_out(shape: tuple[int, ...]) -> View | None:
+def _view(shape: tuple[sint, ...], strides: tuple[sint, ...], offset: sint, mask: Mask | None,
+          contiguous: bool) -> View:
+  # the one place symbolic numbers enter a View's int-typed fields (see View)
+  return View(cast(tuple[int, ...], shape), cast(tuple[int, ...], strides), cast(int, offset),
+              cast(tuple[tuple[int, int], ...] | None, mask), contiguous)
+
+def _masked_out(shape: tuple[sint, ...]) -> View | None:
   # nothing valid; a 0-d shape has no dim to carry the empty mask, so it needs a view of its own (None)
   return View.create(shape, mask=((0, 0),) * len(shape)) if shape else None
 
-Dim = tuple[int, int, tuple[int, int]]  # (size, stride, valid range) of one dim
+Dim = tuple[sint, sint, tuple[sint, sint]]  # (size, stride, valid range) of one dim
 
-def _coordinate(view: View, span: int, size: int) -> tuple[list[int], int] | None:
+def _group(old: list[Dim], new: list[sint], i: int, j: int) -> tuple[int, int] | None:
+  """The ends of the smallest groups old[i:i_end], new[j:j_end] of equal size, for reshape: concrete dims group by
+  their products, a symbolic dim only with itself (None where it would have to merge or split)."""
+  if isinstance(old[i][0], UOp) or isinstance(new[j], UOp): return (i + 1, j + 1) if old[i][0] is new[j] else None
+  i_end, j_end = i + 1, j + 1
+  while (a := math.prod(d[0] for d in old[i:i_end])) != (b := math.prod(new[j:j_end])):
+    if a < b: i_end += 1
+    else: j_end += 1
+    if i_end > len(old) or j_end > len(new) or isinstance(old[i_end - 1][0], UOp) or isinstance(new[j_end - 1], UOp):
+      return None
+  return i_end, j_end
+
+class _Ints(NamedTuple):
+  """A view's numbers where none is symbolic: what merging two views reasons about."""
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  offset: int
+  valid: tuple[tuple[int, int], ...]
+
+def _ints(v: View) -> _Ints:
+  assert not v.symbolic, "a symbolic view has no numbers to merge"
+  return _Ints._make((v.shape, v.strides, v.offset, v.valid_ranges()))
+
+def _coordinate(view: _Ints, span: int, size: int) -> tuple[list[int], int] | None:
   """(flat // span) % size of the flat index an unmasked, non-negative-strided view produces, as
   (steps, const) with coordinate = sum(steps[k] * idx[k]) + const; None when it is not affine (it carries or wraps)."""
   reach = [s - 1 for s in view.shape]
@@ -238,29 +311,34 @@ def _narrow(mask: list[tuple[int, int]], coord: tuple[list[int], int], valid: tu
   start, end = max(0, -((const - valid[0]) // unit)), min(math.prod(radix), -((const - valid[1]) // unit))
   if start >= end: return [(0, 0)] * len(mask) if mask else None  # nothing valid, which a 0-d view cannot say
   if (split := _split_dim(1, (start, end), radix)) is None: return None
+  assert not is_sym(x for m in split[1] for x in m), "a concrete split has concrete bounds"
   narrowed = list(mask)
-  for k, (b, e) in zip(dims, split[1]): narrowed[k] = (max(mask[k][0], b), min(mask[k][1], e))
+  for k, (b, e) in zip(dims, cast(tuple[tuple[int, int], ...], split[1])):
+    narrowed[k] = (max(mask[k][0], b), min(mask[k][1], e))
   return narrowed
 
-def _merge_dims(dims: list[Dim]) -> tuple[int, int, tuple[int, int], int] | None:
+def _merge_dims(dims: list[Dim]) -> tuple[sint, sint, tuple[sint, sint], sint] | None:
   """Fold (size, stride, valid range) dims, outermost first, into one: (size, stride, valid range, offset change)."""
   size, stride, (start, end) = dims[0]
-  delta = 0
+  delta: sint = 0
   for q, inner_stride, (i_start, i_end) in dims[1:]:
     if end - start == 1:
       # one valid outer index: the merged dim walks the inner one from that row on, whatever the outer stride was
       delta += start * stride - start * q * inner_stride
       start, end = start * q + i_start, start * q + i_end
-    elif (i_start, i_end) == (0, q) and stride == inner_stride * q: start, end = start * q, end * q
+    elif (i_start, i_end) == (0, q) and sint_eq(stride, inner_stride * q): start, end = start * q, end * q
     else: return None
     size, stride = size * q, inner_stride
   return size, stride, (start, end), delta
 
-def _split_dim(stride: int, valid: tuple[int, int], sizes: tuple[int, ...]) -> tuple[list[int], Mask] | None:
-  """Split one dim into `sizes` (row-major); None when its valid range is not a box in the split dims."""
-  start, end = valid
-  mask = []
-  for span in _spans(sizes):
+def _split_dim(stride: sint, valid: tuple[sint, sint], sizes: tuple[sint, ...]) -> tuple[list[sint], Mask] | None:
+  """Split one dim into `sizes` (row-major); None when its valid range is not a box in the split dims. A symbolic dim
+  is never split (reshape groups it with itself alone)."""
+  if len(sizes) == 1: return [stride], (valid,)
+  if is_sym(valid): return None
+  start, end = cast(tuple[int, int], valid)
+  mask: list[tuple[sint, sint]] = []
+  for span in cast(tuple[int, ...], _spans(sizes)):
     if start % span == 0 and end % span == 0:
       mask.append((start // span, end // span))
       start, end = 0, span
@@ -270,12 +348,12 @@ def _split_dim(stride: int, valid: tuple[int, int], sizes: tuple[int, ...]) -> t
     else: return None
   return [stride * span for span in _spans(sizes)], tuple(mask)
 
-def _with_ones(shape: tuple[int, ...], values: list, one: object) -> tuple:
+def _with_ones(shape: tuple[sint, ...], values: list, one: object) -> tuple:
   # put back the entries of size-1 dims that reshape set aside
   it = iter(values)
   return tuple(one if s == 1 else next(it) for s in shape)
 
-def _unflatten(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
+def _unflatten(flat: UOp, shape: tuple[sint, ...]) -> list[UOp]:
   # the row-major coordinates of a flat index; the outermost needs no modulo because a valid flat index is in range
   first = next((d for d, s in enumerate(shape) if s != 1), len(shape))
   out = []
@@ -298,12 +376,54 @@ class ShapeTracker:
   def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   @staticmethod
-  def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return _from_shape(tuple(shape))
+  def from_shape(shape: tuple[sint, ...]) -> ShapeTracker: return _from_shape(tuple(shape))
 
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
   @property
-  def size(self) -> int: return math.prod(self.shape)
+  def size(self) -> int: return cast(int, sint_prod(self.shape))  # symbolic where the shape is (View says why)
+
+  # ---- Variables ----
+
+  @functools.cached_property
+  def symbolic(self) -> bool:
+    """Whether a number of a view is an expression of Variables (bound or not)."""
+    return any(v.symbolic for v in self.views)
+
+  def variables(self) -> list[UOp]:
+    """The Variables the views depend on, each once, in the order met."""
+    seen: dict[UOp, None] = {}
+    for v in self.views:
+      for x in (*v.shape, *v.strides, v.offset, *(b for m in v.mask or () for b in m)):
+        seen.update(dict.fromkeys(variables(x)))
+    return list(seen)
+
+  def map_sints(self, fn: Callable[[sint], sint]) -> ShapeTracker:
+    return ShapeTracker(tuple(v.map_sints(fn) for v in self.views)) if self.symbolic else self
+
+  def unbind(self) -> tuple[ShapeTracker, dict[UOp, int]]:
+    """The tracker with its BINDs replaced by their Variables, and the values they were bound to."""
+    if not self.symbolic: return self, {}
+    vals: dict[UOp, int] = {}
+    def strip(x: sint) -> sint:
+      x, found = unbind(x)
+      vals.update(found)
+      return x
+    return self.map_sints(strip), vals
+
+  def substitute(self, fn: Callable[[UOp], UOp]) -> ShapeTracker:
+    """The tracker with each symbolic number x replaced by fn(x) (e.g. its Variables bound)."""
+    return self.map_sints(lambda x: ssimplify(fn(x)) if isinstance(x, UOp) else x)
+
+  def bind(self, var_vals: dict[UOp, int]) -> ShapeTracker:
+    """The tracker with each of its Variables that var_vals holds bound to its value there (a BIND), as the shape of
+    a realized tensor holds it."""
+    if not self.symbolic or not var_vals: return self
+    return self.substitute(lambda x: x.substitute({v: v.bind(var_vals[v]) for v in variables(x) if v in var_vals}))
+
+  def concrete(self, var_vals: dict[UOp, int]) -> ShapeTracker:
+    """The tracker at the values `var_vals` gives its Variables (BINDs at their own)."""
+    return self.map_sints(lambda x: sym_infer(x, var_vals))
   @property
   def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
 
@@ -314,14 +434,16 @@ class ShapeTracker:
     st = ShapeTracker(self.views[:-1] + (view,))
     return st.simplify() if len(st.views) > 1 else st
 
-  def reshape(self, new_shape: tuple[int, ...]) -> ShapeTracker:
+  def reshape(self, new_shape: tuple[sint, ...]) -> ShapeTracker:
     if (view := self.views[-1].reshape(new_shape)) is not None: return self._with_last(view)
     return ShapeTracker(self.views + (View.create(new_shape),))
 
   def permute(self, order: tuple[int, ...]) -> ShapeTracker: return self._with_last(self.views[-1].permute(order))
-  def expand(self, new_shape: tuple[int, ...]) -> ShapeTracker: return self._with_last(self.views[-1].expand(new_shape))
-  def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._with_last(self.views[-1].pad(arg))
-  def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._with_last(self.views[-1].shrink(arg))
+  def expand(self, new_shape: tuple[sint, ...]) -> ShapeTracker:
+    return self._with_last(self.views[-1].expand(new_shape))
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> ShapeTracker: return self._with_last(self.views[-1].pad(arg))
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> ShapeTracker:
+    return self._with_last(self.views[-1].shrink(arg))
   def grow(self, axis: int, size: int) -> ShapeTracker: return self._with_last(self.views[-1].grow(axis, size))
   def flip(self, arg: tuple[bool, ...]) -> ShapeTracker: return self._with_last(self.views[-1].flip(arg))
 
@@ -358,27 +480,29 @@ class ShapeTracker:
 
   def positions(self) -> tuple[np.ndarray, np.ndarray]:
     """Each element's position in the 1-d memory this tracker reads, and whether it reads one (0 where it reads
-    padding), computed on the host with numpy."""
-    pos = np.arange(self.size).reshape(self.shape)  # each element's row-major position in the outermost view
-    valid = np.ones(self.shape, dtype=bool)
-    for view in reversed(self.views):
+    padding), computed on the host with numpy (of a tracker at its Variables' values: ShapeTracker.concrete)."""
+    shape = _ints(self.views[-1]).shape
+    pos = np.arange(math.prod(shape)).reshape(shape)  # each element's row-major position in the outermost view
+    valid = np.ones(shape, dtype=bool)
+    for view in map(_ints, reversed(self.views)):
       # a padded position's index may lie outside the view below: it reads nothing, so any valid index stands in
       coords = np.unravel_index(np.where(valid, pos, 0), view.shape) if view.shape else ()
-      if view.mask is not None:
-        for c, (lo, hi) in zip(coords, view.mask): valid &= (c >= lo) & (c < hi)
-      pos = view.offset + sum((c * st for c, st in zip(coords, view.strides)), np.zeros(self.shape, dtype=np.int64))
+      for c, (lo, hi) in zip(coords, view.valid): valid &= (c >= lo) & (c < hi)
+      pos = view.offset + sum((c * st for c, st in zip(coords, view.strides)), np.zeros(shape, dtype=np.int64))
     return np.where(valid, pos, 0), valid
 
   # ---- queries for the optimizer ----
 
   def real_size(self) -> int:
-    """The buffer size this tracker needs: exact for one view, an upper bound through unmerged reshapes."""
+    """The buffer size this tracker needs: exact for one view, an upper bound through unmerged reshapes (symbolic where
+    the view is: View says why it is typed int)."""
     if any(v.masked_out for v in self.views) or self.size == 0: return 0
-    return self.views[0].real_size()
+    return cast(int, self.views[0].real_size())
 
   def real_strides(self) -> tuple[int | None, ...]:
-    """The buffer stride of each dim, None where a mask or a carry between reshaped dims leaves it undefined."""
-    return tuple(self._real_stride(axis) for axis in range(len(self.shape)))
+    """The buffer stride of each dim, None where a mask or a carry between reshaped dims leaves it undefined, or where
+    it is symbolic."""
+    return tuple(st if not isinstance(st := self._real_stride(axis), UOp) else None for axis in range(len(self.shape)))
 
   def unit_stride_axes(self) -> list[int]: return [i for i, st in enumerate(self.real_strides()) if st == 1]
 
@@ -390,7 +514,7 @@ class ShapeTracker:
     if (traced := self._trace_axis(axis)) is None: return any(v.mask is not None for v in self.views[:-1])
     return ShapeTracker(self.views[:-1]).axis_is_masked(traced[0])
 
-  def _real_stride(self, axis: int) -> int | None:
+  def _real_stride(self, axis: int) -> sint | None:
     last = self.views[-1]
     if last.axis_masked(axis): return None
     if last.strides[axis] == 0 or len(self.views) == 1: return last.strides[axis]
@@ -401,8 +525,9 @@ class ShapeTracker:
   def _trace_axis(self, axis: int) -> tuple[int, int] | None:
     """(dim of the view below, steps there per step here) when walking `axis` of the last view moves only that one
     coordinate below; None when the row-major unflattening can carry into another coordinate."""
-    view, below = self.views[-1], self.views[-2].shape
-    ranges, spans, stride = view.valid_ranges(), _spans(below), view.strides[axis]
+    if self.symbolic: return None
+    view, below = _ints(self.views[-1]), _ints(self.views[-2]).shape
+    ranges, spans, stride = view.valid, cast(tuple[int, ...], _spans(below)), view.strides[axis]
     if not (dims := [d for d, s in enumerate(below) if s > 1 and stride % spans[d] == 0]): return None
     d = dims[0]
     unit, block = spans[d], spans[d] * below[d]
@@ -417,7 +542,18 @@ class ShapeTracker:
     if low_min < 0 or low_max >= unit or digit + min(0, reach) < 0 or digit + max(0, reach) >= below[d]: return None
     return d, steps
 
+def ast_variables(ast: UOp) -> list[UOp]:
+  """The Variables of a kernel AST's views, in the order of their names: the kernel's scalar arguments after its
+  numbered ones (schedule/scheduler._item, codegen/lowerer), each value passed at every launch."""
+  found = {v for u in ast.toposort if u.op is Ops.VIEW and u.arg.symbolic for v in u.arg.variables()}
+  return sorted(found, key=lambda v: v.arg)
+
+def concrete_ast(ast: UOp, var_vals: dict[UOp, int]) -> UOp:
+  """The AST with its views at the values var_vals gives their Variables."""
+  views = {u: u.replace(arg=u.arg.concrete(var_vals)) for u in ast.toposort if u.op is Ops.VIEW and u.arg.symbolic}
+  return ast.substitute(views) if views else ast
+
 @functools.lru_cache(maxsize=4096)
-def _from_shape(shape: tuple[int, ...]) -> ShapeTracker:
+def _from_shape(shape: tuple[sint, ...]) -> ShapeTracker:
   # trackers are immutable, and every kernel and tensor creation asks for the dense one of its shape
   return ShapeTracker((View.create(shape),))

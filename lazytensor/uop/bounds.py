@@ -124,6 +124,9 @@ def _gep(u: Node) -> Bounds:
 
 _rules: dict[Ops, Callable[[Node], Bounds | None]] = {
   Ops.RANGE: _range,
+  # a Variable takes any value of its range, bound or not: what is compiled for it serves them all
+  Ops.DEFINE_VAR: lambda u: (u.arg[1], u.arg[2]) if isinstance(u.arg, tuple) else None,
+  Ops.BIND: lambda u: u.src[0].vmin_vmax,
   Ops.SPECIAL: lambda u: (0, u.arg[1] - 1),
   Ops.ADD: lambda u: (u.src[0].vmin + u.src[1].vmin, u.src[0].vmax + u.src[1].vmax),
   Ops.SUB: lambda u: (u.src[0].vmin - u.src[1].vmax, u.src[0].vmax - u.src[1].vmin),

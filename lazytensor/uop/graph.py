@@ -7,10 +7,11 @@ from typing import Any
 from lazytensor.dtype import DType, dtypes, truncate
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.uop.sint import sint
 
 
 @functools.lru_cache(maxsize=4096)
-def _broadcast_st(shape: tuple[int, ...]) -> ShapeTracker:
+def _broadcast_st(shape: tuple[sint, ...]) -> ShapeTracker:
   # every scalar in an op makes one of these: the view math runs once per shape, not per constant
   return ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
 
@@ -19,7 +20,7 @@ def _broadcast_st(shape: tuple[int, ...]) -> ShapeTracker:
 _CONSTS_MAX = 4096
 _consts: dict[tuple, UOp] = {}
 
-def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[int, ...]) -> UOp:
+def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[sint, ...]) -> UOp:
   """`value` broadcast to `shape`: one scalar CONST under a stride-0 VIEW, no memory (on a tuple of devices: the same
   constant on each)."""
   shape = tuple(shape)
@@ -33,7 +34,7 @@ def const_uop(value: Any, dtype: DType, device: DeviceLike, shape: tuple[int, ..
   _consts[key] = out
   return out
 
-def buffer_view(buf: UOp, shape: tuple[int, ...]) -> UOp:
+def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
   """A BUFFER read densely in `shape`: what a realized tensor holds."""
   return UOp(Ops.VIEW, buf.dtype, (buf,), ShapeTracker.from_shape(shape))
 

@@ -47,7 +47,10 @@ class Ops(enum.Enum):
   # a scalar argument of a kernel, a number passed at each launch in place of a CONST (schedule/cache.py says when):
   # arg=its index among the kernel's scalar arguments (in the abstract tensor graph, its slot there); in the tensor
   # graph and the AST src is a CONST's (DEVICE, or the VIEW it is read through), at the loop level none
+  # or, for a symbolic value (a Variable: a dimension of a shape, an index), arg=(name, min, max) and no sources; its
+  # value at each call travels apart from the graph (ScheduleItem.vals), so kernels and cache keys see only the name
   DEFINE_VAR = enum.auto()
+  BIND = enum.auto()           # src=(Variable, CONST value): a Variable with its value for one call (Variable.bind)
   DEFINE_ACC = enum.auto()     # arg=uid; src=(initial value,); a register that a reduce accumulates into
   SPECIAL = enum.auto()        # arg=(name, size): a launch index (gidx0, lidx1, core id)
   RANGE = enum.auto()          # arg=(axis, kind); src=(start, end): a loop variable

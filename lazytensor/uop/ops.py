@@ -229,6 +229,24 @@ class UOp:
     if self.op is Ops.VECTORIZE: return self.src[i]
     return UOp(Ops.GEP, self.dtype.scalar(), (self,), i)
 
+  # ---- Variables (uop/sint.py) ----
+
+  def bind(self, value: int) -> UOp:
+    """This Variable with its value for one call (a BIND node); ValueError for a value outside its range."""
+    if self.op is not Ops.DEFINE_VAR or not isinstance(self.arg, tuple):
+      raise TypeError(f"bind: only a Variable can be bound, not {self.op}")
+    name, lo, hi = self.arg
+    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+      raise TypeError(f"Variable {name!r}: bind takes an int, got {value!r}")
+    if not lo <= (value := int(value)) <= hi:
+      raise ValueError(f"Variable {name!r} bound to {value}: expected {lo} <= value <= {hi}")
+    return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
+
+  def unbind(self) -> tuple[UOp, int]:
+    """(the Variable, its value) of a BIND."""
+    assert self.op is Ops.BIND, f"unbind of {self.op}"
+    return self.src[0], int(self.src[1].arg)
+
   # ---- symbolic bounds ----
 
   @node_cached
@@ -240,7 +258,11 @@ class UOp:
 
   # ---- printing ----
 
-  def __repr__(self) -> str: return pretty_print(self)
+  def __repr__(self) -> str:
+    # a symbolic dimension prints as its expression, so that shapes read (1, 4, start_pos+1)
+    if self.dtype is dtypes.index and self.op in _INDEX_EXPR and all(u.op in _INDEX_EXPR for u in self.toposort):
+      return render_index(self)
+    return pretty_print(self)
 
 # the slots' own setters, past the immutability of __setattr__: half the time of object.__setattr__, which looks the
 # name up in the class first (66 vs 152 ns; an eager op makes a few nodes, six fields each)
@@ -273,15 +295,41 @@ def _multi_shape(u: UOp) -> tuple[int, ...]:
   shape = u.src[0].shape
   return shape if axis is None else shape[:axis] + (sum(hi - lo for lo, hi in bounds),) + shape[axis + 1:]
 
+# folds a symbolic dimension that shape rules compute ((v+1)-v -> 1): uop/sint.ssimplify, which registers itself here
+# (it builds on the symbolic rules, which build on this module)
+dim_folders: list[Callable[[Any], Any]] = []
+
+def _dim(x: Any) -> Any: return x if not isinstance(x, UOp) or not dim_folders else dim_folders[0](x)
+
 _shape_rules: dict[Ops, Callable[[UOp], tuple[int, ...]]] = {
   Ops.BUFFER: lambda u: (u.arg[1],), Ops.IOTA: lambda u: (u.arg,), Ops.CONST: lambda u: (), Ops.DEVICE: lambda u: (),
-  Ops.DEFINE_VAR: lambda u: (),
+  Ops.DEFINE_VAR: lambda u: (), Ops.BIND: lambda u: (),
   Ops.VIEW: lambda u: u.arg.shape, Ops.REDUCE_AXIS: _reduce_shape, Ops.MULTI: _multi_shape,
   Ops.RESHAPE: lambda u: u.arg, Ops.EXPAND: lambda u: u.arg, Ops.FLIP: lambda u: u.src[0].shape,
   Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
-  Ops.PAD: lambda u: tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg)),
-  Ops.SHRINK: lambda u: tuple(e - b for b, e in u.arg),
+  Ops.PAD: lambda u: tuple(_dim(s + b + a) for s, (b, a) in zip(u.src[0].shape, u.arg)),
+  Ops.SHRINK: lambda u: tuple(_dim(e - b) for b, e in u.arg),
 }
+
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<"}
+
+_INDEX_EXPR = {Ops.DEFINE_VAR, Ops.BIND, Ops.CONST, *GroupOp.ALU}
+
+def render_index(x: UOp) -> str:
+  """An index expression in its Variables' names (`start_pos+1`): how a symbolic dimension prints."""
+  if x.op is Ops.CONST: return str(x.arg)
+  if x.op is Ops.DEFINE_VAR: return str(x.arg[0]) if isinstance(x.arg, tuple) else f"var{x.arg}"
+  if x.op is Ops.BIND: return render_index(x.src[0])
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg == -1: return f"-{_paren(x.src[0])}"
+  if x.op is Ops.ADD and x.src[1].op is Ops.CONST and x.src[1].arg < 0:
+    return f"{render_index(x.src[0])}-{-x.src[1].arg}"
+  if x.op in _INFIX: return f"{_paren(x.src[0]) if x.op is not Ops.ADD else render_index(x.src[0])}{_INFIX[x.op]}" \
+                            f"{_paren(x.src[1]) if x.op is not Ops.ADD else render_index(x.src[1])}"
+  return f"{x.op.name.lower()}({', '.join(render_index(s) for s in x.src)})"
+
+def _paren(x: UOp) -> str:
+  s = render_index(x)
+  return f"({s})" if x.op in _INFIX else s
 
 def pretty_print(root: UOp, max_nodes: int = 400) -> str:
   """One line a node, shared nodes printed once and referred to by number."""

@@ -8,17 +8,20 @@ import numpy as np
 
 from lazytensor.dtype import DType, DTypeOverflowError, dtypes, python_number_dtype, to_dtype
 from lazytensor.frontend.mixin.join import JoinMixin
-from lazytensor.helpers import DTypeError, prod
+from lazytensor.frontend.mixin.movement import as_dim, is_sym_dim
+from lazytensor.helpers import DTypeError
 from lazytensor.runtime.device import Device, new_buffer_uop
 from lazytensor.uop.graph import buffer_view, const_uop
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.uop.sint import max_size, sint
 
 if TYPE_CHECKING:
   from typing import Self
 
-def _empty_uop(device: DeviceLike, shape: tuple[int, ...], dtype: DType) -> UOp:
+def _empty_uop(device: DeviceLike, shape: tuple[sint, ...], dtype: DType) -> UOp:
   """New memory of `shape` on a device, or on each of a tuple of them (replicated; nested on a mesh)."""
-  if isinstance(device, str): return buffer_view(new_buffer_uop(device, prod(shape), dtype), shape)
+  # a symbolic size gets memory for its largest value: one allocation serves every value it is bound to
+  if isinstance(device, str): return buffer_view(new_buffer_uop(device, max_size(shape), dtype), shape)
   return UOp(Ops.MULTI, dtype, tuple(_empty_uop(d, shape, dtype) for d in device), (None, None))
 
 class CreationMixin(JoinMixin):
@@ -27,15 +30,15 @@ class CreationMixin(JoinMixin):
   __slots__ = ()
 
   @staticmethod
-  def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+  def _parse_shape(shape: tuple[Any, ...]) -> tuple[sint, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     for s in shape:
-      if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0:
+      if not is_sym_dim(s) and (not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0):
         raise ValueError(f"shape {shape}: every dimension must be a non-negative int, got {s!r}")
-    return tuple(int(s) for s in shape)
+    return tuple(as_dim(s) for s in shape)
 
   @classmethod
-  def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+  def full(cls, shape: tuple[sint, ...] | int, fill_value: Any, dtype: DType | str | None = None,
            device: DeviceLike | None = None, requires_grad: bool | None = None) -> Self:
     """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant, no memory).
 

@@ -24,7 +24,7 @@ import numpy as np
 from lazytensor.dtype import DType, dtypes
 from lazytensor.engine.realize import capturing
 from lazytensor.frontend.mixin.compact import check_not_capturing, compacted, first_selected, unravel
-from lazytensor.frontend.mixin.movement import _is_int
+from lazytensor.frontend.mixin.movement import _is_int, is_sym_dim
 from lazytensor.frontend.mixin.operands import broadcast_shape
 from lazytensor.frontend.mixin.order import OrderMixin
 from lazytensor.helpers import CHECK_INDICES, ArgumentError, DTypeError, IndexTypeError, argsort, prod
@@ -102,6 +102,15 @@ def _check_mask_shape(mask_shape: tuple[int, ...], view_shape: tuple[int, ...], 
     raise IndexError(f"the boolean mask of shape {tuple(mask_shape)} does not match the shape {covered} of the "
                      f"dimensions it indexes (from dimension {in_dim})")
 
+def _symbolic_slice(i: slice, n: Any) -> bool:
+  """Whether a slice has a symbolic bound or slices a symbolic dimension (uop/sint.py): a shrink of [start, stop),
+  which must be a step of 1 between non-negative bounds (no Python slice arithmetic applies to a Variable)."""
+  if not any(is_sym_dim(b) for b in (i.start, i.stop, n)): return False
+  if i.step not in (None, 1) or any(_is_int(b) and b < 0 for b in (i.start, i.stop)):
+    raise IndexError(f"slice {i} of a symbolic dimension or with symbolic bounds: only steps of 1 between "
+                     "non-negative bounds are supported")
+  return True
+
 def _parse(x: TensorT, indices: Any, op: str) -> _Parsed[TensorT]:
   """Split an index into basic indices, applied to x as a view, and the advanced ones that index the view's dims
   (`op` names the operation in the IndexError of a tensor index out of range).
@@ -122,7 +131,10 @@ def _parse(x: TensorT, indices: Any, op: str) -> _Parsed[TensorT]:
         # as tinygrad: a bound's value would fix the view's shape, which the graph needs now (torch reads it)
         raise TypeError(f"slice bounds must be ints or None, got a Tensor in {i}: the view's shape would depend on "
                         "its value; read it first with int(t)")
-      p.view = p.view._take_strided(dim, *i.indices(p.view.shape[dim]))
+      if _symbolic_slice(i, p.view.shape[dim]):
+        bounds = (0 if i.start is None else i.start, p.view.shape[dim] if i.stop is None else i.stop)
+        p.view = p.view.shrink([bounds if k == dim else None for k in range(p.view.ndim)])
+      else: p.view = p.view._take_strided(dim, *i.indices(p.view.shape[dim]))
       layout.append(p.view.shape[dim])
       dim += 1
     elif _is_int(i):

@@ -13,13 +13,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
+from lazytensor.dtype import dtypes
 from lazytensor.helpers import ArgumentError, make_tuple, prod
 from lazytensor.uop.graph import movement, own_value
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
+from lazytensor.uop.sint import shape_str, sint, sint_eq, sint_le, sint_prod, ssimplify
 
 TensorT = TypeVar("TensorT", bound="MovementMixin")
 
@@ -29,6 +31,21 @@ if TYPE_CHECKING:
   from lazytensor.dtype import DType
 
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+def is_sym_dim(x: Any) -> bool:
+  """Whether x is a symbolic dimension: a Variable, bound or not, or an integer expression of them (uop/sint.py)."""
+  return isinstance(x, UOp) and x.dtype.is_int
+
+def as_dim(x: Any) -> sint:
+  """A dimension or bound as the view math takes it: an int, or a symbolic expression folded to its canonical node."""
+  return ssimplify(x) if is_sym_dim(x) else int(x)
+
+def _as_uop(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
+
+def _provable(name: str, x: bool | None, what: str) -> None:
+  # a symbolic bound must hold for every value of its Variables: the kernel compiled for one serves them all
+  if x is not True: raise ValueError(f"{name}: {what}" + ("" if x is False else " for every value of its Variables; "
+                                                         "narrow their ranges or bind concrete values"))
 
 def _dims(name: str, args: tuple[Any, ...], **keyword: Any) -> tuple[Any, ...]:
   """The sizes or axes a movement takes: given positionally (f(2, 3) or f((2, 3))) or as one keyword, by tinygrad's
@@ -77,7 +94,7 @@ class MovementMixin:
     raise NotImplementedError("Tensor._apply_uop")
 
   @classmethod
-  def full(cls, shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None,
+  def full(cls, shape: tuple[sint, ...] | int, fill_value: Any, dtype: DType | str | None = None,
            device: DeviceLike | None = None, requires_grad: bool | None = None) -> Self:
     raise NotImplementedError("CreationMixin.full")
 
@@ -149,16 +166,19 @@ class MovementMixin:
     if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
       raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
     dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
-    if any(not isinstance(s, (int, np.integer)) or s < -1 for s in dims):
+    if any(not is_sym_dim(s) and (not isinstance(s, (int, np.integer)) or s < -1) for s in dims):
       raise ValueError(f"reshape: bad shape {dims}; dimensions must be ints >= 0, or one -1")
     if list(dims).count(-1) > 1: raise ArgumentError(f"reshape: only one dimension can be -1, got {dims}")
+    numel = sint_prod(self.shape)
     if -1 in dims:
-      known = prod(s for s in dims if s != -1)
-      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} into {dims}")
-      dims = tuple(self.numel() // known if s == -1 else s for s in dims)
-    dims = tuple(int(s) for s in dims)
-    if prod(dims) != self.numel(): raise ValueError(f"reshape: cannot reshape {self.shape} into {dims}: "
-                                                    f"{self.numel()} != {prod(dims)} elements")
+      known = sint_prod(s for s in dims if s != -1)
+      rest = ssimplify(_as_uop(numel) // known if isinstance(known, UOp) else numel // known)
+      if known == 0 or not sint_eq(ssimplify(rest * known), numel):
+        raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {dims}")
+      dims = tuple(rest if s == -1 else s for s in dims)
+    dims = tuple(as_dim(s) for s in dims)
+    if not sint_eq(sint_prod(dims), numel):
+      raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {shape_str(dims)}: the sizes differ")
     if dims == self.shape: return self
     return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, dims))
 
@@ -255,13 +275,17 @@ class MovementMixin:
     if len(pairs) != self.ndim:
       raise ValueError(f"pad: {len(pairs)} (before, after) pairs for a {self.ndim}-d tensor {self.shape}")
     for p in pairs:
-      if len(p) != 2 or not all(isinstance(v, (int, np.integer)) for v in p):
+      if len(p) != 2 or not all(isinstance(v, (int, np.integer)) or is_sym_dim(v) for v in p):
         raise ValueError(f"pad: padding {padding} must hold (before, after) pairs of ints")
-    return [(int(b), int(a)) for b, a in pairs]
+    # a symbolic amount is a UOp here, which only zero padding (_pad_zeros) takes
+    return [(cast(int, as_dim(b)), cast(int, as_dim(a))) for b, a in pairs]
 
-  def _pad_zeros(self, pairs: Sequence[tuple[int, int]]) -> Self:
-    """Zeros before and after each dim, (before, after) per dim, as a view; negative amounts crop."""
-    if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops
+  def _pad_zeros(self, pairs: Sequence[tuple[sint, sint]]) -> Self:
+    """Zeros before and after each dim, (before, after) per dim, as a view; negative amounts crop (symbolic amounts
+    must be non-negative)."""
+    for b, a in pairs:
+      if is_sym_dim(b) or is_sym_dim(a): _provable("pad", sint_le(0, b) and sint_le(0, a), f"padding {(b, a)} < 0")
+    if any(not is_sym_dim(x) and x < 0 for p in pairs for x in p):  # negative padding crops
       crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
       return self.shrink(crop)._pad_zeros([(max(0, b), max(0, a)) for b, a in pairs])
     arg = tuple(pairs)
@@ -286,17 +310,18 @@ class MovementMixin:
       raise ValueError(f"{name}: shape {shape} must hold non-negative ints or None")
     return tuple(s if ns is None else int(ns) for ns, s in zip(shape, self.shape))
 
-  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Self:
+  def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Self:
     """Keep [start, end) of each dimension (None keeps all).
 
     >>> Tensor([1, 2, 3, 4]).shrink(((1, 3),)).tolist()
     [2, 3]
     """
     if len(arg) != self.ndim: raise ValueError(f"shrink: {len(arg)} ranges for a {self.ndim}-d tensor {self.shape}")
-    full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    full = tuple((0, s) if a is None else (as_dim(a[0]), as_dim(a[1])) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
-      if not 0 <= b <= e <= s:
-        raise ValueError(f"shrink: range ({b}, {e}) is out of bounds for a dimension of size {s}")
+      inside = sint_le(0, b) and sint_le(b, e) and sint_le(e, s)
+      _provable("shrink", inside, f"range ({shape_str((b, e))[1:-1]}) is out of bounds for a dimension of size "
+                                  f"{shape_str((s,))[1:-2]}")
     if all(r == (0, s) for r, s in zip(full, self.shape)): return self
     return self._apply_uop(lambda x: movement(x, Ops.SHRINK, full))
 
