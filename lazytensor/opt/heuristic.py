@@ -59,9 +59,13 @@ def _reused_axes(k: Kernel) -> list[int]:
   loads = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
   return [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1 for i in loads)]
 
-def _is_matmul_like(k: Kernel) -> bool:
-  return bool(k.reduce_axes) and any(u.op in (Ops.MUL, Ops.DOT4) for u in k.ast.toposort) and \
-    len(_reused_axes(k)) >= 2
+def _reused_product_axes(k: Kernel) -> int:
+  """For a reduce over products, how many global axes some input is broadcast along (0 for any other kernel): 2 or more
+  is a matmul, 1 a matrix-vector product (one row of x against W; the scores of one query)."""
+  if not k.reduce_axes or not any(u.op in (Ops.MUL, Ops.DOT4) for u in k.ast.toposort): return 0
+  return len(_reused_axes(k))
+
+def _is_matmul_like(k: Kernel) -> bool: return _reused_product_axes(k) >= 2
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
   return next((c for c in choices if size % c == 0 and size >= c), None)
@@ -353,7 +357,7 @@ def _cpu(k: Kernel) -> None:
     work //= MATMUL_SPEEDUP
     _register_tile(k)
   elif k.reduce_axes:
-    if any(u.op is Ops.MUL for u in k.ast.toposort): work //= MATVEC_SPEEDUP
+    if _reused_product_axes(k) == 1: work //= MATVEC_SPEEDUP
     _reduce_vectors(k)
   elif not _transpose_tile(k): _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
   _thread(k, work)
@@ -365,17 +369,21 @@ def _reduce_vectors(k: Kernel) -> None:
   matrix-vector product streams its matrix, the other operand stays in cache: deciding by any operand vectorized
   x @ W along K, W gathered a float at a time (1x1024 @ 1024x1024 on one AVX-512 thread: 0.6 -> 24 GB/s, torch 24)."""
   last, out_axis = k.axes_of(AxisKind.REDUCE)[-1], _output_contiguous_axis(k)
+  # an odd K or N of a matrix-vector product is padded to vectors (no scalar loop; masked lanes). Not other reduces:
+  # logsumexp over 64x50257 padded to 50272 ran its masked exp-sum 3-5x slower (4.5 -> 14-25 ms on AVX-512)
+  pad = _reused_product_axes(k) == 1
   for i in sorted(_loads(k), key=lambda i: -_operand_bytes(k, i)):
     if _stride(k, i, last) == 1:
-      if _vectors_of(k, last, vector_amounts(_target(k)), OptOps.UNROLL) is not None: _reduce_chains(k, last)
+      if _vectors_of(k, last, vector_amounts(_target(k)), OptOps.UNROLL, pad) is not None: _reduce_chains(k, last)
       return
     if out_axis is not None and _stride(k, i, out_axis) == 1: break
-  if out_axis is not None: _vectors_of(k, out_axis, vector_amounts(_target(k), 4), OptOps.UPCAST)
+  if out_axis is not None: _vectors_of(k, out_axis, vector_amounts(_target(k), 4), OptOps.UPCAST, pad)
 
-def _vectors_of(k: Kernel, axis: int, amounts: tuple[int, ...], op: OptOps) -> int | None:
-  """Split `axis` by the first of `amounts` that divides it, else by one it is padded to within DOT_PAD_FRACTION
-  (padded lanes are masked: an odd K or N is no scalar loop), as `op`; the amount, or None."""
-  amt = _largest_divisor(k.full_shape[axis], amounts) or _pad_to(k, axis, amounts, DOT_PAD_FRACTION)
+def _vectors_of(k: Kernel, axis: int, amounts: tuple[int, ...], op: OptOps, pad: bool) -> int | None:
+  """Split `axis` by the first of `amounts` that divides it, else (with `pad`) by one it is padded to within
+  DOT_PAD_FRACTION, as `op`; the amount, or None."""
+  amt = _largest_divisor(k.full_shape[axis], amounts)
+  if amt is None and pad: amt = _pad_to(k, axis, amounts, DOT_PAD_FRACTION)
   return amt if amt is not None and _try(k, Opt(op, axis, amt)) else None
 
 # a reduce along a contiguous axis keeps several vector accumulators, the axis unrolled by vectors: one alone waits out
