@@ -26,6 +26,11 @@ from lazytensor.uop.ops import GroupOp, Ops
 # streamed)
 MIN_THREADED_WORK = 1 << 17
 MATMUL_SPEEDUP = 16
+# a reduce over products that is no matmul (x @ W for one row of x) streams its matrix at 100 GB/s from L2 and ~25
+# GB/s from memory on one thread: two threads only added their launch on AVX-512 (two shared cores, loaded: 256x768
+# 7 -> 14 us, 768x3072 391 -> 414, 2048x2048 690 -> 710) and gained past that at times (4096x4096 3.4 -> 1.7-5.4 ms).
+# Re-measure on an idle many-core machine: threads from MIN_THREADED_WORK * MATVEC_SPEEDUP elements (16 MB of float32)
+MATVEC_SPEEDUP = 32
 
 def _try(k: Kernel, opt: Opt) -> bool:
   try: apply_opt(k, opt)
@@ -54,9 +59,13 @@ def _reused_axes(k: Kernel) -> list[int]:
   loads = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
   return [a for a in k.axes_of(AxisKind.GLOBAL) if any(_stride(k, i, a) == 0 and k.sts[i].shape[a] > 1 for i in loads)]
 
-def _is_matmul_like(k: Kernel) -> bool:
-  return bool(k.reduce_axes) and any(u.op in (Ops.MUL, Ops.DOT4) for u in k.ast.toposort) and \
-    len(_reused_axes(k)) >= 2
+def _reused_product_axes(k: Kernel) -> int:
+  """For a reduce over products, how many global axes some input is broadcast along (0 for any other kernel): 2 or more
+  is a matmul, 1 a matrix-vector product (one row of x against W; the scores of one query)."""
+  if not k.reduce_axes or not any(u.op in (Ops.MUL, Ops.DOT4) for u in k.ast.toposort): return 0
+  return len(_reused_axes(k))
+
+def _is_matmul_like(k: Kernel) -> bool: return _reused_product_axes(k) >= 2
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
   return next((c for c in choices if size % c == 0 and size >= c), None)
@@ -273,10 +282,13 @@ def _dot_tile(k: Kernel, loads: list[int]) -> bool:
     # (one output at a time, scalar: 0.4 GFLOP/s; padded 14 -> 16: 5-11)
     amt = _pad_to(k, red[-1], amts, DOT_PAD_FRACTION)
   if amt is None or not _try(k, Opt(OptOps.UNROLL, red[-1], amt)): return False
-  room = accumulators(_target(k))
+  room, streamed = accumulators(_target(k)), max(loads, key=lambda i: _operand_bytes(k, i))
   for i, a in enumerate(_dot_axes(k, loads)):
-    # the first axis leaves room for at least 2 outputs along the second
-    _upcast(k, a, tuple(c for c in (DOT_TILE, 2) if c <= (room // 2 if i == 0 else room)))
+    # the first axis leaves room for at least 2 outputs along the second. A few rows of x against a large W (decoding
+    # a batch) are taken whole where they fit: W is streamed once, not once per DOT_TILE rows (8x1024 @
+    # (1024x1024).T on one AVX-512 thread, 8 rows x 2 outputs: 12.5 -> 19.8 GB/s of W)
+    whole = (k.full_shape[a],) if _stride(k, streamed, a) == 0 else ()
+    _upcast(k, a, tuple(c for c in (*whole, DOT_TILE, 2) if c <= (room // 2 if i == 0 else room)))
     room = accumulators(_target(k)) // (k.upcast_size() // amt)
   return True
 
@@ -345,14 +357,34 @@ def _cpu(k: Kernel) -> None:
     work //= MATMUL_SPEEDUP
     _register_tile(k)
   elif k.reduce_axes:
-    last = k.axes_of(AxisKind.REDUCE)[-1]
-    loads = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load]
-    if any(_stride(k, i, last) == 1 for i in loads):
-      amt = _largest_divisor(k.full_shape[last], vector_amounts(_target(k)))
-      if amt is not None and _try(k, Opt(OptOps.UNROLL, last, amt)): _reduce_chains(k, last)
-    else: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k), 4))  # x.sum(0): neighbouring sums
+    if _reused_product_axes(k) == 1: work //= MATVEC_SPEEDUP
+    _reduce_vectors(k)
   elif not _transpose_tile(k): _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
   _thread(k, work)
+
+def _reduce_vectors(k: Kernel) -> None:
+  """Vectors for a reduce that is no matmul, along the axis its largest operand is contiguous along: the reduce (a row
+  sum; x @ W.T, W (N, K) as Linear stores it: vector partial sums added across lanes at the end), or the output's
+  (x.sum(0); x @ W with W (K, N): neighbouring sums, each step one broadcast of x and FMAs into 4 vectors). A
+  matrix-vector product streams its matrix, the other operand stays in cache: deciding by any operand vectorized
+  x @ W along K, W gathered a float at a time (1x1024 @ 1024x1024 on one AVX-512 thread: 0.6 -> 24 GB/s, torch 24)."""
+  last, out_axis = k.axes_of(AxisKind.REDUCE)[-1], _output_contiguous_axis(k)
+  # an odd K or N of a matrix-vector product is padded to vectors (no scalar loop; masked lanes). Not other reduces:
+  # logsumexp over 64x50257 padded to 50272 ran its masked exp-sum 3-5x slower (4.5 -> 14-25 ms on AVX-512)
+  pad = _reused_product_axes(k) == 1
+  for i in sorted(_loads(k), key=lambda i: -_operand_bytes(k, i)):
+    if _stride(k, i, last) == 1:
+      if _vectors_of(k, last, vector_amounts(_target(k)), OptOps.UNROLL, pad) is not None: _reduce_chains(k, last)
+      return
+    if out_axis is not None and _stride(k, i, out_axis) == 1: break
+  if out_axis is not None: _vectors_of(k, out_axis, vector_amounts(_target(k), 4), OptOps.UPCAST, pad)
+
+def _vectors_of(k: Kernel, axis: int, amounts: tuple[int, ...], op: OptOps, pad: bool) -> int | None:
+  """Split `axis` by the first of `amounts` that divides it, else (with `pad`) by one it is padded to within
+  DOT_PAD_FRACTION, as `op`; the amount, or None."""
+  amt = _largest_divisor(k.full_shape[axis], amounts)
+  if amt is None and pad: amt = _pad_to(k, axis, amounts, DOT_PAD_FRACTION)
+  return amt if amt is not None and _try(k, Opt(op, axis, amt)) else None
 
 # a reduce along a contiguous axis keeps several vector accumulators, the axis unrolled by vectors: one alone waits out
 # the latency of its op at every step (a float max's compare, or and select: ~5 cycles), where the loads and the ops'
