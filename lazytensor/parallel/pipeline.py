@@ -224,7 +224,7 @@ class Pipeline:
   >>> pipe = Pipeline([[l1, Tensor.relu], [l2]], mesh, lambda out, y: (out - y).square().mean())
   >>> loss = pipe.step(Tensor.ones(6, 4), Tensor.zeros(6, 2), one_f_one_b(2, 3))
   >>> l1.weight.device, l2.weight.grad.device
-  ('CPU:0', 'CPU:1')
+  ('CPU', 'CPU:1')
   """
   def __init__(self, stages: Sequence[Sequence[Layer]], mesh: DeviceMesh, loss_fn: Callable[[Tensor, Tensor], Tensor],
                axis: str = "pp") -> None:
