@@ -235,7 +235,7 @@ class Pipeline:
       raise ValueError(f"Pipeline: {len(stages)} stages for the {mesh.axis_size(axis)} devices along {axis!r} of the "
                        f"mesh; expected one stage per device along it")
     self.layers = [list(layers) for layers in stages]
-    self.loss_fn, self.axis = loss_fn, axis
+    self.loss_fn = loss_fn
     self.devices = [_stage_devices(mesh, axis, s) for s in range(len(stages))]
     self.params = [[get_parameters(layer) for layer in layers] for layers in self.layers]
     for ps, devices in zip(self.params, self.devices):
@@ -296,12 +296,12 @@ class Pipeline:
     grads: list[Tensor] = []
     for k in reversed(range(len(w.outputs))):
       w.output_grads.insert(0, grad)
-      params = self.params[s][k] if weights and k < len(self.params[s]) else []
-      need_input = k > 0 or s > 0
-      got = w.outputs[k].gradient(*([w.inputs[k]] if need_input else []), *params, gradient=grad) \
-        if need_input or params else []
-      grads += self._accumulate(params, got[len(got) - len(params):])
-      if need_input: grad = got[0]
+      params = self.params[s][k] if weights and k < len(self.params[s]) else []  # the loss, a last layer, has none
+      inputs = [w.inputs[k]] if k > 0 or s > 0 else []  # the first stage's input is data: no gradient
+      if not inputs and not params: continue
+      got = w.outputs[k].gradient(*inputs, *params, gradient=grad)
+      grads += self._accumulate(params, got[len(inputs):])
+      if inputs: grad = got[0]
     Tensor.realize(*(g for g in (grad, *w.output_grads, *grads) if isinstance(g, Tensor)))
     if weights: w.inputs, w.outputs, w.output_grads = [], [], []
     return grad if s > 0 else None
