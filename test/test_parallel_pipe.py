@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from lazytensor import DeviceMesh, Tensor, nn, shard_map
+from lazytensor import DeviceMesh, GlobalCounters, Tensor, nn, shard_map
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel import context, pipeline
@@ -103,6 +103,20 @@ def test_pipeline_trains_as_one_device(make: Callable[[int, int], Schedule], sta
 def test_dp_x_pp_trains_as_one_device(make: Callable[[int, int], Schedule]) -> None:
   mesh = DeviceMesh(D4, shape=(2, 2), names=("dp", "pp"))
   train_against_one_device(make, 2, mesh)
+
+def test_split_backward_repeats_no_work() -> None:
+  # W computes the weights' gradients from the gradients of the layers' outputs that B kept: a ZB-H1 step runs the
+  # flops of a 1F1B step, not a second backward through the stage
+  layers = mlp(0)
+  pipe = Pipeline(cut(layers, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
+  x, y = Tensor(rand(12, 8)).realize(), Tensor(RNG.integers(0, 3, 12).astype(np.int32)).realize()
+  flops = []
+  for make in (one_f_one_b, one_f_one_b, zero_bubble_h1):
+    for p in get_parameters(layers): p.grad = None
+    GlobalCounters.reset()
+    pipe.step(x, y, make(2, 3))
+    flops.append(GlobalCounters.global_ops)
+  assert flops[2] == flops[1]
 
 def test_dp_x_pp_places_each_stage_on_its_dp_group() -> None:
   layers = mlp(0)
