@@ -141,9 +141,10 @@ def test_pipeline_errors() -> None:
 
 # ---- ring attention ----
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape,names,spec", [((4,), ("cp",), (None, None, "cp")),
-                                              ((2, 2), ("dp", "cp"), ("dp", None, "cp"))], ids=["cp", "dp_x_cp"])
+# causal over 4 devices (every ring step, the mask and the skipped blocks), full attention on a dp x cp mesh
+@pytest.mark.parametrize("causal,shape,names,spec", [(True, (4,), ("cp",), (None, None, "cp")),
+                                                     (False, (2, 2), ("dp", "cp"), ("dp", None, "cp"))],
+                         ids=["cp-causal", "dp_x_cp-full"])
 def test_ring_attention_equals_full_attention(causal: bool, shape: tuple[int, ...], names: tuple[str, ...],
                                               spec: tuple[str | None, ...]) -> None:
   mesh = DeviceMesh(D4, shape=shape, names=names)
@@ -227,7 +228,7 @@ def test_expert_parallel_trains_as_one_device(shape: tuple[int, ...], names: tup
   Tensor.manual_seed(2)
   ep = nn.MoE(6, 10, num_experts=4, top_k=2, capacity_factor=0.75).expert_parallel(DeviceMesh(D4, shape, names))
   assert ep.w1.device == DeviceMesh(D4, shape, names).devices
-  xs = [rand(16, 6) for _ in range(3)]
+  xs = [rand(16, 6) for _ in range(2)]
   np.testing.assert_allclose(train_moe(ep, xs), train_moe(one, xs), atol=1e-5)
   assert largest_difference(one, ep) < 1e-5
 

@@ -41,8 +41,10 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, axis_name: str = "cp", causa
   scale = q.shape[-1] ** -0.5 if scale is None else scale
   ring = [(i, (i + 1) % n) for i in range(n)]
   acc: tuple[Tensor, Tensor, Tensor] | None = None  # the running (maximum, sum of weights, output) per query
+  kv, width = k.cat(v, dim=-1), k.shape[-1]  # keys and values travel together: one copy a step
   for step in range(n):
-    if step: k, v = ppermute(k, axis_name, ring), ppermute(v, axis_name, ring)
+    if step: kv = ppermute(kv, axis_name, ring)
+    k, v = kv[..., :width], kv[..., width:]
     source = (me - step) % n  # the device whose positions the keys held now are
     if causal and source > me: continue
     scores = (q @ k.transpose(-1, -2)) * scale
