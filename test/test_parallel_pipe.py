@@ -138,6 +138,9 @@ def test_pipeline_errors() -> None:
     pipe.step(x, y, gpipe(3, 4))
   with pytest.raises(ValueError, match="one batch dimension"):
     pipe.step(x, y[:6], gpipe(2, 2))
+  unreduced = Pipeline(cut(mlp(0), 2), mesh, lambda out, y: out.cross_entropy(y, reduction="none"))
+  with pytest.raises(ValueError, match=r"loss_fn must return a one-element Tensor .*, got \(3,\)"):
+    unreduced.step(x, y, gpipe(2, 4))
 
 # ---- ring attention ----
 

@@ -8,6 +8,9 @@ query, the partial output rescaled when the maximum grows), so only one block of
 device r's queries see the key blocks of devices <= r; the block of its own positions is masked above the diagonal,
 blocks of later positions are skipped (their devices still pass them on). Gradients flow through the ppermutes' and
 the ops' rules; the running maximum is a constant to them, as the result does not depend on it.
+
+Causal attention leaves the work uneven: device r computes r+1 blocks of scores. Load-balanced layouts (each device
+holding a block from each end of the sequence) are not done here.
 """
 from __future__ import annotations
 

@@ -281,12 +281,19 @@ class Pipeline:
     assert h is not None, "a forward before its input arrived"
     w.received = None
     layers: list[Layer] = list(self.layers[s])
-    if target is not None: layers.append(lambda out: self.loss_fn(out, target) / microbatches)
+    if target is not None: layers.append(lambda out: self._loss(out, target) / microbatches)
     for layer in layers:
       w.inputs.append(h.detach().requires_grad_())
       h = layer(w.inputs[-1])
       w.outputs.append(h)
     Tensor.realize(*w.outputs)
+
+  def _loss(self, out: Tensor, target: Tensor) -> Tensor:
+    loss = self.loss_fn(out, target)
+    if not isinstance(loss, Tensor) or loss.numel() != 1:
+      raise ValueError(f"Pipeline: loss_fn must return a one-element Tensor (the mean loss of a micro-batch), got "
+                       f"{loss.shape if isinstance(loss, Tensor) else type(loss).__name__}")
+    return loss
 
   def _backward(self, s: int, w: _Work, weights: bool) -> Tensor | None:
     """B: the gradient of the stage's input (None on the first stage, whose input is data), layer by layer from the
