@@ -130,8 +130,8 @@ class Schedule:
 
   def in_order(self) -> list[tuple[int, Action]]:
     """Every (stage, action) in the order the runner runs them: by start time, then by stage."""
-    return sorted(((s, a) for s, row in enumerate(self.actions) for a in row),
-                  key=lambda sa: (self.starts[sa[0]][self.actions[sa[0]].index(sa[1])], sa[0]))
+    timed = sorted((t, s, a) for s, (row, ts) in enumerate(zip(self.actions, self.starts)) for a, t in zip(row, ts))
+    return [(s, a) for _, s, a in timed]
 
 def _check_sizes(stages: int, microbatches: int, what: str) -> None:
   for name, v in (("stages", stages), ("microbatches", microbatches)):
