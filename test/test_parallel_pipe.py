@@ -152,7 +152,9 @@ def test_split_backward_repeats_no_work() -> None:
     GlobalCounters.reset()
     pipe.step(x, y, make(2, 3))
     flops.append(GlobalCounters.global_ops)
-  assert flops[2] == flops[1]
+  # within 2%: a number that earlier code in this process made a kernel argument is no longer folded, which moves the
+  # count a little (0.4% seen); a W that redid B's input gradients would add 45% here
+  assert abs(flops[2] - flops[1]) <= 0.02 * flops[1], flops
 
 def test_dp_x_pp_places_each_stage_on_its_dp_group() -> None:
   layers = mlp(0)
