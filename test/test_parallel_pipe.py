@@ -144,6 +144,7 @@ def test_split_backward_repeats_no_work() -> None:
   # W computes the weights' gradients from the gradients of the layers' outputs that B kept: a ZB-H1 step runs the
   # flops of a 1F1B step, not a second backward through the stage
   layers = mlp(0)
+  for p in get_parameters(layers): p.requires_grad_()
   pipe = Pipeline(cut(layers, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
   x, y = Tensor(rand(12, 8)).realize(), Tensor(RNG.integers(0, 3, 12).astype(np.int32)).realize()
   flops = []
@@ -155,6 +156,19 @@ def test_split_backward_repeats_no_work() -> None:
   # within 2%: a number that earlier code in this process made a kernel argument is no longer folded, which moves the
   # count a little (0.4% seen); a W that redid B's input gradients would add 45% here
   assert abs(flops[2] - flops[1]) <= 0.02 * flops[1], flops
+
+def test_frozen_weights_get_no_gradient() -> None:
+  ref, par = mlp(0), mlp(0)
+  for model in (ref, par):
+    for p in get_parameters(model[1:]): p.requires_grad_()  # the first layer frozen
+  pipe = Pipeline(cut(par, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
+  x, y = rand(12, 8), RNG.integers(0, 3, 12).astype(np.int32)
+  forward(ref, Tensor(x)).cross_entropy(Tensor(y)).backward()
+  pipe.step(Tensor(x), Tensor(y), zero_bubble_h1(2, 4))
+  assert par[0].weight.grad is None and par[0].bias.grad is None
+  for p, q in zip(get_parameters(ref[1:]), get_parameters(par[1:])):
+    assert p.grad is not None and q.grad is not None
+    np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), atol=1e-6)
 
 def test_dp_x_pp_places_each_stage_on_its_dp_group() -> None:
   layers = mlp(0)

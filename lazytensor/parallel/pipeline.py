@@ -222,7 +222,9 @@ class Pipeline:
   >>> mesh = DeviceMesh(("CPU:0", "CPU:1"), names=("pp",))
   >>> l1, l2 = nn.Linear(4, 8), nn.Linear(8, 2)
   >>> pipe = Pipeline([[l1, Tensor.relu], [l2]], mesh, lambda out, y: (out - y).square().mean())
+  >>> opt = nn.optim.SGD(nn.state.get_parameters([l1, l2]), lr=0.1)  # which makes the weights require grad
   >>> loss = pipe.step(Tensor.ones(6, 4), Tensor.zeros(6, 2), one_f_one_b(2, 3))
+  >>> opt.step()
   >>> l1.weight.device, l2.weight.grad.device
   ('CPU', 'CPU:1')
   """
@@ -243,7 +245,7 @@ class Pipeline:
 
   def step(self, x: Tensor, y: Tensor, schedule: Schedule) -> Tensor:
     """One batch through the pipeline by `schedule`: its mean loss (realized, on the last stage's devices), with the
-    gradients of every weight accumulated into its .grad."""
+    gradients of every weight that requires grad accumulated into its .grad (as backward's)."""
     self._check(x, y, schedule)
     m, size = schedule.microbatches, x.shape[0] // schedule.microbatches
     work = [[_Work() for _ in range(m)] for _ in self.layers]
@@ -303,7 +305,7 @@ class Pipeline:
     grads: list[Tensor] = []
     for k in reversed(range(len(w.outputs))):
       w.output_grads.insert(0, grad)
-      params = self.params[s][k] if weights and k < len(self.params[s]) else []  # the loss, a last layer, has none
+      params = self._trained(s, k) if weights else []
       inputs = [w.inputs[k]] if k > 0 or s > 0 else []  # the first stage's input is data: no gradient
       if not inputs and not params: continue
       got = w.outputs[k].gradient(*inputs, *params, gradient=grad)
@@ -317,11 +319,15 @@ class Pipeline:
     """W: the weights' gradients of each layer from the gradient of its output that B kept; then the micro-batch's
     activations are let go."""
     grads = []
-    for k, params in enumerate(self.params[s]):
-      if not params: continue
+    for k in range(len(self.params[s])):
+      if not (params := self._trained(s, k)): continue
       grads += self._accumulate(params, w.outputs[k].gradient(*params, gradient=w.output_grads[k]))
     Tensor.realize(*grads)
     w.inputs, w.outputs, w.output_grads = [], [], []
+
+  def _trained(self, s: int, k: int) -> list[Tensor]:
+    """The weights of layer k of stage s that get gradients (requires_grad, as backward's; the loss has none)."""
+    return [p for p in self.params[s][k] if p.requires_grad] if k < len(self.params[s]) else []
 
   @staticmethod
   def _accumulate(params: Sequence[Tensor], grads: Sequence[Tensor]) -> list[Tensor]:
