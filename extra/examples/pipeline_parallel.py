@@ -1,61 +1,64 @@
-"""GPipe-style pipeline parallelism: an MLP cut into stages on different devices, each batch split into micro-batches,
-trained on scikit-learn's digits and checked step for step against one device.
+"""Pipeline parallelism with lazytensor.parallel.pipeline: an MLP cut into stages on CPU:0..p-1 (a "pp" mesh axis),
+each batch split into micro-batches and run by a schedule (GPipe, 1F1B or ZB-H1), trained on scikit-learn's digits
+and checked step for step against one device.
 
-  python extra/examples/pipeline_parallel.py [--stages 2] [--micro 4] [--steps 30]
+  python extra/examples/pipeline_parallel.py [--stages 2] [--micro 4] [--schedule zb] [--steps 30]
 
-Stage s holds its layers on CPU:s; a micro-batch's activations move to the next stage's device with `.to()`, and its
-gradients move back in the backward pass (the backward of a copy is a copy). The micro-batches' losses are summed, so
-the gradients accumulate over them as GPipe's do, and one optimizer step updates every stage. The graph of one step
-holds every micro-batch of every stage; the scheduler orders the kernels by their dependencies. This process runs one
-kernel at a time, so the stages do not overlap in time here: the example shows the partitioning and the bookkeeping
-(devices, copies, accumulation), not the speed-up of a pipeline with one worker per device.
+Stage s holds one Linear layer (and its relu) on CPU:s. The schedule says in which order each stage runs the forward
+(F), backward (B) and, for ZB-H1, weight-gradient (W) of each micro-batch; the example prints its timeline with unit
+costs and its bubble fraction. Activations move to the next stage's device after F, gradients back after B; the weight
+gradients accumulate over the micro-batches, and one optimizer step updates every stage. This process runs one kernel
+at a time, so the stages do not overlap in time here: the example shows the schedules and the bookkeeping (devices,
+copies, accumulation, the split backward), not the speed-up of a pipeline with one worker per device.
 """
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
+import numpy as np
 from parallel_common import batches, compare, train_step
 
-from lazytensor import Tensor, nn
+from lazytensor import DeviceMesh, Tensor, nn
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
+from lazytensor.parallel.pipeline import Pipeline, gpipe, one_f_one_b, zero_bubble_h1
 
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb": zero_bubble_h1}
 
-def make(seed: int, stages: int) -> list[tuple[nn.Linear, str]]:
-  """Linear layers 64 -> 128 -> ... -> 10, one per stage, each with the device it lives on."""
+def make(seed: int, stages: int) -> list[nn.Linear]:
+  """Linear layers 64 -> 128 -> ... -> 10, one per stage."""
   Tensor.manual_seed(seed)
   sizes = [64] + [128] * (stages - 1) + [10]
-  layers = [nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
-  return [(layer, f"CPU:{i}") for i, layer in enumerate(layers)]
+  return [nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
 
-def forward(pipeline: list[tuple[nn.Linear, str]], x: Tensor, move: bool) -> Tensor:
-  for i, (layer, device) in enumerate(pipeline):
-    x = layer(x.to(device) if move else x)
-    if i < len(pipeline) - 1: x = x.relu()
-  return x
-
-def gpipe_loss(pipeline: list[tuple[nn.Linear, str]], x: Tensor, y: Tensor, micro: int) -> Tensor:
-  """The batch's mean loss as a sum over micro-batches of their summed losses: the gradients accumulate."""
-  n, last = x.shape[0], pipeline[-1][1]
-  losses = [forward(pipeline, x[i * n // micro:(i + 1) * n // micro], True)
-            .cross_entropy(y[i * n // micro:(i + 1) * n // micro].to(last), reduction="sum") for i in range(micro)]
-  return sum(losses[1:], losses[0]) / n
+def forward(layers: list[nn.Linear], x: Tensor) -> Tensor:
+  for layer in layers[:-1]: x = layer(x).relu()
+  return layers[-1](x)
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--stages", type=int, default=2)
   ap.add_argument("--micro", type=int, default=4)
+  ap.add_argument("--schedule", choices=sorted(SCHEDULES), default="zb")
   ap.add_argument("--steps", type=int, default=30)
   args = ap.parse_args()
-  ref, pipe = make(0, args.stages), make(0, args.stages)
-  for layer, device in pipe:
-    for p in get_parameters(layer): p.lazydata = p.to(device).realize().lazydata
-  ref_model, pipe_model = [layer for layer, _ in ref], [layer for layer, _ in pipe]
-  ref_opt, pipe_opt = SGD(get_parameters(ref_model), lr=0.05), SGD(get_parameters(pipe_model), lr=0.05)
-  compare(f"GPipe over {args.stages} stages, {args.micro} micro-batches",
-          lambda x, y: train_step(ref_opt, lambda: forward(ref, Tensor(x), False).cross_entropy(Tensor(y))),
-          lambda x, y: train_step(pipe_opt, lambda: gpipe_loss(pipe, Tensor(x), Tensor(y), args.micro)),
-          ref_model, pipe_model, batches(args.steps, 64))
+  schedule = SCHEDULES[args.schedule](args.stages, args.micro)
+  print(schedule.chart())
+  ref, par = make(0, args.stages), make(0, args.stages)
+  mesh = DeviceMesh(tuple(f"CPU:{i}" for i in range(args.stages)), names=("pp",))
+  stages: list[list[Callable[[Tensor], Tensor]]] = [[layer, Tensor.relu] for layer in par]
+  stages[-1].pop()
+  pipe = Pipeline(stages, mesh, lambda out, y: out.cross_entropy(y))
+  ref_opt, par_opt = SGD(get_parameters(ref), lr=0.05), SGD(get_parameters(par), lr=0.05)
+  def pipeline_step(x: np.ndarray, y: np.ndarray) -> float:
+    par_opt.zero_grad()
+    loss = pipe.step(Tensor(x), Tensor(y), schedule).item()
+    par_opt.step()
+    return loss
+  compare(f"{schedule.name} over {args.stages} stages, {args.micro} micro-batches",
+          lambda x, y: train_step(ref_opt, lambda: forward(ref, Tensor(x)).cross_entropy(Tensor(y))),
+          pipeline_step, ref, par, batches(args.steps, 64))
 
 if __name__ == "__main__":
   main()

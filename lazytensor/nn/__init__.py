@@ -18,6 +18,7 @@ from lazytensor.nn import lr_scheduler as lr_scheduler
 from lazytensor.nn import optim as optim  # nn.optim, nn.state work after `from lazytensor import nn` (tinygrad)
 from lazytensor.nn import state as state
 from lazytensor.nn import utils as utils
+from lazytensor.nn.moe import MoE as MoE
 from lazytensor.schedule.index_check import dim_site
 
 

@@ -449,6 +449,10 @@ def ppermute(x: Tensor, axis_name: str | Sequence[str], perm: Sequence[tuple[int
                      f"index in range({n}) along {axis_name!r}")
   return _meet("ppermute", "ppermute", x, axis_name, pairs)
 
+def axis_size(axis_name: str | Sequence[str]) -> int:
+  """How many devices lie along the mesh axes `axis_name` (JAX's lax.axis_size), inside shard_map."""
+  return _size(axis_name, "axis_size")
+
 def axis_index(axis_name: str | Sequence[str]) -> Tensor:
   """This device's index along the mesh axes `axis_name` (an int32 scalar; over several axes, the first is the major
   one)."""
