@@ -22,9 +22,10 @@ from lazytensor.opt.heuristic import TC_K_BYTES, TC_TILES, TC_WARPS, hand_coded_
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps, bank_replays
 from lazytensor.opt.rules import apply_opt
 from lazytensor.opt.search_actions import actions
-from lazytensor.renderer.cuda import CUDARenderer
+from lazytensor.renderer.cuda import CUDARenderer, ldmatrix_wrapper
 from lazytensor.runtime.cuda_compiler import find_nvcc
 from lazytensor.runtime.device import Device
+from lazytensor.runtime.ops_cpu import CPUMemory
 from lazytensor.runtime.ops_emu import EmuProgram
 from lazytensor.schedule.scheduler import ScheduleItem, create_schedule
 
@@ -142,11 +143,71 @@ def test_cuda_source_stages_through_shared_memory() -> None:
   item = _matmul_item("EMU", *_operands(128, 128, 64), F16, cast_in_kernel=True)
   src = get_program(hand_coded_optimizations(Kernel(item.ast, CUDARenderer())), "mm").source
   # copies of 8 floats (rounded to half on the way: 16-byte stores) into two stages of padded tiles, one barrier a
-  # K-block, the fragments read in pairs of halves
+  # K-block, the fragments read with ldmatrix (A's 4 matrices; B's 2, transposed: it is N-contiguous)
   assert "float32x8 val" in src and "float16x8 cast" in src and src.count("__shared__") == 2
   assert "__half tc_a" in src and "__half tc_b" in src
-  assert src.count("__syncthreads();") == 1 and "__launch_bounds__(256)" in src and "float16x2 val" in src
+  assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in src
+  assert src.count("lt_ldmatrix_x4(") == TC_TILES[0] + 1 and src.count("lt_ldmatrix_x2_trans(") == TC_TILES[1] + 1
+  assert src.count("__syncthreads();") == 1 and "__launch_bounds__(256)" in src
   assert src.count("lt_mma_m16n8k16_f16_f32(") == prod(TC_TILES) + 1  # per tile of a warp, and its definition
+
+# ---- ldmatrix ----
+
+def _matrix_loads(k: Kernel) -> list[tuple]:
+  uops = get_program(k, "mm").source  # the EMU program's text: one op a line
+  return sorted({line.split(")", 1)[1].strip() for line in uops.splitlines() if "'ldmatrix'" in line})
+
+@pytest.mark.parametrize("transposed_b", [False, True])
+def test_fragments_read_with_matrix_loads(transposed_b: bool) -> None:
+  # x @ y reads B along N (ldmatrix .trans); x @ w.T along K, as A (no .trans)
+  a, b = _operands(64, 64, 64)
+  with Context(DEV="EMU"):
+    x, y = Tensor(a).half().realize(), Tensor(np.ascontiguousarray(b.T) if transposed_b else b).half().realize()
+    items, _ = create_schedule([(x @ (y.T if transposed_b else y)).lazydata])
+  k = _heuristic_kernel(items[-1], "EMU")
+  assert _matrix_loads(k) == ["('ldmatrix', 2, False)", "('ldmatrix', 4, False)"] if transposed_b else \
+    ["('ldmatrix', 2, True)", "('ldmatrix', 4, False)"]
+  got, runner = _run(items[-1], "EMU", k.applied_opts)
+  _check_values(got, a, b, F16)
+  assert runner.program.traffic.bank_conflicts == 0  # type: ignore[attr-defined]
+
+def test_tf32_fragments_are_not_matrix_loads() -> None:
+  item = _matmul_item("EMU", *_operands(64, 64, 32), dtypes.float32, cast_in_kernel=False)
+  with Context(TF32=1): assert _matrix_loads(_heuristic_kernel(item, "EMU")) == []  # ldmatrix moves 16-bit elements
+
+LDMATRIX = r"""
+#include <cuda_fp16.h>
+// a 16x16 tile of halves in shared memory (rows 24 apart); every lane's registers of an x4 load (matrices at rows 0
+// and 8, columns 0 and 8) and of an x2.trans load (rows 0 and 8, column 0) written out in lane order
+extern "C" __global__ void __launch_bounds__(32) matrices(__half* out4, __half* out2, const __half* tile) {
+  __shared__ alignas(16) __half s[16 * 24];
+  int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) s[i / 16 * 24 + i % 16] = tile[i];
+  __syncthreads();
+  __half r4[8], r2[4];
+  lt_ldmatrix_x4(r4, s + (lane % 8 + 8 * (lane / 8 % 2)) * 24 + 8 * (lane / 16));
+  lt_ldmatrix_x2_trans(r2, s + (lane % 16) * 24);
+  for (int i = 0; i < 8; i++) out4[lane * 8 + i] = r4[i];
+  for (int i = 0; i < 4; i++) out2[lane * 4 + i] = r2[i];
+}
+"""
+
+@needs_gpp
+def test_cudacpu_ldmatrix_is_the_isa_table() -> None:
+  tile = np.arange(256, dtype=np.float16).reshape(16, 16)
+  out4, out2 = np.zeros((32, 8), np.float16), np.zeros((32, 4), np.float16)
+  with Context(NVCC_CHECK=find_nvcc() is not None):
+    wrappers = "\n".join(ldmatrix_wrapper(n, trans)[1] for n, trans in ((4, False), (2, True)))
+    lib = Device["CUDACPU"].compiler.compile_cached(LDMATRIX.replace("// a 16x16", wrappers + "\n// a 16x16"))
+  mem = lambda x: CPUMemory(x.view(np.uint8).reshape(-1), x.ctypes.data)
+  Device["CUDACPU"].load("matrices", lib)(mem(out4), mem(out2), mem(tile), global_size=(1, 1, 1), local_size=(32, 1, 1))
+  lane = np.arange(32)[:, None]
+  # x4: register 2i + e of lane l is element (l // 4, 2 (l % 4) + e) of matrix i, at rows 8 (i % 2), cols 8 (i // 2)
+  i, e = np.arange(8)[None, :] // 2, np.arange(8)[None, :] % 2
+  np.testing.assert_array_equal(out4, tile[8 * (i % 2) + lane // 4, 8 * (i // 2) + 2 * (lane % 4) + e])
+  # x2.trans: register 2i + e is element (2 (l % 4) + e, l // 4) of matrix i (rows 8i)
+  i, e = np.arange(4)[None, :] // 2, np.arange(4)[None, :] % 2
+  np.testing.assert_array_equal(out2, tile[8 * i + 2 * (lane % 4) + e, lane // 4])
 
 # ---- opts after TC ----
 

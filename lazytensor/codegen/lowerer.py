@@ -387,6 +387,41 @@ def _mixed_radix(x: UOp, sizes: list[int], axes: tuple[int, ...]) -> dict[int, U
     out[a] = simplify(at % sizes[i] if i else at)  # the first takes what is left
   return out
 
+# the arg of a LOAD from shared memory that a warp does together (PTX's ldmatrix.sync.aligned.m8n8.x{n}[.trans].b16):
+# (MATRIX_LOAD, n, trans). Its index is this lane's row: lane 8i + r names where row r of 8x8 matrix i starts (8
+# neighbouring 16-bit elements; lanes past the n matrices' rows name one of them again). Lane l receives elements
+# (l // 4, 2 (l % 4) + e) of matrix i as its registers 2i + e; with trans, elements (2 (l % 4) + e, l // 4)
+MATRIX_LOAD = "ldmatrix"
+
+def _matrix_rows(t: StagedTile, f: Fragment, axes: tuple[int, int]) -> tuple[list[int], bool] | None:
+  """Where a fragment of 16-bit elements is n 8x8 matrices of rows of 8 neighbouring elements of the shared tile (A of
+  m16n8k16 read along K, B read along N with trans): each lane's row offset as weights of its bits (as _fragment_coords
+  weighs them) and whether the matrices are transposed; None where the layout does not allow it (tf32's 32-bit
+  elements, rows not 16-byte aligned)."""
+  if t.operand.dtype.itemsize != 2 or f.size % 2 or t.size % 8: return None
+  stride = dict(zip(t.axes, t.strides))
+  if any(stride[a] % 8 for a in t.axes if a not in axes): return None
+  def at(lane: int, reg: int) -> int:
+    r, c = f.coords(lane, reg)
+    return r * stride[axes[0]] + c * stride[axes[1]]
+  n = f.size // 2
+  for trans in (False, True):
+    # row q of matrix i: the element that lane 4q (trans: lane q // 2, register 2i + q % 2) holds first
+    rows = [at((q % 8) // 2, 2 * i + q % 2) if trans else at(4 * (q % 8), 2 * i) for q, i in
+            ((lane, lane // 8 % n) for lane in range(f.threads))]
+    weights = [rows[1 << b] - rows[0] for b in range(len(f.lane))]
+    if rows[0] == 0 and all(r % 8 == 0 and r == sum(w for b, w in enumerate(weights) if lane >> b & 1)
+                            for lane, r in enumerate(rows)) and \
+       all(rows[src] + col == at(lane, reg) for lane in range(f.threads) for reg in range(f.size)
+           for src, col in (_matrix_source(lane, reg, trans),)):
+      return weights, trans
+  return None
+
+def _matrix_source(lane: int, reg: int, trans: bool) -> tuple[int, int]:
+  """Which lane's row register `reg` of `lane` comes from in a matrix load, and where in that row."""
+  i, e = divmod(reg, 2)
+  return (8 * i + 2 * (lane % 4) + e, lane // 4) if trans else (8 * i + lane // 4, 2 * (lane % 4) + e)
+
 def _cast_as(operand: UOp, load: UOp, value: UOp) -> UOp:
   """`value` (loaded as `load`, maybe a vector) through the casts that make `operand` of `load`."""
   if operand is load: return value
@@ -552,6 +587,10 @@ class _ReduceLowerer:
     base = start
     for a in t.axes:
       if a not in axes: base = base + (_const(lane[a]) if a in lane else lw.axis_idx[a]) * stride[a]
+    if (rows := _matrix_rows(t, f, axes)) is not None:  # ldmatrix: each lane names one row of 8 elements
+      weights, trans = rows
+      row = simplify(base + _bits_sum(lw.tc_lane, weights))
+      return UOp(Ops.LOAD, t.operand.dtype.vec(f.size), (smem, row, barrier), (MATRIX_LOAD, f.size // 2, trans))
     at = []
     for j in range(f.size):
       row, col = _fragment_coords(f, lw.tc_lane, _const(j))
