@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from lazytensor import Context, Device, Tensor
 from lazytensor.engine.realize import compile_kernel
+from lazytensor.helpers import prod
 from lazytensor.opt import heuristic
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
@@ -237,8 +238,13 @@ def test_tensor_core_on_emu_matches_and_excludes_other_opts() -> None:
   np.testing.assert_allclose(_run(item, "EMU", [Opt(OptOps.TC, 0, 0)]), ref, rtol=1e-2, atol=1e-2)
   k = Kernel(item.ast, Device["EMU"].renderer)
   apply_opt(k, Opt(OptOps.TC, 0, 0))
-  for later in (Opt(OptOps.GROUP, k.shape_len - 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 0, 2)):
+  assert k.tensor_core is not None
+  for later in (Opt(OptOps.GROUP, k.tensor_core.axis_k, 2), Opt(OptOps.PADTO, k.tensor_core.axis_m, 32)):
     with pytest.raises(KernelOptError, match="follow TC"): apply_opt(k, later)
+  # the instruction's own axes are the layout of its fragments: no split of them (its tiles split: test_tc_staged.py)
+  m_in, n_in, k_in = k.tensor_core.inner
+  for later in (Opt(OptOps.UPCAST, m_in, 2), Opt(OptOps.LOCAL, n_in, 2), Opt(OptOps.UNROLL, k_in, 2)):
+    with pytest.raises(KernelOptError, match="the tensor core's own"): apply_opt(k, later)
 
 @pytest.mark.parametrize("x_shape,w_shape,padding", [((2, 16, 8, 16), (32, 16, 3, 3), 1),  # A: input, M: width
                                                      ((1, 32, 10, 10), (16, 32, 3, 3), 0),  # A: weights, M: channels
@@ -250,10 +256,12 @@ def test_half_conv_on_tensor_cores(x_shape: tuple[int, ...], w_shape: tuple[int,
     items, _ = create_schedule([x.conv2d(w, padding=padding).lazydata])
   (item,) = items
   k = hand_coded_optimizations(Kernel(item.ast, Device["EMU"].renderer))
-  assert k.applied_opts == [Opt(OptOps.TC, 0, 0)]
-  assert k.tensor_core is not None and k.full_shape[k.tensor_core.axis_k] == w_shape[1]
+  assert k.applied_opts[0] == Opt(OptOps.TC, 0, 0) and k.tensor_core is not None
+  # its K tiles (maybe split into K-blocks and the steps of one) and the instruction's own K
+  k_axes = (k.tensor_core.axis_k, k.tensor_core.inner[2], *k.axes_of(AxisKind.UNROLL))
+  assert prod(k.full_shape[a] for a in k_axes) == w_shape[1]
   ref = _run(item, "EMU", [])
-  np.testing.assert_allclose(_run(item, "EMU", [Opt(OptOps.TC, 0, 0)]), ref, rtol=2e-2, atol=3e-2)
+  np.testing.assert_allclose(_run(item, "EMU", k.applied_opts), ref, rtol=2e-2, atol=3e-2)
 
 def test_tensor_core_needs_divisible_axes() -> None:
   # 12x12 outputs: neither 16 nor 8 divides a spatial axis, so there is no N (nor M) for the input's side
@@ -268,8 +276,9 @@ def test_tf32_tensor_core_only_when_allowed(monkeypatch) -> None:
   with pytest.raises(KernelOptError, match="one of 2 tensor cores"): apply_opt(Kernel(item.ast, emu), Opt(OptOps.TC, 2))
   monkeypatch.setattr(emu, "tf32", True)
   assert [tc.name for tc in emu.tensor_cores] == ["m16n8k16_f16_f32", "m16n8k16_bf16_f32", "m16n8k8_tf32_f32"]
-  assert hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts == [Opt(OptOps.TC, 2, 0)]
-  got = _run(item, "EMU", [Opt(OptOps.TC, 2, 0)]).reshape(16, 32)
+  opts = hand_coded_optimizations(Kernel(item.ast, emu)).applied_opts
+  assert opts[0] == Opt(OptOps.TC, 2, 0)
+  got = _run(item, "EMU", opts).reshape(16, 32)
   a, b = item.bufs[1].numpy().reshape(16, 8), item.bufs[2].numpy().reshape(8, 32)
   # the products of inputs rounded to 10 mantissa bits (cvt.rna.tf32.f32: to nearest, ties away from zero), summed in
   # float32; how far that lands from the float32 product depends on the draw, so the check is against the model

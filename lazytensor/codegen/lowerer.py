@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from lazytensor.codegen.passes import CodegenCtx, Pass, run_passes
 from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
-from lazytensor.opt.kernel import AxisKind, Kernel, TensorCoreUse, grown_load
+from lazytensor.opt.kernel import AxisKind, Kernel, StagedTile, TensorCoreUse, grown_load
 from lazytensor.renderer import Fragment
 from lazytensor.shape.view import ast_variables
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
@@ -92,9 +92,10 @@ def _vector_axis(k: Kernel) -> int | None:
   return min((a for a in axes if k.full_shape[a] > 1), key=cost, default=axes[-1])
 
 def _lanes(k: Kernel) -> _Lanes:
-  if k.tensor_core is not None:  # no lane axes: the registers of the C fragment are the lanes
-    regs = k.tensor_core.tc.c.size
-    return _Lanes([], None, regs, [()], UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", regs)))
+  if k.tensor_core is not None:  # the registers of the C fragment are the vector lanes, a warp's tiles the keys
+    regs, axes = k.tensor_core.tc.c.size, k.axes_of(AxisKind.UPCAST)
+    keys = list(itertools.product(*[range(k.full_shape[a]) for a in axes]))
+    return _Lanes(axes, None, regs, keys, UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", regs)))
   axes = k.axes_of(*LANE_KINDS, AxisKind.MID)
   best = _vector_axis(k)
   vec_axis = best if best is not None and k.full_shape[best] in k.renderer.vector_widths else None
@@ -140,22 +141,27 @@ class _Lowerer:
     return idx
 
   def _tc_indices(self, use: TensorCoreUse) -> dict[int, UOp]:
-    """One warp per (M x N) output tile: blocks over M and N (and the other global axes), the instruction's threads,
-    a loop over K in its steps and loops over the other reduce axes. A thread's results (the vlane) sit where the C
-    fragment of the tensor core puts them."""
-    k, tc = self.k, use.tc
-    tm, tn, tk = tc.dims
-    others = [a for a in k.axes_of(AxisKind.GLOBAL) if a not in (use.axis_m, use.axis_n)]
-    tiles = {use.axis_m: k.full_shape[use.axis_m] // tm, use.axis_n: k.full_shape[use.axis_n] // tn}
-    shape = tuple(tiles.get(a, s) for a, s in enumerate(k.full_shape))
-    idx = _specials("gidx", others + [use.axis_m, use.axis_n], shape, k.renderer.global_max)
-    self.tc_lane = UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", tc.threads))
-    self.tc_tile = {use.axis_m: idx[use.axis_m] * tm, use.axis_n: idx[use.axis_n] * tn}
-    row, col = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
-    idx[use.axis_m], idx[use.axis_n] = self.tc_tile[use.axis_m] + row, self.tc_tile[use.axis_n] + col
-    for a in k.axes_of(AxisKind.REDUCE):  # K in the instruction's steps; other reduce axes (a window) whole
-      steps = k.full_shape[a] // tk if a == use.axis_k else k.full_shape[a]
-      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(steps)), (a, "reduce"))
+    """A block per tile of the global axes; a warp's lanes lidx0 and its warps the LOCAL axes (the other thread ids);
+    its tiles (UPCAST) lanes keys; loops over the K-blocks (and any other reduce axes, a convolution's window) and,
+    inside them, over the K steps of a block (UNROLL). A thread's results (the vlane) sit where the C fragment of the
+    tensor core puts them."""
+    k, tc, r = self.k, use.tc, self.k.renderer
+    m_in, n_in, k_in = use.inner
+    idx = _specials("gidx", [a for a in k.axes_of(AxisKind.GLOBAL) if a not in use.inner], k.full_shape, r.global_max)
+    warps, lane = k.axes_of(AxisKind.LOCAL), k.shape_len  # the lane: an axis past the kernel's, so that it is lidx0
+    threads = _specials("lidx", warps + [lane], k.full_shape + (tc.threads,), r.local_max)
+    self.tc_lane = threads.pop(lane)
+    idx.update(threads)
+    warp = _const(0)
+    for a in warps: warp = warp * k.full_shape[a] + idx[a]
+    self.tc_thread = simplify(warp * tc.threads + self.tc_lane)  # lanes of a warp neighbours: coalesced copies
+    idx[m_in], idx[n_in] = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
+    for a in k.axes_of(AxisKind.REDUCE):
+      if a != k_in: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
+    self.loops = [idx[a] for a in k.axes_of(AxisKind.REDUCE) if a != k_in]
+    for n, a in enumerate(k.axes_of(AxisKind.UNROLL)):  # numbered past the loops above: inside them
+      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (k.shape_len + n, "reduce"))
+    self.tc_steps = [idx[a] for a in k.axes_of(AxisKind.UNROLL)]
     return idx
 
   def idxs_for(self, key: tuple[int, ...], shape: tuple[sint, ...]) -> list[UOp]:
@@ -377,6 +383,55 @@ def _bits_sum(x: UOp, weights: list[int]) -> UOp:
     b += n
   return simplify(out)
 
+def _mixed_radix(x: UOp, sizes: list[int], axes: tuple[int, ...]) -> dict[int, UOp]:
+  """The index along each of `axes` (the last fastest, of `sizes`) of a flat index x over them."""
+  out = {}
+  for i, a in enumerate(axes):
+    inner = prod(sizes[i + 1:])
+    at = x // inner if inner > 1 else x
+    out[a] = simplify(at % sizes[i] if i else at)  # the first takes what is left
+  return out
+
+# the arg of a LOAD from shared memory that a warp does together (PTX's ldmatrix.sync.aligned.m8n8.x{n}[.trans].b16):
+# (MATRIX_LOAD, n, trans). Its index is this lane's row: lane 8i + r names where row r of 8x8 matrix i starts (8
+# neighbouring 16-bit elements; lanes past the n matrices' rows name one of them again). Lane l receives elements
+# (l // 4, 2 (l % 4) + e) of matrix i as its registers 2i + e; with trans, elements (2 (l % 4) + e, l // 4)
+MATRIX_LOAD = "ldmatrix"
+
+def _matrix_rows(t: StagedTile, f: Fragment, axes: tuple[int, int]) -> tuple[list[int], bool] | None:
+  """Where a fragment of 16-bit elements is n 8x8 matrices of rows of 8 neighbouring elements of the shared tile (A of
+  m16n8k16 read along K, B read along N with trans): each lane's row offset as weights of its bits (as _fragment_coords
+  weighs them) and whether the matrices are transposed; None where the layout does not allow it (tf32's 32-bit
+  elements, rows not 16-byte aligned)."""
+  if t.operand.dtype.itemsize != 2 or f.size % 2 or t.size % 8: return None
+  stride = dict(zip(t.axes, t.strides))
+  if any(stride[a] % 8 for a in t.axes if a not in axes): return None
+  def at(lane: int, reg: int) -> int:
+    r, c = f.coords(lane, reg)
+    return r * stride[axes[0]] + c * stride[axes[1]]
+  n = f.size // 2
+  for trans in (False, True):
+    # row q of matrix i: the element that lane 4q (trans: lane q // 2, register 2i + q % 2) holds first
+    rows = [at((q % 8) // 2, 2 * i + q % 2) if trans else at(4 * (q % 8), 2 * i) for q, i in
+            ((lane, lane // 8 % n) for lane in range(f.threads))]
+    weights = [rows[1 << b] - rows[0] for b in range(len(f.lane))]
+    if rows[0] == 0 and all(r % 8 == 0 and r == sum(w for b, w in enumerate(weights) if lane >> b & 1)
+                            for lane, r in enumerate(rows)) and \
+       all(rows[src] + col == at(lane, reg) for lane in range(f.threads) for reg in range(f.size)
+           for src, col in (_matrix_source(lane, reg, trans),)):
+      return weights, trans
+  return None
+
+def _matrix_source(lane: int, reg: int, trans: bool) -> tuple[int, int]:
+  """Which lane's row register `reg` of `lane` comes from in a matrix load, and where in that row."""
+  i, e = divmod(reg, 2)
+  return (8 * i + 2 * (lane % 4) + e, lane // 4) if trans else (8 * i + lane // 4, 2 * (lane % 4) + e)
+
+def _cast_as(operand: UOp, load: UOp, value: UOp) -> UOp:
+  """`value` (loaded as `load`, maybe a vector) through the casts that make `operand` of `load`."""
+  if operand is load: return value
+  return UOp(Ops.CAST, operand.dtype.vec(value.dtype.count), (_cast_as(operand.src[0], load, value),))
+
 def _fragment_coords(f: Fragment, lane: UOp, elem: UOp) -> tuple[UOp, UOp]:
   """(row, col) of register `elem` of lane `lane` in a tensor-core fragment, as index math."""
   row = _bits_sum(lane, [r for r, _ in f.lane]) + _bits_sum(elem, [r for r, _ in f.elem])
@@ -432,7 +487,7 @@ class _ReduceLowerer:
 
   def lower(self) -> list[UOp]:
     lw, k = self.lw, self.k
-    if k.tensor_core is not None: return [self._tc(k.tensor_core)]
+    if k.tensor_core is not None: return self._tc(k.tensor_core)
     outer, lw.in_reduce = lw.in_reduce, True
     values = [self._mask_padding(v, key) for v, key in zip(lw.lower(self.node.src[0]), lw.lanes.keys)]
     lw.in_reduce = outer
@@ -466,26 +521,92 @@ class _ReduceLowerer:
       out.append((tuple(at.get(i, c) for i, c in enumerate(key)), {lw.key_axes[i]: _const(c) for i, c in at.items()}))
     return out
 
-  def _tc(self, use: TensorCoreUse) -> UOp:
-    """Per K step, each thread loads its A and B fragments (registers placed as the tensor core's layout says) and
-    the warp multiplies-accumulates them into its C registers."""
+  def _tc(self, use: TensorCoreUse) -> list[UOp]:
+    """Each K-block, the block's threads copy the tiles of A and B into shared memory (_stage), a barrier, then for
+    each K step of the block each warp reads the fragments of its tiles from there (a fragment of A serves every tile
+    of its rows: one node, loaded once) and multiplies-accumulates them into the C registers of each tile (a key)."""
     lw, k, tc = self.lw, self.k, use.tc
-    k0 = lw.axis_idx[use.axis_k] * tc.dims[2]
-    def frag(load: UOp, operand: UOp, f: Fragment, axes: tuple[int, int], base: tuple[UOp, UOp]) -> UOp:
-      st, elems = k.st_of(load), []
-      for j in range(f.size):
-        row, col = _fragment_coords(f, lw.tc_lane, _const(j))
-        at = {axes[0]: base[0] + row, axes[1]: base[1] + col}
-        idxs = [_const(0) if st.shape[a] == 1 else at.get(a, lw.axis_idx.get(a, _const(0))) for a in range(k.shape_len)]
-        # the operand's casts (a float32 load rounded to half), in registers on the way into the fragment
-        elems.append(operand.substitute({load: _gated_load(load.src[0], load.dtype, *lw.indexed(load, idxs))}))
-      return UOp(Ops.VECTORIZE, tc.dtype_in.vec(len(elems)), tuple(elems))
-    tile_m, tile_n = lw.tc_tile[use.axis_m], lw.tc_tile[use.axis_n]
-    a = frag(use.load_a, use.in_a, tc.a, (use.axis_m, use.axis_k), (tile_m, k0))
-    b = frag(use.load_b, use.in_b, tc.b, (use.axis_k, use.axis_n), (k0, tile_n))
-    dtype = self.node.dtype.vec(tc.c.size)
-    ranges = tuple(lw.axis_idx[r] for r in k.axes_of(AxisKind.REDUCE))
-    return UOp(Ops.REDUCE, dtype, (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims)))
+    m_in, n_in, k_in = use.inner
+    tiles = k.staged_tiles()
+    staged = [self._stage(use, t, f"tc_{name}{self.node.key.hex()[:6]}") for t, name in zip(tiles, "ab")]
+    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(s for _, stores, _ in staged for s in stores))
+    ranges = tuple(lw.loops + lw.tc_steps)
+    out = []
+    for key in lw.lanes.keys:
+      lane = dict(zip(lw.key_axes, key))
+      (smem_a, _, at_a), (smem_b, _, at_b) = staged
+      a = self._fragment(tiles[0], smem_a, at_a, tc.a, (m_in, k_in), lane, barrier)
+      b = self._fragment(tiles[1], smem_b, at_b, tc.b, (k_in, n_in), lane, barrier)
+      out.append(UOp(Ops.REDUCE, self.node.dtype.vec(tc.c.size), (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims))))
+    return out
+
+  def _stage(self, use: TensorCoreUse, t: StagedTile, name: str) -> tuple[UOp, list[UOp], UOp]:
+    """The copy of one operand's tile of this K-block into shared memory: the block's threads take `width` neighbouring
+    elements of a row each in turn (one vector load where the operand is contiguous there, e.g. 8 halves), cast them
+    to the instruction's input type on the way, and store them. Returns the shared buffer, the stores, and where this
+    K-block's stage starts."""
+    lw, k = self.lw, self.k
+    size = {a: k.full_shape[a] for a in t.axes}
+    ncols, total = prod(size[a] for a in t.cols), prod(size[a] for a in t.axes)
+    smem = UOp(Ops.DEFINE_LOCAL, t.operand.dtype.ptr(local=True), (), (name, t.stages * t.size))
+    start = _const(0)
+    if t.stages > 1:  # the K-blocks counted over every loop around the copy, alternating stages
+      count = _const(0)
+      for loop in lw.loops: count = count * loop.src[1].arg + loop
+      start = simplify(count % t.stages * t.size)
+    width, threads = t.width, k.local_size()
+    lane = UOp(Ops.SPECIAL, dtypes.index, (), ("copy_lane", width))  # stands for the element within a vector
+    stores = []
+    for turn in range(-(-total // (threads * width))):
+      flat = simplify((lw.tc_thread + turn * threads) * width)
+      at = {**_mixed_radix(flat // ncols, [size[a] for a in t.rows], t.rows),
+            **_mixed_radix(flat % ncols, [size[a] for a in t.cols], t.cols)}
+      at[t.cols[-1]] = at[t.cols[-1]] + lane
+      # the block's and the loops' indices; 0 along the axes the operand is broadcast along
+      idxs = [at.get(a, lw.axis_idx[a] if k.kinds[a] in LOOP_KINDS and a not in use.inner else _const(0))
+              for a in range(k.shape_len)]
+      inside = flat.lt(total) if total % (threads * width) else UOp.const(dtypes.bool, True)
+      value = _cast_as(t.operand, t.load, self._copy_load(t.load, idxs, inside, lane, width))
+      stores.append(_gated_store(smem, simplify(start + flat // ncols * t.pitch + flat % ncols), value, inside))
+    return smem, stores, start
+
+  def _copy_load(self, load: UOp, idxs: list[UOp], inside: UOp, lane: UOp, width: int) -> UOp:
+    """`width` elements of `load` at `idxs` where `inside` holds, `lane` counting them: one vector load where they are
+    neighbours and valid alike, else one load each."""
+    idx, valid = self.lw.indexed(load, idxs)
+    valid = valid & inside
+    per = [(simplify(idx.substitute({lane: _const(j)})), simplify(valid.substitute({lane: _const(j)})))
+           for j in range(width)]
+    if width == 1: return _gated_load(load.src[0], load.dtype, *per[0])
+    if all(simplify(i - per[0][0]) is _const(j) and v is per[0][1] for j, (i, v) in enumerate(per)):
+      return _gated_load(load.src[0], load.dtype.vec(width), *per[0])
+    return UOp(Ops.VECTORIZE, load.dtype.vec(width), tuple(_gated_load(load.src[0], load.dtype, i, v) for i, v in per))
+
+  def _fragment(self, t: StagedTile, smem: UOp, start: UOp, f: Fragment, axes: tuple[int, int], lane: dict[int, int],
+                barrier: UOp) -> UOp:
+    """A warp's fragment of one tile, read from the operand's shared tile after the barrier: elements `axes` (the
+    instruction's own rows and columns) where the layout puts them, the other axes of the tile at this warp's, this
+    tile's and this K step's index; two neighbouring elements as one load."""
+    lw = self.lw
+    stride = dict(zip(t.axes, t.strides))
+    base = start
+    for a in t.axes:
+      if a not in axes: base = base + (_const(lane[a]) if a in lane else lw.axis_idx[a]) * stride[a]
+    if (rows := _matrix_rows(t, f, axes)) is not None:  # ldmatrix: each lane names one row of 8 elements
+      weights, trans = rows
+      row = simplify(base + _bits_sum(lw.tc_lane, weights))
+      return UOp(Ops.LOAD, t.operand.dtype.vec(f.size), (smem, row, barrier), (MATRIX_LOAD, f.size // 2, trans))
+    at = []
+    for j in range(f.size):
+      row, col = _fragment_coords(f, lw.tc_lane, _const(j))
+      at.append(simplify(base + row * stride[axes[0]] + col * stride[axes[1]]))
+    dt, elems = t.operand.dtype, []
+    for j in range(0, f.size, 2):
+      if j + 1 < f.size and simplify(at[j + 1] - at[j]) is _const(1):
+        pair = UOp(Ops.LOAD, dt.vec(2), (smem, at[j], barrier))
+        elems += [pair.gep(0), pair.gep(1)]
+      else: elems += [UOp(Ops.LOAD, dt, (smem, i, barrier)) for i in at[j:j + 2]]
+    return UOp(Ops.VECTORIZE, dt.vec(f.size), tuple(elems))
 
   def _fold_invariant(self, acc: UOp, ranges: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...]]:
     """Reduce loops that acc depends on none of fold away: a sum over them is acc times their trip count, a max is

@@ -478,10 +478,35 @@ def _gpu_atomic_scatter(k: Kernel) -> None:
   if outer is not None and (amt := _largest_divisor(k.full_shape[outer], fits)): _try(k, Opt(OptOps.LOCAL, outer, amt))
   if inner_amt > 1: _try(k, Opt(OptOps.LOCAL, inner, inner_amt))
 
+# a tensor-core kernel's block: TC_WARPS warps (along M, N), each holding TC_TILES mma tiles (along M, N) in registers.
+# With m16n8 instructions that is a 128x128 output tile, so each element of A and B copied into shared memory serves
+# 128 outputs: an fp16 matmul loads M*N*K/32 bytes from global memory (512^3: 4 MiB, where one warp a tile with no
+# shared memory loaded 48), in 8 warps of 64x32 outputs (16 mma tiles: 64 accumulators a thread, each fragment of A
+# used 4 times, of B 4 times). K comes in blocks of TC_K_BYTES a row of A (32 halves: 2 k16 steps; 16 floats: 2 tf32
+# k8 steps), two stages of both tiles in 37 KiB of the 48 KiB a block has.
+TC_TILES = (4, 4)
+TC_WARPS = (2, 4)
+TC_K_BYTES = 64
+
+def _halvings(n: int) -> tuple[int, ...]: return tuple(n >> i for i in range(n.bit_length()) if n >> i >= 2)
+
+def _gpu_tensor_cores(k: Kernel) -> bool:
+  """TC where a tensor core takes the kernel, then the block above: the most tiles per warp, then warps, then K steps
+  per block that divide the axes and fit (in registers, threads and shared memory), fewer where they do not."""
+  if not any(_try(k, Opt(OptOps.TC, i, 0)) for i in range(len(k.renderer.tensor_cores))): return False
+  assert k.tensor_core is not None
+  for op, amounts in ((OptOps.UPCAST, TC_TILES), (OptOps.LOCAL, TC_WARPS)):
+    for name, most in zip(("axis_m", "axis_n"), amounts):
+      axis = getattr(k.tensor_core, name)
+      next((a for a in _halvings(most) if k.full_shape[axis] % a == 0 and _try(k, Opt(op, axis, a))), None)
+  tc, axis = k.tensor_core.tc, k.tensor_core.axis_k
+  steps = TC_K_BYTES // (tc.dims[2] * tc.dtype_in.itemsize)
+  next((a for a in _halvings(steps) if k.full_shape[axis] % a == 0 and _try(k, Opt(OptOps.UNROLL, axis, a))), None)
+  return True
+
 def _gpu(k: Kernel) -> None:
-  r = k.renderer
   if k.atomic: return _gpu_atomic_scatter(k)
-  if any(_try(k, Opt(OptOps.TC, i, 0)) for i in range(len(r.tensor_cores))): return
+  if _gpu_tensor_cores(k): return
   if _is_matmul_like(k):
     # a 4x4 register tile: each B vector serves 4 rows, each A value 4 columns
     vec_axis = _output_contiguous_axis(k)

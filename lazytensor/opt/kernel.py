@@ -10,13 +10,13 @@ import copy
 import functools
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from lazytensor.dtype import DType, PtrDType
 from lazytensor.helpers import colored, prod, to_function_name
 from lazytensor.opt.optops import AxisKind, KernelOptError, Opt, OptOps
-from lazytensor.renderer import Renderer, TensorCore
+from lazytensor.renderer import Fragment, Renderer, TensorCore
 from lazytensor.shape.view import ShapeTracker, ast_variables, concrete_ast
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 from lazytensor.uop.sint import is_sym, max_size, sint, sint_prod, smax
@@ -26,9 +26,11 @@ VIEW_OPS = GroupOp.Load | GroupOp.Store | {Ops.CONST, Ops.DEFINE_VAR, Ops.IOTA, 
 
 @dataclass(frozen=True)
 class TensorCoreUse:
-  """A kernel mapped onto a tensor core: which one, which axes are M, N and K, which loads feed A and B, and the
-  operands as the instruction takes them (`in_a`, `in_b`: the loads themselves, or casts of them to its input dtype,
-  which each fragment element goes through in registers)."""
+  """A kernel mapped onto a tensor core: which one, which axes count its M, N and K tiles (`axis_m`, `axis_n`,
+  `axis_k`: later opts split them into warps, tiles per warp and K-blocks), which axes are the instruction's own
+  (`inner`: M, N and K within one tile, spread over the lanes and registers of a warp), which loads feed A and B, and
+  the operands as the instruction takes them (`in_a`, `in_b`: the loads themselves, or casts of them to its input
+  dtype, applied on the way into shared memory). Axis positions follow the kernel's splits and permutes (`moved`)."""
   tc: TensorCore
   axis_m: int
   axis_n: int
@@ -37,6 +39,42 @@ class TensorCoreUse:
   load_b: UOp
   in_a: UOp
   in_b: UOp
+  inner: tuple[int, ...] = ()
+
+  def moved(self, where: Callable[[int], int]) -> TensorCoreUse:
+    return replace(self, axis_m=where(self.axis_m), axis_n=where(self.axis_n), axis_k=where(self.axis_k),
+                   inner=tuple(where(a) for a in self.inner))
+
+@dataclass(frozen=True)
+class StagedTile:
+  """Where one operand's tile of a K-block sits in shared memory: the kernel axes it spans (those inside a block along
+  which the operand is not broadcast), as rows and columns (the columns run along the axis the operand is contiguous
+  along in global memory, when it is along one of the tile's, so that the copy into shared memory loads vectors), each
+  row `pitch` elements apart: the columns plus padding that keeps the warp's fragment reads off each other's banks.
+  With more than one K-block, two stages alternate (one barrier a K-block: a stage is written again only after the
+  barrier of the K-block between)."""
+  load: UOp
+  operand: UOp
+  rows: tuple[int, ...]
+  cols: tuple[int, ...]
+  strides: tuple[int, ...]  # elements from one index to the next along each axis of rows + cols
+  pitch: int
+  stages: int
+  size: int  # elements of one stage
+  width: int  # neighbouring elements of a row each thread copies at once (16 bytes where the tile allows)
+
+  @property
+  def axes(self) -> tuple[int, ...]: return self.rows + self.cols
+
+# shared memory is 32 banks of 4-byte words; a warp's access takes one pass per distinct word in the busiest bank
+SHARED_BANKS = 32
+
+def bank_replays(words: list[int]) -> int:
+  """The passes beyond the fewest that a warp's access of these 4-byte words takes (distinct words in one bank)."""
+  distinct = set(words)
+  per_bank = [0] * SHARED_BANKS
+  for w in distinct: per_bank[w % SHARED_BANKS] += 1
+  return max(per_bank) - -(-len(distinct) // SHARED_BANKS)
 
 def _widens(src: DType, dst: DType) -> bool:
   """Whether casting float `src` to float `dst` keeps every value (half or bfloat16 to float32, float32 to float64)."""
@@ -192,7 +230,11 @@ class Kernel:
     new_pos = axis if top else axis + 1
     self.kinds.insert(axis + 1, self.kinds[axis])
     self.kinds[new_pos] = kind
+    self._move_tc_axes(lambda p: p + 1 if p > axis or (p == axis and top) else p)
     return self._move_into_place(new_pos)
+
+  def _move_tc_axes(self, where: Callable[[int], int]) -> None:
+    if self.tensor_core is not None: self.tensor_core = self.tensor_core.moved(where)
 
   def keep_prefix(self, axis: int, size: int) -> None:
     """Keep the first `size` indices of a GLOBAL axis: BEAM times a slice of a large kernel whose inner loops are the
@@ -214,6 +256,7 @@ class Kernel:
     return target
 
   def permute(self, order: list[int]) -> None:
+    self._move_tc_axes(order.index)
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self._map_pads(lambda st: st.permute(tuple(order)))
     self.full_shape = tuple(self.full_shape[i] for i in order)
@@ -243,10 +286,15 @@ class Kernel:
   def upcast_size(self) -> int:
     return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.UPCAST, AxisKind.UNROLL, AxisKind.MID))
   def local_size(self) -> int:
-    return prod(s for s, k in zip(self.full_shape, self.kinds) if k in (AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID))
+    """Threads per block: a tensor core's LOCAL axes count warps."""
+    warp = 1 if self.tensor_core is None else self.tensor_core.tc.threads
+    return warp * prod(s for s, k in zip(self.full_shape, self.kinds)
+                       if k in (AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID))
   def shared_bytes(self) -> int:
     """Shared memory a block needs: with a GROUP axis, each reduce keeps a partial result per thread and upcast lane
-    (the lowerer's `_group`)."""
+    (the lowerer's `_group`); on tensor cores, the stages of the operands' tiles (`staged_tiles`)."""
+    if self.tensor_core is not None:
+      return sum(t.stages * t.size for t in self.staged_tiles()) * self.tensor_core.tc.dtype_in.itemsize
     if not self.axes_of(AxisKind.GROUP): return 0
     lanes = prod(s for s, k in zip(self.full_shape, self.kinds) if k is AxisKind.UPCAST)
     reduces = [u for u in self.ast.toposort if u.op is Ops.REDUCE_AXIS]
@@ -266,7 +314,58 @@ class Kernel:
     use = self._tc_axes(tc, *match) or self._tc_axes(tc, match[1], match[0])
     _check(use is not None, f"{opt}: no output axes M, N (one operand broadcast along each) and reduce axis K of "
            f"sizes divisible by {tc.dims} in {self.full_shape}")
+    assert use is not None
+    # each of M, N and K becomes (tiles, the instruction's own part): later opts split the tiles
     self.tensor_core = use
+    for name, size in zip(("axis_m", "axis_n", "axis_k"), tc.dims):
+      at = self.split_axis(getattr(self.tensor_core, name), size, self.kinds[getattr(self.tensor_core, name)])
+      self.tensor_core = replace(self.tensor_core, inner=self.tensor_core.inner + (at,))
+
+  def staged_tiles(self) -> tuple[StagedTile, StagedTile]:
+    """The shared-memory tiles of A and B (StagedTile) that the lowerer copies each K-block into and the warps read
+    their fragments from."""
+    use = self.tensor_core
+    assert use is not None, "only a tensor-core kernel stages its operands"
+    m_in, n_in, k_in = use.inner
+    block = [a for a, kind in enumerate(self.kinds) if kind in (AxisKind.LOCAL, AxisKind.UPCAST, AxisKind.UNROLL)]
+    blocks = prod(s for a, s in enumerate(self.full_shape) if self.kinds[a] is AxisKind.REDUCE and a != k_in)
+    tiles = []
+    for load, operand, frag, (row_in, col_in), out_in in ((use.load_a, use.in_a, use.tc.a, (m_in, k_in), m_in),
+                                                           (use.load_b, use.in_b, use.tc.b, (k_in, n_in), n_in)):
+      strides = self.st_of(load).real_strides()
+      axes = [a for a in block + list(use.inner) if strides[a] != 0]
+      k_side = sorted((a for a in axes if self.kinds[a].is_reduce), key=lambda a: (a == k_in, a))
+      out_side = sorted((a for a in axes if not self.kinds[a].is_reduce), key=lambda a: (a == out_in, a))
+      rows, cols = (k_side, out_side) if strides[out_in] == 1 and strides[k_in] != 1 else (out_side, k_side)
+      tiles.append(self._stage(load, operand, frag, (row_in, col_in), tuple(rows), tuple(cols), 2 if blocks > 1 else 1))
+    return tiles[0], tiles[1]
+
+  def _stage(self, load: UOp, operand: UOp, frag: Fragment, frag_axes: tuple[int, int], rows: tuple[int, ...],
+             cols: tuple[int, ...], stages: int) -> StagedTile:
+    """The tile with the least padding (in 16-byte steps, so that rows stay aligned for vector stores) that leaves
+    the copy's stores and the fragment reads without bank conflicts, the least conflicted if none does."""
+    itemsize, threads = operand.dtype.itemsize, self.local_size()
+    ncols, total = prod(self.full_shape[a] for a in cols), prod(self.full_shape[a] for a in rows + cols)
+    step = max(1, 16 // itemsize)
+    widths = [w for w in (8, 4, 2) if w <= step and self.full_shape[cols[-1]] % w == 0]
+    width = max([w for w in widths if total % (w * threads) == 0] or widths or [1])
+    def tile(pad: int) -> StagedTile:
+      pitch = ncols + pad
+      strides = [prod(self.full_shape[b] for b in rows[i + 1:]) * pitch for i in range(len(rows))] + \
+        [prod(self.full_shape[b] for b in cols[i + 1:]) for i in range(len(cols))]
+      return StagedTile(load, operand, rows, cols, tuple(strides), pitch, stages,
+                        prod(self.full_shape[a] for a in rows) * pitch, width)
+    def replays(t: StagedTile) -> int:
+      at = dict(zip(t.axes, t.strides))
+      reads = [[(r * at[frag_axes[0]] + c * at[frag_axes[1]]) * itemsize // 4
+                for r, c in (frag.coords(lane, j) for lane in range(frag.threads))] for j in range(frag.size)]
+      # each warp's first turn of the copy: thread i stores `width` elements from flat position i * width
+      flats = [[i * width for i in range(w, w + frag.threads) if i * width < total] for w in range(0, threads, 32)]
+      writes = [[(f // ncols * t.pitch + f % ncols + e) * itemsize // 4 for f in fs for e in range(width)]
+                for fs in flats]
+      return sum(bank_replays(words) for words in reads + writes if words)
+    options = [tile(pad) for pad in range(0, SHARED_BANKS * 4 // itemsize + 1, step)]
+    return min(options, key=lambda t: (replays(t) > 0, replays(t), t.pitch))
 
   def _tc_axes(self, tc: TensorCore, in_a: UOp, in_b: UOp) -> TensorCoreUse | None:
     """M, N and K with operand in_a as A: the innermost axes of sizes divisible by the instruction's (so that

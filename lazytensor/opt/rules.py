@@ -77,6 +77,12 @@ def entries_whole(k: Kernel, axis: int, amt: int) -> str | None:
 def first(k: Kernel, axis: int, amt: int) -> str | None:
   return "TC must be the first optimization" if k.applied_opts else None
 
+def beside_the_tensor_core(k: Kernel, axis: int, amt: int) -> str | None:
+  # the instruction's own M, N and K are spread over a warp's lanes and registers as its layout says; its tiles
+  # (axis_m, axis_n, axis_k) and any other axis may be split
+  tc = k.tensor_core
+  return f"axis {axis} is the tensor core's own" if tc is not None and axis in tc.inner else None
+
 def one_of_the_tensor_cores(k: Kernel, axis: int, amt: int) -> str | None:
   n = len(k.renderer.tensor_cores)
   return None if 0 <= axis < n else f"axis selects one of {n} tensor cores"
@@ -113,8 +119,8 @@ class OptRow:
   whole: bool = True             # amt 0 (the whole axis) is allowed
   needs: tuple[Need, ...] = ()
   limits: tuple[Limit, ...] = ()
-  after_tc: bool = False         # may follow TC (whose use names its axes by position: any reshape after it, a SWAP
-                                 # too, would feed the mma the wrong fragments)
+  after_tc: bool = False         # may follow TC: splits of its tiles into warps (LOCAL), tiles a warp holds (UPCAST)
+                                 # and K-blocks staged in shared memory at once (UNROLL); no SWAP, pad or group
   beam: tuple[int, ...] | Callable[[], tuple[int, ...]] = ()  # the amounts BEAM tries on each axis it applies to
   effect: Callable[[Kernel, int, int], None] | None = None  # what it does, where it is not a split into `makes`
 
@@ -136,16 +142,19 @@ _OUT, _RED = (AxisKind.GLOBAL,), (AxisKind.REDUCE,)
 # in the order BEAM tries them on each axis (opt/search_actions.py); 6: rows of an AVX2 register tile (6 x 2 <8 x float>
 # fill 12 of 16 registers); 7: a conv's 56-wide rows
 OPTOPS: dict[OptOps, OptRow] = {
-  OptOps.UPCAST: OptRow((AxisKind.GLOBAL, AxisKind.LOCAL), AxisKind.UPCAST, limits=(entries_whole, upcast_budget),
+  OptOps.UPCAST: OptRow((AxisKind.GLOBAL, AxisKind.LOCAL), AxisKind.UPCAST,
+                        limits=(entries_whole, upcast_budget, beside_the_tensor_core), after_tc=True,
                         beam=(0, 2, 3, 4, 6, 7, 8, 16, 32)),
   OptOps.SWAP: OptRow(_OUT, amt=Amt.AXIS, effect=_swap),
   OptOps.THREAD: OptRow(_OUT, AxisKind.THREAD, top=True, needs=(CPU_THREADS,),
                         limits=(one_axis(AxisKind.THREAD), shares_per_thread), beam=thread_amounts),
-  OptOps.LOCAL: OptRow(_OUT, AxisKind.LOCAL, needs=(LOCALS,), limits=(locals_allowed, block_threads),
-                       beam=(2, 4, 8, 16, 32)),
+  OptOps.LOCAL: OptRow(_OUT, AxisKind.LOCAL, needs=(LOCALS,), limits=(locals_allowed, block_threads,
+                                                                       beside_the_tensor_core),
+                       after_tc=True, beam=(2, 4, 8, 16, 32)),
   OptOps.UPCASTMID: OptRow(_OUT, AxisKind.MID, needs=(SHARED,),
                            limits=(locals_allowed, grouped, block_threads, upcast_budget), beam=(2, 4)),
-  OptOps.UNROLL: OptRow(_RED, AxisKind.UNROLL, limits=(entries_in_order, upcast_budget), beam=(0, 2, 3, 4, 8, 16)),
+  OptOps.UNROLL: OptRow(_RED, AxisKind.UNROLL, limits=(entries_in_order, upcast_budget, beside_the_tensor_core),
+                        after_tc=True, beam=(0, 2, 3, 4, 8, 16)),
   OptOps.GROUP: OptRow(_RED, AxisKind.GROUP, needs=(SHARED,),
                        limits=(entries_in_order, locals_allowed, one_axis(AxisKind.GROUP), block_threads),
                        beam=(0, 4, 8, 16)),

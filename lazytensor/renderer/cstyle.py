@@ -96,6 +96,11 @@ class CStyleRenderer(Renderer):
     """The statement that sets the (already declared) vector `out` to the tensor-core product of u."""
     raise NotImplementedError(f"{type(self).__name__}: no tensor cores")
 
+  def render_matrix_load(self, u: UOp, out: str, ptr: str) -> str:
+    """The statement that sets the (already declared) vector `out` to a warp's matrix load u (a LOAD whose arg is
+    (MATRIX_LOAD, n, trans): codegen/lowerer.py) whose lane's row starts at `ptr`."""
+    raise NotImplementedError(f"{type(self).__name__}: no matrix loads")
+
   def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
     raise NotImplementedError
 
@@ -249,6 +254,12 @@ class _Writer:
     buf = u.src[0]
     if buf.op is Ops.DEFINE_ACC: return self.var(u, "acc_val", self.r[buf])  # a copy: the ASSIGN after changes it
     src = [s for s in u.src if s.op is not Ops.BARRIER]  # a barrier source only orders the load after it
+    if u.arg is not None:  # a warp's matrix load: the language's helper fills the vector
+      name = f"frag{self.count}"
+      self.count += 1
+      self.emit(f"{self.lang.ctype(u.dtype)} {name};")
+      self.emit(self.lang.render_matrix_load(u, name, f"{self.r[buf]}+{self.r[src[1]]}"))
+      return name
     const = "const " if buf not in self.stored else ""
     if len(src) == 4 and src[2].dtype.count > 1:  # a gate a lane: each lane reads only when its own gate is set
       where = [f"{self.r[buf]}[{self.r[src[1]]}+{n}]" for n in range(u.dtype.count)]

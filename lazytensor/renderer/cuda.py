@@ -39,6 +39,10 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 c.v);` on vector structs. Each is defined inside `#ifndef LT_CUDACPU ... #endif` with inline PTX
                 (`asm volatile("mma.sync.aligned...")`, tf32 inputs rounded with `cvt.rna.tf32.f32`), so that the
                 CPU prelude can define the same functions with a real exchange between the 32 lanes of a warp.
+  ldmatrix      __device__ __forceinline__ void lt_ldmatrix_x4(void* d, const void* p), lt_ldmatrix_x2_trans, ... (x1,
+                x2, x4, each with and without _trans): a warp's ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16, p
+                this lane's row in shared memory (from __cvta_generic_to_shared), d its n 32-bit registers. Called as
+                `lt_ldmatrix_x4(frag.v, tc_a+i);`, defined inside `#ifndef LT_CUDACPU ... #endif` as the mma wrappers.
 
 Signed integer arithmetic is C's: the GPU wraps on overflow; a C++ compiler must be told to (g++ -fwrapv). Vector
 loads read through a struct pointer cast from the element pointer (g++: -fno-strict-aliasing).
@@ -94,6 +98,19 @@ _MMA: dict[tuple[str, int], tuple[str, str]] = {
     convert="cvt.rna.tf32.f32")),
 }
 
+def _ldmatrix(u: UOp) -> tuple[str, str]: return ldmatrix_wrapper(*u.arg[1:])
+
+def ldmatrix_wrapper(n: int, trans: bool) -> tuple[str, str]:
+  """The name and definition of the wrapper of one ldmatrix shape (a LOAD whose arg is (MATRIX_LOAD, n, trans)): this
+  lane's row address in, its n 32-bit registers (two 16-bit elements each) out."""
+  name = f"lt_ldmatrix_x{n}{'_trans' if trans else ''}"
+  regs, slots = ", ".join(f'"=r"(r[{i}])' for i in range(n)), ", ".join(f"%{i}" for i in range(n))
+  return name, (f"#ifndef LT_CUDACPU\n__device__ __forceinline__ void {name}(void* d, const void* p) {{\n"
+                "  unsigned* r = reinterpret_cast<unsigned*>(d);\n"
+                "  unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));\n"
+                f"  asm volatile(\"ldmatrix.sync.aligned.m8n8.x{n}{'.trans' if trans else ''}.shared.b16 {{{slots}}}, "
+                f"[%{n}];\"\n    : {regs}\n    : \"r\"(at) : \"memory\");\n}}\n#endif")
+
 def _mma_of(u: UOp) -> tuple[str, str]:
   a = u.src[0].dtype
   if (hit := _MMA.get((a.scalar().name, a.count))) is None or u.dtype != dtypes.float32.vec(4):
@@ -147,6 +164,8 @@ class CUDARenderer(CStyleRenderer):
   def render_wmma(self, u: UOp, out: str, srcs: list[str]) -> str:
     return f"{_mma_of(u)[0]}({out}.v, {srcs[0]}.v, {srcs[1]}.v, {srcs[2]}.v);"
 
+  def render_matrix_load(self, u: UOp, out: str, ptr: str) -> str: return f"{_ldmatrix(u)[0]}({out}.v, {ptr});"
+
   def non_finite(self, dt: DType, v: float) -> str:
     cast, inf, nan = _NON_FINITE[dt]
     if math.isnan(v): return f"{cast}({nan})"
@@ -182,7 +201,8 @@ class CUDARenderer(CStyleRenderer):
   def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
     used = {dt.scalar().name for u in uops for dt in (u.dtype, *(s.dtype for s in u.src))}
     includes = [f"#include <{h}>" for dt, h in (("float16", "cuda_fp16.h"), ("bfloat16", "cuda_bf16.h")) if dt in used]
-    mmas = list(dict.fromkeys(_mma_of(u)[1] for u in uops if u.op is Ops.WMMA))
+    mmas = list(dict.fromkeys([_ldmatrix(u)[1] for u in uops if u.op is Ops.LOAD and u.arg is not None] +
+                              [_mma_of(u)[1] for u in uops if u.op is Ops.WMMA]))
     threads = prod(launch_dims(uops).local_size)
     head = f"{self.kernel_prefix} void __launch_bounds__({threads}) {name}({', '.join(params)}) {{"
     return "\n".join([*includes, *self.helpers(uops), *mmas, head, *body, "}", *self._vars_entry(name, params, uops),

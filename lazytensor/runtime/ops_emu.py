@@ -12,11 +12,13 @@ fastest. The program runs once, op by op, each op compiled beforehand into a sma
   * lanes run in lockstep, so a BARRIER has nothing to wait for: it starts a new epoch for the race detector.
   * an atomic STORE (arg ADD or MAX) applies the lanes' updates one after another, lanes naming one element in lane
     order.
+  * a LOAD from shared memory with an arg (MATRIX_LOAD, n, trans) is a warp's ldmatrix: each lane names a row, and
+    receives its elements of the warp's n 8x8 matrices (`_matrix_load`).
 
 It is strict where a GPU is undefined: a load or store out of bounds raises IndexError naming the buffer, the index and
 the thread; two threads storing different values to one element in one STORE, or touching one shared element (read
 after write, write after read, write after write) in the same barrier epoch, raise RaceError; reading shared memory no
-thread wrote, non-uniform loop bounds, a BARRIER or WMMA reached by part of a block or warp raise EmuError.
+thread wrote, non-uniform loop bounds, a BARRIER, WMMA or matrix load reached by part of a block or warp raise EmuError.
 
 Seeing every access, it counts what each launch moves (Traffic, printed on the DEBUG=2 kernel line): global and shared
 bytes loaded and stored, and the replays that shared-memory bank conflicts cost.
@@ -375,17 +377,21 @@ def _read_global(L: Launch, mem: np.ndarray, x: Any, offs: np.ndarray, act: np.n
   return mem[x if offs.size == 1 else np.expand_dims(x, -1) + offs]
 
 def _read_shared(L: Launch, sh: Shared, x: Any, offs: np.ndarray, act: np.ndarray | None) -> Any:
-  grid = L.grid
+  return _read_shared_at(L, sh, np.broadcast_to(x, (L.grid.n,))[:, None] + offs, act)
+
+def _read_shared_at(L: Launch, sh: Shared, elems: np.ndarray, act: np.ndarray | None) -> Any:
+  """The elements `elems` (lanes x count) of each lane's block's part of sh, read by the lanes that run."""
+  grid, count = L.grid, elems.shape[1]
   lanes = grid.lanes if act is None else np.flatnonzero(act)
-  pos = (grid.block[lanes] * sh.size + np.broadcast_to(x, (grid.n,))[lanes])[:, None] + offs
+  pos = grid.block[lanes][:, None] * sh.size + elems[lanes]
   sh.check_read(L, lanes, pos)
   _count_shared(L, lanes, pos, sh.data.itemsize, load=True)
   got = sh.data[pos]
   if act is not None:
-    full = np.zeros((grid.n, offs.size), got.dtype)
+    full = np.zeros((grid.n, count), got.dtype)
     full[lanes] = got
     got = full
-  return got if offs.size > 1 else got[:, 0]
+  return got if count > 1 else got[:, 0]
 
 def _sites(L: Launch, x: Any, val: Any, offs: np.ndarray, act: np.ndarray | None,
            dt: np.dtype) -> tuple[np.ndarray, ...]:
@@ -565,8 +571,34 @@ def _global_counter(ex: Executable, buf: UOp) -> GlobalBytes | None:
   ex.counters.append(GlobalBytes())
   return ex.counters[-1]
 
+def _matrix_load(ex: Executable, i: int, u: UOp) -> Step:
+  """A warp's ldmatrix (arg (MATRIX_LOAD, n, trans), codegen/lowerer.py): lane 8i + r names the start of row r of 8x8
+  matrix i, and each lane receives its elements of every matrix, (l // 4, 2 (l % 4) + e) as register 2i + e, or
+  (2 (l % 4) + e, l // 4) transposed. All lanes of a warp must run it."""
+  _, n, trans = u.arg
+  src = tuple(s for s in u.src if s.op is not Ops.BARRIER)
+  if src[0].op is not Ops.DEFINE_LOCAL or u.dtype.count != 2 * n or u.dtype.itemsize != 2:
+    raise ValueError(f"EMU: a matrix load {u.arg!r} of {u.dtype} from a {src[0].op.name}; expected {2 * n} 16-bit "
+                     "elements from shared memory")
+  mem, idx, name = ex.pos[src[0]], ex.pos[src[1]], src[0].arg[0]
+  ex.warp = max(ex.warp, WARP)
+  lane, reg = np.arange(WARP)[:, None], np.arange(2 * n)[None, :]
+  # per lane of a warp and register: the lane whose row it reads, and where in that row
+  row = 8 * (reg // 2) + (2 * (lane % 4) + reg % 2 if trans else lane // 4)
+  col = np.broadcast_to(lane // 4 if trans else 2 * (lane % 4) + reg % 2, row.shape)
+  def step(L: Launch) -> None:
+    if L.mask is not None and (bad := _partial_group(L.mask, WARP)) is not None:
+      raise L.fail(EmuError, bad, "skips a matrix load that other threads of its warp run")
+    g, v = L.grid, L.v
+    in_warp = g.lanes % g.threads % WARP
+    elems = np.broadcast_to(v[idx], (g.n,))[(g.lanes - in_warp)[:, None] + row[in_warp]] + col[in_warp]
+    for c in range(2 * n): _check_bounds(L, "loads", name, v[mem].size, elems[:, c], 1, L.mask)
+    v[i] = _read_shared_at(L, v[mem], elems, L.mask)
+  return step
+
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
+  if u.arg is not None: return _matrix_load(ex, i, u)
   src = tuple(s for s in u.src if s.op is not Ops.BARRIER)  # a barrier source only orders the load after it
   if len(src) not in (2, 4): raise ValueError(f"EMU: LOAD has {len(src)} sources; expected (buf, idx[, gate, alt])")
   read, _, name = _memory(u)

@@ -215,7 +215,35 @@ inline void mma_m16n8k8_tf32(float* d, const float* a, const float* b, const flo
     [](unsigned k, unsigned col) { return At{col * 4 + k % 4, k / 4}; });
 }
 
+// ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16 as an exchange: each lane gives the address of a row of 8 16-bit
+// elements (lane 8i + r: row r of matrix i), and takes its two elements of each matrix i as registers 2i, 2i + 1:
+// (row lane / 4, cols 2 (lane % 4) + {0, 1}), or transposed (rows 2 (lane % 4) + {0, 1}, col lane / 4).
+template <int N, bool Trans> inline void ldmatrix(void* d, const void* p) {
+  uint32_t mine[2];
+  static_assert(sizeof(p) == sizeof(mine), "a row address is two exchanged words");
+  std::memcpy(mine, &p, sizeof(p));
+  const uint32_t* all = lt_warp_exchange(mine, 2);
+  unsigned lane = lane_id();
+  uint16_t out[2 * N];
+  for (unsigned reg = 0; reg < 2 * N; reg++) {
+    unsigned row = 8 * (reg / 2) + (Trans ? 2 * (lane % 4) + reg % 2 : lane / 4);
+    unsigned col = Trans ? lane / 4 : 2 * (lane % 4) + reg % 2;
+    const uint16_t* at;
+    std::memcpy(&at, all + 2 * row, sizeof(at));
+    std::memcpy(out + reg, at + col, sizeof(uint16_t));
+  }
+  std::memcpy(d, out, sizeof(out));
+}
+
 }  // namespace lt
+
+// the CUDA renderer's ldmatrix wrappers (d: this lane's registers, p: its row in shared memory)
+inline void lt_ldmatrix_x1(void* d, const void* p) { lt::ldmatrix<1, false>(d, p); }
+inline void lt_ldmatrix_x2(void* d, const void* p) { lt::ldmatrix<2, false>(d, p); }
+inline void lt_ldmatrix_x4(void* d, const void* p) { lt::ldmatrix<4, false>(d, p); }
+inline void lt_ldmatrix_x1_trans(void* d, const void* p) { lt::ldmatrix<1, true>(d, p); }
+inline void lt_ldmatrix_x2_trans(void* d, const void* p) { lt::ldmatrix<2, true>(d, p); }
+inline void lt_ldmatrix_x4_trans(void* d, const void* p) { lt::ldmatrix<4, true>(d, p); }
 
 // the names and signatures of the CUDA renderer's wrappers (d, a, b, c: this lane's fragments). Templates, because
 // __half and __nv_bfloat16 come later, from cuda_fp16.h / cuda_bf16.h; nvcc (NVCC_CHECK) holds the source to the exact
