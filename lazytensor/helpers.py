@@ -179,6 +179,8 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", False, "search again even wh
 BEAM_DEBUG = ContextVar("BEAM_DEBUG", 0, "1 prints each BEAM round's best opts and time; 2 also every candidate's",
                         between(0, 2))
 THREADS = ContextVar("THREADS", os.cpu_count() or 1, "most CPU threads one kernel may use", between(1))
+QUEUES = ContextVar("QUEUES", True, "a schedule over several CPU devices runs each device's kernels and copies on a "
+                   "thread of its own, ordered by the buffers they share (engine/queues.py); 0 runs them in order")
 CPU_TARGET = ContextVar("CPU_TARGET", "native", "the CPU that CPU kernels are compiled and optimized for: native, "
                         "x86-64-v2 (SSE4.2), x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or aarch64 (NEON); a target "
                         "this host cannot run is for compiling only", one_of(*CPU_TARGETS), code=True)

@@ -207,9 +207,12 @@ class TinyJit(Generic[R]):
       if missing := [v.arg[0] for v in vs if v not in var_vals]:
         raise JitError(f"TinyJit: the captured kernels read the Variables {missing}, which this call binds nowhere")
       vals[i] = self.items[i].vals[:fixed] + tuple(var_vals[v] for v in vs)
+    queues = realize.steps_queues([item.bufs for item in self.items], DEBUG.value)
     try:
-      for item, v in zip(self.items, vals): item.run(tuple(swap.get(id(b), b) for b in item.bufs), v)
+      for item, v in zip(self.items, vals): item.run(tuple(swap.get(id(b), b) for b in item.bufs), v, queues)
+      if queues is not None: queues.finish()
     except BaseException:
+      if queues is not None: queues.finish_quietly()
       bad_index(self.flags)  # cleared: the next replay must not be blamed for this one's indices
       raise
     # as after a schedule: an index out of range raises at the call that read it (schedule/index_check.py)

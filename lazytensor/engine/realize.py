@@ -5,17 +5,19 @@ import contextlib
 import functools
 import operator
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from lazytensor.codegen.program import ProgramSpec, build_program, opts_choice, print_listing, program_key
+from lazytensor.engine.queues import Queues, queueable
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
   LRU,
   NOOPT,
   PROGRAM_CACHE,
+  QUEUES,
   GlobalCounters,
   ansilen,
   knob_state,
@@ -161,19 +163,34 @@ class ExecItem(NamedTuple):
   @property
   def written(self) -> tuple[Buffer, ...]:
     """The buffers this step writes: a copy's destination, a kernel's stored buffers."""
-    if self.runner is None: return self.bufs[:1]
-    return tuple(self.bufs[store.src[0].arg] for store in self.runner.kernel.ast.src)
+    return _written(self.runner, self.bufs)
 
-  def run(self, bufs: tuple[Buffer, ...] | None = None, vals: tuple[Any, ...] | None = None) -> None:
-    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals if vals is None else vals)
+  def run(self, bufs: tuple[Buffer, ...] | None = None, vals: tuple[Any, ...] | None = None,
+          queues: Queues | None = None) -> None:
+    _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals if vals is None else vals,
+             queues)
 
-def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int, vals: tuple[Any, ...] = ()) -> None:
+def _written(runner: CompiledRunner | None, bufs: tuple[Buffer, ...]) -> tuple[Buffer, ...]:
+  if runner is None: return bufs[:1]
+  return tuple(bufs[store.src[0].arg] for store in runner.kernel.ast.src)
+
+def _launch(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], vals: tuple[Any, ...]) -> None:
+  if runner is None: _copy(bufs[0], bufs[1])
+  else: runner(bufs, vals=vals)
+
+def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int, vals: tuple[Any, ...] = (),
+             queues: Queues | None = None) -> None:
   """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are
-  allocated as the copy or the launch reads their handles."""
-  if runner is None:
+  allocated as the copy or the launch reads their handles. With `queues`, the step is queued on its device's worker
+  (engine/queues.py) and counted here, untimed."""
+  if queues is not None:
+    queues.submit(bufs[0].device, functools.partial(_launch, runner, bufs, vals), bufs, _written(runner, bufs))
+    et: float | None = None
+    flops, mem = (0, bufs[0].nbytes * 2) if runner is None else (runner.flops, runner.mem)
+  elif runner is None:
     st = time.perf_counter()
     _copy(bufs[0], bufs[1])
-    et: float | None = time.perf_counter() - st
+    et = time.perf_counter() - st
     flops, mem = 0, bufs[0].nbytes * 2
   else:
     et = runner(bufs, wait=debug >= 2, vals=vals)
@@ -225,6 +242,13 @@ def index_flags(steps: list[ExecItem]) -> list[IndexFlags]:
   """The flags of the index checks of these steps' kernels (schedule/index_check.py)."""
   return [f for s in steps if s.runner is not None for f in _flags_of(s.runner, s.bufs)]
 
+def steps_queues(bufs: Iterable[tuple[Buffer, ...]], debug: int) -> Queues | None:
+  """Queues for steps on these buffers when they span several devices that queue (engine/queues.py) and QUEUES is on;
+  None to run them in order here (DEBUG=2 times each step, so it runs them in order too)."""
+  if not QUEUES or debug >= 2: return None
+  devices = {b[0].device for b in bufs}
+  return Queues() if queueable(devices) else None
+
 def run_schedule(items: list[ScheduleItem]) -> None:
   """Run the items in order; then raise BadIndexError (an IndexError) if a kernel read an index out of range
   (schedule/index_check.py): every item has run by then."""
@@ -232,13 +256,16 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   before = dict(compile_stats) if debug >= 1 else {}
   recording = _capturing[-1] if _capturing else None
   flags: list[IndexFlags] = []
+  queues = steps_queues([bufs for _, bufs, _ in items], debug)
   try:
     for ast, bufs, vals in items:
       runner = None if ast.op is Ops.COPY else get_runner(bufs[0].device, ast)
-      _execute(runner, bufs, debug, vals)
+      _execute(runner, bufs, debug, vals, queues)
       if recording is not None: recording.append(ExecItem(runner, bufs, vals))
       if runner is not None and runner.flag_args: flags += _flags_of(runner, bufs)
+    if queues is not None: queues.finish()
   except BaseException:
+    if queues is not None: queues.finish_quietly()
     bad_index(flags)  # cleared, or a later run of their kernels would be blamed; the failure is what is raised
     raise
   if flags and (err := bad_index(flags)) is not None: raise err

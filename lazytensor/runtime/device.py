@@ -132,7 +132,10 @@ class Program(Protocol):
                core_count: int = 1, wait: bool = False, vals: tuple[Any, ...] = ()) -> float | None: ...
 
 class Compiled:
-  """A device: memory, a renderer, a compiler, and the class that loads and runs compiled programs."""
+  """A device: memory, a renderer, a compiler, and the class that loads and runs compiled programs. `queued`: its
+  programs and copies may be launched from a worker thread of its own (engine/queues.py)."""
+  queued = False
+
   def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, program_cls: Any) -> None:
     self.name, self.allocator, self.renderer = name, allocator, renderer
     self.compiler, self.program_cls = compiler, program_cls

@@ -238,6 +238,7 @@ class CPUProgram:
 
 class CpuDevice(Compiled):
   compiler: LLVMCompiler
+  queued = True  # ctypes launches from any thread; the kernel threads' pool takes one launch at a time
 
   def __init__(self, name: str) -> None:
     super().__init__(name, CPUAllocator(), LLVMRenderer(), LLVMCompiler(), CPUProgram)
