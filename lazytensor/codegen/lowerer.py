@@ -18,48 +18,18 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from lazytensor.codegen.nodes import gated_load, gated_store, index_const, specials
 from lazytensor.codegen.passes import CodegenCtx, Pass, run_passes
+from lazytensor.codegen.tensor_cores import TensorCoreReduce, tc_indices
 from lazytensor.dtype import DType, PtrDType, dtypes
 from lazytensor.helpers import prod
-from lazytensor.opt.kernel import AxisKind, Kernel, StagedTile, TensorCoreUse, grown_load
-from lazytensor.renderer import Fragment
+from lazytensor.opt.kernel import AxisKind, Kernel, grown_load
 from lazytensor.shape.view import ast_variables
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
 from lazytensor.uop.sint import is_sym, sint, sint_prod
 from lazytensor.uop.symbolic import simplify, symbolic
 
-
-def _const(v: sint) -> UOp: return v if isinstance(v, UOp) else UOp.const(dtypes.index, v)
-
-LOOP_KINDS = (AxisKind.GLOBAL, AxisKind.REDUCE)
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
-
-def _specials(prefix: str, axes: list[int], shape: tuple[int, ...], most: tuple[int, ...] | None = None,
-              limit: int = 3) -> dict[int, UOp]:
-  """Grid or block indices for some axes; the fastest-varying (last) axis gets index 0. Past `limit` dims,
-  the leading axes share one index, split back with div/mod. A dim over its size limit in `most` (a grid of more
-  than 2**31 - 1 blocks) takes a free dim for its high part when a divisor allows; else the renderer rejects it."""
-  if not axes: return {}
-  groups = [[a] for a in axes[-(limit - 1):]] if len(axes) >= limit else [[a] for a in axes]
-  if len(axes) >= limit: groups = [axes[:len(axes) - (limit - 1)]] + groups
-  out: dict[int, UOp] = {}
-  free = len(groups)
-  for dim, group in enumerate(reversed(groups)):
-    sizes, total = [shape[a] for a in group], prod(shape[a] for a in group)
-    if most is not None and total > most[dim] and free < limit and (high := _divisor(total, most[dim], most[free])):
-      special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", total // high)) + \
-        UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{free}", high)) * (total // high)
-      free += 1
-    else: special = UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{dim}", total))
-    for j, a in enumerate(group):
-      inner = prod(sizes[j + 1:])
-      idx = special // inner if inner > 1 else special
-      out[a] = idx % sizes[j] if j > 0 else idx
-  return out
-
-def _divisor(n: int, low_most: int, high_most: int) -> int | None:
-  """The smallest divisor d of n with n // d <= low_most and d <= high_most, if any."""
-  return next((d for d in range(-(-n // low_most), min(n, high_most) + 1) if n % d == 0), None)
 
 @dataclass
 class _Lanes:
@@ -105,6 +75,10 @@ def _lanes(k: Kernel) -> _Lanes:
   return _Lanes(axes, vec_axis, width, keys, UOp(Ops.SPECIAL, dtypes.index, (), ("vlane", max(width, 1))))
 
 class _Lowerer:
+  tc_lane: UOp  # a tensor-core kernel's lane within its warp, the thread's place in the block, the K steps' loops
+  tc_thread: UOp
+  tc_steps: list[UOp]
+
   def __init__(self, k: Kernel) -> None:
     self.k = k
     self.lanes = _lanes(k)
@@ -119,15 +93,16 @@ class _Lowerer:
 
   def _axis_indices(self) -> dict[int, UOp]:
     k, r = self.k, self.k.renderer
-    if k.tensor_core is not None: return self._tc_indices(k.tensor_core)
+    if k.tensor_core is not None: return tc_indices(self, k.tensor_core)
     idx: dict[int, UOp] = {}
     globals_ = k.axes_of(AxisKind.GLOBAL)
     # a launch's size is fixed when the program is: a symbolic axis is a loop in each thread, whose end the kernel
     # reads from its arguments
     launched = [a for a in globals_ if r.has_local and not isinstance(k.full_shape[a], UOp)]
-    idx.update(_specials("gidx", launched, k.full_shape, r.global_max))
+    idx.update(specials("gidx", launched, k.full_shape, r.global_max))
     for a in globals_:
-      if a not in launched: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "global"))
+      if a not in launched:
+        idx[a] = UOp(Ops.RANGE, dtypes.index, (index_const(0), index_const(k.full_shape[a])), (a, "global"))
     reduce_axes = k.axes_of(AxisKind.REDUCE)
     blocks, self.levels = _reduce_blocks(k)
     # loops run in the order of their numbers (linearize.py): a scatter's entries before its other axes
@@ -136,43 +111,20 @@ class _Lowerer:
       idx[a], loops = _blocked_index(k.full_shape[a], b, numbers, "reduce")
       self.loops += loops
     for a in k.axes_of(AxisKind.THREAD): idx[a] = UOp(Ops.SPECIAL, dtypes.index, (), ("core", k.full_shape[a]))
-    idx.update(_specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID), k.full_shape, r.local_max))
+    idx.update(specials("lidx", k.axes_of(AxisKind.LOCAL, AxisKind.GROUP, AxisKind.MID), k.full_shape, r.local_max))
     if self.lanes.vec_axis is not None: idx[self.lanes.vec_axis] = self.lanes.vlane
-    return idx
-
-  def _tc_indices(self, use: TensorCoreUse) -> dict[int, UOp]:
-    """A block per tile of the global axes; a warp's lanes lidx0 and its warps the LOCAL axes (the other thread ids);
-    its tiles (UPCAST) lanes keys; loops over the K-blocks (and any other reduce axes, a convolution's window) and,
-    inside them, over the K steps of a block (UNROLL). A thread's results (the vlane) sit where the C fragment of the
-    tensor core puts them."""
-    k, tc, r = self.k, use.tc, self.k.renderer
-    m_in, n_in, k_in = use.inner
-    idx = _specials("gidx", [a for a in k.axes_of(AxisKind.GLOBAL) if a not in use.inner], k.full_shape, r.global_max)
-    warps, lane = k.axes_of(AxisKind.LOCAL), k.shape_len  # the lane: an axis past the kernel's, so that it is lidx0
-    threads = _specials("lidx", warps + [lane], k.full_shape + (tc.threads,), r.local_max)
-    self.tc_lane = threads.pop(lane)
-    idx.update(threads)
-    warp = _const(0)
-    for a in warps: warp = warp * k.full_shape[a] + idx[a]
-    self.tc_thread = simplify(warp * tc.threads + self.tc_lane)  # lanes of a warp neighbours: coalesced copies
-    idx[m_in], idx[n_in] = _fragment_coords(tc.c, self.tc_lane, self.lanes.vlane)
-    for a in k.axes_of(AxisKind.REDUCE):
-      if a != k_in: idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (a, "reduce"))
-    self.loops = [idx[a] for a in k.axes_of(AxisKind.REDUCE) if a != k_in]
-    for n, a in enumerate(k.axes_of(AxisKind.UNROLL)):  # numbered past the loops above: inside them
-      idx[a] = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(k.full_shape[a])), (k.shape_len + n, "reduce"))
-    self.tc_steps = [idx[a] for a in k.axes_of(AxisKind.UNROLL)]
     return idx
 
   def idxs_for(self, key: tuple[int, ...], shape: tuple[sint, ...]) -> list[UOp]:
     """Index of every axis for one lane key; axes of size 1 in this view (reduced or broadcast) index 0."""
     lane = {a: c for a, c in zip(self.key_axes, key) if not (self.in_reduce and self.k.kinds[a] is AxisKind.MID)}
-    return [_const(0) if s == 1 else _const(lane[a]) if a in lane else self.axis_idx[a] for a, s in enumerate(shape)]
+    return [index_const(0) if s == 1 else index_const(lane[a]) if a in lane else self.axis_idx[a]
+            for a, s in enumerate(shape)]
 
   # ---- lanes ----
 
   def per_lane(self, expr: UOp) -> list[UOp]:
-    return [simplify(expr.substitute({self.lanes.vlane: _const(i)})) for i in range(self.lanes.width)]
+    return [simplify(expr.substitute({self.lanes.vlane: index_const(i)})) for i in range(self.lanes.width)]
 
   def depends_on_lane(self, *exprs: UOp) -> bool:
     return self.lanes.width > 1 and any(self.lanes.vlane in e.toposort for e in exprs)
@@ -183,8 +135,8 @@ class _Lowerer:
     vlane = self.lanes.vlane
     terms = _add_terms(idx)
     if terms.count(vlane) == 1 and not any(vlane in t.toposort for t in terms if t is not vlane): return True
-    base = simplify(idx.substitute({vlane: _const(0)}))
-    return all(simplify(e - base) is _const(i) for i, e in enumerate(self.per_lane(idx)))
+    base = simplify(idx.substitute({vlane: index_const(0)}))
+    return all(simplify(e - base) is index_const(i) for i, e in enumerate(self.per_lane(idx)))
 
   def splat(self, x: UOp, width: int) -> UOp:
     return x if width == 1 or x.dtype.count == width else UOp(Ops.VECTORIZE, x.dtype.vec(width), (x,) * width)
@@ -252,7 +204,7 @@ class _Lowerer:
     if at.dtype.count == 1: return self._load(node.src[0], node.dtype, simplify(idx + _offset(at, n, stride)), valid)
     lanes = zip(self.per_lane(idx), self.per_lane(valid), range(self.lanes.width))
     return UOp(Ops.VECTORIZE, node.dtype.vec(self.lanes.width),
-               tuple(_gated_load(node.src[0], node.dtype, simplify(i + _offset(at.gep(j), n, stride)), v)
+               tuple(gated_load(node.src[0], node.dtype, simplify(i + _offset(at.gep(j), n, stride)), v)
                      for i, v, j in lanes))
 
   def _scatter(self, node: UOp, idx: UOp, valid: UOp, value: UOp, at: UOp) -> list[UOp]:
@@ -272,7 +224,7 @@ class _Lowerer:
     stores = []
     for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid))):
       addr, ok = simplify(i + _offset(at.gep(j), n, stride)), simplify(v & _inside(at.gep(j), n))
-      stores.append(_gated_store(buf, addr, combined(addr, ok, value.gep(j)), ok))
+      stores.append(gated_store(buf, addr, combined(addr, ok, value.gep(j)), ok))
     return stores
 
   def _atomic_scatter(self, buf: UOp, op: Ops, stride: int, n: int, idx: UOp, valid: UOp, value: UOp,
@@ -280,7 +232,7 @@ class _Lowerer:
     """The scatter as atomic updates (STOREs whose arg is the op), one a lane: entries run in parallel, so threads or
     blocks may name one target at once. The lanes split the output's other axes (apply_opt keeps them off the
     entries), so each updates a target of its own, but no vector store exists that is atomic."""
-    return [_gated_store(buf, simplify(i + _offset(_lane(at, j), n, stride)), _lane(value, j),
+    return [gated_store(buf, simplify(i + _offset(_lane(at, j), n, stride)), _lane(value, j),
                          simplify(v & _inside(_lane(at, j), n)), op)
             for j, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
 
@@ -300,7 +252,7 @@ class _Lowerer:
       worst = bad[0][1] if len(bad) == 1 else _tree(Ops.MAX, [b.where(x, dtypes.int64.min()) for b, x in bad])
       gate = _tree(Ops.OR, [b for b, _ in bad])
       for slot, record in enumerate((UOp.const(dtypes.int64, 1), worst)):
-        self.flag_stores[_gated_store(flags, _const(slot), record, gate, Ops.MAX)] = None
+        self.flag_stores[gated_store(flags, index_const(slot), record, gate, Ops.MAX)] = None
     return values
 
   def _unpadded(self, key: tuple[int, ...]) -> list[UOp]:
@@ -313,15 +265,15 @@ class _Lowerer:
   def _load(self, buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
     if valid.op is Ops.CONST and valid.arg is False:  # nothing to read (e.g. all padding): zeros, as wide as the lanes
       return UOp.const(dtype.vec(self.lanes.width) if self.depends_on_lane(idx) else dtype, 0)
-    if not self.depends_on_lane(idx, valid): return _gated_load(buf, dtype, idx, valid)
+    if not self.depends_on_lane(idx, valid): return gated_load(buf, dtype, idx, valid)
     width = self.lanes.width
     if self.contiguous_lanes(idx):
-      base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
-      if not self.depends_on_lane(valid): return _gated_load(buf, dtype.vec(width), base, valid)
+      base = simplify(idx.substitute({self.lanes.vlane: index_const(0)}))
+      if not self.depends_on_lane(valid): return gated_load(buf, dtype.vec(width), base, valid)
       if self.k.renderer.masked_vector_loads:  # one load, a gate per lane (e.g. the edge of a padded row)
         gates = UOp(Ops.VECTORIZE, dtypes.bool.vec(width), tuple(self.per_lane(valid)))
         return UOp(Ops.LOAD, dtype.vec(width), (buf, base, gates, UOp.const(dtype.vec(width), 0)))
-    return UOp(Ops.VECTORIZE, dtype.vec(width), tuple(_gated_load(buf, dtype, i, v)
+    return UOp(Ops.VECTORIZE, dtype.vec(width), tuple(gated_load(buf, dtype, i, v)
                                                       for i, v in zip(self.per_lane(idx), self.per_lane(valid))))
 
   def _store(self, node: UOp) -> list[UOp]:
@@ -338,12 +290,12 @@ class _Lowerer:
 
   def _store_lane(self, buf: UOp, idx: UOp, valid: UOp, value: UOp) -> list[UOp]:
     if not self.depends_on_lane(idx, valid):  # e.g. the vector axis was reduced away: every lane holds the result
-      return [_gated_store(buf, idx, value.gep(0) if value.dtype.count > 1 else value, valid)]
+      return [gated_store(buf, idx, value.gep(0) if value.dtype.count > 1 else value, valid)]
     width = self.lanes.width
     if not self.depends_on_lane(valid) and self.contiguous_lanes(idx):
-      base = simplify(idx.substitute({self.lanes.vlane: _const(0)}))
-      return [_gated_store(buf, base, self.splat(value, width), valid)]
-    return [_gated_store(buf, i, value.gep(n) if value.dtype.count > 1 else value, v)
+      base = simplify(idx.substitute({self.lanes.vlane: index_const(0)}))
+      return [gated_store(buf, base, self.splat(value, width), valid)]
+    return [gated_store(buf, i, value.gep(n) if value.dtype.count > 1 else value, v)
             for n, (i, v) in enumerate(zip(self.per_lane(idx), self.per_lane(valid)))]
 
 def _offset(e: UOp, n: int, stride: int) -> UOp:
@@ -373,70 +325,6 @@ def _entries_outside(k: Kernel) -> bool:
   strides = k.st_of(k.scatter).real_strides()
   return any(strides[a] == 1 for a in range(k.shape_len) if not k.kinds[a].is_reduce)
 
-def _bits_sum(x: UOp, weights: list[int]) -> UOp:
-  """The sum of weights[b] over the bits b set in x: each run of bits whose weights double is one (x // 2^b) % 2^n."""
-  out, b = _const(0), 0
-  while b < len(weights):
-    n = 1
-    while b + n < len(weights) and weights[b + n] == weights[b] << n: n += 1
-    if weights[b]: out = out + (x // (1 << b)) % (1 << n) * weights[b]
-    b += n
-  return simplify(out)
-
-def _mixed_radix(x: UOp, sizes: list[int], axes: tuple[int, ...]) -> dict[int, UOp]:
-  """The index along each of `axes` (the last fastest, of `sizes`) of a flat index x over them."""
-  out = {}
-  for i, a in enumerate(axes):
-    inner = prod(sizes[i + 1:])
-    at = x // inner if inner > 1 else x
-    out[a] = simplify(at % sizes[i] if i else at)  # the first takes what is left
-  return out
-
-# the arg of a LOAD from shared memory that a warp does together (PTX's ldmatrix.sync.aligned.m8n8.x{n}[.trans].b16):
-# (MATRIX_LOAD, n, trans). Its index is this lane's row: lane 8i + r names where row r of 8x8 matrix i starts (8
-# neighbouring 16-bit elements; lanes past the n matrices' rows name one of them again). Lane l receives elements
-# (l // 4, 2 (l % 4) + e) of matrix i as its registers 2i + e; with trans, elements (2 (l % 4) + e, l // 4)
-MATRIX_LOAD = "ldmatrix"
-
-def _matrix_rows(t: StagedTile, f: Fragment, axes: tuple[int, int]) -> tuple[list[int], bool] | None:
-  """Where a fragment of 16-bit elements is n 8x8 matrices of rows of 8 neighbouring elements of the shared tile (A of
-  m16n8k16 read along K, B read along N with trans): each lane's row offset as weights of its bits (as _fragment_coords
-  weighs them) and whether the matrices are transposed; None where the layout does not allow it (tf32's 32-bit
-  elements, rows not 16-byte aligned)."""
-  if t.operand.dtype.itemsize != 2 or f.size % 2 or t.size % 8: return None
-  stride = dict(zip(t.axes, t.strides))
-  if any(stride[a] % 8 for a in t.axes if a not in axes): return None
-  def at(lane: int, reg: int) -> int:
-    r, c = f.coords(lane, reg)
-    return r * stride[axes[0]] + c * stride[axes[1]]
-  n = f.size // 2
-  for trans in (False, True):
-    # row q of matrix i: the element that lane 4q (trans: lane q // 2, register 2i + q % 2) holds first
-    rows = [at((q % 8) // 2, 2 * i + q % 2) if trans else at(4 * (q % 8), 2 * i) for q, i in
-            ((lane, lane // 8 % n) for lane in range(f.threads))]
-    weights = [rows[1 << b] - rows[0] for b in range(len(f.lane))]
-    if rows[0] == 0 and all(r % 8 == 0 and r == sum(w for b, w in enumerate(weights) if lane >> b & 1)
-                            for lane, r in enumerate(rows)) and \
-       all(rows[src] + col == at(lane, reg) for lane in range(f.threads) for reg in range(f.size)
-           for src, col in (_matrix_source(lane, reg, trans),)):
-      return weights, trans
-  return None
-
-def _matrix_source(lane: int, reg: int, trans: bool) -> tuple[int, int]:
-  """Which lane's row register `reg` of `lane` comes from in a matrix load, and where in that row."""
-  i, e = divmod(reg, 2)
-  return (8 * i + 2 * (lane % 4) + e, lane // 4) if trans else (8 * i + lane // 4, 2 * (lane % 4) + e)
-
-def _cast_as(operand: UOp, load: UOp, value: UOp) -> UOp:
-  """`value` (loaded as `load`, maybe a vector) through the casts that make `operand` of `load`."""
-  if operand is load: return value
-  return UOp(Ops.CAST, operand.dtype.vec(value.dtype.count), (_cast_as(operand.src[0], load, value),))
-
-def _fragment_coords(f: Fragment, lane: UOp, elem: UOp) -> tuple[UOp, UOp]:
-  """(row, col) of register `elem` of lane `lane` in a tensor-core fragment, as index math."""
-  row = _bits_sum(lane, [r for r, _ in f.lane]) + _bits_sum(elem, [r for r, _ in f.elem])
-  col = _bits_sum(lane, [c for _, c in f.lane]) + _bits_sum(elem, [c for _, c in f.elem])
-  return simplify(row), simplify(col)
 
 def _add_terms(x: UOp) -> list[UOp]:
   return [t for s in x.src for t in _add_terms(s)] if x.op is Ops.ADD else [x]
@@ -448,15 +336,6 @@ def _scalar_view_value(node: UOp, idx: UOp, valid: UOp) -> UOp:
   elif node.op is Ops.DEFINE_VAR: value = UOp(Ops.DEFINE_VAR, node.dtype, (), node.arg)  # a kernel argument
   else: value = idx.cast(node.dtype)
   return value if always else valid.where(value, UOp.const(node.dtype, 0))
-
-def _gated_load(buf: UOp, dtype: DType, idx: UOp, valid: UOp) -> UOp:
-  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.LOAD, dtype, (buf, idx))
-  return UOp(Ops.LOAD, dtype, (buf, idx, valid, UOp.const(dtype, 0)))
-
-def _gated_store(buf: UOp, idx: UOp, value: UOp, valid: UOp, atomic: Ops | None = None) -> UOp:
-  """A store where valid holds; with `atomic` (an op), buf[idx] = buf[idx] atomic value as one atomic update."""
-  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.STORE, dtypes.void, (buf, idx, value), atomic)
-  return UOp(Ops.STORE, dtypes.void, (buf, idx, value, valid), atomic)
 
 def _lanes_of(x: UOp, n: int) -> tuple[UOp, ...] | None:
   """The `n` lanes of x: a VECTORIZE's sources, or a scalar in each; None for any other vector."""
@@ -487,7 +366,7 @@ class _ReduceLowerer:
 
   def lower(self) -> list[UOp]:
     lw, k = self.lw, self.k
-    if k.tensor_core is not None: return self._tc(k.tensor_core)
+    if k.tensor_core is not None: return TensorCoreReduce(lw, self.node).lower(k.tensor_core)
     outer, lw.in_reduce = lw.in_reduce, True
     values = [self._mask_padding(v, key) for v, key in zip(lw.lower(self.node.src[0]), lw.lanes.keys)]
     lw.in_reduce = outer
@@ -518,95 +397,9 @@ class _ReduceLowerer:
     out = []
     for coords in itertools.product(*[range(self.k.full_shape[lw.key_axes[i]]) for i in mid]):
       at = dict(zip(mid, coords))
-      out.append((tuple(at.get(i, c) for i, c in enumerate(key)), {lw.key_axes[i]: _const(c) for i, c in at.items()}))
+      out.append((tuple(at.get(i, c) for i, c in enumerate(key)),
+                  {lw.key_axes[i]: index_const(c) for i, c in at.items()}))
     return out
-
-  def _tc(self, use: TensorCoreUse) -> list[UOp]:
-    """Each K-block, the block's threads copy the tiles of A and B into shared memory (_stage), a barrier, then for
-    each K step of the block each warp reads the fragments of its tiles from there (a fragment of A serves every tile
-    of its rows: one node, loaded once) and multiplies-accumulates them into the C registers of each tile (a key)."""
-    lw, k, tc = self.lw, self.k, use.tc
-    m_in, n_in, k_in = use.inner
-    tiles = k.staged_tiles()
-    staged = [self._stage(use, t, f"tc_{name}{self.node.key.hex()[:6]}") for t, name in zip(tiles, "ab")]
-    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(s for _, stores, _ in staged for s in stores))
-    ranges = tuple(lw.loops + lw.tc_steps)
-    out = []
-    for key in lw.lanes.keys:
-      lane = dict(zip(lw.key_axes, key))
-      (smem_a, _, at_a), (smem_b, _, at_b) = staged
-      a = self._fragment(tiles[0], smem_a, at_a, tc.a, (m_in, k_in), lane, barrier)
-      b = self._fragment(tiles[1], smem_b, at_b, tc.b, (k_in, n_in), lane, barrier)
-      out.append(UOp(Ops.REDUCE, self.node.dtype.vec(tc.c.size), (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims))))
-    return out
-
-  def _stage(self, use: TensorCoreUse, t: StagedTile, name: str) -> tuple[UOp, list[UOp], UOp]:
-    """The copy of one operand's tile of this K-block into shared memory: the block's threads take `width` neighbouring
-    elements of a row each in turn (one vector load where the operand is contiguous there, e.g. 8 halves), cast them
-    to the instruction's input type on the way, and store them. Returns the shared buffer, the stores, and where this
-    K-block's stage starts."""
-    lw, k = self.lw, self.k
-    size = {a: k.full_shape[a] for a in t.axes}
-    ncols, total = prod(size[a] for a in t.cols), prod(size[a] for a in t.axes)
-    smem = UOp(Ops.DEFINE_LOCAL, t.operand.dtype.ptr(local=True), (), (name, t.stages * t.size))
-    start = _const(0)
-    if t.stages > 1:  # the K-blocks counted over every loop around the copy, alternating stages
-      count = _const(0)
-      for loop in lw.loops: count = count * loop.src[1].arg + loop
-      start = simplify(count % t.stages * t.size)
-    width, threads = t.width, k.local_size()
-    lane = UOp(Ops.SPECIAL, dtypes.index, (), ("copy_lane", width))  # stands for the element within a vector
-    stores = []
-    for turn in range(-(-total // (threads * width))):
-      flat = simplify((lw.tc_thread + turn * threads) * width)
-      at = {**_mixed_radix(flat // ncols, [size[a] for a in t.rows], t.rows),
-            **_mixed_radix(flat % ncols, [size[a] for a in t.cols], t.cols)}
-      at[t.cols[-1]] = at[t.cols[-1]] + lane
-      # the block's and the loops' indices; 0 along the axes the operand is broadcast along
-      idxs = [at.get(a, lw.axis_idx[a] if k.kinds[a] in LOOP_KINDS and a not in use.inner else _const(0))
-              for a in range(k.shape_len)]
-      inside = flat.lt(total) if total % (threads * width) else UOp.const(dtypes.bool, True)
-      value = _cast_as(t.operand, t.load, self._copy_load(t.load, idxs, inside, lane, width))
-      stores.append(_gated_store(smem, simplify(start + flat // ncols * t.pitch + flat % ncols), value, inside))
-    return smem, stores, start
-
-  def _copy_load(self, load: UOp, idxs: list[UOp], inside: UOp, lane: UOp, width: int) -> UOp:
-    """`width` elements of `load` at `idxs` where `inside` holds, `lane` counting them: one vector load where they are
-    neighbours and valid alike, else one load each."""
-    idx, valid = self.lw.indexed(load, idxs)
-    valid = valid & inside
-    per = [(simplify(idx.substitute({lane: _const(j)})), simplify(valid.substitute({lane: _const(j)})))
-           for j in range(width)]
-    if width == 1: return _gated_load(load.src[0], load.dtype, *per[0])
-    if all(simplify(i - per[0][0]) is _const(j) and v is per[0][1] for j, (i, v) in enumerate(per)):
-      return _gated_load(load.src[0], load.dtype.vec(width), *per[0])
-    return UOp(Ops.VECTORIZE, load.dtype.vec(width), tuple(_gated_load(load.src[0], load.dtype, i, v) for i, v in per))
-
-  def _fragment(self, t: StagedTile, smem: UOp, start: UOp, f: Fragment, axes: tuple[int, int], lane: dict[int, int],
-                barrier: UOp) -> UOp:
-    """A warp's fragment of one tile, read from the operand's shared tile after the barrier: elements `axes` (the
-    instruction's own rows and columns) where the layout puts them, the other axes of the tile at this warp's, this
-    tile's and this K step's index; two neighbouring elements as one load."""
-    lw = self.lw
-    stride = dict(zip(t.axes, t.strides))
-    base = start
-    for a in t.axes:
-      if a not in axes: base = base + (_const(lane[a]) if a in lane else lw.axis_idx[a]) * stride[a]
-    if (rows := _matrix_rows(t, f, axes)) is not None:  # ldmatrix: each lane names one row of 8 elements
-      weights, trans = rows
-      row = simplify(base + _bits_sum(lw.tc_lane, weights))
-      return UOp(Ops.LOAD, t.operand.dtype.vec(f.size), (smem, row, barrier), (MATRIX_LOAD, f.size // 2, trans))
-    at = []
-    for j in range(f.size):
-      row, col = _fragment_coords(f, lw.tc_lane, _const(j))
-      at.append(simplify(base + row * stride[axes[0]] + col * stride[axes[1]]))
-    dt, elems = t.operand.dtype, []
-    for j in range(0, f.size, 2):
-      if j + 1 < f.size and simplify(at[j + 1] - at[j]) is _const(1):
-        pair = UOp(Ops.LOAD, dt.vec(2), (smem, at[j], barrier))
-        elems += [pair.gep(0), pair.gep(1)]
-      else: elems += [UOp(Ops.LOAD, dt, (smem, i, barrier)) for i in at[j:j + 2]]
-    return UOp(Ops.VECTORIZE, dt.vec(f.size), tuple(elems))
 
   def _fold_invariant(self, acc: UOp, ranges: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...]]:
     """Reduce loops that acc depends on none of fold away: a sum over them is acc times their trip count, a max is
@@ -666,7 +459,7 @@ class _ReduceLowerer:
     size = prod(k.full_shape[a] for a in local_axes) * nkeys * width
     smem = UOp(Ops.DEFINE_LOCAL, dtype.ptr(local=True), (), (f"temp{self.node.key.hex()[:6]}", size))
     def slot(axis_idx: dict[int, UOp], n: int) -> UOp:
-      flat = _const(0)
+      flat = index_const(0)
       for a in local_axes: flat = flat * k.full_shape[a] + axis_idx[a]
       return simplify((flat * nkeys + n) * width)
     stores = [UOp(Ops.STORE, dtypes.void, (smem, slot(lw.axis_idx, n), v)) for n, v in enumerate(results.values())]
@@ -782,11 +575,12 @@ def _blocked_index(n: int, blocks: tuple[int, ...], numbers: itertools.count, ki
   first) and the blocks around them. A block that does not divide n leaves a shorter last one: its loop stops at the
   axis's end. Loops are numbered in order from `numbers` (linearize.py runs them in that order)."""
   if not blocks:
-    loop = UOp(Ops.RANGE, dtypes.index, (_const(0), _const(n)), (next(numbers), kind))
+    loop = UOp(Ops.RANGE, dtypes.index, (index_const(0), index_const(n)), (next(numbers), kind))
     return loop, [loop]
   outer, loops = _blocked_index(-(-n // blocks[0]), blocks[1:], numbers, kind)
-  end = _const(blocks[0]) if n % blocks[0] == 0 else simplify((_const(n) - outer * blocks[0]).minimum(blocks[0]))
-  loop = UOp(Ops.RANGE, dtypes.index, (_const(0), end), (next(numbers), kind))
+  end = index_const(blocks[0]) if n % blocks[0] == 0 else \
+    simplify((index_const(n) - outer * blocks[0]).minimum(blocks[0]))
+  loop = UOp(Ops.RANGE, dtypes.index, (index_const(0), end), (next(numbers), kind))
   return outer * blocks[0] + loop, loops + [loop]
 
 def lower(ast: UOp, ctx: CodegenCtx) -> UOp:

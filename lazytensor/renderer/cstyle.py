@@ -98,7 +98,7 @@ class CStyleRenderer(Renderer):
 
   def render_matrix_load(self, u: UOp, out: str, ptr: str) -> str:
     """The statement that sets the (already declared) vector `out` to a warp's matrix load u (a LOAD whose arg is
-    (MATRIX_LOAD, n, trans): codegen/lowerer.py) whose lane's row starts at `ptr`."""
+    (MATRIX_LOAD, n, trans): codegen/tensor_cores.py) whose lane's row starts at `ptr`."""
     raise NotImplementedError(f"{type(self).__name__}: no matrix loads")
 
   def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
