@@ -1,0 +1,7 @@
+"""Parallelism as a library on a DeviceMesh: data parallelism (replicate), fully sharded data parallelism
+(fully_shard), ZeRO optimizer wrappers and tensor/sequence parallelism (parallelize_module), each over the mesh and
+the collectives of parallel/collectives.py."""
+from lazytensor.parallel.data import replicate
+from lazytensor.parallel.fsdp import fully_shard
+
+__all__ = ["replicate", "fully_shard"]
