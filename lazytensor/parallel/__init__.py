@@ -3,5 +3,6 @@
 the collectives of parallel/collectives.py."""
 from lazytensor.parallel.data import replicate
 from lazytensor.parallel.fsdp import fully_shard
+from lazytensor.parallel.zero import ZeroRedundancyOptimizer
 
-__all__ = ["replicate", "fully_shard"]
+__all__ = ["replicate", "fully_shard", "ZeroRedundancyOptimizer"]
