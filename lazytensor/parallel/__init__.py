@@ -3,6 +3,16 @@
 the collectives of parallel/collectives.py."""
 from lazytensor.parallel.data import replicate
 from lazytensor.parallel.fsdp import fully_shard
+from lazytensor.parallel.tensor_parallel import (
+  ColwiseParallel,
+  ParallelStyle,
+  Replicate,
+  RowwiseParallel,
+  SequenceParallel,
+  Shard,
+  parallelize_module,
+)
 from lazytensor.parallel.zero import ZeroRedundancyOptimizer
 
-__all__ = ["replicate", "fully_shard", "ZeroRedundancyOptimizer"]
+__all__ = ["replicate", "fully_shard", "ZeroRedundancyOptimizer", "parallelize_module", "ParallelStyle",
+           "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "Shard", "Replicate"]

@@ -209,16 +209,19 @@ class Bucket:
 
 def make_buckets(params: Sequence[Tensor], dims: Sequence[tuple[int | None, ...]], cap_bytes: int) -> list[Bucket]:
   """Consecutive parameters in reverse order (their gradients are ready about then, as torch's DDP buckets), a new
-  bucket once one holds cap_bytes."""
+  bucket once one holds cap_bytes; those whose gradients are reduce-scattered (dims[0] not None) apart from the
+  others."""
   if not isinstance(cap_bytes, int) or cap_bytes < 0:
     raise ValueError(f"bucket size {cap_bytes!r}: expected a number of bytes >= 0")
   out: list[Bucket] = []
-  size = cap_bytes
-  for p, d in reversed(list(zip(params, dims))):
-    if size >= cap_bytes: out, size = out + [Bucket([], [])], 0
-    out[-1].params.append(p)
-    out[-1].dims.append(d)
-    size += p.numel() * p.dtype.itemsize
+  for scatter in (True, False):  # a bucket is all reduce-scattered or all all-reduced
+    size = cap_bytes
+    for p, d in reversed(list(zip(params, dims))):
+      if (d[0] is not None) != scatter: continue
+      if size >= cap_bytes: out, size = out + [Bucket([], [])], 0
+      out[-1].params.append(p)
+      out[-1].dims.append(d)
+      size += p.numel() * p.dtype.itemsize
   return out
 
 class GradSync:
@@ -226,6 +229,7 @@ class GradSync:
   calls each replica leaf's hook), and adds the result to each parameter's .grad."""
   def __init__(self, mesh: DeviceMesh, buckets: list[Bucket]) -> None:
     self.mesh, self.buckets = mesh, buckets
+    self.index = {id(p): (i, k) for i, b in enumerate(buckets) for k, p in enumerate(b.params)}
 
   def start(self, what: str) -> None:
     """A new forward: the last one's gradients must all have come in, or none (a forward without backward)."""
@@ -236,9 +240,10 @@ class GradSync:
                            f"{[b.params[p].shape for p in missing]}: every parameter must take part in the loss")
       b.got.clear()
 
-  def leaf(self, bucket: int, index: int, replica: int, value: Tensor) -> Tensor:
-    """Replica `replica`'s copy of parameter `index` of `bucket`: a leaf whose gradient goes to the bucket."""
+  def leaf(self, param: int, replica: int, value: Tensor) -> Tensor:
+    """Replica `replica`'s copy of the parameter whose id is `param`: a leaf whose gradient goes to its bucket."""
     leaf = value.detach().requires_grad_()
+    bucket, index = self.index[param]
     def hook(g: Tensor) -> None:
       b = self.buckets[bucket]
       b.got[(index, replica)] = g
@@ -300,14 +305,10 @@ class DataParallel:
     for p in params:
       lay_out(p, mesh, "replicate")
       d = spec_dims(mesh, p)
-      if shard_gradients:  # ZeRO-2: each replica keeps the sum of its slice of each gradient only
-        free = first_free_dim(mesh, p, d, "replicate(shard_gradients=True)")
-        d = (free, *d[1:])
-        check_even(mesh, p.shape, d, "replicate(shard_gradients=True)")
-      else: check_even(mesh, p.shape, d, "replicate")
+      if shard_gradients: d = (first_free_dim(p, d), *d[1:])  # ZeRO-2: each replica keeps the sum of its slices
+      check_even(mesh, p.shape, d, "replicate")
       dims.append(d)
     self.sync = GradSync(mesh, make_buckets(params, dims, bucket_cap_bytes))
-    self.index = {id(p): (b, k) for b, bucket in enumerate(self.sync.buckets) for k, p in enumerate(bucket.params)}
 
   def forward(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     r = current_replica(self.mesh)
@@ -315,7 +316,7 @@ class DataParallel:
       self.sync.start("replicate")
       self.leaves: list[Tensor] = []  # alive until backward: autograd reaches the gradients of live leaves only
       return run_replicas(self.mesh, lambda *a, **k: self.forward(call, a, k), args, kwargs)
-    leaves = {pid: self.sync.leaf(*self.index[pid], r.index, piece(p, self.mesh, None, r.index))
+    leaves = {pid: self.sync.leaf(pid, r.index, piece(p, self.mesh, None, r.index))
               for pid, (p, _) in self.slots.items()}
     self.leaves.extend(leaves.values())
     with swapped(self.slots, leaves): return call(*args, **kwargs)
@@ -339,14 +340,11 @@ def spec_of(mesh: DeviceMesh, dims: Sequence[int | None], ndim: int) -> tuple[Sp
     if d is not None: names[d] += (mesh.names[k],)
   return tuple(None if not n else n[0] if len(n) == 1 else n for n in names)
 
-def first_free_dim(mesh: DeviceMesh, p: Tensor, dims: tuple[int | None, ...], what: str) -> int:
-  """The first dimension of p that no other mesh axis slices: the one the data-parallel axis shards."""
+def first_free_dim(p: Tensor, dims: tuple[int | None, ...]) -> int | None:
+  """The first dimension of p that no mesh axis but the data-parallel one slices: the one that axis shards. None
+  where the others slice them all (a column-parallel bias): such a parameter stays whole along it."""
   taken = {d for d in dims[1:] if d is not None}
-  free = next((d for d in range(p.ndim) if d not in taken), None)
-  if free is None:
-    raise ValueError(f"{what}: every dimension of a parameter of shape {p.shape} is sliced along another mesh axis; "
-                     f"none is left to shard along {mesh.names[0]!r}")
-  return free
+  return next((d for d in range(p.ndim) if d not in taken), None)
 
 def replicate(module: Any, mesh: DeviceMesh, axis: str = "dp", bucket_cap_bytes: int = DEFAULT_BUCKET_BYTES,
               shard_gradients: bool = False) -> Any:

@@ -1,9 +1,10 @@
 """Fully sharded data parallelism (torch's FSDP2 `fully_shard`, ZeRO stage 3) on a DeviceMesh.
 
 Each parameter is stored sharded along the data-parallel mesh axis (the mesh's first), on its first dimension that no
-other mesh axis slices (dimension 0 unless tensor parallelism took it), so that each device holds 1/N of it, and of its
-gradient and optimizer state. A module given to fully_shard is a *unit*: when it is called inside a replica's forward
-(parallel/data.py), each of its own parameters (not those of units nested in it) is all-gathered for that replica (a
+other mesh axis slices (dimension 0 unless tensor parallelism took it; a parameter whose every dimension another axis
+slices, as a column-parallel bias, stays whole along it, its gradient all-reduced), so that each device holds 1/N of
+it, and of its gradient and optimizer state. A module given to fully_shard is a *unit*: when it is called inside a
+replica's forward (parallel/data.py), each of its own parameters (not those of units nested in it) is all-gathered for that replica (a
 reshard of the parameter, which the multi pass turns into copies between the devices of the data-parallel axis) and
 read there; the gathered values are not parameters, so nothing keeps them once the unit's last reader has run. After
 backward, the replicas' local gradients of a unit's parameters are reduce-scattered in one collective (a bucket per
@@ -57,13 +58,13 @@ class FullyShard:
       lay_out(p, mesh, "fully_shard")
       dims = spec_dims(mesh, p)
       self.gathered[id(p)] = spec_of(mesh, dims, p.ndim)
-      dims = (first_free_dim(mesh, p, dims, "fully_shard"), *dims[1:])
+      dims = (first_free_dim(p, dims), *dims[1:])
       check_even(mesh, p.shape, dims, "fully_shard")
       p.shard_(mesh, spec_of(mesh, dims, p.ndim))
       sharded.append(dims)
-    # one bucket: a unit's gradients are reduce-scattered together, as FSDP2 does
+    # one bucket: a unit's gradients are reduce-scattered together, as FSDP2 does (those of parameters left whole
+    # all-reduced together)
     self.sync = GradSync(mesh, make_buckets(params, sharded, cap_bytes=2**62)) if params else None
-    self.index = {id(p): k for k, p in enumerate(self.sync.buckets[0].params)} if self.sync else {}
     self.generation, self.called, self.leaves = -1, set[int](), list[Tensor]()
 
   def forward(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -76,8 +77,7 @@ class FullyShard:
     if r.index in self.called:
       raise RuntimeError("fully_shard: a unit was called twice in one forward; wrap each call site's module apart")
     self.called.add(r.index)
-    leaves = {pid: self.sync.leaf(0, self.index[pid], r.index, piece(p.shard(self.mesh, self.gathered[pid]), self.mesh,
-                                                                     None, r.index))
+    leaves = {pid: self.sync.leaf(pid, r.index, piece(p.shard(self.mesh, self.gathered[pid]), self.mesh, None, r.index))
               for pid, (p, _) in self.slots.items()}
     self.leaves.extend(leaves.values())  # alive until backward: autograd reaches the gradients of live leaves only
     with swapped(self.slots, leaves): return call(*args, **kwargs)

@@ -46,7 +46,7 @@ class ZeroRedundancyOptimizer(Optimizer):
       lay_out(p, mesh, "ZeroRedundancyOptimizer")
       dims = spec_dims(mesh, p)
       self.specs.append(spec_of(mesh, dims, p.ndim))
-      dims = (first_free_dim(mesh, p, dims, "ZeroRedundancyOptimizer"), *dims[1:])
+      dims = (first_free_dim(p, dims), *dims[1:])
       check_even(mesh, p.shape, dims, "ZeroRedundancyOptimizer")
       self.shards.append(p.detach().shard(mesh, spec_of(mesh, dims, p.ndim)).contiguous().realize()
                          .requires_grad_())
@@ -58,7 +58,8 @@ class ZeroRedundancyOptimizer(Optimizer):
       if p.grad is None: raise RuntimeError(f"ZeroRedundancyOptimizer: no gradient for a parameter of shape {p.shape}; "
                                             "call backward() first")
       g = p.grad.detach()
-      if self.stage == 2 and not (p.grad.lazydata.op is Ops.MULTI and p.grad.lazydata.arg[0] is not None):
+      sharded = p.grad.lazydata.op is Ops.MULTI and p.grad.lazydata.arg[0] is not None
+      if self.stage == 2 and s.lazydata.arg[0] is not None and not sharded:
         raise ValueError(f"ZeroRedundancyOptimizer(stage=2): the gradient of a parameter of shape {p.shape} is not "
                          f"sharded along {self.mesh.names[0]!r}; make the module with replicate(..., "
                          "shard_gradients=True)")
