@@ -3,12 +3,13 @@
 Each parameter is stored sharded along the data-parallel mesh axis (the mesh's first), on its first dimension that no
 other mesh axis slices (dimension 0 unless tensor parallelism took it; a parameter whose every dimension another axis
 slices, as a column-parallel bias, stays whole along it, its gradient all-reduced), so that each device holds 1/N of
-it, and of its gradient and optimizer state. A module given to fully_shard is a *unit*: when it is called inside a
-replica's forward (parallel/data.py), each of its own parameters (not those of units nested in it) is all-gathered for
-that replica (a reshard of the parameter, which the multi pass turns into copies between the devices of the data-parallel axis) and
-read there; the gathered values are not parameters, so nothing keeps them once the unit's last reader has run. After
-backward, the replicas' local gradients of a unit's parameters are reduce-scattered in one collective (a bucket per
-unit): each device receives the sum of its shard only, laid out as the parameter is, and the optimizer steps on shards.
+it, of its gradient and of its optimizer state. A module given to fully_shard is a *unit*: when it is called inside
+a replica's forward (parallel/data.py), each of its own parameters (not those of units nested in it) is all-gathered
+for that replica (a reshard of the parameter, which the multi pass turns into copies between the devices of the
+data-parallel axis) and read there. The gathered values are not parameters: nothing holds them once their last reader
+(the unit's backward) has run. After backward, the replicas' local gradients of a unit's parameters are
+reduce-scattered in one collective: each device receives the sum of its shard only, laid out as the parameter is, and
+the optimizer steps on shards.
 
 >>> from lazytensor import DeviceMesh, Tensor, nn
 >>> from lazytensor.parallel import fully_shard
