@@ -230,15 +230,20 @@ class GradSync:
   def __init__(self, mesh: DeviceMesh, buckets: list[Bucket]) -> None:
     self.mesh, self.buckets = mesh, buckets
     self.index = {id(p): (i, k) for i, b in enumerate(buckets) for k, p in enumerate(b.params)}
+    # the replicas' leaves, alive until the backward that reaches them (autograd fills live leaves only); dropped once
+    # every bucket is reduced, so that nothing keeps the values they read or their local gradients
+    self.leaves: list[Tensor] = []
+    self.pending = 0
 
   def start(self, what: str) -> None:
     """A new forward: the last one's gradients must all have come in, or none (a forward without backward)."""
     for b in self.buckets:
-      if b.got and len(b.got) < len(b.params) * self.mesh.shape[0]:
+      if b.got:
         missing = sorted({p for p in range(len(b.params)) for i in range(self.mesh.shape[0]) if (p, i) not in b.got})
         raise RuntimeError(f"{what}: the last backward reached only some replicas' copies of the parameters of shapes "
                            f"{[b.params[p].shape for p in missing]}: every parameter must take part in the loss")
       b.got.clear()
+    self.leaves, self.pending = [], len(self.buckets)
 
   def leaf(self, param: int, replica: int, value: Tensor) -> Tensor:
     """Replica `replica`'s copy of the parameter whose id is `param`: a leaf whose gradient goes to its bucket."""
@@ -247,8 +252,13 @@ class GradSync:
     def hook(g: Tensor) -> None:
       b = self.buckets[bucket]
       b.got[(index, replica)] = g
-      if len(b.got) == len(b.params) * self.mesh.shape[0]: self._reduce(b)
+      if len(b.got) == len(b.params) * self.mesh.shape[0]:
+        self._reduce(b)
+        b.got.clear()
+        self.pending -= 1
+        if not self.pending: self.leaves = []
     leaf.register_hook(hook)
+    self.leaves.append(leaf)
     return leaf
 
   def _reduce(self, b: Bucket) -> None:
@@ -314,11 +324,9 @@ class DataParallel:
     r = current_replica(self.mesh)
     if r is None:
       self.sync.start("replicate")
-      self.leaves: list[Tensor] = []  # alive until backward: autograd reaches the gradients of live leaves only
       return run_replicas(self.mesh, lambda *a, **k: self.forward(call, a, k), args, kwargs)
     leaves = {pid: self.sync.leaf(pid, r.index, piece(p, self.mesh, None, r.index))
               for pid, (p, _) in self.slots.items()}
-    self.leaves.extend(leaves.values())
     with swapped(self.slots, leaves): return call(*args, **kwargs)
 
 def lay_out(p: Tensor, mesh: DeviceMesh, what: str) -> None:

@@ -66,7 +66,7 @@ class FullyShard:
     # one bucket: a unit's gradients are reduce-scattered together, as FSDP2 does (those of parameters left whole
     # all-reduced together)
     self.sync = GradSync(mesh, make_buckets(params, sharded, cap_bytes=2**62)) if params else None
-    self.generation, self.called, self.leaves = -1, set[int](), list[Tensor]()
+    self.generation, self.called = -1, set[int]()
 
   def forward(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     r = current_replica(self.mesh)
@@ -74,13 +74,12 @@ class FullyShard:
     if self.sync is None: return call(*args, **kwargs)
     if r.generation != self.generation:
       self.sync.start("fully_shard")
-      self.generation, self.called, self.leaves = r.generation, set(), []
+      self.generation, self.called = r.generation, set()
     if r.index in self.called:
       raise RuntimeError("fully_shard: a unit was called twice in one forward; wrap each call site's module apart")
     self.called.add(r.index)
     leaves = {pid: self.sync.leaf(pid, r.index, piece(p.shard(self.mesh, self.gathered[pid]), self.mesh, None, r.index))
               for pid, (p, _) in self.slots.items()}
-    self.leaves.extend(leaves.values())  # alive until backward: autograd reaches the gradients of live leaves only
     with swapped(self.slots, leaves): return call(*args, **kwargs)
 
 def fully_shard(module: Any, mesh: DeviceMesh, axis: str = "dp") -> Any:
