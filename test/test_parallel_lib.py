@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tiny_transformer import TinyTransformer, megatron_plan
 
-from lazytensor import DeviceMesh, Tensor, nn
+from lazytensor import Device, DeviceMesh, Tensor, nn
 from lazytensor.nn.optim import SGD, Adam, Optimizer
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel import (
@@ -70,14 +70,14 @@ def fsdp_units(model: TinyTransformer, mesh: DeviceMesh) -> TinyTransformer:
   for block in model.blocks: fully_shard(block, mesh)
   return fully_shard(model, mesh)
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("kind", ["sgd"])
 def test_replicate(kind: str) -> None:
   mesh = dp_mesh()
   model = replicate(make_model(), mesh, bucket_cap_bytes=512)
   assert len(state_of(model).sync.buckets) > 1  # several buckets, each one all-reduce
   check_matches(kind, model, optimizer(kind)(get_parameters(model)), batch_on(mesh))
 
-@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("kind", ["adam"])
 def test_fully_shard(kind: str) -> None:
   mesh = dp_mesh()
   model = fsdp_units(make_model(), mesh)
@@ -120,6 +120,7 @@ class Wide:
 
 def bytes_on(device: str, tensors: list[Tensor]) -> int:
   """The bytes of the tensors' realized pieces that live on `device`."""
+  device = Device.canonicalize(device)
   return sum(u.size * u.dtype.itemsize for t in tensors for u in multi_leaves(t.lazydata) if u.device == device)
 
 def state_after_step(model: Wide, opt: Optimizer, mesh: DeviceMesh) -> list[Tensor]:
@@ -171,8 +172,9 @@ def test_errors() -> None:
   with pytest.raises(ValueError, match="shard_gradients=True"): opt.step()
 
 def test_shard_in_place_constants_stay_apart() -> None:
-  # two zeros biases are one interned node: sharded in place, they must still be two memories
-  a, b = Tensor.zeros(4), Tensor.zeros(4)
-  a.shard_(DEVICES[:2]), b.shard_(DEVICES[:2])
-  a.assign(a + 1).realize()
-  assert b.tolist() == [0.0] * 4
+  # zeros biases are one interned node: sharded in place, each must still be a leaf of its own (two of them shared one
+  # memory and one node, and got each other's gradients)
+  zs = [Tensor.zeros(4) for _ in range(3)]
+  for z in zs: z.shard_(DeviceMesh(DEVICES[:2], names=("tp",)), None).requires_grad_()
+  (zs[0] * 1.0 + zs[1] * 2.0 + zs[2] * 3.0).sum().backward()
+  assert [z.grad.tolist() if z.grad is not None else None for z in zs] == [[1.0] * 4, [2.0] * 4, [3.0] * 4]

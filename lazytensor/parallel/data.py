@@ -76,15 +76,15 @@ def local_mesh(mesh: DeviceMesh) -> DeviceMesh | str:
 
 def piece(t: Tensor, mesh: DeviceMesh, dim: int | None, i: int) -> Tensor:
   """Replica i's part of t: the i-th slice of dimension `dim` (None: all of t), on replica i's devices. t is laid out
-  on the mesh first (sliced along its first axis on `dim`) unless it is already."""
+  on the mesh first (sliced along its first axis on `dim`, replicated along the others) unless it is already."""
   n, u = mesh.shape[0], t.lazydata
   want = (None, None) if dim is None else (dim, even_bounds(t.shape[dim], n))
   laid_out = t.device == mesh.devices and (u.op is Ops.MULTI and u.arg == want and len(u.src) == n or
                                            dim is None and u.op is Ops.COPY)
   if not laid_out:
-    if isinstance(t.device, tuple):
-      raise ValueError(f"data parallel: a tensor of shape {t.shape} on {t.device} is not laid out with dimension {dim} "
-                       f"sliced along the mesh's first axis {mesh.names[0]!r}; pass it on one device or laid out so")
+    if isinstance(t.device, tuple) and t.device != mesh.devices:
+      raise ValueError(f"data parallel: a tensor of shape {t.shape} is on {t.device}, not on the mesh {mesh.devices}; "
+                       "pass it on one device or on the mesh")
     spec: list[SpecEntry] = [None] * t.ndim
     if dim is not None: spec[dim] = mesh.names[0]
     u = t.shard(mesh, spec).lazydata

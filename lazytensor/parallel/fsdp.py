@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 from lazytensor.frontend.mixin.multi import DeviceMesh
-from lazytensor.frontend.tensor import Tensor
 from lazytensor.parallel.data import (
   GradSync,
   check_axis,
