@@ -67,7 +67,8 @@ class Optimizer:
 
 def _zeros_like(p: Tensor) -> Tensor:
   """Zeros laid out as p is: the state of a sharded parameter is sharded with it (each device holds its slice's)."""
-  if p.lazydata.op is not Ops.MULTI: return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
+  if p.lazydata.op is not Ops.MULTI:
+    return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
   # from memory of its own (constants are interned: two states made of one would realize into one memory)
   zeros = Tensor(np.zeros(p.shape), device=Device.first(p.device), dtype=p.dtype).lazydata
   return Tensor(shard_like(zeros, p.lazydata)).contiguous().realize()
