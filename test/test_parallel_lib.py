@@ -170,3 +170,11 @@ def test_errors() -> None:
   opt = ZeroRedundancyOptimizer(get_parameters(lin), SGD, dp_mesh(), stage=2, lr=0.1)
   lin(Tensor.ones(4, 4)).sum().backward()
   with pytest.raises(ValueError, match="shard_gradients=True"): opt.step()
+
+def test_docstring_examples() -> None:
+  import doctest
+
+  from lazytensor.parallel import data, fsdp, tensor_parallel, zero
+  for module in (data, fsdp, tensor_parallel, zero):
+    result = doctest.testmod(module, extraglobs={"Tensor": Tensor}, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0, module.__name__
