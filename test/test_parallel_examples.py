@@ -30,7 +30,8 @@ def _run(cmd: list[str]) -> str:
 
 @pytest.mark.parametrize("args", [["ddp_digits.py", "--devices", "3"], ["tensor_parallel.py"],
                                   ["pipeline_parallel.py", "--stages", "3"], ["zero_fsdp.py", "--mode", "zero1"],
-                                  ["zero_fsdp.py", "--mode", "fsdp"]], ids=lambda a: "-".join(a).replace(".py", ""))
+                                  ["zero_fsdp.py", "--mode", "zero2"], ["zero_fsdp.py", "--mode", "fsdp"]],
+                         ids=lambda a: "-".join(a).replace(".py", ""))
 def test_example_matches_one_device(args: list[str]) -> None:
   out = _run([sys.executable, str(EXAMPLES / args[0]), *args[1:], "--steps", "2"])
   loss, weights = _largest_differences(out)

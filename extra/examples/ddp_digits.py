@@ -3,9 +3,9 @@
   python extra/examples/ddp_digits.py [--devices 4] [--steps 30]   # one process, devices CPU:0..CPU:N-1
   mpiexec -n 2 python extra/examples/ddp_digits.py                 # one process per rank, over MPI
 
-In one process the weights are replicated on every device (`shard_(devices)`), each batch is sharded along its first
-axis (`shard(devices, 0)`), and nothing else changes: the multi pass computes each device's share of the forward and
-backward pass and all-reduces the weight gradients, because they are sums over the sharded batch axis.
+In one process `lazytensor.parallel.replicate` replicates the weights on every device of a ("dp",) mesh, runs the
+forward once per device on its slice of each batch (sharded along its first axis), and sums the devices' local
+gradients with one all-reduce per bucket of parameters, as torch's DistributedDataParallel does.
 
 Over MPI each rank holds the whole model, computes the loss of its slice of every global batch (summed, divided by
 the global batch size, so that the ranks' gradients add up to the gradient of the mean loss) and sums the gradients
@@ -21,10 +21,11 @@ import argparse
 import numpy as np
 from parallel_common import batches, compare, largest_difference
 
-from lazytensor import Tensor, nn
+from lazytensor import DeviceMesh, Tensor, nn
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel import distributed as dist
+from lazytensor.parallel import replicate
 
 
 class MLP:
@@ -32,12 +33,10 @@ class MLP:
   def __call__(self, x: Tensor) -> Tensor: return self.layers[1](self.layers[0](x).relu())
 
 def make(seed: int, devices: tuple[str, ...] | None = None) -> tuple[MLP, SGD]:
-  """The model, replicated on `devices` when given (every device holds all of it), and its optimizer, whose state
-  lives where the weights do."""
+  """The model, replicated on `devices` when given (data parallel), and its optimizer, whose state lives where the
+  weights do."""
   Tensor.manual_seed(seed)
-  model = MLP()
-  if devices is not None:
-    for p in get_parameters(model): p.shard_(devices)
+  model = MLP() if devices is None else replicate(MLP(), DeviceMesh(devices, names=("dp",)))
   return model, SGD(get_parameters(model), lr=0.05, momentum=0.9)
 
 def step(model: MLP, opt: SGD, x: Tensor, y: Tensor, scale: float = 0.0,

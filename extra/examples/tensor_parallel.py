@@ -3,12 +3,13 @@ trained on scikit-learn's digits over CPU:0..N-1 and checked step for step again
 
   python extra/examples/tensor_parallel.py [--devices 4] [--steps 30]
 
-The first layer's weight (out, in) is sharded on its output features, so each device computes its slice of the
-hidden activations from the replicated input, with no communication; relu is elementwise, so it stays local. The
-second layer's weight is sharded on its input features: each device multiplies its slice of the activations by its
-slice of the weight, and the sum over the features, which crosses the devices, becomes per-device partial sums plus
-one all-reduce. Backward mirrors it: the gradient of the replicated input would need one all-reduce; the weights'
-gradients stay on their devices. Nothing of this is written by hand: the shardings of the weights say it all.
+`lazytensor.parallel.parallelize_module` with the plan {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()} slices
+the first layer's weight (out, in) on its output features, so each device computes its slice of the hidden
+activations from the replicated input, with no communication (relu is elementwise, so it stays local), and the
+second layer's weight on its input features: each device multiplies its slice of the activations by its slice of the
+weight, and the sum over the features, which crosses the devices, becomes per-device partial sums plus one
+all-reduce. Backward mirrors it: the gradient of the replicated input needs one all-reduce; the weights' gradients
+stay on their devices.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import argparse
 
 from parallel_common import batches, compare, train_step
 
-from lazytensor import Tensor, nn
+from lazytensor import DeviceMesh, Tensor, nn
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
+from lazytensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 
 class MLP:
@@ -29,11 +31,7 @@ def make(seed: int, hidden: int, devices: tuple[str, ...] | None = None) -> tupl
   Tensor.manual_seed(seed)
   model = MLP(hidden)
   if devices is not None:
-    model.fc1.weight.shard_(devices, 0)     # column-parallel: output features
-    assert model.fc1.bias is not None and model.fc2.bias is not None
-    model.fc1.bias.shard_(devices, 0)
-    model.fc2.weight.shard_(devices, 1)     # row-parallel: input features
-    model.fc2.bias.shard_(devices)          # replicated
+    parallelize_module(model, DeviceMesh(devices, names=("tp",)), {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
   return model, SGD(get_parameters(model), lr=0.05, momentum=0.9)
 
 def main() -> None:

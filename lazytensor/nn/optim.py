@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from lazytensor.dtype import dtypes
 from lazytensor.frontend.tensor import Tensor, no_grad
+from lazytensor.runtime.device import Device
+from lazytensor.uop.graph import shard_like
+from lazytensor.uop.ops import Ops
 
 
 class Optimizer:
@@ -61,7 +66,12 @@ class Optimizer:
   def _step(self) -> list[Tensor]: raise NotImplementedError
 
 def _zeros_like(p: Tensor) -> Tensor:
-  return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
+  """Zeros laid out as p is: the state of a sharded parameter is sharded with it (each device holds its slice's)."""
+  if p.lazydata.op is not Ops.MULTI:
+    return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
+  # from memory of its own (constants are interned: two states made of one would realize into one memory)
+  zeros = Tensor(np.zeros(p.shape), device=Device.first(p.device), dtype=p.dtype).lazydata
+  return Tensor(shard_like(zeros, p.lazydata)).contiguous().realize()
 
 class SGD(Optimizer):
   """Stochastic gradient descent with torch's momentum, nesterov and weight decay."""

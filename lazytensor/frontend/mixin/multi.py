@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 from lazytensor.frontend.mixin.nn import NNMixin
 from lazytensor.helpers import prod
 from lazytensor.runtime.device import Device
@@ -184,8 +186,11 @@ class MultiMixin(NNMixin):
     >>> w.device, w.shard_axis
     (('CPU', 'CPU:1'), 0)
     """
-    sharded = self.shard(devices, axis).realize()
     me = self
+    # constants are interned: two zeros(3) sharded would realize into one memory, and a tensor in place is its own
+    if self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
+      me.lazydata = type(self)(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
+    sharded = self.shard(devices, axis).realize()
     me.lazydata = sharded.lazydata
     return me
 

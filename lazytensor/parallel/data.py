@@ -1,0 +1,373 @@
+"""Data parallelism on a DeviceMesh: `replicate` (torch's DDP), and what fully_shard (FSDP) builds on.
+
+A wrapped module's forward runs once per *replica*: per index along the data-parallel mesh axis (the mesh's first
+axis), on that replica's devices (one device on a 1-D mesh; on a ("dp", "tp") mesh, its row of "tp" devices, where
+tensor parallelism works as it does on its own). Each replica reads its slice of the batch and its own copy of the
+parameters: a leaf of autograd, so that backward leaves each replica its *local* gradient, as each rank of torch's DDP
+has. Hooks on those leaves sum them over the replicas with the collectives of parallel/collectives.py, a bucket of
+parameters at a time: per device, the local gradients of a bucket flattened into one vector, one all-reduce (or
+reduce-scatter) of them over the data-parallel axis, the result cut back into each parameter's `.grad`.
+
+>>> from lazytensor import DeviceMesh, Tensor, nn
+>>> from lazytensor.parallel import replicate
+>>> mesh = DeviceMesh(("CPU:0", "CPU:1"), names=("dp",))
+>>> model = replicate(nn.Linear(4, 2), mesh)
+>>> _ = model(Tensor.ones(6, 4)).sum().backward()      # the batch is sharded over "dp"; its gradients all-reduced
+>>> model.weight.grad.device, model.weight.grad.tolist()[0]
+(('CPU', 'CPU:1'), [6.0, 6.0, 6.0, 6.0])
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from lazytensor.frontend.mixin.multi import DeviceMesh, SpecEntry
+from lazytensor.frontend.tensor import Tensor
+from lazytensor.helpers import prod
+from lazytensor.parallel import collectives
+from lazytensor.runtime.device import Device
+from lazytensor.uop.graph import axis_shrink, copy_to, even_bounds
+from lazytensor.uop.ops import DeviceLike, Ops, UOp
+
+DEFAULT_BUCKET_BYTES = 25 * 2**20  # torch's bucket_cap_mb=25
+
+# ---- the mesh seen by a replica ----
+
+def check_axis(mesh: DeviceMesh, axis: str, what: str) -> None:
+  """The data-parallel axis must be the mesh's first: a replica is then one piece of each tensor's top MULTI."""
+  if not isinstance(mesh, DeviceMesh): raise TypeError(f"{what}: expected a DeviceMesh, got {mesh!r}")
+  if axis not in mesh.names: raise ValueError(f"{what}: {axis!r} is not an axis of the mesh; its axes are {mesh.names}")
+  if mesh.names[0] != axis:
+    raise ValueError(f"{what}: the data-parallel axis {axis!r} must be the mesh's first axis, got a mesh with axes "
+                     f"{mesh.names}; put {axis!r} first")
+
+@functools.cache
+def _row(mesh: DeviceMesh, i: int) -> DeviceMesh | str:
+  """Replica i's devices: the mesh of the other axes at index i of the first (one device on a 1-D mesh)."""
+  row = mesh.devices[i] if isinstance(mesh.devices, tuple) else mesh.devices
+  if isinstance(row, str): return row
+  return DeviceMesh(Device.flat(row), shape=mesh.shape[1:], names=mesh.names[1:])
+
+@dataclass(frozen=True)
+class Replica:
+  """The replica whose forward runs now: index `index` along the first axis of `mesh`."""
+  mesh: DeviceMesh
+  index: int
+  generation: int  # which forward of the outermost wrapped module: units pair their replicas' calls by it
+
+_active: list[Replica] = []
+_generations = iter(range(1 << 62))
+
+def current_replica(mesh: DeviceMesh) -> Replica | None:
+  """The replica of `mesh` whose forward runs now, or None outside a data-parallel forward."""
+  return next((r for r in reversed(_active) if same_mesh(r.mesh, mesh)), None)
+
+def same_mesh(a: DeviceMesh, b: DeviceMesh) -> bool: return a is b or (a.devices, a.names) == (b.devices, b.names)
+
+def local_mesh(mesh: DeviceMesh) -> DeviceMesh | str:
+  """Where a forward lays out its values on `mesh`: the whole mesh, or inside a replica its devices (a mesh of the
+  other axes, or one device). Tensor parallelism reads it, so that it runs inside each data-parallel replica."""
+  r = current_replica(mesh)
+  return mesh if r is None else _row(mesh, r.index)
+
+def piece(t: Tensor, mesh: DeviceMesh, dim: int | None, i: int) -> Tensor:
+  """Replica i's part of t: the i-th slice of dimension `dim` (None: all of t), on replica i's devices. t is laid out
+  on the mesh first (sliced along its first axis on `dim`, replicated along the others) unless it is already."""
+  n, u = mesh.shape[0], t.lazydata
+  want = (None, None) if dim is None else (dim, even_bounds(t.shape[dim], n))
+  laid_out = t.device == mesh.devices and (u.op is Ops.MULTI and u.arg == want and len(u.src) == n or
+                                           dim is None and u.op is Ops.COPY)
+  if not laid_out:
+    if isinstance(t.device, tuple) and t.device != mesh.devices:
+      raise ValueError(f"data parallel: a tensor of shape {t.shape} is on {t.device}, not on the mesh {mesh.devices}; "
+                       "pass it on one device or on the mesh")
+    spec: list[SpecEntry] = [None] * t.ndim
+    if dim is not None: spec[dim] = mesh.names[0]
+    u = t.shard(mesh, spec).lazydata
+  p = u.src[i] if u.op is Ops.MULTI else _copy_piece(u, i)
+  return Tensor(p)
+
+def _copy_piece(u: UOp, i: int) -> UOp:
+  # a value replicated on the whole mesh is one COPY to the nested tuple of devices: its piece is a COPY to row i
+  assert u.op is Ops.COPY and isinstance(u.arg, tuple), u.op
+  return copy_to(u.src[0], u.arg[i])
+
+def join(parts: Sequence[Tensor], dim: int) -> Tensor:
+  """The replicas' results as one value, sliced along the mesh's first axis on `dim`: their concatenation."""
+  offsets = [0]
+  for p in parts: offsets.append(offsets[-1] + p.shape[dim])
+  bounds = tuple(zip(offsets[:-1], offsets[1:]))
+  return parts[0]._apply_uop(lambda *us: UOp(Ops.MULTI, us[0].dtype, us, (dim, bounds)), *parts[1:])
+
+def run_replicas(mesh: DeviceMesh, forward: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+  """forward(*args, **kwargs) once per replica of `mesh`, each on its slice of every tensor argument's first
+  dimension; the results (a Tensor or a tuple of them) put together along their first dimension."""
+  n, generation = mesh.shape[0], next(_generations)
+  def part(a: Any, i: int) -> Any: return piece(a, mesh, 0, i) if isinstance(a, Tensor) else a
+  outs = []
+  for i in range(n):
+    _active.append(Replica(mesh, i, generation))
+    try: outs.append(forward(*(part(a, i) for a in args), **{k: part(v, i) for k, v in kwargs.items()}))
+    finally: _active.pop()
+  if all(isinstance(o, Tensor) for o in outs): return join(outs, 0)
+  if all(isinstance(o, tuple) and all(isinstance(t, Tensor) for t in o) for o in outs):
+    return tuple(join(parts, 0) for parts in zip(*outs))
+  raise TypeError(f"data parallel: the forward must return a Tensor or a tuple of them, got {type(outs[0]).__name__}")
+
+# ---- the parameters of a module, and their places ----
+
+Slot = tuple[Any, Any]  # (owner, key): owner.key or owner[key] holds a parameter
+
+def param_slots(module: object, stop: Callable[[object], bool]) -> dict[int, tuple[Tensor, list[Slot]]]:
+  """The float tensors reachable from `module` (as get_state_dict finds them), each with the places that hold it; the
+  objects `stop` names are not entered (nested units of fully_shard)."""
+  found: dict[int, tuple[Tensor, list[Slot]]] = {}
+  seen: set[int] = set()
+  def walk(obj: object) -> None:
+    if id(obj) in seen: return
+    seen.add(id(obj))
+    if isinstance(obj, dict): items: Any = list(obj.items())
+    elif isinstance(obj, (list, tuple)): items = list(enumerate(obj))
+    elif hasattr(obj, "__dict__"): items = list(vars(obj).items())
+    else: return
+    for k, v in items:
+      if isinstance(v, Tensor) and v.dtype.is_float:
+        if isinstance(obj, tuple): raise TypeError(f"data parallel: a parameter of shape {v.shape} is held in a tuple; "
+                                                   "hold parameters in attributes, lists or dicts")
+        found.setdefault(id(v), (v, []))[1].append((obj, k))
+      elif not isinstance(v, Tensor) and (v is module or not stop(v)): walk(v)
+  walk(module)
+  return found
+
+@contextmanager
+def swapped(slots: dict[int, tuple[Tensor, list[Slot]]], stand_ins: dict[int, Tensor]) -> Iterator[None]:
+  """The parameters replaced by their stand-ins in every place that holds them, for the duration of the block."""
+  def put(owner: Any, key: Any, value: Tensor) -> None:
+    if isinstance(owner, (list, dict)): owner[key] = value
+    else: setattr(owner, key, value)
+  try:
+    for pid, (_, places) in slots.items():
+      for owner, key in places: put(owner, key, stand_ins[pid])
+    yield
+  finally:
+    for p, places in slots.values():
+      for owner, key in places: put(owner, key, p)
+
+# ---- wrapping a module's class, as torch's FSDP2 does ----
+
+_states: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+class ParallelModule:
+  """The class a wrapped module gets (its own class with this in front): calls run through its parallel state."""
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    return _states[self].forward(super().__call__, args, kwargs)  # type: ignore[misc]
+
+_classes: dict[type, type] = {}
+
+def _wrapped_class(cls: type) -> type:
+  if cls not in _classes: _classes[cls] = type(cls.__name__, (ParallelModule, cls), {"__module__": cls.__module__})
+  return _classes[cls]
+
+def wrap(module: Any, state: object, what: str) -> None:
+  """Route module's calls through `state` (its `forward(call, args, kwargs)`)."""
+  if isinstance(module, ParallelModule):
+    raise ValueError(f"{what}: the module is already wrapped by {type(_states[module]).__name__}")
+  if not callable(module): raise TypeError(f"{what}: expected a callable module, got {type(module).__name__}")
+  module.__class__ = _wrapped_class(type(module))
+  _states[module] = state
+
+def state_of(module: object) -> Any: return _states.get(module) if isinstance(module, ParallelModule) else None
+
+# ---- gradients summed over the replicas, a bucket at a time ----
+
+def spec_dims(mesh: DeviceMesh, t: Tensor) -> tuple[int | None, ...]:
+  """The tensor dimension each mesh axis slices in t's layout (None: replicated along it)."""
+  return mesh.dims_of(mesh.spec(t), t.ndim)
+
+def check_even(mesh: DeviceMesh, shape: tuple[int, ...], dims: Sequence[int | None], what: str) -> None:
+  """Every dimension a mesh axis slices must split evenly over its devices (the collectives move equal blocks)."""
+  for d in range(len(shape)):
+    n = prod(mesh.shape[k] for k, dk in enumerate(dims) if dk == d)
+    if shape[d] % n:
+      names = tuple(mesh.names[k] for k, dk in enumerate(dims) if dk == d)
+      raise ValueError(f"{what}: dimension {d} ({shape[d]}) of a parameter of shape {shape} does not split evenly over "
+                       f"the {n} devices of the mesh axes {names}")
+
+@dataclass
+class Bucket:
+  """Parameters whose local gradients are summed over the replicas by one collective. `dims`: per parameter, the
+  tensor dimension each mesh axis slices in its gradient's layout (the data-parallel axis's entry None for an
+  all-reduce, the dimension it scatters for a reduce-scatter)."""
+  params: list[Tensor]
+  dims: list[tuple[int | None, ...]]
+  got: dict[tuple[int, int], Tensor] = field(default_factory=dict)  # (param index, replica) -> local gradient
+
+def make_buckets(params: Sequence[Tensor], dims: Sequence[tuple[int | None, ...]], cap_bytes: int) -> list[Bucket]:
+  """Consecutive parameters in reverse order (their gradients are ready about then, as torch's DDP buckets), a new
+  bucket once one holds cap_bytes; those whose gradients are reduce-scattered (dims[0] not None) apart from the
+  others."""
+  if not isinstance(cap_bytes, int) or cap_bytes < 0:
+    raise ValueError(f"bucket size {cap_bytes!r}: expected a number of bytes >= 0")
+  out: list[Bucket] = []
+  for scatter in (True, False):  # a bucket is all reduce-scattered or all all-reduced
+    size = cap_bytes
+    for p, d in reversed(list(zip(params, dims))):
+      if (d[0] is not None) != scatter: continue
+      if size >= cap_bytes: out, size = out + [Bucket([], [])], 0
+      out[-1].params.append(p)
+      out[-1].dims.append(d)
+      size += p.numel() * p.dtype.itemsize
+  return out
+
+class GradSync:
+  """Sums the replicas' local gradients of each bucket over the data-parallel axis once all of them are in (backward
+  calls each replica leaf's hook), and adds the result to each parameter's .grad."""
+  def __init__(self, mesh: DeviceMesh, buckets: list[Bucket]) -> None:
+    self.mesh, self.buckets = mesh, buckets
+    self.index = {id(p): (i, k) for i, b in enumerate(buckets) for k, p in enumerate(b.params)}
+    # the replicas' leaves, alive until the backward that reaches them (autograd fills live leaves only); dropped once
+    # every bucket is reduced, so that nothing keeps the values they read or their local gradients
+    self.leaves: list[Tensor] = []
+    self.pending = 0
+
+  def start(self, what: str) -> None:
+    """A new forward: the last one's gradients must all have come in, or none (a forward without backward)."""
+    for b in self.buckets:
+      if b.got:
+        missing = sorted({p for p in range(len(b.params)) for i in range(self.mesh.shape[0]) if (p, i) not in b.got})
+        raise RuntimeError(f"{what}: the last backward reached only some replicas' copies of the parameters of shapes "
+                           f"{[b.params[p].shape for p in missing]}: every parameter must take part in the loss")
+      b.got.clear()
+    self.leaves, self.pending = [], len(self.buckets)
+
+  def leaf(self, param: int, replica: int, value: Tensor) -> Tensor:
+    """Replica `replica`'s copy of the parameter whose id is `param`: a leaf whose gradient goes to its bucket."""
+    leaf = value.detach().requires_grad_()
+    bucket, index = self.index[param]
+    def hook(g: Tensor) -> None:
+      b = self.buckets[bucket]
+      b.got[(index, replica)] = g
+      if len(b.got) == len(b.params) * self.mesh.shape[0]:
+        self._reduce(b)
+        b.got.clear()
+        self.pending -= 1
+        if not self.pending: self.leaves = []
+    leaf.register_hook(hook)
+    self.leaves.append(leaf)
+    return leaf
+
+  def _reduce(self, b: Bucket) -> None:
+    mesh, n = self.mesh, self.mesh.shape[0]
+    devices = Device.flat(mesh.devices)
+    per_row = len(devices) // n
+    # per device: each parameter's local gradient there, cut into the blocks its summed gradient is laid out in
+    blocks: list[list[list[Tensor]]] = []  # device -> param -> the blocks for each replica (one for an all-reduce)
+    local = {(k, i): blocks_of(g.lazydata, mesh.devices[i] if per_row > 1 else devices[i], b.dims[k][1:])
+             for (k, i), g in b.got.items()}
+    for c in range(len(devices)):
+      row = [Tensor(local[(k, c // per_row)][c % per_row]) for k in range(len(b.params))]
+      blocks.append([list(g.chunk(n, d[0])) if d[0] is not None else [g] for g, d in zip(row, b.dims)])
+    scatter = b.dims[0][0] is not None
+    # the flat vector: for a reduce-scatter, the blocks for replica 0 of every parameter first, then replica 1's...
+    flats = [Tensor.cat(*[blk[j].flatten() for j in range(n if scatter else 1) for blk in dev]) for dev in blocks]
+    stack = collectives.stack([f.to(d) for f, d in zip(flats, devices)], mesh)
+    op = collectives.reduce_scatter if scatter else collectives.all_reduce
+    summed = op(stack, "sum", mesh=mesh, axis=mesh.names[0])
+    sizes = [blk[0].numel() for blk in blocks[0]]
+    mine = [self._local(summed, c, sum(sizes), scatter).to(d) for c, d in enumerate(devices)]
+    for k, p in enumerate(b.params):
+      lo = sum(sizes[:k])
+      parts = [m[lo:lo + sizes[k]].reshape(blocks[c][k][0].shape) for c, m in enumerate(mine)]
+      g = parts[0]._apply_uop(lambda *us, k=k: collectives.assemble(mesh, b.dims[k], us), *parts[1:])
+      p.grad = g if p.grad is None else p.grad + g
+
+  def _local(self, summed: Tensor, c: int, size: int, scatter: bool) -> Tensor:
+    """Device c's part of a summed stack: its row of the other mesh axes, and for a reduce-scatter its slice."""
+    coords = collectives.unravel(self.mesh.shape, c)
+    mine = summed[tuple(coords[1:])] if len(coords) > 1 else summed
+    return mine[coords[0] * size:(coords[0] + 1) * size] if scatter else mine
+
+def blocks_of(u: UOp, devices: DeviceLike, dims: Sequence[int | None]) -> list[UOp]:
+  """Each device's block of u laid out on a mesh of `devices` (nested, one level per axis) by `dims` (the dimension
+  each axis slices, or None), in the mesh's order: the pieces where u is laid out so already, slices of u otherwise."""
+  if isinstance(devices, str): return [copy_to(u, devices)]
+  d, n = dims[0], len(devices)
+  bounds = even_bounds(u.shape[d], n) if d is not None else None
+  if u.op is Ops.MULTI and u.arg == (d, bounds): parts: Sequence[UOp] = u.src
+  else: parts = [u] * n if bounds is None else [axis_shrink(u, cast(int, d), *b) for b in bounds]
+  return [blk for part, sub in zip(parts, devices) for blk in blocks_of(part, sub, dims[1:])]
+
+# ---- replicate ----
+
+class DataParallel:
+  """replicate's state: the module's parameters, replicated along the data-parallel axis, and their buckets."""
+  def __init__(self, module: Any, mesh: DeviceMesh, axis: str, bucket_cap_bytes: int, shard_gradients: bool) -> None:
+    check_axis(mesh, axis, "replicate")
+    self.mesh, self.axis = mesh, axis
+    self.slots = param_slots(module, lambda _: False)
+    params = [p for p, _ in self.slots.values()]
+    dims = []
+    for p in params:
+      lay_out(p, mesh, "replicate")
+      d = spec_dims(mesh, p)
+      if shard_gradients: d = (first_free_dim(p, d), *d[1:])  # ZeRO-2: each replica keeps the sum of its slices
+      check_even(mesh, p.shape, d, "replicate")
+      dims.append(d)
+    self.sync = GradSync(mesh, make_buckets(params, dims, bucket_cap_bytes))
+
+  def forward(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    r = current_replica(self.mesh)
+    if r is None:
+      self.sync.start("replicate")
+      return run_replicas(self.mesh, lambda *a, **k: self.forward(call, a, k), args, kwargs)
+    leaves = {pid: self.sync.leaf(pid, r.index, piece(p, self.mesh, None, r.index))
+              for pid, (p, _) in self.slots.items()}
+    with swapped(self.slots, leaves): return call(*args, **kwargs)
+
+def lay_out(p: Tensor, mesh: DeviceMesh, what: str) -> None:
+  """p on the mesh, in place: replicated, unless it is laid out on it already (by parallelize_module), then along
+  every axis but the data-parallel one as it is."""
+  if p.device == mesh.devices:
+    if spec_dims(mesh, p)[0] is not None:
+      raise ValueError(f"{what}: a parameter of shape {p.shape} is already sliced along the data-parallel axis "
+                       f"{mesh.names[0]!r}")
+    return
+  if isinstance(p.device, tuple):
+    raise ValueError(f"{what}: a parameter of shape {p.shape} is on {p.device}, not on the mesh {mesh.devices}")
+  p.shard_(mesh, None)
+
+def spec_of(mesh: DeviceMesh, dims: Sequence[int | None], ndim: int) -> tuple[SpecEntry, ...]:
+  """The spec of a layout given as the dimension each mesh axis slices."""
+  names: list[tuple[str, ...]] = [() for _ in range(ndim)]
+  for k, d in enumerate(dims):
+    if d is not None: names[d] += (mesh.names[k],)
+  return tuple(None if not n else n[0] if len(n) == 1 else n for n in names)
+
+def first_free_dim(p: Tensor, dims: tuple[int | None, ...]) -> int | None:
+  """The first dimension of p that no mesh axis but the data-parallel one slices: the one that axis shards. None
+  where the others slice them all (a column-parallel bias): such a parameter stays whole along it."""
+  taken = {d for d in dims[1:] if d is not None}
+  return next((d for d in range(p.ndim) if d not in taken), None)
+
+def replicate(module: Any, mesh: DeviceMesh, axis: str = "dp", bucket_cap_bytes: int = DEFAULT_BUCKET_BYTES,
+              shard_gradients: bool = False) -> Any:
+  """Data parallelism (torch's DistributedDataParallel, named as torch's composable `replicate`), in place: the
+  module's parameters replicated along the mesh axis `axis` (the mesh's first; its other axes keep the layouts
+  parallelize_module gave), each call split over the replicas along the first dimension of its tensor arguments, and
+  the replicas' local gradients summed a bucket at a time (buckets of about `bucket_cap_bytes`, each one all-reduce).
+  shard_gradients: a reduce-scatter instead, each replica keeping the sum of its slice of each gradient (for
+  ZeroRedundancyOptimizer(stage=2)). Returns the module.
+
+  >>> from lazytensor import DeviceMesh, Tensor, nn
+  >>> mesh = DeviceMesh(("CPU:0", "CPU:1"), names=("dp",))
+  >>> lin = replicate(nn.Linear(3, 1), mesh)
+  >>> lin(Tensor.ones(4, 3)).shape, lin.weight.device
+  ((4, 1), ('CPU', 'CPU:1'))
+  """
+  wrap(module, DataParallel(module, mesh, axis, bucket_cap_bytes, shard_gradients), "replicate")
+  return module
