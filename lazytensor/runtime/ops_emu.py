@@ -572,8 +572,8 @@ def _global_counter(ex: Executable, buf: UOp) -> GlobalBytes | None:
   return ex.counters[-1]
 
 def _matrix_load(ex: Executable, i: int, u: UOp) -> Step:
-  """A warp's ldmatrix (arg (MATRIX_LOAD, n, trans), codegen/tensor_cores.py): lane 8i + r names the start of row r of 8x8
-  matrix i, and each lane receives its elements of every matrix, (l // 4, 2 (l % 4) + e) as register 2i + e, or
+  """A warp's ldmatrix (arg (MATRIX_LOAD, n, trans), codegen/tensor_cores.py): lane 8i + r names the start of row r
+  of 8x8 matrix i, and each lane receives its elements of every matrix, (l // 4, 2 (l % 4) + e) as register 2i + e, or
   (2 (l % 4) + e, l // 4) transposed. All lanes of a warp must run it."""
   _, n, trans = u.arg
   src = tuple(s for s in u.src if s.op is not Ops.BARRIER)
