@@ -166,7 +166,9 @@ class WritesMixin(InPlaceMixin):
       # (what follows names one device's buffer)
       target, new = self._setitem_parts(indices, value)
       if target.numel():
-        (self._viewed if self._viewed is not None else self)._renamed(target.assign(new).realize().lazydata)
+        root = self._viewed if self._viewed is not None else self
+        root._renamed(target.assign(new).realize().lazydata)
+        root._written_unseen()
       return
     self._give_buffer()
     if not moved_buffer(self.lazydata): self.lazydata = self.contiguous().realize().lazydata
