@@ -544,3 +544,13 @@ def test_assign_into_a_view_of_a_value_that_reads_the_view_elsewhere(dtype: type
   ref = a.copy()
   ref.T[:3] = fns[op][1](ref.T[:3].copy()).astype(dtype)
   np.testing.assert_array_equal(base.numpy(), ref)
+
+def test_a_read_after_a_write_through_a_view_sees_it() -> None:
+  # what is read of a tensor after a write through its view is made is a new graph: the same reduce realized before
+  # the write (one interned node) was found again, stale, as in a decode loop that writes cache[pos] and sums cache
+  cache = Tensor.zeros(8, 4).contiguous().realize()
+  before = cache[:5].sum(0).realize()
+  for value in (1.0, 2.0, 3.0):
+    cache[3:4].assign(Tensor.full((1, 4), value) * 1.0)
+    assert cache[:5].sum(0).tolist() == [value] * 4
+  assert before.tolist() == [0.0] * 4

@@ -33,6 +33,7 @@ from lazytensor.frontend.views import (
   writable_view,
 )
 from lazytensor.helpers import ArgumentError, NotSupportedError
+from lazytensor.runtime.device import buffer_map, new_buffer_uop
 from lazytensor.schedule.scheduler import commit_realized, is_plain_buffer_view, realized_map
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import const_uop, multi_leaves, own_value
@@ -138,7 +139,9 @@ class WritesMixin(InPlaceMixin):
     self.lazydata = write
     self._assigned_at = live.serial()  # values computed from now on read what it writes
     state.pending[self._assigned_at] = (weakref.ref(self), self.lazydata)
-    if self._viewed is not None: self._viewed._written_unseen(self)
+    if self._viewed is not None:
+      self._viewed._named_anew()
+      self._viewed._written_unseen(self)
 
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
@@ -417,6 +420,17 @@ class WritesMixin(InPlaceMixin):
              if o.op is Ops.VIEW and w.op is Ops.VIEW and o.src[0].op is Ops.BUFFER and w.src[0].op is Ops.BUFFER and
              o.src[0].reads == w.src[0].reads}
     self.lazydata = old.substitute(names)
+    self._rebase_views(old, self.lazydata)
+
+  def _named_anew(self) -> None:
+    """When a write through a view of this tensor (a buffer that views no other) is made: it and its views read new
+    BUFFER nodes of the same memory from now on. Values computed from them are then new nodes, which read the write
+    (it runs first: pending.due_writes), where the old nodes stand for the old contents: a value realized from them
+    before (`cache[:5].sum(0)` in a loop that writes `cache[3:4]`) was found again in realized_map, stale."""
+    if not self._is_buffer_view(): return
+    old = self.lazydata
+    self.lazydata = old.substitute({b: new_buffer_uop(b.arg[0], b.arg[1], b.dtype, buffer_map[b])
+                                    for b in old.toposort if b.op is Ops.BUFFER})
     self._rebase_views(old, self.lazydata)
 
   def _rebase_views(self, old: UOp | None, new: UOp, requires_grad: bool = False) -> None:
