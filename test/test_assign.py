@@ -554,3 +554,15 @@ def test_a_read_after_a_write_through_a_view_sees_it() -> None:
     cache[3:4].assign(Tensor.full((1, 4), value) * 1.0)
     assert cache[:5].sum(0).tolist() == [value] * 4
   assert before.tolist() == [0.0] * 4
+
+def test_a_kept_reduce_is_not_computed_again_when_its_input_is_written() -> None:
+  # x.sum(1) is a reduce and a reshape view of it: realized, the reduce takes the view's memory, where it stayed lazy
+  # and a write into x computed it again as a value of x's old contents, one kernel more in each step of a loop
+  cache = Tensor.zeros(16, 4).contiguous().realize()
+  outs = []
+  for i in range(4):
+    GlobalCounters.reset()
+    cache[i:i + 1].assign(Tensor.full((1, 4), i + 1.0) * 1.0).realize()
+    outs.append(cache[:i + 2].sum(0).realize())
+    assert GlobalCounters.kernel_count == 2
+  assert [o.tolist() for o in outs] == [[sum(range(1, i + 2))] * 4 for i in range(4)]
