@@ -22,7 +22,7 @@ import argparse
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -142,8 +142,14 @@ def next_token(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
 @dataclass
 class Timing:
   prefill_s: float = 0.0
-  decode_s: float = 0.0
-  decoded: int = 0
+  decode_s: list[float] = field(default_factory=list)  # the seconds of each decode step
+
+  def report(self) -> str:
+    """Tokens/s of the decode steps after the first two (those capture the step and build its kernels)."""
+    first, rest = self.decode_s[:2], self.decode_s[2:]
+    rate = f"{len(rest) / sum(rest):.1f} tokens/s" if rest and sum(rest) > 0 else "too few steps to time"
+    return (f"prefill {self.prefill_s * 1e3:.1f} ms; decode {len(self.decode_s)} tokens: the first two (capture) "
+            f"{sum(first):.2f} s, then {rate}")
 
 def generate(model: CachedModel, prompt: list[int], n: int, pick: Callable[[np.ndarray], int],
              timing: Timing | None = None) -> list[int]:
@@ -171,15 +177,16 @@ def generate(model: CachedModel, prompt: list[int], n: int, pick: Callable[[np.n
       continue
     clock = time.perf_counter()
     logits = decode_step(Tensor([[tokens[-1]]], dtype="int32"), start_pos.bind(cached)).numpy()
-    timing.decode_s += time.perf_counter() - clock
-    timing.decoded, cached = timing.decoded + 1, cached + 1
+    timing.decode_s.append(time.perf_counter() - clock)
+    cached += 1
   return tokens[len(prompt):]
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--weights", help="a .safetensors file of GPT-2 weights in Hugging Face's layout (default: random)")
   for name, default in vars(Config()).items(): ap.add_argument(f"--{name}", type=int, default=default)
-  ap.add_argument("--prompt", default="464,2068,7586,21831", help="token ids, comma-separated")
+  ap.add_argument("--prompt", default="464,2068,7586,21831",
+                  help="token ids, comma-separated (the default: GPT-2's 'The quick brown fox')")
   ap.add_argument("--tokens", type=int, default=32, help="tokens to generate")
   ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
   ap.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
@@ -192,13 +199,13 @@ def main() -> None:
   if args.weights: model.load(args.weights)
   rng = np.random.default_rng(args.seed)
   prompt = [int(t) for t in args.prompt.split(",")]
+  if bad := [t for t in prompt if not 0 <= t < cfg.vocab]:
+    raise ValueError(f"--prompt: token ids {bad} are outside the vocabulary of {cfg.vocab} (give ids below it)")
   timing = Timing()
   out = generate(model, prompt, args.tokens, lambda z: next_token(z, args.temperature, args.top_k, args.top_p, rng),
                  timing)
   print("tokens:", ",".join(map(str, out)))
-  print(f"prefill {len(prompt)} tokens in {timing.prefill_s * 1e3:.1f} ms; decode {timing.decoded} tokens in "
-        f"{timing.decode_s:.2f} s: {timing.decoded / max(timing.decode_s, 1e-9):.1f} tokens/s (the first two calls "
-        "capture the step and compile its kernels)")
+  print(f"{len(prompt)} prompt tokens; {timing.report()}")
 
 if __name__ == "__main__":
   main()
