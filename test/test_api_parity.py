@@ -374,6 +374,7 @@ def test_tinygrad_shim_presents_lazytensor() -> None:
   code = ("from tinygrad import Tensor, dtypes, nn; from tinygrad.helpers import getenv, Context; "
           "from tinygrad.tensor import _to_np_dtype; from tinygrad.device import is_dtype_supported; "
           "import lazytensor; assert Tensor is lazytensor.Tensor and nn.optim.Adam; "
+          "from tinygrad import Variable; assert Variable is lazytensor.Variable; "
           "print(Tensor([1, 2]).dtype.name, Tensor.arange(3).sum().dtype.name, _to_np_dtype(dtypes.float16).__name__, "
           "is_dtype_supported(dtypes.bfloat16), getenv('LT_SHIM_UNSET', 7))")
   env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'extra' / 'tinygrad_shim'}"}

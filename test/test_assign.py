@@ -544,3 +544,25 @@ def test_assign_into_a_view_of_a_value_that_reads_the_view_elsewhere(dtype: type
   ref = a.copy()
   ref.T[:3] = fns[op][1](ref.T[:3].copy()).astype(dtype)
   np.testing.assert_array_equal(base.numpy(), ref)
+
+def test_a_read_after_a_write_through_a_view_sees_it() -> None:
+  # what is read of a tensor after a write through its view is made is a new graph: the same reduce realized before
+  # the write (one interned node) was found again, stale, as in a decode loop that writes cache[pos] and sums cache
+  cache = Tensor.zeros(8, 4).contiguous().realize()
+  before = cache[:5].sum(0).realize()
+  for value in (1.0, 2.0, 3.0):
+    cache[3:4].assign(Tensor.full((1, 4), value) * 1.0)
+    assert cache[:5].sum(0).tolist() == [value] * 4
+  assert before.tolist() == [0.0] * 4
+
+def test_a_kept_reduce_is_not_computed_again_when_its_input_is_written() -> None:
+  # x.sum(1) is a reduce and a reshape view of it: realized, the reduce takes the view's memory, where it stayed lazy
+  # and a write into x computed it again as a value of x's old contents, one kernel more in each step of a loop
+  cache = Tensor.zeros(16, 4).contiguous().realize()
+  outs = []
+  for i in range(4):
+    GlobalCounters.reset()
+    cache[i:i + 1].assign(Tensor.full((1, 4), i + 1.0) * 1.0).realize()
+    outs.append(cache[:i + 2].sum(0).realize())
+    assert GlobalCounters.kernel_count == 2
+  assert [o.tolist() for o in outs] == [[sum(range(1, i + 2))] * 4 for i in range(4)]

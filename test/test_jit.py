@@ -234,6 +234,16 @@ def test_tinyjit_on_a_method_binds_the_instance() -> None:
   assert [b.step(Tensor([float(i)])).item() for i in range(3)] == [1.0, 6.0, 11.0]
   assert isinstance(Model.step, TinyJit)
 
+@pytest.mark.parametrize("realize_write", [True, False])
+def test_a_reduce_of_memory_written_in_the_step_is_fresh_each_call(realize_write: bool) -> None:
+  cache = Tensor.zeros(32, 4).contiguous().realize()
+  @TinyJit
+  def step(x: Tensor) -> Tensor:
+    write = cache[3:4].assign(x * 1.0)
+    if realize_write: write.realize()
+    return cache[:5].sum(0).realize()
+  for i in range(5): assert step(Tensor(np.full((1, 4), i + 1, np.float32))).tolist() == [i + 1.0] * 4
+
 def test_replay_across_bound_values_captures_once() -> None:
   # a decode-like step: write at a symbolic position of a max-size buffer, reduce over what is written so far
   from lazytensor import Variable

@@ -19,6 +19,7 @@ import os
 import time
 
 import numpy as np
+from generate import KVCache, Pos, generate, next_token  # extra/examples/generate.py, next to this file
 from tqdm import tqdm
 
 from lazytensor import Tensor, dtypes, nn, no_grad
@@ -54,16 +55,20 @@ def unigram_entropy(ids: np.ndarray) -> float:
   return float(-(p * np.log(p)).sum())
 
 class CausalSelfAttention:
-  def __init__(self, dim: int, heads: int) -> None:
+  def __init__(self, dim: int, heads: int, context: int) -> None:
     if dim % heads: raise ValueError(f"--dim {dim} does not split into {heads} heads")
-    self.heads = heads
+    self.heads, self.context = heads, context
     self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+    self.cache: KVCache | None = None  # keys and values of the positions sampled so far (generate.py)
 
-  def __call__(self, x: Tensor) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: Pos | None = None) -> Tensor:
     batch, time_, dim = x.shape
     head_dim = dim // self.heads
     # (batch, time, 3 * dim) -> three of (batch, heads, time, head_dim)
     q, k, v = self.qkv(x).reshape(batch, time_, 3, self.heads, head_dim).permute(2, 0, 3, 1, 4)
+    if start_pos is not None:  # sampling: positions start_pos.. after those in the cache
+      if self.cache is None: self.cache = KVCache(batch, self.heads, self.context, head_dim)
+      return self.proj(self.cache.attend(q, k, v, start_pos).permute(0, 2, 1, 3).reshape(batch, time_, dim))
     scores = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(head_dim))
     # position i attends to positions <= i: the model never sees the character it must predict
     causal = Tensor.ones(time_, time_, dtype=dtypes.bool).tril()
@@ -74,28 +79,31 @@ class CausalSelfAttention:
 
 class Block:
   """Pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
-  def __init__(self, dim: int, heads: int) -> None:
-    self.ln1, self.attn = nn.LayerNorm(dim), CausalSelfAttention(dim, heads)
+  def __init__(self, dim: int, heads: int, context: int) -> None:
+    self.ln1, self.attn = nn.LayerNorm(dim), CausalSelfAttention(dim, heads, context)
     self.ln2, self.fc, self.out = nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
 
-  def __call__(self, x: Tensor) -> Tensor:
-    x = x + self.attn(self.ln1(x))
+  def __call__(self, x: Tensor, start_pos: Pos | None = None) -> Tensor:
+    x = x + self.attn(self.ln1(x), start_pos)
     return x + self.out(self.fc(self.ln2(x)).gelu().contiguous())  # contiguous: see CausalSelfAttention
 
 class GPT:
   def __init__(self, context: int, dim: int, layers: int, heads: int) -> None:
     self.context = context
     self.tok, self.pos = nn.Embedding(len(VOCAB), dim), nn.Embedding(context, dim)
-    self.blocks = [Block(dim, heads) for _ in range(layers)]
+    self.blocks = [Block(dim, heads, context) for _ in range(layers)]
     self.ln_f, self.head = nn.LayerNorm(dim), nn.Linear(dim, len(VOCAB))
 
-  def __call__(self, idx: Tensor) -> Tensor:
-    """Character ids (batch, time) -> next-character logits (batch, time, vocab)."""
+  def __call__(self, idx: Tensor, start_pos: Pos | None = None) -> Tensor:
+    """Character ids (batch, time) -> next-character logits (batch, time, vocab). With start_pos (sampling), the ids
+    are at positions start_pos.. of a sequence whose earlier positions are in the attention layers' caches, and the
+    logits are the last position's (batch, vocab)."""
     # rows of the embedding tables by indexing, not nn.Embedding's one-hot matmul: the same values, but the gradient
     # of the matmul form fuses the whole backward chain into a reduce that recomputes it once per vocabulary entry
-    x = self.tok.weight[idx] + self.pos.weight[:idx.shape[1]]
-    for block in self.blocks: x = block(x)
-    return self.head(self.ln_f(x))
+    pos = 0 if start_pos is None else start_pos
+    x = self.tok.weight[idx] + self.pos.weight[pos:pos + idx.shape[1]]
+    for block in self.blocks: x = block(x, start_pos)
+    return self.head(self.ln_f(x)) if start_pos is None else self.head(self.ln_f(x[:, -1]))
 
 def loss_of(model: GPT, x: Tensor, y: Tensor) -> Tensor:
   logits = model(x)
@@ -108,17 +116,11 @@ def batches(ids: np.ndarray, context: int, batch: int, rng: np.random.Generator)
   return windows[:, :-1], windows[:, 1:]
 
 def sample(model: GPT, prompt: np.ndarray, n: int, temperature: float, rng: np.random.Generator) -> str:
-  """Continue `prompt` (at least `context` characters) by n characters, one at a time, from the model's predictions.
-  The model always sees the last `context` characters: one input shape, so one captured forward serves every step."""
-  @TinyJit
-  def next_probs(window: Tensor) -> Tensor:
-    with no_grad(): return (model(window)[:, -1] * (1 / temperature)).softmax(-1).realize()
-  ids = list(prompt)
-  for _ in range(n):
-    window = np.array(ids[-model.context:], dtype=np.int32)[None]
-    probs = next_probs(Tensor(window)).numpy()[0].astype(np.float64)
-    ids.append(int(rng.choice(len(VOCAB), p=probs / probs.sum())))
-  return decode(np.array(ids[len(prompt):]))
+  """Continue `prompt` (at most `context` characters) by n characters, one at a time, from the model's predictions,
+  as generate.py samples GPT-2: keys and values cached, one TinyJit-captured step at a Variable position."""
+  with no_grad():
+    ids = generate(model, [int(i) for i in prompt], n, lambda z: next_token(z, temperature, 0, 1.0, rng))
+  return decode(np.array(ids))
 
 def train(model: GPT, train_ids: np.ndarray, steps: int, batch: int, lr: float,
           rng: np.random.Generator) -> tuple[list[float], float]:

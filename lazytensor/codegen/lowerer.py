@@ -26,7 +26,7 @@ from lazytensor.helpers import prod
 from lazytensor.opt.kernel import AxisKind, Kernel, grown_load
 from lazytensor.shape.view import ast_variables
 from lazytensor.uop.ops import GroupOp, Ops, UOp, graph_rewrite, identity_element
-from lazytensor.uop.sint import is_sym, sint, sint_prod
+from lazytensor.uop.sint import sint, sint_prod, ssimplify
 from lazytensor.uop.symbolic import simplify, symbolic
 
 LANE_KINDS = (AxisKind.UPCAST, AxisKind.UNROLL)
@@ -540,9 +540,8 @@ def _reduce_blocks(k: Kernel) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
   only the loops are cut, never the unrolled or grouped parts of an axis, which have accumulators of their own. One
   kernel that reads its input in the same order: a split into two kernels (schedule/reduce_split.py) would write the
   partial sums to memory and read them back, and launch twice."""
-  sizes = [k.full_shape[a] for a in k.axes_of(AxisKind.REDUCE)]
-  # a symbolic loop is one chain: blocks of it would need its length when the program is made
-  if is_sym(sizes): return [()] * len(sizes), ()
+  # a symbolic loop is cut as for its largest length: blocks of fixed sizes, the last one stopping at its end
+  sizes = [s.vmax if isinstance(s, UOp) else s for s in (k.full_shape[a] for a in k.axes_of(AxisKind.REDUCE))]
   sums = [u for u in k.ast.toposort if _is_float_sum(u)]
   tile, masked = _tile(k, sums)
   first = REDUCE_FIRST_BLOCK if tile or (k.upcast_size() == 1 and k.renderer.target is not None) else REDUCE_BLOCK
@@ -570,16 +569,18 @@ def _levels(sizes: list[int], first: int, block: int) -> tuple[list[tuple[int, .
     count, steps = count + 1, steps * n
   return [tuple(p) for p in plan], tuple(levels + [count])
 
-def _blocked_index(n: int, blocks: tuple[int, ...], numbers: itertools.count, kind: str) -> tuple[UOp, list[UOp]]:
+def _blocked_index(n: sint, blocks: tuple[int, ...], numbers: itertools.count, kind: str) -> tuple[UOp, list[UOp]]:
   """The index of an axis of n steps and its loops (outermost first): one loop, or loops over `blocks` (the innermost
-  first) and the blocks around them. A block that does not divide n leaves a shorter last one: its loop stops at the
-  axis's end. Loops are numbered in order from `numbers` (linearize.py runs them in that order)."""
+  first) and the blocks around them. A block that does not divide n (or may not: a symbolic n) leaves a shorter last
+  one: its loop stops at the axis's end. Loops are numbered in order from `numbers` (linearize.py runs them in that
+  order)."""
   if not blocks:
     loop = UOp(Ops.RANGE, dtypes.index, (index_const(0), index_const(n)), (next(numbers), kind))
     return loop, [loop]
-  outer, loops = _blocked_index(-(-n // blocks[0]), blocks[1:], numbers, kind)
-  end = index_const(blocks[0]) if n % blocks[0] == 0 else \
-    simplify((index_const(n) - outer * blocks[0]).minimum(blocks[0]))
+  # (n >= 0: a floor division of n + block - 1 is the ceiling)
+  outer, loops = _blocked_index(ssimplify((n + blocks[0] - 1) // blocks[0]), blocks[1:], numbers, kind)
+  divides = not isinstance(n, UOp) and n % blocks[0] == 0
+  end = index_const(blocks[0]) if divides else simplify((index_const(n) - outer * blocks[0]).minimum(blocks[0]))
   loop = UOp(Ops.RANGE, dtypes.index, (index_const(0), end), (next(numbers), kind))
   return outer * blocks[0] + loop, loops + [loop]
 

@@ -336,6 +336,8 @@ class Tensor(GradMixin, metaclass=_TensorType):
         if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
       if t._assigned_at is not None: state.pending.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
+    for t in tensors:
+      if t._own_moves is not None: t._hand_memory_to_viewed()
     if bad is not None: raise bad
     return self
 

@@ -32,8 +32,9 @@ from lazytensor.frontend.views import (
   unmoved,
   writable_view,
 )
-from lazytensor.helpers import ArgumentError, NotSupportedError
-from lazytensor.schedule.scheduler import commit_realized, is_plain_buffer_view, realized_map
+from lazytensor.helpers import ArgumentError, NotSupportedError, argsort
+from lazytensor.runtime.device import buffer_map, new_buffer_uop
+from lazytensor.schedule.scheduler import MOVES, commit_realized, is_plain_buffer_view, realized_map
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import const_uop, multi_leaves, own_value
 from lazytensor.uop.ops import Ops, UOp
@@ -138,7 +139,9 @@ class WritesMixin(InPlaceMixin):
     self.lazydata = write
     self._assigned_at = live.serial()  # values computed from now on read what it writes
     state.pending[self._assigned_at] = (weakref.ref(self), self.lazydata)
-    if self._viewed is not None: self._viewed._written_unseen(self)
+    if self._viewed is not None:
+      self._viewed._named_anew()
+      self._viewed._written_unseen(self)
 
   def __setitem__(self, indices: Any, value: Any) -> None:
     """Write into part of the tensor, now (as torch does), with any index that __getitem__ takes. Integer tensor and
@@ -421,6 +424,39 @@ class WritesMixin(InPlaceMixin):
     self.lazydata = old.substitute(names)
     self._rebase_views(old, self.lazydata)
 
+  def _hand_memory_to_viewed(self) -> None:
+    """After this view of a lazy tensor was realized on its own: where its moves keep each element of that tensor once
+    (reshapes, permutes, flips), that tensor takes the memory as its own, seen through the moves undone, as torch's
+    `x.sum(1)` is one tensor where here it is a reduce and a reshape view of it. Left lazy, it stood for a value of the
+    memory its graph read: a write there computed it again first, as an old value (live.old_value_readers), each step
+    of a decode loop recomputing the last step's output (with the last step's bound position, which the new one's
+    contradicts)."""
+    root, moves = self._viewed, self._own_moves
+    # (on one device: a value on several is the pieces' layout, not one view of memory)
+    if root is None or moves is None or self.lazydata.op is not Ops.VIEW or self.lazydata.src[0].op is not Ops.BUFFER \
+       or root._is_buffer_view() or any(op not in _BIJECTIVE_MOVES for op, _ in moves): return
+    shapes = [root.shape]
+    for op, arg in moves[:-1]: shapes.append(MOVES[op](ShapeTracker.from_shape(shapes[-1]), arg).shape)
+    st = self.lazydata.arg
+    for (op, arg), shape in zip(reversed(moves), reversed(shapes)):
+      st = st.reshape(shape) if op is Ops.RESHAPE else st.permute(tuple(argsort(arg))) if op is Ops.PERMUTE else \
+        st.flip(arg)
+    if root._requires_grad and id(root) not in state.grad_leaves: root._graph = root.lazydata
+    root._lazy_before = weakref.ref(root.lazydata)  # what its other views were made over (_give_buffer)
+    root.lazydata = UOp(Ops.VIEW, root.dtype, self.lazydata.src, st.simplify())
+    self._own_moves = None
+
+  def _named_anew(self) -> None:
+    """When a write through a view of this tensor (a buffer that views no other) is made: it and its views read new
+    BUFFER nodes of the same memory from now on. Values computed from them are then new nodes, which read the write
+    (it runs first: pending.due_writes), where the old nodes stand for the old contents: a value realized from them
+    before (`cache[:5].sum(0)` in a loop that writes `cache[3:4]`) was found again in realized_map, stale."""
+    if not self._is_buffer_view(): return
+    old = self.lazydata
+    self.lazydata = old.substitute({b: new_buffer_uop(b.arg[0], b.arg[1], b.dtype, buffer_map[b])
+                                    for b in old.toposort if b.op is Ops.BUFFER})
+    self._rebase_views(old, self.lazydata)
+
   def _rebase_views(self, old: UOp | None, new: UOp, requires_grad: bool = False) -> None:
     """Every live view taken from this tensor while it was `old` (movement ops over it), or realized into a buffer of
     its own while this one was lazy, now makes the same moves over `new`: the buffer a write gave it, the value a lazy
@@ -440,6 +476,9 @@ class WritesMixin(InPlaceMixin):
         v.lazydata = moved_onto(v.lazydata, *pair)
         # a detached view reads the new graph without its gradients
         if requires_grad and not v._detached: v._requires_grad = True
+
+# the moves that keep each element of what they move once, and can be undone
+_BIJECTIVE_MOVES = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP})
 
 def _shares_elements(st: ShapeTracker) -> bool:
   """Whether two elements of this view are one element of the memory it views (an expand)."""
