@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazytensor import Device, Tensor, dtypes
-from lazytensor.codegen.lowerer import _specials, lower_kernel
+from lazytensor.codegen.lowerer import lower_kernel
+from lazytensor.codegen.nodes import specials
 from lazytensor.codegen.program import get_program
 from lazytensor.dtype import DType
 from lazytensor.engine.realize import CompiledRunner, ExecItem, optimize_kernel
@@ -93,16 +94,16 @@ def _value(expr: UOp, at: dict[UOp, int]) -> int:
 def test_a_grid_dim_over_its_limit_takes_a_free_dim(sizes: tuple[int, ...]) -> None:
   # the CUDA grid holds at most 2**31 - 1 blocks in x: here, small limits stand for it
   most = (10, 5, 5)
-  idx = _specials("gidx", list(range(len(sizes))), sizes, most)
-  specials = sorted({u for i in idx.values() for u in i.toposort if u.op is Ops.SPECIAL}, key=lambda u: u.arg)
-  assert len(specials) == len(sizes) + 1 and all(u.arg[1] <= most[int(u.arg[0][-1])] for u in specials)
-  seen = {tuple(_value(idx[a], dict(zip(specials, ids))) for a in range(len(sizes)))
-          for ids in itertools.product(*[range(u.arg[1]) for u in specials])}
+  idx = specials("gidx", list(range(len(sizes))), sizes, most)
+  found = sorted({u for i in idx.values() for u in i.toposort if u.op is Ops.SPECIAL}, key=lambda u: u.arg)
+  assert len(found) == len(sizes) + 1 and all(u.arg[1] <= most[int(u.arg[0][-1])] for u in found)
+  seen = {tuple(_value(idx[a], dict(zip(found, ids))) for a in range(len(sizes)))
+          for ids in itertools.product(*[range(u.arg[1]) for u in found])}
   assert len(seen) == prod(sizes) and seen == set(itertools.product(*[range(s) for s in sizes]))  # each once
 
 @pytest.mark.parametrize("sizes", [(37,), (3, 2, 18)])  # no divisor fits; no free dim
 def test_a_grid_dim_that_cannot_split_stays_for_the_renderer_to_reject(sizes: tuple[int, ...]) -> None:
-  idx = _specials("gidx", list(range(len(sizes))), sizes, (10, 5, 5))
+  idx = specials("gidx", list(range(len(sizes))), sizes, (10, 5, 5))
   assert len({u for i in idx.values() for u in i.toposort if u.op is Ops.SPECIAL}) == len(sizes)
 
 def realize_with_int64_index(t: Tensor) -> np.ndarray:

@@ -266,8 +266,9 @@ class Kernel:
 
   @property
   def symbolic(self) -> bool:
-    """Whether an axis's size is an expression of Variables: one program serves each value they take."""
-    return is_sym(self.full_shape)
+    """Whether an axis's size, or a view's offset, stride or mask, is an expression of Variables (a KV cache written at
+    a bound position has a concrete shape and a symbolic offset): one program serves each value they take."""
+    return is_sym(self.full_shape) or bool(ast_variables(self.ast))
 
   def at_max(self) -> Kernel:
     """This kernel with each Variable at its largest value: what the heuristics and BEAM choose opts for (BEAM times

@@ -172,8 +172,9 @@ class MovementMixin:
     numel = sint_prod(self.shape)
     if -1 in dims:
       known = sint_prod(s for s in dims if s != -1)
+      if known == 0: raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {dims}")
       rest = ssimplify(_as_uop(numel) // known if isinstance(known, UOp) else numel // known)
-      if known == 0 or not sint_eq(ssimplify(rest * known), numel):
+      if not sint_eq(ssimplify(rest * known), numel):
         raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {dims}")
       dims = tuple(rest if s == -1 else s for s in dims)
     dims = tuple(as_dim(s) for s in dims)
