@@ -920,6 +920,11 @@ def op_scan(f: Fuzz, x: Val) -> Val:
   ours: Callable[[Any], Any] = (lambda t: getattr(t, name)(axis)[0]) if pair else (lambda t: getattr(t, name)(axis))
   return f.apply(f"{{0}}.{name}({axis})" + ("[0]" if pair else ""), [x], ours, ref)
 
+def _ties(s: Any, dim: int, n: int) -> Any:
+  """Where neighbours along `dim` of sorted values `s` (n of them) are equal, NaN to NaN included."""
+  a, b = s.narrow(dim, 0, n - 1), s.narrow(dim, 1, n - 1)
+  return (a == b) | (a.isnan() & b.isnan())
+
 def op_sort(f: Fuzz, x: Val) -> Val:
   dim, desc = axes(f, x, tuple_ok=False, none_ok=False), f.chance(0.5)
   r = f.rng.random()
@@ -933,7 +938,8 @@ def op_sort(f: Fuzz, x: Val) -> Val:
   # torch's topk(0) of a 0-d tensor gives its value; an empty topk of lazytensor needs no gradient, torch's does
   k, largest = f.randint(0 if x.ndim and not f.grad else 1, max(n, 1)), f.chance(0.6)
   # which of several equal values topk returns is torch's to choose: indices only where a row's values differ
-  distinct = x.ndim == 0 or bool((x.tt.sort(dim)[0].diff(dim=dim) != 0).all())
+  # (neighbours in sorted order compared, not their difference: inf - inf is NaN, and two NaNs are a tie too)
+  distinct = x.ndim == 0 or n < 2 or not bool(_ties(x.tt.sort(dim)[0], dim, n).any())
   which = 1 if distinct and f.chance(0.5) else 0
   return f.apply(f"{{0}}.topk({k}, {dim}, largest={largest})[{which}]", [x],
                  lambda t: t.topk(k, dim, largest=largest)[which], lambda t: t.topk(k, dim, largest=largest)[which],
