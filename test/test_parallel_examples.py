@@ -43,3 +43,12 @@ def test_ddp_example_over_two_mpi_ranks() -> None:
   assert "over 2 MPI ranks" in out
   loss, weights = _largest_differences(out)
   assert loss < 1e-4 and weights < 1e-4, out
+
+def test_mesh_zoo_runs_every_strategy_and_matches_one_device() -> None:
+  out = _run([sys.executable, str(EXAMPLES / "mesh_zoo.py"), "--steps", "2", "--batch", "16"])
+  rows = {line[:14].strip(): (int(m.group(1)), float(m.group(2))) for line in out.splitlines()
+          if (m := re.search(r"(\d+) copies\s+[0-9.]+ KiB\s+diff ([0-9.e+-]+)", line))}
+  assert set(rows) == {"ddp", "fsdp", "zero1", "zero2", "tp", "dp x tp", "pp gpipe", "pp 1f1b", "pp zb", "ep",
+                       "cp (ring)"}, out
+  assert all(copies > 0 and diff < 1e-5 for copies, diff in rows.values()), out
+  assert "bubble 0.20" in out and "bubble 0.08" in out  # gpipe and 1f1b: (p-1)/(m+p-1); zb: (p-1)/(3m+p-1)
