@@ -1036,7 +1036,8 @@ def compare_values(got: np.ndarray, want: np.ndarray, shadow: np.ndarray | None,
                    tolerance: tuple[float, float]) -> str | None:
   """What differs between lazytensor's values and torch's, or None: ints and bools, and exact floats, must be equal;
   other floats within tolerance (atol, rtol), on top of ERROR_GROWTH times torch's own error (its distance to the
-  shadow). NaN must meet NaN, and an infinity the same infinity, unless torch overflowed where its shadow did not."""
+  shadow). NaN must meet NaN, and an infinity the same infinity, unless torch overflowed or gave NaN where its shadow
+  has a value its dtype holds."""
   if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
   floats = got.dtype.kind == "f" or want.dtype.kind == "f"
   if not floats or exact:
@@ -1048,11 +1049,13 @@ def compare_values(got: np.ndarray, want: np.ndarray, shadow: np.ndarray | None,
     with np.errstate(invalid="ignore"):
       close = np.abs(g - w) <= atol + rtol * np.abs(w) + ERROR_GROWTH * np.abs(np.nan_to_num(w - s, posinf=0,
                                                                                               neginf=0))
-    # torch overflowed on the way to a value its dtype holds (float32 cosh(89) = exp(89) / 2, exp(89) > FLT_MAX): its
-    # shadow is the value, within the tolerance
-    overflowed = np.isinf(w) & np.isfinite(s) & (np.abs(s) <= np.finfo(want.dtype).max if want.dtype.kind == "f" else 0)
+    # torch overflowed on the way to a value its dtype holds (float32 cosh(89) = exp(89) / 2, exp(89) > FLT_MAX), or
+    # gave NaN for one (its vectorized float32 fmod(3e38, 0.5) is NaN, the exact result 0): its shadow is the value,
+    # within the tolerance
+    holds = np.abs(s) <= np.finfo(want.dtype).max if want.dtype.kind == "f" else 0
+    lost = (np.isinf(w) | np.isnan(w)) & np.isfinite(s) & holds
     with np.errstate(invalid="ignore"):
-      near_shadow = overflowed & (np.abs(g - s) <= atol + rtol * np.abs(s))
+      near_shadow = lost & (np.abs(g - s) <= atol + rtol * np.abs(s))
     bad = ~((g == w) | (np.isnan(g) & np.isnan(w)) | (np.isfinite(g) & np.isfinite(w) & close) | near_shadow)
   if not bad.any(): return None
   at = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
