@@ -199,10 +199,10 @@ def memory_allocated(device: str | None = None) -> int:
   """The bytes of the buffers that hold memory on `device` (the default device if None) now, as
   torch.cuda.memory_allocated: memory the allocator keeps for reuse (BUFFER_CACHE) is not counted.
 
-  >>> import gc; _ = gc.collect()  # what earlier code left in reference cycles is freed now, not in between
-  >>> before = memory_allocated()
   >>> t = Tensor.ones(256).contiguous().realize()
-  >>> memory_allocated() - before
+  >>> before = memory_allocated()
+  >>> del t  # its buffer goes (into the allocator's cache for reuse, which is not counted)
+  >>> before - memory_allocated()
   1024
   """
   return Device[Device.canonicalize(device or Device.DEFAULT)].allocator.allocated_bytes
