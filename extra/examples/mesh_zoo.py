@@ -15,6 +15,7 @@ difference of the losses and weights from one device:
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -73,7 +74,7 @@ def train(model: MLP, opt: Optimizer, data: list[tuple[np.ndarray, np.ndarray]],
   """Each batch: zero_grad, loss, backward, step; the losses, and the copies of the last step."""
   losses, copies = [], Copies()
   for i, (x, y) in enumerate(data):
-    with Copies() if i == len(data) - 1 else _Nothing() as seen:
+    with Copies() if i == len(data) - 1 else contextlib.nullcontext() as seen:
       opt.zero_grad()
       if step is not None: loss = step(place(Tensor(x)), place(Tensor(y)))
       else:
@@ -85,10 +86,6 @@ def train(model: MLP, opt: Optimizer, data: list[tuple[np.ndarray, np.ndarray]],
   return losses, copies
 
 def _differ(a: Any, b: Any) -> float: return float(np.abs(np.asarray(a) - np.asarray(b)).max())
-
-class _Nothing:
-  def __enter__(self) -> None: return None
-  def __exit__(self, *_: object) -> None: pass
 
 def report(name: str, mesh: DeviceMesh, result: tuple[list[float], Copies], reference: tuple[list[float], MLP],
            model: MLP, extra: str = "") -> None:

@@ -5,7 +5,7 @@ import contextlib
 import functools
 import operator
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -242,10 +242,11 @@ def index_flags(steps: list[ExecItem]) -> list[IndexFlags]:
   """The flags of the index checks of these steps' kernels (schedule/index_check.py)."""
   return [f for s in steps if s.runner is not None for f in _flags_of(s.runner, s.bufs)]
 
-def steps_queues(bufs: Iterable[tuple[Buffer, ...]], debug: int) -> Queues | None:
+def steps_queues(bufs: Sequence[tuple[Buffer, ...]], debug: int) -> Queues | None:
   """Queues for steps on these buffers when they span several devices that queue (engine/queues.py) and QUEUES is on;
-  None to run them in order here (DEBUG=2 times each step, so it runs them in order too)."""
-  if not QUEUES or debug >= 2: return None
+  None to run them in order here (DEBUG=2 times each step, so it runs them in order too; one step has nothing to
+  overlap, which is every eager op's schedule: it pays no set of devices)."""
+  if len(bufs) < 2 or not QUEUES or debug >= 2: return None
   devices = {b[0].device for b in bufs}
   return Queues() if queueable(devices) else None
 
