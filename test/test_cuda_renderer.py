@@ -238,7 +238,8 @@ def _index_kernels() -> dict[str, str]:
   def big(m: Maker) -> Tensor: return Tensor.empty(2**32 + 8, dtype=dtypes.uint8, device="EMU").flip(0) + 1
   return {"flip_big": kernels(big)[-1][1],
           "flip_small": kernels(lambda m: m(1000, dtype=dtypes.uint8).flip(0) + 1)[-1][1],
-          "max_big": kernels(lambda m: Tensor.arange(2**31 + 10, device="EMU").max())[-1][1],
+          # the partial maxima (a GPU splits a reduce to one output): 149 blocks of 2 outputs, 7206321 steps each
+          "max_big": kernels(lambda m: Tensor.arange(2**31 + 10, device="EMU").max())[0][1],
           "flip_big_one_block_each": kernels(big, [])[-1][1]}  # 2**32 + 8 blocks: over x's 2**31 - 1
 
 def test_index_math_is_64_bit_only_past_2_31() -> None:
@@ -291,13 +292,37 @@ def test_limits_are_clear_errors() -> None:
 
 def test_group_past_the_shared_memory_is_an_illegal_opt() -> None:
   # 1024 threads x 16 upcast rows x 4 bytes of partial sums: 64 KiB, over the 48 KiB a block may declare
-  (item,) = create_schedule([Tensor.empty(64, 4096, device="EMU").sum(1).lazydata])[0]
+  (item,) = create_schedule([Tensor.empty(16, 4096, device="EMU").sum(1).lazydata])[0]
   k = Kernel(item.ast, R)
   apply_opt(k, Opt(OptOps.UPCAST, 0, 16))
   with pytest.raises(KernelOptError, match="65536 bytes of shared memory; a block has at most 49152"):
     apply_opt(k, Opt(OptOps.GROUP, 1, 1024))
   apply_opt(k, Opt(OptOps.GROUP, 1, 512))
   assert k.shared_bytes() == 512 * 16 * 4 and "__shared__ alignas(32) float temp" in get_program(k, "k").source
+
+def launch(k: Kernel) -> tuple[int, int]:
+  """Blocks in the grid and threads in a block of a kernel's program."""
+  dims = get_program(k, to_function_name(k.name)).launch
+  return math.prod(dims.global_size), math.prod(dims.local_size)
+
+@pytest.mark.parametrize("build", [lambda m: m(1 << 19).sum(), lambda m: m(16, 1 << 15).max(1),
+                                   lambda m: m(1 << 15, 16).sum(0)], ids=["sum", "rows", "columns"])
+def test_long_reduces_to_few_outputs_fill_the_multiprocessors(build: Build) -> None:
+  # a block reduces each output: one kernel would be 1 or 16 blocks on a GPU of 132 SMs; partial reduces first
+  ks = check(build, tol=1e-4)
+  assert len(ks) == 2 and launch(ks[0][0])[0] >= R.multiprocessors and launch(ks[0][0])[1] >= 64
+
+@pytest.mark.parametrize("build", [lambda m: m(1 << 17).sum(), lambda m: m(512, 1024).sum(1)], ids=["small", "rows"])
+def test_small_reduces_and_reduces_to_many_outputs_are_one_kernel(build: Build) -> None:
+  # under 1 MiB a second launch costs what it saves; 512 outputs are blocks enough
+  assert len(kernels(build)) == 1
+
+@pytest.mark.parametrize("n", [1000 * 1000, 100003])
+def test_elementwise_sizes_without_a_power_of_two_get_full_blocks(n: int) -> None:
+  # 1000*1000 in vectors of 4 is 16 x 15625, a prime has no divisor: padded to blocks of 256, the tail masked off
+  [(k, src)] = check(lambda m: (m(n) * 2 + 1).exp(), tol=1e-5)
+  blocks, threads = launch(k)
+  assert threads == 256 and blocks * threads * k.upcast_size() - n < 256 * k.upcast_size()
 
 # ---- the compiler ----
 

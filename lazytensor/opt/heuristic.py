@@ -504,6 +504,18 @@ def _gpu_tensor_cores(k: Kernel) -> bool:
   next((a for a in _halvings(steps) if k.full_shape[axis] % a == 0 and _try(k, Opt(OptOps.UNROLL, axis, a))), None)
   return True
 
+# fewer threads than this in a block waste the SMs: at most 32 blocks run on one at a time, so blocks of 16 threads
+# fill a quarter of its 2048 threads, and half of each warp's lanes
+GPU_MIN_THREADS = 64
+
+def _gpu_pad_for_threads(k: Kernel, axis: int) -> None:
+  """Pad the first axis threads walk to a multiple of GPU_BLOCK where its size has no power-of-two divisor of at least
+  GPU_MIN_THREADS (1000x1000 floats in vectors of 4: 250000 = 16 x 15625; a prime size: 1): the padded threads are
+  masked off, one block's worth at most."""
+  size = k.full_shape[axis]
+  if k.local_size() > 1 or not isinstance(size, int) or size < GPU_BLOCK: return
+  if (_largest_divisor(size, _LOCAL_AMTS) or 1) < GPU_MIN_THREADS: _try(k, Opt(OptOps.PADTO, axis, GPU_BLOCK))
+
 def _gpu(k: Kernel) -> None:
   if k.atomic: return _gpu_atomic_scatter(k)
   if _gpu_tensor_cores(k): return
@@ -519,6 +531,7 @@ def _gpu(k: Kernel) -> None:
   for a in reversed(k.axes_of(AxisKind.GLOBAL)):  # the innermost axis first: threadIdx.x walks it (coalesced)
     budget = GPU_BLOCK // max(1, k.local_size())
     if budget < 2: break
+    _gpu_pad_for_threads(k, a)
     if (amt := _largest_divisor(k.full_shape[a], tuple(c for c in _LOCAL_AMTS if c <= budget))):
       _try(k, Opt(OptOps.LOCAL, a, amt))
 

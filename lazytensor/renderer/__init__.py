@@ -98,6 +98,7 @@ class Renderer:
   threads_max: int = 1024       # most threads in one block, whatever their shape
   shared_max: int = 0           # bytes of shared memory per block
   upcast_max: int = 256         # most elements one thread computes in registers
+  multiprocessors: int = 0      # GPU: SMs, each running blocks of its own; a grid of fewer blocks leaves some idle
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
   target: CPUTarget | None = None      # the CPU a CPU renderer compiles for: vector width, registers, caches

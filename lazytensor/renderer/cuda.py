@@ -140,6 +140,7 @@ class CUDARenderer(CStyleRenderer):
   threads_max = 1024                      # threads per block
   shared_max = 48 * 1024                  # static __shared__ per block (more needs an opt-in per kernel)
   upcast_max = 128                        # of 255 registers a thread has
+  multiprocessors = 132                   # an H100 / H200 (SXM); a CUDA device sets its GPU's own count
   vector_widths = (2, 4, 8)               # 8 halves are 16 bytes; nvcc splits a wider access (8 floats) in 16s
   kernel_prefix = 'extern "C" __global__'
   buffer_qualifier = " __restrict__"

@@ -111,6 +111,7 @@ class EmuRenderer(Renderer):
   shared_max = 48 * 1024
   vector_widths = (2, 4)
   threads_max = 1024  # threads in one block, whatever their shape
+  multiprocessors = 132  # as CUDA's: the schedule EMU runs is the one a GPU would
   atomics = NVIDIA_ATOMICS  # the GPU's, so that EMU runs the scatter kernels CUDA runs
 
   def __init__(self, tf32: bool = False) -> None:

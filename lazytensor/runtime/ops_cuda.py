@@ -138,6 +138,7 @@ class CudaDevice(Compiled):
     self.context = self.gpu.retain_primary_context()
     major, minor = self.gpu.compute_capability()
     super().__init__(name, CUDAAllocator(self), CUDARenderer(), cuda_compiler(f"sm_{major}{minor}"), CUDAProgram)
+    self.renderer.multiprocessors = self.gpu.get_attribute(self.drv.device_attribute.MULTIPROCESSOR_COUNT)
 
   @contextlib.contextmanager
   def current(self) -> Iterator[None]:

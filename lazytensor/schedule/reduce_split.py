@@ -9,13 +9,19 @@ operand that fits in the cache gains nothing (the strided reads hit it): half of
 thread (32 MB L3): 8 MB 41 -> 38 GB/s, 16 MB 26 -> 41, 32 MB 15 -> 30, 64 MB 8.4 -> 22, 128 MB 8.0 -> 18; max alike.
 Rows narrower than a page gain nothing either (65536x256: 8.6 -> 8.4).
 
+On a GPU the reason is another: a block of threads reduces each output (GROUP), so a reduce to fewer outputs than the
+GPU has multiprocessors leaves most of them idle; `x.sum()` of 16M floats would be one block of 256 threads. Such a
+reduce, over enough data that a second launch is worth it, first sums chunks in partial reduces (enough of them for
+GPU_BLOCKS_PER_SM blocks on every SM), then the partials.
+
 The split is the device's choice, made where the scheduler packs operands (schedule.pack_operands): the tensor graph
-is the same on every device. Only reduces whose operand reads buffers directly through elementwise ops are split, so
-that the memory strides are known.
+is the same on every device. On the CPU only reduces whose operand reads buffers directly through elementwise ops are
+split, so that the memory strides are known.
 """
 from __future__ import annotations
 
 from lazytensor.helpers import prod
+from lazytensor.renderer import Renderer
 from lazytensor.renderer.cpu_target import CPUTarget
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.ops import GroupOp, Ops, UOp
@@ -60,6 +66,23 @@ def split_block(target: CPUTarget, r: UOp) -> int | None:
   strides = _leaf_strides(src, axis)
   if strides is None or not all(last in (0, 1) and along != 1 for along, last in strides): return None
   return SPLIT_BLOCK if any(last == 1 and along != 0 for along, last in strides) else None
+
+GPU_SPLIT_MIN_ELEMENTS = 1 << 18  # below this (1 MiB of floats) one block's time is a launch's: one kernel
+GPU_BLOCKS_PER_SM = 2  # partial reduces per multiprocessor, so that one finishing late does not idle the rest
+GPU_SPLIT_MIN_CHUNK = 2048  # elements a partial reduce sums at least: a block of 256 threads, 8 each
+
+def gpu_split_block(renderer: Renderer, r: UOp) -> int | None:
+  """Elements per partial reduce for the reduce `r` on a GPU, or None to leave it whole: one reduce axis, fewer outputs
+  than GPU_BLOCKS_PER_SM blocks for each multiprocessor and at least GPU_SPLIT_MIN_ELEMENTS read. The partials are
+  the fewest that make that many blocks (or as many as chunks of GPU_SPLIT_MIN_CHUNK allow), rounded up to a divisor
+  of the axis."""
+  src, (_, axes) = r.src[0], r.arg
+  want = GPU_BLOCKS_PER_SM * renderer.multiprocessors
+  if not renderer.has_local or len(axes) != 1 or (outputs := prod(r.shape)) >= want or \
+     prod(src.shape) < GPU_SPLIT_MIN_ELEMENTS: return None
+  size = src.shape[axes[0]]
+  if (parts := min(-(-want // outputs), size // GPU_SPLIT_MIN_CHUNK)) < 2: return None
+  return next((size // p for p in range(parts, size // (GPU_SPLIT_MIN_CHUNK // 2) + 1) if size % p == 0), None)
 
 def split_reduce(r: UOp, block: int) -> UOp:
   """`r` (one reduce axis) as a reduce of partial reduces over blocks of `block` rows: the partials are a value of

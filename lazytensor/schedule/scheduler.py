@@ -27,7 +27,7 @@ from lazytensor.schedule.index_check import IndexFlags
 from lazytensor.schedule.memory import plan_memory
 from lazytensor.schedule.multi import is_multi, split_multi
 from lazytensor.schedule.pack_search import beam_packing
-from lazytensor.schedule.reduce_split import split_block, split_reduce
+from lazytensor.schedule.reduce_split import gpu_split_block, split_block, split_reduce
 from lazytensor.schedule.scatter import embedded_scatters, split_scatter
 from lazytensor.shape.view import ShapeTracker, ast_variables
 from lazytensor.uop.graph import is_own_value
@@ -144,12 +144,14 @@ def _pack_operand(r: UOp) -> UOp:
   return _packed(r, candidates[best])
 
 def _for_device(r: UOp) -> UOp:
-  """The reduce `r` as the device's heuristics lay it out: split into partial reduces over blocks of rows
-  (schedule/reduce_split.py), or reading operands of its products from re-laid copies (_pack_operand)."""
+  """The reduce `r` as the device's heuristics lay it out: split into partial reduces (over blocks of rows on a CPU,
+  of chunks on a GPU: schedule/reduce_split.py), or reading operands of its products from re-laid copies
+  (_pack_operand)."""
   # a symbolic reduce is one kernel for every value: blocks and panels are sized for the numbers of one
   if is_sym(r.src[0].shape): return r
-  target = Device[Device.first(r.device)].renderer.target  # one device each, after the multi pass
-  if target is not None and (block := split_block(target, r)) is not None: return split_reduce(r, block)
+  renderer = Device[Device.first(r.device)].renderer  # one device each, after the multi pass
+  block = split_block(renderer.target, r) if renderer.target is not None else gpu_split_block(renderer, r)
+  if block is not None: return split_reduce(r, block)
   return _pack_operand(r)
 
 def pack_operands(sink: UOp) -> UOp:
