@@ -10,7 +10,7 @@ import pytest
 from lazytensor import Context, Device, Tensor, dtypes, nn
 from lazytensor.nn import quant
 from lazytensor.nn.state import get_state_dict, load_state_dict, safe_load, safe_save
-from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.heuristic import TILE_VECTORS, hand_coded_optimizations
 from lazytensor.opt.kernel import Kernel, OptOps
 from lazytensor.schedule.cache import ScheduleItem
 from lazytensor.schedule.scheduler import create_schedule
@@ -103,7 +103,7 @@ def _dynamic_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   scale = np.maximum(amax / np.float32(127.5), np.finfo(np.float32).eps).astype(np.float32)
   return np.clip(np.round(x * (np.float32(1) / scale)), -128, 127), scale
 
-@pytest.mark.parametrize("shape, k, n", [((5, 64), 64, 48), ((2, 3, 30), 30, 7), ((1, 1), 1, 3)])
+@pytest.mark.parametrize("shape, k, n", [((5, 64), 64, 48), ((2, 3, 30), 30, 7), ((1, 1), 1, 3), ((33, 40), 40, 96)])
 def test_dynamic_linear_against_reference(shape: tuple[int, ...], k: int, n: int) -> None:
   layer = nn.Linear(k, n)
   w, b = layer.weight.numpy(), layer.bias.numpy()  # type: ignore[union-attr]
@@ -167,6 +167,10 @@ def test_dynamic_linear_stack_kernels() -> None:
   y = layers[-1](y)
   kernels = _kernels(y)
   assert len(kernels) == 3 * len(layers), [it.bufs[0].dtype for it in kernels]
+  # the weights' words in panels as wide as the register tile (on a CPU target)
+  target = Device[Device.DEFAULT].renderer.target
+  width = 512 if target is None else TILE_VECTORS * target.vector_floats
+  assert layers[0]._packed is not None and layers[0]._packed.words.shape == (512 // width, 128, width)
   words = kernels[1]
   assert words.bufs[0].dtype == dtypes.int32 and not any(u.op is Ops.REDUCE_AXIS for u in words.ast.toposort)
   with Context(THREADS=2):
