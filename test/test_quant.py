@@ -150,7 +150,11 @@ def test_input_bytes_round_half_to_even_and_clamp_as_quantize() -> None:
   want = (quant.quantize(Tensor(x), scale, 0, *quant.QINT8) - quant.QINT8[0]).cast(dtypes.uint8)
   got = quant._offset_bytes(Tensor(x), scale)
   np.testing.assert_array_equal(got.numpy() & 0xFF, want.numpy())
-  np.testing.assert_array_equal(quant.pack_words(got, 1).numpy(), np.pad(want.numpy(), ((0, 0), (0, 3))).view(np.int32))
+  # word w of a row of n bytes (61 padded to 64) holds bytes w, w + n/4, w + 2n/4, w + 3n/4, the first lowest
+  quarters = np.pad(want.numpy(), ((0, 0), (0, 3))).astype(np.uint32).reshape(3, 4, 16)
+  words = sum(quarters[:, i] << (8 * i) for i in range(4)).astype(np.uint32).view(np.int32)
+  np.testing.assert_array_equal(quant.pack_words(got, 1).numpy(), words)
+  np.testing.assert_array_equal(quant.pack_words(want, 1).numpy(), words)
 
 def _kernels(out: Tensor) -> list[ScheduleItem]:
   items, _ = create_schedule([out.lazydata])

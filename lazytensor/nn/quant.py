@@ -14,10 +14,10 @@ lists and dicts) and returning it:
   gradient passes straight through), `convert(model)` then as above.
 
 A quantized layer computes int8 x int8 products summed in int32 and returns float32: the input's bytes are read
-unsigned (its int8 value + 128, or its quint8 value), the weight's signed, in groups of 4 along the reduce (`dot4`, one
-lane of x86's vpdpbusd or CUDA's dp4a), and the input's zero point times the weight's column sums is subtracted from
-the int32 sum. Its state (`get_state_dict`) is the int8 weight, the scales, the bias and the input's qparams, so it
-saves and loads with `safe_save` / `safe_load`.
+unsigned (its int8 value + 128, or its quint8 value), the weight's signed, in groups of 4 of the reduce (`dot4`, one
+lane of x86's vpdpbusd or CUDA's dp4a; `pack_words` groups both sides alike), and the input's zero point times the
+weight's column sums is subtracted from the int32 sum. Its state (`get_state_dict`) is the int8 weight, the scales, the
+bias and the input's qparams, so it saves and loads with `safe_save` / `safe_load`.
 """
 from __future__ import annotations
 
@@ -63,19 +63,26 @@ def dot4(a: Tensor, b: Tensor) -> Tensor:
   return x._apply_uop(lambda p, q: UOp(Ops.DOT4, dtypes.int32, (p, q)), y)
 
 def pack_words(u: Tensor, axis: int) -> Tensor:
-  """Bytes along `axis` as int32 words of 4 of them, the first in the lowest byte: `u` holds uint8 values, or int32
-  ones whose lowest byte is the value (the other bits are ignored); the axis is padded with zero bytes to a multiple of
-  4 and becomes a quarter as long. Each word ORs its 4 bytes, shifted: elementwise, so the words fuse into the kernel
-  that makes the bytes (as a sum of bytes times their weights it was a reduce, which the heuristics took for a matmul:
-  no threads, and the quantizing under it computed per byte from a scale stored by a kernel of its own)."""
+  """Bytes along `axis` as int32 words of 4 of them: `u` holds uint8 values, or int32 ones whose lowest byte is the
+  value (the other bits are ignored). The axis, padded with zero bytes to a length n that 4 divides, becomes n/4 long:
+  word w holds bytes w, w + n/4, w + 2n/4 and w + 3n/4, from the lowest byte up (dot4 pairs them with another's
+  packed alike; a sum over the reduce is the same in any grouping). Each word ORs its 4 bytes, shifted: elementwise,
+  so the words fuse into the kernel that makes the bytes, and each of the 4 reads is contiguous along the words. (As a
+  sum of bytes times their weights it was a reduce, which the heuristics took for a matmul; neighbouring bytes in a
+  word made every read a gather of every 4th value: 256x1024 floats quantized into words on one AVX-512 thread,
+  72-82 -> 17-27 us.)
+
+  >>> hex(pack_words(Tensor([1, 2, 3, 4, 5, 6, 7, 8], dtype='uint8'), 0)[0].item())
+  '0x7050301'
+  """
   if u.dtype not in (dtypes.uint8, dtypes.int32):
     raise TypeError(f"pack_words: expected uint8 bytes or int32 values holding them, got {u.dtype}")
   axis = axis % u.ndim
   n = u.shape[axis]
   if n % 4: u = u.pad([(0, 0)] * axis + [(0, -n % 4)] + [(0, 0)] * (u.ndim - axis - 1))
-  grouped = u.reshape(*u.shape[:axis], u.shape[axis] // 4, 4, *u.shape[axis + 1:])
+  grouped = u.reshape(*u.shape[:axis], 4, u.shape[axis] // 4, *u.shape[axis + 1:])
   grouped = grouped.cast(dtypes.uint32) if u.dtype == dtypes.uint8 else grouped.bitcast(dtypes.uint32) & 0xFF
-  b = [grouped.shrink(tuple((i, i + 1) if d == axis + 1 else None for d in range(grouped.ndim))).squeeze(axis + 1)
+  b = [grouped.shrink(tuple((i, i + 1) if d == axis else None for d in range(grouped.ndim))).squeeze(axis)
        for i in range(4)]
   return (b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24).bitcast(dtypes.int32)
 
