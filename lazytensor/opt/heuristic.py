@@ -350,9 +350,7 @@ def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
   if shares is not None: _try(k, Opt(OptOps.THREAD, rows, shares))
 
 def _cpu(k: Kernel) -> None:
-  # elements, or those an input holds where each element reads several (nn/quant.py's int8 words, each packed from 4
-  # quantized floats: 256x1024 floats into 256x256 words took 72 us on one AVX-512 thread, unthreaded for its 64K words)
-  work = max(prod(k.full_shape), max((k.sts[i].real_size() for i in _loads(k)), default=0))
+  work = prod(k.full_shape)
   # a scatter's entries run in order (schedule/scatter.py): vectors along the targets of one entry
   if k.scatter is not None: _upcast(k, _output_contiguous_axis(k), vector_amounts(_target(k)))
   elif _is_matmul_like(k):
