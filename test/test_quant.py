@@ -7,9 +7,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from lazytensor import Tensor, dtypes, nn
+from lazytensor import Device, Tensor, dtypes, nn
 from lazytensor.nn import quant
 from lazytensor.nn.state import get_state_dict, load_state_dict, safe_load, safe_save
+from lazytensor.opt.heuristic import TILE_VECTORS
+from lazytensor.schedule.cache import ScheduleItem
+from lazytensor.schedule.scheduler import create_schedule
+from lazytensor.uop.ops import Ops
 
 torch = pytest.importorskip("torch")
 # torch's notices that its quantization moves elsewhere
@@ -98,7 +102,7 @@ def _dynamic_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   scale = np.maximum(amax / np.float32(127.5), np.finfo(np.float32).eps).astype(np.float32)
   return np.clip(np.round(x * (np.float32(1) / scale)), -128, 127), scale
 
-@pytest.mark.parametrize("shape, k, n", [((5, 64), 64, 48), ((2, 3, 30), 30, 7), ((1, 1), 1, 3)])
+@pytest.mark.parametrize("shape, k, n", [((5, 64), 64, 48), ((2, 3, 30), 30, 7), ((1, 1), 1, 3), ((33, 40), 40, 96)])
 def test_dynamic_linear_against_reference(shape: tuple[int, ...], k: int, n: int) -> None:
   layer = nn.Linear(k, n)
   w, b = layer.weight.numpy(), layer.bias.numpy()  # type: ignore[union-attr]
@@ -136,6 +140,47 @@ def test_dynamic_conv_against_reference(cin: int, padding: int, stride: int) -> 
   got = q(Tensor(x)).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(got, want_float, atol=0.05 * np.abs(want_float).max())
+
+def test_input_bytes_round_half_to_even_and_clamp_as_quantize() -> None:
+  # the bytes a dynamic layer packs (a float add rounds them) are the int8 values of quantize, + 128: ties, clamps
+  scale = Tensor([[0.5], [0.25], [0.03125]])
+  x = _np(3, 61, scale=4)
+  x[:, :12] = [0.25, 0.75, -0.25, -0.75, 1.25, -1.25, 63.75, 64.0, -64.25, 1e9, -1e9, -0.0]
+  want = (quant.quantize(Tensor(x), scale, 0, *quant.QINT8) - quant.QINT8[0]).cast(dtypes.uint8)
+  got = quant._offset_bytes(Tensor(x), scale)
+  np.testing.assert_array_equal(got.numpy() & 0xFF, want.numpy())
+  # word w of a row of n bytes (61 padded to 64) holds bytes w, w + n/4, w + 2n/4, w + 3n/4, the first lowest
+  quarters = np.pad(want.numpy(), ((0, 0), (0, 3))).astype(np.uint32).reshape(3, 4, 16)
+  words = sum(quarters[:, i] << (8 * i) for i in range(4)).astype(np.uint32).view(np.int32)
+  np.testing.assert_array_equal(quant.pack_words(got, 1).numpy(), words)
+  np.testing.assert_array_equal(quant.pack_words(want, 1).numpy(), words)
+
+def _kernels(out: Tensor) -> list[ScheduleItem]:
+  items, _ = create_schedule([out.lazydata])
+  return [it for it in items if it.ast.op is not Ops.COPY]
+
+def test_dynamic_linear_stack_kernels() -> None:
+  # each layer: its input rows' range, their int8 words (quantized and packed in one elementwise kernel),
+  # and the int8 matmul, whose epilogue dequantizes (and applies the next layer's relu). No kernel of its own for the
+  # scales, none that stores the int32 sums for the next layer to dequantize twice
+  layers = [quant.quantize_dynamic(nn.Linear(512, 512)) for _ in range(3)]
+  x = Tensor(_np(256, 512))
+  y = x
+  for layer in layers[:-1]: y = layer(y).relu()
+  y = layers[-1](y)
+  kernels = _kernels(y)
+  assert len(kernels) == 3 * len(layers), [it.bufs[0].dtype for it in kernels]
+  # the weights' words in panels as wide as the register tile (on a CPU target)
+  target = Device[Device.DEFAULT].renderer.target
+  width = 512 if target is None else TILE_VECTORS * target.vector_floats
+  assert layers[0]._packed is not None and layers[0]._packed.words.shape == (512 // width, 128, width)
+  words = kernels[1]
+  assert words.bufs[0].dtype == dtypes.int32 and not any(u.op is Ops.REDUCE_AXIS for u in words.ast.toposort)
+  assert all(it.bufs[0].dtype == dtypes.float32 for it in kernels[2::3])  # each matmul stores the dequantized floats
+  # the values: as the layers one at a time, each input realized first
+  want = x
+  for layer in layers[:-1]: want = layer(want).relu().realize()
+  np.testing.assert_array_equal(y.numpy(), layers[-1](want).numpy())
 
 def test_embedding_rows_int8() -> None:
   layer = nn.Embedding(20, 6)

@@ -49,7 +49,7 @@ def linear_stack(width: int, depth: int, batch: int, runs: int) -> None:
   import numpy as np
   import torch
 
-  from lazytensor import Tensor, nn
+  from lazytensor import GlobalCounters, Tensor, nn
   from lazytensor.engine.jit import TinyJit
   from lazytensor.nn.quant import quantize_dynamic
   layers = [nn.Linear(width, width) for _ in range(depth)]
@@ -72,10 +72,14 @@ def linear_stack(width: int, depth: int, batch: int, runs: int) -> None:
   with torch.no_grad():
     theirs = bench_clock.best_time(lambda: tmodel(tx), runs)
     theirs_f32 = bench_clock.best_time(lambda: tfloat(tx), runs)
-  err = np.abs(forward(Tensor(x)).numpy() - tmodel(tx).detach().numpy()).max()
-  print(f"Linear stack {depth} x {width}, batch {batch}: lazytensor int8 {ours * 1e3:7.2f} ms   torch quantize_dynamic "
-        f"({torch.backends.quantized.engine}) {theirs * 1e3:7.2f} ms (torch float32 {theirs_f32 * 1e3:.2f} ms)   speed "
-        f"{theirs / ours:.2f}x (goal 1.0x); outputs differ by {err:.3f} at most")
+  GlobalCounters.reset()
+  out = forward(Tensor(x))
+  kernels = GlobalCounters.kernel_count
+  err = np.abs(out.numpy() - tmodel(tx).detach().numpy()).max()
+  print(f"Linear stack {depth} x {width}, batch {batch}: lazytensor int8 {ours * 1e3:7.2f} ms ({kernels / depth:.2f} "
+        f"kernels a layer)   torch quantize_dynamic ({torch.backends.quantized.engine}) {theirs * 1e3:7.2f} ms (torch "
+        f"float32 {theirs_f32 * 1e3:.2f} ms)   speed {theirs / ours:.2f}x (goal 1.0x); outputs differ by {err:.3f} at "
+        "most")
 
 def digits(quick: bool) -> None:
   import numpy as np
