@@ -112,6 +112,7 @@ class EmuRenderer(Renderer):
   vector_widths = (2, 4)
   threads_max = 1024  # threads in one block, whatever their shape
   atomics = NVIDIA_ATOMICS  # the GPU's, so that EMU runs the scatter kernels CUDA runs
+  async_copy = True  # as sm_80's cp.async: EMU holds a copy's data back from readers until the wait
 
   def __init__(self, tf32: bool = False) -> None:
     # float32 matmuls on tf32 tensor cores round their inputs: only when asked for (here, or by the TF32 knob as on
