@@ -212,6 +212,21 @@ def test_padded_operands_on_cudacpu() -> None:
     got, _ = _run(item, "CUDACPU", kern.applied_opts)
   _check_values(got, a, b, F16)
 
+@needs_gpp
+def test_unaligned_rows_copy_through_registers() -> None:
+  # A's rows 52 halves apart (x[:, 4:] of a 64x52 buffer): its 16-byte vectors are not provably aligned, which cp.async
+  # needs, so they are plain copies, issued where the asynchronous ones would be; B's (rows 64 apart) stay cp.async
+  a, b = _operands(64, 64, 52)
+  with Context(DEV="CUDACPU", NVCC_CHECK=find_nvcc() is not None):
+    x, y = Tensor(a).half().realize(), Tensor(b).half().realize()
+    items, _ = create_schedule([(x[:, 4:] @ y[4:]).lazydata])
+    run_schedule(items[:-1])
+    kern = _heuristic_kernel(items[-1], "CUDACPU")
+    src = get_program(kern, "mm").source
+    got, _ = _run(items[-1], "CUDACPU", kern.applied_opts)
+  assert re.findall(r"lt_cp_async_16\((tc_[ab])", src) == ["tc_b"] * 4 and src.count("lt_cp_async_wait_all();") == 1
+  _check_values(got, a[:, 4:], b[4:], F16)
+
 def test_async_copies_need_16_bit_operands_without_casts() -> None:
   for dt, cast, copies in ((F16, False, 8), (BF16, False, 8), (F16, True, 0)):
     item = _matmul_item("EMU", *_operands(128, 128, 64), dt, cast_in_kernel=cast)
