@@ -110,7 +110,7 @@ def test_a_node_with_the_wrong_sources_names_the_rule_it_breaks() -> None:
   bad = sink.substitute({load: load.replace(src=(load.src[0], UOp.const(dtypes.float32, 0.0)))})
   with pytest.raises(SpecError, match=r"after pass symbolic: LOAD dtypes.float32 arg=None with sources "
                                       r"\(DEFINE_GLOBAL dtypes.float32.ptr\(\), CONST dtypes.float32\) breaks "
-                                      r"'LOAD\(buffer, index, \[bool gate, alt of its dtype\]\)'"):
+                                      r"'LOAD\(buffer, index, \[bool gate, alt of its dtype\], \[BARRIER\]\)'"):
     check_pass("symbolic", k.ast, bad)
 
 def test_a_float_max_left_after_alu_semantics_fails() -> None:

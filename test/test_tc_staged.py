@@ -1,12 +1,14 @@
 """Tensor-core kernels with shared-memory staging: several warps a block, several mma tiles a warp, K in blocks copied
-into padded shared tiles. Values against numpy on EMU and CUDACPU (with NVCC_CHECK where nvcc is installed), the opts
-the heuristics choose, BEAM's reach, and EMU's traffic counters against the goal: an fp16 matmul 512^3 loads at most 2x
-what an ideal kernel with 128x128 output tiles loads (M*N*K/32 bytes: 4 MiB), with no shared-memory bank conflicts.
+into padded shared tiles (asynchronously, cp.async double buffering, where the operand is 16-bit and needs no cast).
+Values against numpy on EMU and CUDACPU (with NVCC_CHECK where nvcc is installed), the opts the heuristics choose,
+BEAM's reach, and EMU's traffic counters against the goal: an fp16 matmul 512^3 loads at most 2x what an ideal kernel
+with 128x128 output tiles loads (M*N*K/32 bytes: 4 MiB), with no shared-memory bank conflicts.
 
 EMU runs every lane in numpy: the sizes are small except for the one counter check at 512^3.
 """
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 
@@ -26,7 +28,7 @@ from lazytensor.renderer.cuda import CUDARenderer, ldmatrix_wrapper
 from lazytensor.runtime.cuda_compiler import find_nvcc
 from lazytensor.runtime.device import Device
 from lazytensor.runtime.ops_cpu import CPUMemory
-from lazytensor.runtime.ops_emu import EmuProgram
+from lazytensor.runtime.ops_emu import EmuError, EmuProgram
 from lazytensor.schedule.scheduler import ScheduleItem, create_schedule
 
 rng = np.random.default_rng(27)
@@ -145,11 +147,132 @@ def test_cuda_source_stages_through_shared_memory() -> None:
   # copies of 8 floats (rounded to half on the way: 16-byte stores) into two stages of padded tiles, one barrier a
   # K-block, the fragments read with ldmatrix (A's 4 matrices; B's 2, transposed: it is N-contiguous)
   assert "float32x8 val" in src and "float16x8 cast" in src and src.count("__shared__") == 2
-  assert "__half tc_a" in src and "__half tc_b" in src
+  assert "__half tc_a" in src and "__half tc_b" in src and "cp_async" not in src  # cast in registers: no cp.async
   assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in src
   assert src.count("lt_ldmatrix_x4(") == TC_TILES[0] + 1 and src.count("lt_ldmatrix_x2_trans(") == TC_TILES[1] + 1
   assert src.count("__syncthreads();") == 1 and "__launch_bounds__(256)" in src
   assert src.count("lt_mma_m16n8k16_f16_f32(") == prod(TC_TILES) + 1  # per tile of a warp, and its definition
+
+# ---- cp.async ----
+
+def _async_copies(k: Kernel) -> int:
+  """The asynchronous copies (STOREs of arg ASYNC_COPY) in the kernel's EMU program."""
+  return sum(" STORE " in line and line.endswith("'cp.async'") for line in get_program(k, "mm").source.splitlines())
+
+def test_cuda_source_copies_the_next_k_block_asynchronously() -> None:
+  item = _matmul_item("EMU", *_operands(128, 128, 64), F16, cast_in_kernel=False)
+  opts = hand_coded_optimizations(Kernel(item.ast, CUDARenderer())).applied_opts
+  src = get_program(_with_opts(item, CUDARenderer(), opts), "mm").source
+  before, loop = src.split("for (", 1)
+  math = loop.index("lt_ldmatrix_x4(")
+  # 128x32 halves of A and 32x128 of B a K-block: two 16-byte copies each of 256 threads. The first K-block's before
+  # the loop; each K-block waits for its copies at its barrier, then issues the next one's (gated: there may be none)
+  # before its math
+  assert before.count("lt_cp_async_16(") == 4 + 1 and "cp.async.cg.shared.global [%0], [%1], 16, %2;" in before
+  assert loop.count("lt_cp_async_wait_all();\n    __syncthreads();") == 1 and src.count("__syncthreads();") == 1
+  assert len(re.findall(r"if \(\w+\) \{ lt_cp_async_16\(tc_[ab]\w+\+\w+, data[12]\+\w+, 16\); \}", loop[:math])) == 4
+  assert "val" not in loop[:math]  # no register holds a copied element
+  # a GPU before sm_80 has no cp.async: the tiles go through registers, as a cast operand's do
+  old = get_program(_with_opts(item, CUDARenderer(75), opts), "mm").source
+  assert "cp_async" not in old and old.count("float16x8 val") == 4 and old.count("__syncthreads();") == 1
+
+def _with_opts(item: ScheduleItem, renderer: CUDARenderer, opts: list[Opt]) -> Kernel:
+  k = Kernel(item.ast, renderer)
+  for opt in opts: apply_opt(k, opt)
+  return k
+
+# padded operands: K 40 padded to 48 (zeros 8 halves at once: gated 16-byte copies, zero-filled), K 44 to 48 (A's row
+# ends inside a vector: A loads lane by lane in registers, B's rows are whole vectors, gated), a tile of 8 warps over
+# 128 columns
+PADDED = [(64, 64, 40, 8), (64, 64, 44, 4), (32, 128, 40, 8)]
+
+def _padded_item(device: str, m: int, n: int, k: int, pad: int) -> tuple[ScheduleItem, np.ndarray, np.ndarray]:
+  a, b = _operands(m, n, k)
+  with Context(DEV=device):
+    x, y = Tensor(a).half().realize(), Tensor(b).half().realize()
+    items, _ = create_schedule([(x.pad(((0, 0), (0, pad))) @ y.pad(((0, pad), (0, 0)))).lazydata])
+  run_schedule(items[:-1])
+  return items[-1], a, b
+
+@pytest.mark.parametrize("m,n,k,pad", PADDED)
+def test_padded_operands_on_emu(m: int, n: int, k: int, pad: int) -> None:
+  item, a, b = _padded_item("EMU", m, n, k, pad)
+  kern = _heuristic_kernel(item, "EMU")
+  # prologue and next K-block: 2 copies of each asynchronous operand's turns
+  assert kern.tensor_core is not None and _async_copies(kern) > 0
+  got, _ = _run(item, "EMU", kern.applied_opts)
+  _check_values(got, a, b, F16)
+
+@needs_gpp
+def test_padded_operands_on_cudacpu() -> None:
+  with Context(NVCC_CHECK=find_nvcc() is not None):  # zero-filled copies (src-size 0) compile for sm_80 and sm_90
+    item, a, b = _padded_item("CUDACPU", *PADDED[0])
+    kern = _heuristic_kernel(item, "CUDACPU")
+    assert "lt_cp_async_16(" in get_program(kern, "mm").source
+    got, _ = _run(item, "CUDACPU", kern.applied_opts)
+  _check_values(got, a, b, F16)
+
+@needs_gpp
+def test_unaligned_rows_copy_through_registers() -> None:
+  # A's rows 52 halves apart (x[:, 4:] of a 64x52 buffer): its 16-byte vectors are not provably aligned, which cp.async
+  # needs, so they are plain copies, issued where the asynchronous ones would be; B's (rows 64 apart) stay cp.async
+  a, b = _operands(64, 64, 52)
+  with Context(DEV="CUDACPU", NVCC_CHECK=find_nvcc() is not None):
+    x, y = Tensor(a).half().realize(), Tensor(b).half().realize()
+    items, _ = create_schedule([(x[:, 4:] @ y[4:]).lazydata])
+    run_schedule(items[:-1])
+    kern = _heuristic_kernel(items[-1], "CUDACPU")
+    src = get_program(kern, "mm").source
+    got, _ = _run(items[-1], "CUDACPU", kern.applied_opts)
+  assert re.findall(r"lt_cp_async_16\((tc_[ab])", src) == ["tc_b"] * 4 and src.count("lt_cp_async_wait_all();") == 1
+  _check_values(got, a[:, 4:], b[4:], F16)
+
+def test_async_copies_need_16_bit_operands_without_casts() -> None:
+  for dt, cast, copies in ((F16, False, 8), (BF16, False, 8), (F16, True, 0)):
+    item = _matmul_item("EMU", *_operands(128, 128, 64), dt, cast_in_kernel=cast)
+    assert _async_copies(_heuristic_kernel(item, "EMU")) == copies
+  with Context(TF32=1):  # tf32 takes float32 buffers as they are: 4 floats are one 16-byte copy
+    item = _matmul_item("EMU", *_operands(128, 128, 64), dtypes.float32, cast_in_kernel=False)
+    assert _async_copies(_heuristic_kernel(item, "EMU")) == 8
+
+def test_convolution_prefetches_across_its_loops() -> None:
+  # channels-last: K (input channels) contiguous, so the copies of 16 pixels' input are 16-byte vectors, gated at the
+  # image's border (the weights' along the output channels); the K-blocks run over three loops (channel blocks,
+  # kernel rows, kernel columns), the next one found across them
+  x, w = rng.standard_normal((2, 8, 8, 32)).astype(np.float32), rng.standard_normal((3, 3, 32, 16)).astype(np.float32)
+  with Context(DEV="EMU"):
+    img, ker = Tensor(x).half().realize().permute(0, 3, 1, 2), Tensor(w).half().realize().permute(3, 2, 0, 1)
+    items, _ = create_schedule([img.conv2d(ker, padding=1).lazydata])
+  run_schedule(items[:-1])
+  k = Kernel(items[-1].ast, Device["EMU"].renderer)
+  apply_opt(k, Opt(OptOps.TC, 0, 0))
+  assert k.tensor_core is not None
+  apply_opt(k, Opt(OptOps.UPCAST, 2, 2))  # two image rows: a tile of 16 pixels
+  assert _async_copies(k) == 2 * 2 and sum(" RANGE " in line for line in get_program(k, "mm").source.splitlines()) >= 3
+  got, _ = _run(items[-1], "EMU", k.applied_opts)
+  ref = _conv_reference(x, w)
+  np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=2 ** -10, atol=2 ** -10 * np.abs(ref).max())
+
+def _conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """conv2d (padding 1) of NHWC x by HWIO w, rounded to half, in float64, as NCHW."""
+  x, w = (Tensor(v).half().float().numpy().astype(np.float64) for v in (x, w))
+  xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+  h, wd = x.shape[1:3]
+  out = sum(np.einsum("nhwc,co->nohw", xp[:, i:i + h, j:j + wd], w[i, j]) for i in range(3) for j in range(3))
+  return np.asarray(out)
+
+def test_emu_catches_a_read_before_the_wait() -> None:
+  # the same kernel with its barrier no longer waiting for the copies: the first fragment read sees a copy in flight
+  item = _matmul_item("EMU", *_operands(64, 64, 64), F16, cast_in_kernel=False)
+  kern = _heuristic_kernel(item, "EMU")
+  _, runner = _run(item, "EMU", kern.applied_opts)
+  source = runner.spec.source
+  broken = re.sub(r"( BARRIER .*\)) 'cp\.async'$", r"\1", source, flags=re.M)
+  assert broken != source
+  program = EmuProgram(Device["EMU"], runner.spec.name, broken.encode())  # type: ignore[arg-type]
+  with pytest.raises(EmuError, match=r"reads tc_\w+\[\d+\], which an asynchronous copy of block .* writes, before a "
+                                     r"wait for it"):
+    program(*(buf.handle for buf in item.bufs), **runner.launch)
 
 # ---- ldmatrix ----
 

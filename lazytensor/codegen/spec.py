@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lazytensor.dtype import DType, PtrDType, dtypes
+from lazytensor.renderer import ASYNC_COPY
 from lazytensor.uop.ops import GroupOp, Ops, UOp, UPat
 
 
@@ -85,9 +86,14 @@ AST: list[Rule] = [
 # ---- the loop-level graph: after lower, renderer_rules, symbolic ----
 
 def _ld(u: UOp, buf: UOp, idx: UOp, index: Callable[[DType], bool]) -> bool:
-  gated = len(u.src) == 4
-  return index(idx.dtype) and _of(u, buf) and \
-    (not gated or (_bool(u.src[2]) and u.src[3].dtype == u.dtype))
+  src = u.src[:-1] if u.src[-1].op is Ops.BARRIER else u.src  # a barrier, last, only orders the load after it
+  gated = len(src) == 4
+  return len(src) in (2, 4) and index(idx.dtype) and _of(u, buf) and \
+    (not gated or (_bool(src[2]) and src[3].dtype == u.dtype))
+
+def _async_store(u: UOp, buf: UOp) -> bool:
+  """An asynchronous copy: a LOAD from global memory stored to shared memory as it is."""
+  return buf.op is Ops.DEFINE_LOCAL and u.src[2].op is Ops.LOAD and u.src[2].src[0].op is Ops.DEFINE_GLOBAL
 
 def _loop(index: Callable[[DType], bool], alu: Callable[[UOp], bool] = _alu, alu_text: str = _ALU_TEXT) -> list[Rule]:
   """The loop-level ops, index math in dtypes for which `index` holds, ALU ops valid where `alu` holds."""
@@ -95,14 +101,16 @@ def _loop(index: Callable[[DType], bool], alu: Callable[[UOp], bool] = _alu, alu
   return [
     Rule("SINK of STOREs and the arguments none reads", UPat(Ops.SINK, name="u"),
          lambda u: all(s.op in (Ops.STORE, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR) for s in u.src)),
-    Rule("STORE(buffer, index, value, [bool gate]), arg None or an atomic op",
+    Rule("STORE(buffer, index, value, [bool gate]), arg None, an atomic op, or ASYNC_COPY (shared <- global LOAD)",
          UPat(Ops.STORE, dtypes.void, (_BUF, i, _ANY), name="u", allow_any_len=True),
          lambda u, buf, idx, x: index(idx.dtype) and len(u.src) in (3, 4) and (len(u.src) == 3 or _bool(u.src[3])) and
-         _of(x, buf) and u.arg in (None, Ops.ADD, Ops.MAX)),
-    Rule("LOAD(buffer, index, [bool gate, alt of its dtype])", UPat(Ops.LOAD, src=(_BUF, i), name="u",
-                                                                      allow_any_len=True),
-         lambda u, buf, idx: len(u.src) in (2, 4) and _ld(u, buf, idx, index)),
-    Rule("LOAD(shared memory, index, BARRIER)", UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_LOCAL), i, UPat(Ops.BARRIER)))),
+         _of(x, buf) and (u.arg in (None, Ops.ADD, Ops.MAX) or (u.arg == ASYNC_COPY and _async_store(u, buf)))),
+    Rule("LOAD(buffer, index, [bool gate, alt of its dtype], [BARRIER])", UPat(Ops.LOAD, src=(_BUF, i), name="u",
+                                                                                 allow_any_len=True),
+         lambda u, buf, idx: _ld(u, buf, idx, index)),
+    Rule("LOAD(shared memory, index, BARRIER, *STOREs issued after the barrier)",
+         UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_LOCAL), i, UPat(Ops.BARRIER)), name="u", allow_any_len=True),
+         lambda u, **_: all(s.op is Ops.STORE for s in u.src[3:])),
     Rule("RANGE(start, end) of index dtype, arg (axis, kind)", UPat(Ops.RANGE, src=(UPat(), UPat()), name="u"),
          lambda u: index(u.dtype) and all(s.dtype == u.dtype for s in u.src)),
     Rule("SPECIAL: a launch index of index dtype, arg (name, size)", UPat(Ops.SPECIAL, src=(), name="u"),
@@ -113,8 +121,10 @@ def _loop(index: Callable[[DType], bool], alu: Callable[[UOp], bool] = _alu, alu
          lambda u: isinstance(u.arg, tuple) and u.arg[0] is Ops.WMMA and all(s.op is Ops.RANGE for s in u.src[2:])),
     Rule("DEFINE_GLOBAL or DEFINE_LOCAL: a pointer, no sources", UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL), src=(),
                                                                         name="u"), lambda u: _ptr(u)),
-    Rule("BARRIER after the stores to shared memory", UPat(Ops.BARRIER, dtypes.void, name="u"),
-         lambda u: all(s.op is Ops.STORE and s.src[0].op is Ops.DEFINE_LOCAL for s in u.src)),
+    Rule("BARRIER after the stores to shared memory, in the loops of its RANGEs; arg None or ASYNC_COPY (a wait first)",
+         UPat(Ops.BARRIER, dtypes.void, name="u"),
+         lambda u: u.arg in (None, ASYNC_COPY) and
+         all((s.op is Ops.STORE and s.src[0].op is Ops.DEFINE_LOCAL) or s.op is Ops.RANGE for s in u.src)),
     Rule("CONST, no sources", UPat(Ops.CONST, src=())),
     Rule("DEFINE_VAR: a scalar argument, its index, no sources", UPat(Ops.DEFINE_VAR, src=(), name="u"),
          lambda u: _scalar_arg(u)),

@@ -10,7 +10,7 @@ from lazytensor.codegen.nodes import LOOP_KINDS, bits_sum, gated_load, gated_sto
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import prod
 from lazytensor.opt.kernel import AxisKind, Kernel, StagedTile, TensorCoreUse
-from lazytensor.renderer import Fragment
+from lazytensor.renderer import ASYNC_COPY, Fragment
 from lazytensor.uop.ops import Ops, UOp
 from lazytensor.uop.symbolic import simplify
 
@@ -72,33 +72,59 @@ class TensorCoreReduce:
     lw, k, tc = self.lw, self.k, use.tc
     m_in, n_in, k_in = use.inner
     tiles = k.staged_tiles()
-    staged = [self._stage(use, t, f"tc_{name}{self.node.key.hex()[:6]}") for t, name in zip(tiles, "ab")]
-    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(s for _, stores, _ in staged for s in stores))
+    smems = [UOp(Ops.DEFINE_LOCAL, t.operand.dtype.ptr(local=True), (), (f"tc_{name}{self.node.key.hex()[:6]}",
+                                                                          t.stages * t.size))
+             for t, name in zip(tiles, "ab")]
+    count = index_const(0)
+    for loop in lw.loops: count = count * loop.src[1].arg + loop  # the K-blocks counted over every loop
+    copies = [self._stage(use, t, smem, count) for t, smem in zip(tiles, smems)]
+    barrier, after = self._synchronize(tiles, copies, count)
+    starts = [_stage_start(t, count) for t in tiles]
     ranges = tuple(lw.loops + lw.tc_steps)
     out = []
     for key in lw.lanes.keys:
       lane = dict(zip(lw.key_axes, key))
-      (smem_a, _, at_a), (smem_b, _, at_b) = staged
-      a = self._fragment(tiles[0], smem_a, at_a, tc.a, (m_in, k_in), lane, barrier)
-      b = self._fragment(tiles[1], smem_b, at_b, tc.b, (k_in, n_in), lane, barrier)
+      a = self._fragment(tiles[0], smems[0], starts[0], tc.a, (m_in, k_in), lane, (barrier, *after))
+      b = self._fragment(tiles[1], smems[1], starts[1], tc.b, (k_in, n_in), lane, (barrier, *after))
       out.append(UOp(Ops.REDUCE, self.node.dtype.vec(tc.c.size), (a, b, *ranges), (Ops.WMMA, (tc.name, tc.dims))))
     return out
 
-  def _stage(self, use: TensorCoreUse, t: StagedTile, name: str) -> tuple[UOp, list[UOp], UOp]:
-    """The copy of one operand's tile of this K-block into shared memory: the block's threads take `width` neighbouring
-    elements of a row each in turn (one vector load where the operand is contiguous there, e.g. 8 halves), cast them
-    to the instruction's input type on the way, and store them. Returns the shared buffer, the stores, and where this
-    K-block's stage starts."""
+  def _synchronize(self, tiles: tuple[StagedTile, StagedTile], copies: list[list[UOp]],
+                   count: UOp) -> tuple[UOp, tuple[UOp, ...]]:
+    """The barrier between the copies of K-block `count` (its stores, per operand) and the warps' reads, and the stores
+    issued after it, before the reads. Where the renderer copies asynchronously (cp.async, sm_80 on) and an operand's
+    copy is 16-byte vectors with no cast, that operand's first K-block is copied before the loops, and each K-block
+    the barrier first waits for the thread's copies, then the copy of the next K-block into the other stage is issued
+    before this one's math: the loads of K-block i + 1 fly while the warps multiply K-block i, one barrier a K-block
+    still (the next copy overwrites the stage that K-block i - 1 read, which every warp finished before this
+    barrier)."""
+    lw = self.lw
+    asynced = [self._asynchronous(t, stores) for t, stores in zip(tiles, copies)]
+    if not any(asynced): return UOp(Ops.BARRIER, dtypes.void, tuple(s for st in copies for s in st)), ()
+    first = {loop: index_const(0) for loop in lw.loops}
+    before = [s.substitute(first).replace(arg=ASYNC_COPY) if a else s for st, a in zip(copies, asynced) for s in st]
+    # in the loops (named among its sources), as the copies it waits for are issued there, the K-block before
+    barrier = UOp(Ops.BARRIER, dtypes.void, (*before, *lw.loops), ASYNC_COPY)
+    if not lw.loops: return barrier, ()
+    nxt, sizes = simplify(count + 1), [loop.src[1].arg for loop in lw.loops]
+    ahead = _mixed_radix(nxt, sizes, tuple(range(len(sizes))))
+    mapping = {loop: ahead[i] for i, loop in enumerate(lw.loops)}
+    return barrier, tuple(_issued_after(s, mapping, nxt.lt(prod(sizes)), barrier)
+                          for st, a in zip(copies, asynced) if a for s in st)
+
+  def _asynchronous(self, t: StagedTile, stores: list[UOp]) -> bool:
+    """Whether the renderer copies this operand's tile asynchronously: 16-byte vectors loaded as they are stored."""
+    return self.k.renderer.async_copy and t.operand is t.load and t.width * t.operand.dtype.itemsize == 16 and \
+      all(s.src[2].op is Ops.LOAD for s in stores)
+
+  def _stage(self, use: TensorCoreUse, t: StagedTile, smem: UOp, count: UOp) -> list[UOp]:
+    """The copy of one operand's tile of this K-block (number `count`, which picks the stage) into shared memory: the
+    block's threads take `width` neighbouring elements of a row each in turn (one vector load where the operand is
+    contiguous there, e.g. 8 halves), cast them to the instruction's input type on the way, and store them."""
     lw, k = self.lw, self.k
     size = {a: k.full_shape[a] for a in t.axes}
     ncols, total = prod(size[a] for a in t.cols), prod(size[a] for a in t.axes)
-    smem = UOp(Ops.DEFINE_LOCAL, t.operand.dtype.ptr(local=True), (), (name, t.stages * t.size))
-    start = index_const(0)
-    if t.stages > 1:  # the K-blocks counted over every loop around the copy, alternating stages
-      count = index_const(0)
-      for loop in lw.loops: count = count * loop.src[1].arg + loop
-      start = simplify(count % t.stages * t.size)
-    width, threads = t.width, k.local_size()
+    start, width, threads = _stage_start(t, count), t.width, k.local_size()
     lane = UOp(Ops.SPECIAL, dtypes.index, (), ("copy_lane", width))  # stands for the element within a vector
     stores = []
     for turn in range(-(-total // (threads * width))):
@@ -112,7 +138,7 @@ class TensorCoreReduce:
       inside = flat.lt(total) if total % (threads * width) else UOp.const(dtypes.bool, True)
       value = _cast_as(t.operand, t.load, self._copy_load(t.load, idxs, inside, lane, width))
       stores.append(gated_store(smem, simplify(start + flat // ncols * t.pitch + flat % ncols), value, inside))
-    return smem, stores, start
+    return stores
 
   def _copy_load(self, load: UOp, idxs: list[UOp], inside: UOp, lane: UOp, width: int) -> UOp:
     """`width` elements of `load` at `idxs` where `inside` holds, `lane` counting them: one vector load where they are
@@ -127,10 +153,11 @@ class TensorCoreReduce:
     return UOp(Ops.VECTORIZE, load.dtype.vec(width), tuple(gated_load(load.src[0], load.dtype, i, v) for i, v in per))
 
   def _fragment(self, t: StagedTile, smem: UOp, start: UOp, f: Fragment, axes: tuple[int, int], lane: dict[int, int],
-                barrier: UOp) -> UOp:
-    """A warp's fragment of one tile, read from the operand's shared tile after the barrier: elements `axes` (the
-    instruction's own rows and columns) where the layout puts them, the other axes of the tile at this warp's, this
-    tile's and this K step's index; two neighbouring elements as one load."""
+                after: tuple[UOp, ...]) -> UOp:
+    """A warp's fragment of one tile, read from the operand's shared tile after the barrier (and the stores issued
+    after it: the next K-block's copies, `after` past the barrier): elements `axes` (the instruction's own rows and
+    columns) where the layout puts them, the other axes of the tile at this warp's, this tile's and this K step's
+    index; two neighbouring elements as one load."""
     lw = self.lw
     stride = dict(zip(t.axes, t.strides))
     base = start
@@ -139,7 +166,7 @@ class TensorCoreReduce:
     if (rows := _matrix_rows(t, f, axes)) is not None:  # ldmatrix: each lane names one row of 8 elements
       weights, trans = rows
       row = simplify(base + bits_sum(lw.tc_lane, weights))
-      return UOp(Ops.LOAD, t.operand.dtype.vec(f.size), (smem, row, barrier), (MATRIX_LOAD, f.size // 2, trans))
+      return UOp(Ops.LOAD, t.operand.dtype.vec(f.size), (smem, row, *after), (MATRIX_LOAD, f.size // 2, trans))
     at = []
     for j in range(f.size):
       row, col = fragment_coords(f, lw.tc_lane, index_const(j))
@@ -147,11 +174,24 @@ class TensorCoreReduce:
     dt, elems = t.operand.dtype, []
     for j in range(0, f.size, 2):
       if j + 1 < f.size and simplify(at[j + 1] - at[j]) is index_const(1):
-        pair = UOp(Ops.LOAD, dt.vec(2), (smem, at[j], barrier))
+        pair = UOp(Ops.LOAD, dt.vec(2), (smem, at[j], *after))
         elems += [pair.gep(0), pair.gep(1)]
-      else: elems += [UOp(Ops.LOAD, dt, (smem, i, barrier)) for i in at[j:j + 2]]
+      else: elems += [UOp(Ops.LOAD, dt, (smem, i, *after)) for i in at[j:j + 2]]
     return UOp(Ops.VECTORIZE, dt.vec(f.size), tuple(elems))
 
+
+def _issued_after(store: UOp, mapping: dict[UOp, UOp], gate: UOp, barrier: UOp) -> UOp:
+  """The asynchronous copy that `store` (a vector load stored as it is) makes of another K-block: the loops at
+  `mapping`, copied where `gate` holds too (elsewhere nothing is copied, nor loaded), issued after `barrier`."""
+  smem, idx, load, *stored = store.substitute(mapping).src
+  buf, at, *gated = load.src
+  valid, alt = (gated[0] & gate, gated[1]) if gated else (gate, UOp.const(load.dtype, 0))
+  load = UOp(Ops.LOAD, load.dtype, (buf, at, simplify(valid), alt, barrier))
+  return UOp(Ops.STORE, dtypes.void, (smem, idx, load, simplify(stored[0] & gate) if stored else gate), ASYNC_COPY)
+
+def _stage_start(t: StagedTile, count: UOp) -> UOp:
+  """Where the stage of K-block number `count` starts in the operand's shared buffer: the stages alternate."""
+  return simplify(count % t.stages * t.size) if t.stages > 1 else index_const(0)
 
 def _mixed_radix(x: UOp, sizes: list[int], axes: tuple[int, ...]) -> dict[int, UOp]:
   """The index along each of `axes` (the last fastest, of `sizes`) of a flat index x over them."""

@@ -88,6 +88,11 @@ NVIDIA_ATOMICS: frozenset[tuple[Ops, DType]] = frozenset(
   (op, dt) for op in (Ops.ADD, Ops.MAX) for dt in (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
                                                    dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64))
 
+# the arg of a STORE to shared memory whose value is a LOAD from global memory that the device copies asynchronously
+# (PTX's cp.async.cg.shared.global, 16 bytes): the data is there only after a BARRIER of this arg, which first waits
+# for the thread's copies (cp.async.wait_all) and then for the block. Lanes whose load is gated off get zeros.
+ASYNC_COPY = "cp.async"
+
 class Renderer:
   device: str = ""
   has_local: bool = False       # GPU threads within a block (LOCAL, GROUP)
@@ -101,6 +106,7 @@ class Renderer:
   multiprocessors: int = 0      # GPU: SMs, each running blocks of its own; a grid of fewer blocks leaves some idle
   vector_widths: tuple[int, ...] = ()  # widths of native vector loads/stores; () means none
   masked_vector_loads: bool = False    # a vector LOAD may take a vector of per-lane gates
+  async_copy: bool = False             # STOREs of arg ASYNC_COPY: global -> shared copies that overlap the math
   target: CPUTarget | None = None      # the CPU a CPU renderer compiles for: vector width, registers, caches
   # (op, dtype) that a loop-level STORE with arg op combines into memory atomically (old op value, one step no other
   # thread splits): a scatter kernel of those runs its entries in parallel (schedule/scatter.py); () runs them in order

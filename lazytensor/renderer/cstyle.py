@@ -14,7 +14,9 @@ Everything else is here:
     linearizer placed it (so it is re-initialized in every iteration of the loops around it), ASSIGN writes it.
   * gated loads are `gate ? load : alt` (C evaluates only the branch taken, so a masked-off address is never read);
     gated stores are `if (gate) ...`. A STORE with an op as its arg is an atomic update, a statement the subclass
-    writes (`atomic`).
+    writes (`atomic`). A STORE of arg ASYNC_COPY is the subclass's asynchronous copy (`async_copy_stmt`) of the LOAD
+    it stores, which is then never read into registers; where either address is not aligned to the copy's size, it
+    is a plain load and store (a copy that is done at once is done by the wait).
   * fixed-width integers wrap: every result is stored in a variable of its own type, and results narrower than int
     are cast back explicitly (C computes them in int).
 """
@@ -25,7 +27,7 @@ import struct
 from collections.abc import Callable
 
 from lazytensor.dtype import DType, PtrDType, dtypes
-from lazytensor.renderer import Renderer
+from lazytensor.renderer import ASYNC_COPY, Renderer
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 C_TYPES: dict[str, str] = {
@@ -100,6 +102,15 @@ class CStyleRenderer(Renderer):
     """The statement that sets the (already declared) vector `out` to a warp's matrix load u (a LOAD whose arg is
     (MATRIX_LOAD, n, trans): codegen/tensor_cores.py) whose lane's row starts at `ptr`."""
     raise NotImplementedError(f"{type(self).__name__}: no matrix loads")
+
+  def async_copy_stmt(self, dst: str, src: str, nbytes: int, gate: str) -> str:
+    """The statement that starts copying `nbytes` from global `src` to shared `dst`, or zeros where `gate` is false
+    (then `src` is the buffer's start); an ASYNC_COPY STORE (renderer.ASYNC_COPY) where the renderer's async_copy."""
+    raise NotImplementedError(f"{type(self).__name__}: no asynchronous copies")
+
+  def async_wait(self) -> str:
+    """The statement that waits for the thread's asynchronous copies (before a BARRIER of arg ASYNC_COPY)."""
+    raise NotImplementedError(f"{type(self).__name__}: no asynchronous copies")
 
   def render_kernel(self, name: str, params: list[str], body: list[str], uops: list[UOp]) -> str:
     raise NotImplementedError
@@ -218,6 +229,8 @@ class _Writer:
     self.count = 0
     self.stored = {u.src[0] for u in uops if u.op is Ops.STORE}
     self.vector_bytes = {u.dtype.count * u.dtype.itemsize for u in uops if u.dtype.count > 1}
+    # the loads that asynchronous copies take straight to shared memory (whole, aligned vectors only)
+    self.copied = {u.src[2] for u in uops if u.op is Ops.STORE and u.arg == ASYNC_COPY and _aligned_copy(u)}
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
@@ -253,7 +266,9 @@ class _Writer:
   def load(self, u: UOp) -> str:
     buf = u.src[0]
     if buf.op is Ops.DEFINE_ACC: return self.var(u, "acc_val", self.r[buf])  # a copy: the ASSIGN after changes it
-    src = [s for s in u.src if s.op is not Ops.BARRIER]  # a barrier source only orders the load after it
+    if u in self.copied: return ""  # only its address is used, by the copy
+    # a barrier source (and the stores issued after it) only order the load after them
+    src = [s for s in u.src if s.op not in (Ops.BARRIER, Ops.STORE)]
     if u.arg is not None:  # a warp's matrix load: the language's helper fills the vector
       name = f"frag{self.count}"
       self.count += 1
@@ -272,12 +287,25 @@ class _Writer:
 
   def store(self, u: UOp) -> None:
     buf, idx, val = u.src[:3]
-    if u.arg is not None: stmts = self.lang.atomic(u.arg, val.dtype, f"{self.r[buf]}+{self.r[idx]}", self.r[val])
+    if val in self.copied: stmts = self.async_copy(u, val)
+    elif u.arg is not None and u.arg != ASYNC_COPY:
+      stmts = self.lang.atomic(u.arg, val.dtype, f"{self.r[buf]}+{self.r[idx]}", self.r[val])
     else:
       where = self.address(buf, idx, val.dtype, "")
       values = [self.r[val]] if len(where) == 1 else [self.lane(val, n) for n in range(val.dtype.count)]
       stmts = " ".join(f"{w} = {v};" for w, v in zip(where, values))
     self.emit(f"if ({self.r[u.src[3]]}) {{ {stmts} }}" if len(u.src) == 4 else stmts)
+
+  def async_copy(self, u: UOp, load: UOp) -> str:
+    """The asynchronous copy of `load` (global) that STORE u puts in shared memory: zeros where its gate is false."""
+    src = [s for s in load.src if s.op is not Ops.BARRIER]
+    mem, at = self.r[src[0]], f"{self.r[src[0]]}+{self.r[src[1]]}"
+    # a gate the store has too is tested already: where the copy runs, it holds
+    gated = len(src) == 4 and not (len(u.src) == 4 and src[2] is u.src[3])
+    gate = self.r[src[2]] if gated else "true"
+    if gated: at = f"({gate}?{at}:{mem})"
+    return self.lang.async_copy_stmt(f"{self.r[u.src[0]]}+{self.r[u.src[1]]}", at,
+                                     load.dtype.count * load.dtype.itemsize, gate)
 
   # ---- values ----
 
@@ -299,6 +327,13 @@ class _Writer:
   def end(self) -> None:
     self.depth -= 1
     self.emit("}")
+
+def _aligned_copy(store: UOp) -> bool:
+  """Whether both addresses of an asynchronous copy are multiples of its (power of two) size."""
+  load = store.src[2]
+  n = load.dtype.count
+  return _is_pow2(n * load.dtype.itemsize) and known_multiple(load.src[1]) % n == 0 and \
+    known_multiple(store.src[1]) % n == 0
 
 def scalar_args(uops: list[UOp]) -> list[UOp]:
   """The DEFINE_VARs of a program in the order of their arguments."""
@@ -343,7 +378,9 @@ def _assign(w: _Writer, u: UOp) -> str:
 
 def _if(w: _Writer, u: UOp) -> None: w.begin(f"if ({w.r[u.src[0]]}) {{")
 
-def _barrier(w: _Writer, u: UOp) -> None: w.emit(w.lang.barrier)
+def _barrier(w: _Writer, u: UOp) -> None:
+  if u.arg == ASYNC_COPY and w.copied: w.emit(w.lang.async_wait())
+  w.emit(w.lang.barrier)
 
 def _vectorize(w: _Writer, u: UOp) -> str: return w.var(u, "vec", w.lanes(u.dtype, [w.r[s] for s in u.src]))
 

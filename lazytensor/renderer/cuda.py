@@ -43,6 +43,11 @@ Everything the source takes from CUDA, so that a CPU prelude (runtime/ops_cudacp
                 x2, x4, each with and without _trans): a warp's ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16, p
                 this lane's row in shared memory (from __cvta_generic_to_shared), d its n 32-bit registers. Called as
                 `lt_ldmatrix_x4(frag.v, tc_a+i);`, defined inside `#ifndef LT_CUDACPU ... #endif` as the mma wrappers.
+  cp.async      (sm_80 on) __device__ __forceinline__ void lt_cp_async_16(void* dst, const void* src, unsigned n): PTX's
+                cp.async.cg.shared.global of 16 bytes from global src to shared dst, the last 16 - n of them zeros (n
+                16 or 0), called as `lt_cp_async_16(tc_a+i, (g?data1+j:data1), (g)?16:0);`; and
+                lt_cp_async_wait_all(), cp.async.wait_all (the thread's copies are done), written before the
+                __syncthreads() that makes them the block's. Defined inside `#ifndef LT_CUDACPU ... #endif`.
 
 Signed integer arithmetic is C's: the GPU wraps on overflow; a C++ compiler must be told to (g++ -fwrapv). Vector
 loads read through a struct pointer cast from the element pointer (g++: -fno-strict-aliasing).
@@ -54,6 +59,7 @@ import math
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import TF32, prod
 from lazytensor.renderer import (
+  ASYNC_COPY,
   NVIDIA_ATOMICS,
   TC_NV_BF16,
   TC_NV_F16,
@@ -111,6 +117,16 @@ def ldmatrix_wrapper(n: int, trans: bool) -> tuple[str, str]:
                 f"  asm volatile(\"ldmatrix.sync.aligned.m8n8.x{n}{'.trans' if trans else ''}.shared.b16 {{{slots}}}, "
                 f"[%{n}];\"\n    : {regs}\n    : \"r\"(at) : \"memory\");\n}}\n#endif")
 
+# the asynchronous copy (a STORE of arg ASYNC_COPY) and the wait for it (a BARRIER of that arg); cg: through L2 only,
+# as a tile read once per block wants
+_CP_ASYNC = """#ifndef LT_CUDACPU
+__device__ __forceinline__ void lt_cp_async_16(void* dst, const void* src, unsigned n) {
+  unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void lt_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#endif"""
+
 def _mma_of(u: UOp) -> tuple[str, str]:
   a = u.src[0].dtype
   if (hit := _MMA.get((a.scalar().name, a.count))) is None or u.dtype != dtypes.float32.vec(4):
@@ -151,6 +167,17 @@ class CUDARenderer(CStyleRenderer):
                     "bfloat16": ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16")}
   atomics = NVIDIA_ATOMICS
 
+  def __init__(self, arch: int = 80) -> None:
+    self.arch = arch  # the compute capability it writes for, major * 10 + minor (sm_80: 80)
+
+  @property
+  def async_copy(self) -> bool:  # type: ignore[override]
+    """cp.async: sm_80 (Ampere) and later; older GPUs stage tiles through registers."""
+    return self.arch >= 80
+
+  @property
+  def cache_key(self) -> str: return f"CUDARenderer sm_{self.arch}"
+
   @property
   def tensor_cores(self) -> tuple[TensorCore, ...]:
     """mma.sync f16 -> f32 and bf16 -> f32, and tf32 for float32 matmuls when the TF32 knob allows it (read per use,
@@ -166,6 +193,12 @@ class CUDARenderer(CStyleRenderer):
     return f"{_mma_of(u)[0]}({out}.v, {srcs[0]}.v, {srcs[1]}.v, {srcs[2]}.v);"
 
   def render_matrix_load(self, u: UOp, out: str, ptr: str) -> str: return f"{_ldmatrix(u)[0]}({out}.v, {ptr});"
+
+  def async_copy_stmt(self, dst: str, src: str, nbytes: int, gate: str) -> str:
+    if nbytes != 16: raise NotImplementedError(f"CUDA: an asynchronous copy of {nbytes} bytes; cp.async.cg copies 16")
+    return f"lt_cp_async_16({dst}, {src}, {'16' if gate == 'true' else f'({gate})?16:0'});"
+
+  def async_wait(self) -> str: return "lt_cp_async_wait_all();"
 
   def non_finite(self, dt: DType, v: float) -> str:
     cast, inf, nan = _NON_FINITE[dt]
@@ -203,7 +236,8 @@ class CUDARenderer(CStyleRenderer):
     used = {dt.scalar().name for u in uops for dt in (u.dtype, *(s.dtype for s in u.src))}
     includes = [f"#include <{h}>" for dt, h in (("float16", "cuda_fp16.h"), ("bfloat16", "cuda_bf16.h")) if dt in used]
     mmas = list(dict.fromkeys([_ldmatrix(u)[1] for u in uops if u.op is Ops.LOAD and u.arg is not None] +
-                              [_mma_of(u)[1] for u in uops if u.op is Ops.WMMA]))
+                              [_mma_of(u)[1] for u in uops if u.op is Ops.WMMA] +
+                              [_CP_ASYNC for u in uops if u.op is Ops.STORE and u.arg == ASYNC_COPY]))
     threads = prod(launch_dims(uops).local_size)
     head = f"{self.kernel_prefix} void __launch_bounds__({threads}) {name}({', '.join(params)}) {{"
     return "\n".join([*includes, *self.helpers(uops), *mmas, head, *body, "}", *self._vars_entry(name, params, uops),

@@ -113,6 +113,7 @@ class EmuRenderer(Renderer):
   threads_max = 1024  # threads in one block, whatever their shape
   multiprocessors = 132  # as CUDA's: the schedule EMU runs is the one a GPU would
   atomics = NVIDIA_ATOMICS  # the GPU's, so that EMU runs the scatter kernels CUDA runs
+  async_copy = True  # as sm_80's cp.async: EMU holds a copy's data back from readers until the wait
 
   def __init__(self, tf32: bool = False) -> None:
     # float32 matmuls on tf32 tensor cores round their inputs: only when asked for (here, or by the TF32 knob as on

@@ -137,7 +137,8 @@ class CudaDevice(Compiled):
     self.gpu = self.drv.Device(gpu_index(name, self.drv.Device.count()))
     self.context = self.gpu.retain_primary_context()
     major, minor = self.gpu.compute_capability()
-    super().__init__(name, CUDAAllocator(self), CUDARenderer(), cuda_compiler(f"sm_{major}{minor}"), CUDAProgram)
+    super().__init__(name, CUDAAllocator(self), CUDARenderer(major * 10 + minor), cuda_compiler(f"sm_{major}{minor}"),
+                     CUDAProgram)
     self.renderer.multiprocessors = self.gpu.get_attribute(self.drv.device_attribute.MULTIPROCESSOR_COUNT)
 
   @contextlib.contextmanager

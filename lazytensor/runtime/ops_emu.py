@@ -14,11 +14,15 @@ fastest. The program runs once, op by op, each op compiled beforehand into a sma
     order.
   * a LOAD from shared memory with an arg (MATRIX_LOAD, n, trans) is a warp's ldmatrix: each lane names a row, and
     receives its elements of the warp's n 8x8 matrices (`_matrix_load`).
+  * a STORE of arg ASYNC_COPY (cp.async) stores its global LOAD to shared memory at once, but the elements stay
+    pending, unreadable, until a BARRIER of that arg (cp.async.wait_all, then the barrier) run by the copying thread:
+    a copy's data may land any time before the wait, so reading (or writing) it earlier is an error.
 
 It is strict where a GPU is undefined: a load or store out of bounds raises IndexError naming the buffer, the index and
 the thread; two threads storing different values to one element in one STORE, or touching one shared element (read
 after write, write after read, write after write) in the same barrier epoch, raise RaceError; reading shared memory no
-thread wrote, non-uniform loop bounds, a BARRIER, WMMA or matrix load reached by part of a block or warp raise EmuError.
+thread wrote, touching shared memory that an asynchronous copy not yet waited for writes, non-uniform loop bounds, a
+BARRIER, WMMA or matrix load reached by part of a block or warp raise EmuError.
 
 Seeing every access, it counts what each launch moves (Traffic, printed on the DEBUG=2 kernel line): global and shared
 bytes loaded and stored, and the replays that shared-memory bank conflicts cost.
@@ -35,7 +39,7 @@ import numpy as np
 
 from lazytensor.dtype import DType, PtrDType, dtypes, from_storage, to_storage
 from lazytensor.helpers import prod
-from lazytensor.renderer import NVIDIA_TENSOR_CORES, Fragment, TensorCore
+from lazytensor.renderer import ASYNC_COPY, NVIDIA_TENSOR_CORES, Fragment, TensorCore
 from lazytensor.renderer.emu import EmuRenderer, parse_program
 from lazytensor.runtime.device import Allocator, Compiled, Compiler
 from lazytensor.uop.ops import GroupOp, Ops, UOp
@@ -324,11 +328,13 @@ def wmma(tc: TensorCore, a: Any, b: Any, c: Any, n: int) -> np.ndarray:
 
 class Shared:
   """One DEFINE_LOCAL for every block at once (element e of block b at b * size + e), with, per element, the last
-  writer and the epoch it wrote in, and the lowest and highest lane that read it in the epoch `repoch`."""
+  writer and the epoch it wrote in, whether that was an asynchronous copy not yet waited for (`pending`), and the
+  lowest and highest lane that read it in the epoch `repoch`."""
   def __init__(self, name: str, dt: DType, size: int, blocks: int) -> None:
     self.name, self.size, n = name, size, size * blocks
     self.data = np.zeros(n, _mem_np(dt))
     self.writer, self.wepoch = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    self.pending = np.zeros(n, bool)
     self.rmin, self.rmax, self.repoch = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
 
   def _race(self, L: Launch, lanes: np.ndarray, pos: np.ndarray, bad: np.ndarray, verb: str, other: np.ndarray,
@@ -338,12 +344,20 @@ class Shared:
     raise L.fail(RaceError, int(lanes[r]), f"{verb} {self.name}[{pos[r, j] % self.size}] that "
                  f"{L.grid.who(int(other[r, j]))} {other_verb} with no BARRIER between")
 
+  def _in_flight(self, L: Launch, lanes: np.ndarray, pos: np.ndarray, verb: str) -> None:
+    if not (pending := self.pending[pos]).any(): return
+    r, j = (int(x[0]) for x in np.nonzero(pending))
+    raise L.fail(EmuError, int(lanes[r]), f"{verb} {self.name}[{pos[r, j] % self.size}], which an asynchronous copy "
+                 f"of {L.grid.who(int(self.writer[pos[r, j]]))} writes, before a wait for it (a BARRIER of arg "
+                 f"{ASYNC_COPY!r})")
+
   def check_read(self, L: Launch, lanes: np.ndarray, pos: np.ndarray) -> None:
     me, epoch = lanes[:, None], L.epoch[L.grid.block[lanes]][:, None]
     writer = self.writer[pos]
     if (unwritten := np.nonzero(writer < 0))[0].size:
       r, j = int(unwritten[0][0]), int(unwritten[1][0])
       raise L.fail(EmuError, int(lanes[r]), f"reads {self.name}[{pos[r, j] % self.size}], which no thread wrote")
+    self._in_flight(L, lanes, pos, "reads")
     self._race(L, lanes, pos, (self.wepoch[pos] == epoch) & (writer != me), "reads", writer, "wrote")
     flat, who, at = pos.ravel(), np.broadcast_to(me, pos.shape).ravel(), np.broadcast_to(epoch, pos.shape).ravel()
     stale = flat[self.repoch[flat] != at]
@@ -354,6 +368,7 @@ class Shared:
   def check_write(self, L: Launch, lanes: np.ndarray, pos: np.ndarray) -> None:
     me, epoch = lanes[:, None], L.epoch[L.grid.block[lanes]][:, None]
     writer = self.writer[pos]
+    self._in_flight(L, lanes, pos, "writes")
     self._race(L, lanes, pos, (self.wepoch[pos] == epoch) & (writer != me), "overwrites", writer, "wrote")
     rmin, rmax = self.rmin[pos], self.rmax[pos]
     self._race(L, lanes, pos, (self.repoch[pos] == epoch) & ((rmin != me) | (rmax != me)), "writes",
@@ -422,13 +437,14 @@ def _write_global(L: Launch, mem: np.ndarray, name: str, x: Any, val: Any, offs:
   mem[elem] = vals
 
 def _write_shared(L: Launch, sh: Shared, name: str, x: Any, val: Any, offs: np.ndarray,
-                  act: np.ndarray | None) -> None:
+                  act: np.ndarray | None, asynchronous: bool = False) -> None:
   lanes, elem, vals = _sites(L, x, val, offs, act, sh.data.dtype)
   pos = L.grid.block[lanes][:, None] * sh.size + elem
   _check_conflicts(L, name, lanes, pos, elem, vals)
   sh.check_write(L, lanes, pos)
   _count_shared(L, lanes, pos, sh.data.itemsize, load=False)
   sh.data[pos] = vals
+  sh.pending[pos] = asynchronous
 
 _MEMORY = {Ops.DEFINE_GLOBAL: (_read_global, _write_global), Ops.DEFINE_LOCAL: (_read_shared, _write_shared)}
 
@@ -576,7 +592,7 @@ def _matrix_load(ex: Executable, i: int, u: UOp) -> Step:
   of 8x8 matrix i, and each lane receives its elements of every matrix, (l // 4, 2 (l % 4) + e) as register 2i + e, or
   (2 (l % 4) + e, l // 4) transposed. All lanes of a warp must run it."""
   _, n, trans = u.arg
-  src = tuple(s for s in u.src if s.op is not Ops.BARRIER)
+  src = _memory_sources(u)
   if src[0].op is not Ops.DEFINE_LOCAL or u.dtype.count != 2 * n or u.dtype.itemsize != 2:
     raise ValueError(f"EMU: a matrix load {u.arg!r} of {u.dtype} from a {src[0].op.name}; expected {2 * n} 16-bit "
                      "elements from shared memory")
@@ -596,10 +612,14 @@ def _matrix_load(ex: Executable, i: int, u: UOp) -> Step:
     v[i] = _read_shared_at(L, v[mem], elems, L.mask)
   return step
 
+def _memory_sources(u: UOp) -> tuple[UOp, ...]:
+  """A LOAD's sources less those that only order it: a barrier, and stores issued after the barrier."""
+  return tuple(s for s in u.src if s.op not in (Ops.BARRIER, Ops.STORE))
+
 def _load(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is Ops.DEFINE_ACC: return ex.pure(i, lambda acc: acc, u.src[:1])  # later sources only order it
   if u.arg is not None: return _matrix_load(ex, i, u)
-  src = tuple(s for s in u.src if s.op is not Ops.BARRIER)  # a barrier source only orders the load after it
+  src = _memory_sources(u)
   if len(src) not in (2, 4): raise ValueError(f"EMU: LOAD has {len(src)} sources; expected (buf, idx[, gate, alt])")
   read, _, name = _memory(u)
   mem, idx, is_bool, offs = ex.pos[src[0]], ex.pos[src[1]], u.dtype.is_bool, np.arange(u.dtype.count)
@@ -618,6 +638,7 @@ def _load(ex: Executable, i: int, u: UOp) -> Step:
 
 def _store(ex: Executable, i: int, u: UOp) -> Step:
   if len(u.src) not in (3, 4): raise ValueError(f"EMU: STORE has {len(u.src)} sources, not (buf, idx, val[, gate])")
+  if u.arg == ASYNC_COPY: return _async_copy(ex, i, u)
   _, write, name = _memory(u)
   mem, idx, val, offs = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], np.arange(u.src[2].dtype.count)
   gate = ex.pos[u.src[3]] if len(u.src) == 4 else None
@@ -635,6 +656,21 @@ def _store(ex: Executable, i: int, u: UOp) -> Step:
       write(L, v[mem], name, x, v[val], offs, act)
     else: _atomic_global(L, v[mem], x, v[val], act, atomic, dt)
   return store
+
+def _async_copy(ex: Executable, i: int, u: UOp) -> Step:
+  """cp.async: the LOAD's value (zeros where its gate is false, as src-size 0) stored to shared memory at once, pending
+  until the copying thread waits."""
+  if u.src[0].op is not Ops.DEFINE_LOCAL or u.src[2].op is not Ops.LOAD or u.src[2].src[0].op is not Ops.DEFINE_GLOBAL:
+    raise ValueError(f"EMU: an asynchronous copy STORE to a {u.src[0].op.name} of a {u.src[2].op.name}; expected a "
+                     "LOAD from global memory stored to shared memory")
+  mem, idx, val, offs = ex.pos[u.src[0]], ex.pos[u.src[1]], ex.pos[u.src[2]], np.arange(u.src[2].dtype.count)
+  gate, name = ex.pos[u.src[3]] if len(u.src) == 4 else None, u.src[0].arg[0]
+  def copy(L: Launch) -> None:
+    v = L.v
+    x, act = v[idx], _active(L, gate)
+    _check_bounds(L, "stores to", name, v[mem].size, x, offs.size, act)
+    _write_shared(L, v[mem], name, x, v[val], offs, act, asynchronous=True)
+  return copy
 
 def _assign(ex: Executable, i: int, u: UOp) -> Step:
   if u.src[0].op is not Ops.DEFINE_ACC: raise ValueError(f"EMU: ASSIGN to a {u.src[0].op.name}; expected a DEFINE_ACC")
@@ -663,7 +699,9 @@ def _partial_group(mask: np.ndarray, size: int) -> int | None:
   return None if not partial.size else int(partial[0]) * size + int(np.flatnonzero(~running[partial[0]])[0])
 
 def _barrier(ex: Executable, i: int, u: UOp) -> Step:
+  waits = u.arg == ASYNC_COPY
   def barrier(L: Launch) -> None:
+    if waits: _wait_copies(L, [L.v[at] for at, _ in ex.locals])
     if L.mask is None: L.epoch += 1
     else:
       threads = L.grid.threads
@@ -671,6 +709,12 @@ def _barrier(ex: Executable, i: int, u: UOp) -> Step:
         raise L.fail(EmuError, lane, "skips a BARRIER that other threads of its block wait at")
       L.epoch[L.mask.reshape(-1, threads).all(1)] += 1
   return barrier
+
+def _wait_copies(L: Launch, shared: list[Shared]) -> None:
+  """cp.async.wait_all of the running lanes: their asynchronous copies' data becomes readable."""
+  for sh in shared:
+    if L.mask is None: sh.pending[:] = False
+    else: sh.pending &= ~L.mask[np.maximum(sh.writer, 0)]
 
 def _wmma(ex: Executable, i: int, u: UOp) -> Step:
   tc = _TENSOR_CORES.get(u.arg[0]) if isinstance(u.arg, tuple) and u.arg else None

@@ -245,6 +245,15 @@ inline void lt_ldmatrix_x1_trans(void* d, const void* p) { lt::ldmatrix<1, true>
 inline void lt_ldmatrix_x2_trans(void* d, const void* p) { lt::ldmatrix<2, true>(d, p); }
 inline void lt_ldmatrix_x4_trans(void* d, const void* p) { lt::ldmatrix<4, true>(d, p); }
 
+// the CUDA renderer's cp.async wrappers: the copy done at once (n bytes of src, zeros after them) is one a GPU may do,
+// since its data is only promised to readers after the wait and a barrier; the wait then has nothing left to wait for
+inline void lt_cp_async_16(void* dst, const void* src, unsigned n) {
+  unsigned char bytes[16] = {};
+  std::memcpy(bytes, src, n);
+  std::memcpy(dst, bytes, 16);
+}
+inline void lt_cp_async_wait_all() {}
+
 // the names and signatures of the CUDA renderer's wrappers (d, a, b, c: this lane's fragments). Templates, because
 // __half and __nv_bfloat16 come later, from cuda_fp16.h / cuda_bf16.h; nvcc (NVCC_CHECK) holds the source to the exact
 // types.
