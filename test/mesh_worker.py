@@ -8,6 +8,7 @@ import numpy as np
 
 from lazytensor import DeviceMesh, Tensor
 from lazytensor.engine.jit import TinyJit
+from lazytensor.frontend.mixin.multi import local_replica
 from lazytensor.parallel import distributed as dist
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import memory_allocated
@@ -33,9 +34,17 @@ def basics() -> None:
   np.testing.assert_allclose(prod.numpy(), a @ b, rtol=1e-5, atol=1e-5)
   assert mesh.spec(prod) == ("dp", None)
   flat = Tensor(c).shard(DEVICES, 0)
-  np.testing.assert_allclose(flat.sum().item(), c.sum(), rtol=1e-5)
+  total = flat.sum()  # an all-reduce of the partial sums: replicated, read from this rank's replica
+  assert local_replica(total) is not None and local_replica(flat) is None
+  np.testing.assert_allclose(total.item(), c.sum(), rtol=1e-5)
   last = Tensor(c, device="CPU:3")  # held by the last rank only; every rank reads it
   np.testing.assert_allclose((last + 1).tolist(), c + 1, rtol=1e-6)
+  # printing shows the values of a tensor held here only (it sends no message); DLPack exports only those
+  assert ("Tensor([" in repr(last)) == remote.owns("CPU:3"), repr(last)
+  if not remote.owns("CPU:3"):
+    try: np.from_dlpack(last)
+    except ValueError as e: assert "another rank's device" in str(e), e
+    else: raise AssertionError("DLPack exported another rank's memory")
   # the other ranks' devices hold placeholders, never memory; the all-reduce and the reads crossed ranks
   assert remote.joined is not None and remote.joined.transfers > 0
   assert all(memory_allocated(d) == 0 for d in DEVICES if not remote.owns(d)), [memory_allocated(d) for d in DEVICES]

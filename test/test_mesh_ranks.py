@@ -23,8 +23,9 @@ def test_alone_nothing_changes() -> None:
   with pytest.raises(ValueError, match="devices_per_rank 0: expected a positive int"): dist.init(devices_per_rank=0)
 
 @needs_mpi
-def test_mesh_over_two_ranks() -> None:
-  res = _mpiexec([WORKER, "basics"])
+@pytest.mark.parametrize("queues", ["1", "0"], ids=["queued", "in-order"])
+def test_mesh_over_two_ranks(queues: str) -> None:
+  res = _mpiexec([WORKER, "basics"], QUEUES=queues)  # transfers on the devices' workers, or on the calling thread
   assert res.returncode == 0, res.stdout + res.stderr
   assert "rank 0 of 2: ok" in res.stdout and "rank 1 of 2: ok" in res.stdout, res.stdout + res.stderr
 

@@ -428,6 +428,9 @@ class Tensor(GradMixin, metaclass=_TensorType):
     ld = t.lazydata
     if not (ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous): t = t.contiguous().realize()
     buf, _ = t._buffer()
+    if not remote.owns(buf.device):
+      raise ValueError(f"DLPack: the tensor lies on {buf.device}, another rank's device; .numpy() reads it on every "
+                       "rank")
     if (host := buf.host_view()) is None: return t.to("CPU")._exported_array()
     return np.asarray(_HostMemory(host[:t.numel()].reshape(t.shape), buf))
 
