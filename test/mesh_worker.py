@@ -27,6 +27,9 @@ def basics() -> None:
   rng = np.random.default_rng(0)
   a, b, c = (rng.standard_normal(shape, np.float32) for shape in ((4, 6), (6, 5), (4,)))
   r, n = join()
+  try: DeviceMesh(DEVICES + ("CPU:4",))
+  except ValueError as e: assert "device CPU:4 is past the mesh's devices CPU:0 .. CPU:3" in str(e), e
+  else: raise AssertionError("a device that no rank holds was taken")
   mesh = DeviceMesh(DEVICES, shape=(2, 2), names=("dp", "tp"))
   x, y = Tensor(a).shard(mesh, ("dp", "tp")), Tensor(b).shard(mesh, ("tp", None))
   np.testing.assert_allclose((x * 2 + 1).numpy(), a * 2 + 1, rtol=1e-6)
@@ -75,12 +78,14 @@ def transformer(*data: str) -> None:
     sys.stdout.flush()
 
 def mismatch() -> None:
-  """One rank's tensor of another shape, then of another dtype: the same ValueError on every rank, and the ranks in
-  step afterwards."""
+  """One rank's tensor of another shape, then of another dtype, then a read where another rank runs a kernel first: the
+  same ValueError on every rank, and the ranks in step afterwards."""
   r, n = join()
   mesh = DeviceMesh(DEVICES, names=("dp",))
+  held = Tensor([1.0, 2.0], device="CPU:3")
   cases = [lambda: Tensor.ones(8 if r == 0 else 12, 2).shard(mesh, ("dp", None)).sum(0).numpy(),
-           lambda: (Tensor.ones(4, 2, dtype="float32" if r == 0 else "float16").shard(mesh, ("dp", None)) * 2).numpy()]
+           lambda: (Tensor.ones(4, 2, dtype="float32" if r == 0 else "float16").shard(mesh, ("dp", None)) * 2).numpy(),
+           lambda: (held if r == 0 else held + 1).numpy()]
   for i, case in enumerate(cases):
     try: case()
     except ValueError as e: said = str(e)

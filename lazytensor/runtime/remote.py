@@ -135,8 +135,8 @@ def step_line(ast: UOp, bufs: Sequence[Buffer]) -> str:
   return f"a kernel on {bufs[0].device} storing {stored} (code {ast.key.hex()[:8]})"
 
 def agree(what: str, lines: list[str]) -> None:
-  """Every rank tells the others a checksum of the steps it is about to take; where they differ, each raises the same
-  ValueError naming the first step that differs and what it is on each rank."""
+  """Every rank tells the others a checksum of the steps it is about to take (`what`: a schedule, a read); where they
+  differ, each raises the same ValueError naming the first step that differs and what it is on each rank."""
   assert joined is not None
   mine = np.array([len(lines), zlib.crc32("\n".join(lines).encode())], np.int64)
   every = np.empty((joined.size, 2), np.int64)
@@ -147,13 +147,13 @@ def agree(what: str, lines: list[str]) -> None:
   ranks: dict[str, list[int]] = {}
   for r, s in enumerate(steps): ranks.setdefault(s[i] if i < len(s) else "nothing", []).append(r)
   where = "; ".join(f"{v} on rank{'s' * (len(rs) > 1)} {', '.join(map(str, rs))}" for v, rs in ranks.items())
-  raise ValueError(f"{what}: the ranks disagree at step {i}: {where}; every rank of a mesh across ranks must run the "
-                   "same program, on tensors of the same shapes and dtypes")
+  raise ValueError(f"the ranks disagree at step {i} of what they run next: {where}; every rank of a mesh across ranks "
+                   "must run the same program, on tensors of the same shapes and dtypes")
 
 def read(buf: Buffer) -> np.ndarray:
   """A buffer's values, on every rank: broadcast from the rank that holds it (every rank must read it)."""
   if joined is None or (rank := owner(buf.device)) is None: return buf.numpy()
-  agree("read", [f"read of {buf.size} {buf.dtype.name} on {buf.device}"])
+  agree("read", [f"a read of {buf.size} {buf.dtype.name} on {buf.device}"])
   out = buf.numpy() if rank == joined.rank else np.empty(buf.size, buf.dtype.np)
-  if joined.size > 1: wait(joined.comm.Ibcast(out.view(np.uint8), root=rank), f"read of {buf.device}")
+  wait(joined.comm.Ibcast(out.view(np.uint8), root=rank), f"read of {buf.device}")
   return out

@@ -36,6 +36,7 @@ def open_devices(devices: Sequence[DeviceLike] | str, what: str) -> tuple[Device
   for d in Device.flat(names):
     try: Device[d]
     except Exception as e: raise ValueError(f"{what}: device {d!r} is not available here: {e}") from e
+    if remote.joined is not None: remote.owner(d)  # across ranks, a device that no rank holds fails here
   return names
 
 class DeviceMesh:
