@@ -219,13 +219,16 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
 
 def _transfer(half: remote.Transfer, debug: int, queues: Queues | None) -> None:
   """This rank's half of a copy between ranks, on the worker of its buffer's device (queued) or here."""
-  if queues is not None: queues.submit(half.buf.device, half, (half.buf,), (half.buf,) if half.receive else ())
-  st = time.perf_counter()
-  if queues is None: half()
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_mem += half.buf.nbytes
-  if debug >= 2: print(f"*** {half.buf.device:6s} {GlobalCounters.kernel_count:4d} {half}  tm "
-                       f"{(time.perf_counter() - st) * 1e6:9.2f}us")
+  if queues is not None:
+    queues.submit(half.buf.device, half, (half.buf,), (half.buf,) if half.receive else ())
+    return
+  st = time.perf_counter()
+  half()
+  if debug >= 2:  # the time includes the wait for the other rank to reach the step
+    tm = (time.perf_counter() - st) * 1e6
+    print(f"*** {half.buf.device:6s} {GlobalCounters.kernel_count:4d} {half}  tm {tm:9.2f}us")
 
 # while a TinyJit captures, every step that runs is also recorded here
 _capturing: list[list[ExecItem]] = []

@@ -41,7 +41,7 @@ from lazytensor.helpers import DIST_TIMEOUT
 from lazytensor.runtime.device import Buffer
 from lazytensor.uop.ops import Ops, UOp
 
-CHECKED_KIND = "CPU"  # the kind of device that the ranks share out
+SHARED_KIND = "CPU"  # the kind of device that the ranks share out
 
 class Ranks:
   """This process's place among the ranks of a mesh, and the counter of copies between ranks."""
@@ -67,7 +67,7 @@ def owner(device: str) -> int | None:
   which every rank has its own of."""
   assert joined is not None
   kind, _, index = device.partition(":")
-  if kind != CHECKED_KIND: return None
+  if kind != SHARED_KIND: return None
   rank = int(index or 0) // joined.per_rank
   if rank >= joined.size:
     raise ValueError(f"device {device} is past the mesh's devices CPU:0 .. CPU:{joined.per_rank * joined.size - 1} "
@@ -120,7 +120,7 @@ def route(dst: Buffer, src: Buffer) -> Transfer | bool:
   if fro is None: return to is None or to == joined.rank
   if to is None:
     raise ValueError(f"a copy from {src.device} (rank {fro}'s) to {dst.device}, which every rank has its own of: copy "
-                     f"to a {CHECKED_KIND} device first")
+                     f"to a {SHARED_KIND} device first")
   if to == fro: return to == joined.rank
   tag = joined.transfers % (joined.tag_limit + 1)
   joined.transfers += 1
