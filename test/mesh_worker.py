@@ -3,12 +3,14 @@ case checked against the same computation in one process (made before the ranks 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
 from lazytensor import DeviceMesh, Tensor
 from lazytensor.engine.jit import TinyJit
 from lazytensor.frontend.mixin.multi import local_replica
+from lazytensor.nn.optim import SGD
 from lazytensor.parallel import distributed as dist
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import memory_allocated
@@ -21,12 +23,28 @@ def join() -> tuple[int, int]:
   dist.init(devices_per_rank=len(DEVICES) // dist.world_size())
   return dist.rank(), dist.world_size()
 
+def sgd_steps(place: Callable[[Tensor], Tensor], xs: list[np.ndarray], w0: np.ndarray) -> tuple[list[float], Tensor]:
+  """Linear regression trained by SGD with momentum under TinyJit, a step per batch of xs: the losses, the weight."""
+  w = place(Tensor(w0)).requires_grad_()
+  opt = SGD([w], lr=0.1, momentum=0.9)
+  def step(x: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = ((x @ w - 1) ** 2).mean().backward()
+    opt.step()
+    return loss
+  jitted = TinyJit(step)
+  return [jitted(place(Tensor(x))).item() for x in xs], w
+
 def basics() -> None:
   """An elementwise op, a matmul sharded on its inner dimension (an all-reduce of the partial products), a gather of
-  a sharded tensor and reads of tensors on one rank's device; the same under TinyJit replays, with queues on."""
+  a sharded tensor and reads of tensors on one rank's device; the same under TinyJit replays, and a jitted training
+  step of data parallelism (the gradients all-reduced between ranks)."""
   rng = np.random.default_rng(0)
-  a, b, c = (rng.standard_normal(shape, np.float32) for shape in ((4, 6), (6, 5), (4,)))
+  a, b, c, w0 = (rng.standard_normal(shape, np.float32) for shape in ((4, 6), (6, 5), (4,), (6, 1)))
+  xs = [rng.standard_normal((8, 6), np.float32) for _ in range(5)]
+  want_losses, want_w = sgd_steps(lambda t: t, xs, w0)
   r, n = join()
+  before = {d: memory_allocated(d) for d in DEVICES}  # what the one-process reference left
   try: DeviceMesh(DEVICES + ("CPU:4",))
   except ValueError as e: assert "device CPU:4 is past the mesh's devices CPU:0 .. CPU:3" in str(e), e
   else: raise AssertionError("a device that no rank holds was taken")
@@ -48,13 +66,18 @@ def basics() -> None:
     try: np.from_dlpack(last)
     except ValueError as e: assert "another rank's device" in str(e), e
     else: raise AssertionError("DLPack exported another rank's memory")
-  # the other ranks' devices hold placeholders, never memory; the all-reduce and the reads crossed ranks
-  assert remote.joined is not None and remote.joined.transfers > 0
-  assert all(memory_allocated(d) == 0 for d in DEVICES if not remote.owns(d)), [memory_allocated(d) for d in DEVICES]
   step = TinyJit(lambda x, y: (x @ y).relu().realize())
   for i in range(4):
     got = step(Tensor(a + i).shard(mesh, ("dp", "tp")), Tensor(b).shard(mesh, ("tp", None)))
     np.testing.assert_allclose(got.numpy(), np.maximum((a + i) @ b, 0), rtol=1e-5, atol=1e-4)
+  dp = DeviceMesh(DEVICES, names=("dp",))
+  losses, w = sgd_steps(lambda t: t.shard(dp, ("dp", None) if t.shape[0] == 8 else None), xs, w0)  # w replicated
+  np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+  np.testing.assert_allclose(w.numpy(), want_w.numpy(), rtol=1e-5)
+  # the other ranks' devices hold placeholders, never memory; the all-reduces crossed ranks
+  assert remote.joined is not None and remote.joined.transfers > 0
+  assert all(memory_allocated(d) <= before[d] for d in DEVICES if not remote.owns(d)), \
+    [(memory_allocated(d), before[d]) for d in DEVICES]
   sys.stdout.write(f"rank {r} of {n}: ok\n")
   sys.stdout.flush()
 

@@ -25,11 +25,19 @@ kind, devices, sizes, dtypes and code): where they differ (a tensor of another s
 rank takes and another does not), every rank raises the same ValueError, naming the first step that differs and what
 it is on each rank, before any data moves. One 16-byte all-gather per schedule (~10 us on one host).
 
+Which tensors are alive decides what a schedule computes (an assign first computes the live tensors that read what it
+overwrites: frontend/live.py), and a tensor in a reference cycle dies when Python's cyclic garbage collector runs, which
+allocations trigger at different moments on each rank (the ranks' paths differ: a send here, a receive there). So
+joining turns the automatic collector off and collects at the same steps on every rank instead (every GC_EVERY
+schedules, reads and transfers). Without that, 4 ranks training a linear model under TinyJit disagreed at its first
+step: one rank copied the weight to its replicas again, the others still held a dead tensor that had kept them.
+
 Devices of any other kind (EMU, CUDA) are each rank's own: every rank has its own EMU, and one rank's CPU memory is
 never copied to another's EMU. mpi4py is only imported by distributed.init; this module holds what it joined.
 """
 from __future__ import annotations
 
+import gc
 import time
 import zlib
 from collections.abc import Sequence
@@ -42,6 +50,7 @@ from lazytensor.runtime.device import Buffer
 from lazytensor.uop.ops import Ops, UOp
 
 SHARED_KIND = "CPU"  # the kind of device that the ranks share out
+GC_EVERY = 256  # steps between two garbage collections (each costs milliseconds)
 
 class Ranks:
   """This process's place among the ranks of a mesh, and the counter of copies between ranks."""
@@ -49,6 +58,7 @@ class Ranks:
     self.comm, self.per_rank, self.threaded, self.tag_limit = comm, per_rank, threaded, tag_limit
     self.rank, self.size = int(comm.Get_rank()), int(comm.Get_size())
     self.transfers = 0
+    self.steps = 0  # schedules, reads and transfers since joining: when to collect garbage
 
 # None in a process that did not join a mesh across ranks: every device is its own, and nothing here runs
 joined: Ranks | None = None
@@ -61,6 +71,14 @@ def join(comm: Any, devices_per_rank: int, threaded: bool) -> None:
   # a communicator of its own: the mesh's messages never match those of lazytensor.parallel.distributed
   own = comm.Dup()
   joined = Ranks(own, devices_per_rank, threaded, int(own.Get_attr(MPI.TAG_UB)))
+  gc.collect()
+  gc.disable()
+
+def _step() -> None:
+  """Count a step that every rank takes; collect garbage at every GC_EVERY-th, the same on every rank."""
+  assert joined is not None
+  joined.steps += 1
+  if joined.steps % GC_EVERY == 0: gc.collect()
 
 def owner(device: str) -> int | None:
   """The rank that holds a device's memory (CPU:i is rank i // devices_per_rank's); None for a device of another kind,
@@ -122,6 +140,7 @@ def route(dst: Buffer, src: Buffer) -> Transfer | bool:
     raise ValueError(f"a copy from {src.device} (rank {fro}'s) to {dst.device}, which every rank has its own of: copy "
                      f"to a {SHARED_KIND} device first")
   if to == fro: return to == joined.rank
+  _step()
   tag = joined.transfers % (joined.tag_limit + 1)
   joined.transfers += 1
   if joined.rank == fro: return Transfer(src, to, tag, False)
@@ -138,6 +157,7 @@ def agree(what: str, lines: list[str]) -> None:
   """Every rank tells the others a checksum of the steps it is about to take (`what`: a schedule, a read); where they
   differ, each raises the same ValueError naming the first step that differs and what it is on each rank."""
   assert joined is not None
+  _step()
   mine = np.array([len(lines), zlib.crc32("\n".join(lines).encode())], np.int64)
   every = np.empty((joined.size, 2), np.int64)
   wait(joined.comm.Iallgather(mine, every), what)
