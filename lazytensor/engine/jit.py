@@ -35,6 +35,7 @@ from lazytensor.engine import realize
 from lazytensor.frontend.live import capturing_program
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import DEBUG, JIT
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.schedule.cache import bind_values
 from lazytensor.schedule.index_check import IndexFlags, bad_index
@@ -192,7 +193,10 @@ class TinyJit(Generic[R]):
     self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
     written = {id(b) for item in items for b in item.written}
     returned = {id(b): b for t in _outputs(ret) for b in _buffers(t)}
-    self.fresh = [b for i, b in returned.items() if i in written and b.serial > first_new]
+    # another rank's kernels are not among the items (runtime/remote.py): their outputs are new at every replay too,
+    # as on the rank that runs them, so that every rank's graphs after a replay stay alike
+    self.fresh = [b for i, b in returned.items()
+                  if (i in written or not remote.owns(b.device)) and b.serial > first_new]
     if DEBUG >= 1: print(f"TinyJit: captured {len(items)} items")
     return ret
 

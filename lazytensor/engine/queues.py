@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Device
 
 Step = Callable[[], None]
@@ -66,8 +67,10 @@ def _queue_of(device: str) -> queue.SimpleQueue[_Work]:
   return q
 
 def queueable(devices: set[str]) -> bool:
-  """Whether steps on these devices may run on their workers: more than one device, each safe to launch from there."""
-  return len(devices) > 1 and all(getattr(Device[d], "queued", False) for d in devices)
+  """Whether steps on these devices may run on their workers: more than one device, each safe to launch from there
+  (and, in a mesh across ranks, MPI safe to call from several threads: runtime/remote.py)."""
+  return len(devices) > 1 and all(getattr(Device[d], "queued", False) for d in devices) and \
+    (remote.joined is None or remote.joined.threaded)
 
 class Queues:
   """One schedule's steps submitted in program order to their devices' workers; `finish` waits for all of them and

@@ -28,6 +28,7 @@ from lazytensor.opt.kernel import Kernel, Opt
 from lazytensor.opt.optops import KernelOptError, axis_legend
 from lazytensor.opt.rules import apply_opt
 from lazytensor.opt.search import beam_search
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Compiled, Device, Program, _compile_memo, compile_stats
 from lazytensor.schedule.index_check import IndexFlags, bad_index
 from lazytensor.schedule.scheduler import ScheduleItem
@@ -182,7 +183,11 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
              queues: Queues | None = None) -> None:
   """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are
   allocated as the copy or the launch reads their handles. With `queues`, the step is queued on its device's worker
-  (engine/queues.py) and counted here, untimed."""
+  (engine/queues.py) and counted here, untimed. In a mesh across ranks, a copy may be another rank's (skipped) or a
+  transfer between ranks (runtime/remote.py)."""
+  if runner is None and remote.joined is not None and (mine := remote.route(bufs[0], bufs[1])) is not True:
+    if mine: _transfer(mine, debug, queues)
+    return
   if queues is not None:
     queues.submit(bufs[0].device, functools.partial(_launch, runner, bufs, vals), bufs, _written(runner, bufs))
     et: float | None = None
@@ -211,6 +216,19 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
     print(f"*** {bufs[0].device:6s} {GlobalCounters.kernel_count:4d} {name}{pad} arg {len(bufs):2d} mem "
           f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/"
           f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")
+
+def _transfer(half: remote.Transfer, debug: int, queues: Queues | None) -> None:
+  """This rank's half of a copy between ranks, on the worker of its buffer's device (queued) or here."""
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_mem += half.buf.nbytes
+  if queues is not None:
+    queues.submit(half.buf.device, half, (half.buf,), (half.buf,) if half.receive else ())
+    return
+  st = time.perf_counter()
+  half()
+  if debug >= 2:  # the time includes the wait for the other rank to reach the step
+    tm = (time.perf_counter() - st) * 1e6
+    print(f"*** {half.buf.device:6s} {GlobalCounters.kernel_count:4d} {half}  tm {tm:9.2f}us")
 
 # while a TinyJit captures, every step that runs is also recorded here
 _capturing: list[list[ExecItem]] = []
@@ -257,10 +275,14 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   before = dict(compile_stats) if debug >= 1 else {}
   recording = _capturing[-1] if _capturing else None
   flags: list[IndexFlags] = []
+  if remote.joined is not None:  # the ranks of a mesh across ranks must be about to take the same steps
+    remote.agree("schedule", [remote.step_line(ast, bufs) for ast, bufs, _ in items])
   queues = steps_queues([bufs for _, bufs, _ in items], debug)
   try:
     for ast, bufs, vals in items:
-      runner = None if ast.op is Ops.COPY else get_runner(bufs[0].device, ast)
+      if ast.op is Ops.COPY: runner = None
+      elif remote.joined is None or remote.owns(bufs[0].device): runner = get_runner(bufs[0].device, ast)
+      else: continue  # another rank's kernel: neither compiled nor run here
       _execute(runner, bufs, debug, vals, queues)
       if recording is not None: recording.append(ExecItem(runner, bufs, vals))
       if runner is not None and runner.flag_args: flags += _flags_of(runner, bufs)

@@ -24,7 +24,7 @@ from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from
 from lazytensor.engine.realize import paused_capture, run_schedule
 from lazytensor.frontend import live
 from lazytensor.frontend.mixin.grads import GradMixin
-from lazytensor.frontend.mixin.multi import open_devices
+from lazytensor.frontend.mixin.multi import local_replica, open_devices
 from lazytensor.frontend.mixin.writes import MAYBE_FOUND, REALIZED
 from lazytensor.frontend.state import state
 from lazytensor.frontend.views import (
@@ -34,6 +34,7 @@ from lazytensor.frontend.views import (
   row_major,
 )
 from lazytensor.helpers import TRAINING, VIZ, ContextVar, prod
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule.index_check import BadIndexError
 from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule
@@ -163,7 +164,8 @@ class Tensor(GradMixin, metaclass=_TensorType):
       self.lazydata = const_uop(data, python_number_dtype(data, dt), dev, ())
     elif isinstance(data, (list, tuple, np.ndarray, np.generic)) or hasattr(data, "__dlpack__"):
       arr, dt = np_from_data(data, dt)
-      buf = Buffer(dev, arr.size, dt).copyin(arr.reshape(-1).data.cast("B"))
+      buf = Buffer(dev, arr.size, dt)
+      if remote.owns(dev): buf.copyin(arr.reshape(-1).data.cast("B"))  # across ranks: its rank's copy is the truth
       buf_uop = new_buffer_uop(dev, arr.size, buf.dtype, buf)
       self.lazydata = buffer_view(buf_uop, arr.shape)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; expected a number, a (nested) list, "
@@ -355,12 +357,13 @@ class Tensor(GradMixin, metaclass=_TensorType):
     """
     shape = self._bound_shape("numpy")
     if prod(shape) == 0: return from_storage(np.zeros(shape, dtype=self.dtype.np), self.dtype)
-    if isinstance(self.device, tuple): return self.to(Device.first(self.device)).numpy()  # gathered on the first one
+    if isinstance(self.device, tuple):  # gathered on the first one (across ranks: a replica here, if each rank has one)
+      return mine if (mine := local_replica(self)) is not None else self.to(Device.first(self.device)).numpy()
     self.realize()
     ld = self.lazydata
     dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
     buf, _ = (self if dense else self.contiguous())._buffer()
-    return from_storage(buf.numpy()[:prod(shape)].reshape(shape), self.dtype)
+    return from_storage(remote.read(buf)[:prod(shape)].reshape(shape), self.dtype)
 
   def _bound_shape(self, op: str) -> tuple[int, ...]:
     """The shape at the values its Variables are bound to (uop/sint.py); ValueError naming `op` where one is not."""
@@ -425,6 +428,9 @@ class Tensor(GradMixin, metaclass=_TensorType):
     ld = t.lazydata
     if not (ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous): t = t.contiguous().realize()
     buf, _ = t._buffer()
+    if not remote.owns(buf.device):
+      raise ValueError(f"DLPack: the tensor lies on {buf.device}, another rank's device; .numpy() reads it on every "
+                       "rank")
     if (host := buf.host_view()) is None: return t.to("CPU")._exported_array()
     return np.asarray(_HostMemory(host[:t.numel()].reshape(t.shape), buf))
 

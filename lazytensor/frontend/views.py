@@ -10,6 +10,7 @@ import numpy as np
 
 from lazytensor.dtype import dtypes, from_storage
 from lazytensor.helpers import argsort
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import buffer_map
 from lazytensor.schedule.multi import keeps_pieces_apart
 from lazytensor.schedule.scheduler import MOVES, realized_map
@@ -173,6 +174,8 @@ def host_values(ld: UOp) -> np.ndarray | None:
     flat, st = whole.reshape(-1), ShapeTracker.from_shape(whole.shape)
   elif ld.op is Ops.VIEW and ld.src[0].op in (Ops.BUFFER, Ops.CONST):
     base = ld.src[0]
+    # another rank's memory (runtime/remote.py) is not here to read
+    if base.op is Ops.BUFFER and not remote.owns(buffer_map[base].device): return None
     # from_storage: a bfloat16 buffer holds bits, shown as the float32 values they are
     flat = from_storage(buffer_map[base].numpy(), ld.dtype) if base.op is Ops.BUFFER else \
       np.array([base.arg], dtype=np.float32 if ld.dtype == dtypes.bfloat16 else ld.dtype.np)

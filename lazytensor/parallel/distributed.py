@@ -28,6 +28,7 @@ import numpy as np
 
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import DIST_TIMEOUT, launched_ranks, prod
+from lazytensor.runtime import remote
 
 INSTALL_HINT = "pip install mpi4py mpich (or pip install -e \".[mpi]\" in the lazytensor repository)"
 REDUCE_OPS = ("sum", "max", "min", "prod")
@@ -37,13 +38,16 @@ class _World:
   comm: Any = None
   initialized: bool = False
 
-def init(backend: str | None = None) -> None:
+def init(backend: str | None = None, devices_per_rank: int | None = None) -> None:
   """Join the processes started together: over MPI when an MPI launcher started this one (or backend="mpi"), as the
   only rank otherwise. Calling it again does nothing; the other functions call it when it was not called.
+  With devices_per_rank=k, the devices CPU:0 .. CPU:(k * world_size() - 1) form one mesh across the ranks, CPU:i held
+  by rank i // k, and every rank runs the same program over them (runtime/remote.py; docs/multi-device.md).
 
   >>> init(); rank(), world_size()
   (0, 1)
   """
+  if devices_per_rank is not None and remote.joined is None: _join_mesh(backend, devices_per_rank)
   if _World.initialized: return
   if backend not in (None, "mpi"): raise ValueError(f"init: backend {backend!r}: only 'mpi' is supported")
   if backend == "mpi" or launched_ranks() > 1:
@@ -53,6 +57,15 @@ def init(backend: str | None = None) -> None:
       raise ImportError(f"lazytensor.parallel.distributed needs mpi4py to run over MPI: {INSTALL_HINT}") from e
     _World.comm = MPI.COMM_WORLD
   _World.initialized = True
+
+def _join_mesh(backend: str | None, devices_per_rank: int) -> None:
+  if isinstance(devices_per_rank, bool) or not isinstance(devices_per_rank, int) or devices_per_rank < 1:
+    raise ValueError(f"init: devices_per_rank {devices_per_rank!r}: expected a positive int, the CPU devices of each "
+                     "rank")
+  init(backend)
+  if _World.comm is None: return  # alone, every device is this process's: nothing changes
+  from mpi4py import MPI
+  remote.join(_World.comm, devices_per_rank, MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
 
 def _comm() -> Any:
   init()

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from lazytensor.dtype import from_storage
 from lazytensor.frontend.mixin.nn import NNMixin
 from lazytensor.helpers import prod
-from lazytensor.runtime.device import Device
-from lazytensor.uop.graph import Bounds, mesh_uop
+from lazytensor.runtime import remote
+from lazytensor.runtime.device import Device, buffer_map
+from lazytensor.uop.graph import Bounds, mesh_uop, multi_leaves
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ def open_devices(devices: Sequence[DeviceLike] | str, what: str) -> tuple[Device
   for d in Device.flat(names):
     try: Device[d]
     except Exception as e: raise ValueError(f"{what}: device {d!r} is not available here: {e}") from e
+    if remote.joined is not None: remote.owner(d)  # across ranks, a device that no rank holds fails here
   return names
 
 class DeviceMesh:
@@ -139,6 +142,21 @@ def _first_live_piece(m: UOp) -> UOp:
   # an empty slice is a constant replicated on its devices: the layout is read from a piece that holds something
   axis, bounds = m.arg
   return next((p for p, (lo, hi) in zip(m.src, bounds) if hi > lo), m.src[0]) if axis is not None else m.src[0]
+
+def local_replica(t: MultiMixin) -> np.ndarray | None:
+  """In a mesh across ranks (runtime/remote.py), the values of a tensor replicated on devices of every rank, read from
+  a replica on this rank's device without a message; None otherwise (it is gathered, and the read is collective).
+  Every rank decides alike: the layout is the same on all of them."""
+  if remote.joined is None: return None
+  ld = t.realize().lazydata
+  if not all(_dense(leaf) for leaf in multi_leaves(ld)): ld = t.contiguous().realize().lazydata
+  buffers = [buffer_map[leaf.src[0]] for leaf in multi_leaves(ld)]
+  if not _replicated(ld) or {remote.owner(b.device) for b in buffers} != set(range(remote.joined.size)): return None
+  mine = next(b for b in buffers if remote.owns(b.device))
+  return from_storage(mine.numpy()[:t.numel()].reshape(t.shape), t.dtype)
+
+def _dense(u: UOp) -> bool: return u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER and u.arg.contiguous
+def _replicated(u: UOp) -> bool: return u.op is not Ops.MULTI or (u.arg[0] is None and all(map(_replicated, u.src)))
 
 class MultiMixin(NNMixin):
   """Tensor's sharding methods, the top of the chain of mixins (they need only the primitives and movement)."""
