@@ -315,3 +315,30 @@ def test_relu_keeps_nan_and_gives_no_gradient_at_zero() -> None:
   y.sum().backward()
   assert np.array_equal(y.numpy(), [0.0, 0.0, 2.0, np.nan], equal_nan=True)
   assert x.grad is not None and x.grad.tolist()[:3] == [0.0, 0.0, 1.0]
+
+# ---- the cost of an eager call, in Python function calls ----
+
+def _python_calls(fn) -> int:  # type: ignore[no-untyped-def]
+  """The Python function calls one call of fn makes, after a first call (compiling, filling caches) not counted; the
+  garbage collector is off meanwhile, so no finalizer of another test's objects is counted."""
+  fn()
+  calls = [0]
+  def count(frame, event, arg) -> None:  # type: ignore[no-untyped-def]
+    if event == "call": calls[0] += 1
+  gc.collect()
+  gc.disable()
+  sys.setprofile(count)
+  try: fn()
+  finally:
+    sys.setprofile(None)
+    gc.enable()
+  return calls[0]
+
+# what each eager step costs today, a little over the count measured (extra/bench/eager.py times them): a change that
+# makes the eager path call more Python code fails here and says where
+_X, _Y = np.arange(16, dtype=np.float32), np.ones(16, dtype=np.float32)
+@pytest.mark.parametrize("name, fn, budget", [
+  ("Tensor(float32 array)", lambda: Tensor(_X), 36),
+])
+def test_an_eager_step_makes_few_python_calls(name, fn, budget) -> None:  # type: ignore[no-untyped-def]
+  assert (calls := _python_calls(fn)) <= budget, f"{name}: {calls} Python calls, expected at most {budget}"
