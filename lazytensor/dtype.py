@@ -242,7 +242,7 @@ def truncate(dt: DType, x: Any) -> Any:
 def to_storage(values: np.ndarray, dt: DType) -> np.ndarray:
   """Values as a buffer of `dt` holds them: numpy's cast, except that bfloat16 becomes its bits (uint16), rounded to
   nearest even from float32 (a float64 goes through float32 first, as CUDA's conversions and every device here do)."""
-  if dt.scalar() != dtypes.bfloat16: return values.astype(dt.np, order="C", copy=False)
+  if dt.name != "bfloat16": return values.astype(dt.np, order="C", copy=False)
   with np.errstate(over="ignore", invalid="ignore"):
     bits = np.asarray(values).astype(np.float32, order="C").view(np.uint32).astype(np.uint64)
   rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round half to even on the 16 bits dropped
@@ -251,7 +251,7 @@ def to_storage(values: np.ndarray, dt: DType) -> np.ndarray:
 
 def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
   """The values of a buffer of `dt`: bfloat16 bits widened to float32 (exact), anything else as it is."""
-  if dt.scalar() != dtypes.bfloat16: return stored
+  if dt.name != "bfloat16": return stored
   return (np.asarray(stored, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 # ---- Python and numpy data to buffers ----

@@ -337,8 +337,13 @@ def _python_calls(fn) -> int:  # type: ignore[no-untyped-def]
 # what each eager step costs today, a little over the count measured (extra/bench/eager.py times them): a change that
 # makes the eager path call more Python code fails here and says where
 _X, _Y = np.arange(16, dtype=np.float32), np.ones(16, dtype=np.float32)
-@pytest.mark.parametrize("name, fn, budget", [
-  ("Tensor(float32 array)", lambda: Tensor(_X), 36),
-])
-def test_an_eager_step_makes_few_python_calls(name, fn, budget) -> None:  # type: ignore[no-untyped-def]
-  assert (calls := _python_calls(fn)) <= budget, f"{name}: {calls} Python calls, expected at most {budget}"
+_A, _B = Tensor(_X).realize(), Tensor(_Y).realize()
+_W = Tensor(np.ones((16, 4), dtype=np.float32), requires_grad=True).realize()
+@pytest.mark.parametrize("fn, budget", [
+  (lambda: Tensor(_X), 36),
+  (lambda: (_A + _B).realize(), 78),
+  (lambda: (Tensor(_X) + Tensor(_Y)).numpy(), 180),
+  (lambda: (Tensor(_X).reshape(1, 16) @ _W).relu().sum().backward(), 820),
+], ids=["Tensor(array)", "(a + b).realize()", "(Tensor(x) + Tensor(y)).numpy()", "a layer's graph and backward"])
+def test_an_eager_step_makes_few_python_calls(fn, budget) -> None:  # type: ignore[no-untyped-def]
+  assert (calls := _python_calls(fn)) <= budget, f"{calls} Python calls, expected at most {budget}"

@@ -34,12 +34,14 @@ def per_call(fn: Callable[[int], object], calls: int, runs: int = 5) -> float:
   return best / calls * 1e6
 
 class Stages:
-  """Timers wrapped around the functions of each stage of realize (module attributes, restored on exit)."""
-  def __init__(self) -> None:
+  """Timers wrapped around the functions of each stage of an eager call (attributes of modules and classes, restored
+  on exit), each adding up its time: inclusive, a stage's inner stages indented under it."""
+  def __init__(self, extra: tuple[tuple[str, Any, str], ...] = ()) -> None:
     self.total: dict[str, float] = {}
+    self.extra = extra
 
   def wrap(self, name: str, owner: Any, attr: str) -> Callable[[], None]:
-    inner = getattr(owner, attr)
+    inner = owner.__dict__[attr]
     total, now = self.total, bench_clock.now
     total.setdefault(name, 0.0)
     @functools.wraps(inner)
@@ -59,6 +61,7 @@ class Stages:
     undo = [self.wrap(*w) for w in (
       ("Tensor(numpy): copy-in", tensor.Tensor, "__init__"),
       ("op: graph building", tensor.Tensor, "_apply_uop"),
+      *self.extra,
       ("realize (all)", tensor.Tensor, "realize"),
       ("  schedule (all)", tensor, "create_schedule"),
       ("    structure walk", cache, "structure"),
@@ -75,6 +78,17 @@ class Stages:
     try: yield self.total
     finally:
       for u in reversed(undo): u()
+
+  def report(self, fn: Callable[[int], object], calls: int, name: str, unit: float = 1e6) -> None:
+    """Time `calls` calls of fn under the timers; print the time per call of each stage (x unit: us by default)."""
+    with self.timed() as total:
+      start = bench_clock.now()
+      for i in range(calls): fn(i)
+      whole = bench_clock.now() - start
+    label = "us" if unit == 1e6 else "ms"
+    print(f"{name}: {whole / calls * unit:.2f} {label} per call with the timers")
+    for stage, secs in total.items():
+      if secs: print(f"  {stage:40s} {secs / calls * unit:8.2f}")
 
 def main() -> None:
   ap = argparse.ArgumentParser()
@@ -126,14 +140,8 @@ def main() -> None:
     if args.no_stages: return
     print(f"\nstages (us per call, inclusive, each wrapper adds ~0.2 us), over {args.calls} calls")
     for name, (lt_fn, _, _) in list(cases.items())[:3]:
-      per_call(lt_fn, args.calls, runs=0)  # warm
-      with Stages().timed() as total:
-        start = bench_clock.now()
-        for i in range(args.calls): lt_fn(i)
-        whole = bench_clock.now() - start
-      print(f"{name}: {whole / args.calls * 1e6:.1f} us per call with the timers")
-      for stage, secs in total.items():
-        if secs: print(f"  {stage:40s} {secs / args.calls * 1e6:8.2f}")
+      for i in range(args.calls): lt_fn(i)  # warm
+      Stages().report(lt_fn, args.calls, name)
 
 if __name__ == "__main__":
   main()
