@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,14 +36,15 @@ def per_call(fn: Callable[[int], object], calls: int, runs: int = 5) -> float:
 
 class Stages:
   """Timers wrapped around the functions of each stage of an eager call (attributes of modules and classes, restored
-  on exit), each adding up its time: inclusive, a stage's inner stages indented under it."""
+  on exit), each adding up its time: inclusive, a stage's inner stages indented under it. They read the wall clock
+  whatever --clock says: this thread's CPU time is a system call (about 1 us), which would swamp the stages it times."""
   def __init__(self, extra: tuple[tuple[str, Any, str], ...] = ()) -> None:
     self.total: dict[str, float] = {}
     self.extra = extra
 
   def wrap(self, name: str, owner: Any, attr: str) -> Callable[[], None]:
     inner = owner.__dict__[attr]
-    total, now = self.total, bench_clock.now
+    total, now = self.total, time.perf_counter
     total.setdefault(name, 0.0)
     @functools.wraps(inner)
     def timed(*args: Any, **kwargs: Any) -> Any:
@@ -82,9 +84,9 @@ class Stages:
   def report(self, fn: Callable[[int], object], calls: int, name: str, unit: float = 1e6) -> None:
     """Time `calls` calls of fn under the timers; print the time per call of each stage (x unit: us by default)."""
     with self.timed() as total:
-      start = bench_clock.now()
+      start = time.perf_counter()
       for i in range(calls): fn(i)
-      whole = bench_clock.now() - start
+      whole = time.perf_counter() - start
     label = "us" if unit == 1e6 else "ms"
     print(f"{name}: {whole / calls * unit:.2f} {label} per call with the timers")
     for stage, secs in total.items():
