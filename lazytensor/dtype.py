@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import struct
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ class DType:
   def is_half(self) -> bool:
     """float16 or bfloat16: the frontend computes these in float32 where intermediates would overflow or lose bits."""
     return self.kind == "f" and self.itemsize == 2
-  @property
+  @functools.cached_property  # read a dozen times per Tensor made from data: np.dtype(name) once per DType
   def np(self) -> np.dtype:
     """The numpy dtype of a buffer of this type. numpy has no bfloat16: a bfloat16 buffer holds its values' bits as
     uint16 (`to_storage` and `from_storage` convert values)."""
@@ -135,7 +136,8 @@ class dtypes:
   @staticmethod
   def from_np(npdt: Any) -> DType:
     npdt = np.dtype(npdt)
-    for dt in ALL_DTYPES.values():
+    if (hit := _FROM_NP.get(npdt)) is not None: return hit
+    for dt in ALL_DTYPES.values():  # a numpy dtype equal to one of ours that hashes apart
       if dt.np == npdt: return dt
     raise TypeError(f"numpy dtype {npdt} is not supported; supported: {', '.join(ALL_DTYPES)}")
 
@@ -150,6 +152,8 @@ ALL_DTYPES: dict[str, DType] = {dt.name: dt for dt in (
   dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
   dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64,
   dtypes.bfloat16)}
+# numpy dtype -> ours, the first of ALL_DTYPES where two share one (uint16 before bfloat16, whose storage it is)
+_FROM_NP: dict[np.dtype, DType] = {dt.np: dt for dt in reversed(ALL_DTYPES.values())}
 
 class UnknownDTypeError(TypeError, AttributeError):
   """A dtype name that names none: a TypeError, and the AttributeError that tinygrad's getattr(dtypes, name) raises."""
@@ -238,7 +242,7 @@ def truncate(dt: DType, x: Any) -> Any:
 def to_storage(values: np.ndarray, dt: DType) -> np.ndarray:
   """Values as a buffer of `dt` holds them: numpy's cast, except that bfloat16 becomes its bits (uint16), rounded to
   nearest even from float32 (a float64 goes through float32 first, as CUDA's conversions and every device here do)."""
-  if dt.scalar() != dtypes.bfloat16: return values.astype(dt.np, order="C", copy=False)
+  if dt.name != "bfloat16": return values.astype(dt.np, order="C", copy=False)
   with np.errstate(over="ignore", invalid="ignore"):
     bits = np.asarray(values).astype(np.float32, order="C").view(np.uint32).astype(np.uint64)
   rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round half to even on the 16 bits dropped
@@ -247,7 +251,7 @@ def to_storage(values: np.ndarray, dt: DType) -> np.ndarray:
 
 def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
   """The values of a buffer of `dt`: bfloat16 bits widened to float32 (exact), anything else as it is."""
-  if dt.scalar() != dtypes.bfloat16: return stored
+  if dt.name != "bfloat16": return stored
   return (np.asarray(stored, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 # ---- Python and numpy data to buffers ----
@@ -261,6 +265,8 @@ def cast_array(values: np.ndarray, to: DType) -> np.ndarray:
   """`values` as a buffer of `to` holds them, by the rule Tensor.cast follows on every device (codegen/alu.py): float
   -> int truncates toward zero, NaN gives 0, values out of range saturate to `float_to_int_via(to)` and then wrap to
   `to`; everything else converts as numpy's astype does (ints wrap, floats round)."""
+  # the common case, data already of the buffer's type: nothing to convert, no error state to set up
+  if values.dtype == to.np and to.name != "bfloat16" and values.flags.c_contiguous: return values
   if values.dtype.kind != "f" or not to.is_int:
     with np.errstate(over="ignore", invalid="ignore"): return to_storage(values, to)
   wide = float_to_int_via(to)

@@ -315,3 +315,35 @@ def test_relu_keeps_nan_and_gives_no_gradient_at_zero() -> None:
   y.sum().backward()
   assert np.array_equal(y.numpy(), [0.0, 0.0, 2.0, np.nan], equal_nan=True)
   assert x.grad is not None and x.grad.tolist()[:3] == [0.0, 0.0, 1.0]
+
+# ---- the cost of an eager call, in Python function calls ----
+
+def _python_calls(fn) -> int:  # type: ignore[no-untyped-def]
+  """The Python function calls one call of fn makes, after a first call (compiling, filling caches) not counted; the
+  garbage collector is off meanwhile, so no finalizer of another test's objects is counted."""
+  fn()
+  calls = [0]
+  def count(frame, event, arg) -> None:  # type: ignore[no-untyped-def]
+    if event == "call": calls[0] += 1
+  gc.collect()
+  gc.disable()
+  sys.setprofile(count)
+  try: fn()
+  finally:
+    sys.setprofile(None)
+    gc.enable()
+  return calls[0]
+
+# what each eager step costs today, a little over the count measured (extra/bench/eager.py times them): a change that
+# makes the eager path call more Python code fails here and says where
+_X, _Y = np.arange(16, dtype=np.float32), np.ones(16, dtype=np.float32)
+_A, _B = Tensor(_X).realize(), Tensor(_Y).realize()
+_W = Tensor(np.ones((16, 4), dtype=np.float32), requires_grad=True).realize()
+@pytest.mark.parametrize("fn, budget", [
+  (lambda: Tensor(_X), 36),
+  (lambda: (_A + _B).realize(), 78),
+  (lambda: (Tensor(_X) + Tensor(_Y)).numpy(), 180),
+  (lambda: (Tensor(_X).reshape(1, 16) @ _W).relu().sum().backward(), 720),
+], ids=["Tensor(array)", "(a + b).realize()", "(Tensor(x) + Tensor(y)).numpy()", "a layer's graph and backward"])
+def test_an_eager_step_makes_few_python_calls(fn, budget) -> None:  # type: ignore[no-untyped-def]
+  assert (calls := _python_calls(fn)) <= budget, f"{calls} Python calls, expected at most {budget}"

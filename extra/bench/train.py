@@ -66,6 +66,7 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--threads", type=int, default=1)
   ap.add_argument("--steps", type=int, default=200, help="steps per timed run (the eager run does a tenth)")
+  ap.add_argument("--stages", action="store_true", help="then where the time of a step without TinyJit goes")
   args = bench_clock.setup(ap)
   import numpy as np
 
@@ -86,6 +87,18 @@ def main() -> None:
   for name, rate in results.items():
     ratio = f"{rate / results['torch']:8.2f}x" if "torch" in results else f"{'-':>9s}"
     print(f"{name:20s} {rate:9.1f} {1e3 / rate:9.2f} {ratio}")
+  if args.stages:
+    from eager import Stages
+
+    from lazytensor.frontend.mixin.grads import GradMixin
+    from lazytensor.nn.optim import Optimizer
+    step = lazytensor_step(False, data)
+    with Context(THREADS=args.threads):
+      for i in range(3): step(i)
+      # the step's parts before its realize: backward and the optimizer's update graph (their ops count in "op" too)
+      extra = (("backward (all)", GradMixin, "backward"), ("optimizer update graph", Optimizer, "schedule_step"))
+      print()
+      Stages(extra).report(step, max(args.steps // 10, 5), "step without TinyJit (ms, inclusive)", unit=1e3)
 
 if __name__ == "__main__":
   main()

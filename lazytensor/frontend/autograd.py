@@ -39,10 +39,11 @@ def nodes_standing_for(root: UOp, tensors: Sequence[UOp]) -> list[list[UOp]]:
   """For each tensor (its node), the nodes of root's graph that hold its value: its own node, and the nodes that were
   realized into its buffer after the graph was built. A node whose graph contains another such node is left out: the
   gradient of that other node already includes it."""
-  nodes = root.toposort
+  if not tensors: return []  # every backward asks for the tensors with hooks, most often none
+  nodes, attr = root.toposort, realized_map.attr
   realized_into: dict[UOp, list[UOp]] = {}
-  for n in nodes:
-    if (buf := realized_map.get(n)) is not None: realized_into.setdefault(buf, []).append(n)
+  for n in nodes:  # realized_map.get inlined: a call per node of the graph
+    if (buf := n.__dict__.get(attr)) is not None: realized_into.setdefault(buf, []).append(n)
   out = []
   for t in tensors:
     found = ([t] if t in nodes else []) + realized_into.get(t, [])

@@ -123,7 +123,14 @@ def _on_path(root: UOp, targets: set[UOp]) -> list[UOp]:
   """The nodes between root and any target, in topological order (sources first)."""
   reaches: dict[UOp, bool] = {}
   for node in root.toposort:
-    reaches[node] = node in targets or any(reaches[s] for s in node.src)
+    # a loop, not any() of a generator: a call per node, at every backward
+    found = node in targets
+    if not found:
+      for s in node.src:
+        if reaches[s]:
+          found = True
+          break
+    reaches[node] = found
   return [n for n in root.toposort if reaches[n]]
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],

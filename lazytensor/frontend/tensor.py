@@ -356,18 +356,21 @@ class Tensor(GradMixin, metaclass=_TensorType):
     array([1, 2, 3])
     """
     shape = self._bound_shape("numpy")
-    if prod(shape) == 0: return from_storage(np.zeros(shape, dtype=self.dtype.np), self.dtype)
+    size = prod(shape)
+    if size == 0: return from_storage(np.zeros(shape, dtype=self.dtype.np), self.dtype)
     if isinstance(self.device, tuple):  # gathered on the first one (across ranks: a replica here, if each rank has one)
       return mine if (mine := local_replica(self)) is not None else self.to(Device.first(self.device)).numpy()
     self.realize()
     ld = self.lazydata
-    dense = ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
-    buf, _ = (self if dense else self.contiguous())._buffer()
-    return from_storage(remote.read(buf)[:prod(shape)].reshape(shape), self.dtype)
+    if not (ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous):
+      ld = self.contiguous().realize().lazydata
+      assert ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER, f"realized tensor is {ld.op}"
+    return from_storage(remote.read(buffer_map[ld.src[0]])[:size].reshape(shape), ld.dtype)
 
   def _bound_shape(self, op: str) -> tuple[int, ...]:
     """The shape at the values its Variables are bound to (uop/sint.py); ValueError naming `op` where one is not."""
-    try: return tuple(sym_infer(s, {}) for s in self.shape)
+    if UOp not in map(type, shape := self.shape): return shape  # no Variable: the common case, without a call a dim
+    try: return tuple(sym_infer(s, {}) for s in shape)
     except ValueError as e:
       raise ValueError(f"{op}: the shape {shape_str(self.shape)} has a Variable with no value; bind it (v.bind(n)) "
                        "where the shape is made") from e

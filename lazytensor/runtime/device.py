@@ -154,7 +154,10 @@ def device_class(base: str) -> Callable[[str], Compiled]:
 
 class _DeviceRegistry:
   """`Device["CPU:1"]` opens (once) the device of that name; `Device.DEFAULT` is where new tensors go."""
-  def __init__(self) -> None: self._opened: dict[str, Compiled] = {}
+  def __init__(self) -> None:
+    self._opened: dict[str, Compiled] = {}
+    # (DEV's value, DEFAULT's name for it), checked once per value of DEV: every Tensor made from data asks
+    self._default: tuple[str | None, str] = (None, "")
 
   @staticmethod
   def canonicalize(name: str) -> str:
@@ -191,7 +194,9 @@ class _DeviceRegistry:
     return self.flat(device)[0]
 
   @property
-  def DEFAULT(self) -> str: return self.canonicalize(DEV.value or "CPU")
+  def DEFAULT(self) -> str:
+    if (dev := DEV.value) != self._default[0]: self._default = (dev, self.canonicalize(dev or "CPU"))
+    return self._default[1]
 
 Device = _DeviceRegistry()
 

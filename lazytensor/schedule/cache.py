@@ -91,7 +91,11 @@ def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
 _SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.VIEW})
 _UNBOUND = "_unbound"
 
-def _flat(arg: Any) -> list[Any]: return [y for x in arg for y in (_flat(x) if isinstance(x, tuple) else (x,))]
+def _holds_uop(arg: tuple) -> bool:
+  """Whether a (nested) tuple holds a UOp: a loop, as every new movement node of an eager step asks once."""
+  for x in arg:
+    if isinstance(x, UOp) or (isinstance(x, tuple) and _holds_uop(x)): return True
+  return False
 
 def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
   """The arg of a movement or VIEW node with each BIND in it replaced by its Variable, and the values they had; None
@@ -100,7 +104,7 @@ def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
   ret: tuple[Any, dict[UOp, int]] | None = None
   if node.op is Ops.VIEW:
     if node.arg.symbolic and (found := node.arg.unbind())[1]: ret = found
-  elif any(isinstance(x, UOp) for x in _flat(node.arg)):
+  elif _holds_uop(node.arg):
     vals: dict[UOp, int] = {}
     def strip(x: Any) -> Any:
       if isinstance(x, tuple): return tuple(strip(y) for y in x)

@@ -127,7 +127,8 @@ class UOp:
         out[node] = None
         continue
       stack.append((node, True))
-      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+      for s in reversed(node.src):  # a loop, not a generator: a call per node (a backward walks every node)
+        if s not in out: stack.append((s, False))
     return out
 
   def substitute(self, mapping: dict[UOp, UOp]) -> UOp:

@@ -133,7 +133,7 @@ class MovementMixin:
     >>> Tensor.zeros(2, 3).ndim
     2
     """
-    return len(self.shape)
+    return len(self.lazydata.shape)  # not self.shape: a property call fewer, at every op that resolves an axis
 
   def numel(self) -> int:
     """The number of elements.
@@ -163,6 +163,15 @@ class MovementMixin:
     (3, 2)
     """
     dims = _dims("reshape", sizes, shape=shape)
+    # plain sizes, the common case, need none of the resolving (None, -1, Variables): no call per dimension
+    if not (set(map(type, dims)) <= {int} and min(dims, default=0) >= 0): dims = self._reshape_sizes(dims)
+    if not sint_eq(sint_prod(dims), sint_prod(self.shape)):
+      raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {shape_str(dims)}: the sizes differ")
+    if dims == self.shape: return self
+    return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, dims))
+
+  def _reshape_sizes(self, dims: tuple[Any, ...]) -> tuple[sint, ...]:
+    """reshape's sizes resolved: None keeps a dimension, -1 takes what is left, a symbolic size is simplified."""
     if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
       raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
     dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
@@ -177,11 +186,7 @@ class MovementMixin:
       if not sint_eq(ssimplify(rest * known), numel):
         raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {dims}")
       dims = tuple(rest if s == -1 else s for s in dims)
-    dims = tuple(as_dim(s) for s in dims)
-    if not sint_eq(sint_prod(dims), numel):
-      raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {shape_str(dims)}: the sizes differ")
-    if dims == self.shape: return self
-    return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, dims))
+    return tuple(as_dim(s) for s in dims)
 
   def view(self, *sizes: Any, shape: Sequence[int] | int | None = None,
            size: Sequence[int] | int | None = None) -> Self:

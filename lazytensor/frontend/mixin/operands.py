@@ -25,11 +25,11 @@ if TYPE_CHECKING:
   from typing import Self
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-  nd = max(len(s) for s in shapes)
-  padded = [(1,) * (nd - len(s)) + s for s in shapes]
+  nd = max(map(len, shapes))
   out = []
-  for dims in zip(*padded):
-    non1 = {d for d in dims if d != 1}
+  for dims in zip(*[(1,) * (nd - len(s)) + s for s in shapes]):
+    non1 = set(dims)  # the sizes other than 1, without a comprehension's call per dimension
+    non1.discard(1)
     if len(non1) > 1: raise ValueError(f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
     out.append(non1.pop() if non1 else 1)
   return tuple(out)
