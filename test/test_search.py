@@ -284,6 +284,20 @@ def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.Cap
   assert 0 <= pack_search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)]) < 3
   assert sorted(built) == [0, 1, 2] and "corrupt" in capsys.readouterr().err
 
+def test_packing_variants_far_slower_with_the_heuristics_are_not_searched(beam: Path) -> None:
+  # variants that add a kernel of milliseconds to a reduce of microseconds: hopeless with the heuristics' opts, never
+  # searched; the lone survivor wins without a search here (realize searches its kernels)
+  r = _reduce_of(_t(64, 64) @ _t(64, 64))
+  with Context(BEAM=0): slow, _ = create_schedule([(_t(2048, 2048) * 3).exp2().lazydata])
+  def variant(extra: list[ScheduleItem]) -> Callable[[], list[tuple[UOp, tuple]]]:
+    return lambda: schedule._probe(r, ()) + [(it.ast, it.bufs) for it in extra]
+  dev = Device["CPU"]
+  assert pack_search.beam_packing(dev, 2, b"hopeless", [variant(slow), variant([]), variant(slow)]) == 1
+  assert search.beam_stats["searches"] == search.beam_stats["cache_hits"] == 0
+  # variants alike are each searched (the second from the cache: the same kernel), the first wins the tie
+  assert pack_search.beam_packing(dev, 2, b"alike", [variant([]), variant([])]) == 0
+  assert search.beam_stats["searches"] == search.beam_stats["cache_hits"] == 1
+
 def test_probe_kernels_compute_the_reduce_alone() -> None:
   # what BEAM times for a packing: the copies and the reduce, reading fresh buffers in place of whatever computed the
   # operands (here a + 1 and b * 2)
