@@ -96,6 +96,17 @@ def test_search_is_correct_and_at_least_as_fast_as_heuristics(beam: Path, name: 
   assert t_beam <= t_heuristic * 1.25 + 20e-6, f"BEAM {k.applied_opts} {t_beam * 1e6:.1f} us, heuristics " \
                                                f"{heuristic} {t_heuristic * 1e6:.1f} us"
 
+def test_timing_ends_early_only_for_candidates_far_over_the_cutoff() -> None:
+  # in this process: the jobs the workers run
+  item = _item("elementwise", "CPU")
+  binary = search_workers.compile_job(CompileJob("CPU", item.ast, ()))
+  def runs(cutoff: float) -> int: return len(search_workers.time_job(search_workers.RunJob("CPU", item.ast, binary,
+                                                                                            cutoff)))
+  assert runs(1e-9) == 1, "a first run FAR_RATIO times over the cutoff is the only one"
+  assert runs(0.0) == 2, "a cutoff of 0 asks for two runs"
+  assert runs(math.inf) >= search_workers.MIN_RUNS
+  search_workers.release_job(None)
+
 def test_second_run_searches_nothing(beam: Path) -> None:
   item = _item("row_sum", "CPU")
   first = _search(item, "CPU").applied_opts
