@@ -21,7 +21,7 @@ import pytest
 from lazytensor import Context, Device, Tensor
 from lazytensor.dtype import dtypes
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
-from lazytensor.helpers import DISKCACHE_TABLE
+from lazytensor.helpers import DISKCACHE_TABLE, prod
 from lazytensor.opt import heuristic, search, search_actions, search_workers
 from lazytensor.opt.heuristic import Packing, hand_coded_optimizations, pack_candidates, pack_choice
 from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
@@ -326,6 +326,19 @@ def test_probe_kernels_compute_the_reduce_alone() -> None:
     for b in inputs.values(): b.copyin((x if b.size == x.size else y).data.cast("B"))
     for ast, bufs in items: compile_kernel(ast, Device["CPU"])(bufs)
     np.testing.assert_allclose(items[-1][1][0].numpy().reshape(128, 96), x @ y, rtol=1e-4, atol=1e-4)
+
+def test_lanes_past_the_elementwise_cap_are_hopeless_without_a_reduce() -> None:
+  # an elementwise kernel's lanes hold no accumulators: past MAX_ELEMENTWISE_LANES they only cost lowering time; a
+  # reduce's register tile may be wider (BEAM_UPCAST_MAX)
+  cap = search_actions.MAX_ELEMENTWISE_LANES
+  a = Tensor.ones(256, 256).contiguous().realize()
+  def lanes(t: Tensor, n: int) -> Kernel:
+    k = Kernel(schedule.create_schedule([t.lazydata])[0][-1].ast, Device["CPU"].renderer)
+    apply_opt(k, Opt(OptOps.UPCAST, 0, n))
+    return k
+  def hopeless(k: Kernel) -> bool: return search_actions.hopeless(k, prod(k.full_shape), 1)
+  assert not hopeless(lanes(a + 1, cap)) and hopeless(lanes(a + 1, 2 * cap))
+  assert not hopeless(lanes(a @ a, 2 * cap))
 
 def test_one_thread_tries_thread_shares_only_where_cache_blocks_may_pay() -> None:
   # on one thread a THREAD share is a cache block: BEAM times it for a reduce whose operand outgrows a quarter of L3

@@ -42,7 +42,8 @@ What keeps the search cheap:
     slower than the best are not expanded, and kernels under MIN_SEARCH_S keep the heuristics' opts without a search
     (launch overhead is all there is to win).
   * Pruning before compiling: candidates with more register lanes than BEAM_UPCAST_MAX (upcast x unroll; the
-    renderer's own upcast_max is a hard limit), more local threads than BEAM_LOCAL_MAX, an unrolled body longer than
+    renderer's own upcast_max is a hard limit; MAX_ELEMENTWISE_LANES without a reduce, where lanes hold no
+    accumulators), more local threads than BEAM_LOCAL_MAX, an unrolled body longer than
     MAX_BODY_OPS ALU ops (it costs compile time, not run time), or padding that adds more than MAX_PAD_WORK of work are
     dropped, and so are duplicates by kernel state; candidates that render the same code as one already timed (in any
     round) are dropped without timing.
