@@ -101,9 +101,11 @@ from lazytensor.runtime.device import Compiled
 
 ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
 HOPELESS_RATIO = 4.0    # beam members this much slower than the best are not expanded
-PATIENCE = 2            # rounds in a row without progress that end the search: a step that does not pay alone (a
-                        # narrower tile) may make room for one that does (a wider unroll), and old members' children
-                        # are not tried twice, so the extra round costs only the new members' children
+# rounds in a row without progress that end the search. A step that does not pay alone (a narrower tile) may make room
+# for one that does (a wider unroll), but edits reach many such pairs in one round (another amount of an opt already
+# there). A cold BEAM=2 of a 1024 matmul (AVX-512, one thread) compiled 88 candidates with 1 in place of 161 with 2, its
+# kernels as fast: the one gain seen after a round without one was on a slice, and the full-size check undid it
+PATIENCE = 1
 # kernels slower than this are timed on a slice that runs about this long: a 1024 matmul (13 ms on one AVX-512 core) on
 # 30% of its rows, each row the whole kernel's loops and tiles; 10 ms made timing half of a cold search
 TARGET_RUN_S = 0.004
