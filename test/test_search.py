@@ -175,6 +175,19 @@ def doubled_compile_job(job: CompileJob) -> Binary:
   doubled = job.ast.substitute({store: store.replace(src=(*store.src[:2], store.src[2] * 2.0))})
   return real_compile_job(CompileJob(job.device, doubled, job.opts, job.keep))
 
+def only_heuristic_compile_job(job: CompileJob) -> Binary:
+  """Every candidate but the heuristics' kernel and the unoptimized one fails to compile."""
+  if job.opts and not _is_heuristic(job): raise RuntimeError("injected compile failure")
+  return real_compile_job(job)
+
+def test_search_keeps_the_heuristics_opts_when_nothing_beats_them(beam: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(search, "compile_job", only_heuristic_compile_job)
+  item = _item("matmul", "CPU")
+  with Context(THREADS=1):
+    heuristic = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer)).applied_opts
+    assert _search(item, "CPU").applied_opts == heuristic
+  assert search.beam_stats["failed"] > 0 and search.beam_stats["rounds"] == 1
+
 @pytest.mark.parametrize("fault", [incomplete_compile_job, doubled_compile_job])
 def test_winner_check_discards_wrong_candidates(beam: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str], fault: Callable) -> None:

@@ -117,8 +117,8 @@ KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load t
 CHECK_TOLERANCE = {"float16": 2e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-8}
 
 # what searching has done in this process: tests and benchmarks read it
-beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "duplicates": 0, "timed": 0, "failed": 0,
-                              "rejected": 0}
+beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "rounds": 0, "compiled": 0, "duplicates": 0, "timed": 0,
+                              "failed": 0, "rejected": 0}
 
 # ---- the search ----
 
@@ -275,6 +275,7 @@ class _Search:
     beam, stale = self.select(self.evaluate(starts)), 0
     while beam and stale < PATIENCE:
       self.round += 1
+      beam_stats["rounds"] += 1
       children = [child for c in beam for child in self.children(c.kernel)]
       if not children: break
       before = beam[0].time
