@@ -21,7 +21,7 @@ import pytest
 from lazytensor import Context, Device, Tensor
 from lazytensor.dtype import dtypes
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
-from lazytensor.helpers import DISKCACHE_TABLE
+from lazytensor.helpers import DISKCACHE_TABLE, prod
 from lazytensor.opt import heuristic, search, search_actions, search_workers
 from lazytensor.opt.heuristic import Packing, hand_coded_optimizations, pack_candidates, pack_choice
 from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
@@ -96,6 +96,17 @@ def test_search_is_correct_and_at_least_as_fast_as_heuristics(beam: Path, name: 
   assert t_beam <= t_heuristic * 1.25 + 20e-6, f"BEAM {k.applied_opts} {t_beam * 1e6:.1f} us, heuristics " \
                                                f"{heuristic} {t_heuristic * 1e6:.1f} us"
 
+def test_timing_ends_early_only_for_candidates_far_over_the_cutoff() -> None:
+  # in this process: the jobs the workers run
+  item = _item("elementwise", "CPU")
+  binary = search_workers.compile_job(CompileJob("CPU", item.ast, ()))
+  def runs(cutoff: float) -> int: return len(search_workers.time_job(search_workers.RunJob("CPU", item.ast, binary,
+                                                                                            cutoff)))
+  assert runs(1e-9) == 1, "a first run FAR_RATIO times over the cutoff is the only one"
+  assert runs(0.0) == 2, "a cutoff of 0 asks for two runs"
+  assert runs(math.inf) >= search_workers.MIN_RUNS
+  search_workers.release_job(None)
+
 def test_second_run_searches_nothing(beam: Path) -> None:
   item = _item("row_sum", "CPU")
   first = _search(item, "CPU").applied_opts
@@ -163,6 +174,19 @@ def doubled_compile_job(job: CompileJob) -> Binary:
   store = next(u for u in job.ast.toposort if u.op is Ops.STORE)
   doubled = job.ast.substitute({store: store.replace(src=(*store.src[:2], store.src[2] * 2.0))})
   return real_compile_job(CompileJob(job.device, doubled, job.opts, job.keep))
+
+def only_heuristic_compile_job(job: CompileJob) -> Binary:
+  """Every candidate but the heuristics' kernel and the unoptimized one fails to compile."""
+  if job.opts and not _is_heuristic(job): raise RuntimeError("injected compile failure")
+  return real_compile_job(job)
+
+def test_search_keeps_the_heuristics_opts_when_nothing_beats_them(beam: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(search, "compile_job", only_heuristic_compile_job)
+  item = _item("matmul", "CPU")
+  with Context(THREADS=1):
+    heuristic = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer)).applied_opts
+    assert _search(item, "CPU").applied_opts == heuristic
+  assert search.beam_stats["failed"] > 0 and search.beam_stats["rounds"] == 1
 
 @pytest.mark.parametrize("fault", [incomplete_compile_job, doubled_compile_job])
 def test_winner_check_discards_wrong_candidates(beam: Path, monkeypatch: pytest.MonkeyPatch,
@@ -284,6 +308,20 @@ def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.Cap
   assert 0 <= pack_search.beam_packing(dev, 2, b"test", [lambda i=i: build(i) for i in range(3)]) < 3
   assert sorted(built) == [0, 1, 2] and "corrupt" in capsys.readouterr().err
 
+def test_packing_variants_far_slower_with_the_heuristics_are_not_searched(beam: Path) -> None:
+  # variants that add a kernel of milliseconds to a reduce of microseconds: hopeless with the heuristics' opts, never
+  # searched; the lone survivor wins without a search here (realize searches its kernels)
+  r = _reduce_of(_t(64, 64) @ _t(64, 64))
+  with Context(BEAM=0): slow, _ = create_schedule([(_t(2048, 2048) * 3).exp2().lazydata])
+  def variant(extra: list[ScheduleItem]) -> Callable[[], list[tuple[UOp, tuple]]]:
+    return lambda: schedule._probe(r, ()) + [(it.ast, it.bufs) for it in extra]
+  dev = Device["CPU"]
+  assert pack_search.beam_packing(dev, 2, b"hopeless", [variant(slow), variant([]), variant(slow)]) == 1
+  assert search.beam_stats["searches"] == search.beam_stats["cache_hits"] == 0
+  # variants alike are each searched (the second from the cache: the same kernel)
+  assert pack_search.beam_packing(dev, 2, b"alike", [variant([]), variant([])]) in (0, 1)
+  assert search.beam_stats["searches"] == search.beam_stats["cache_hits"] == 1
+
 def test_probe_kernels_compute_the_reduce_alone() -> None:
   # what BEAM times for a packing: the copies and the reduce, reading fresh buffers in place of whatever computed the
   # operands (here a + 1 and b * 2)
@@ -301,6 +339,19 @@ def test_probe_kernels_compute_the_reduce_alone() -> None:
     for b in inputs.values(): b.copyin((x if b.size == x.size else y).data.cast("B"))
     for ast, bufs in items: compile_kernel(ast, Device["CPU"])(bufs)
     np.testing.assert_allclose(items[-1][1][0].numpy().reshape(128, 96), x @ y, rtol=1e-4, atol=1e-4)
+
+def test_lanes_past_the_elementwise_cap_are_hopeless_without_a_reduce() -> None:
+  # an elementwise kernel's lanes hold no accumulators: past MAX_ELEMENTWISE_LANES they only cost lowering time; a
+  # reduce's register tile may be wider (BEAM_UPCAST_MAX)
+  cap = search_actions.MAX_ELEMENTWISE_LANES
+  a = Tensor.ones(256, 256).contiguous().realize()
+  def lanes(t: Tensor, n: int) -> Kernel:
+    k = Kernel(schedule.create_schedule([t.lazydata])[0][-1].ast, Device["CPU"].renderer)
+    apply_opt(k, Opt(OptOps.UPCAST, 0, n))
+    return k
+  def hopeless(k: Kernel) -> bool: return search_actions.hopeless(k, prod(k.full_shape), 1)
+  assert not hopeless(lanes(a + 1, cap)) and hopeless(lanes(a + 1, 2 * cap))
+  assert not hopeless(lanes(a @ a, 2 * cap))
 
 def test_one_thread_tries_thread_shares_only_where_cache_blocks_may_pay() -> None:
   # on one thread a THREAD share is a cache block: BEAM times it for a reduce whose operand outgrows a quarter of L3

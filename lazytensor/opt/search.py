@@ -36,12 +36,14 @@ What keeps the search cheap:
     time is scaled back up by the work ratio. Before the winner is chosen, the best candidates and the heuristics'
     kernel are timed again at full size, so a slice that predicted badly cannot pick a slower kernel. The output
     check runs the unoptimized reference on a slice too (about CHECK_RUN_S), comparing only the outputs it wrote.
-  * Abandoning slow work early. A candidate stops being timed once two runs are ABANDON_RATIO times slower than the
-    best; one still running long after that is killed with its worker. Beam members more than HOPELESS_RATIO times
+  * Abandoning slow work early. A candidate is ranked by the best of two runs (MIN_RUNS) and stops being timed once two
+    runs are ABANDON_RATIO times slower than the best, or its first FAR_RATIO times that; one still running long after
+    that is killed with its worker. Beam members more than HOPELESS_RATIO times
     slower than the best are not expanded, and kernels under MIN_SEARCH_S keep the heuristics' opts without a search
     (launch overhead is all there is to win).
   * Pruning before compiling: candidates with more register lanes than BEAM_UPCAST_MAX (upcast x unroll; the
-    renderer's own upcast_max is a hard limit), more local threads than BEAM_LOCAL_MAX, an unrolled body longer than
+    renderer's own upcast_max is a hard limit; MAX_ELEMENTWISE_LANES without a reduce, where lanes hold no
+    accumulators), more local threads than BEAM_LOCAL_MAX, an unrolled body longer than
     MAX_BODY_OPS ALU ops (it costs compile time, not run time), or padding that adds more than MAX_PAD_WORK of work are
     dropped, and so are duplicates by kernel state; candidates that render the same code as one already timed (in any
     round) are dropped without timing.
@@ -99,10 +101,14 @@ from lazytensor.runtime.device import Compiled
 
 ABANDON_RATIO = 2.0     # a run this much slower than the best ends a candidate's timing
 HOPELESS_RATIO = 4.0    # beam members this much slower than the best are not expanded
-PATIENCE = 2            # rounds in a row without progress that end the search: a step that does not pay alone (a
-                        # narrower tile) may make room for one that does (a wider unroll), and old members' children
-                        # are not tried twice, so the extra round costs only the new members' children
-TARGET_RUN_S = 0.01     # kernels slower than this are timed on a slice that runs about this long
+# rounds in a row without progress that end the search. A step that does not pay alone (a narrower tile) may make room
+# for one that does (a wider unroll), but edits reach many such pairs in one round (another amount of an opt already
+# there). A cold BEAM=2 of a 1024 matmul (AVX-512, one thread) compiled 88 candidates with 1 in place of 161 with 2, its
+# kernels as fast: the one gain seen after a round without one was on a slice, and the full-size check undid it
+PATIENCE = 1
+# kernels slower than this are timed on a slice that runs about this long: a 1024 matmul (13 ms on one AVX-512 core) on
+# 30% of its rows, each row the whole kernel's loops and tiles; 10 ms made timing half of a cold search
+TARGET_RUN_S = 0.004
 CHECK_RUN_S = 0.05      # the unoptimized reference of the output check runs on a slice about this long
 MIN_SEARCH_S = 20e-6    # kernels faster than this keep the heuristics' opts
 TIE_RATIO = 0.02        # candidates this close to the fastest are a tie, won by the one cheaper to lower and compile
@@ -111,8 +117,8 @@ KILL_GRACE_S = 0.5      # a timing job gets this long beyond its runs (to load t
 CHECK_TOLERANCE = {"float16": 2e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-8}
 
 # what searching has done in this process: tests and benchmarks read it
-beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "compiled": 0, "duplicates": 0, "timed": 0, "failed": 0,
-                              "rejected": 0}
+beam_stats: dict[str, int] = {"searches": 0, "cache_hits": 0, "rounds": 0, "compiled": 0, "duplicates": 0, "timed": 0,
+                              "failed": 0, "rejected": 0}
 
 # ---- the search ----
 
@@ -269,6 +275,7 @@ class _Search:
     beam, stale = self.select(self.evaluate(starts)), 0
     while beam and stale < PATIENCE:
       self.round += 1
+      beam_stats["rounds"] += 1
       children = [child for c in beam for child in self.children(c.kernel)]
       if not children: break
       before = beam[0].time

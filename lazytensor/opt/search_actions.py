@@ -14,6 +14,11 @@ from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 MAX_PAD_WORK = 1.25     # PADTO may add at most this much work
 MAX_BODY_OPS = 4096     # register lanes x ALU ops per element: longer unrolled bodies mostly cost compile time
+# a kernel without a reduce keeps no accumulators in its lanes: past 4 vectors of 16 floats (a 16x4 tile of a
+# transposing copy) its timings tie (the 1024 matmul's packing copies: 32-128 lanes within 3% of each other) while each
+# lane's index costs lowering time (128 lanes: ~150 ms a candidate; the copies' searches were half of a cold BEAM=2 of
+# the matmul)
+MAX_ELEMENTWISE_LANES = 64
 EXPANDING_OPS = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 32, Ops.COS: 32}  # about this many ALU ops each once lowered
 
 def _beam_worthy(k: Kernel, op: OptOps) -> bool:
@@ -57,10 +62,11 @@ def body_ops(ast: UOp) -> int:
   return sum(EXPANDING_OPS.get(u.op, 1) for u in ast.toposort if u.op in GroupOp.ALU or u.op is Ops.REDUCE_AXIS)
 
 def hopeless(k: Kernel, work: int, ops: int) -> bool:
-  """Too many register lanes or local threads, a register body so long that it only costs compile time, or padding
-  that adds too much work."""
+  """Too many register lanes (MAX_ELEMENTWISE_LANES without a reduce) or local threads, a register body so long that it
+  only costs compile time, or padding that adds too much work."""
   lanes = k.upcast_size()
-  return lanes > int(BEAM_UPCAST_MAX.value) or k.local_size() > int(BEAM_LOCAL_MAX.value) or \
+  most = int(BEAM_UPCAST_MAX.value) if k.reduce_axes else min(int(BEAM_UPCAST_MAX.value), MAX_ELEMENTWISE_LANES)
+  return lanes > most or k.local_size() > int(BEAM_LOCAL_MAX.value) or \
     (lanes > 1 and lanes * ops > MAX_BODY_OPS) or prod(k.full_shape) > MAX_PAD_WORK * work
 
 def replay(k: Kernel, opts: Sequence[Opt]) -> Kernel | None:
