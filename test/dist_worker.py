@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,36 @@ def mismatches() -> None:
   assert dist.all_reduce(Tensor([r + 1.0])).tolist() == [3.0]  # still in step
   print(f"rank {r}: in step", flush=True)
 
+class Recorder:
+  """The process's communicator, noting each MPI call made through it: its name and its first two arguments (the
+  buffers sent and received)."""
+  def __init__(self, comm: Any) -> None: self.comm, self.calls = comm, []
+  def __getattr__(self, name: str) -> Any:
+    fn = getattr(self.comm, name)
+    if name.startswith("Get_"): return fn
+    def call(*args: Any, **kwargs: Any) -> Any:
+      self.calls.append((name, *args[:2]))
+      return fn(*args, **kwargs)
+    return call
+
+def calls() -> None:
+  """What MPI is asked to do for each collective of a realized dense tensor: one 16-byte check, then the data straight
+  from the tensor's buffer into the result's."""
+  dist.init()
+  r = dist.rank()
+  t = Tensor(np.arange(1024, dtype=np.float32) + r).realize()
+  dist._World.comm = recorder = Recorder(dist._World.comm)
+  for name, mpi_name in (("all_reduce", "Allreduce"), ("all_gather", "Allgather"),
+                         ("reduce_scatter", "Reduce_scatter_block")):
+    recorder.calls.clear()
+    out = getattr(dist, name)(t)
+    (check, sent, got), (data, src, dst) = recorder.calls
+    assert check == "Iallreduce" and sent.nbytes == got.nbytes == 16, (name, check, sent.nbytes)
+    assert data == mpi_name, (name, data)
+    assert np.shares_memory(src, t._buffer()[0].host_view()), f"{name}: the input was copied"
+    assert np.shares_memory(dst, out._buffer()[0].host_view()), f"{name}: the result was copied"
+  print(f"rank {r}: calls ok", flush=True)
+
 def main() -> None:
   dist.init()
   r, n = dist.rank(), dist.world_size()
@@ -78,4 +109,5 @@ def main() -> None:
   print(f"rank {r} of {n}: ok", flush=True)
 
 if __name__ == "__main__":
-  {"timeout": only_rank_0_calls, "mismatch": mismatches}.get(sys.argv[1] if sys.argv[1:] else "", main)()
+  modes = {"timeout": only_rank_0_calls, "mismatch": mismatches, "calls": calls}
+  modes.get(sys.argv[1] if sys.argv[1:] else "", main)()

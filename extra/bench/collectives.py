@@ -1,26 +1,31 @@
-"""all_reduce bandwidth: lazytensor over CPU:0..N-1 in one process (ring and naive), and over 2 MPI ranks, each next
-to a reference measured in the same run on numpy arrays of the same size.
+"""Collective bandwidth: all_reduce over CPU:0..N-1 in one process (ring and naive), and all_reduce, all_gather and
+reduce_scatter over MPI ranks, each next to a reference measured in the same run on numpy arrays of the same size.
 
-Usage: python extra/bench/collectives.py [--devices 4] [--max-mb 64] [--no-mpi]
+Usage: python extra/bench/collectives.py [--devices 4] [--max-mb 64] [--mpi-max-mb 256] [--ranks 2] [--no-mpi]
+                                         [--mpi-only]
 
-Bandwidth is the size of the reduced tensor over the time of one all-reduce (nccl-tests' "algbw"), best of a few runs.
+Bandwidth is the size of the tensor (reduced, gathered or scattered) over the time of one call (nccl-tests' "algbw"),
+best of a few runs.
 * In one process: every device holds a float32 vector; `all_reduce(stack(...))` leaves the sum on every device.
   ring and naive build, schedule and run the graph on every call (what eager code pays); jit replays the kernels and
   copies that TinyJit captured (what a jitted training step pays), with the RING knob's default choice.
   Reference: numpy summing the same N arrays into N outputs (what the devices' memory must at least move).
-* Over MPI (2 ranks started with mpiexec by this script): `lazytensor.parallel.distributed.all_reduce` of a Tensor, next
-to
-  mpi4py's own `Allreduce` of a numpy array; the ratio is lazytensor / mpi4py.
+* Over MPI (--ranks ranks started with mpiexec by this script, 1 KB to --mpi-max-mb): all_reduce, all_gather and
+  reduce_scatter of `lazytensor.parallel.distributed` on a Tensor next to mpi4py's own Allreduce, Allgather and
+  Reduce_scatter_block on numpy arrays; us per call of calls back to back, and the ratio of lazytensor's speed to
+  mpi4py's.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import bench_clock
 import numpy as np
@@ -77,31 +82,54 @@ def _numpy_all_reduce(devices: int, n: int) -> None:
     np.add(ins[0], ins[1], out=o)
     for a in ins[2:]: np.add(o, a, out=o)
 
+# the collectives measured over MPI: lazytensor's name, mpi4py's, and the elements per rank in and out for a size of n
+# elements (nccl-tests' sizes: the reduced tensor, the gathered result, the tensor scattered)
+MPI_COLLECTIVES: dict[str, tuple[str, Callable[[int, int], tuple[int, int]]]] = {
+  "all_reduce": ("Allreduce", lambda n, ranks: (n, n)),
+  "all_gather": ("Allgather", lambda n, ranks: (n // ranks, n)),
+  "reduce_scatter": ("Reduce_scatter_block", lambda n, ranks: (n, n // ranks)),
+}
+
 def over_mpi(sizes: list[int]) -> None:
   from mpi4py import MPI
 
-  from lazytensor import Tensor
   from lazytensor.parallel import distributed as dist
   dist.init()
   comm, rank = MPI.COMM_WORLD, dist.rank()
-  if rank == 0:
-    print(f"\nall_reduce over {dist.world_size()} MPI ranks (us per call, with a barrier before it; GB/s; ratio "
-          "lazytensor / mpi4py's Allreduce)")
-    print(f"{'size':>8} {'us':>9} {'mpi4py us':>10} {'lazytensor':>11} {'mpi4py':>8} {'ratio':>7}")
-  for nbytes in sizes:
-    n = nbytes // 4
-    t = Tensor(np.full(n, rank + 1, np.float32)).realize()
-    src, dst = np.full(n, rank + 1, np.float32), np.empty(n, np.float32)
-    def ours(t: Tensor = t) -> None:
-      dist.barrier()
-      dist.all_reduce(t)
-    def theirs(src: np.ndarray = src, dst: np.ndarray = dst) -> None:
-      comm.Barrier()
-      comm.Allreduce(src, dst)
-    lt, mp = (bench_clock.best_time(fn, repeats_for(nbytes), collect=True) for fn in (ours, theirs))
+  for name, (theirs, counts) in MPI_COLLECTIVES.items():
     if rank == 0:
-      print(f"{_size(nbytes):>8} {lt * 1e6:9.1f} {mp * 1e6:10.1f} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} "
-            f"{mp / lt:6.2f}x")
+      print(f"\n{name} over {dist.world_size()} MPI ranks: us per call (back to back), GB/s, and lazytensor's speed "
+            f"over mpi4py's {theirs} on numpy arrays")
+      print(f"{'size':>8} {'us':>9} {'mpi4py us':>10} {'lazytensor':>11} {'mpi4py':>8} {'ratio':>7}")
+    for nbytes in sizes:
+      n_in, n_out = counts(nbytes // 4, dist.world_size())
+      lt, mp = _mpi_pair(name, theirs, n_in, n_out, nbytes, comm)
+      if rank == 0:
+        print(f"{_size(nbytes):>8} {lt * 1e6:9.1f} {mp * 1e6:10.1f} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} "
+              f"{mp / lt:6.2f}x")
+
+def _mpi_pair(name: str, theirs: str, n_in: int, n_out: int, nbytes: int, comm: Any) -> tuple[float, float]:
+  """Seconds per call of lazytensor's collective on a Tensor and of mpi4py's on numpy arrays of the same sizes."""
+  from lazytensor import Tensor
+  from lazytensor.parallel import distributed as dist
+  src, dst = np.full(n_in, comm.Get_rank() + 1, np.float32), np.empty(n_out, np.float32)
+  t = Tensor(src).realize()
+  ours, mpi = getattr(dist, name), getattr(comm, theirs)
+  return per_call(lambda: ours(t), nbytes, comm), per_call(lambda: mpi(src, dst), nbytes, comm)
+
+def per_call(fn: Callable[[], object], nbytes: int, comm: Any) -> float:
+  """The best of a few runs of calls back to back (about 16 MB moved in each, at most 200 calls), each run started
+  together on every rank by a barrier, as OSU's micro-benchmarks do: seconds per call."""
+  calls = max(1, min(200, (16 << 20) // nbytes))
+  fn()
+  best = float("inf")
+  for _ in range(5 if nbytes < 1 << 26 else 3):
+    gc.collect()  # the buffers of the last run back in the allocator before this one allocates
+    comm.Barrier()
+    start = bench_clock.now()
+    for _ in range(calls): fn()
+    best = min(best, (bench_clock.now() - start) / calls)
+  return best
 
 def _size(nbytes: int) -> str:
   for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
@@ -111,23 +139,26 @@ def _size(nbytes: int) -> str:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--devices", type=int, default=4)
-  ap.add_argument("--max-mb", type=int, default=64, help="largest size in MB (256 needs ~3 GB with 4 devices)")
-  ap.add_argument("--no-mpi", action="store_true", help="skip the 2-rank MPI part")
+  ap.add_argument("--max-mb", type=int, default=64, help="largest size in MB in one process (256 needs ~3 GB with 4 "
+                  "devices)")
+  ap.add_argument("--mpi-max-mb", type=int, default=256, help="largest size in MB over MPI (~1 GB a rank at 256)")
+  ap.add_argument("--ranks", type=int, default=2, help="MPI ranks")
+  ap.add_argument("--no-mpi", action="store_true", help="skip the MPI part")
+  ap.add_argument("--mpi-only", action="store_true", help="skip the part in one process")
   ap.add_argument("--mpi", action="store_true", help=argparse.SUPPRESS)  # set when started by mpiexec below
   args = ap.parse_args()
-  sizes = [s for s in SIZES if s <= args.max_mb << 20]
   if args.mpi:
-    over_mpi(sizes)
+    over_mpi([s for s in SIZES if s <= args.mpi_max_mb << 20])
     return
-  in_one_process(args.devices, sizes)
+  if not args.mpi_only: in_one_process(args.devices, [s for s in SIZES if s <= args.max_mb << 20])
   if args.no_mpi: return
   mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
   if mpiexec is None:
     print("\nmpiexec not found: pip install mpi4py mpich for the MPI part")
     return
   root = Path(__file__).resolve().parents[2]
-  subprocess.run([mpiexec, "-n", "2", sys.executable, __file__, "--mpi", "--max-mb", str(args.max_mb)], check=True,
-                 env={**os.environ, "PYTHONPATH": str(root)})
+  subprocess.run([mpiexec, "-n", str(args.ranks), sys.executable, __file__, "--mpi", "--mpi-max-mb",
+                  str(args.mpi_max_mb)], check=True, env={**os.environ, "PYTHONPATH": str(root)})
 
 if __name__ == "__main__":
   main()

@@ -43,9 +43,12 @@ def after(x: UOp, deps: Sequence[UOp]) -> UOp:
     flag = nan if flag is None else flag | nan
   return x if flag is None else flag.where(x, x)
 
-def _rebuild(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+def _rebuild(root: UOp, mapping: dict[UOp, UOp]) -> UOp: return rebuild_nodes(root, mapping)[root]
+
+def rebuild_nodes(root: UOp, mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
   """root's graph over the nodes `mapping` puts in place of some of its own (not walked below them): every node above
-  them a new one. An assign is kept: a write runs once, and the recomputation reads what it wrote."""
+  them a new one; each node of the graph (down to them) mapped to its new one. An assign is kept: a write runs once, and
+  the recomputation reads what it wrote."""
   done = dict(mapping)
   stack: list[tuple[UOp, bool]] = [(root, False)]
   while stack:
@@ -58,7 +61,7 @@ def _rebuild(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     else:
       src = tuple(done[s] for s in node.src)
       done[node] = node if src == node.src else node.replace(src=src)
-  return done[root]
+  return done
 
 @dataclass(frozen=True)
 class Remat:
@@ -87,7 +90,7 @@ class Remat:
     deps = [g for g, t in zip(outside_grads, self.trainable) if t and g is not None]
     return (None, *(None if g is None else after(g, deps) for g in arg_grads), *outside_grads)
 
-def _outside(root: UOp, args: Sequence[UOp]) -> list[UOp]:
+def outside_reads(root: UOp, args: Sequence[UOp]) -> list[UOp]:
   """The nodes that root's graph reads from outside the region that computes it from `args`: sources of the region's
   nodes that do not depend on the args, below their views (a weight, not its transpose expanded over the batch: its
   gradient is the weight's own, reduced over the batch), except constants (they read no memory)."""
@@ -124,7 +127,7 @@ def checkpoint(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     arg_nodes = list(dict.fromkeys(t._graph_root() for t in tensors))
     root = out._graph_root()
     if not out.requires_grad or not any(a in root.toposort for a in arg_nodes): return out  # no backward to spare
-    outside = _outside(root, arg_nodes)
+    outside = outside_reads(root, arg_nodes)
     remat = Remat(len(arg_nodes), needs_gradient(outside))
     return out._apply_uop(lambda v, *xs: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, v, *xs), remat),
                           *(Tensor(n) for n in arg_nodes + outside))

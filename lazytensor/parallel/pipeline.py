@@ -192,10 +192,12 @@ def _stage_devices(mesh: DeviceMesh, axis: str, index: int) -> Devices:
   return group[0] if len(group) == 1 else group
 
 def _move(t: Tensor, devices: Devices) -> Tensor:
-  """t (realized, on one stage's devices, split along dimension 0 if several) on another stage's devices: piece i of
-  t goes from its device to devices[i]."""
+  """t (on one stage's devices) on another stage's devices, split along dimension 0 if several: piece i of t so split
+  goes from its device to devices[i]. (A tensor-parallel layer's input gradient comes laid out on its stage's mesh,
+  whole along "tp": it is split first.)"""
   if isinstance(devices, str): return t.to(devices)
-  return collectives.from_pieces([Tensor(u).to(d) for u, d in zip(multi_leaves(t.lazydata), devices)], axis=0)
+  split = t.shard(Device.flat(t.device), axis=0)
+  return collectives.from_pieces([Tensor(u).to(d) for u, d in zip(multi_leaves(split.lazydata), devices)], axis=0)
 
 def _place(t: Tensor, devices: Devices) -> Tensor:
   """A micro-batch (on any one device) on a stage's devices: split along dimension 0 over several."""
@@ -241,7 +243,9 @@ class Pipeline:
     self.devices = [_stage_devices(mesh, axis, s) for s in range(len(stages))]
     self.params = [[get_parameters(layer) for layer in layers] for layers in self.layers]
     for ps, devices in zip(self.params, self.devices):
-      for p in (p for layer in ps for p in layer): p.to_(devices).realize()
+      for p in (p for layer in ps for p in layer):
+        # a weight already on the stage's devices (laid out by tensor parallelism on a mesh of them) keeps its layout
+        if Device.flat(p.device) != Device.flat(devices): p.to_(devices).realize()
 
   def step(self, x: Tensor, y: Tensor, schedule: Schedule) -> Tensor:
     """One batch through the pipeline by `schedule`: its mean loss (realized, on the last stage's devices), with the
@@ -285,7 +289,8 @@ class Pipeline:
     layers: list[Layer] = list(self.layers[s])
     if target is not None: layers.append(lambda out: self._loss(out, target) / microbatches)
     for layer in layers:
-      w.inputs.append(h.detach().requires_grad_())
+      data = s == 0 and not w.inputs  # the batch itself gets no gradient (and token ids, integers, can have none)
+      w.inputs.append(h.detach() if data else h.detach().requires_grad_())
       h = layer(w.inputs[-1])
       w.outputs.append(h)
     Tensor.realize(*w.outputs)

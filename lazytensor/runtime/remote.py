@@ -97,19 +97,21 @@ def owns(device: str) -> bool:
   """Whether this rank holds `device`'s memory (always, alone: outside a mesh across ranks)."""
   return joined is None or owner(device) in (None, joined.rank)
 
-def wait(request: Any, what: str) -> Any:
-  """Wait for a nonblocking MPI call; TimeoutError after DIST_TIMEOUT seconds. It polls (MPI moves a message forward
-  only inside MPI calls), sleeping between polls once it has waited a millisecond: a rank waits for another's kernels
-  as often as for data, and a spinning rank takes a core from the ranks that compute (on a loaded 2-core host, 2 ranks
-  moving 1 MB took 22-24 ms spinning, 8-10 ms so; 64 MB 94-106 ms, 84 ms)."""
+def wait(request: Any, what: str, rank: int | None = None,
+         rule: str = "every rank must run the same program") -> Any:
+  """Wait for a nonblocking MPI call; TimeoutError after DIST_TIMEOUT seconds, naming this rank (`rank`, else the
+  mesh's) and the `rule` the ranks broke. It polls (MPI moves a message forward only inside MPI calls), sleeping
+  between polls once it has waited a millisecond: a rank waits for another's kernels as often as for data, and a
+  spinning rank takes a core from the ranks that compute (on a loaded 2-core host, 2 ranks moving 1 MB took 22-24 ms
+  spinning, 8-10 ms so; 64 MB 94-106 ms, 84 ms). The sleeps are at most 5% of the time waited so far."""
   from mpi4py import MPI
   status, start = MPI.Status(), time.monotonic()
   while not request.Test(status):
     if (waited := time.monotonic() - start) > 1e-3: time.sleep(min(waited * 0.05, 1e-3))
     if waited > DIST_TIMEOUT.value:
-      assert joined is not None
-      raise TimeoutError(f"rank {joined.rank}: {what} waited {waited:.0f} s for the other ranks; every rank must run "
-                         "the same program (DIST_TIMEOUT sets the limit)")
+      who = rank if rank is not None else joined.rank if joined is not None else 0
+      raise TimeoutError(f"rank {who}: {what} waited {waited:.0f} s for the other ranks; {rule} (DIST_TIMEOUT sets "
+                         "the limit)")
   return status
 
 class Transfer:
