@@ -222,7 +222,15 @@ class UOp:
   # identity is structural equality because nodes are interned; comparisons above build nodes, so keep hashing by id
   __hash__ = object.__hash__
   def __eq__(self, other: object) -> bool: return self is other
-  def __bool__(self) -> bool: raise TypeError(f"a UOp has no truth value: {self.op}")
+  def __bool__(self) -> bool:
+    # a comparison that its Variables' ranges decide has that truth value (`if start_pos > 0:` for a start_pos in
+    # [1, 127], as tinygrad's programs branch); one they do not decide would depend on the value bound at each call
+    if self.dtype != dtypes.bool: raise TypeError(f"a UOp has no truth value: {self.op}")
+    lo, hi = self.vmin_vmax
+    if lo != hi:
+      raise ValueError(f"the truth value of {render_index(self)} depends on the values its Variables are bound to "
+                       "(their ranges do not decide it); compare their values, a bound Variable's .val")
+    return bool(lo)
 
   def gep(self, i: int) -> UOp:
     if self.dtype.count == 1: return self
@@ -246,6 +254,12 @@ class UOp:
     """(the Variable, its value) of a BIND."""
     assert self.op is Ops.BIND, f"unbind of {self.op}"
     return self.src[0], int(self.src[1].arg)
+
+  @property
+  def val(self) -> int:
+    """The value of a bound Variable (tinygrad's name: code branches on it, `if start_pos.val == 0`)."""
+    if self.op is not Ops.BIND: raise TypeError(f"val: only a bound Variable (v.bind(n)) has a value, not {self.op}")
+    return self.unbind()[1]
 
   # ---- symbolic bounds ----
 
