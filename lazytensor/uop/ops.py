@@ -451,6 +451,12 @@ class PatternMatcher(Generic[R]):
 
   def __add__(self, other: PatternMatcher[R]) -> PatternMatcher[R]: return PatternMatcher(self.rules + other.rules)
 
+  def rewritten(self, node: UOp) -> UOp | None:
+    """What graph_rewrite without a ctx made of `node` with these rules (node itself where none applied), while it is
+    remembered; None for a node it has not rewritten."""
+    hit = self.memo.get(node)
+    return node if hit is _SAME else hit
+
   def rewrite(self, uop: UOp, ctx: Any = None) -> R | None:
     for pat, fn, wants_ctx in self.by_op.get(uop.op, self.any_op):
       for bindings in pat.match(uop, {}):
