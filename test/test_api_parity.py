@@ -382,8 +382,8 @@ def test_tinygrad_shim_presents_lazytensor() -> None:
   assert out.split() == ["int32", "int32", "float16", "True", "7"]
 
 def test_tinygrad_shim_maps_tinygrads_helpers(tmp_path: Any) -> None:
-  # what tinygrad programs import from tinygrad.helpers, tinygrad.nn.* and tinygrad.renderer, in a fresh process (the
-  # shim sets the default int); fetch reads a file:// URL into the cache, so no network is needed
+  # what tinygrad programs import from tinygrad.helpers, tinygrad.nn.*, tinygrad.uop.ops and tinygrad.renderer, in a
+  # fresh process (the shim sets the default int); fetch reads a file:// URL into the cache, so no network is needed
   from pathlib import Path
   root = Path(__file__).resolve().parent.parent
   src = tmp_path / "weights.bin"
@@ -391,6 +391,8 @@ def test_tinygrad_shim_maps_tinygrads_helpers(tmp_path: Any) -> None:
   code = ("import tinygrad.nn.state, tinygrad.nn.optim; from tinygrad import Device, nn\n"
           "from tinygrad.helpers import ContextVar, DEBUG, Timing, colored, fetch, get_child, trange\n"
           "from tinygrad.renderer.nir import NIRRenderer\n"
+          "from tinygrad.helpers import JIT; from tinygrad.uop.ops import UOp; import lazytensor\n"
+          "assert JIT is lazytensor.helpers.JIT and UOp is lazytensor.uop.ops.UOp\n"
           "assert tinygrad.nn.state is nn.state and not isinstance(Device[Device.DEFAULT].renderer, NIRRenderer)\n"
           "K = ContextVar('LT_SHIM_KNOB', 3)\n"
           "assert K.value == 3 and ContextVar('LT_SHIM_KNOB', 9) is K and ContextVar('DEBUG', 5) is DEBUG\n"
@@ -403,6 +405,18 @@ def test_tinygrad_shim_maps_tinygrads_helpers(tmp_path: Any) -> None:
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
   assert out.returncode == 0, out.stderr
   assert out.stdout.startswith("took ") and out.stdout.rstrip().endswith("ms !")
+
+def test_tinygrad_shim_runs_a_gpt2_style_decode() -> None:
+  # test/tinygrad_decode.py: the decode loop of tinygrad's examples/gpt2.py in tinygrad's API (Variable start_pos and
+  # token, TinyJit, tinygrad.uop.ops.UOp, `start_pos.val`, `if start_pos > 0`), through the shim in a fresh process;
+  # it checks each step's logits against a full-sequence forward and that nothing is built after the capture
+  from pathlib import Path
+  root = Path(__file__).resolve().parent.parent
+  env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'extra' / 'tinygrad_shim'}"}
+  out = subprocess.run([sys.executable, str(root / "test" / "tinygrad_decode.py")], capture_output=True, text=True,
+                       env=env)
+  assert out.returncode == 0, out.stdout + out.stderr
+  assert "10 decode steps, programs built after the capture: 0" in out.stdout
 
 def test_readme_tour_runs_and_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
   # the README's tour, run as written: the lazy tensor and the realized one print as its comments show

@@ -66,6 +66,16 @@ def test_realized_once_is_not_recomputed(ab: tuple[Tensor, Tensor]) -> None:
   d = c * 2
   assert kernels(d) == 1  # only the multiply: c is a buffer now
 
+def test_a_value_computed_inside_one_realize_is_read_by_the_next(ab: tuple[Tensor, Tensor]) -> None:
+  # h lies above a movement op, so the scheduler computes it as another node (views resolved): the buffer it got in
+  # the realize of h + 1 stands for h's own node too, and h * 3 reads it (in a decode step, each layer's output was
+  # computed again by every later layer's cache write and by the logits: kernels growing with the layers squared)
+  a, b = ab
+  h = (a.T.reshape(256) * b.reshape(256)).contiguous()
+  (h + 1).realize()
+  assert kernels(h * 3) == 1  # the multiply alone
+  np.testing.assert_allclose((h * 3).numpy(), a.numpy().T.reshape(256) * b.numpy().reshape(256) * 3, rtol=1e-6)
+
 def test_shared_intermediate_seen_by_other_tensor(ab: tuple[Tensor, Tensor]) -> None:
   a, b = ab
   c = a @ b

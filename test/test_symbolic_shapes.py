@@ -42,6 +42,17 @@ def test_bind_outside_the_range_names_the_variable(value: int) -> None:
 def test_bad_variable(args: tuple) -> None:
   with pytest.raises(ValueError, match="Variable"): Variable(*args)
 
+def test_bound_variable_value_and_comparisons_its_range_decides() -> None:
+  # tinygrad's programs branch on a bound Variable: `if start_pos.val == 0:` and `if start_pos > 0:` for a start_pos
+  # in [1, 127] (gpt2.py's decode step); a comparison the range does not decide has no truth value to give
+  b = Variable("start_pos", 1, 127).bind(5)
+  assert b.val == 5
+  assert bool(b > 0) and not bool(b < 1) and bool(b + 1 <= 128)
+  with pytest.raises(ValueError, match="truth value of 3<start_pos depends on the values its Variables are bound to"):
+    bool(b > 3)
+  with pytest.raises(TypeError, match="no truth value: Ops.BIND"): bool(b)
+  with pytest.raises(TypeError, match="only a bound Variable"): Variable("n", 0, 3).val  # noqa: B018
+
 def test_sint_helpers_simplify() -> None:
   v = Variable("v", 1, 10)
   assert ssimplify((v + 1) - 1) is v

@@ -154,17 +154,17 @@ def _for_device(r: UOp) -> UOp:
   if block is not None: return split_reduce(r, block)
   return _pack_operand(r)
 
-def pack_operands(sink: UOp) -> UOp:
+def pack_operands(sink: UOp) -> dict[UOp, UOp]:
   """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
   heuristics ask for it (heuristic.pack_choice), and a reduce along a strided axis of a large operand runs in two
   (reduce_split): the tensor graph is the same on every device, its schedule is the device's. One pass, so that a
-  reduce is never packed or split twice."""
+  reduce is never packed or split twice. Returns each node of `sink` -> its node in the packed graph."""
   done: dict[UOp, UOp] = {}
   for node in sink.toposort:
     new_src = tuple(done[s] for s in node.src)
     new = node if new_src == node.src else node.replace(src=new_src)
     done[node] = _for_device(new) if new.op is Ops.REDUCE_AXIS else new
-  return done[sink]
+  return done
 
 @dataclass
 class _Graph:
@@ -421,7 +421,8 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   them already)."""
   # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
   resolved = graph_rewrite(sink, pm_resolve, name="resolve")
-  if pack: resolved = pack_operands(resolved)
+  packed = pack_operands(resolved) if pack else {}
+  if pack: resolved = packed[resolved]
   g = _find_realizes(resolved)
   leaf_buffers = {n: _buffer_of(n) for n in resolved.toposort if n.op is Ops.BUFFER}
   roots, outputs, built, scatters = _build_kernels(resolved, g, leaf_buffers)
@@ -437,8 +438,12 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN}
   items, reused = plan_memory(items, keep)
   if pack and schedule_listeners: _tell_listeners(resolved, g, ran, [len(built[r].items) for r in ran], items)
+  computes = _computed_nodes(sink, packed)
   for r in roots:
-    if id(outputs[r]) not in reused: becomes.setdefault(r, buffer_uops[r])
+    if id(outputs[r]) in reused: continue
+    becomes.setdefault(r, buffer_uops[r])
+    if r.op is not Ops.ASSIGN:
+      for node in computes.get(r, ()): becomes.setdefault(node, buffer_uops[r])
   # the order commit_realized records them in: the assigns in the order they run, so that the last one into a buffer
   # is the node that stands for its contents (each assign's value is a BUFFER node of its own), then the values: an
   # assign's commit drops what stood for its memory, which a view of it realized with it (y.add_(w).T) must outlive
@@ -446,6 +451,19 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
   last = len(ran)
   return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
+
+def _computed_nodes(sink: UOp, packed: dict[UOp, UOp]) -> dict[UOp, list[UOp]]:
+  """Each node of the scheduled graph -> the nodes of `sink` whose value it is, where those are other nodes: resolving
+  (a value above a movement op reads a VIEW) and packing rebuild every node above what they change. The values kept
+  for later graphs must be those nodes, the caller's: a value computed in one realize and read again in the next (a
+  decode step's layer output, read by the next layer's cache write and by the logits) was computed again each time,
+  the cost of a step growing with the square of the layers."""
+  computes: dict[UOp, list[UOp]] = {}
+  for node in sink.toposort:
+    if (r := pm_resolve.rewritten(node)) is None: continue
+    r = packed.get(r, r)
+    if r is not node: computes.setdefault(r, []).append(node)
+  return computes
 
 def _tell_listeners(sink: UOp, g: _Graph, ran: list[UOp], counts: list[int], items: list[ScheduleItem]) -> None:
   starts = [sum(counts[:i]) for i in range(len(counts))]

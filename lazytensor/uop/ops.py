@@ -223,7 +223,15 @@ class UOp:
   # identity is structural equality because nodes are interned; comparisons above build nodes, so keep hashing by id
   __hash__ = object.__hash__
   def __eq__(self, other: object) -> bool: return self is other
-  def __bool__(self) -> bool: raise TypeError(f"a UOp has no truth value: {self.op}")
+  def __bool__(self) -> bool:
+    # a comparison that its Variables' ranges decide has that truth value (`if start_pos > 0:` for a start_pos in
+    # [1, 127], as tinygrad's programs branch); one they do not decide would depend on the value bound at each call
+    if self.dtype != dtypes.bool: raise TypeError(f"a UOp has no truth value: {self.op}")
+    lo, hi = self.vmin_vmax
+    if lo != hi:
+      raise ValueError(f"the truth value of {render_index(self)} depends on the values its Variables are bound to "
+                       "(their ranges do not decide it); compare their values, a bound Variable's .val")
+    return bool(lo)
 
   def gep(self, i: int) -> UOp:
     if self.dtype.count == 1: return self
@@ -247,6 +255,12 @@ class UOp:
     """(the Variable, its value) of a BIND."""
     assert self.op is Ops.BIND, f"unbind of {self.op}"
     return self.src[0], int(self.src[1].arg)
+
+  @property
+  def val(self) -> int:
+    """The value of a bound Variable (tinygrad's name: code branches on it, `if start_pos.val == 0`)."""
+    if self.op is not Ops.BIND: raise TypeError(f"val: only a bound Variable (v.bind(n)) has a value, not {self.op}")
+    return self.unbind()[1]
 
   # ---- symbolic bounds ----
 
@@ -437,6 +451,12 @@ class PatternMatcher(Generic[R]):
     self.memo: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()  # graph_rewrite's results
 
   def __add__(self, other: PatternMatcher[R]) -> PatternMatcher[R]: return PatternMatcher(self.rules + other.rules)
+
+  def rewritten(self, node: UOp) -> UOp | None:
+    """What graph_rewrite without a ctx made of `node` with these rules (node itself where none applied), while it is
+    remembered; None for a node it has not rewritten."""
+    hit = self.memo.get(node)
+    return node if hit is _SAME else hit
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> R | None:
     for pat, fn, wants_ctx in self.by_op.get(uop.op, self.any_op):

@@ -12,6 +12,7 @@ from typing import Any
 
 from lazytensor.helpers import (
   DEBUG,
+  JIT,
   NOOPT,
   Allowed,
   Context,
@@ -24,7 +25,7 @@ from lazytensor.helpers import (
 from lazytensor.helpers import ContextVar as _Knob
 from lazytensor.helpers import colored as _colored
 
-__all__ = ["DEBUG", "NOOPT", "Context", "ContextVar", "all_same", "dedup", "flatten", "prod", "getenv", "CI",
+__all__ = ["DEBUG", "JIT", "NOOPT", "Context", "ContextVar", "all_same", "dedup", "flatten", "prod", "getenv", "CI",
            "IMAGE", "TRANSCENDENTAL", "CPU_LLVM", "AMD_LLVM", "EMULATE", "OSX", "colored", "fetch", "get_child",
            "trange", "tqdm", "Timing"]
 
