@@ -79,6 +79,17 @@ def test_logits_of_prefill_and_decode_match_numpy(weights_file: tuple[Path, dict
     np.testing.assert_allclose(logits, ref[len(prompt) + i - 1], rtol=1e-4, atol=1e-4)
   assert len(timing.decode_s) == 9
 
+def test_without_a_position_all_logits_and_no_cache(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
+  # the training form (extra/bench/models.py's GPT-2 step): a whole sequence, every position's logits, no cache made
+  path, w = weights_file
+  model = generate.GPT2(TINY)
+  model.load(str(path))
+  tokens = [[5, 17, 3, 9, 60], [1, 2, 3, 4, 5]]
+  logits = model(Tensor(tokens, dtype="int32")).numpy()
+  assert logits.shape == (2, 5, TINY.vocab)
+  for row, seq in zip(logits, tokens): np.testing.assert_allclose(row, numpy_gpt2(w, TINY, seq), rtol=1e-4, atol=1e-4)
+  assert all(block.attn.cache is None for block in model.h)
+
 def test_a_full_cache_runs_the_last_half_again(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
   path, w = weights_file
   model = generate.GPT2(TINY)

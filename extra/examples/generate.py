@@ -45,12 +45,17 @@ class KVCache:
     time_ = q.shape[2]
     self.keys[:, :, start_pos:start_pos + time_].assign(k).realize()
     self.values[:, :, start_pos:start_pos + time_].assign(v).realize()
-    keys, values = self.keys[:, :, :start_pos + time_], self.values[:, :, :start_pos + time_]
-    scores = (q @ keys.transpose(2, 3)) * (1 / math.sqrt(q.shape[-1]))
-    if time_ > 1:  # a prompt (start_pos a number): its position i sees the keys up to start_pos + i
-      assert isinstance(start_pos, int), "a prompt runs at a concrete position"
-      scores = Tensor.ones(time_, start_pos + time_).tril(start_pos).where(scores, -math.inf)
-    return scores.softmax(-1) @ values
+    return causal_attention(q, self.keys[:, :, :start_pos + time_], self.values[:, :, :start_pos + time_], start_pos)
+
+def causal_attention(q: Tensor, keys: Tensor, values: Tensor, start_pos: Pos) -> Tensor:
+  """Attention of q (batch, heads, time, head_dim) at positions start_pos.. over keys and values of the positions
+  0..start_pos + time - 1, each query seeing the keys up to its own position."""
+  time_ = q.shape[2]
+  scores = (q @ keys.transpose(2, 3)) * (1 / math.sqrt(q.shape[-1]))
+  if time_ > 1:  # a prompt (start_pos a number): its position i sees the keys up to start_pos + i
+    assert isinstance(start_pos, int), "a prompt runs at a concrete position"
+    scores = Tensor.ones(time_, start_pos + time_).tril(start_pos).where(scores, -math.inf)
+  return scores.softmax(-1) @ values
 
 class CachedModel(Protocol):
   context: int
@@ -80,11 +85,13 @@ class Attention:
     self.heads, self.context = cfg.heads, cfg.context
     self.cache: KVCache | None = None
 
-  def __call__(self, x: Tensor, start_pos: Pos) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: Pos | None) -> Tensor:
     batch, time_, dim = x.shape
     q, k, v = self.c_attn(x).reshape(batch, time_, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-    if self.cache is None: self.cache = KVCache(batch, self.heads, self.context, dim // self.heads)
-    out = self.cache.attend(q, k, v, start_pos)
+    if start_pos is None: out = causal_attention(q, k, v, 0)  # a whole sequence, no cache (training)
+    else:
+      if self.cache is None: self.cache = KVCache(batch, self.heads, self.context, dim // self.heads)
+      out = self.cache.attend(q, k, v, start_pos)
     return self.c_proj(out.permute(0, 2, 1, 3).reshape(batch, time_, dim))
 
 class MLP:
@@ -98,7 +105,7 @@ class Block:
     self.ln_1, self.attn = nn.LayerNorm(cfg.dim, eps=1e-5), Attention(cfg)
     self.ln_2, self.mlp = nn.LayerNorm(cfg.dim, eps=1e-5), MLP(cfg)
 
-  def __call__(self, x: Tensor, start_pos: Pos) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: Pos | None) -> Tensor:
     x = x + self.attn(self.ln_1(x), start_pos)
     return x + self.mlp(self.ln_2(x))
 
@@ -112,11 +119,12 @@ class GPT2:
 
   def __call__(self, tokens: Tensor, start_pos: Pos | None = None) -> Tensor:
     """Token ids (batch, time) at positions start_pos.. of the sequence (whose earlier positions are cached) -> the
-    logits of the next token after the last one (batch, vocab)."""
+    logits of the next token after the last one (batch, vocab). Without start_pos (training): the ids are a whole
+    sequence, no cache is read or written, and the logits are every position's (batch, time, vocab)."""
     pos = 0 if start_pos is None else start_pos
     x = self.wte.weight[tokens] + self.wpe.weight[pos:pos + tokens.shape[1]]
-    for block in self.h: x = block(x, pos)
-    return self.ln_f(x[:, -1]) @ self.wte.weight.T
+    for block in self.h: x = block(x, start_pos)
+    return self.ln_f(x if start_pos is None else x[:, -1]) @ self.wte.weight.T
 
   def load(self, path: str) -> None:
     """Weights from a safetensors file in Hugging Face's layout (names with or without `transformer.`; the causal
