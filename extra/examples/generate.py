@@ -87,12 +87,20 @@ class Attention:
 
   def __call__(self, x: Tensor, start_pos: Pos | None) -> Tensor:
     batch, time_, dim = x.shape
-    q, k, v = self.c_attn(x).reshape(batch, time_, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-    if start_pos is None: out = causal_attention(q, k, v, 0)  # a whole sequence, no cache (training)
+    qkv = self.c_attn(x)
+    if start_pos is None: out = causal_attention(*split_heads(qkv, self.heads), 0)  # a whole sequence, no cache
     else:
+      # realized first: the cache's two writes and the attention each run as a schedule of their own, and each would
+      # compute the projection (and the layernorm before it) again: 3x a decode step's largest matrix-vector product
+      q, k, v = split_heads(qkv.realize(), self.heads)
       if self.cache is None: self.cache = KVCache(batch, self.heads, self.context, dim // self.heads)
       out = self.cache.attend(q, k, v, start_pos)
     return self.c_proj(out.permute(0, 2, 1, 3).reshape(batch, time_, dim))
+
+def split_heads(qkv: Tensor, heads: int) -> list[Tensor]:
+  """(batch, time, 3 * dim) -> q, k and v, each (batch, heads, time, head_dim)."""
+  batch, time_, dim3 = qkv.shape
+  return list(qkv.reshape(batch, time_, 3, heads, dim3 // 3 // heads).permute(2, 0, 3, 1, 4))
 
 class MLP:
   def __init__(self, cfg: Config) -> None:
