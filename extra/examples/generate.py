@@ -51,10 +51,15 @@ def causal_attention(q: Tensor, keys: Tensor, values: Tensor, start_pos: Pos) ->
   """Attention of q (batch, heads, time, head_dim) at positions start_pos.. over keys and values of the positions
   0..start_pos + time - 1, each query seeing the keys up to its own position."""
   time_ = q.shape[2]
+  if time_ == 1:
+    # one query: products summed along the cache's own axes, not matmuls, whose reshapes of the cache's symbolic-length
+    # view leave divisions by the head size in every index (r_12_start_pos+1_1_16_4 read 400 KB at 1-3 GB/s)
+    scores = (q * keys).sum(-1).unsqueeze(2) * (1 / math.sqrt(q.shape[-1]))
+    return (scores.softmax(-1).transpose(2, 3) * values).sum(2, keepdim=True)
+  assert isinstance(start_pos, int), "a prompt runs at a concrete position"
   scores = (q @ keys.transpose(2, 3)) * (1 / math.sqrt(q.shape[-1]))
-  if time_ > 1:  # a prompt (start_pos a number): its position i sees the keys up to start_pos + i
-    assert isinstance(start_pos, int), "a prompt runs at a concrete position"
-    scores = Tensor.ones(time_, start_pos + time_).tril(start_pos).where(scores, -math.inf)
+  # a prompt: its position i sees the keys up to start_pos + i
+  scores = Tensor.ones(time_, start_pos + time_).tril(start_pos).where(scores, -math.inf)
   return scores.softmax(-1) @ values
 
 class CachedModel(Protocol):
