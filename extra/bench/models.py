@@ -206,7 +206,8 @@ def decode_case(sz: Sizes, runs: int) -> tuple[dict, dict, str]:
   first: dict[str, float] = {}
   for i, prompt in enumerate(prompts):
     timing = generate.Timing()
-    with no_grad(): ours_tokens = generate.generate(ours, prompt, sz.decode, lambda z: int(np.argmax(z)), timing)
+    with no_grad():
+      ours_tokens = generate.generate(ours, prompt, sz.decode, lambda z: int(np.argmax(z)), timing, bench_clock.now)
     theirs_tokens, seconds = torch_generate(theirs, prompt, sz.decode)
     for name, steps in (("lt TinyJit", timing.decode_s), ("torch", seconds)):
       best[name] = min(best[name], sum(steps[2:]) / len(steps[2:]))

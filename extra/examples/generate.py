@@ -173,19 +173,19 @@ class Timing:
             f"{sum(first):.2f} s, then {rate}")
 
 def generate(model: CachedModel, prompt: list[int], n: int, pick: Callable[[np.ndarray], int],
-             timing: Timing | None = None) -> list[int]:
+             timing: Timing | None = None, clock: Callable[[], float] = time.perf_counter) -> list[int]:
   """n tokens after `prompt` (1 to model.context tokens, batch 1): the prompt is run once, then each new token alone, at
   a Variable position through one TinyJit-captured step. When the cache is full, the last half of the tokens is run
-  again as a new prompt."""
+  again as a new prompt. `timing` gets the seconds of each step as `clock` reads them."""
   if not 1 <= len(prompt) <= model.context:
     raise ValueError(f"generate: a prompt of {len(prompt)} tokens; expected 1 to {model.context} (the context)")
   start_pos = Variable("start_pos", 1, model.context - 1)
   decode_step = TinyJit(lambda token, pos: model(token, pos).realize())
   timing = timing if timing is not None else Timing()
   def prefill(window: list[int]) -> np.ndarray:
-    clock = time.perf_counter()
+    start = clock()
     logits = model(Tensor([window], dtype="int32"), 0).numpy()
-    timing.prefill_s += time.perf_counter() - clock
+    timing.prefill_s += clock() - start
     return logits
   tokens, logits = list(prompt), prefill(prompt)
   cached = len(prompt)  # the positions in the cache
@@ -196,9 +196,9 @@ def generate(model: CachedModel, prompt: list[int], n: int, pick: Callable[[np.n
       window = tokens[-(model.context // 2):]
       logits, cached = prefill(window), len(window)
       continue
-    clock = time.perf_counter()
+    start = clock()
     logits = decode_step(Tensor([[tokens[-1]]], dtype="int32"), start_pos.bind(cached)).numpy()
-    timing.decode_s.append(time.perf_counter() - clock)
+    timing.decode_s.append(clock() - start)
     cached += 1
   return tokens[len(prompt):]
 
