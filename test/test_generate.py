@@ -93,20 +93,23 @@ def test_without_a_position_all_logits_and_no_cache(weights_file: tuple[Path, di
   for row, seq in zip(logits, tokens): np.testing.assert_allclose(row, numpy_gpt2(w, TINY, seq), rtol=1e-4, atol=1e-4)
   assert all(block.attn.cache is None for block in model.h)
 
-def test_a_decode_step_reads_each_projection_once(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
+def test_a_decode_step_reads_each_weight_once(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
   # the cache's writes and the attention run as schedules of their own: each would compute q, k, v again (reading
-  # the c_attn weights) if the projection were not realized first
+  # the c_attn weights) if the projection were not realized first, and each layer's projection would compute the
+  # layers before it again (reading their MLP weights) if their outputs were not realized
   path, _ = weights_file
   model = generate.GPT2(TINY)
   model.load(str(path))
   model(Tensor([[5, 17, 3]], dtype="int32"), 0).realize()
-  weight_bytes = TINY.dim * 3 * TINY.dim * 4  # no other buffer of the tiny model has this size
-  reads: list[int] = []
-  def count(items: list) -> None: reads.append(sum(any(b.nbytes == weight_bytes for b in bufs) for _, bufs, _ in items))
+  # c_attn's weight, and the MLP's two: no other buffer of the tiny model has these sizes
+  sizes = {"attn": TINY.dim * 3 * TINY.dim * 4, "mlp": TINY.dim * 4 * TINY.dim * 4}
+  reads = {name: 0 for name in sizes}
+  def count(items: list) -> None:
+    for name, size in sizes.items(): reads[name] += sum(any(b.nbytes == size for b in bufs) for _, bufs, _ in items)
   realize.run_listeners.append(count)
   try: model(Tensor([[9]], dtype="int32"), Variable("start_pos", 1, TINY.context - 1).bind(3)).realize()
   finally: realize.run_listeners.remove(count)
-  assert sum(reads) == TINY.layers
+  assert reads == {"attn": TINY.layers, "mlp": 2 * TINY.layers}
 
 def test_decode_attention_indexes_the_cache_without_division() -> None:
   # the attention over the cache's first start_pos + 1 positions: read as a matmul operand, the symbolic-length view was
