@@ -11,7 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lazytensor import Tensor
+from lazytensor import Tensor, Variable
+from lazytensor.codegen.program import ProgramSpec
+from lazytensor.engine import realize
+from lazytensor.opt.kernel import Kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "extra" / "examples"))
@@ -78,6 +81,50 @@ def test_logits_of_prefill_and_decode_match_numpy(weights_file: tuple[Path, dict
   for i, logits in enumerate(seen):  # the logits after prompt + i generated tokens
     np.testing.assert_allclose(logits, ref[len(prompt) + i - 1], rtol=1e-4, atol=1e-4)
   assert len(timing.decode_s) == 9
+
+def test_without_a_position_all_logits_and_no_cache(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
+  # the training form (extra/bench/models.py's GPT-2 step): a whole sequence, every position's logits, no cache made
+  path, w = weights_file
+  model = generate.GPT2(TINY)
+  model.load(str(path))
+  tokens = [[5, 17, 3, 9, 60], [1, 2, 3, 4, 5]]
+  logits = model(Tensor(tokens, dtype="int32")).numpy()
+  assert logits.shape == (2, 5, TINY.vocab)
+  for row, seq in zip(logits, tokens): np.testing.assert_allclose(row, numpy_gpt2(w, TINY, seq), rtol=1e-4, atol=1e-4)
+  assert all(block.attn.cache is None for block in model.h)
+
+def test_a_decode_step_reads_each_weight_once(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
+  # the cache's writes and the attention run as schedules of their own: each would compute q, k, v again (reading
+  # the c_attn weights) if the projection were not realized first, and each layer's projection would compute the
+  # layers before it again (reading their MLP weights) if their outputs were not realized
+  path, _ = weights_file
+  model = generate.GPT2(TINY)
+  model.load(str(path))
+  model(Tensor([[5, 17, 3]], dtype="int32"), 0).realize()
+  # c_attn's weight, and the MLP's two: no other buffer of the tiny model has these sizes
+  sizes = {"attn": TINY.dim * 3 * TINY.dim * 4, "mlp": TINY.dim * 4 * TINY.dim * 4}
+  reads = {name: 0 for name in sizes}
+  def count(items: list) -> None:
+    for name, size in sizes.items(): reads[name] += sum(any(b.nbytes == size for b in bufs) for _, bufs, _ in items)
+  realize.run_listeners.append(count)
+  try: model(Tensor([[9]], dtype="int32"), Variable("start_pos", 1, TINY.context - 1).bind(3)).realize()
+  finally: realize.run_listeners.remove(count)
+  assert reads == {"attn": TINY.layers, "mlp": 2 * TINY.layers}
+
+def test_decode_attention_indexes_the_cache_without_division() -> None:
+  # the attention over the cache's first start_pos + 1 positions: read as a matmul operand, the symbolic-length view was
+  # reshaped and every index divided by the head size (an sdiv and srem per element: 5-15x slower at GPT-2's sizes)
+  cfg = generate.Config(vocab=64, context=1024, dim=128, layers=1, heads=2)  # a range too wide to fold the division
+  model = generate.GPT2(cfg)
+  model(Tensor([[5, 17, 3]], dtype="int32"), 0).realize()
+  sources: dict[str, str] = {}
+  def keep(k: Kernel, spec: ProgramSpec) -> None: sources[spec.name] = spec.source
+  realize.forget_programs()
+  realize.kernel_listeners.append(keep)
+  try: model(Tensor([[9]], dtype="int32"), Variable("start_pos", 1, cfg.context - 1).bind(3)).realize()
+  finally: realize.kernel_listeners.remove(keep)
+  over_cache = {name: src for name, src in sources.items() if "start_pos" in name}
+  assert len(over_cache) >= 2 and not [name for name, src in over_cache.items() if "div i64" in src or "rem i64" in src]
 
 def test_a_full_cache_runs_the_last_half_again(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
   path, w = weights_file

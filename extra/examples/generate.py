@@ -45,12 +45,22 @@ class KVCache:
     time_ = q.shape[2]
     self.keys[:, :, start_pos:start_pos + time_].assign(k).realize()
     self.values[:, :, start_pos:start_pos + time_].assign(v).realize()
-    keys, values = self.keys[:, :, :start_pos + time_], self.values[:, :, :start_pos + time_]
-    scores = (q @ keys.transpose(2, 3)) * (1 / math.sqrt(q.shape[-1]))
-    if time_ > 1:  # a prompt (start_pos a number): its position i sees the keys up to start_pos + i
-      assert isinstance(start_pos, int), "a prompt runs at a concrete position"
-      scores = Tensor.ones(time_, start_pos + time_).tril(start_pos).where(scores, -math.inf)
-    return scores.softmax(-1) @ values
+    return causal_attention(q, self.keys[:, :, :start_pos + time_], self.values[:, :, :start_pos + time_], start_pos)
+
+def causal_attention(q: Tensor, keys: Tensor, values: Tensor, start_pos: Pos) -> Tensor:
+  """Attention of q (batch, heads, time, head_dim) at positions start_pos.. over keys and values of the positions
+  0..start_pos + time - 1, each query seeing the keys up to its own position."""
+  time_ = q.shape[2]
+  if time_ == 1:
+    # one query: products summed along the cache's own axes, not matmuls, whose reshapes of the cache's symbolic-length
+    # view leave divisions by the head size in every index (r_12_start_pos+1_1_16_4 read 400 KB at 1-3 GB/s)
+    scores = (q * keys).sum(-1).unsqueeze(2) * (1 / math.sqrt(q.shape[-1]))
+    return (scores.softmax(-1).transpose(2, 3) * values).sum(2, keepdim=True)
+  assert isinstance(start_pos, int), "a prompt runs at a concrete position"
+  scores = (q @ keys.transpose(2, 3)) * (1 / math.sqrt(q.shape[-1]))
+  # a prompt: its position i sees the keys up to start_pos + i
+  scores = Tensor.ones(time_, start_pos + time_).tril(start_pos).where(scores, -math.inf)
+  return scores.softmax(-1) @ values
 
 class CachedModel(Protocol):
   context: int
@@ -80,12 +90,22 @@ class Attention:
     self.heads, self.context = cfg.heads, cfg.context
     self.cache: KVCache | None = None
 
-  def __call__(self, x: Tensor, start_pos: Pos) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: Pos | None) -> Tensor:
     batch, time_, dim = x.shape
-    q, k, v = self.c_attn(x).reshape(batch, time_, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-    if self.cache is None: self.cache = KVCache(batch, self.heads, self.context, dim // self.heads)
-    out = self.cache.attend(q, k, v, start_pos)
+    qkv = self.c_attn(x)
+    if start_pos is None: out = causal_attention(*split_heads(qkv, self.heads), 0)  # a whole sequence, no cache
+    else:
+      # realized first: the cache's two writes and the attention each run as a schedule of their own, and each would
+      # compute the projection (and the layernorm before it) again: 3x a decode step's largest matrix-vector product
+      q, k, v = split_heads(qkv.realize(), self.heads)
+      if self.cache is None: self.cache = KVCache(batch, self.heads, self.context, dim // self.heads)
+      out = self.cache.attend(q, k, v, start_pos)
     return self.c_proj(out.permute(0, 2, 1, 3).reshape(batch, time_, dim))
+
+def split_heads(qkv: Tensor, heads: int) -> list[Tensor]:
+  """(batch, time, 3 * dim) -> q, k and v, each (batch, heads, time, head_dim)."""
+  batch, time_, dim3 = qkv.shape
+  return list(qkv.reshape(batch, time_, 3, heads, dim3 // 3 // heads).permute(2, 0, 3, 1, 4))
 
 class MLP:
   def __init__(self, cfg: Config) -> None:
@@ -98,9 +118,12 @@ class Block:
     self.ln_1, self.attn = nn.LayerNorm(cfg.dim, eps=1e-5), Attention(cfg)
     self.ln_2, self.mlp = nn.LayerNorm(cfg.dim, eps=1e-5), MLP(cfg)
 
-  def __call__(self, x: Tensor, start_pos: Pos) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: Pos | None) -> Tensor:
     x = x + self.attn(self.ln_1(x), start_pos)
-    return x + self.mlp(self.ln_2(x))
+    x = x + self.mlp(self.ln_2(x))
+    # with a cache, the next layer realizes its projection, a schedule that would compute this layer (and every one
+    # before it back to a buffer) again: 78 MLPs per step for GPT-2's 12 layers. Kept in a buffer instead
+    return x if start_pos is None else x.realize()
 
 class GPT2:
   """GPT-2 with a key-value cache in each attention layer; the output head is the token embedding (tied)."""
@@ -112,11 +135,12 @@ class GPT2:
 
   def __call__(self, tokens: Tensor, start_pos: Pos | None = None) -> Tensor:
     """Token ids (batch, time) at positions start_pos.. of the sequence (whose earlier positions are cached) -> the
-    logits of the next token after the last one (batch, vocab)."""
+    logits of the next token after the last one (batch, vocab). Without start_pos (training): the ids are a whole
+    sequence, no cache is read or written, and the logits are every position's (batch, time, vocab)."""
     pos = 0 if start_pos is None else start_pos
     x = self.wte.weight[tokens] + self.wpe.weight[pos:pos + tokens.shape[1]]
-    for block in self.h: x = block(x, pos)
-    return self.ln_f(x[:, -1]) @ self.wte.weight.T
+    for block in self.h: x = block(x, start_pos)
+    return self.ln_f(x if start_pos is None else x[:, -1]) @ self.wte.weight.T
 
   def load(self, path: str) -> None:
     """Weights from a safetensors file in Hugging Face's layout (names with or without `transformer.`; the causal
@@ -152,19 +176,19 @@ class Timing:
             f"{sum(first):.2f} s, then {rate}")
 
 def generate(model: CachedModel, prompt: list[int], n: int, pick: Callable[[np.ndarray], int],
-             timing: Timing | None = None) -> list[int]:
+             timing: Timing | None = None, clock: Callable[[], float] = time.perf_counter) -> list[int]:
   """n tokens after `prompt` (1 to model.context tokens, batch 1): the prompt is run once, then each new token alone, at
   a Variable position through one TinyJit-captured step. When the cache is full, the last half of the tokens is run
-  again as a new prompt."""
+  again as a new prompt. `timing` gets the seconds of each step as `clock` reads them."""
   if not 1 <= len(prompt) <= model.context:
     raise ValueError(f"generate: a prompt of {len(prompt)} tokens; expected 1 to {model.context} (the context)")
   start_pos = Variable("start_pos", 1, model.context - 1)
   decode_step = TinyJit(lambda token, pos: model(token, pos).realize())
   timing = timing if timing is not None else Timing()
   def prefill(window: list[int]) -> np.ndarray:
-    clock = time.perf_counter()
+    start = clock()
     logits = model(Tensor([window], dtype="int32"), 0).numpy()
-    timing.prefill_s += time.perf_counter() - clock
+    timing.prefill_s += clock() - start
     return logits
   tokens, logits = list(prompt), prefill(prompt)
   cached = len(prompt)  # the positions in the cache
@@ -175,9 +199,9 @@ def generate(model: CachedModel, prompt: list[int], n: int, pick: Callable[[np.n
       window = tokens[-(model.context // 2):]
       logits, cached = prefill(window), len(window)
       continue
-    clock = time.perf_counter()
+    start = clock()
     logits = decode_step(Tensor([[tokens[-1]]], dtype="int32"), start_pos.bind(cached)).numpy()
-    timing.decode_s.append(time.perf_counter() - clock)
+    timing.decode_s.append(clock() - start)
     cached += 1
   return tokens[len(prompt):]
 
