@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from lazytensor.frontend.state import Holder, LiveRef, state
+from lazytensor.schedule.cache import realized_map
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 
@@ -59,6 +60,27 @@ def old_value_readers(holders: Sequence[Holder], made_before: int | None = None)
     targets = written & ~seen
     seen |= targets
   return out
+
+def read_elsewhere(realized: Sequence[Holder], nodes: Sequence[UOp]) -> set[UOp]:
+  """The nodes among `nodes` (values a schedule computes) that the graph of a live holder other than `realized` reads:
+  a later realize of that holder reads them again, so they must stay in their buffers. The walk stops at values that
+  lie in buffers already, and skips a subgraph whose memory mask does not hold all the memory some node reads (a graph
+  that holds a node reads everything that node reads)."""
+  wanted, masks, skip = set(nodes), {n.reads for n in nodes}, {id(h) for h in realized}
+  found: set[UOp] = set()
+  seen: set[UOp] = set()
+  for holder in alive():
+    if id(holder) in skip: continue
+    stack = [holder.lazydata]
+    while stack:
+      u = stack.pop()
+      if u in seen: continue
+      seen.add(u)
+      # under a wanted node, what it reads matters only through it
+      if u in wanted: found.add(u)
+      elif u.op is not Ops.BUFFER and u not in realized_map and any(u.reads & m == m for m in masks):
+        stack.extend(u.src)
+  return found
 
 def holders(memory: int) -> list[Holder]:
   """The live holders whose value is memory among `memory` (a mask of buffers): realized tensors and views of them, and
