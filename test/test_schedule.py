@@ -76,6 +76,41 @@ def test_a_value_computed_inside_one_realize_is_read_by_the_next(ab: tuple[Tenso
   assert kernels(h * 3) == 1  # the multiply alone
   np.testing.assert_allclose((h * 3).numpy(), a.numpy().T.reshape(256) * b.numpy().reshape(256) * 3, rtol=1e-6)
 
+def test_a_value_a_live_tensor_reads_keeps_its_buffer() -> None:
+  # a decode step: each layer's output is contiguous and computed first inside the next layer's cache write, whose
+  # later kernels got its buffer (nothing of that schedule read it any more): the layer's output then stood for no
+  # buffer, and the next realize computed it again, every layer under it too (3 extra kernels per earlier layer)
+  rng = np.random.default_rng(0)
+  ws = [Tensor(rng.random((16, 16), dtype=np.float32)).realize() for _ in range(3)]
+  caches = [Tensor.zeros(4, 16).contiguous().realize() for _ in range(3)]
+  x = Tensor(rng.random((1, 16), dtype=np.float32)).realize()
+  ref, counts = x.numpy(), []
+  for w, cache in zip(ws, caches):
+    GlobalCounters.reset()
+    cache[0:1].assign(((x @ w).contiguous() @ w).contiguous() @ w).realize()
+    counts.append(GlobalCounters.kernel_count)
+    x = (x + (x @ w).relu() + cache.sum(0, keepdim=True)).contiguous()
+    wn = w.numpy()
+    ref = ref + np.maximum(ref @ wn, 0) + ((ref @ wn) @ wn) @ wn
+  GlobalCounters.reset()
+  out = (x * 2).realize()
+  # the cache write's 3 kernels, after the 2 of the layer output under it (its matmul, then the rest)
+  assert counts == [3, 5, 5] and GlobalCounters.kernel_count == 3
+  np.testing.assert_allclose(out.numpy(), ref * 2, rtol=1e-5)
+
+def test_a_value_nothing_alive_reads_lends_its_buffer() -> None:
+  x = Tensor.rand(64, 64).realize()
+  y, kept = x, []
+  for i in range(5):
+    y = (y * 0.5 + 1).contiguous()
+    if i == 1: kept.append(y)  # a live tensor holds the second step's value: its buffer is its own
+  items = y.schedule()
+  outs = [it.bufs[0] for it in items]
+  assert len({id(b) for b in outs}) == 4 and sum(b is outs[1] for b in outs) == 1
+  del kept[:]
+  outs = [it.bufs[0] for it in y.schedule()]
+  assert len({id(b) for b in outs}) == 3
+
 def test_shared_intermediate_seen_by_other_tensor(ab: tuple[Tensor, Tensor]) -> None:
   a, b = ab
   c = a @ b

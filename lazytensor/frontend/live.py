@@ -9,9 +9,12 @@ built): finding the readers is one AND per live tensor, never a walk of its grap
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from collections.abc import Iterator, Sequence
 
 from lazytensor.frontend.state import Holder, LiveRef, state
+from lazytensor.schedule.cache import realized_map
 from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 
@@ -59,6 +62,27 @@ def old_value_readers(holders: Sequence[Holder], made_before: int | None = None)
     targets = written & ~seen
     seen |= targets
   return out
+
+def read_elsewhere(realized: Sequence[Holder], nodes: Sequence[UOp]) -> set[UOp]:
+  """The nodes among `nodes` (values a schedule computes) that the graph of a live holder other than `realized` reads:
+  a later realize of that holder reads them again, so they must stay in their buffers. A graph that holds a node reads
+  all the memory the node reads: one AND per live holder passes over the others (3000 realized tensors: 0.4 ms), and
+  the walk of the rest skips such subgraphs too, and stops at values that lie in buffers already."""
+  wanted, masks, skip = set(nodes), {n.reads for n in nodes}, {id(h) for h in realized}
+  common = functools.reduce(operator.and_, masks)
+  stack = []
+  for ref in list(state.live):
+    if (h := ref()) is not None and h.lazydata.reads & common == common and id(h) not in skip: stack.append(h.lazydata)
+  found: set[UOp] = set()
+  seen: set[UOp] = set()
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    # under a wanted node, what it reads matters only through it
+    if u in wanted: found.add(u)
+    elif u.op is not Ops.BUFFER and u not in realized_map and any(u.reads & m == m for m in masks): stack.extend(u.src)
+  return found
 
 def holders(memory: int) -> list[Holder]:
   """The live holders whose value is memory among `memory` (a mask of buffers): realized tensors and views of them, and

@@ -11,6 +11,7 @@ frontend/state.py.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import operator
 import weakref
@@ -290,7 +291,8 @@ class Tensor(GradMixin, metaclass=_TensorType):
     >>> len(Tensor([1.0]).add(1).schedule())
     1
     """
-    return create_schedule([t.lazydata for t in (self,) + others])[0]
+    tensors = (self,) + others
+    return create_schedule([t.lazydata for t in tensors], functools.partial(live.read_elsewhere, tensors))[0]
 
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; returns self.
@@ -321,7 +323,7 @@ class Tensor(GradMixin, metaclass=_TensorType):
     if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
       self._own_memory(tensors)
     if VIZ.value != viz.recording_for: viz.switch()  # VIZ changed: start or stop recording what runs
-    items, becomes = create_schedule(list(map(_lazydata, tensors)))
+    items, becomes = create_schedule(list(map(_lazydata, tensors)), functools.partial(live.read_elsewhere, tensors))
     bad: BadIndexError | None = None
     # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left
     # out), so that the write is not pending any more and the next read does not raise it again

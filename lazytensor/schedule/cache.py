@@ -239,9 +239,14 @@ def abstract(outs: list[UOp], dynamic: list[UOp] | None = None) -> Abstract:
   return Abstract(sink, a.origin, a.params, a.consts, a.var_vals)
 
 class Template:
-  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure."""
-  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> None:
-    self.sink, self.items, self.becomes = sink, items, list(becomes.items())
+  """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure.
+
+  `lenders` are the nodes of `sink` computed into buffers of the schedule's own where it hands some to later kernels
+  (then none stands for the node once it has run); `kept` holds the schedules of the same graph that keep some of them
+  (those live tensors read again), by those nodes."""
+  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp], lenders: tuple[UOp, ...]) -> None:
+    self.sink, self.items, self.becomes, self.lenders = sink, items, list(becomes.items()), lenders
+    self.kept: dict[frozenset[UOp], Template] = {}
     self.uses = 0
     params = [n for n in sink.toposort if n.op is Ops.BUFFER]
     # an instance runs on a list of buffers: the caller's, by parameter slot, then new ones for those the schedule
@@ -414,12 +419,14 @@ class Found(NamedTuple):
   """What a structure names: its template (held here too: a structure seen again finds it without the abstract graph,
   even once `templates` has dropped it), for each value of the template's `becomes` the entry of the caller's node
   it stands for (None: the graph has no such node), the structure's constant positions, those that are kernel
-  arguments in the template, and the values of the others, which the template holds."""
+  arguments in the template, and the values of the others, which the template holds; and the entries of the
+  template's lenders."""
   template: Template
   entries: list[int | None]
   positions: Positions
   dynamic: tuple[int, ...]
   values: tuple[Any, ...]
+  lenders: list[int | None]
 
 def find(key: tuple[Any, ...], walk: Structure, scalar_args: bool) -> tuple[Found | None, Positions, tuple[int, ...]]:
   """The schedule of the structure `key` if it suits this graph's values (`walk`), the structure's positions (after
@@ -430,20 +437,20 @@ def find(key: tuple[Any, ...], walk: Structure, scalar_args: bool) -> tuple[Foun
   positions = found.positions if found is not None else Positions(walk)
   return None, positions, positions.update(walk).dynamic if scalar_args else ()
 
-def found_entries(s: Structure, a: Abstract, template: Template) -> list[int | None] | None:
-  """The entry of the caller's node behind each value of `becomes` (a.origin), for `Found`; None if one has none."""
+def found_entries(s: Structure, a: Abstract, nodes: list[UOp]) -> list[int | None] | None:
+  """The entry of the caller's node behind each of `nodes` (a.origin), for `Found`; None if one has none."""
   out: list[int | None] = []
-  for node, _ in template.becomes:
+  for node in nodes:
     if (orig := a.origin.get(node)) is None: out.append(None)
     elif (entry := s.done.get(orig)) is None: return None
     else: out.append(entry)
   return out
 
-def origins(s: Structure, found: Found) -> list[UOp | None] | None:
-  """The caller's nodes behind the values of `becomes` in a graph of a found structure; None if one has none (its
-  entry came from inside a realized value there: the abstract walk answers)."""
+def origins(s: Structure, entries: list[int | None]) -> list[UOp | None] | None:
+  """The caller's nodes at `entries` (of a Found) in a graph of its structure; None if one has none (its entry came
+  from inside a realized value there: the abstract walk answers)."""
   out: list[UOp | None] = []
-  for entry in found.entries:
+  for entry in entries:
     if entry is None: out.append(None)
     elif (node := s.node_of.get(entry)) is None: return None
     else: out.append(node)

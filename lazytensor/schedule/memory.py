@@ -15,7 +15,8 @@ def _outputs_of(item: ScheduleItem) -> int:
 def plan_memory(items: list[ScheduleItem], keep: set[int]) -> tuple[list[ScheduleItem], set[int]]:
   """Give each intermediate output a buffer freed earlier in the schedule when one of the same kind is free.
 
-  `keep` holds ids of buffers that outlive the schedule (outputs, assign targets): they are never shared.
+  `keep` holds ids of buffers that outlive the schedule (outputs, assign targets, values live tensors read again):
+  they are never shared.
   Returns the rewritten items and the ids of the buffers that do not hold their own kernel's result once the schedule
   has run: those replaced by reused ones, and those reused (a later kernel overwrote them).
   """

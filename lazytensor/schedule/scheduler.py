@@ -124,7 +124,7 @@ def _probe(r: UOp, packs: tuple[Packing, ...]) -> list[tuple[UOp, tuple[Buffer, 
   leaves = tuple(UOp(Ops.VIEW, v.dtype, (fresh[v.src[0]],),
                      (ShapeTracker.from_shape(v.src[0].shape) + v.arg).simplify()) for v in r.src[0].src)
   alone = _packed(r.replace(src=(r.src[0].replace(src=leaves),)), packs)
-  items, _ = _schedule_graph(UOp(Ops.SINK, dtypes.void, (alone,)), pack=False)
+  items = _schedule_graph(UOp(Ops.SINK, dtypes.void, (alone,)), pack=False)[0]
   return [(it.ast, it.bufs) for it in items]
 
 def _pack_operand(r: UOp) -> UOp:
@@ -415,10 +415,11 @@ def _output_buffer(root: UOp) -> Buffer:
 
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
-def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, and
-  what each computed node becomes once they have run; without `pack`, no packing copies are added (a graph that has
-  them already)."""
+def _schedule_graph(sink: UOp, pack: bool = True, held: frozenset[UOp] = frozenset()) -> \
+    tuple[list[ScheduleItem], dict[UOp, UOp], tuple[UOp, ...]]:
+  """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, what
+  each computed node becomes once they have run, and the lenders (cache.Template); without `pack`, no packing copies
+  are added (a graph that has them already). The values of the nodes `held` keep their buffers."""
   # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
   resolved = graph_rewrite(sink, pm_resolve, name="resolve")
   packed = pack_operands(resolved) if pack else {}
@@ -435,22 +436,25 @@ def _schedule_graph(sink: UOp, pack: bool = True) -> tuple[list[ScheduleItem], d
   becomes = _becomes(sink, resolved, buffer_uops)
   # an output's buffer holds its base, or itself when it was computed through its view (_computes_part)
   outs = {o.base for o in resolved.src} | set(resolved.src)
-  keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN}
-  items, reused = plan_memory(items, keep)
-  if pack and schedule_listeners: _tell_listeners(resolved, g, ran, [len(built[r].items) for r in ran], items)
   computes = _computed_nodes(sink, packed)
+  stands_for = {r: (r, *computes.get(r, ())) for r in roots}  # each root, and the nodes of `sink` whose value it is
+  keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN or not held.isdisjoint(stands_for[r])}
+  items, reused = plan_memory(items, keep)
+  # where buffers are handed on, every intermediate's nodes: the caller keeps those its live tensors read (one more
+  # schedule, with them held), or they are computed again by the next realize that reads them
+  lenders = tuple(n for r in roots if id(outputs[r]) not in keep for n in stands_for[r]) if reused else ()
+  if pack and schedule_listeners: _tell_listeners(resolved, g, ran, [len(built[r].items) for r in ran], items)
   for r in roots:
     if id(outputs[r]) in reused: continue
-    becomes.setdefault(r, buffer_uops[r])
-    if r.op is not Ops.ASSIGN:
-      for node in computes.get(r, ()): becomes.setdefault(node, buffer_uops[r])
+    for node in stands_for[r] if r.op is not Ops.ASSIGN else (r,): becomes.setdefault(node, buffer_uops[r])
   # the order commit_realized records them in: the assigns in the order they run, so that the last one into a buffer
   # is the node that stands for its contents (each assign's value is a BUFFER node of its own), then the values: an
   # assign's commit drops what stood for its memory, which a view of it realized with it (y.add_(w).T) must outlive
   # (positions in `ran`, which holds the other roots too: the values sort after the last of them)
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
   last = len(ran)
-  return items, dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
+  ordered = dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
+  return items, ordered, lenders
 
 def _computed_nodes(sink: UOp, packed: dict[UOp, UOp]) -> dict[UOp, list[UOp]]:
   """Each node of the scheduled graph -> the nodes of `sink` whose value it is, where those are other nodes: resolving
@@ -509,13 +513,18 @@ def _item(ast: UOp, bufs: list[Buffer]) -> ScheduleItem:
   return ScheduleItem(ast.substitute(renumber) if renumber else ast, tuple(bufs[i] for i in used),
                       slots + tuple(ast_variables(ast)))
 
-def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+# given nodes of the caller's graph, those that live tensors (other than the ones realized) read again
+Held = Callable[[list[UOp]], set[UOp]]
+
+def create_schedule(outs: list[UOp], held: Held | None = None) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
 
   A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
   reuses that schedule with its own buffers (schedule/cache.py); a constant that has had another value there before
   is a kernel argument, and the items carry this graph's value. Nothing is recorded until the caller has run the
-  items and calls `commit_realized(becomes)`."""
+  items and calls `commit_realized(becomes)`. Where the schedule hands the buffer of a value it computes on to a later
+  kernel, `held` says which of those values live tensors read again: they keep their buffers, to be read, not
+  computed again (a decode step's layer output, computed inside the next layer's cache write)."""
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
   dynamic: list[UOp] = []
@@ -524,7 +533,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     key, walk = (seen[0], knob_state()), seen[1]
     found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS))
     dynamic = [walk.consts[i] for i in at] if at else []
-    if found is not None and (origins := cache.origins(walk, found)) is not None:
+    if found is not None and (origins := cache.origins(walk, found.entries)) is not None and \
+        (lent := cache.origins(walk, found.lenders)) is not None and not _held(found.template, lent, held):
       return found.template.instantiate(walk.params, origins, dynamic, walk.var_vals)
   abstract = cache.abstract(outs, dynamic)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
@@ -540,10 +550,22 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   if template is None:
     template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
     if cap > 0: cache.templates.put(template_key, template)
-  if seen is not None and (entries := cache.found_entries(walk, abstract, template)) is not None:
-    cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at)))
+  if kept := _held(template, [abstract.origin.get(n) for n in template.lenders], held):
+    # the structure's entry stays the schedule that keeps none: this one is found by the abstract graph
+    if (variant := template.kept.get(kept)) is None:
+      variant = template.kept[kept] = cache.Template(abstract.sink, *_schedule_graph(abstract.sink, held=kept))
+    template = variant
+  elif seen is not None and (entries := cache.found_entries(walk, abstract, [n for n, _ in template.becomes])) is not \
+      None and (lenders := cache.found_entries(walk, abstract, list(template.lenders))) is not None:
+    cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at), lenders))
   return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts,
                               abstract.var_vals)
+
+def _held(template: cache.Template, callers: list[UOp | None], held: Held | None) -> frozenset[UOp]:
+  """The template's lenders whose nodes in the caller's graph (`callers`, None where it has none) are `held`."""
+  if held is None or not template.lenders or not (nodes := [n for n in callers if n is not None]): return frozenset()
+  read = held(nodes)
+  return frozenset(a for a, n in zip(template.lenders, callers) if n is not None and n in read)
 
 @dataclass(frozen=True)
 class _Built:
