@@ -444,6 +444,26 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   for opts in (tile, vec.applied_opts):
     np.testing.assert_allclose(_run(items[-1], "CPU", opts).reshape(w.shape), want, rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
+def test_strided_1x1_conv_reads_a_dense_copy_of_its_input(monkeypatch, target: str) -> None:
+  # a stride-2 1x1 conv reads every other pixel of every other row: no axis of x is contiguous, so no vector load of it,
+  # and a tile of pixels by vectors of output channels streamed all of x once per block of channels. A copy of the
+  # pixels it reads (batch, channels, rows, columns, dense) makes it the matmul it is: vectors along the pixels (rows
+  # and columns merged, 196 padded to 208). A stride-1 conv reads x as it is.
+  torch = pytest.importorskip("torch")
+  x, w = _t(2, 32, 28, 28), _t(64, 32, 1, 1)
+  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  with Context(SCHEDULE_CACHE=0, CPU_TARGET=target):
+    items = create_schedule([x.conv2d(w, stride=2).lazydata])[0]
+    assert 2 * 32 * 14 * 14 in [it.bufs[0].size for it in items[:-1]], [it.bufs[0].size for it in items]
+    k = hand_coded_optimizations(Kernel(items[-1].ast, Device["CPU"].renderer))
+    assert Opt(OptOps.UPCAST, 2, 16) in k.applied_opts, (k.full_shape, k.applied_opts)
+    assert len(create_schedule([x.conv2d(w).lazydata])[0]) == 1
+    for xs, stride in [((2, 32, 28, 28), 2), ((1, 32, 9, 11), 2), ((3, 32, 10, 13), (3, 2))]:
+      xi = _t(*xs)
+      want = torch.nn.functional.conv2d(torch.from_numpy(xi.numpy()), torch.from_numpy(w.numpy()), stride=stride)
+      np.testing.assert_allclose(xi.conv2d(w, stride=stride).numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
 @pytest.mark.parametrize("op, xs, ws, kw", [
   ("conv2d", (2, 16, 14, 14), (32, 16, 3, 3), {"padding": 1}),
   ("conv2d", (3, 16, 9, 11), (16, 16, 3, 3), {"padding": 1, "stride": 2}),
@@ -451,6 +471,8 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   ("conv2d", (2, 16, 7, 13), (16, 16, 3, 1), {"padding": (1, 0)}),
   ("conv2d", (1, 16, 12, 12), (48, 16, 5, 5), {"stride": 3, "padding": 2}),
   ("conv2d", (5, 16, 6, 6), (16, 16, 2, 2), {}),
+  ("conv2d", (2, 16, 9, 11), (32, 16, 1, 1), {"stride": 2}),
+  ("conv2d", (3, 16, 7, 10), (16, 16, 1, 1), {"stride": (2, 3)}),
   ("conv1d", (3, 16, 30), (32, 16, 3), {"padding": 1}),
   ("conv3d", (2, 16, 5, 6, 7), (16, 16, 3, 3, 3), {"padding": 1}),
   ("conv_transpose2d", (2, 32, 7, 9), (32, 16, 3, 3), {"stride": 2, "padding": 1, "output_padding": 1}),

@@ -89,7 +89,7 @@ pm_resolve: PatternMatcher[UOp] = PatternMatcher([
 def _blocked(v: UOp, p: Packing) -> UOp:
   """The view `v` of x, reading instead a copy of the elements it reads, laid out as p says, in a buffer of its own.
   Only those elements: a slice of a larger buffer copies the slice (it copied the whole buffer: 16x as much for a
-  1024 block of a 4096x4096 matrix)."""
+  1024 block of a 4096x4096 matrix), a strided view the elements it reads, without the gaps."""
   x, st = v.src[0], v.arg
   shape, strides = st.shape, st.views[-1].strides
   own = [a for a in range(len(shape)) if strides[a] != 0 and shape[a] > 1]  # the broadcast axes are read once
@@ -100,7 +100,9 @@ def _blocked(v: UOp, p: Packing) -> UOp:
   blocks = -(-n // (p.multiple or p.block)) * (p.multiple or p.block) // p.block
   reads = reads.pad(tuple((0, blocks * p.block - n) if i == j else (0, 0) for i in range(len(reads.shape))))
   split = reads.reshape(reads.shape[:j] + (blocks, p.block) + reads.shape[j + 1:])
-  order = (j,) + tuple(i for i in range(len(split.shape)) if i not in (j, j + 1)) + (j + 1,)
+  others = [i for i in range(len(split.shape)) if i not in (j, j + 1)]
+  if p.source_order: others.sort(key=lambda i: -abs(strides[own[i if i < j else i - 1]]))
+  order = (j, *others, j + 1)
   packed_st = split.permute(order)
   packed = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.VIEW, x.dtype, (x,), packed_st.simplify()),))
   back = ShapeTracker.from_shape(packed_st.shape).permute(tuple(argsort(order))).reshape(
