@@ -37,6 +37,7 @@ from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import DEBUG, JIT
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.schedule import pack_cache
 from lazytensor.schedule.cache import bind_values
 from lazytensor.schedule.index_check import IndexFlags, bad_index
 from lazytensor.shape.view import ast_variables
@@ -146,6 +147,7 @@ class TinyJit(Generic[R]):
     self.input_buffers: list[Buffer] = []  # every input's buffers in order (a buffer per device when spread)
     self.fresh: list[Buffer] = []  # the outputs' buffers that the program made: new ones at every replay
     self.flags: list[IndexFlags] = []  # the flags of the program's index checks, read after every replay
+    self.written: list[Buffer] = []  # the buffers its kernels write (a weight it updates among them)
     self.var_items: list[tuple[int, int, list[UOp]]] = []  # (item, scalar args before its Variables, the Variables)
     self.ret: Any = None
 
@@ -191,7 +193,8 @@ class TinyJit(Generic[R]):
     self.var_items = [(i, len(it.vals) - len(vs), vs) for i, it in enumerate(items)
                       if it.runner is not None and (vs := ast_variables(it.runner.kernel.ast))]
     self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
-    written = {id(b) for item in items for b in item.written}
+    written = {id(b): b for item in items for b in item.written}
+    self.written = list(written.values())
     returned = {id(b): b for t in _outputs(ret) for b in _buffers(t)}
     # another rank's kernels are not among the items (runtime/remote.py): their outputs are new at every replay too,
     # as on the rank that runs them, so that every rank's graphs after a replay stay alike
@@ -211,6 +214,7 @@ class TinyJit(Generic[R]):
       if missing := [v.arg[0] for v in vs if v not in var_vals]:
         raise JitError(f"TinyJit: the captured kernels read the Variables {missing}, which this call binds nowhere")
       vals[i] = self.items[i].vals[:fixed] + tuple(var_vals[v] for v in vs)
+    for b in self.written: pack_cache.forget(b)  # it writes them without naming them anew: their packed copies go stale
     queues = realize.steps_queues([item.bufs for item in self.items], DEBUG.value)
     try:
       for item, v in zip(self.items, vals): item.run(tuple(swap.get(id(b), b) for b in item.bufs), v, queues)
