@@ -274,11 +274,13 @@ class Template:
     self.packs = [(i, *self.item_bufs[i][1]) for i in packs]
     assert all(len(self.item_bufs[i][1]) == 2 and w < len(params) for i, _, w in self.packs), "a pack reads a parameter"
 
-  def _kept_copies(self, bufs: list[Buffer], params: list[UOp]) -> set[int]:
-    """The packing items whose copies are kept (their copies put in `bufs`); the copies of the others are to be kept
-    once this schedule has run."""
+  def _kept_copies(self, bufs: list[Buffer], params: list[UOp], reuse: bool) -> set[int]:
+    """With `reuse`, the packing items whose copies are kept (their copies put in `bufs`); the copies of the others are
+    to be kept once this schedule has run."""
     skip: set[int] = set()
     for i, copy, weight in self.packs:
+      pack_cache.made(bufs[weight], bufs[copy])
+      if not reuse: continue
       node, ast = params[self.param_slots[weight]], self.item_bufs[i][0]
       if (kept := pack_cache.packed_copy(bufs[weight], node, ast)) is not None:
         bufs[copy] = kept
@@ -300,7 +302,7 @@ class Template:
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
     for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
     bufs += self.flags
-    skip = self._kept_copies(bufs, params) if reuse_packs and self.packs else ()
+    skip = self._kept_copies(bufs, params, reuse_packs) if self.packs else ()
     items: list[ScheduleItem] = []
     for i, (ast, positions, slots) in enumerate(self.item_bufs):
       if skip and i in skip: continue

@@ -20,6 +20,10 @@ from lazytensor.uop.ops import UOp
 # packed once); the node held weakly too, as it holds the memory (buffer_map): a value that held its key would never go
 _copies: weakref.WeakKeyDictionary[Buffer, dict[UOp, tuple[weakref.ref[UOp], Buffer | None]]] = \
   weakref.WeakKeyDictionary()
+# each copy a packing kernel writes -> the buffer it packs, and how many times each buffer was written where its node
+# stays the same (forget): what a TinyJit needs to replay a weight's packing only after a write
+_packs: weakref.WeakKeyDictionary[Buffer, weakref.ref[Buffer]] = weakref.WeakKeyDictionary()
+_writes: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
 # the packings of the schedule being run, recorded once it has run (keep_pending): one that failed wrote nothing
 _pending: list[tuple[Buffer, UOp, UOp, Buffer]] = []
 
@@ -31,6 +35,18 @@ def packed_copy(weight: Buffer, node: UOp, ast: UOp) -> Buffer | None:
 def will_keep(weight: Buffer, node: UOp, ast: UOp, copy: Buffer) -> None:
   """`copy` is to hold what `ast` packs from `weight` (read as `node`) once the schedule being made has run."""
   _pending.append((weight, node, ast, copy))
+
+def made(weight: Buffer, copy: Buffer) -> None:
+  """A packing kernel of this schedule writes `copy` from `weight`."""
+  _packs[copy] = weakref.ref(weight)
+
+def packs(copy: Buffer, weight: Buffer) -> bool:
+  """Whether `copy` is a packing kernel's copy of `weight`."""
+  return (ref := _packs.get(copy)) is not None and ref() is weight
+
+def writes(weight: Buffer) -> int:
+  """How many times `weight` was written (an assign, a TinyJit replay): a packing of it is stale after another."""
+  return _writes.get(weight, 0)
 
 def keep_pending() -> None:
   """The schedule ran: its packings are recorded, and the copies of contents packed before are kept."""
@@ -45,6 +61,7 @@ def drop_pending() -> None:
   _pending.clear()
 
 def forget(weight: Buffer) -> None:
-  """`weight` was written where its BUFFER node stays the same (a TinyJit replay updating a weight): its copies are
-  stale."""
+  """`weight` was written (an assign's commit; a TinyJit replay updating a weight, where its BUFFER node stays the
+  same): its copies are stale."""
   _copies.pop(weight, None)
+  _writes[weight] = _writes.get(weight, 0) + 1
