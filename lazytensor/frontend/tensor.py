@@ -322,7 +322,8 @@ class Tensor(GradMixin, metaclass=_TensorType):
     if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
       self._own_memory(tensors)
     if VIZ.value != viz.recording_for: viz.switch()  # VIZ changed: start or stop recording what runs
-    # a TinyJit's replays run what its capture ran: a weight's packed copy is its own there, packed at every replay
+    # a TinyJit's capture packs every weight, so that its items hold each packing (its replays skip those of weights
+    # nothing wrote since: engine/jit._weight_packs)
     items, becomes = create_schedule(list(map(_lazydata, tensors)), reuse_packs=not capturing())
     bad: BadIndexError | None = None
     # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left
