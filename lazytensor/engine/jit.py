@@ -37,6 +37,7 @@ from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import DEBUG, JIT
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.schedule import pack_cache
 from lazytensor.schedule.cache import bind_values
 from lazytensor.schedule.index_check import IndexFlags, bad_index
 from lazytensor.shape.view import ast_variables
@@ -146,6 +147,9 @@ class TinyJit(Generic[R]):
     self.input_buffers: list[Buffer] = []  # every input's buffers in order (a buffer per device when spread)
     self.fresh: list[Buffer] = []  # the outputs' buffers that the program made: new ones at every replay
     self.flags: list[IndexFlags] = []  # the flags of the program's index checks, read after every replay
+    self.written: list[Buffer] = []  # the buffers its kernels write (a weight it updates among them)
+    # the items that pack a weight it neither writes nor takes as an input -> [the weight, its writes when last packed]
+    self.weight_packs: dict[int, list[Any]] = {}
     self.var_items: list[tuple[int, int, list[UOp]]] = []  # (item, scalar args before its Variables, the Variables)
     self.ret: Any = None
 
@@ -191,7 +195,9 @@ class TinyJit(Generic[R]):
     self.var_items = [(i, len(it.vals) - len(vs), vs) for i, it in enumerate(items)
                       if it.runner is not None and (vs := ast_variables(it.runner.kernel.ast))]
     self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
-    written = {id(b) for item in items for b in item.written}
+    written = {id(b): b for item in items for b in item.written}
+    self.written = list(written.values())
+    self.weight_packs = _weight_packs(items, set(written) | {id(b) for b in self.input_buffers})
     returned = {id(b): b for t in _outputs(ret) for b in _buffers(t)}
     # another rank's kernels are not among the items (runtime/remote.py): their outputs are new at every replay too,
     # as on the rank that runs them, so that every rank's graphs after a replay stay alike
@@ -211,9 +217,14 @@ class TinyJit(Generic[R]):
       if missing := [v.arg[0] for v in vs if v not in var_vals]:
         raise JitError(f"TinyJit: the captured kernels read the Variables {missing}, which this call binds nowhere")
       vals[i] = self.items[i].vals[:fixed] + tuple(var_vals[v] for v in vs)
+    for b in self.written: pack_cache.forget(b)  # it writes them without naming them anew: their packed copies go stale
     queues = realize.steps_queues([item.bufs for item in self.items], DEBUG.value)
     try:
-      for item, v in zip(self.items, vals): item.run(tuple(swap.get(id(b), b) for b in item.bufs), v, queues)
+      for i, (item, v) in enumerate(zip(self.items, vals)):
+        if (pack := self.weight_packs.get(i)) is not None:  # a weight's copy: packed again only after a write
+          if pack_cache.writes(pack[0]) == pack[1]: continue
+          pack[1] = pack_cache.writes(pack[0])
+        item.run(tuple(swap.get(id(b), b) for b in item.bufs), v, queues)
       if queues is not None: queues.finish()
     except BaseException:
       if queues is not None: queues.finish_quietly()
@@ -222,6 +233,15 @@ class TinyJit(Generic[R]):
     # as after a schedule: an index out of range raises at the call that read it (schedule/index_check.py)
     if self.flags and (err := bad_index(self.flags)) is not None: raise err
     return _map_tensors(self.ret, lambda t: _renewed(t, swap, var_vals))
+
+def _weight_packs(items: list[realize.ExecItem], changing: set[int]) -> dict[int, list[Any]]:
+  """The items that pack a weight (schedule/pack_cache.py) whose buffer is not among the ids `changing` (those the
+  items write, the inputs'), each -> [the weight, its writes now]: the replays skip them while it is not written."""
+  packs: dict[int, list[Any]] = {}
+  for i, it in enumerate(items):
+    if it.runner is None or len(it.bufs) != 2 or id(weight := it.bufs[1]) in changing: continue
+    if pack_cache.packs(it.bufs[0], weight): packs[i] = [weight, pack_cache.writes(weight)]
+  return packs
 
 def _layout(ld: UOp) -> Any:
   """How a realized tensor reads its buffers: the view, or for one spread over devices the slices and each view."""

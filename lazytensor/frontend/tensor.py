@@ -22,7 +22,7 @@ import numpy as np
 
 from lazytensor import viz
 from lazytensor.dtype import DType, dtypes, from_storage, is_dtype_name, np_from_data, python_number_dtype, to_dtype
-from lazytensor.engine.realize import paused_capture, run_schedule
+from lazytensor.engine.realize import capturing, paused_capture, run_schedule
 from lazytensor.frontend import live
 from lazytensor.frontend.mixin.grads import GradMixin
 from lazytensor.frontend.mixin.multi import local_replica, open_devices
@@ -37,6 +37,7 @@ from lazytensor.frontend.views import (
 from lazytensor.helpers import TRAINING, VIZ, ContextVar, prod
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
+from lazytensor.schedule import pack_cache
 from lazytensor.schedule.index_check import BadIndexError
 from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedule
 from lazytensor.shape.view import ShapeTracker
@@ -323,12 +324,16 @@ class Tensor(GradMixin, metaclass=_TensorType):
     if len(tensors) > 1 or (ld := self.lazydata).op in MAYBE_FOUND or REALIZED in ld.__dict__:
       self._own_memory(tensors)
     if VIZ.value != viz.recording_for: viz.switch()  # VIZ changed: start or stop recording what runs
-    items, becomes = create_schedule(list(map(_lazydata, tensors)), functools.partial(live.read_elsewhere, tensors))
+    # a TinyJit's capture packs every weight, so that its items hold each packing (its replays skip those of weights
+    # nothing wrote since: engine/jit._weight_packs)
+    items, becomes = create_schedule(list(map(_lazydata, tensors)), functools.partial(live.read_elsewhere, tensors),
+                                     reuse_packs=not capturing())
     bad: BadIndexError | None = None
     # every kernel ran before an index out of range is raised: what they wrote is committed first (the bad entries left
     # out), so that the write is not pending any more and the next read does not raise it again
     try: run_schedule(items)
     except BadIndexError as e: bad = e
+    pack_cache.keep_pending()
     commit_realized(becomes)
     for t in tensors:
       new = becomes.get(t.lazydata, t.lazydata)

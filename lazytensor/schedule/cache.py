@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from lazytensor.dtype import DType, dtypes
 from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
+from lazytensor.schedule import pack_cache
 from lazytensor.schedule.index_check import IndexFlags
 from lazytensor.uop.ops import NodeMap, Ops, UOp
 from lazytensor.uop.sint import unbind
@@ -243,8 +244,10 @@ class Template:
 
   `lenders` are the nodes of `sink` computed into buffers of the schedule's own where it hands some to later kernels
   (then none stands for the node once it has run); `kept` holds the schedules of the same graph that keep some of them
-  (those live tensors read again), by those nodes."""
-  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp], lenders: tuple[UOp, ...]) -> None:
+  (those live tensors read again), by those nodes. `packs` are the positions of the items that pack a buffer of the
+  caller's (a weight: pack_cache)."""
+  def __init__(self, sink: UOp, items: list[ScheduleItem], becomes: dict[UOp, UOp], lenders: tuple[UOp, ...],
+               packs: tuple[int, ...] = ()) -> None:
     self.sink, self.items, self.becomes, self.lenders = sink, items, list(becomes.items()), lenders
     self.kept: dict[frozenset[UOp], Template] = {}
     self.uses = 0
@@ -273,12 +276,30 @@ class Template:
     self.var_names = [(n, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
     self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
+    # the items that pack a parameter's buffer (a weight): (item, the copy's position, the parameter's)
+    self.packs = [(i, *self.item_bufs[i][1]) for i in packs]
+    assert all(len(self.item_bufs[i][1]) == 2 and w < len(params) for i, _, w in self.packs), "a pack reads a parameter"
 
-  def instantiate(self, params: list[UOp], origins: list[UOp | None], consts: list[UOp],
-                  var_vals: dict[UOp, int]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  def _kept_copies(self, bufs: list[Buffer], params: list[UOp], reuse: bool) -> set[int]:
+    """With `reuse`, the packing items whose copies are kept (their copies put in `bufs`); the copies of the others are
+    to be kept once this schedule has run."""
+    skip: set[int] = set()
+    for i, copy, weight in self.packs:
+      pack_cache.made(bufs[weight], bufs[copy])
+      if not reuse: continue
+      node, ast = params[self.param_slots[weight]], self.item_bufs[i][0]
+      if (kept := pack_cache.packed_copy(bufs[weight], node, ast)) is not None:
+        bufs[copy] = kept
+        skip.add(i)
+      else: pack_cache.will_keep(bufs[weight], node, ast, bufs[copy])
+    return skip
+
+  def instantiate(self, params: list[UOp], origins: list[UOp | None], consts: list[UOp], var_vals: dict[UOp, int],
+                  reuse_packs: bool = False) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The schedule with the caller's buffers and numbers: `params` are its BUFFER nodes by parameter slot, `consts`
     its CONST nodes by DEFINE_VAR slot, `var_vals` the values of its Variables, `origins` its node for each value of
-    `becomes` (None where its graph has none)."""
+    `becomes` (None where its graph has none); with `reuse_packs`, a weight's packed copy kept from an earlier schedule
+    stands for its packing item (pack_cache)."""
     # loops rather than comprehensions: each of those is a function call on Python 3.11, and an eager step has a
     # handful of buffers
     schedule_stats["reused" if self.uses else "scheduled"] += 1
@@ -287,8 +308,10 @@ class Template:
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
     for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
     bufs += self.flags
+    skip = self._kept_copies(bufs, params, reuse_packs) if self.packs else ()
     items: list[ScheduleItem] = []
-    for ast, positions, slots in self.item_bufs:
+    for i, (ast, positions, slots) in enumerate(self.item_bufs):
+      if skip and i in skip: continue
       vals = item_vals(slots, consts, var_vals) if slots else ()
       items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__, positions)), vals)))
     names: dict[UOp, UOp] = {}

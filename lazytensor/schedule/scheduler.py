@@ -10,6 +10,7 @@ otherwise both compute the same reduce.
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from lazytensor.dtype import dtypes
 from lazytensor.helpers import BEAM, SCALAR_ARGS, SCHEDULE_CACHE, argsort, knob_state, prod
 from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
-from lazytensor.schedule import cache
+from lazytensor.schedule import cache, pack_cache
 from lazytensor.schedule.cache import ScheduleItem, realized_map
 from lazytensor.schedule.gather import fold_gathers
 from lazytensor.schedule.index_check import IndexFlags
@@ -418,14 +419,16 @@ def _output_buffer(root: UOp) -> Buffer:
 def _buffer_of(buf_uop: UOp) -> Buffer: return buffer_map[buf_uop]
 
 def _schedule_graph(sink: UOp, pack: bool = True, held: frozenset[UOp] = frozenset()) -> \
-    tuple[list[ScheduleItem], dict[UOp, UOp], tuple[UOp, ...]]:
+    tuple[list[ScheduleItem], dict[UOp, UOp], tuple[UOp, ...], tuple[int, ...]]:
   """The kernels that compute the outputs of `sink` (a graph whose realized nodes are already buffers), in order, what
-  each computed node becomes once they have run, and the lenders (cache.Template); without `pack`, no packing copies
-  are added (a graph that has them already). The values of the nodes `held` keep their buffers."""
+  each computed node becomes once they have run, the lenders (cache.Template), and the positions of the items that
+  pack a buffer of the caller's (pack_cache keeps those copies); without `pack`, no packing copies are added (a graph
+  that has them already). The values of the nodes `held` keep their buffers."""
   # packing copies are the device's choice (pack_operands), made after the multi pass left one device per node
   resolved = graph_rewrite(sink, pm_resolve, name="resolve")
   packed = pack_operands(resolved) if pack else {}
-  if pack: resolved = packed[resolved]
+  copies: set[UOp] = set()
+  if pack: resolved, copies = packed[resolved], _buffer_copies(resolved, packed[resolved])
   g = _find_realizes(resolved)
   leaf_buffers = {n: _buffer_of(n) for n in resolved.toposort if n.op is Ops.BUFFER}
   roots, outputs, built, scatters = _build_kernels(resolved, g, leaf_buffers)
@@ -440,8 +443,12 @@ def _schedule_graph(sink: UOp, pack: bool = True, held: frozenset[UOp] = frozens
   outs = {o.base for o in resolved.src} | set(resolved.src)
   computes = _computed_nodes(sink, packed)
   stands_for = {r: (r, *computes.get(r, ())) for r in roots}  # each root, and the nodes of `sink` whose value it is
-  keep = {id(outputs[r]) for r in roots if r in outs or r.op is Ops.ASSIGN or not held.isdisjoint(stands_for[r])}
+  # a buffer's packed copy may serve later schedules: its memory serves no other kernel of this one
+  keep = {id(outputs[r]) for r in roots
+          if r in outs or r.op is Ops.ASSIGN or r in copies or not held.isdisjoint(stands_for[r])}
   items, reused = plan_memory(items, keep)
+  starts = itertools.accumulate((len(built[r].items) for r in ran), initial=0)
+  packs = tuple(at for r, at in zip(ran, starts) if r in copies and built[r].items)
   # where buffers are handed on, every intermediate's nodes: the caller keeps those its live tensors read (one more
   # schedule, with them held), or they are computed again by the next realize that reads them
   lenders = tuple(n for r in roots if id(outputs[r]) not in keep for n in stands_for[r]) if reused else ()
@@ -456,7 +463,14 @@ def _schedule_graph(sink: UOp, pack: bool = True, held: frozenset[UOp] = frozens
   run_at = {buffer_uops[r].src[0]: i for i, r in enumerate(ran) if r.op is Ops.ASSIGN}
   last = len(ran)
   ordered = dict(sorted(becomes.items(), key=lambda kv: run_at[kv[1].src[0]] if kv[0].op is Ops.ASSIGN else last))
-  return items, ordered, lenders
+  return items, ordered, lenders, packs
+
+def _buffer_copies(resolved: UOp, packed: UOp) -> set[UOp]:
+  """The packing copies (_blocked) that pack_operands added to `resolved` that read a buffer directly (a weight): the
+  same at every call until the buffer is written."""
+  before = set(resolved.toposort)
+  return {n for n in packed.toposort if n.op is Ops.CONTIGUOUS and n not in before and
+          n.src[0].op is Ops.VIEW and n.src[0].src[0].op is Ops.BUFFER}
 
 def _computed_nodes(sink: UOp, packed: dict[UOp, UOp]) -> dict[UOp, list[UOp]]:
   """Each node of the scheduled graph -> the nodes of `sink` whose value it is, where those are other nodes: resolving
@@ -518,8 +532,11 @@ def _item(ast: UOp, bufs: list[Buffer]) -> ScheduleItem:
 # given nodes of the caller's graph, those that live tensors (other than the ones realized) read again
 Held = Callable[[list[UOp]], set[UOp]]
 
-def create_schedule(outs: list[UOp], held: Held | None = None) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run.
+def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool = False) -> \
+    tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute `outs`, in order, and what each computed node becomes once they have run. With
+  `reuse_packs`, a weight packed by an earlier schedule is not packed again (schedule/pack_cache.py), and the copies
+  this one packs are kept once the caller has run it and calls pack_cache.keep_pending.
 
   A graph of the same structure as one scheduled before (other buffers, the same ops, shapes, dtypes and constants)
   reuses that schedule with its own buffers (schedule/cache.py); a constant that has had another value there before
@@ -527,6 +544,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None) -> tuple[list[Sch
   items and calls `commit_realized(becomes)`. Where the schedule hands the buffer of a value it computes on to a later
   kernel, `held` says which of those values live tensors read again: they keep their buffers, to be read, not
   computed again (a decode step's layer output, computed inside the next layer's cache write)."""
+  pack_cache.drop_pending()
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
   dynamic: list[UOp] = []
@@ -537,7 +555,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None) -> tuple[list[Sch
     dynamic = [walk.consts[i] for i in at] if at else []
     if found is not None and (origins := cache.origins(walk, found.entries)) is not None and \
         (lent := cache.origins(walk, found.lenders)) is not None and not _held(found.template, lent, held):
-      return found.template.instantiate(walk.params, origins, dynamic, walk.var_vals)
+      return found.template.instantiate(walk.params, origins, dynamic, walk.var_vals, reuse_packs)
   abstract = cache.abstract(outs, dynamic)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   # the packing copies a schedule makes are the CPU target's heuristics', or a BEAM search's of that width: keyed by
@@ -547,7 +565,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None) -> tuple[list[Sch
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (schedule/multi.py), each scheduled (and cached) on its own
     flat, regroup = split_multi(outs, cache.Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
-    items, becomes = create_schedule(flat)
+    items, becomes = create_schedule(flat, reuse_packs=reuse_packs)
     return items, regroup(becomes)
   if template is None:
     template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
@@ -561,7 +579,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None) -> tuple[list[Sch
       None and (lenders := cache.found_entries(walk, abstract, list(template.lenders))) is not None:
     cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at), lenders))
   return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts,
-                              abstract.var_vals)
+                              abstract.var_vals, reuse_packs)
 
 def _held(template: cache.Template, callers: list[UOp | None], held: Held | None) -> frozenset[UOp]:
   """The template's lenders whose nodes in the caller's graph (`callers`, None where it has none) are `held`."""
@@ -639,6 +657,7 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
     if node is buf_view: continue
     for memory in _memories(buf_view):
       if node.op is Ops.ASSIGN:
+        pack_cache.forget(memory)
         for ref in memory.realized_nodes:
           if (old := ref()) is not None: old.__dict__.pop(attr, None)
         memory.realized_nodes.clear()
