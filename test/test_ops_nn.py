@@ -311,6 +311,7 @@ POOLS: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
   ("ceil", (1, 2, 7, 8), {"kernel_size": 3, "stride": 2, "ceil_mode": True}),
   ("ceil_padding", (1, 1, 6, 5), {"kernel_size": 2, "stride": 2, "padding": 1, "ceil_mode": True}),
   ("unbatched", (2, 5, 5), {"kernel_size": 2, "stride": 1}),
+  ("resnet_stem", (2, 3, 12, 11), {"kernel_size": 3, "stride": 2, "padding": 1}),
 ]
 MAX_ONLY = [("dilation", (1, 2, 9, 8), {"kernel_size": 3, "dilation": (2, 1), "padding": 1}),
             ("dilation_ceil", (1, 1, 8, 8), {"kernel_size": 2, "stride": 3, "dilation": 2, "ceil_mode": True})]
@@ -335,6 +336,22 @@ def test_pool_numeric_and_kernels() -> None:
   x = _realized(2, 3, 9, 9)
   assert kernels(x.max_pool2d(**kw)) == 1 and kernels(x.avg_pool2d(**kw)) == 1
   assert kernels(x.avg_pool2d(**kw, count_include_pad=False)) == 1
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+def test_pool_gradient_is_no_reduce(pool: str) -> None:
+  # WindowsGrad: the input's gradient sums each tap's gradient spread by the stride (elementwise), never a reduce over
+  # the repetitions of the windows' view (r_64_114_114_8_4_4 for 8x64x112x112, 0.3 GFLOP/s)
+  x = Tensor(np.random.default_rng(0).standard_normal((2, 4, 12, 12), dtype=np.float32), requires_grad=True)
+  getattr(x, pool)(3, stride=2, padding=1).square().sum().backward()
+  assert x.grad is not None
+  items, _ = create_schedule([x.grad.lazydata])
+  reduces = [b.size for it in items if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort) for b in it.bufs[:1]]
+  assert reduces and max(reduces) <= 2 * 4 * 6 * 6  # the forward's and the window counts', the output's size
+  tx = torch.tensor(x.numpy(), requires_grad=True)
+  getattr(F, pool)(tx, 3, stride=2, padding=1).square().sum().backward()
+  assert tx.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 def test_max_pool_int_and_ties() -> None:
   x = Tensor([[[[1, 5, 5, 2], [5, 0, 3, 3]]]])
