@@ -15,6 +15,9 @@ from test_errors import lazy, raises_at_build
 
 import lazytensor.frontend.mixin.nn
 from lazytensor import Context, Tensor, dtypes
+from lazytensor.helpers import prod
+from lazytensor.opt.kernel import Kernel
+from lazytensor.runtime.device import Device
 from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
@@ -280,6 +283,28 @@ def test_conv_input_gradient_is_a_transposed_convolution() -> None:
   assert x.grad is not None and w.grad is not None
   items, _ = create_schedule([x.grad.lazydata, w.grad.lazydata])
   assert max(b.size for it in items for b in it.bufs) <= 2 * 16 * 16 * 16  # the conv's output, not 2*8*16*16*9
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("k,pad", [(3, 1), (1, 0), (4, 1)])
+def test_strided_conv_input_gradient_skips_the_zeros(k: int, pad: int) -> None:
+  # _phases: the input's gradient of a stride-2 convolution is one stride-1 convolution per residue of the input's
+  # positions mod 2, with the taps that reach it; as a convolution of the gradient spread by the stride, 3/4 of its
+  # products were with zeros
+  rng = np.random.default_rng(0)
+  xn, wn = rng.standard_normal((2, 8, 16, 15), dtype=np.float32), rng.standard_normal((16, 8, k, k), dtype=np.float32)
+  x, w = Tensor(xn, requires_grad=True), Tensor(wn)
+  out = x.conv2d(w, stride=2, padding=pad)
+  gn = rng.standard_normal(out.shape, dtype=np.float32)
+  out.backward(Tensor(gn))
+  assert x.grad is not None
+  items, _ = create_schedule([x.grad.lazydata])
+  loops = sum(prod(Kernel(it.ast, Device["CPU"].renderer).full_shape) for it in items
+              if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort))
+  assert loops <= 2 * 8 * 16 * 15 * 16 * k * k // 4 * 1.25  # the products that are not with zeros, with the edges
+  tx = torch.tensor(xn, requires_grad=True)
+  F.conv2d(tx, torch.tensor(wn), stride=2, padding=pad).backward(torch.tensor(gn))
+  assert tx.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 TRANSPOSED: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
   ("plain", (2, 3, 4, 5), (3, 2, 3, 3), {}),
