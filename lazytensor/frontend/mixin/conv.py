@@ -211,13 +211,15 @@ def pool_windows(x: TensorT, kernel: Sequence[int], strides: Sequence[int], dila
 @dataclass(frozen=True)
 class WindowsGrad:
   """The vector-Jacobian product of _pool_windows (a CUSTOM_GRAD's arg): the gradient of each tap k of the windows,
-  (..., *o), spread by the stride and put at k * d, summed over the taps (one elementwise kernel of prod(kernel) masked
-  reads per input element). Through the view's own chain rule (the input repeated, re-read with a longer row) it was
-  a reduce over the repetitions with index arithmetic on every read: for max_pool2d(3, 2, padding=1) of 8x64x112x112,
-  r_64_114_114_8_4_4 at 0.3 GFLOP/s, 0.30 s of the backward's 0.34 (one AVX-512 thread, loaded host).
-  The windows' gradient is stored first: max pool's compares each window with its maximum, which the spread would
-  redo at each of the prod(kernel) taps of every input element (135 ms there against 15 + 47 ms stored). Avg pool's, a
-  division spread in place, gave NaN where the masks of the upcast lanes differ (a codegen bug, not yet found)."""
+  (..., *o), put at o * s + k * d, summed over the taps (one elementwise kernel of masked reads). Through the view's own
+  chain rule (the input repeated, re-read with a longer row) it was a reduce over the repetitions with index
+  arithmetic on every read: for max_pool2d(3, 2, padding=1) of 8x64x112x112, r_64_114_114_8_4_4 at 0.3 GFLOP/s, 0.30 s
+  of the backward's 0.34 (one AVX-512 thread, loaded host). The taps are summed per residue of k * d mod s, shifted,
+  then interleaved as (q, residue) pairs: each tap spread by the stride and shifted took 180-300 ms for the whole
+  forward and backward there, against 100.
+  The windows' gradient is stored first: max pool's compares each window with its maximum, which the sum would redo
+  at each of the prod(kernel) taps of every input element (135 ms there against 15 + 47 ms stored). Avg pool's, a
+  division read through the masks in place, gave NaN where the masks of the upcast lanes differ (a codegen bug)."""
   tensor: type
   kernel: tuple[int, ...]
   strides: tuple[int, ...]
@@ -225,14 +227,23 @@ class WindowsGrad:
 
   def __call__(self, ctx: UOp, xu: UOp) -> tuple[UOp]:
     g, nk, spatial = self.tensor(ctx).contiguous(), len(self.kernel), xu.shape[-len(self.kernel):]
-    lead, outs = g.shape[:-2 * nk], g.shape[-2 * nk:-nk]
-    dx = None
+    lead, outs, nl = g.shape[:-2 * nk], g.shape[-2 * nk:-nk], g.ndim - 2 * nk
+    # input position q * s + r gets the taps k with k * d = r (mod s), from window q - (k * d - r) // s: the residues'
+    # sums interleave as (q, residue) pairs
+    rows = [-(-i // s) for i, s in zip(spatial, self.strides)]
+    phases: dict[tuple[int, ...], ReduceMixin] = {}
     for taps in itertools.product(*[range(k) for k in self.kernel]):
-      tap = g.shrink([None] * (len(lead) + nk) + [(k, k + 1) for k in taps]).reshape(*lead, *outs)
+      tap = g.shrink([None] * (nl + nk) + [(k, k + 1) for k in taps]).reshape(*lead, *outs)
       starts = [k * d for k, d in zip(taps, self.dilations)]
-      ends = [b + (o - 1) * s + 1 for b, o, s in zip(starts, outs, self.strides)]
-      edges = [(b, i - e) for b, e, i in zip(starts, ends, spatial)]
-      placed = _spread(tap, self.strides).pad([(0, 0)] * len(lead) + edges)
-      dx = placed if dx is None else dx + placed
+      residues = tuple(b % s for b, s in zip(starts, self.strides))
+      shifts = [b // s for b, s in zip(starts, self.strides)]
+      placed = tap.pad([(0, 0)] * nl + [(m, n - m - o) for m, n, o in zip(shifts, rows, outs)])
+      phases[residues] = placed + phases[residues] if residues in phases else placed
+    dx = None
+    for residues, phase in phases.items():
+      phase = phase.reshape(*lead, *flatten((n, 1) for n in rows))
+      phase = phase.pad([(0, 0)] * nl + flatten(((0, 0), (r, s - 1 - r)) for r, s in zip(residues, self.strides)))
+      dx = phase if dx is None else dx + phase
     assert dx is not None
-    return (dx.lazydata,)
+    dx = dx.reshape(*lead, *[n * s for n, s in zip(rows, self.strides)])
+    return (dx.shrink([None] * nl + [(0, i) for i in spatial]).lazydata,)
