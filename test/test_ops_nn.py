@@ -15,6 +15,9 @@ from test_errors import lazy, raises_at_build
 
 import lazytensor.frontend.mixin.nn
 from lazytensor import Context, Tensor, dtypes
+from lazytensor.helpers import prod
+from lazytensor.opt.kernel import Kernel
+from lazytensor.runtime.device import Device
 from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.ops import Ops
 
@@ -281,6 +284,28 @@ def test_conv_input_gradient_is_a_transposed_convolution() -> None:
   items, _ = create_schedule([x.grad.lazydata, w.grad.lazydata])
   assert max(b.size for it in items for b in it.bufs) <= 2 * 16 * 16 * 16  # the conv's output, not 2*8*16*16*9
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("k,pad", [(3, 1), (1, 0), (4, 1)])
+def test_strided_conv_input_gradient_skips_the_zeros(k: int, pad: int) -> None:
+  # _phases: the input's gradient of a stride-2 convolution is one stride-1 convolution per residue of the input's
+  # positions mod 2, with the taps that reach it; as a convolution of the gradient spread by the stride, 3/4 of its
+  # products were with zeros
+  rng = np.random.default_rng(0)
+  xn, wn = rng.standard_normal((2, 8, 16, 15), dtype=np.float32), rng.standard_normal((16, 8, k, k), dtype=np.float32)
+  x, w = Tensor(xn, requires_grad=True), Tensor(wn)
+  out = x.conv2d(w, stride=2, padding=pad)
+  gn = rng.standard_normal(out.shape, dtype=np.float32)
+  out.backward(Tensor(gn))
+  assert x.grad is not None
+  items, _ = create_schedule([x.grad.lazydata])
+  loops = sum(prod(Kernel(it.ast, Device["CPU"].renderer).full_shape) for it in items
+              if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort))
+  assert loops <= 2 * 8 * 16 * 15 * 16 * k * k // 4 * 1.25  # the products that are not with zeros, with the edges
+  tx = torch.tensor(xn, requires_grad=True)
+  F.conv2d(tx, torch.tensor(wn), stride=2, padding=pad).backward(torch.tensor(gn))
+  assert tx.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+
 TRANSPOSED: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
   ("plain", (2, 3, 4, 5), (3, 2, 3, 3), {}),
   ("stride", (1, 2, 4, 4), (2, 3, 3, 2), {"stride": 2}),
@@ -311,6 +336,7 @@ POOLS: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
   ("ceil", (1, 2, 7, 8), {"kernel_size": 3, "stride": 2, "ceil_mode": True}),
   ("ceil_padding", (1, 1, 6, 5), {"kernel_size": 2, "stride": 2, "padding": 1, "ceil_mode": True}),
   ("unbatched", (2, 5, 5), {"kernel_size": 2, "stride": 1}),
+  ("resnet_stem", (2, 3, 12, 11), {"kernel_size": 3, "stride": 2, "padding": 1}),
 ]
 MAX_ONLY = [("dilation", (1, 2, 9, 8), {"kernel_size": 3, "dilation": (2, 1), "padding": 1}),
             ("dilation_ceil", (1, 1, 8, 8), {"kernel_size": 2, "stride": 3, "dilation": 2, "ceil_mode": True})]
@@ -335,6 +361,22 @@ def test_pool_numeric_and_kernels() -> None:
   x = _realized(2, 3, 9, 9)
   assert kernels(x.max_pool2d(**kw)) == 1 and kernels(x.avg_pool2d(**kw)) == 1
   assert kernels(x.avg_pool2d(**kw, count_include_pad=False)) == 1
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+def test_pool_gradient_is_no_reduce(pool: str) -> None:
+  # WindowsGrad: the input's gradient sums each tap's gradient spread by the stride (elementwise), never a reduce over
+  # the repetitions of the windows' view (r_64_114_114_8_4_4 for 8x64x112x112, 0.3 GFLOP/s)
+  x = Tensor(np.random.default_rng(0).standard_normal((2, 4, 12, 12), dtype=np.float32), requires_grad=True)
+  getattr(x, pool)(3, stride=2, padding=1).square().sum().backward()
+  assert x.grad is not None
+  items, _ = create_schedule([x.grad.lazydata])
+  reduces = [b.size for it in items if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort) for b in it.bufs[:1]]
+  assert reduces and max(reduces) <= 2 * 4 * 6 * 6  # the forward's and the window counts', the output's size
+  tx = torch.tensor(x.numpy(), requires_grad=True)
+  getattr(F, pool)(tx, 3, stride=2, padding=1).square().sum().backward()
+  assert tx.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 def test_max_pool_int_and_ties() -> None:
   x = Tensor([[[[1, 5, 5, 2], [5, 0, 3, 3]]]])

@@ -9,6 +9,7 @@ forward's speed); the weights' gradient stays the chain rule's, one reduce of th
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -150,13 +151,99 @@ def _transposed(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, 
                dilations: tuple[int, ...], edges: Sequence[tuple[int, int]]) -> TensorT:
   """conv_transpose's computation: x spread out by the stride (zeros between its elements, as views), widened by
   `edges` (before, after) per spatial dim (negative: cropped), convolved with the flipped kernel."""
-  nk, (bs, cin, *spatial), kernel = weight.ndim - 2, x.shape, weight.shape[2:]
-  if any(s > 1 for s in strides):
-    x = x.reshape(bs, cin, *flatten((i, 1) for i in spatial))
-    x = x.pad([(0, 0), (0, 0)] + flatten(((0, 0), (0, s - 1)) for s in strides))
-    x = x.reshape(bs, cin, *[i * s for i, s in zip(spatial, strides)])
-    x = x.shrink([None, None] + [(0, (i - 1) * s + 1) for i, s in zip(spatial, strides)])
+  nk, cin, kernel = weight.ndim - 2, x.shape[1], weight.shape[2:]
   cin_g, cout_g = cin // groups, weight.shape[1]
   w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin_g, *kernel)
   w = w.flip(tuple(range(2, 2 + nk)))
-  return conv(x.pad([(0, 0), (0, 0), *edges]), w, bias, groups, 1, dilations, 0, "conv_transpose")
+  if all(s == 1 for s in strides) or any(d != 1 for d in dilations):
+    return conv(_spread(x, strides).pad([(0, 0), (0, 0), *edges]), w, bias, groups, 1, dilations, 0, "conv_transpose")
+  out = _phases(x, w, groups, strides, edges)
+  return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
+
+def _phases(x: TensorT, w: TensorT, groups: int, strides: tuple[int, ...],
+            edges: Sequence[tuple[int, int]]) -> TensorT:
+  """A transposed convolution with stride (dilation 1), flipped weights `w`, as one stride-1 convolution of x for each
+  residue of the output's positions modulo the stride, with the taps that reach it (w[j0::s]), interleaved: as the
+  convolution of x spread by the stride, 1 - 1/prod(s) of its products were with the zeros between (the input
+  gradients of ResNet18's stride-2 3x3 convolutions at 3.7 to 5.8 GFLOP/s of that work). Interleaved as (q, residue)
+  pairs, not each phase spread and shifted (_spread): the kernel that sums them took 7 ms there against 23 ms."""
+  spatial, kernel = x.shape[2:], w.shape[2:]
+  # the length of each output dim: the spread input, widened by the edges, less the kernel's reach
+  lengths = [(i - 1) * s + 1 + b + a - (k - 1) for i, s, (b, a), k in zip(spatial, strides, edges, kernel)]
+  # every residue's convolution gives ceil(n / s) rows (the last one's extra ones dropped), so that they interleave
+  # as (q, residue) pairs: the kernel that sums them reads each phase with a mask on the residue alone
+  rows, out = [-(-n // s) for n, s in zip(lengths, strides)], None
+  for residues in itertools.product(*[range(s) for s in strides]):
+    # per dim: the first tap j0 that lands on this residue, its taps' count, the x offset c of output q's first tap
+    firsts = [(b - r) % s for r, s, (b, _) in zip(residues, strides, edges)]
+    counts = [max(0, -(-(k - j0) // s)) for k, j0, s in zip(kernel, firsts, strides)]
+    if 0 in counts: continue
+    offsets = [(r + j0 - b) // s for r, j0, s, (b, _) in zip(residues, firsts, strides, edges)]
+    taps = w
+    for j, (j0, s) in enumerate(zip(firsts, strides)): taps = taps._take_strided(2 + j, j0, kernel[j], s)
+    pads = [(-c, q + c + n - 1 - i) for c, q, n, i in zip(offsets, rows, counts, spatial)]
+    phase = conv(x, taps, None, groups, 1, 1, flatten(reversed(pads)), "conv_transpose")
+    placed = phase.reshape(*phase.shape[:2], *flatten((q, 1) for q in rows))
+    placed = placed.pad([(0, 0), (0, 0)] + flatten(((0, 0), (r, s - 1 - r)) for r, s in zip(residues, strides)))
+    out = placed if out is None else out + placed
+  assert out is not None  # the residue of each dim's first edge gets the tap j0 = 0
+  out = out.reshape(*out.shape[:2], *[q * s for q, s in zip(rows, strides)])
+  return out.shrink([None, None] + [(0, n) for n in lengths])
+
+def _spread(x: TensorT, strides: Sequence[int]) -> TensorT:
+  """x's trailing len(strides) dims spread out by the strides, s - 1 zeros between neighbours (views): element o of a
+  dim lands on o * s."""
+  if all(s == 1 for s in strides): return x
+  nk = len(strides)
+  lead, spatial = x.shape[:-nk], x.shape[-nk:]
+  x = x.reshape(*lead, *flatten((i, 1) for i in spatial))
+  x = x.pad([(0, 0)] * len(lead) + flatten(((0, 0), (0, s - 1)) for s in strides))
+  x = x.reshape(*lead, *[i * s for i, s in zip(spatial, strides)])
+  return x.shrink([None] * len(lead) + [(0, (i - 1) * s + 1) for i, s in zip(spatial, strides)])
+
+def pool_windows(x: TensorT, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> TensorT:
+  """x._pool_windows, whose gradient is WindowsGrad's when x needs one: the pools' windows (frontend/mixin/nn.py)."""
+  win = x._pool_windows(kernel, strides, dilations)
+  if not x.requires_grad: return win
+  grad = WindowsGrad(type(x), tuple(kernel), tuple(strides), tuple(dilations))
+  return win._apply_uop(lambda v, xu: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, xu), grad), x)
+
+@dataclass(frozen=True)
+class WindowsGrad:
+  """The vector-Jacobian product of _pool_windows (a CUSTOM_GRAD's arg): the gradient of each tap k of the windows,
+  (..., *o), put at o * s + k * d, summed over the taps (one elementwise kernel of masked reads). Through the view's own
+  chain rule (the input repeated, re-read with a longer row) it was a reduce over the repetitions with index
+  arithmetic on every read: for max_pool2d(3, 2, padding=1) of 8x64x112x112, r_64_114_114_8_4_4 at 0.3 GFLOP/s, 0.30 s
+  of the backward's 0.34 (one AVX-512 thread, loaded host). The taps are summed per residue of k * d mod s, shifted,
+  then interleaved as (q, residue) pairs: each tap spread by the stride and shifted took 180-300 ms for the whole
+  forward and backward there, against 100.
+  The windows' gradient is stored first: max pool's compares each window with its maximum, which the sum would redo
+  at each of the prod(kernel) taps of every input element (135 ms there against 15 + 47 ms stored). Avg pool's, a
+  division read through the masks in place, gave NaN where the masks of the upcast lanes differ (a codegen bug)."""
+  tensor: type
+  kernel: tuple[int, ...]
+  strides: tuple[int, ...]
+  dilations: tuple[int, ...]
+
+  def __call__(self, ctx: UOp, xu: UOp) -> tuple[UOp]:
+    g, nk, spatial = self.tensor(ctx).contiguous(), len(self.kernel), xu.shape[-len(self.kernel):]
+    lead, outs, nl = g.shape[:-2 * nk], g.shape[-2 * nk:-nk], g.ndim - 2 * nk
+    # input position q * s + r gets the taps k with k * d = r (mod s), from window q - (k * d - r) // s: the residues'
+    # sums interleave as (q, residue) pairs
+    rows = [-(-i // s) for i, s in zip(spatial, self.strides)]
+    phases: dict[tuple[int, ...], ReduceMixin] = {}
+    for taps in itertools.product(*[range(k) for k in self.kernel]):
+      tap = g.shrink([None] * (nl + nk) + [(k, k + 1) for k in taps]).reshape(*lead, *outs)
+      starts = [k * d for k, d in zip(taps, self.dilations)]
+      residues = tuple(b % s for b, s in zip(starts, self.strides))
+      shifts = [b // s for b, s in zip(starts, self.strides)]
+      placed = tap.pad([(0, 0)] * nl + [(m, n - m - o) for m, n, o in zip(shifts, rows, outs)])
+      phases[residues] = placed + phases[residues] if residues in phases else placed
+    dx = None
+    for residues, phase in phases.items():
+      phase = phase.reshape(*lead, *flatten((n, 1) for n in rows))
+      phase = phase.pad([(0, 0)] * nl + flatten(((0, 0), (r, s - 1 - r)) for r, s in zip(residues, self.strides)))
+      dx = phase if dx is None else dx + phase
+    assert dx is not None
+    dx = dx.reshape(*lead, *[n * s for n, s in zip(rows, self.strides)])
+    return (dx.shrink([None] * nl + [(0, i) for i in spatial]).lazydata,)

@@ -13,7 +13,7 @@ import numpy as np
 
 from lazytensor.dtype import dtypes, promote_types
 from lazytensor.frontend.autocast import low_precision, widened
-from lazytensor.frontend.mixin.conv import Padding, conv, conv_padding, conv_params, conv_transpose
+from lazytensor.frontend.mixin.conv import Padding, conv, conv_padding, conv_params, conv_transpose, pool_windows
 from lazytensor.frontend.mixin.random import RandomMixin
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
 from lazytensor.schedule.index_check import IndexSite
@@ -117,7 +117,7 @@ def _max_pool(x: TensorT, kernel_size: int | Sequence[int], stride: int | Sequen
                                                         "max_pool2d")
   nk, spatial = len(kernel), x.shape[-len(kernel):]
   lowest = -math.inf if x.dtype.is_float else x.dtype.min()
-  win = _pool_pad(x, pads, extras, lowest)._pool_windows(kernel, strides, dilations)
+  win = pool_windows(_pool_pad(x, pads, extras, lowest), kernel, strides, dilations)
   kaxes = tuple(range(-nk, 0))
   out = win.max(kaxes)
   if not return_indices: return out
@@ -136,7 +136,7 @@ def _avg_pool(x: TensorT, kernel_size: int | Sequence[int], stride: int | Sequen
                                                         "avg_pool2d")
   x = x._to_float()
   kaxes = tuple(range(-len(kernel), 0))
-  total = _pool_pad(x, pads, extras, 0.0)._pool_windows(kernel, strides, dilations).sum(kaxes)
+  total = pool_windows(_pool_pad(x, pads, extras, 0.0), kernel, strides, dilations).sum(kaxes)
   if not any(extras) and (count_include_pad or all(p == (0, 0) for p in pads)): return total / prod(kernel)
   # the divisor counts the window's positions inside the input (and the padding): the same windows over ones, so
   # that it is computed in the same loop as the sum
