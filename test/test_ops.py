@@ -4,6 +4,7 @@ Each distinct kernel costs a compile, so the sweeps are shaped as ops x dtypes o
 shapes (1 element, non-powers-of-two, 0-size, > 1M elements) on a few representative ops.
 """
 import math
+import platform
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ from helpers import HAVE_TORCH, check_op, compare, named, nonzero, positive, tor
 
 from lazytensor import Device, Tensor, dtypes
 from lazytensor.dtype import DType
+from lazytensor.helpers import Context
 
 F16, F32, F64, I8, I32, I64, U8, BOOL = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int32,
                                          dtypes.int64, dtypes.uint8, dtypes.bool)
@@ -678,6 +680,34 @@ def test_cat_dtypes(dts: list[DType]) -> None:
 
 def test_pad_of_computed_value() -> None:
   check_op([(2,)], lambda x: (x * 2).pad(((0, 1),)) + 1, np_fn=lambda x: np.pad(x * 2, ((0, 1),)) + 1, use_torch=False)
+
+# ops that are not zero at the zeros padding reads (x / 4 and 4 / x are 0 / 0 there, sqrt(x - 3) of -3): the padded
+# views' WHERE must hide what they give there. Four shifted stride-2 spreads summed, in one kernel (LLVM 22.1 took
+# the constant 0 / 0 lanes of a vector for undef and let the NaN through a select whose lane was False)
+_NOT_PAD_SAFE = {"x/c": (lambda x: x / 4, lambda x: x / 4), "c/x": (lambda x: 4 / x, lambda x: 4 / x),
+                 "log": (Tensor.log, np.log), "exp": (Tensor.exp, np.exp),
+                 "reciprocal": (Tensor.reciprocal, np.reciprocal),
+                 "sqrt": (lambda x: (x - 3).sqrt(), lambda x: np.sqrt(x - 3)),
+                 "where": (lambda x: (x > 5).where(x, 0) / x, lambda x: np.where(x > 5, x, 0) / x)}
+
+def _spread_sum(x: Any, pad: Callable[..., Any]) -> Any:
+  """x (3, 4) spread to every other row and column, shifted by one in each of four ways, summed."""
+  spread = pad(x.reshape(3, 1, 4, 1), ((0, 0), (0, 1), (0, 0), (0, 1))).reshape(6, 8)[:5, :7]
+  shifts = [((0, 1), (0, 1)), ((1, 0), (1, 0)), ((0, 1), (1, 0)), ((1, 0), (0, 1))]
+  parts = [pad(spread, s) for s in shifts]
+  return parts[0] + parts[1] + parts[2] + parts[3]
+
+@pytest.mark.parametrize("knobs", [{}, {"CPU_TARGET": "x86-64-v3"}, {"CPU_TARGET": "x86-64-v2"}, {"NOOPT": True}],
+                         ids=["native", "8-wide", "4-wide", "noopt"])
+@pytest.mark.parametrize("name", list(_NOT_PAD_SAFE))
+def test_padded_views_of_a_value_not_zero_at_zeros(name: str, knobs: dict[str, Any]) -> None:
+  fn, np_fn = _NOT_PAD_SAFE[name]
+  a = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
+  if "CPU_TARGET" in knobs and (Device.DEFAULT != "CPU" or platform.machine() != "x86_64"): pytest.skip("x86 targets")
+  with Context(**knobs), np.errstate(all="ignore"):
+    got = _spread_sum(fn(Tensor(a)), lambda t, p: t.pad(p)).numpy()
+    want = _spread_sum(np_fn(a), np.pad)
+  np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
 
 def test_cat_of_computed_values() -> None:
   check_op([(2,), (1,)], lambda a, b: Tensor.cat(a + 1, b), np_fn=lambda a, b: np.concatenate([a + 1, b]),

@@ -381,13 +381,13 @@ def _assign(f: _Function, u: UOp) -> str:
   f.code(f"store {ltype(u.dtype)} {f.r[u.src[1]]}, ptr {f.r[u.src[0]]}")
   return f.r[u.src[1]]
 
-def _alu(f: _Function, u: UOp) -> str:
+def _alu(f: _Function, u: UOp, operands: list[str] | None = None) -> str:
   dt = u.src[-1].dtype  # the operand type: WHERE's condition comes first, comparisons return bools
   if (fn := _ALU_BY_KIND.get((u.op, dt.kind))) is None:
     raise NotImplementedError(f"LLVM renderer: {u.op} on {dt} is not supported")
   env = {"t": ltype(dt), "s": suffix(dt), "c": ltype(dtypes.bool.vec(dt.count)), "one": lconst_vec(dt, 1),
          "fl": " reassoc contract" if u in f.acc_updates and dt.is_float else "", "nw": " nsw" if u in f.nsw else ""}
-  return fn(f, env, [f.r[s] for s in u.src])
+  return fn(f, env, operands if operands is not None else [f.r[s] for s in u.src])
 
 # ops LLVM lowers to a libm call per lane, and the C function of each
 _LIBM_CALLS = {Ops.SIN: "sin", Ops.COS: "cos", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.MOD: "fmod"}
@@ -417,7 +417,7 @@ def _libm_lanes(f: _Function, call: UOp) -> str:
   return vec.split(" ")[-1]
 
 def _where(f: _Function, u: UOp) -> str:
-  if (call := u.src[1]) not in f.branched: return _alu(f, u)
+  if (call := u.src[1]) not in f.branched: return _select_pinned(f, u)
   cond, i, pred = u.src[0], f.fresh(), f.block
   taken = f.r[cond] if cond.dtype.count == 1 else \
     f.call(f"llvm.vector.reduce.or.{suffix(cond.dtype)}", "i1", [(ltype(cond.dtype), f.r[cond])])
@@ -428,7 +428,22 @@ def _where(f: _Function, u: UOp) -> str:
   f.label(f"called{i}")
   # lanes whose condition is false take the other side: the call's value there is never read
   f.r[call] = f.emit(f"phi {ltype(call.dtype)} [{v}, %{end}], [{lconst_vec(call.dtype, 0.0)}, %{pred}]")
-  return _alu(f, u)
+  return _select_pinned(f, u)
+
+def _select_pinned(f: _Function, u: UOp) -> str:
+  """A select whose condition has lanes False by construction (a padded view's per-lane validity, some lanes padding
+  in every iteration): those lanes of the true side are replaced by the false side's before the select. Such lanes of
+  the true side are often constants (gated loads and constants are 0 there), and LLVM 22.1's SelectionDAG takes a
+  constant lane that an invalid operation makes NaN (0 / 0) for undef: the select's lane then no longer matters to it,
+  the condition is rebuilt with that lane true (<false, c> -> <c, c>) and the NaN the division computes at run time
+  comes through (x / 4 read through padded views was NaN on AVX2 and AVX-512)."""
+  cond, n = u.src[0], u.dtype.count
+  pinned = [s.op is Ops.CONST and s.arg is False for s in cond.src] if cond.op is Ops.VECTORIZE else []
+  if not any(pinned) or all(pinned): return _alu(f, u)
+  t, no = ltype(u.dtype), f.r[u.src[2]]
+  mask = ", ".join(f"i32 {i + n if p else i}" for i, p in enumerate(pinned))
+  yes = f.emit(f"shufflevector {t} {f.r[u.src[1]]}, {t} {no}, <{n} x i32> <{mask}>")
+  return _alu(f, u, [f.r[cond], yes, no])
 
 def _unsupported(f: _Function, u: UOp) -> None: raise NotImplementedError(f"LLVM renderer: {u.op} has no CPU lowering")
 
