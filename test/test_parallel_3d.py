@@ -3,7 +3,13 @@ pipeline stages, each stage's micro-batches split over "dp" and its attention he
 (Megatron), equal to one device."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import pytest
 from tiny_transformer import Block, TinyTransformer
 from tiny_transformer import megatron_plan as full_plan
 
@@ -47,7 +53,7 @@ def stage_mesh(s: int) -> DeviceMesh:
 
 def token_loss(out: Tensor, y: Tensor) -> Tensor: return out.reshape(-1, VOCAB).cross_entropy(y.reshape(-1))
 
-def test_pp_x_dp_x_tp_trains_as_one_device() -> None:
+def run_pp_x_dp_x_tp() -> None:
   ref, model = make_model(), make_model()
   blocks = [TensorParallelBlock(b, stage_mesh(s)) for s, b in enumerate(model.blocks)]
   pipe = Pipeline([[Embed(model), blocks[0]], [blocks[1], Head(model)]], MESH, token_loss)
@@ -65,3 +71,30 @@ def test_pp_x_dp_x_tp_trains_as_one_device() -> None:
     assert abs(got.item() - want.item()) < 1e-5
   for want, got_w in zip(get_parameters(ref), get_parameters(model)):
     np.testing.assert_allclose(got_w.numpy(), want.numpy(), atol=1e-5, rtol=0)
+
+ROOT = Path(__file__).resolve().parent
+
+def _in_a_process(code: str) -> subprocess.CompletedProcess:
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+
+def test_pp_x_dp_x_tp_trains_as_one_device() -> None:
+  # in a process of its own: a Pipeline's moves of parameters leave later single-device training wrong in the same
+  # process (test_a_pipeline_leaves_later_training_right below)
+  res = _in_a_process("import test_parallel_3d as t; t.run_pp_x_dp_x_tp(); print('ok')")
+  assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr
+
+LATER = """
+import sys, test_parallel_3d as t, test_parallel_lib as lib
+if sys.argv[1] == "pipeline":
+  model = t.make_model()
+  t.Pipeline([[t.Embed(model), model.blocks[0]], [model.blocks[1], t.Head(model)]], t.MESH, t.token_loss)
+print(lib.one_device("sgd")[0])
+"""
+
+@pytest.mark.xfail(strict=True, reason="known bug (session 14): after a Pipeline moved a model's parameters to its "
+                   "stages (to_), a new model of the same seed trains differently from step 2 on one device")
+def test_a_pipeline_leaves_later_training_right() -> None:
+  alone, after = (_in_a_process(f"import sys; sys.argv[1:] = [{m!r}]\n{LATER}") for m in ("alone", "pipeline"))
+  assert alone.returncode == 0 and after.returncode == 0, alone.stderr + after.stderr
+  assert alone.stdout == after.stdout, (alone.stdout, after.stdout)

@@ -19,7 +19,6 @@ reduce-scatter) of them over the data-parallel axis, the result cut back into ea
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -160,28 +159,26 @@ def swapped(slots: dict[int, tuple[Tensor, list[Slot]]], stand_ins: dict[int, Te
 
 # ---- wrapping a module's class, as torch's FSDP2 does ----
 
-_states: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
 class ParallelModule:
-  """The class a wrapped module gets (its own class with this in front): calls run through its parallel state."""
+  """What a wrapped module's class derives from (its own class with this in front, made for that one module, holding
+  its parallel state): calls run through the state. The state lives on the class, not in a table keyed by the module:
+  a state refers to its module (its parameters' places), so a table entry would keep every wrapped module alive for
+  good; a class of its own is collected with the module (a reference cycle), and is no attribute that get_state_dict
+  would walk."""
+  parallel_state: Any = None
+
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
-    return _states[self].forward(super().__call__, args, kwargs)  # type: ignore[misc]
-
-_classes: dict[type, type] = {}
-
-def _wrapped_class(cls: type) -> type:
-  if cls not in _classes: _classes[cls] = type(cls.__name__, (ParallelModule, cls), {"__module__": cls.__module__})
-  return _classes[cls]
+    return type(self).parallel_state.forward(super().__call__, args, kwargs)  # type: ignore[misc]
 
 def wrap(module: Any, state: object, what: str) -> None:
   """Route module's calls through `state` (its `forward(call, args, kwargs)`)."""
   if isinstance(module, ParallelModule):
-    raise ValueError(f"{what}: the module is already wrapped by {type(_states[module]).__name__}")
+    raise ValueError(f"{what}: the module is already wrapped by {type(state_of(module)).__name__}")
   if not callable(module): raise TypeError(f"{what}: expected a callable module, got {type(module).__name__}")
-  module.__class__ = _wrapped_class(type(module))
-  _states[module] = state
+  cls = type(module)
+  module.__class__ = type(cls.__name__, (ParallelModule, cls), {"__module__": cls.__module__, "parallel_state": state})
 
-def state_of(module: object) -> Any: return _states.get(module) if isinstance(module, ParallelModule) else None
+def state_of(module: object) -> Any: return type(module).parallel_state if isinstance(module, ParallelModule) else None
 
 # ---- gradients summed over the replicas, a bucket at a time ----
 
