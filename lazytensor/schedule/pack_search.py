@@ -28,6 +28,9 @@ PRESCREEN_RUNS = 2  # turns each variant gets with the heuristics' opts
 # reduce 0-25% over the heuristics' opts (1024, AVX-512, one thread), while the variant that packs nothing is 2-3x
 # slower there (6x at 2048) and its search was a fifth of a cold BEAM=2 of the matmul
 PACK_HOPELESS_RATIO = 1.5
+# ... and slower by more than this: variants alike of a reduce of microseconds differ by noise alone, which a loaded
+# host can make 1.5x (the variants this screen is for add copies of milliseconds)
+PACK_HOPELESS_SECONDS = 100e-6
 
 Variant = Sequence[tuple[UOp, Sequence[Buffer]]]
 
@@ -57,18 +60,19 @@ def _run_program(program: Any, handles: list[Any], launch: dict[str, Any]) -> fl
 def beam_packing(device: Compiled, width: int, what: bytes, variants: Sequence[Callable[[], Variant]]) -> int:
   """The index of the fastest of `variants` (schedules of one reduce, each with other packing copies: functions that
   build its kernels as (AST, buffers)), each kernel optimized by a beam search of `width`; from the cache ("beam_pack",
-  keyed by `what` and everything that changes the code) when it can. Variants more than PACK_HOPELESS_RATIO slower
-  than the fastest with the heuristics' opts are not searched; a lone survivor wins unsearched (realize searches its
-  kernels). Variant 0 is the heuristics' choice: another wins only when faster by more than a tie (so does an earlier
-  one over a later). The variants run in this process: each kernel is the heuristics' or one whose output the search
-  checked."""
+  keyed by `what` and everything that changes the code) when it can. Variants more than PACK_HOPELESS_RATIO (and
+  PACK_HOPELESS_SECONDS) slower than the fastest with the heuristics' opts are not searched; a lone survivor wins
+  unsearched (realize searches its kernels). Variant 0 is the heuristics' choice: another wins only when faster by
+  more than a tie (so does an earlier one over a later). The variants run in this process: each kernel is the
+  heuristics' or one whose output the search checked."""
   key = beam_cache_key(device, width, b"packing " + what)
   if not IGNORE_BEAM_CACHE and CACHELEVEL.value >= 2 and (raw := diskcache_get("beam_pack", key)) is not None:
     if raw.isdigit() and int(raw) < len(variants): return int(raw)
     report_once("BEAM cache: ignoring corrupt entries in table 'beam_pack'; they are searched again")
   built = [build() for build in variants]
   first = _best_in_turns([_loaded_variant(device, items, hand_coded_optimizations) for items in built], PRESCREEN_RUNS)
-  kept = [i for i, t in enumerate(first) if t <= PACK_HOPELESS_RATIO * min(first)]
+  bound = max(PACK_HOPELESS_RATIO * min(first), min(first) + PACK_HOPELESS_SECONDS)
+  kept = [i for i, t in enumerate(first) if t <= bound]
   best = [first[kept[0]]]
   if len(kept) > 1:
     def search(k: Kernel) -> Kernel: return beam_search(k, device, width)
