@@ -60,21 +60,28 @@ class Recorder:
     return call
 
 def calls() -> None:
-  """What MPI is asked to do for each collective of a realized dense tensor: one 16-byte check, then the data straight
-  from the tensor's buffer into the result's."""
+  """What MPI is asked to do for each collective of a realized dense tensor: at most SMALL_BYTES, one message to the
+  other rank that carries the check and the values, and nothing else; larger, that message with the check alone, then
+  MPI's collective straight from the tensor's buffer into the result's."""
   dist.init()
   r = dist.rank()
-  t = Tensor(np.arange(1024, dtype=np.float32) + r).realize()
   dist._World.comm = recorder = Recorder(dist._World.comm)
-  for name, mpi_name in (("all_reduce", "Allreduce"), ("all_gather", "Allgather"),
-                         ("reduce_scatter", "Reduce_scatter_block")):
-    recorder.calls.clear()
-    out = getattr(dist, name)(t)
-    (check, sent, got), (data, src, dst) = recorder.calls
-    assert check == "Iallreduce" and sent.nbytes == got.nbytes == 16, (name, check, sent.nbytes)
-    assert data == mpi_name, (name, data)
-    assert np.shares_memory(src, t._buffer()[0].host_view()), f"{name}: the input was copied"
-    assert np.shares_memory(dst, out._buffer()[0].host_view()), f"{name}: the result was copied"
+  for n in (1024, dist.SMALL_BYTES // 4 + 2):
+    t = Tensor(np.arange(n, dtype=np.float32) + r).realize()
+    small = t.nbytes() <= dist.SMALL_BYTES
+    for name, mpi_name in (("all_reduce", "Allreduce"), ("all_gather", "Allgather"),
+                           ("reduce_scatter", "Reduce_scatter_block")):
+      recorder.calls.clear()
+      out = getattr(dist, name)(t)
+      (recv, _, peer), (send, sent, dest), *data = recorder.calls
+      assert (recv, peer, send, dest) == ("Irecv", 1 - r, "Isend", 1 - r), recorder.calls
+      assert sent.nbytes == dist.HEADER_BYTES + small * t.nbytes(), (name, n, sent.nbytes)
+      if small:
+        assert not data, (name, data)
+        continue
+      assert [d[0] for d in data] == [mpi_name], (name, data)
+      assert np.shares_memory(data[0][1], t._buffer()[0].host_view()), f"{name}: the input was copied"
+      assert np.shares_memory(data[0][2], out._buffer()[0].host_view()), f"{name}: the result was copied"
   print(f"rank {r}: calls ok", flush=True)
 
 def main() -> None:
@@ -105,8 +112,20 @@ def main() -> None:
   assert dist.all_gather(Tensor(float(r))).tolist() == [0.0, 1.0]
   spread = dist.all_reduce(Tensor(mine).shard(("CPU:0", "CPU:1"), 0))
   assert spread.device == ("CPU", "CPU:1") and spread.tolist() == sum(every).tolist()
+  large(r, n)
   dist.barrier()
   print(f"rank {r} of {n}: ok", flush=True)
+
+def large(r: int, n: int) -> None:
+  """Tensors past SMALL_BYTES, whose values MPI's collectives move after the check (smaller ones travel with it)."""
+  size = dist.SMALL_BYTES // 4 + 2 * n
+  every = [np.arange(size, dtype=np.float32) * (k + 1) for k in range(n)]
+  mine = Tensor(every[r])
+  np.testing.assert_allclose(dist.all_reduce(mine).numpy(), sum(every))
+  np.testing.assert_allclose(dist.all_reduce(mine, "max").numpy(), np.max(every, 0))
+  np.testing.assert_equal(dist.all_gather(mine).numpy(), np.concatenate(every))
+  np.testing.assert_allclose(dist.reduce_scatter(mine).numpy(), sum(every).reshape(n, -1)[r])
+  np.testing.assert_equal(dist.broadcast(mine, src=1).numpy(), every[1])
 
 if __name__ == "__main__":
   modes = {"timeout": only_rank_0_calls, "mismatch": mismatches, "calls": calls}

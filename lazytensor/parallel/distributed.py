@@ -22,7 +22,6 @@ init(backend="mpi")).
 from __future__ import annotations
 
 import functools
-import hashlib
 import zlib
 from typing import Any
 
@@ -31,6 +30,8 @@ import numpy as np
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import launched_ranks, prod
 from lazytensor.runtime import remote
+from lazytensor.runtime.device import Buffer, new_buffer_uop
+from lazytensor.uop.graph import buffer_view
 from lazytensor.uop.ops import Ops
 
 INSTALL_HINT = "pip install mpi4py mpich (or pip install -e \".[mpi]\" in the lazytensor repository)"
@@ -40,6 +41,7 @@ class _World:
   """The communicator of this process; None when it runs alone (no MPI)."""
   comm: Any = None
   initialized: bool = False
+  rows: np.ndarray | None = None  # see _rows
 
 def init(backend: str | None = None, devices_per_rank: int | None = None) -> None:
   """Join the processes started together: over MPI when an MPI launcher started this one (or backend="mpi"), as the
@@ -92,8 +94,7 @@ def world_size() -> int:
   comm = _comm()
   return 1 if comm is None else int(comm.Get_size())
 
-def _wait(request: Any, what: str) -> None:
-  remote.wait(request, what, rank(), "every rank must call the same collectives in the same order")
+RULE = "every rank must call the same collectives in the same order"
 
 def _dense(t: Tensor) -> Tensor:
   """t itself where it already lies densely in a buffer of its own (making it contiguous again took 24 of a 1 KB
@@ -101,11 +102,14 @@ def _dense(t: Tensor) -> Tensor:
   ld = t.lazydata
   return t if ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous else t.contiguous()
 
+def _host_dtype(t: Tensor) -> np.dtype:
+  # MPI has no float16 or bfloat16 arithmetic: reduce in float32 (a bfloat16 tensor's numpy() is float32 already)
+  return np.dtype(np.float32) if t.dtype.is_half else np.dtype(t.dtype.np)
+
 def _host(t: Tensor) -> np.ndarray:
   """The values of t (dense, see _dense) as a flat array for MPI to read. On a CPU device they are read where they
   lie, in the buffer: no copy (with the two copies this saves, a 64 MB all_reduce took ~0.8x the time of mpi4py's own
   Allreduce)."""
-  # MPI has no float16 or bfloat16 arithmetic: reduce in float32 (a bfloat16 tensor's numpy() is float32 already)
   if t.dtype.is_half: return t.numpy().astype(np.float32).reshape(-1)
   if t.numel() and (host := _memory(t)) is not None: return host
   return np.ascontiguousarray(t.numpy()).reshape(-1)
@@ -120,17 +124,25 @@ def _memory(t: Tensor) -> np.ndarray | None:
 
 def _result(shape: tuple[int, ...], like: Tensor) -> tuple[np.ndarray, Tensor | None]:
   """Flat memory for MPI to write a result of `shape` into, and the tensor that it is (the result, with nothing to
-  copy), when the device's memory is host memory; else a numpy array to copy into a tensor afterwards, and None."""
-  if not like.dtype.is_half and prod(shape):
-    out = Tensor.empty(*shape, dtype=like.dtype, device=like.device)
-    if (host := _memory(out)) is not None: return host, out
-  return np.empty(prod(shape), np.float32 if like.dtype.is_half else like.dtype.np), None
+  copy), when the device's memory is host memory; else a numpy array to copy into a tensor afterwards, and None. The
+  tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB all_reduce's 50 us)."""
+  n, dtype, device = prod(shape), like.dtype, like.device
+  if not dtype.is_half and n and isinstance(device, str) and (host := (buf := Buffer(device, n, dtype)).host_view()) \
+      is not None:
+    return host[:n], Tensor(buffer_view(new_buffer_uop(device, n, dtype, buf), shape))
+  return np.empty(n, _host_dtype(like)), None
 
 def _back(arr: np.ndarray, out: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
   return out if out is not None else Tensor(arr.reshape(shape), device=like.device, dtype=like.dtype)
 
-# bytes of the description of a call that the ranks exchange where they disagree, and of each value in it
+# bytes of the description of a call that opens each rank's message, and of each value in it
 HEADER_BYTES, VALUE_CHARS = 256, 64
+# a tensor of at most this many bytes a rank travels in the message that checks the call, after the description: the
+# collective is then that one message to each other rank, and each rank computes its result from every rank's values
+# (a 1 KB all_reduce over 2 ranks took ~160 us as a check, then MPI's Allreduce; see docs/multi-device.md). A larger
+# one follows the check in MPI's own collective, straight from the tensor's buffer into the result's.
+SMALL_BYTES = 64 << 10
+TAG = 0x4C54  # of the messages that check a call, on COMM_WORLD: the ranks' own messages there take other tags
 
 def _short(value: object) -> str:
   """A value as text that fits the header: a long one (a shape of many dims, a stray op string) is its beginning and
@@ -139,33 +151,48 @@ def _short(value: object) -> str:
   return text if len(text) <= VALUE_CHARS else f"{text[:32]}... (checksum {zlib.crc32(text.encode()):08x})"
 
 @functools.lru_cache(maxsize=1024)
-def _signature(fields: tuple[tuple[str, object], ...]) -> tuple[bytes, int]:
-  """A call's description as text, `name=value` lines (at most HEADER_BYTES), and a 63-bit hash of it (63: its negation
-  is an int64 too). Cached: a training step makes the same few calls at every step."""
+def _signature(fields: tuple[tuple[str, object], ...]) -> np.ndarray:
+  """A call's description as `name=value` lines, HEADER_BYTES long (zeros after the text). Cached: a training step
+  makes the same few calls at every step."""
   text = "\n".join(f"{k}={_short(v)}" for k, v in fields).encode()
   assert len(text) <= HEADER_BYTES, text
-  return text, int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+  header = np.zeros(HEADER_BYTES, np.uint8)
+  header[:len(text)] = np.frombuffer(text, np.uint8)
+  header.flags.writeable = False  # shared by every call with this description
+  return header
 
 def _fields(header: np.ndarray) -> dict[str, str]:
   return dict(line.split("=", 1) for line in header.tobytes().rstrip(b"\0").decode().split("\n"))
 
-def _agree(comm: Any, what: str, t: Tensor | None = None, **args: object) -> None:
-  """Every rank checks that the others called what it called (the collective, t's shape and dtype, `args`), before
-  any data moves. Where the calls differ, each rank raises the same ValueError, which names the first field that
-  differs and its value on each rank. Where they agree (every call but a bug's) it costs one 16-byte all-reduce: the
-  max and the min of a 63-bit hash of the description (the max of the hash and of its negation); only where those
-  differ do the ranks all-gather the whole descriptions. It waits as long as a collective does (DIST_TIMEOUT)."""
+def _rows(comm: Any) -> np.ndarray:
+  """Room for each rank's message of a call (row k: rank k's), made once: every call fills it and reads it."""
+  if _World.rows is None or len(_World.rows) != comm.Get_size():
+    _World.rows = np.empty((comm.Get_size(), HEADER_BYTES + SMALL_BYTES), np.uint8)
+  return _World.rows
+
+def _agree(comm: Any, what: str, t: Tensor | None = None, payload: np.ndarray | None = None,
+           **args: object) -> np.ndarray:
+  """Every rank sends each other rank the description of its call (the collective, t's shape and dtype, `args`) and
+  then `payload`'s bytes (at most SMALL_BYTES), in one message, and receives theirs: rows[k] holds rank k's, its
+  payload from HEADER_BYTES on. Where the calls differ, each rank raises the same ValueError, which names the first
+  field that differs and its value on each rank, before MPI reads or writes any tensor. Point-to-point messages, not a
+  collective: a receive may take less than it has room for, so ranks whose calls differ in size exchange them too
+  (the counts of MPI's collectives must agree). It waits as long as a collective does (DIST_TIMEOUT)."""
   fields = (("collective", what), *((("shape", t.shape), ("dtype", t.dtype.name)) if t is not None else ()),
             *args.items())
-  try: text, digest = _signature(fields)
-  except TypeError: text, digest = _signature.__wrapped__(fields)  # a value that cannot be a key (a list for an op)
-  bounds = np.empty(2, np.int64)
-  _wait(comm.Iallreduce(np.array([digest, -digest], np.int64), bounds, op=_mpi_op("max")), what)
-  if bounds[0] == -bounds[1]: return
-  header, every = np.zeros(HEADER_BYTES, np.uint8), np.empty((comm.Get_size(), HEADER_BYTES), np.uint8)
-  header[:len(text)] = np.frombuffer(text, np.uint8)
-  _wait(comm.Iallgather(header, every), what)
-  raise _disagreement([_fields(h) for h in every])
+  try: header = _signature(fields)
+  except TypeError: header = _signature.__wrapped__(fields)  # a value that cannot be a key (a list for an op)
+  me, rows = comm.Get_rank(), _rows(comm)
+  rows[me, :HEADER_BYTES] = header
+  end = HEADER_BYTES
+  if payload is not None:
+    end += payload.nbytes
+    rows[me, HEADER_BYTES:end] = payload.view(np.uint8)
+  peers = [k for k in range(len(rows)) if k != me]
+  remote.wait_all([comm.Irecv(rows[k], k, TAG) for k in peers] + [comm.Isend(rows[me, :end], k, TAG) for k in peers],
+                  what, me, RULE)
+  if rows[:, :HEADER_BYTES].tobytes() == header.tobytes() * len(rows): return rows
+  raise _disagreement([_fields(h) for h in rows[:, :HEADER_BYTES]])
 
 def _disagreement(calls: list[dict[str, str]]) -> ValueError:
   """The error for calls that differ: the first field that differs, and its value on each rank."""
@@ -176,6 +203,15 @@ def _disagreement(calls: list[dict[str, str]]) -> ValueError:
   return ValueError(f"{calls[0]['collective']}: the ranks disagree on the {field}: {where}; every rank must call the "
                     "same collectives in the same order, with tensors of one shape and dtype (and one op and src)")
 
+def _small(t: Tensor) -> bool:
+  """Whether t's values travel with the check of the call (see _agree)."""
+  return prod(t.shape) * _host_dtype(t).itemsize <= SMALL_BYTES
+
+def _payloads(rows: np.ndarray, t: Tensor) -> np.ndarray:
+  """Every rank's values of t, as _agree received them: one row a rank."""
+  dtype = _host_dtype(t)
+  return rows[:, HEADER_BYTES:HEADER_BYTES + prod(t.shape) * dtype.itemsize].view(dtype)
+
 def _check_op(op: str) -> None:
   if op not in REDUCE_OPS: raise ValueError(f"reduce op {op!r}: expected one of {REDUCE_OPS}")
 
@@ -184,6 +220,9 @@ def _mpi_op(op: str) -> Any:
   from mpi4py import MPI
   return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
+# the reductions of small tensors, in rank order on every rank (so every rank gets the same bits)
+UFUNCS: dict[str, np.ufunc] = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
 def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   """Every rank's `t` combined elementwise by `op` (sum, max, min or prod), on every rank.
 
@@ -191,11 +230,14 @@ def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   [3.0]
   """
   comm = _comm()
-  if comm is not None: _agree(comm, "all_reduce", t, op=op)
+  if comm is None:
+    _check_op(op)
+    return t.contiguous()
+  rows = _agree(comm, "all_reduce", t, _host(_dense(t)) if (small := _small(t)) else None, op=op)
   _check_op(op)
-  if comm is None: return t.contiguous()
-  src, (out, result) = _dense(t), _result(t.shape, t)
-  comm.Allreduce(_host(src), out, op=_mpi_op(op))  # blocking: _agree saw every rank here
+  out, result = _result(t.shape, t)
+  if small: UFUNCS[op].reduce(_payloads(rows, t), axis=0, out=out)
+  else: comm.Allreduce(_host(_dense(t)), out, op=_mpi_op(op))  # blocking: _agree saw every rank here
   return _back(out, result, t.shape, t)
 
 def all_gather(t: Tensor) -> Tensor:
@@ -207,10 +249,11 @@ def all_gather(t: Tensor) -> Tensor:
   """
   comm = _comm()
   if comm is None: return t.reshape(1) if t.ndim == 0 else t.contiguous()
-  _agree(comm, "all_gather", t)
-  shape = (world_size(),) if t.ndim == 0 else (world_size() * t.shape[0],) + t.shape[1:]
-  src, (out, result) = _dense(t), _result(shape, t)
-  comm.Allgather(_host(src), out)
+  rows = _agree(comm, "all_gather", t, _host(_dense(t)) if (small := _small(t)) else None)
+  shape = (len(rows),) if t.ndim == 0 else (len(rows) * t.shape[0],) + t.shape[1:]
+  out, result = _result(shape, t)
+  if small: out.reshape(len(rows), -1)[...] = _payloads(rows, t)
+  else: comm.Allgather(_host(_dense(t)), out)
   return _back(out, result, shape, t)
 
 def reduce_scatter(t: Tensor, op: str = "sum") -> Tensor:
@@ -221,14 +264,17 @@ def reduce_scatter(t: Tensor, op: str = "sum") -> Tensor:
   [1.0, 2.0]
   """
   comm, n = _comm(), world_size()
-  if comm is not None: _agree(comm, "reduce_scatter", t, op=op)
+  small = _small(t)
+  rows = None if comm is None else _agree(comm, "reduce_scatter", t, _host(_dense(t)) if small else None, op=op)
   if t.ndim == 0 or t.shape[0] % n:
     raise ValueError(f"reduce_scatter: dim 0 of a tensor of shape {t.shape} must divide evenly among {n} ranks")
   _check_op(op)
-  if comm is None: return t.contiguous()
+  if rows is None: return t.contiguous()
   shape = (t.shape[0] // n,) + t.shape[1:]
-  src, (out, result) = _dense(t), _result(shape, t)
-  comm.Reduce_scatter_block(_host(src), out, op=_mpi_op(op))
+  out, result = _result(shape, t)
+  me = comm.Get_rank()
+  if small: UFUNCS[op].reduce(_payloads(rows, t)[:, me * out.size:(me + 1) * out.size], axis=0, out=out)
+  else: comm.Reduce_scatter_block(_host(_dense(t)), out, op=_mpi_op(op))
   return _back(out, result, shape, t)
 
 def broadcast(t: Tensor, src: int = 0) -> Tensor:
@@ -238,12 +284,15 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
   [5]
   """
   comm, n = _comm(), world_size()
-  if comm is not None: _agree(comm, "broadcast", t, src=src)
+  mine, small = rank() == src, _small(t)
+  rows = None if comm is None else _agree(comm, "broadcast", t, _host(_dense(t)) if mine and small else None, src=src)
   if not 0 <= src < n: raise IndexError(f"broadcast: src {src} is not a rank of {n}")
-  if comm is None: return t.contiguous()
+  if rows is None: return t.contiguous()
   out, result = _result(t.shape, t)
-  if rank() == src: out[...] = _host(_dense(t))
-  comm.Bcast(out, root=src)
+  if small: out[...] = _payloads(rows, t)[src]
+  else:
+    if mine: out[...] = _host(_dense(t))
+    comm.Bcast(out, root=src)
   return _back(out, result, t.shape, t)
 
 def barrier() -> None:

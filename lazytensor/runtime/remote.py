@@ -41,7 +41,7 @@ from __future__ import annotations
 import gc
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,19 +100,31 @@ def owns(device: str) -> bool:
 def wait(request: Any, what: str, rank: int | None = None,
          rule: str = "every rank must run the same program") -> Any:
   """Wait for a nonblocking MPI call; TimeoutError after DIST_TIMEOUT seconds, naming this rank (`rank`, else the
-  mesh's) and the `rule` the ranks broke. It polls (MPI moves a message forward only inside MPI calls), sleeping
-  between polls once it has waited a millisecond: a rank waits for another's kernels as often as for data, and a
-  spinning rank takes a core from the ranks that compute (on a loaded 2-core host, 2 ranks moving 1 MB took 22-24 ms
-  spinning, 8-10 ms so; 64 MB 94-106 ms, 84 ms). The sleeps are at most 5% of the time waited so far."""
+  mesh's) and the `rule` the ranks broke. Returns its status."""
   from mpi4py import MPI
-  status, start = MPI.Status(), time.monotonic()
-  while not request.Test(status):
+  status = MPI.Status()
+  _poll(lambda: request.Test(status), what, rank, rule)
+  return status
+
+def wait_all(requests: list[Any], what: str, rank: int | None = None,
+             rule: str = "every rank must run the same program") -> None:
+  """wait() for each of several nonblocking MPI calls."""
+  from mpi4py import MPI
+  _poll(lambda: MPI.Request.Testall(requests), what, rank, rule)
+
+def _poll(done: Callable[[], bool], what: str, rank: int | None, rule: str) -> None:
+  """Call `done` until it is true. It polls (MPI moves a message forward only inside MPI calls), sleeping between
+  polls once it has waited a millisecond: a rank waits for another's kernels as often as for data, and a spinning rank
+  takes a core from the ranks that compute (on a loaded 2-core host, 2 ranks moving 1 MB took 22-24 ms spinning, 8-10
+  ms so; 64 MB 94-106 ms, 84 ms). The sleeps are at most 5% of the time waited so far."""
+  if done(): return  # a small message from a rank that got there first: no clock read
+  start = time.monotonic()
+  while not done():
     if (waited := time.monotonic() - start) > 1e-3: time.sleep(min(waited * 0.05, 1e-3))
     if waited > DIST_TIMEOUT.value:
       who = rank if rank is not None else joined.rank if joined is not None else 0
       raise TimeoutError(f"rank {who}: {what} waited {waited:.0f} s for the other ranks; {rule} (DIST_TIMEOUT sets "
                          "the limit)")
-  return status
 
 class Transfer:
   """This rank's half of a copy between ranks: send `buf` to rank `peer`, or receive into it from there."""
