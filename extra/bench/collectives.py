@@ -12,8 +12,9 @@ best of a few runs.
   Reference: numpy summing the same N arrays into N outputs (what the devices' memory must at least move).
 * Over MPI (--ranks ranks started with mpiexec by this script, 1 KB to --mpi-max-mb): all_reduce, all_gather and
   reduce_scatter of `lazytensor.parallel.distributed` on a Tensor next to mpi4py's own Allreduce, Allgather and
-  Reduce_scatter_block on numpy arrays; us per call of calls back to back, and the ratio of lazytensor's speed to
-  mpi4py's.
+  Reduce_scatter_block on numpy arrays; us per call of calls back to back, the ratio of lazytensor's speed to
+  mpi4py's, and whether each size meets issue 29's goal: up to 64 KB, a time per call at most 3x mpi4py's; from 1 MB
+  up, a speed at least 0.8x mpi4py's.
 """
 from __future__ import annotations
 
@@ -90,6 +91,10 @@ MPI_COLLECTIVES: dict[str, tuple[str, Callable[[int, int], tuple[int, int]]]] = 
   "reduce_scatter": ("Reduce_scatter_block", lambda n, ranks: (n, n // ranks)),
 }
 
+# issue 29's goals over MPI: from GOAL_SPEED_FROM bytes up at least GOAL_SPEED of mpi4py's speed; up to GOAL_LATENCY_TO
+# bytes at most GOAL_LATENCY times mpi4py's time a call
+GOAL_SPEED_FROM, GOAL_SPEED, GOAL_LATENCY_TO, GOAL_LATENCY = 1 << 20, 0.8, 1 << 16, 3.0
+
 def over_mpi(sizes: list[int]) -> None:
   from mpi4py import MPI
 
@@ -98,15 +103,23 @@ def over_mpi(sizes: list[int]) -> None:
   comm, rank = MPI.COMM_WORLD, dist.rank()
   for name, (theirs, counts) in MPI_COLLECTIVES.items():
     if rank == 0:
-      print(f"\n{name} over {dist.world_size()} MPI ranks: us per call (back to back), GB/s, and lazytensor's speed "
-            f"over mpi4py's {theirs} on numpy arrays")
-      print(f"{'size':>8} {'us':>9} {'mpi4py us':>10} {'lazytensor':>11} {'mpi4py':>8} {'ratio':>7}")
+      print(f"\n{name} over {dist.world_size()} MPI ranks: us per call (back to back), GB/s, lazytensor's speed over "
+            f"mpi4py's {theirs} on numpy arrays, and the goal: up to {_size(GOAL_LATENCY_TO)} a time per call at most "
+            f"{GOAL_LATENCY:g}x mpi4py's, from {_size(GOAL_SPEED_FROM)} a speed at least {GOAL_SPEED:g}x")
+      print(f"{'size':>8} {'us':>9} {'mpi4py us':>10} {'lazytensor':>11} {'mpi4py':>8} {'ratio':>7}  goal")
     for nbytes in sizes:
       n_in, n_out = counts(nbytes // 4, dist.world_size())
       lt, mp = _mpi_pair(name, theirs, n_in, n_out, nbytes, comm)
       if rank == 0:
         print(f"{_size(nbytes):>8} {lt * 1e6:9.1f} {mp * 1e6:10.1f} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} "
-              f"{mp / lt:6.2f}x")
+              f"{mp / lt:6.2f}x  {goal(nbytes, lt, mp)}")
+
+def goal(nbytes: int, ours: float, theirs: float) -> str:
+  """Whether a size meets its goal (seconds per call of lazytensor's collective and of mpi4py's)."""
+  if nbytes <= GOAL_LATENCY_TO:
+    return f"{ours / theirs:.1f}x mpi4py's time: {'met' if ours <= GOAL_LATENCY * theirs else 'NOT met'}"
+  if nbytes >= GOAL_SPEED_FROM: return "met" if theirs / ours >= GOAL_SPEED else "NOT met"
+  return "-"
 
 def _mpi_pair(name: str, theirs: str, n_in: int, n_out: int, nbytes: int, comm: Any) -> tuple[float, float]:
   """Seconds per call of lazytensor's collective on a Tensor and of mpi4py's on numpy arrays of the same sizes."""
@@ -115,20 +128,23 @@ def _mpi_pair(name: str, theirs: str, n_in: int, n_out: int, nbytes: int, comm: 
   src, dst = np.full(n_in, comm.Get_rank() + 1, np.float32), np.empty(n_out, np.float32)
   t = Tensor(src).realize()
   ours, mpi = getattr(dist, name), getattr(comm, theirs)
-  return per_call(lambda: ours(t), nbytes, comm), per_call(lambda: mpi(src, dst), nbytes, comm)
+  lt, mp = per_call([lambda: ours(t), lambda: mpi(src, dst)], nbytes, comm)
+  return lt, mp
 
-def per_call(fn: Callable[[], object], nbytes: int, comm: Any) -> float:
-  """The best of a few runs of calls back to back (about 16 MB moved in each, at most 200 calls), each run started
-  together on every rank by a barrier, as OSU's micro-benchmarks do: seconds per call."""
+def per_call(fns: list[Callable[[], object]], nbytes: int, comm: Any) -> list[float]:
+  """For each function, the best of a few runs of calls back to back (about 16 MB moved in each, at most 200 calls),
+  each run started together on every rank by a barrier, as OSU's micro-benchmarks do: seconds per call. The
+  functions' runs take turns, so that a change in the load of a shared machine falls on each alike."""
   calls = max(1, min(200, (16 << 20) // nbytes))
-  fn()
-  best = float("inf")
+  best = [float("inf")] * len(fns)
+  for fn in fns: fn()
   for _ in range(5 if nbytes < 1 << 26 else 3):
-    gc.collect()  # the buffers of the last run back in the allocator before this one allocates
-    comm.Barrier()
-    start = bench_clock.now()
-    for _ in range(calls): fn()
-    best = min(best, (bench_clock.now() - start) / calls)
+    for i, fn in enumerate(fns):
+      gc.collect()  # the buffers of the last run back in the allocator before this one allocates
+      comm.Barrier()
+      start = bench_clock.now()
+      for _ in range(calls): fn()
+      best[i] = min(best[i], (bench_clock.now() - start) / calls)
   return best
 
 def _size(nbytes: int) -> str:
