@@ -407,10 +407,16 @@ def _reduce_chains(k: Kernel, axis: int) -> None:
 # 3 -> 27 (a plain copy: 16 and 59)
 CACHE_LINE = 64
 TRANSPOSE_ROWS = 4
+# ... and 2 where the kernel computes on the way (a gelu fused into the copy that packs the next matmul's A in row
+# panels): each value in between is held for every lane of the tile, and 4 rows of a cache line spill them. 128x3072
+# packed in rows of 8 on one AVX-512 thread, 4 rows -> 2: erf gelu 920 -> 422 us, tanh gelu 617 -> 318, exp 328 -> 162,
+# silu 486 -> 251, relu 107 -> 103, a copy 101 -> 101; 512x512 .T: exp 167 -> 128, a copy 67 -> 85
+TRANSPOSE_COMPUTED_ROWS = 2
 
 def _transpose_tile(k: Kernel) -> bool:
-  """Upcast the input's contiguous axis by a cache line, then the output's by TRANSPOSE_ROWS (the inner one, which
-  becomes the stored vectors); False where no input is transposed."""
+  """Upcast the input's contiguous axis by a cache line, then the output's by TRANSPOSE_ROWS, or
+  TRANSPOSE_COMPUTED_ROWS where the kernel computes (the inner one, which becomes the stored vectors); False where no
+  input is transposed."""
   if (out_axis := _output_contiguous_axis(k)) is None: return False
   for i in _loads(k):
     if _stride(k, i, out_axis) in (0, 1): continue
@@ -418,7 +424,8 @@ def _transpose_tile(k: Kernel) -> bool:
     if in_axis is None: continue
     line = CACHE_LINE // k.view_nodes[i].src[0].dtype.itemsize
     in_amt = _largest_divisor(k.full_shape[in_axis], tuple(line >> j for j in range(line.bit_length() - 1)))
-    out_amt = _largest_divisor(k.full_shape[out_axis], (TRANSPOSE_ROWS, 2))
+    computes = any(u.op in GroupOp.ALU for u in k.ast.toposort)
+    out_amt = _largest_divisor(k.full_shape[out_axis], (TRANSPOSE_COMPUTED_ROWS if computes else TRANSPOSE_ROWS, 2))
     if in_amt is None or out_amt is None: continue
     # a split keeps the global axes where they are: out_axis still names the output's contiguous axis
     return _try(k, Opt(OptOps.UPCAST, in_axis, in_amt)) and _try(k, Opt(OptOps.UPCAST, out_axis, out_amt))
@@ -552,6 +559,12 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
 PANEL_MIN_WORK = 1 << 24
 PANEL_MIN_REDUCE = 256
 PANEL_MIN_ROWS = 64
+# B read across its rows (x @ w.T, attention's q @ k.T) has no vectors along the columns in place: the tile falls back
+# to dot products along K (_dot_tile), whose sums across lanes cost as much as a short K's FMAs. Packed, from this many
+# multiply-adds whatever K: on one AVX-512 thread (both copies and the matmul) 12 heads of 128x64 @ 64x128 (BERT's
+# scores) 775 -> 177 us, 128x64 @ 64x128 63 -> 23, 128x128 @ 128x256 142 -> 57, 64x64 @ 64x64 17 -> 9 (two more
+# kernels, which eager calls pay more for)
+PANEL_MIN_WORK_TRANSPOSED = 1 << 20
 # conv: weight (cout, cin, *k) as (cout/16, cin, *k, 16). In its own layout neighbouring output channels' weights are
 # cin*k apart, so the tile vectorizes along the output width instead, every input load masked by the padding; in
 # blocks, one vector load gives 16 output channels and each input is a broadcast scalar (32x64x56x56 by 64x3x3 on one
@@ -603,7 +616,8 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   i, v = min(bs, key=lambda b: b[1].strides[col] != 1)
   if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
   panel = TILE_VECTORS * target.vector_floats
-  small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
+  small = not force and (prod(shape) < PANEL_MIN_WORK_TRANSPOSED if v.strides[col] != 1 else
+                         reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
   # panels past the last column are zeros: at most 1/MAX_PAD_FRACTION more work, as _pad_for_vectors pads the kernel
   if small or shape[col] < 2 * panel or not _pads_little(shape[col], panel): return ()
   packs = [Packing(i, col, panel)]
