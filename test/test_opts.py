@@ -591,6 +591,20 @@ def test_thread_shares_bounded_by_threads() -> None:
     apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 8))
     with pytest.raises(KernelOptError, match="shares"): apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 16))
 
+@pytest.mark.parametrize("epilogue", ["bias", "bias and residual"])
+def test_matmul_loops_over_panels_of_b_outside_its_rows_whatever_follows(epilogue: str) -> None:
+  # B (3 MB, more than half of the target's 1 MB L2) in column panels, each kept in L2 while every row tile of A uses
+  # it: the panels' axis outside the rows (SWAP). A bias and a residual added after the reduce (GPT-2's MLP output) are
+  # no operands of the tile: a residual read along the columns was taken for B, and the panels stayed inside
+  from lazytensor.renderer.llvm import LLVMRenderer
+  x, w, b, r = _t(128, 1024), _t(1024, 768), _t(768), _t(128, 768)
+  out = x @ w + b if epilogue == "bias" else r + (x @ w + b)
+  with Context(CPU_TARGET="x86-64-v3"): item = create_schedule([out.lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(avx2_target())))
+  assert any(o.op is OptOps.SWAP for o in k.applied_opts), k.applied_opts
+  want = x.numpy() @ w.numpy() + b.numpy() + (0 if epilogue == "bias" else r.numpy())
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+
 @pytest.mark.parametrize("threads, shares", [(1, 8), (2, 8)])
 def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, shares: int) -> None:
   # a target whose L3 is twice A: A's rows in THREAD shares, each finished over every panel of B before the next, so

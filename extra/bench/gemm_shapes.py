@@ -2,13 +2,14 @@
 torch measured in the same run, float32 on the CPU.
 
 Usage: python extra/bench/gemm_shapes.py [--threads N] [--runs N] [--only SUBSTRING] [--clock wall|cpu]
-Each row is one product as the model writes it: a Linear (x @ W.T + b, W (out, in) as nn.Linear stores it), attention's
+Each row is one product as the model writes it: a Linear (x @ W.T + b, W (out, in) as nn.Linear stores it; the MLP's
+second one of gelu(x), the gelu computed in the copy that packs x), attention's
 scores (q @ k.T) and weighted values (p @ v) over 12 heads whose q, k, v are views of (128, 768) projections, a 1x1
 convolution without bias (its weight (cout, cin, 1, 1)), and a square 1024 matmul for reference. "kernels" runs the
-scheduled kernels alone, after two calls (a weight packed twice keeps its packed copy: schedule/pack_cache.py);
-"eager" is a user's call end to end with fresh activations each time (the weights stay, as in a model). GFLOP/s count
-2 flops per multiply-add; "vs torch" is the speed ratio of the kernels against torch (above 1: faster). DEBUG=2 shows
-the kernels of each row and their times.
+scheduled kernels alone, after two calls (a weight packed twice keeps its packed copy: schedule/pack_cache.py), as a
+TinyJit replay of a model runs them; "eager" is a user's call end to end on activations copied in anew before each call
+(the weights stay, as in a model). GFLOP/s count 2 flops per multiply-add; "vs torch" is the speed ratio of the kernels
+against torch (above 1: faster). DEBUG=2 shows the kernels of each row and their times.
 """
 from __future__ import annotations
 
@@ -17,11 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import bench_clock
-from ops import eager_calls, kernels_of
 
 TOKENS, DIM, HEADS = 128, 768, 12
 
-Item = tuple[str, int, Callable[[tuple], Any], list[Any], list[Any], Callable[..., Any], Callable[..., Any]]
+Item = tuple[str, int, Callable[[tuple], Any], list[Any], list[Any], Callable[..., Any] | None, Callable[..., Any]]
 
 def linear_item(rng: Any, rows: int, cin: int, cout: int) -> Item:
   """(name, flops, lazytensor build, activations, weights, numpy, torch) of y = x @ W.T + b."""
@@ -33,6 +33,13 @@ def linear_item(rng: Any, rows: int, cin: int, cout: int) -> Item:
 def swap(x: Any, a: int, b: int) -> Any:
   """x with axes a and b swapped, for lazytensor and torch (transpose) and numpy (swapaxes)."""
   return x.swapaxes(a, b) if hasattr(x, "__array_interface__") else x.transpose(a, b)
+
+def gelu_linear_item(rng: Any, rows: int, cin: int, cout: int) -> Item:
+  """y = gelu(x) @ W.T + b: the second Linear of a transformer's MLP, with its activation (numpy has no erf)."""
+  name, flops, _, acts, weights, _, _ = linear_item(rng, rows, cin, cout)
+  return (name.replace(f"{rows}x{cin}", f"gelu({rows}x{cin})"), flops, lambda s: s[0].gelu().linear(s[1].T, s[2]),
+          acts, weights, None,
+          lambda torch, x, w, b: torch.nn.functional.linear(torch.nn.functional.gelu(x), w, b))
 
 def heads(x: Any) -> Any:
   """(128, 768) -> (1, 12, 128, 64): the heads of a projection, as BERT and GPT-2 view them."""
@@ -64,21 +71,41 @@ def square_item(rng: Any, n: int) -> Item:
 
 def items(rng: Any) -> list[Item]:
   return [linear_item(rng, TOKENS, DIM, DIM), linear_item(rng, TOKENS, DIM, 4 * DIM),
-          linear_item(rng, TOKENS, 4 * DIM, DIM), *attention_items(rng),
+          linear_item(rng, TOKENS, 4 * DIM, DIM), gelu_linear_item(rng, TOKENS, 4 * DIM, DIM), *attention_items(rng),
           conv1x1_item(rng, 1, 1024, 14, 256), conv1x1_item(rng, 8, 1024, 14, 256),
           conv1x1_item(rng, 1, 256, 14, 1024), conv1x1_item(rng, 8, 256, 14, 1024),
           conv1x1_item(rng, 1, 256, 56, 64), conv1x1_item(rng, 1, 512, 7, 2048), square_item(rng, 1024)]
 
-def measure(item: Item, torch: Any, runs: int) -> tuple[float, float, float, float | None]:
-  """Best times of the kernels alone, the eager call (other activations each time), numpy and torch."""
+def kernels_alone(out: Any) -> Callable[[], None]:
+  """A function that runs the kernels of `out`'s schedule, with the weights' packed copies of earlier calls (as a
+  model's calls run them; ops.kernels_of packs every operand again)."""
+  from lazytensor.engine.realize import run_schedule
+  from lazytensor.schedule.scheduler import create_schedule
+  items, _ = create_schedule([out.lazydata], reuse_packs=True)
+  return lambda: run_schedule(items)
+
+def eager_time(build: Callable[[tuple], Any], acts: list[Any], weights: tuple, runs: int) -> float:
+  """The best of `runs` eager calls, each on activations copied in anew before it (a model's activations are new
+  buffers at every call, so nothing packed from them is reused)."""
+  from lazytensor import Tensor
+  best = float("inf")
+  for i in range(runs + 1):
+    fresh = tuple(Tensor(a).realize() for a in acts) + weights
+    start = bench_clock.now()
+    build(fresh).realize()
+    if i: best = min(best, bench_clock.now() - start)
+  return best
+
+def measure(item: Item, torch: Any, runs: int) -> tuple[float, float, float | None, float | None]:
+  """Best times of the kernels alone, the eager call, numpy and torch."""
   from lazytensor import Tensor
   name, _, build, acts, weights, np_fn, torch_fn = item
-  weights_lt = [Tensor(w).realize() for w in weights]
-  sets = [tuple(Tensor(a + i).realize() for a in acts) + tuple(weights_lt) for i in range(2)]
-  for s in sets: build(s).realize()  # compiled, and the weights' packed copies kept
-  kernels = bench_clock.best_time(kernels_of(lambda: build(sets[0])), runs)
-  eager = bench_clock.best_time(eager_calls(build, sets), runs)
-  np_t = bench_clock.best_time(lambda: np_fn(*acts, *weights), runs)
+  weights_lt = tuple(Tensor(w).realize() for w in weights)
+  sets = [tuple(Tensor(a).realize() for a in acts) + weights_lt for _ in range(2)]
+  for s in sets: build(s).realize()  # compiled, and the weights' packed copies kept (from the second packing)
+  kernels = bench_clock.best_time(kernels_alone(build(sets[0])), runs)
+  eager = eager_time(build, acts, weights_lt, runs)
+  np_t = bench_clock.best_time(lambda: np_fn(*acts, *weights), runs) if np_fn is not None else None
   torch_t = None
   if torch is not None:
     targs = [torch.from_numpy(a) for a in (*acts, *weights)]
