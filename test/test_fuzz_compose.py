@@ -58,10 +58,12 @@ def test_chain(mode: str, seed: int) -> None:
 # emu 130748 (softplus's gradient of inf was NaN: inf - inf through its two terms), shard 111503, 111680 and 111962
 # (a write through a detached view of a replicated tensor dropped the graph it wrote into); cpu 200527 (the fuzzer took
 # equal infinities for distinct values and compared which of them topk returned), shard 261165 (torch's float32 fmod of
-# 3e38 by 0.5 is NaN, its float64 shadow and lazytensor 0)
+# 3e38 by 0.5 is NaN, its float64 shadow and lazytensor 0), cpu 300241 (a float16 std took the root of its variance
+# rounded to float16: inf where the variance passed 65504, torch's root of the float32 variance 7.94e3)
 FIXED = [("shard", s) for s in (1040, 1063, 1067, 1106, 1116, 1124, 60332, 60663, 61940, 111503, 111680, 111962,
                                 261165)] + \
-  [("cpu", s) for s in (20606, 21254, 21464, 22365, 23363, 23946, 61940, 102218, 102602, 200527)] + \
+  [("cpu", s) for s in (20606, 21254, 21464, 22365, 23363, 23946, 61940, 102218, 102602, 200527,
+                                300241)] + \
   [("cudacpu", s) for s in (40014, 40057)] + \
   [("emu", s) for s in (31355, 130748)]
 

@@ -79,3 +79,11 @@ def test_mean_and_softmax_accumulate_in_float32() -> None:
   e = np.exp(x64 - x64.max(1, keepdims=True))
   ref = e / e.sum(1, keepdims=True)
   _check(Tensor(x).softmax(1), ref, ref, 4096)
+
+@pytest.mark.parametrize("scale", [1000.0, 1e-4])
+def test_std_takes_the_root_before_rounding_to_half(scale: float) -> None:
+  # as torch: the root of the float32 variance, rounded once; rounded to half first, a variance past 65504 (a std of 256
+  # or more) was inf, and one under half's smallest subnormal, 6e-8 (a std under 2.4e-4), 0
+  x = _half((4, 64), scale, 0.0)
+  ref = x.astype(np.float64).std(1, ddof=1)
+  _check(Tensor(x).std(1), ref, ref, 64)

@@ -323,6 +323,17 @@ def test_heuristic_transpose_reads_whole_cache_lines(shape: tuple[int, ...], per
   np.testing.assert_array_equal(_run(item, "CPU", k.applied_opts).reshape(x.permute(*perm).shape),
                                 x.numpy().transpose(perm))
 
+def test_transpose_that_computes_tiles_fewer_rows() -> None:
+  # the gelu of a Linear's output fused into the copy that packs the next Linear's A in row panels: every value the
+  # gelu computes is held for each lane of the tile, so it takes 2 of the output's rows, not a plain copy's 4
+  x, w = _t(128, 768), _t(256, 768)
+  items = create_schedule([x.gelu().linear(w.T).lazydata])[0]
+  pack = next(it for it in items if any(u.op is Ops.LOAD for u in it.ast.toposort) and not
+              any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort) and any(u.op is Ops.EXP2 for u in it.ast.toposort))
+  k = hand_coded_optimizations(Kernel(pack.ast, Device["CPU"].renderer))
+  assert [o.amt for o in k.applied_opts if o.op is OptOps.UPCAST][1:] == [2], k.applied_opts
+  np.testing.assert_allclose(x.gelu().linear(w.T).numpy(), (x.gelu().numpy() @ w.numpy().T), rtol=1e-4, atol=1e-4)
+
 @pytest.mark.parametrize("target, vec", [("x86-64-v3", 8), ("x86-64-v4", 16)])
 def test_row_reduce_keeps_several_accumulators(target: str, vec: int) -> None:
   # a row max vectorized along the row, then unrolled by 4 vectors: 4 independent accumulators (one alone waits out the
@@ -548,6 +559,26 @@ def test_packed_matmuls_match_numpy(sa: tuple[int, ...], sb: tuple[int, ...]) ->
   assert len(create_schedule([(a @ b).lazydata])[0]) == 3
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
+def test_short_k_matmul_with_transposed_b_reads_it_in_panels(target: str) -> None:
+  # attention's scores q @ k.T (12 heads of 128x64 @ 64x128, views of (128, 768) projections): too small a K and too
+  # little work for packing a B read along its rows, but in place its only vectors are dot products along K=64, whose
+  # sums across lanes cost as much as the FMAs. k is packed in column panels (and q in row panels: two copies), and the
+  # heuristics' tile reads them: vectors of 2 registers by rows
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
+  q, k = _t(128, 768), _t(128, 768)
+  heads = lambda x: x.reshape(1, 128, 12, 64).transpose(1, 2)  # noqa: E731
+  scores = heads(q) @ heads(k).transpose(-1, -2)
+  with Context(CPU_TARGET=target): items = create_schedule([scores.lazydata])[0]
+  assert len(items) == 3, [it.ast.op for it in items]
+  renderer = LLVMRenderer(cpu_target(target))
+  kern = hand_coded_optimizations(Kernel(items[-1].ast, renderer))
+  assert not kern.axes_of(AxisKind.UNROLL), kern.applied_opts
+  assert any(o.op is OptOps.UPCAST and o.amt == 2 * renderer.target.vector_floats for o in kern.applied_opts)
+  want = np.einsum("thd,shd->hts", q.numpy().reshape(128, 12, 64), k.numpy().reshape(128, 12, 64))
+  np.testing.assert_allclose(scores.numpy()[0], want, rtol=1e-4, atol=1e-3)
+
 def test_thread_shares_bounded_by_threads() -> None:
   # up to MAX_SHARES_PER_THREAD shares per thread (claimed one at a time at run time); none on one thread
   k = Kernel(_last_item("elementwise").ast, Device["CPU"].renderer)
@@ -559,6 +590,20 @@ def test_thread_shares_bounded_by_threads() -> None:
   with Context(THREADS=1):  # one thread runs the shares in order: blocks of the output (heuristic._cache_blocks)
     apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 8))
     with pytest.raises(KernelOptError, match="shares"): apply_opt(k.copy(), Opt(OptOps.THREAD, 0, 16))
+
+@pytest.mark.parametrize("epilogue", ["bias", "bias and residual"])
+def test_matmul_loops_over_panels_of_b_outside_its_rows_whatever_follows(epilogue: str) -> None:
+  # B (3 MB, more than half of the target's 1 MB L2) in column panels, each kept in L2 while every row tile of A uses
+  # it: the panels' axis outside the rows (SWAP). A bias and a residual added after the reduce (GPT-2's MLP output) are
+  # no operands of the tile: a residual read along the columns was taken for B, and the panels stayed inside
+  from lazytensor.renderer.llvm import LLVMRenderer
+  x, w, b, r = _t(128, 1024), _t(1024, 768), _t(768), _t(128, 768)
+  out = x @ w + b if epilogue == "bias" else r + (x @ w + b)
+  with Context(CPU_TARGET="x86-64-v3"): item = create_schedule([out.lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(avx2_target())))
+  assert any(o.op is OptOps.SWAP for o in k.applied_opts), k.applied_opts
+  want = x.numpy() @ w.numpy() + b.numpy() + (0 if epilogue == "bias" else r.numpy())
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
 
 @pytest.mark.parametrize("threads, shares", [(1, 8), (2, 8)])
 def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, shares: int) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lazytensor import GlobalCounters, Tensor
-from lazytensor.schedule.scheduler import create_schedule
+from lazytensor.schedule.scheduler import create_schedule, realized_map
 
 
 def kernels(*ts: Tensor) -> int:
@@ -143,6 +143,21 @@ def test_copy_between_devices() -> None:
   assert b.tolist() == [2.0, 4.0, 6.0]
   items, _ = create_schedule([(a + 1).to("CPU:1").lazydata])
   assert [it.ast.op.name for it in items] == ["SINK", "COPY"]
+
+# a constant copied to another device; constants that become a kernel argument there (the third value of one structure
+# does); a constant replicated over devices, whose piece on its own device is the constant itself, realized
+@pytest.mark.parametrize("devices, values", [("CPU:1", (0.0,)), ("CPU:1", (1.0, 2.0, 3.0)), (("CPU", "CPU:1"), (4.0,))],
+                         ids=["copied", "argument", "replicated"])
+def test_a_constant_realized_is_not_remembered(devices: str | tuple[str, ...], values: tuple[float, ...]) -> None:
+  # the constant is realized into memory that must not stand for that (interned) constant afterwards: a contiguous() of
+  # it was handed that memory, so two tensors made so were one buffer, the replicated tensor's too (SGD's momentum
+  # buffers and a bias after a Pipeline moved the zero bias to its stage)
+  want = [[values[-1]] * 3] * 5
+  for v in values: moved = Tensor.full((5, 3), v).to(devices).realize()
+  assert realized_map.get(Tensor.full((5, 3), values[-1]).lazydata) is None
+  a, b = (Tensor.full((5, 3), values[-1]).contiguous().realize() for _ in range(2))
+  a.assign(a + 1).realize()
+  assert b.tolist() == want and moved.tolist() == want
 
 def test_corrupt_compile_cache_is_recompiled(tmp_path) -> None:
   import sqlite3

@@ -211,7 +211,8 @@ def _register_tile(k: Kernel) -> None:
       return
     choice = (out_axis, out_amt)
   vec_axis, vec_amt = choice
-  vec_loads = [i for i in loads if _stride(k, i, vec_axis) != 0]  # the operands that vary along the vectors
+  # the operands of the products that vary along the vectors (a matmul's B; not a bias or residual added after)
+  vec_loads = [i for i in _reduce_loads(k) if _stride(k, i, vec_axis) != 0]
   rows_budget = accumulators(_target(k)) // -(-vec_amt // _target(k).vector_floats)
   candidates, other = _row_axis(k, vec_axis, vec_loads, rows_budget)
   rows, consecutive = None, False
@@ -235,6 +236,13 @@ def _register_tile(k: Kernel) -> None:
     if axis is None or amt is None: continue
     if not _try(k, Opt(OptOps.UPCAST, axis, amt)) and axis == vec_axis: return  # no vectors: no tile
   _panel_loop_outside(k, vec_loads)
+
+def _reduce_loads(k: Kernel) -> list[int]:
+  """The loads the reduce reads (a matmul's A and B), not those of the ops after it (a bias, a residual): a residual
+  read first made the tile's B (128x3072 @ 3072x768 + b + x, GPT-2's MLP output on one AVX-512 thread: its panels
+  not looped outside the rows, 5.9 ms, not 3.4)."""
+  inside = {u for r in k.ast.toposort if r.op is Ops.REDUCE_AXIS for u in r.toposort}
+  return [i for i in _loads(k) if k.view_nodes[i] in inside]
 
 def _row_axis(k: Kernel, vec_axis: int, vec_loads: list[int], budget: int) -> tuple[list[int], int | None]:
   """The axes along which the vector operand is broadcast (each of its loads serves a row of the tile along any of
@@ -306,7 +314,7 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
   # B's part that one step of the outer axes reads, up to half of L2, stays there between uses alongside the rest
   outer = prod(k.full_shape[a] for a in globals_[:globals_.index(rows)])
   if _operand_bytes(k, vec) // outer <= _target(k).l2_bytes // 2: return
-  others = [i for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load and i not in vec_loads]
+  others = [i for i in _reduce_loads(k) if i not in vec_loads]
   panel = next((a for a in globals_ if any(_stride(k, i, a) == 0 for i in others) and k.full_shape[a] > 1), None)
   if panel is None: return
   if globals_.index(panel) > globals_.index(rows): _try(k, Opt(OptOps.SWAP, rows, panel))
@@ -407,10 +415,16 @@ def _reduce_chains(k: Kernel, axis: int) -> None:
 # 3 -> 27 (a plain copy: 16 and 59)
 CACHE_LINE = 64
 TRANSPOSE_ROWS = 4
+# ... and 2 where the kernel computes on the way (a gelu fused into the copy that packs the next matmul's A in row
+# panels): each value in between is held for every lane of the tile, and 4 rows of a cache line spill them. 128x3072
+# packed in rows of 8 on one AVX-512 thread, 4 rows -> 2: erf gelu 920 -> 422 us, tanh gelu 617 -> 318, exp 328 -> 162,
+# silu 486 -> 251, relu 107 -> 103, a copy 101 -> 101; 512x512 .T: exp 167 -> 128, a copy 67 -> 85
+TRANSPOSE_COMPUTED_ROWS = 2
 
 def _transpose_tile(k: Kernel) -> bool:
-  """Upcast the input's contiguous axis by a cache line, then the output's by TRANSPOSE_ROWS (the inner one, which
-  becomes the stored vectors); False where no input is transposed."""
+  """Upcast the input's contiguous axis by a cache line, then the output's by TRANSPOSE_ROWS, or
+  TRANSPOSE_COMPUTED_ROWS where the kernel computes (the inner one, which becomes the stored vectors); False where no
+  input is transposed."""
   if (out_axis := _output_contiguous_axis(k)) is None: return False
   for i in _loads(k):
     if _stride(k, i, out_axis) in (0, 1): continue
@@ -418,7 +432,8 @@ def _transpose_tile(k: Kernel) -> bool:
     if in_axis is None: continue
     line = CACHE_LINE // k.view_nodes[i].src[0].dtype.itemsize
     in_amt = _largest_divisor(k.full_shape[in_axis], tuple(line >> j for j in range(line.bit_length() - 1)))
-    out_amt = _largest_divisor(k.full_shape[out_axis], (TRANSPOSE_ROWS, 2))
+    computes = any(u.op in GroupOp.ALU for u in k.ast.toposort)
+    out_amt = _largest_divisor(k.full_shape[out_axis], (TRANSPOSE_COMPUTED_ROWS if computes else TRANSPOSE_ROWS, 2))
     if in_amt is None or out_amt is None: continue
     # a split keeps the global axes where they are: out_axis still names the output's contiguous axis
     return _try(k, Opt(OptOps.UPCAST, in_axis, in_amt)) and _try(k, Opt(OptOps.UPCAST, out_axis, out_amt))
@@ -552,6 +567,12 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
 PANEL_MIN_WORK = 1 << 24
 PANEL_MIN_REDUCE = 256
 PANEL_MIN_ROWS = 64
+# B read across its rows (x @ w.T, attention's q @ k.T) has no vectors along the columns in place: the tile falls back
+# to dot products along K (_dot_tile), whose sums across lanes cost as much as a short K's FMAs. Packed, from this many
+# multiply-adds whatever K: on one AVX-512 thread (both copies and the matmul) 12 heads of 128x64 @ 64x128 (BERT's
+# scores) 775 -> 177 us, 128x64 @ 64x128 63 -> 23, 128x128 @ 128x256 142 -> 57, 64x64 @ 64x64 17 -> 9 (two more
+# kernels, which eager calls pay more for)
+PANEL_MIN_WORK_TRANSPOSED = 1 << 20
 # conv: weight (cout, cin, *k) as (cout/16, cin, *k, 16). In its own layout neighbouring output channels' weights are
 # cin*k apart, so the tile vectorizes along the output width instead, every input load masked by the padding; in
 # blocks, one vector load gives 16 output channels and each input is a broadcast scalar (32x64x56x56 by 64x3x3 on one
@@ -603,7 +624,8 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   i, v = min(bs, key=lambda b: b[1].strides[col] != 1)
   if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
   panel = TILE_VECTORS * target.vector_floats
-  small = not force and (reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
+  small = not force and (prod(shape) < PANEL_MIN_WORK_TRANSPOSED if v.strides[col] != 1 else
+                         reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
   # panels past the last column are zeros: at most 1/MAX_PAD_FRACTION more work, as _pad_for_vectors pads the kernel
   if small or shape[col] < 2 * panel or not _pads_little(shape[col], panel): return ()
   packs = [Packing(i, col, panel)]

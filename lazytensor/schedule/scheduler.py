@@ -654,7 +654,11 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
   # the maps' own methods, inlined: an eager step commits every output
   attr = realized_map.attr
   for node, buf_view in becomes.items():
-    if node is buf_view: continue
+    # a constant realized (to be copied, or as a piece of a value replicated over devices) is not remembered: it is
+    # interned, so every later graph holding it would read that memory instead of folding it, and contiguous() of it
+    # would hand that memory to each tensor made so (two SGD momentum buffers of one shape, after a Pipeline moved a
+    # zero bias to its stage, were one buffer, the bias's)
+    if node is buf_view or node.base.op is Ops.CONST: continue
     for memory in _memories(buf_view):
       if node.op is Ops.ASSIGN:
         pack_cache.forget(memory)

@@ -136,37 +136,43 @@ class ReduceMixin(SpecialMixin):
     count = prod(self.shape[a] for a in self._axes(axis))
     return (total * (1 / count) if count else total / 0).cast(widened(x.dtype))
 
+  def _variance(self, axis: Axis, keepdim: bool, correction: int) -> tuple[Self, DType]:
+    """The variance over `axis` in the accumulator's dtype (float32 for 16-bit floats), and the dtype of the result."""
+    x = self._to_float()
+    xa = x.cast(self._acc_dtype(x.dtype))
+    count = prod(self.shape[a] for a in self._axes(axis))
+    dev = xa - xa.mean(axis, keepdim=True)
+    if (k := count - correction) <= 0: return dev.square().sum(axis, keepdim) / 0, x.dtype  # NaN, as torch
+    # the deviations scaled by 2**-e (exact), with 4**e >= k: each square, and every partial sum, is at most the
+    # variance, so it overflows only where the variance does (squares of deviations past 1.8e19 overflowed float32);
+    # one multiply more in the same kernel. The range where squares underflow moves up by the same factor
+    e = ((k - 1).bit_length() + 1) // 2
+    sq = (dev * 2.0 ** -e).square().sum(axis, keepdim)
+    return sq / (k / 4.0 ** e), x.dtype  # k / 4**e is exact: one rounding, as sq / k was
+
   def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
     """The variance over `axis`, dividing by (count - correction); ints become float.
 
     >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
     1.6666666269302368
     """
-    axis = dim_alias("var", axis, dim, None)
-    x = self._to_float()
-    xa = x.cast(self._acc_dtype(x.dtype))
-    count = prod(self.shape[a] for a in self._axes(axis))
-    dev = xa - xa.mean(axis, keepdim=True)
-    if (k := count - correction) <= 0: return (dev.square().sum(axis, keepdim) / 0).cast(x.dtype)  # NaN, as torch
-    # the deviations scaled by 2**-e (exact), with 4**e >= k: each square, and every partial sum, is at most the
-    # variance, so it overflows only where the variance does (squares of deviations past 1.8e19 overflowed float32);
-    # one multiply more in the same kernel. The range where squares underflow moves up by the same factor
-    e = ((k - 1).bit_length() + 1) // 2
-    sq = (dev * 2.0 ** -e).square().sum(axis, keepdim)
-    return (sq / (k / 4.0 ** e)).cast(x.dtype)  # k / 4**e is exact: one rounding, as sq / k was
+    v, out = self._variance(dim_alias("var", axis, dim, None), keepdim, correction)
+    return v.cast(out)
 
   def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1, *, dim: Axis = None) -> Self:
-    """The standard deviation over `axis`: the square root of var.
+    """The standard deviation over `axis`: the square root of var, taken before rounding to a 16-bit float (as
+    torch's), so a float16 std of 256 or more is not inf for its variance being past float16's largest, 65504.
 
     >>> Tensor([1.0, 3.0]).std().item()
     1.4142135381698608
+    >>> Tensor([0.0, 400.0], dtype="float16").std().item()
+    282.75
     """
-    axis = dim_alias("std", axis, dim, None)
-    v = self.var(axis, keepdim, correction)
+    v, out = self._variance(dim_alias("std", axis, dim, None), keepdim, correction)
     # a zero variance (equal values) has the gradient 0, as torch gives it: sqrt's derivative there is inf, and the
     # chain rule through it NaN, so the sqrt never sees the 0
     zero = v == 0
-    return zero.where(0.0, zero.where(1.0, v).sqrt())
+    return zero.where(0.0, zero.where(1.0, v).sqrt()).cast(out)
 
   def any(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
     """Whether any element over `axis` is non-zero (bool).
