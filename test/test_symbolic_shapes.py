@@ -53,6 +53,14 @@ def test_bound_variable_value_and_comparisons_its_range_decides() -> None:
   with pytest.raises(TypeError, match="no truth value: Ops.BIND"): bool(b)
   with pytest.raises(TypeError, match="only a bound Variable"): Variable("n", 0, 3).val  # noqa: B018
 
+def test_a_variable_as_a_tensors_value_is_a_clear_error() -> None:
+  # a Variable stands for a dimension; as a value (Tensor(v), x * v) it once failed deep in the graph code
+  n = Variable("n", 1, 10)
+  for value in (n, n.bind(3)):
+    with pytest.raises(TypeError, match="Variable 'n' stands for a dimension, not a Tensor's value"): Tensor(value)
+    with pytest.raises(TypeError, match="Variable 'n' stands for a dimension"): Tensor.ones(4) * value
+  assert (Tensor.ones(4) * n.bind(3).val).tolist() == [3.0] * 4
+
 def test_sint_helpers_simplify() -> None:
   v = Variable("v", 1, 10)
   assert ssimplify((v + 1) - 1) is v

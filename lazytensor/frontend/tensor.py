@@ -43,7 +43,7 @@ from lazytensor.schedule.scheduler import MOVES, commit_realized, create_schedul
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import buffer_view, const_uop, copy_to, multi_leaves
 from lazytensor.uop.ops import DeviceLike, Ops, UOp
-from lazytensor.uop.sint import shape_str, sym_infer
+from lazytensor.uop.sint import not_a_value, shape_str, sym_infer
 
 _contiguous_ids = itertools.count()
 _lazydata = operator.attrgetter("lazydata")
@@ -151,6 +151,7 @@ class Tensor(GradMixin, metaclass=_TensorType):
       self.lazydata = copy_to(self.lazydata, open_devices(device, "Tensor"))
       return
     if isinstance(data, UOp):  # what every op makes: the fast path
+      if data.op is Ops.BIND or data.op is Ops.DEFINE_VAR: raise not_a_value(data)
       self.lazydata = data
       self._start()
       if requires_grad is not None: self.requires_grad = requires_grad

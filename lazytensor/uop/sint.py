@@ -20,6 +20,16 @@ from lazytensor.uop.symbolic import simplify
 
 sint = int | UOp
 
+def not_a_value(u: UOp) -> TypeError:
+  """The error for a Variable (or another graph node) given where a Tensor's value is expected."""
+  if u.op in (Ops.BIND, Ops.DEFINE_VAR):
+    name = (u.src[0] if u.op is Ops.BIND else u).arg[0]
+    return TypeError(f"Variable {name!r} stands for a dimension, not a Tensor's value: use it in a shape (reshape, "
+                     "shrink or slicing, pad, expand, the creation functions), or give the value as a Python number "
+                     "(`v.val` of a bound one): a number that changes between calls becomes a kernel argument")
+  return TypeError(f"cannot make a Tensor from a {u.op} node; expected a number, a (nested) list, a numpy array or "
+                   "a Tensor")
+
 def Variable(name: str, min_val: int, max_val: int) -> UOp:  # noqa: N802  (tinygrad's name: a constructor to users)
   """A symbolic integer in [min_val, max_val]: a dimension or index whose value is given at each call by `.bind`,
   so that one compiled kernel serves every value.

@@ -20,6 +20,7 @@ from lazytensor.dtype import (
 from lazytensor.frontend.mixin.shapes import ShapesMixin
 from lazytensor.uop.graph import const_uop
 from lazytensor.uop.ops import Ops, UOp
+from lazytensor.uop.sint import not_a_value
 
 if TYPE_CHECKING:
   from typing import Self
@@ -66,6 +67,7 @@ class OperandsMixin(ShapesMixin):
     elif isinstance(y, (list, np.ndarray)):
       y = type(self)(y, device=self.device)
       dt = promote_types(self.dtype, y.dtype)
+    elif isinstance(y, UOp): raise not_a_value(y)
     else: raise TypeError(f"unsupported operand type {type(y).__name__} for a Tensor op")
     if y.device != self.device: raise ValueError(f"tensors are on different devices: {self.device} and {y.device}")
     x = self
