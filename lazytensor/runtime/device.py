@@ -287,6 +287,8 @@ class Buffer:
     return None if raw is None else raw.view(self.dtype.np)
 
   def numpy(self) -> np.ndarray:
+    # host memory is copied where it lies, in one step (every .numpy() of a CPU tensor): no empty array filled
+    if self.size and (raw := self.allocator.host_array(self.handle)) is not None: return raw.view(self.dtype.np).copy()
     out = np.empty(self.size, dtype=self.dtype.np)
     if self.size: self.allocator.copyout(out.data.cast("B"), self.handle)
     return out

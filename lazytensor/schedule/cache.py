@@ -323,7 +323,9 @@ class Template:
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
-      if direct: becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg.bind(var_vals))
+      if direct:
+        view = value.arg.bind(var_vals) if var_vals else value.arg
+        becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), view)
       else: becomes[orig] = bind_views(value.substitute(names), var_vals) if var_vals else value.substitute(names)
     if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
       print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
