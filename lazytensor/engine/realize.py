@@ -49,6 +49,11 @@ class CompiledRunner:
     self.launch: dict[str, Any] = self.spec.launch.kwargs()
     # the arguments that are the flags of index checks (schedule/index_check.py), read after the schedule
     self.flag_args = tuple(sorted({u.src[0].arg for u in self.kernel.ast.toposort if u.op is Ops.CHECK}))
+    # a launch with no scalar arguments, untimed, as one call on the Buffers where the device has one (its
+    # program's `launcher`, made once here): every eager kernel runs through it
+    make = getattr(self.program, "launcher", None)
+    self.direct: Callable[[tuple[Buffer, ...]], None] | None = \
+      make(len(self.spec.buffers), **self.launch) if make is not None and not self.spec.vars else None
 
   def __call__(self, bufs: tuple[Buffer, ...], wait: bool = False, vals: tuple[Any, ...] = ()) -> float | None:
     """One launch on `bufs`, the kernel's scalar arguments taking `vals` (ScheduleItem.vals)."""
@@ -198,7 +203,8 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
     et = time.perf_counter() - st
     flops, mem = 0, bufs[0].nbytes * 2
   else:
-    et = runner(bufs, wait=debug >= 2, vals=vals)
+    if debug < 2 and runner.direct is not None: et = runner.direct(bufs)
+    else: et = runner(bufs, wait=debug >= 2, vals=vals)
     flops, mem = runner.flops, runner.mem
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += flops
@@ -277,7 +283,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   flags: list[IndexFlags] = []
   if remote.joined is not None:  # the ranks of a mesh across ranks must be about to take the same steps
     remote.agree("schedule", [remote.step_line(ast, bufs) for ast, bufs, _ in items])
-  queues = steps_queues([bufs for _, bufs, _ in items], debug)
+  # one step has nothing to overlap: every eager op's schedule skips the look at its devices
+  queues = steps_queues([bufs for _, bufs, _ in items], debug) if len(items) > 1 else None
   try:
     for ast, bufs, vals in items:
       if ast.op is Ops.COPY: runner = None

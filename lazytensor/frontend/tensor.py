@@ -306,16 +306,10 @@ class Tensor(GradMixin, metaclass=_TensorType):
     if state.pending: self._run_pending_writes(*others)
     # map rather than comprehensions, here and below: each of those is a function call on Python 3.11
     if all(map(Tensor._is_buffer_view, tensors)): return self  # nothing to compute
-    # the moment of the last assign realized here: values computed after it read what it writes, as in torch
-    assigned = [t._assigned_at for t in tensors if t._assigned_at is not None]
-    if readers := live.old_value_readers(tensors, max(assigned) if assigned else None):
-      # the holders are Tensors; one holding an assign is as old as the assign (the random count a captured program
-      # advances is a tensor made before it, assigned in it)
-      readers = [(n if t._assigned_at is None else t._assigned_at, t) for n, t in readers if isinstance(t, Tensor)]
-      before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))
-      if before:
-        with paused_capture(): before[0].realize(*before[1:])
-      tensors += tuple(inside)
+    writes = 0
+    for t in tensors: writes |= t.lazydata.writes
+    # only a graph that assigns overwrites memory that other values may read: an eager op's looks at no live tensor
+    if writes: tensors += self._old_value_readers(tensors)
     # views of a lazy tensor realized into buffers of their own: what they view, for when that tensor gets a buffer
     for t in tensors:
       if t._viewed is not None and moves_over(t.lazydata, t._viewed.lazydata) and not t._viewed._is_buffer_view():
@@ -350,6 +344,20 @@ class Tensor(GradMixin, metaclass=_TensorType):
       if t._own_moves is not None: t._hand_memory_to_viewed()
     if bad is not None: raise bad
     return self
+
+  def _old_value_readers(self, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """The live values that read what realizing `tensors` overwrites, realized first where they were made before a
+    TinyJit's capture; the others, to realize with `tensors` (live.old_value_readers)."""
+    # the moment of the last assign realized here: values computed after it read what it writes, as in torch
+    assigned = [t._assigned_at for t in tensors if t._assigned_at is not None]
+    if not (readers := live.old_value_readers(tensors, max(assigned) if assigned else None)): return ()
+    # the holders are Tensors; one holding an assign is as old as the assign (the random count a captured program
+    # advances is a tensor made before it, assigned in it)
+    readers = [(n if t._assigned_at is None else t._assigned_at, t) for n, t in readers if isinstance(t, Tensor)]
+    before, inside = ([t for t in part if isinstance(t, Tensor)] for part in live.split_by_program(readers))
+    if before:
+      with paused_capture(): before[0].realize(*before[1:])
+    return tuple(inside)
 
   def _buffer(self) -> tuple[Buffer, ShapeTracker]:
     self.realize()

@@ -46,16 +46,16 @@ class Allocator:
     return {}
 
   def alloc_cached(self, nbytes: int) -> Any:
-    handle = self._alloc_or_reuse(nbytes)
-    self.allocated_bytes += nbytes
-    self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
-    return handle
-
-  def _alloc_or_reuse(self, nbytes: int) -> Any:
+    # a freed handle of the size taken here, without a call: every eager step's output is allocated through it
     if hs := self.freed.get(nbytes):
       handle = hs.pop()
       self.cached_bytes -= nbytes
-      return handle
+    else: handle = self._alloc_fresh(nbytes)
+    self.allocated_bytes += nbytes
+    if self.allocated_bytes > self.peak_bytes: self.peak_bytes = self.allocated_bytes
+    return handle
+
+  def _alloc_fresh(self, nbytes: int) -> Any:
     try: return self.alloc(nbytes)
     except MemoryError:
       # memory pressure: what the cache holds goes back to the device before giving up
@@ -240,10 +240,10 @@ class Buffer:
   """`size` elements of `dtype` on `device`; memory is allocated on first use and freed with the object. `serial`
   numbers buffers in the order they were made (TinyJit tells the buffers a capture made from older ones by it)."""
   serials = itertools.count()
+  _bit = 0  # no bit until one is asked for (memory_bit); a class default, one store less per Buffer made
   def __init__(self, device: str, size: int, dtype: DType) -> None:
     self.device, self.size, self.dtype = device, size, dtype
     self.nbytes = size * dtype.itemsize  # read at each allocation and free: an attribute, not a property
-    self._bit = 0
     self.serial = next(Buffer.serials)
     # the graph nodes whose values were realized into this memory (weakly): an assign to it makes them stale
     self.realized_nodes: list[weakref.ref[Any]] = []
@@ -287,13 +287,15 @@ class Buffer:
     return None if raw is None else raw.view(self.dtype.np)
 
   def numpy(self) -> np.ndarray:
+    # host memory is copied where it lies, in one step (every .numpy() of a CPU tensor): no empty array filled
+    if self.size and (raw := self.allocator.host_array(self.handle)) is not None: return raw.view(self.dtype.np).copy()
     out = np.empty(self.size, dtype=self.dtype.np)
     if self.size: self.allocator.copyout(out.data.cast("B"), self.handle)
     return out
 
   def __del__(self) -> None:
     try:
-      if getattr(self, "_bit", 0): heapq.heappush(_free_bits, self._bit.bit_length() - 1)
+      if self._bit: heapq.heappush(_free_bits, self._bit.bit_length() - 1)
       if (handle := self.__dict__.get("handle")) is not None: self.allocator.free_cached(handle, self.nbytes)
     except Exception: pass  # interpreter shutdown
 

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from lazytensor.renderer import VAR_SLOT
 from lazytensor.renderer.cpu_target import CPUTarget, cpu_target, target_machine, x86_level
 from lazytensor.renderer.llvm import LLVMRenderer, cpu_readable_past
 from lazytensor.runtime import cpu_threads
-from lazytensor.runtime.device import Allocator, Compiled, Compiler
+from lazytensor.runtime.device import Allocator, Buffer, Compiled, Compiler
 
 # ---- memory ----
 
@@ -183,6 +184,8 @@ def _kernel_type(nbufs: int) -> Any:
 
 # a buffer's address, read with no Python frame at every launch
 _addr = operator.attrgetter("addr")
+# the same through the Buffer (allocated as it is read): what a direct launch reads
+_buffer_addr = operator.attrgetter("handle.addr")
 
 def pack_vars(vals: tuple[np.generic, ...]) -> ctypes.Array:
   """A kernel's scalar arguments as the block of memory it reads them from (renderer.VAR_SLOT bytes each)."""
@@ -216,6 +219,15 @@ class CPUProgram:
     try:
       with _llvm_lock: engine.close()
     except Exception: pass  # interpreter shutdown
+
+  def launcher(self, nbufs: int, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               core_count: int = 1) -> Callable[[tuple[Buffer, ...]], None] | None:
+    """The launch of a kernel of `nbufs` buffers and no scalar arguments on the calling thread, as one call that takes
+    the Buffers: the ctypes function made once, each address read in C (engine/realize runs every eager kernel
+    through it, without the keyword arguments, lists and lookups of __call__). None for a launch the threads share."""
+    if core_count != 1: return None
+    if (fn := self._fns.get(nbufs)) is None: fn = self._fns[nbufs] = _kernel_type(nbufs)(self.addr)
+    return lambda bufs: fn(*map(_buffer_addr, bufs), 0)
 
   def __call__(self, *bufs: CPUMemory, global_size: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, ...] = (1, 1, 1), core_count: int = 1, wait: bool = False,

@@ -323,7 +323,9 @@ class Template:
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
-      if direct: becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg.bind(var_vals))
+      if direct:
+        view = value.arg.bind(var_vals) if var_vals else value.arg
+        becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), view)
       else: becomes[orig] = bind_views(value.substitute(names), var_vals) if var_vals else value.substitute(names)
     if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
       print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
@@ -342,6 +344,10 @@ def _value_key(arg: Any) -> Any:
 class Structure:
   """The walk `abstract` makes (the same order, the same stops at realized nodes), each node written as a tuple: what
   its abstract node is made of, its sources by their position among the entries. `key` is the whole graph's."""
+  # one is made at every realize: slots make it and each field's read cheaper than a __dict__
+  __slots__ = ("done", "in_hits", "entries", "node_of", "params", "slots", "aliases", "consts", "const_keys",
+               "var_vals")
+
   def __init__(self) -> None:
     self.done: dict[UOp, int] = {}     # caller's node -> its entry
     self.in_hits: dict[UOp, int] = {}  # the same for the nodes of realized values
@@ -374,7 +380,8 @@ class Structure:
       entries.append((op, node.dtype.ident, src, _POSITION))
       return len(entries) - 1
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
-    if op in _SYMBOLIC_ARGS and (ub := unbound_arg(node)) is not None:
+    # a VIEW binds a Variable only where its views are symbolic: the eager graph's views are asked nothing more
+    if op in _SYMBOLIC_ARGS and (op is not _VIEW or node.arg.symbolic) and (ub := unbound_arg(node)) is not None:
       arg = ub[0]
       bind_values(self.var_vals, ub[1])
     entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))

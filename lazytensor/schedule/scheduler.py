@@ -551,10 +551,12 @@ def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool
   if seen is not None:
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
     key, walk = (seen[0], knob_state()), seen[1]
-    found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS))
+    found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS.value))
     dynamic = [walk.consts[i] for i in at] if at else []
+    # a schedule that lends no buffer on has none that a live tensor could hold (an eager op's: no look, no call)
     if found is not None and (origins := cache.origins(walk, found.entries)) is not None and \
-        (lent := cache.origins(walk, found.lenders)) is not None and not _held(found.template, lent, held):
+        (not found.lenders or ((lent := cache.origins(walk, found.lenders)) is not None and
+                               not _held(found.template, lent, held))):
       return found.template.instantiate(walk.params, origins, dynamic, walk.var_vals, reuse_packs)
   abstract = cache.abstract(outs, dynamic)
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
