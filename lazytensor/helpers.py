@@ -197,7 +197,8 @@ PROGRAM_CACHE = ContextVar("PROGRAM_CACHE", 1024, "compiled kernels a process ke
                            "past it the least recently used are freed, and built again from the disk cache if needed",
                            between(1))
 BUFFER_CACHE = ContextVar("BUFFER_CACHE", 1 << 30, "bytes of freed memory a device keeps for the next allocation of "
-                          "the same size (no page faults on fresh memory at every eager step); 0 frees at once",
+                          "the same size (no page faults on fresh memory at every eager step), and more while the "
+                          "memory in use and kept stays within the most in use at once; 0 frees at once",
                           between(0))
 TF32 = ContextVar("TF32", False, "float32 matmuls may use tf32 tensor cores on CUDA (10-bit mantissa products, like "
                   "torch's allow_tf32); off by default", code=True)

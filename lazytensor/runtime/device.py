@@ -33,10 +33,12 @@ from lazytensor.uop.ops import DeviceLike, NodeMap, Ops, UOp, node_cached
 class Allocator:
   """Raw device memory. Handles are opaque to everything above the runtime.
 
-  Backends implement alloc/free; Buffers go through alloc_cached/free_cached, which keep freed memory (up to
-  BUFFER_CACHE bytes per allocator) for the next allocation of the same size: a loop of eager calls on large tensors
-  then reuses last step's memory instead of paying the OS's zeroing and first-touch page faults of fresh memory at every
-  step (filling a fresh 64 MB buffer took 22-35 ms on a Zen 3 VM, refilling it 6-11 ms)."""
+  Backends implement alloc/free; Buffers go through alloc_cached/free_cached, which keep freed memory for the next
+  allocation of the same size: a loop of eager calls on large tensors then reuses last step's memory instead of paying
+  the OS's zeroing and first-touch page faults of fresh memory at every step (filling a fresh 64 MB buffer took 22-35 ms
+  on a Zen 3 VM, refilling it 6-11 ms). Up to BUFFER_CACHE bytes are kept, and past that as long as the memory in use
+  and kept stays within the most that was in use at once: a step whose temporaries outgrow the cap (GPT-2 124M's
+  training step frees ~1.5 GB a step) then allocates nothing fresh either, and holds no more than its own peak."""
   def alloc(self, nbytes: int) -> Any: raise NotImplementedError
   def free(self, handle: Any, nbytes: int) -> None: pass
 
@@ -53,6 +55,7 @@ class Allocator:
     else: handle = self._alloc_fresh(nbytes)
     self.allocated_bytes += nbytes
     if self.allocated_bytes > self.peak_bytes: self.peak_bytes = self.allocated_bytes
+    if self.allocated_bytes > self.high_water_bytes: self.high_water_bytes = self.allocated_bytes
     return handle
 
   def _alloc_fresh(self, nbytes: int) -> Any:
@@ -64,7 +67,9 @@ class Allocator:
 
   def free_cached(self, handle: Any, nbytes: int) -> None:
     self.allocated_bytes -= nbytes
-    if self.reuse_freed and 0 < nbytes and self.cached_bytes + nbytes <= int(BUFFER_CACHE.value):
+    kept = self.cached_bytes + nbytes
+    if self.reuse_freed and 0 < nbytes and BUFFER_CACHE.value > 0 and \
+        (kept <= BUFFER_CACHE.value or self.allocated_bytes + kept <= self.high_water_bytes):
       self.freed.setdefault(nbytes, []).append(handle)
       self.cached_bytes += nbytes
     else: self.free(handle, nbytes)
@@ -80,6 +85,7 @@ class Allocator:
   # the bytes of the buffers that hold memory now (what `freed` keeps is not counted), and the most since the last reset
   allocated_bytes = 0
   peak_bytes = 0
+  high_water_bytes = 0  # the most bytes in use at once ever (peak_bytes can be reset), which bounds what is kept
   # False where fresh memory matters (EMU fills it with a poison pattern) or the backend keeps freed blocks itself
   reuse_freed = True
   def copyin(self, handle: Any, src: memoryview) -> None: raise NotImplementedError
