@@ -11,9 +11,11 @@ has run. With reshard_after_forward (the default, as FSDP2's), that reader is th
 the weights gathered again from the shards once the gradient of its output exists (a CUSTOM_GRAD whose rule, Reshard,
 differentiates the unit over new copies of its weights), so that a unit's gathered weights need not live from its
 forward to its backward (8 units of Linear(64, 64) over 2 devices: a step's peak 168 -> 119 KB per device); the root
-unit keeps its own (its backward comes first). After backward, the replicas' local gradients of a unit's parameters are
-reduce-scattered in one collective: each device receives the sum of its shard only, laid out as the parameter is, and
-the optimizer steps on shards.
+unit keeps its own (its backward comes first). Units nest as FSDP2's do (a unit per Linear, then per block, then the
+root): a unit's rule differentiates it over stand-ins of the weights of the units inside it too, so it gathers theirs
+again as well (4 blocks of a layernorm and two Linear(64, 64) units, each block a unit: 185 -> 127 KB). After
+backward, the replicas' local gradients of a unit's parameters are reduce-scattered in one collective: each device
+receives the sum of its shard only, laid out as the parameter is, and the optimizer steps on shards.
 
 >>> from lazytensor import DeviceMesh, Tensor, nn
 >>> from lazytensor.parallel import fully_shard
@@ -58,6 +60,11 @@ from lazytensor.parallel.data import (
 from lazytensor.uop.graph import copy_to, movement
 from lazytensor.uop.ops import Ops, UOp
 
+# per unit whose forward runs now (outermost first): the gathered weights its backward reads gathered again, its own
+# (with reshard_after_forward) and those of the units nested in it that reshard theirs. A unit's Reshard rule
+# differentiates it over placeholders of the weights it reads, so a nested unit's rule sees placeholders and gathers
+# nothing: the enclosing unit's rule gathers them in its stead.
+_regathered: list[list[Tensor]] = []
 
 class FullyShard:
   """fully_shard's state for one unit: its own parameters, sharded, and how each is gathered."""
@@ -92,10 +99,16 @@ class FullyShard:
     self.called.add(r.index)
     leaves = {pid: self.sync.leaf(pid, r.index, piece(p.shard(self.mesh, self.gathered[pid]), self.mesh, None, r.index))
               for pid, (p, _) in self.slots.items()}
-    with swapped(self.slots, leaves): out = call(*args, **kwargs)
+    _regathered.append(list(leaves.values()) if self.reshard_after_forward else [])
+    try:
+      with swapped(self.slots, leaves): out = call(*args, **kwargs)
+    finally: regathered = _regathered.pop()
+    # an enclosing unit that reshards differentiates this one over stand-ins of what it reads: it gathers these
+    # weights again itself
+    if not root and _regathered: _regathered[-1].extend(regathered)
     # the root's weights are not resharded (as FSDP2's root): its backward, which comes next, would gather them again
-    if not self.reshard_after_forward or root: return out
-    return regathered_in_backward(out, (args, kwargs), list(leaves.values()))
+    if root or not self.reshard_after_forward: return out
+    return regathered_in_backward(out, (args, kwargs), regathered)
 
 def regathered_in_backward(out: Any, args: Any, gathered: list[Tensor]) -> Any:
   """A unit's output whose backward reads each gathered weight gathered again from its shards (not the forward's
