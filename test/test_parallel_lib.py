@@ -217,7 +217,7 @@ def test_zero2_holds_a_quarter_of_gradients_and_state() -> None:
 def test_errors() -> None:
   with pytest.raises(ValueError, match="'dp' is not an axis of the mesh"): replicate(nn.Linear(4, 4), tp_mesh())
   with pytest.raises(ValueError, match="'dp' is not an axis of the mesh"): fully_shard(nn.Linear(4, 4), tp_mesh())
-  with pytest.raises(ValueError, match="must be the mesh's first axis"):
+  with pytest.raises(ValueError, match=r"the data-parallel axes \('dp',\) must be the mesh's first axis"):
     fully_shard(nn.Linear(4, 4), DeviceMesh(DEVICES, shape=(2, 2), names=("tp", "dp")))
   with pytest.raises(ValueError, match=r"dimension 0 \(3\) of a parameter of shape \(3, 4\) does not split evenly"):
     fully_shard(nn.Linear(4, 3), dp_mesh())
