@@ -212,6 +212,48 @@ def test_zero2_holds_a_quarter_of_gradients_and_state() -> None:
     assert bytes_on(d, state[len(params):]) == 3 * whole // 4            # gradients, m and v: 1/4 each
     assert bytes_on(d, opt.shards) == whole // 4                         # the shards the optimizer steps
 
+class Big:
+  def __init__(self) -> None: self.layers = [nn.Linear(128, 128) for _ in range(4)]
+  def __call__(self, x: Tensor) -> Tensor:
+    for layer in self.layers: x = layer(x).relu()
+    return x
+
+def held_and_peak(strategy: str) -> tuple[list[int], list[int]]:
+  """What each device holds between two Adam steps of Big over 4 devices (max_memory_allocated's counter), and its
+  peak during the second step."""
+  mesh = dp_mesh()
+  Tensor.manual_seed(0)
+  model, params = Big(), lambda m: get_parameters(m)
+  if strategy == "fsdp":
+    for layer in model.layers: fully_shard(layer, mesh)
+    opt: Optimizer = Adam(params(fully_shard(model, mesh)), lr=0.01)
+  elif strategy == "zero2":
+    opt = ZeroRedundancyOptimizer(params(replicate(model, mesh, shard_gradients=True)), Adam, mesh, stage=2, lr=0.01)
+  else: opt = Adam(params(replicate(model, mesh)), lr=0.01)
+  x = Tensor.ones(8, 128).shard(mesh, ("dp", None))
+  def step() -> None:
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+    while gc.collect(): pass
+  step()
+  for d in DEVICES: reset_peak_memory_stats(d)
+  held = [memory_allocated(d) for d in DEVICES]
+  step()
+  return held, [max_memory_allocated(d) for d in DEVICES]
+
+def test_peak_memory_of_sharded_state() -> None:
+  # in units of the weights' bytes W: DDP holds weights, gradients, Adam's m and v whole (4W); ZeRO-2 the weights and
+  # a quarter of the rest and of the shards it steps (2W); FSDP a quarter of everything (W: each weight's shards were
+  # views of its whole replicated copy, 1.75W, before shard_ gave them memory of their own)
+  w = sum(p.numel() * 4 for p in get_parameters(Big()))
+  (ddp, ddp_peak), (zero2, zero2_peak), (fsdp, fsdp_peak) = (held_and_peak(s) for s in ("ddp", "zero2", "fsdp"))
+  for held, want in ((ddp, 4), (zero2, 2), (fsdp, 1)):
+    assert all(abs(h - want * w) < 0.01 * w for h in held), (want, [h / w for h in held])
+  # the step's transients on top (local gradients, buckets, gathered weights): ZeRO-2 and FSDP peak lower still
+  assert all(f < 2 * w < z < 4.5 * w < d for f, z, d in zip(fsdp_peak, zero2_peak, ddp_peak)), (fsdp_peak, zero2_peak,
+                                                                                                  ddp_peak)
+
 # ---- bad inputs ----
 
 def test_errors() -> None:
