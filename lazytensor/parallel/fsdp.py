@@ -11,9 +11,11 @@ has run. With reshard_after_forward (the default, as FSDP2's), that reader is th
 the weights gathered again from the shards once the gradient of its output exists (a CUSTOM_GRAD whose rule, Reshard,
 differentiates the unit over new copies of its weights), so that a unit's gathered weights need not live from its
 forward to its backward (8 units of Linear(64, 64) over 2 devices: a step's peak 168 -> 119 KB per device); the root
-unit keeps its own (its backward comes first). After backward, the replicas' local gradients of a unit's parameters are
-reduce-scattered in one collective: each device receives the sum of its shard only, laid out as the parameter is, and
-the optimizer steps on shards.
+unit keeps its own (its backward comes first). Units nest as FSDP2's do (a unit per Linear, then per block, then the
+root): a unit's rule differentiates it over stand-ins of the weights of the units inside it too, so it gathers theirs
+again as well (4 blocks of a layernorm and two Linear(64, 64) units, each block a unit: 185 -> 127 KB). After
+backward, the replicas' local gradients of a unit's parameters are reduce-scattered in one collective: each device
+receives the sum of its shard only, laid out as the parameter is, and the optimizer steps on shards.
 
 >>> from lazytensor import DeviceMesh, Tensor, nn
 >>> from lazytensor.parallel import fully_shard
@@ -39,16 +41,18 @@ from lazytensor.func.batching import placeholder
 from lazytensor.func.checkpoint import outside_reads, rebuild_nodes
 from lazytensor.func.tree import flatten
 from lazytensor.parallel.data import (
+  DataAxes,
   GradSync,
   check_axis,
   check_even,
+  check_replica,
   current_replica,
-  first_free_dim,
   lay_out,
   make_buckets,
   param_slots,
   piece,
   run_replicas,
+  sharded_dims,
   spec_dims,
   spec_of,
   state_of,
@@ -58,31 +62,38 @@ from lazytensor.parallel.data import (
 from lazytensor.uop.graph import copy_to, movement
 from lazytensor.uop.ops import Ops, UOp
 
+# per unit whose forward runs now (outermost first): the gathered weights its backward reads gathered again, its own
+# (with reshard_after_forward) and those of the units nested in it that reshard theirs. A unit's Reshard rule
+# differentiates it over placeholders of the weights it reads, so a nested unit's rule sees placeholders and gathers
+# nothing: the enclosing unit's rule gathers them in its stead.
+_regathered: list[list[Tensor]] = []
 
 class FullyShard:
   """fully_shard's state for one unit: its own parameters, sharded, and how each is gathered."""
-  def __init__(self, module: Any, mesh: DeviceMesh, axis: str, reshard_after_forward: bool) -> None:
-    check_axis(mesh, axis, "fully_shard")
+  def __init__(self, module: Any, mesh: DeviceMesh, axis: DataAxes, reshard_after_forward: bool) -> None:
     self.mesh, self.reshard_after_forward = mesh, reshard_after_forward
+    self.axes = check_axis(mesh, axis, "fully_shard")
     self.slots = param_slots(module, lambda v: isinstance(state_of(v), FullyShard))
     params, sharded = [p for p, _ in self.slots.values()], []
     self.gathered: dict[int, tuple[Any, ...]] = {}  # each parameter's spec once gathered (its other axes' layout)
     for p in params:
-      lay_out(p, mesh, "fully_shard")
+      lay_out(p, mesh, self.axes, "fully_shard")
       dims = spec_dims(mesh, p)
       self.gathered[id(p)] = spec_of(mesh, dims, p.ndim)
-      dims = (first_free_dim(p, dims), *dims[1:])
+      dims = sharded_dims(p, dims, self.axes - 1)
       check_even(mesh, p.shape, dims, "fully_shard")
       p.shard_(mesh, spec_of(mesh, dims, p.ndim))
       sharded.append(dims)
     # one bucket: a unit's gradients are reduce-scattered together, as FSDP2 does (those of parameters left whole
     # all-reduced together)
-    self.sync = GradSync(mesh, make_buckets(params, sharded, cap_bytes=2**62)) if params else None
+    self.sync = GradSync(mesh, self.axes, make_buckets(params, sharded, 2**62, self.axes)) if params else None
     self.generation, self.called = -1, set[int]()
 
   def forward(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], root: bool = False) -> Any:
     r = current_replica(self.mesh)
-    if r is None: return run_replicas(self.mesh, lambda *a, **k: self.forward(call, a, k, root=True), args, kwargs)
+    if r is None:
+      return run_replicas(self.mesh, self.axes, lambda *a, **k: self.forward(call, a, k, root=True), args, kwargs)
+    check_replica(r, self.axes, "fully_shard")
     if self.sync is None: return call(*args, **kwargs)
     if r.generation != self.generation:
       self.sync.start("fully_shard")
@@ -90,12 +101,18 @@ class FullyShard:
     if r.index in self.called:
       raise RuntimeError("fully_shard: a unit was called twice in one forward; wrap each call site's module apart")
     self.called.add(r.index)
-    leaves = {pid: self.sync.leaf(pid, r.index, piece(p.shard(self.mesh, self.gathered[pid]), self.mesh, None, r.index))
-              for pid, (p, _) in self.slots.items()}
-    with swapped(self.slots, leaves): out = call(*args, **kwargs)
+    leaves = {pid: self.sync.leaf(pid, r.index, piece(p.shard(self.mesh, self.gathered[pid]), self.mesh, self.axes,
+                                                      None, r.index)) for pid, (p, _) in self.slots.items()}
+    _regathered.append(list(leaves.values()) if self.reshard_after_forward else [])
+    try:
+      with swapped(self.slots, leaves): out = call(*args, **kwargs)
+    finally: regathered = _regathered.pop()
+    # an enclosing unit that reshards differentiates this one over stand-ins of what it reads: it gathers these
+    # weights again itself
+    if not root and _regathered: _regathered[-1].extend(regathered)
     # the root's weights are not resharded (as FSDP2's root): its backward, which comes next, would gather them again
-    if not self.reshard_after_forward or root: return out
-    return regathered_in_backward(out, (args, kwargs), list(leaves.values()))
+    if root or not self.reshard_after_forward: return out
+    return regathered_in_backward(out, (args, kwargs), regathered)
 
 def regathered_in_backward(out: Any, args: Any, gathered: list[Tensor]) -> Any:
   """A unit's output whose backward reads each gathered weight gathered again from its shards (not the forward's
@@ -144,14 +161,16 @@ def read_after(x: UOp, ctx: UOp) -> UOp:
   nan = copy_to(first.ne(first), x.device)
   return movement(movement(nan, Ops.RESHAPE, (1,) * x.ndim), Ops.EXPAND, x.shape).where(x, x)
 
-def fully_shard(module: Any, mesh: DeviceMesh, axis: str = "dp", reshard_after_forward: bool = True) -> Any:
+def fully_shard(module: Any, mesh: DeviceMesh, axis: DataAxes = "dp", reshard_after_forward: bool = True) -> Any:
   """FSDP (ZeRO-3) in place, as torch's fully_shard: the module's own parameters (those of modules given to
   fully_shard before it are theirs) sharded along the mesh axis `axis` (the mesh's first), all-gathered for each
-  data-parallel replica when the module is called, their gradients reduce-scattered back to the shards. Apply it to
-  the inner modules (the blocks) first, then to the root, whose call splits the batch over the replicas along the first
-  dimension of its tensor arguments. reshard_after_forward (as torch's): the weights gathered for a unit's forward are
-  let go after it and gathered again for its backward, one more all-gather per unit for the memory of the gathered
-  weights of every unit but one. Returns the module.
+  data-parallel replica when the module is called, their gradients reduce-scattered back to the shards. A tuple of the
+  mesh's first axes is HSDP (torch's fully_shard on a 2-D mesh): ("dp", "fsdp") replicates along "dp" and shards along
+  "fsdp", every device of both a replica; gradients reduce-scattered along "fsdp", then all-reduced along "dp". Apply
+  it to the inner modules (the blocks) first, then to the root, whose call splits the batch over the replicas along
+  the first dimension of its tensor arguments. reshard_after_forward (as torch's): the weights gathered for a unit's
+  forward are let go after it and gathered again for its backward, one more all-gather per unit for the memory of the
+  gathered weights of every unit but one. Returns the module.
 
   >>> from lazytensor import DeviceMesh, Tensor, nn
   >>> mesh = DeviceMesh(("CPU:0", "CPU:1"), names=("dp",))

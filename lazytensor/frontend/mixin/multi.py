@@ -208,7 +208,11 @@ class MultiMixin(NNMixin):
     # constants are interned: two zeros(3) sharded would realize into one memory, and a tensor in place is its own
     if self.lazydata.op is Ops.VIEW and self.lazydata.src[0].op is Ops.CONST:
       me.lazydata = type(self)(np.full(self.shape, self.lazydata.src[0].arg), self.device, self.dtype).lazydata
-    sharded = self.shard(devices, axis).realize()
+    sharded = self.shard(devices, axis)
+    # a tensor on several devices sliced anew is sliced where its pieces lie: views, which would keep each whole piece
+    # alive (an FSDP weight sharded from its replicated copy took all of it on every device); copies of their own
+    if isinstance(self.device, tuple): sharded = sharded.contiguous()
+    sharded = sharded.realize()
     me.lazydata = sharded.lazydata
     return me
 
