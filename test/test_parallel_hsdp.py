@@ -25,13 +25,7 @@ def fsdp_units(model: TinyTransformer, mesh: DeviceMesh, axis: DataAxes) -> Tiny
   for block in model.blocks: fully_shard(block, mesh, axis)
   return fully_shard(model, mesh, axis)
 
-def test_fsdp_x_tp() -> None:
-  mesh = DeviceMesh(D8, shape=(4, 2), names=("fsdp", "tp"))
-  model = fsdp_units(parallelize_module(make_model(), mesh, megatron_plan()), mesh, "fsdp")
-  assert mesh.spec(model.blocks[0].attn.wq.weight) == ("tp", "fsdp")    # column-parallel: fsdp takes the other dim
-  assert mesh.spec(model.blocks[0].fc2.weight) == ("fsdp", "tp")
-  check_matches("adam", model, optimizer("adam")(get_parameters(model)), batch_on(mesh, "fsdp"))
-
+# fsdp x tp alone: test_parallel_lib.py's test_two_d[fsdp]
 MESH3 = DeviceMesh(D8, shape=(2, 2, 2), names=("dp", "fsdp", "tp"))
 
 def test_dp_x_fsdp_x_tp() -> None:
