@@ -4,8 +4,9 @@ Fusion rules: elementwise ops fuse into their consumers; views are pushed down t
 elementwise op becomes a validity check around it); a reduce fuses with the elementwise ops before it and after it.
 A node gets a buffer of its own (is "materialized") when the user asks (outputs, contiguous, copies, assigns), when a
 reduce is consumed through anything but a reshape (e.g. `x - x.max(1, keepdim=True)`), when a reduce sits inside
-another reduce's input, when two reduces of different shapes would share a kernel, or when two kernels would
-otherwise both compute the same reduce.
+another reduce's input, when two reduces of different shapes would share a kernel, when two kernels would
+otherwise both compute the same reduce, or when several kernels would each compute an elementwise value from two or
+more inputs as large as it (a residual stream: _shared_values).
 """
 from __future__ import annotations
 
