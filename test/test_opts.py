@@ -605,6 +605,18 @@ def test_matmul_loops_over_panels_of_b_outside_its_rows_whatever_follows(epilogu
   want = x.numpy() @ w.numpy() + b.numpy() + (0 if epilogue == "bias" else r.numpy())
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
 
+def test_matmul_tile_is_the_same_with_a_per_row_epilogue() -> None:
+  # values of one per row fused after the reduce (a LayerNorm's mean and scale, in the next matmul's epilogue) are
+  # contiguous along the rows: taken for the tile's operands, the rows counted as consecutive and the tile's vectors
+  # went outside its rows (the order a convolution's output width wants)
+  from lazytensor.renderer.llvm import LLVMRenderer
+  x, w, m, s = _t(128, 256), _t(256, 768), _t(128, 1), _t(128, 1)
+  def upcasts(out: Tensor) -> list[Opt]:
+    with Context(CPU_TARGET="x86-64-v3"): item = create_schedule([out.lazydata])[0][-1]
+    k = hand_coded_optimizations(Kernel(item.ast, LLVMRenderer(avx2_target())))
+    return [o for o in k.applied_opts if o.op is OptOps.UPCAST]
+  assert upcasts((x @ w - m) * s) == upcasts(x @ w)
+
 @pytest.mark.parametrize("threads, shares", [(1, 8), (2, 8)])
 def test_matmul_sweeping_more_than_l3_runs_in_blocks_of_rows(threads: int, shares: int) -> None:
   # a target whose L3 is twice A: A's rows in THREAD shares, each finished over every panel of B before the next, so

@@ -266,6 +266,23 @@ def test_costly_elementwise_operand_of_a_matmul_is_stored_once() -> None:
   big = Tensor(rng.standard_normal((4, 4096), dtype=np.float32)).realize()
   assert kernels(big[idx]) == 1  # the one-hot mask of a gather is never stored
 
+def test_a_residual_stream_is_stored_once_not_recomputed_by_every_later_layer() -> None:
+  # post-norm layers (BERT's): each layer's residual sum is read by its LayerNorm's two reduces and by the kernels
+  # the normalized value feeds (a packed matmul operand, the next residual). Computed anew in each, every kernel of the
+  # last layer read all earlier layers' matmul outputs: 21 buffers at 6 layers; stored, the matmul computes it
+  rng = np.random.default_rng(2)
+  x = Tensor(rng.standard_normal((128, 128), dtype=np.float32)).realize()
+  b = Tensor(rng.standard_normal(128, dtype=np.float32)).realize()
+  h, want = x, x.numpy()
+  for _ in range(6):
+    w = Tensor(rng.standard_normal((128, 128), dtype=np.float32) / 16).realize()
+    h = (h + h @ w.T + b).layernorm()
+    r = want + want @ w.numpy().T + b.numpy()
+    want = (r - r.mean(1, keepdims=True)) / np.sqrt(r.var(1, keepdims=True) + 1e-5)
+  items, _ = create_schedule([h.lazydata])
+  assert max(len(it.bufs) for it in items) <= 7
+  np.testing.assert_allclose(h.numpy(), want, rtol=1e-3, atol=1e-3)
+
 def test_reused_buffer_is_not_remembered_as_its_first_value() -> None:
   # x1's buffer is free after x2's kernel and holds x3 from then on: a later graph with x1 must not read it
   arr = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)

@@ -218,7 +218,8 @@ def _register_tile(k: Kernel) -> None:
   rows, consecutive = None, False
   if other is not None:
     # None with a mask: a padded view (a conv's input); without one, rows packed in panels (schedule.pack_operands)
-    consecutive = any(_stride(k, i, other) == 1 or (_stride(k, i, other) is None and _masked(k, i)) for i in loads)
+    consecutive = any(_stride(k, i, other) == 1 or (_stride(k, i, other) is None and _masked(k, i))
+                      for i in _reduce_loads(k))
     rows = _row_amount(k, other, rows_budget, consecutive)
     if not consecutive: rows = _pad_for_rows(k, other, rows_budget, rows)
   # the upcast applied first is the outer one. Rows outside vectors: the code takes one row at a time (broadcast its

@@ -4,8 +4,9 @@ Fusion rules: elementwise ops fuse into their consumers; views are pushed down t
 elementwise op becomes a validity check around it); a reduce fuses with the elementwise ops before it and after it.
 A node gets a buffer of its own (is "materialized") when the user asks (outputs, contiguous, copies, assigns), when a
 reduce is consumed through anything but a reshape (e.g. `x - x.max(1, keepdim=True)`), when a reduce sits inside
-another reduce's input, when two reduces of different shapes would share a kernel, or when two kernels would
-otherwise both compute the same reduce.
+another reduce's input, when two reduces of different shapes would share a kernel, when two kernels would
+otherwise both compute the same reduce, or when several kernels would each compute an elementwise value from two or
+more inputs as large as it (a residual stream: _shared_values).
 """
 from __future__ import annotations
 
@@ -240,7 +241,7 @@ def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
 
 def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> tuple[UOp, str] | None:
   """Visit what `root`'s kernel would compute; returns a node that must be materialized and why, if one is found."""
-  start = root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
+  start = _kernel_start(root)
   stack: list[tuple[UOp, bool, bool]] = [(start, True, False)]
   seen: set[tuple[UOp, bool, bool]] = set()
   while stack:
@@ -297,10 +298,53 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   return cost >= RECOMPUTE_COST and max_size(src.shape) <= MAX_GROWTH * largest_read and \
     (ratio - 1) * cost * max_size(src.shape) >= MIN_RECOMPUTE_WORK
 
+SHARED_READS = 2  # full-size inputs of a value several kernels compute, from which it gets a buffer of its own
+
+def _kernel_start(root: UOp) -> UOp:
+  return root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
+
+def _worth_sharing(value: UOp, kernels: int, g: _Graph) -> bool:
+  """Whether an elementwise value that `kernels` kernels compute is cheaper stored once: it reads at least SHARED_READS
+  inputs as large as itself (a bias or a row's mean, broadcast, costs little), and recomputing it adds work a launch
+  does not outweigh. A residual stream (x + attn(x) + b, then + mlp(...) + b) read by a LayerNorm's two reduces and
+  by the kernels its output feeds was computed anew in each of them from every earlier layer's matmul outputs: BERT's
+  last LayerNorm kernels read about 100 buffers, ~200 us each for 128x768; stored, the matmul's epilogue computes it
+  (its reduce then has one reader) and each reader loads it once."""
+  _, reads = _fused_nodes(value, g)
+  size = max_size(value.shape)
+  read_sizes = [n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads]
+  full = sum(1 for r in read_sizes if EXPAND_RATIO * r > size)
+  return full >= SHARED_READS and size <= MAX_GROWTH * max(read_sizes, default=0) and \
+    (kernels - 1) * full * size >= MIN_RECOMPUTE_WORK
+
+def _shared_values(g: _Graph, order: dict[UOp, int]) -> list[UOp]:
+  """The elementwise values several kernels would each compute that are worth a buffer (_worth_sharing), taken
+  innermost first (in `order`): each one stored cuts what the values above it read (a residual stream through every
+  layer is stored at each layer, not once for all of them)."""
+  kernels: dict[UOp, int] = {}
+  for root in g.realize:
+    for n in _fused_nodes(_kernel_start(root), g)[0]:
+      if n is not root and n.op in GroupOp.Elementwise: kernels[n] = kernels.get(n, 0) + 1
+  trial, shared = _Graph(realize=dict(g.realize)), []
+  for n in sorted((n for n, c in kernels.items() if c >= 2), key=order.__getitem__):
+    if _worth_sharing(n, kernels[n], trial):
+      shared.append(n)
+      trial.realize[n] = ""
+  return shared
+
 def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
   """Grow the set of materialized nodes (from the roots, and the scatters `also`) until every kernel obeys the fusion
-  rules."""
-  g = _Graph(realize={**_must_realize_roots(sink), **dict.fromkeys(also, "a scatter inside an expression")})
+  rules; then store the values several kernels would each compute at a cost (_shared_values) and apply the rules
+  again from the roots: what they asked for before may no longer be needed (a matmul's output read only by the stored
+  residual sum becomes that sum's kernel, its epilogue)."""
+  roots = {**_must_realize_roots(sink), **dict.fromkeys(also, "a scatter inside an expression")}
+  order = {n: i for i, n in enumerate(sink.toposort)}
+  while True:
+    g = _apply_rules(_Graph(realize=dict(roots)))
+    if not (shared := _shared_values(g, order)): return g
+    roots.update(dict.fromkeys(shared, "read by several kernels that would each compute it from its inputs"))
+
+def _apply_rules(g: _Graph) -> _Graph:
   while True:
     g.kernel_reduce = {}
     owner: dict[UOp, UOp] = {}
