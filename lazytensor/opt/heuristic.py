@@ -564,8 +564,14 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
 # at 2048: 50 -> 96 GFLOP/s packed) for a copy of about 1% of the matmul. Worth it from this many multiply-adds, with
 # at least PANEL_MIN_REDUCE rows of B and PANEL_MIN_ROWS rows of A (the copies hold only what the matmul reads: on one
 # AVX2 thread, 64x1024 @ 1024x1024 0.45x -> ~0.9x torch, 256x1024 @ 1024x256 0.5x -> ~0.85x, packed from 2**24).
+# A short K pays too: a weight gradient x.T @ dy over a batch of 128 reads A across its rows, whose 8 neighbouring
+# values per step became the tile's vectors (8-wide, 32 accumulators) and whose rows, 1 KB apart, share few L1 sets.
+# Packed, on one thread (both copies included), AVX-512 / AVX2, us: 256x128 @ 128x784 (an MLP's first layer's) 636
+# -> 267 / 566 -> 446, 768x128 @ 128x768 1095 -> 752 / 2309 -> 1259, 256x32 @ 32x784 169 -> 166 / 125 -> 125; with
+# a row-major A the same or faster: 256x128 @ 128x784 269 -> 268 / 1061 -> 455, 2048x16 @ 16x2048 862 -> 815 / 2604
+# -> 1185
 PANEL_MIN_WORK = 1 << 24
-PANEL_MIN_REDUCE = 256
+PANEL_MIN_REDUCE = 16
 PANEL_MIN_ROWS = 64
 # B read across its rows (x @ w.T, attention's q @ k.T) has no vectors along the columns in place: the tile falls back
 # to dot products along K (_dot_tile), whose sums across lanes cost as much as a short K's FMAs. Packed, from this many
