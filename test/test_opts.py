@@ -551,6 +551,26 @@ def test_large_matmul_reads_operands_in_panels_of_the_tile(target: str, cols: in
     assert len(create_schedule([(ea @ eb).lazydata])[0]) == 1
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("target, cols, rows", [("x86-64-v3", 16, 6), ("x86-64-v4", 32, 8)])
+def test_weight_gradient_over_a_short_batch_reads_operands_in_panels(target: str, cols: int, rows: int) -> None:
+  # the first Linear's weight gradient of an MLP 784-256 at batch 128 (dy.T @ x, K=128): dy read across its rows, in
+  # place its neighbouring values became 8-wide vectors of 32 accumulators (636 us on one AVX-512 thread); packed like
+  # a larger K's operands (267 us with both copies), the tile is rows of dy by two vectors along x's 784 columns
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
+  dy, x = _t(128, 256), _t(128, 784)
+  with Context(CPU_TARGET=target): items = create_schedule([(dy.T @ x).lazydata])[0]
+  padded = lambda n, m: -(-n // m) * m  # noqa: E731
+  assert len(items) == 3
+  assert sorted(it.bufs[0].size for it in items[:2]) == [128 * padded(256, rows), 128 * padded(784, cols)]
+  k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(cpu_target(target))))
+  upcasts = [o for o in k.applied_opts if o.op is OptOps.UPCAST]
+  assert upcasts[:2] == [Opt(OptOps.UPCAST, 0, rows), Opt(OptOps.UPCAST, 1, cols)], k.applied_opts
+  np.testing.assert_allclose((dy.T @ x).numpy(), dy.numpy().T @ x.numpy(), rtol=1e-4, atol=1e-3)
+  # not a batch of small ones (64 of 128x128.T @ 128x128): their copies cost more than the matmuls gain
+  a, b = _t(64, 128, 128), _t(64, 128, 128)
+  with Context(CPU_TARGET=target): assert len(create_schedule([(a.transpose(1, 2) @ b).lazydata])[0]) == 1
+
 @pytest.mark.parametrize("sa, sb", [((2, 512, 256), (256, 1024)), ((2, 512, 256), (2, 256, 512)),
                                     ((510, 258), (258, 1024))])
 def test_packed_matmuls_match_numpy(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:

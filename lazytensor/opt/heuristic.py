@@ -565,6 +565,13 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
 # at 2048: 50 -> 96 GFLOP/s packed) for a copy of about 1% of the matmul. Worth it from this many multiply-adds, with
 # at least PANEL_MIN_REDUCE rows of B and PANEL_MIN_ROWS rows of A (the copies hold only what the matmul reads: on one
 # AVX2 thread, 64x1024 @ 1024x1024 0.45x -> ~0.9x torch, 256x1024 @ 1024x256 0.5x -> ~0.85x, packed from 2**24).
+# An A read across its rows (x.T @ dy: a weight gradient) packs whatever K: in place its 8 neighbouring values per
+# step became the tile's vectors (8-wide, 32 accumulators), its rows 1 KB apart sharing few L1 sets. Both copies
+# included, on one thread, AVX-512 / AVX2, us: 256x128 @ 128x784 (an MLP's first weight gradient at batch 128) 636
+# -> 267 / 566 -> 446, 768x128 @ 128x768 1095 -> 752 / 2309 -> 1259, 256x32 @ 32x784 169 -> 166 / 125 -> 125. Not
+# a batch of small matmuls, nor a row-major A with a short K: packed, 64 matmuls of 128^3 went 1618 -> 2288 on
+# AVX-512 (two 4 MB copies, the matmul no faster), with A transposed 1815 -> 2866 (the matmul 1815 -> 1498); 256x128
+# @ 128x784 with a row-major A on AVX2 gained though (1061 -> 455: unexplored)
 PANEL_MIN_WORK = 1 << 24
 PANEL_MIN_REDUCE = 256
 PANEL_MIN_ROWS = 64
@@ -625,13 +632,16 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   i, v = min(bs, key=lambda b: b[1].strides[col] != 1)
   if _broadcast_size(v, out_axes) < PANEL_MIN_ROWS: return None
   panel = TILE_VECTORS * target.vector_floats
+  # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
+  rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
+  batched = any(all(va is None or va.strides[a] != 0 for va in views) for a in out_axes if shape[a] > 1)
+  a_across_rows = not batched and any(va is not None and va.strides[rows_axis] == 1 for j, va in enumerate(views)
+                                      if j != i)
   small = not force and (prod(shape) < PANEL_MIN_WORK_TRANSPOSED if v.strides[col] != 1 else
-                         reduce_size < PANEL_MIN_REDUCE or prod(shape) < PANEL_MIN_WORK)
+                         (reduce_size < PANEL_MIN_REDUCE and not a_across_rows) or prod(shape) < PANEL_MIN_WORK)
   # panels past the last column are zeros: at most 1/MAX_PAD_FRACTION more work, as _pad_for_vectors pads the kernel
   if small or shape[col] < 2 * panel or not _pads_little(shape[col], panel): return ()
   packs = [Packing(i, col, panel)]
-  # A's rows: the last output axis along which B is broadcast, as _register_tile picks it
-  rows_axis = next(a for a in reversed(out_axes) if v.strides[a] == 0 and shape[a] > 1)
   rows, multiple = tile_rows(target, shape[rows_axis])
   packs += [Packing(j, rows_axis, rows, multiple) for j, va in enumerate(views)
             if j != i and va is not None and rows is not None and va.strides[rows_axis] != 0]
