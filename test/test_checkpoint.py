@@ -122,7 +122,9 @@ def test_checkpointed_step_peaks_lower() -> None:
   # live from the forward to the backward; with it, one block's at a time (the extra/bench/checkpoint.py figures)
   plain, plain_loss = _step_peak(False)
   checkpointed, loss = _step_peak(True)
-  assert loss == plain_loss
+  # the recomputed forward's kernels may fuse (and round) differently from the plain one's: the second step's loss
+  # agrees to rounding, not bit for bit
+  assert loss == pytest.approx(plain_loss, rel=1e-6)
   assert checkpointed < plain / 2, (checkpointed, plain)
 
 def test_checkpoint_of_nn_blocks() -> None:
