@@ -405,10 +405,12 @@ def _packed_conv_schedule(monkeypatch, x: Tensor, w: Tensor, **kw) -> tuple[list
 
 @pytest.mark.parametrize("target, tile", [("x86-64-v3", [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 2),
                                                           Opt(OptOps.UPCAST, 0, 2)]),
-                                          ("x86-64-v4", [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 7)])])
+                                          ("x86-64-v4", [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, 7),
+                                                         Opt(OptOps.UPCAST, 1, 2)])])
 def test_narrow_conv_takes_rows_from_two_images(monkeypatch, target: str, tile: list[Opt]) -> None:
   # 14-wide rows give 2 rows of the 6 that AVX2's 12 accumulators allow (16 channels = 2 vectors): a second axis of
-  # rows, the batch (no window overlaps it, no padding's mask varies along it); AVX-512's 7 rows are left alone
+  # rows, the batch (no window overlaps it, no padding's mask varies along it); AVX-512's 7 rows of one vector take a
+  # second vector of channels instead (heuristic._second_vector)
   from lazytensor.engine.realize import run_schedule
   from lazytensor.renderer.cpu_target import cpu_target
   from lazytensor.renderer.llvm import LLVMRenderer
@@ -455,12 +457,28 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   for opts in (tile, vec.applied_opts):
     np.testing.assert_allclose(_run(items[-1], "CPU", opts).reshape(w.shape), want, rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("batch", [1, 8])
+def test_1x1_conv_tiles_two_vectors_of_output_channels_by_7_pixels(monkeypatch, batch: int) -> None:
+  # ResNet50's 1024x14x14 -> 256: the 196 pixels would need padding to 208 for vectors, the 256 channels (weights in
+  # blocks of 16) need none: vectors along the channels, 7 pixels broadcast (odd: see heuristic._row_amount), and a
+  # second vector of channels for each broadcast (9 loads per 14 FMAs; 16 x 16 pixels took 17 per 16)
+  torch = pytest.importorskip("torch")
+  x, w = _t(batch, 1024, 14, 14), _t(256, 1024, 1, 1)
+  with Context(SCHEDULE_CACHE=0, CPU_TARGET="x86-64-v4"):
+    items = create_schedule([x.conv2d(w).lazydata])[0]
+    k = hand_coded_optimizations(Kernel(items[-1].ast, Device["CPU"].renderer))
+    c = 0 if batch == 1 else 1  # the channels' axis (a batch of 1 has none)
+    assert k.applied_opts[:3] == [Opt(OptOps.UPCAST, c, 16), Opt(OptOps.UPCAST, c + 1, 7), Opt(OptOps.UPCAST, c, 2)], \
+      (k.full_shape, k.applied_opts)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy())).numpy()
+    np.testing.assert_allclose(x.conv2d(w).numpy(), want, rtol=1e-4, atol=1e-3)
+
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
 def test_strided_1x1_conv_reads_a_dense_copy_of_its_input(monkeypatch, target: str) -> None:
   # a stride-2 1x1 conv reads every other pixel of every other row: no axis of x is contiguous, so no vector load of it,
   # and a tile of pixels by vectors of output channels streamed all of x once per block of channels. A copy of the
   # pixels it reads (batch, channels, rows, columns, dense) makes it the matmul it is: vectors along the pixels (rows
-  # and columns merged, 196 padded to 208). A stride-1 conv reads x as it is.
+  # and columns merged). A stride-1 conv reads x as it is.
   torch = pytest.importorskip("torch")
   x, w = _t(2, 32, 28, 28), _t(64, 32, 1, 1)
   monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
@@ -468,7 +486,11 @@ def test_strided_1x1_conv_reads_a_dense_copy_of_its_input(monkeypatch, target: s
     items = create_schedule([x.conv2d(w, stride=2).lazydata])[0]
     assert 2 * 32 * 14 * 14 in [it.bufs[0].size for it in items[:-1]], [it.bufs[0].size for it in items]
     k = hand_coded_optimizations(Kernel(items[-1].ast, Device["CPU"].renderer))
-    assert Opt(OptOps.UPCAST, 2, 16) in k.applied_opts, (k.full_shape, k.applied_opts)
+    # AVX-512: vectors of 16 output channels (the pixels would need padding), two of them by 7 pixels
+    # (heuristic._second_vector); AVX2: vectors along the pixels
+    tile = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 1, 2)]
+    assert (k.applied_opts[:3] == tile) if target == "x86-64-v4" else Opt(OptOps.UPCAST, 2, 16) in k.applied_opts, \
+      (k.full_shape, k.applied_opts)
     assert len(create_schedule([x.conv2d(w).lazydata])[0]) == 1
     for xs, stride in [((2, 32, 28, 28), 2), ((1, 32, 9, 11), 2), ((3, 32, 10, 13), (3, 2))]:
       xi = _t(*xs)
