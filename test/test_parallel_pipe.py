@@ -9,12 +9,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from lazytensor import DeviceMesh, GlobalCounters, Tensor, nn, shard_map
+from lazytensor import Context, DeviceMesh, GlobalCounters, Tensor, nn, shard_map
+from lazytensor.engine import realize
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel import context, pipeline
 from lazytensor.parallel.context import ring_attention
 from lazytensor.parallel.pipeline import Action, Pipeline, Schedule, gpipe, one_f_one_b, zero_bubble_h1
+from lazytensor.schedule.scheduler import ScheduleItem
 
 D4 = tuple(f"CPU:{i}" for i in range(4))
 RNG = np.random.default_rng(0)
@@ -156,6 +158,32 @@ def test_split_backward_repeats_no_work() -> None:
   # within 2%: a number that earlier code in this process made a kernel argument is no longer folded, which moves the
   # count a little (0.4% seen); a W that redid B's input gradients would add 45% here
   assert abs(flops[2] - flops[1]) <= 0.02 * flops[1], flops
+
+@pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
+def test_one_time_of_the_schedule_is_one_realize(make: Callable[[int, int], Schedule]) -> None:
+  # the actions that start at one time run in one schedule (so each stage's device works on its own queue at once):
+  # a step runs one schedule per start time and one for the loss, not one per action; and the stages working at once
+  # give the bits of the same step run in order (QUEUES=0)
+  schedule = make(2, 4)
+  results: list[list[np.ndarray]] = []
+  ran: list[set[str]] = []  # the devices of each schedule run (in the last step)
+  def devices_of(items: list[ScheduleItem]) -> None: ran.append({bufs[0].device for _, bufs, _ in items})
+  x, y = rand(16, 8), RNG.integers(0, 3, 16).astype(np.int32)
+  realize.run_listeners.append(devices_of)
+  try:
+    for queues in (False, True):
+      layers = mlp(0)
+      for p in get_parameters(layers): p.requires_grad_()
+      pipe = Pipeline(cut(layers, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
+      ran.clear()
+      with Context(QUEUES=queues): loss = pipe.step(Tensor(x), Tensor(y), schedule)
+      results.append([loss.numpy(), *(p.grad.numpy() for p in get_parameters(layers) if p.grad is not None)])
+  finally: realize.run_listeners.remove(devices_of)
+  times = schedule.by_time()
+  assert len(ran) == len(times) + 1 < sum(map(len, schedule.actions))
+  assert all(d == {"CPU", "CPU:1"} for d, step in zip(ran, times) if len(step) == 2)
+  assert len(results[0]) == len(results[1]) == 9
+  for want, got in zip(*results): np.testing.assert_array_equal(got, want)
 
 def test_frozen_weights_get_no_gradient() -> None:
   ref, par = mlp(0), mlp(0)
