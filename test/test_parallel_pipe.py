@@ -51,6 +51,23 @@ def test_chart_draws_the_timeline() -> None:
     "stage 0 | F0 F1 .  B0 W0 B1 W1",
     "stage 1 | .  F0 B0 F1 B1 W0 W1"]
 
+@pytest.mark.parametrize("p,m", [(1, 3), (2, 4), (3, 5), (4, 8), (5, 3)])
+@pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
+def test_rounds_keep_each_stage_order_and_lose_no_time(make: Callable[[int, int], Schedule], p: int, m: int) -> None:
+  schedule = make(p, m)
+  rounds = schedule.rounds()
+  for s in range(p): assert tuple(a for r in rounds for t, a in r if t == s) == schedule.actions[s]
+  ran: set[tuple[int, Action]] = set()
+  for r in rounds:
+    assert r and len({s for s, _ in r}) == len(r)  # at most one action per stage
+    assert all(d in ran for s, a in r for d in pipeline._deps(s, p, a))  # what it needs ran in an earlier round
+    ran.update(r)
+  # a round lasts as long as its longest action: never longer in all than the rounds of the timeline's start times
+  by_start: dict[int, int] = {}
+  for row, starts in zip(schedule.actions, schedule.starts):
+    for a, t in zip(row, starts): by_start[t] = max(by_start.get(t, 0), schedule.cost(a))
+  assert sum(max(schedule.cost(a) for _, a in r) for r in rounds) <= sum(by_start.values())
+
 def test_schedules_are_checked() -> None:
   F0, B0, W0 = Action("F", 0), Action("B", 0), Action("W", 0)
   with pytest.raises(ValueError, match="stage 1 runs F0; expected each of F/B once"):
@@ -160,9 +177,9 @@ def test_split_backward_repeats_no_work() -> None:
   assert abs(flops[2] - flops[1]) <= 0.02 * flops[1], flops
 
 @pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
-def test_one_time_of_the_schedule_is_one_realize(make: Callable[[int, int], Schedule]) -> None:
-  # the actions that start at one time run in one schedule (so each stage's device works on its own queue at once):
-  # a step runs one schedule per start time and one for the loss, not one per action; and the stages working at once
+def test_one_round_of_the_schedule_is_one_realize(make: Callable[[int, int], Schedule]) -> None:
+  # the actions of one round run in one schedule (so each stage's device works on its own queue at once):
+  # a step runs one schedule per round and one for the loss, not one per action; and the stages working at once
   # give the bits of the same step run in order (QUEUES=0)
   schedule = make(2, 4)
   results: list[list[np.ndarray]] = []
@@ -179,9 +196,9 @@ def test_one_time_of_the_schedule_is_one_realize(make: Callable[[int, int], Sche
       with Context(QUEUES=queues): loss = pipe.step(Tensor(x), Tensor(y), schedule)
       results.append([loss.numpy(), *(p.grad.numpy() for p in get_parameters(layers) if p.grad is not None)])
   finally: realize.run_listeners.remove(devices_of)
-  times = schedule.by_time()
-  assert len(ran) == len(times) + 1 < sum(map(len, schedule.actions))
-  assert all(d == {"CPU", "CPU:1"} for d, step in zip(ran, times) if len(step) == 2)
+  rounds = schedule.rounds()
+  assert len(ran) == len(rounds) + 1 < sum(map(len, schedule.actions))
+  assert all(d == {"CPU", "CPU:1"} for d, step in zip(ran, rounds) if len(step) == 2)
   assert len(results[0]) == len(results[1]) == 9
   for want, got in zip(*results): np.testing.assert_array_equal(got, want)
 

@@ -1,0 +1,84 @@
+"""Pipeline stages that overlap in time (lazytensor/parallel/pipeline.py): one training step of an MLP cut into stages
+on CPU:0..p-1, each stage's devices running the actions of one round on their own queues (QUEUES=1) against the
+same step run in order on the calling thread (QUEUES=0, what the runner did when it realized one action at a time),
+one thread per device (THREADS=1), the two alternated run by run. Results are bit-identical either way
+(test/test_parallel_pipe.py).
+
+Usage: python extra/bench/pipeline.py [--stages 2 4] [--layers 4] [--width 1024] [--batch 256] [--micro 8] [--runs 3]
+
+For each schedule it prints the step time both ways, the speedup, and two ideals from the timeline of unit costs
+(F, B, W one unit, an unsplit B two): the timeline's, p (1 - bubble fraction); and the rounds', the runner's steps,
+each waiting for its longest action (the busy units over the sum of those longest actions: 1F1B loses about a fifth).
+On a host with fewer cores than stages the cores bound it too: 2 cores give at most 2x.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import bench_clock
+import numpy as np
+from devices import host
+
+from lazytensor import Context, DeviceMesh, Tensor, nn
+from lazytensor.nn.state import get_parameters
+from lazytensor.parallel.pipeline import Pipeline, Schedule, gpipe, one_f_one_b, zero_bubble_h1
+
+
+def step_of(schedule: Schedule, layers: int, width: int, batch: int) -> Callable[[], object]:
+  """A training step (the gradients; no optimizer) of `layers` Linear(width, width) with relu per stage, a stage per
+  device, run by `schedule`."""
+  Tensor.manual_seed(0)
+  model = [[nn.Linear(width, width) for _ in range(layers)] for _ in range(schedule.stages)]
+  params = get_parameters(model)
+  for p in params: p.requires_grad_()
+  cut = [[f for layer in stage for f in (layer, Tensor.relu)] for stage in model]
+  pipe = Pipeline(cut, DeviceMesh(tuple(f"CPU:{i}" for i in range(schedule.stages)), names=("pp",)),
+                  lambda out, y: out.cross_entropy(y))
+  rng = np.random.default_rng(0)
+  x = Tensor(rng.standard_normal((batch, width), dtype=np.float32)).realize()
+  y = Tensor(rng.integers(0, 10, batch)).realize()
+  def step() -> object:
+    for p in params: p.grad = None
+    return pipe.step(x, y, schedule)
+  return step
+
+def queued(step: Callable[[], object], queues: bool) -> Callable[[], object]:
+  def run() -> object:
+    with Context(QUEUES=queues): return step()
+  return run
+
+def ideals(schedule: Schedule) -> tuple[float, float]:
+  """The speedup over running every action in order that the schedule's timeline allows, and that the runner's rounds
+  (each as long as its longest action) allow."""
+  busy = sum(schedule.cost(a) for row in schedule.actions for a in row)
+  stepped = sum(max(schedule.cost(a) for _, a in step) for step in schedule.rounds())
+  return busy / schedule.makespan(), busy / stepped
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--stages", type=int, nargs="+", default=[2, 4])
+  ap.add_argument("--layers", type=int, default=4, help="Linear(width, width) layers per stage")
+  ap.add_argument("--width", type=int, default=1024)
+  ap.add_argument("--batch", type=int, default=256)
+  ap.add_argument("--micro", type=int, default=8, help="micro-batches")
+  ap.add_argument("--runs", type=int, default=3)
+  ap.add_argument("--threads", type=int, default=1, help="CPU threads per kernel (THREADS)")
+  args = bench_clock.setup(ap)
+  print(f"host: {host()}")
+  print(f"{args.layers} x Linear({args.width}, {args.width}) per stage, batch {args.batch}, {args.micro} "
+        f"micro-batches, THREADS={args.threads}")
+  for stages in args.stages:
+    for make in (gpipe, one_f_one_b, zero_bubble_h1):
+      schedule = make(stages, args.micro)
+      with Context(THREADS=args.threads):
+        step = step_of(schedule, args.layers, args.width, args.batch)
+        serial, overlapped = bench_clock.best_times([queued(step, False), queued(step, True)], args.runs)
+      assert serial is not None and overlapped is not None
+      ideal, stepped = ideals(schedule)
+      print(f"{schedule.name:6s} {stages} stages: in order {serial * 1e3:7.1f} ms  overlapped "
+            f"{overlapped * 1e3:7.1f} ms  {serial / overlapped:5.2f}x   ideal: timeline {ideal:4.2f}x "
+            f"(bubble {schedule.bubble_fraction():5.1%}), rounds {stepped:4.2f}x")
+
+if __name__ == "__main__":
+  main()
