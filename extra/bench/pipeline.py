@@ -21,17 +21,17 @@ import numpy as np
 from devices import host
 
 from lazytensor import Context, DeviceMesh, Tensor, nn
+from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel.pipeline import Pipeline, Schedule, gpipe, one_f_one_b, zero_bubble_h1
 
 
 def step_of(schedule: Schedule, layers: int, width: int, batch: int) -> Callable[[], object]:
-  """A training step (the gradients; no optimizer) of `layers` Linear(width, width) with relu per stage, a stage per
-  device, run by `schedule`."""
+  """A training step (the gradients, then SGD: new weights each step, so nothing computed is found again) of `layers`
+  Linear(width, width) with relu per stage, a stage per device, run by `schedule`."""
   Tensor.manual_seed(0)
   model = [[nn.Linear(width, width) for _ in range(layers)] for _ in range(schedule.stages)]
-  params = get_parameters(model)
-  for p in params: p.requires_grad_()
+  opt = SGD(get_parameters(model), lr=1e-3)
   cut = [[f for layer in stage for f in (layer, Tensor.relu)] for stage in model]
   pipe = Pipeline(cut, DeviceMesh(tuple(f"CPU:{i}" for i in range(schedule.stages)), names=("pp",)),
                   lambda out, y: out.cross_entropy(y))
@@ -39,8 +39,10 @@ def step_of(schedule: Schedule, layers: int, width: int, batch: int) -> Callable
   x = Tensor(rng.standard_normal((batch, width), dtype=np.float32)).realize()
   y = Tensor(rng.integers(0, 10, batch)).realize()
   def step() -> object:
-    for p in params: p.grad = None
-    return pipe.step(x, y, schedule)
+    opt.zero_grad()
+    loss = pipe.step(x, y, schedule)
+    opt.step()
+    return loss
   return step
 
 def queued(step: Callable[[], object], queues: bool) -> Callable[[], object]:
