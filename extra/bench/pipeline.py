@@ -1,8 +1,7 @@
 """Pipeline stages that overlap in time (lazytensor/parallel/pipeline.py): one training step of an MLP cut into stages
-on CPU:0..p-1, each stage's devices running the actions of one round on their own queues (QUEUES=1) against the
-same step run in order on the calling thread (QUEUES=0: every kernel after the last, as when the runner realized
-one action at a time),
-one thread per device (THREADS=1), the two alternated run by run. Results are bit-identical either way
+on CPU:0..p-1, each stage's devices running the actions of one round on their own queues (QUEUES=1) against the same
+step run in order on the calling thread (QUEUES=0: each kernel after the last, as when the runner realized one action
+at a time), one thread per device (THREADS=1), the two alternated run by run. Results are bit-identical either way
 (test/test_parallel_pipe.py).
 
 Usage: python extra/bench/pipeline.py [--stages 2 4] [--layers 4] [--width 1024] [--batch 256] [--micro 8] [--runs 3]
