@@ -9,12 +9,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from lazytensor import DeviceMesh, GlobalCounters, Tensor, nn, shard_map
+from lazytensor import Context, DeviceMesh, GlobalCounters, Tensor, nn, shard_map
+from lazytensor.engine import realize
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel import context, pipeline
 from lazytensor.parallel.context import ring_attention
 from lazytensor.parallel.pipeline import Action, Pipeline, Schedule, gpipe, one_f_one_b, zero_bubble_h1
+from lazytensor.schedule.scheduler import ScheduleItem
 
 D4 = tuple(f"CPU:{i}" for i in range(4))
 RNG = np.random.default_rng(0)
@@ -48,6 +50,23 @@ def test_chart_draws_the_timeline() -> None:
     "ZB-H1, 2 stages, 2 micro-batches: bubble 14.3%",
     "stage 0 | F0 F1 .  B0 W0 B1 W1",
     "stage 1 | .  F0 B0 F1 B1 W0 W1"]
+
+@pytest.mark.parametrize("p,m", [(1, 3), (2, 4), (3, 5), (4, 8), (5, 3)])
+@pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
+def test_rounds_keep_each_stage_order_and_lose_no_time(make: Callable[[int, int], Schedule], p: int, m: int) -> None:
+  schedule = make(p, m)
+  rounds = schedule.rounds()
+  for s in range(p): assert tuple(a for r in rounds for t, a in r if t == s) == schedule.actions[s]
+  ran: set[tuple[int, Action]] = set()
+  for r in rounds:
+    assert r and len({s for s, _ in r}) == len(r)  # at most one action per stage
+    assert all(d in ran for s, a in r for d in pipeline._deps(s, p, a))  # what it needs ran in an earlier round
+    ran.update(r)
+  # a round lasts as long as its longest action: never longer in all than the rounds of the timeline's start times
+  by_start: dict[int, int] = {}
+  for row, starts in zip(schedule.actions, schedule.starts):
+    for a, t in zip(row, starts): by_start[t] = max(by_start.get(t, 0), schedule.cost(a))
+  assert sum(max(schedule.cost(a) for _, a in r) for r in rounds) <= sum(by_start.values())
 
 def test_schedules_are_checked() -> None:
   F0, B0, W0 = Action("F", 0), Action("B", 0), Action("W", 0)
@@ -156,6 +175,32 @@ def test_split_backward_repeats_no_work() -> None:
   # within 2%: a number that earlier code in this process made a kernel argument is no longer folded, which moves the
   # count a little (0.4% seen); a W that redid B's input gradients would add 45% here
   assert abs(flops[2] - flops[1]) <= 0.02 * flops[1], flops
+
+@pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
+def test_one_round_of_the_schedule_is_one_realize(make: Callable[[int, int], Schedule]) -> None:
+  # the actions of one round run in one schedule (so each stage's device works on its own queue at once):
+  # a step runs one schedule per round and one for the loss, not one per action; and the stages working at once
+  # give the bits of the same step run in order (QUEUES=0)
+  schedule = make(2, 4)
+  results: list[list[np.ndarray]] = []
+  ran: list[set[str]] = []  # the devices of each schedule run (in the last step)
+  def devices_of(items: list[ScheduleItem]) -> None: ran.append({bufs[0].device for _, bufs, _ in items})
+  x, y = rand(16, 8), RNG.integers(0, 3, 16).astype(np.int32)
+  realize.run_listeners.append(devices_of)
+  try:
+    for queues in (False, True):
+      layers = mlp(0)
+      for p in get_parameters(layers): p.requires_grad_()
+      pipe = Pipeline(cut(layers, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
+      ran.clear()
+      with Context(QUEUES=queues): loss = pipe.step(Tensor(x), Tensor(y), schedule)
+      results.append([loss.numpy(), *(p.grad.numpy() for p in get_parameters(layers) if p.grad is not None)])
+  finally: realize.run_listeners.remove(devices_of)
+  rounds = schedule.rounds()
+  assert len(ran) == len(rounds) + 1 < sum(map(len, schedule.actions))
+  assert all(d == {"CPU", "CPU:1"} for d, step in zip(ran, rounds) if len(step) == 2)
+  assert len(results[0]) == len(results[1]) == 9
+  for want, got in zip(*results): np.testing.assert_array_equal(got, want)
 
 def test_frozen_weights_get_no_gradient() -> None:
   ref, par = mlp(0), mlp(0)

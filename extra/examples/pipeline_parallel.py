@@ -7,9 +7,9 @@ and checked step for step against one device.
 Stage s holds one Linear layer (and its relu) on CPU:s. The schedule says in which order each stage runs the forward
 (F), backward (B) and, for ZB-H1, weight-gradient (W) of each micro-batch; the example prints its timeline with unit
 costs and its bubble fraction. Activations move to the next stage's device after F, gradients back after B; the weight
-gradients accumulate over the micro-batches, and one optimizer step updates every stage. This process runs one kernel
-at a time, so the stages do not overlap in time here: the example shows the schedules and the bookkeeping (devices,
-copies, accumulation, the split backward), not the speed-up of a pipeline with one worker per device.
+gradients accumulate over the micro-batches, and one optimizer step updates every stage. The actions of one round of
+the schedule (`Schedule.rounds`) run at once, each stage's on its device's worker; at this example's size the work is
+too small for that to show in time (extra/bench/pipeline.py measures it on larger layers).
 """
 from __future__ import annotations
 

@@ -15,10 +15,16 @@ each stage, the order of its actions on them:
 `gpipe`, `one_f_one_b` and `zero_bubble_h1` build the three classic schedules; `Schedule.chart()` draws one (a row per
 stage, a column per unit of time) and `Schedule.bubble_fraction()` is its idle share with unit costs (F, B and W one
 unit each; an unsplit B, which is B and W, two), which is (p-1)/(m+p-1) for GPipe and 1F1B and (p-1)/(3m+p-1) for
-ZB-H1 (m >= p), p stages and m micro-batches. `Pipeline.step` runs a schedule: each action runs (realizes) when the
-timeline of unit costs starts it, the stages' actions of one time in stage order; this process runs one kernel at a
-time, so the stages do not overlap in time here, but the order, the data moved and the memory held are the
-schedule's. The gradients accumulate into each weight's `.grad` (as backward's), so any optimizer steps them.
+ZB-H1 (m >= p), p stages and m micro-batches. `Pipeline.step` runs a schedule in rounds (`Schedule.rounds`): in
+each, every stage whose next action needs only what earlier rounds made runs it, the round's actions built lazily and
+realized together, in one schedule, so each stage's devices run theirs on their own queues at once (engine/queues.py;
+QUEUES=0 runs them in order), and a value sent to a stage is copied in the round of the action that takes it, ahead of
+that stage's kernels. Each stage runs its actions in the schedule's order, so the data moved and the memory held are
+the schedule's, and the results are bit-identical to running the actions one at a time. A round ends when its longest
+action does: where the timeline has a stage start an action during another stage's two-unit B, the runner waits for
+the B (with unit costs 1F1B then reaches 1.41x over running in order with 2 stages and 8 micro-batches, its timeline
+1.78x; GPipe and ZB-H1 lose nothing). The gradients accumulate into each weight's `.grad` (as backward's), so any
+optimizer steps them.
 """
 from __future__ import annotations
 
@@ -128,10 +134,25 @@ class Schedule:
     head = f"{self.name}, {self.stages} stages, {self.microbatches} micro-batches: bubble {self.bubble_fraction():.1%}"
     return "\n".join([head, *rows])
 
-  def in_order(self) -> list[tuple[int, Action]]:
-    """Every (stage, action) in the order the runner runs them: by start time, then by stage."""
-    timed = sorted((t, s, a) for s, (row, ts) in enumerate(zip(self.actions, self.starts)) for a, t in zip(row, ts))
-    return [(s, a) for _, s, a in timed]
+  def rounds(self) -> list[list[tuple[int, Action]]]:
+    """The runner's steps: in each round, every stage whose next action needs only what earlier rounds ran runs it.
+    A round's actions are on different stages and independent, and each stage runs its actions in the schedule's
+    order. Where the timeline starts them at the same time they share a round; an action that a two-unit B of another
+    stage would make wait on the timeline joins the round of that B instead (1F1B's forwards beside the backwards).
+
+    >>> [" ".join(f"{s}:{a}" for s, a in step) for step in one_f_one_b(2, 3).rounds()]
+    ['0:F0', '0:F1 1:F0', '1:B0', '0:B0 1:F1', '0:F2 1:B1', '0:B1 1:F2', '1:B2', '0:B2']
+    """
+    p, nexts = self.stages, [0] * self.stages
+    ran: set[tuple[int, Action]] = set()
+    steps: list[list[tuple[int, Action]]] = []
+    while len(ran) < sum(map(len, self.actions)):  # some stage can always go on: the timeline exists
+      now = [(s, self.actions[s][k]) for s, k in enumerate(nexts) if k < len(self.actions[s])]
+      now = [(s, a) for s, a in now if all(d in ran for d in _deps(s, p, a))]
+      for s, _ in now: nexts[s] += 1
+      ran.update(now)
+      steps.append(now)
+    return steps
 
 def _check_sizes(stages: int, microbatches: int, what: str) -> None:
   for name, v in (("stages", stages), ("microbatches", microbatches)):
@@ -255,18 +276,29 @@ class Pipeline:
     work = [[_Work() for _ in range(m)] for _ in self.layers]
     for i in range(m): work[0][i].received = _place(x[i * size:(i + 1) * size], self.devices[0])
     targets = [_place(y[i * size:(i + 1) * size], self.devices[-1]) for i in range(m)]
-    losses = []
-    for s, a in schedule.in_order():
-      w = work[s][a.microbatch]
-      if a.kind == "F":
-        self._forward(s, w, targets[a.microbatch] if s == len(self.layers) - 1 else None, m)
-        if s + 1 < len(self.layers): work[s + 1][a.microbatch].received = _move(w.outputs[-1], self.devices[s + 1])
-        else: losses.append(w.outputs[-1])
-      elif a.kind == "B":
-        grad = self._backward(s, w, weights=not schedule.split_backward)
-        if grad is not None: work[s - 1][a.microbatch].received = _move(grad, self.devices[s - 1])
-      else: self._weights(s, w)
+    losses: list[Tensor] = []
+    for actions in schedule.rounds():
+      # one round's actions built lazily and realized together: each stage's devices run theirs on their own queues at
+      # once, and the copies into a stage (of what earlier rounds made) run ahead of its kernels
+      made = [t for s, a in actions for t in self._action(s, a, work, targets, schedule, losses)]
+      if made: Tensor.realize(*made)
     return sum(losses[1:], losses[0]).realize()
+
+  def _action(self, s: int, a: Action, work: list[list[_Work]], targets: list[Tensor], schedule: Schedule,
+              losses: list[Tensor]) -> list[Tensor]:
+    """Stage s's action a, built lazily: what it makes, to realize. What it sends to a neighbouring stage is moved
+    lazily too, so the copy runs in the time step of the action that takes it."""
+    w = work[s][a.microbatch]
+    last = s == len(self.layers) - 1
+    if a.kind == "F":
+      made = self._forward(s, w, targets[a.microbatch] if last else None, schedule.microbatches)
+      if last: losses.append(w.outputs[-1])
+      else: work[s + 1][a.microbatch].received = _move(w.outputs[-1], self.devices[s + 1])
+      return made
+    if a.kind == "W": return self._weights(s, w)
+    grad, made = self._backward(s, w, weights=not schedule.split_backward)
+    if grad is not None: work[s - 1][a.microbatch].received = _move(grad, self.devices[s - 1])
+    return made
 
   def _check(self, x: Tensor, y: Tensor, schedule: Schedule) -> None:
     if not isinstance(schedule, Schedule): raise TypeError(f"Pipeline.step: expected a Schedule, got {schedule!r}")
@@ -280,9 +312,9 @@ class Pipeline:
       raise ValueError(f"Pipeline.step: a batch of {x.shape[0]} does not split into {schedule.microbatches} "
                        "micro-batches of one size")
 
-  def _forward(self, s: int, w: _Work, target: Tensor | None, microbatches: int) -> None:
+  def _forward(self, s: int, w: _Work, target: Tensor | None, microbatches: int) -> list[Tensor]:
     """F: the stage's layers, each on its input as a leaf of its own (so that B and W differentiate one layer at a
-    time); on the last stage the loss (a share 1/m of the batch's) is a last layer."""
+    time); on the last stage the loss (a share 1/m of the batch's) is a last layer. Returns the layers' outputs."""
     h = w.received
     assert h is not None, "a forward before its input arrived"
     w.received = None
@@ -293,7 +325,7 @@ class Pipeline:
       w.inputs.append(h.detach() if data else h.detach().requires_grad_())
       h = layer(w.inputs[-1])
       w.outputs.append(h)
-    Tensor.realize(*w.outputs)
+    return w.outputs
 
   def _loss(self, out: Tensor, target: Tensor) -> Tensor:
     loss = self.loss_fn(out, target)
@@ -302,10 +334,10 @@ class Pipeline:
                        f"{loss.shape if isinstance(loss, Tensor) else type(loss).__name__}")
     return loss
 
-  def _backward(self, s: int, w: _Work, weights: bool) -> Tensor | None:
+  def _backward(self, s: int, w: _Work, weights: bool) -> tuple[Tensor | None, list[Tensor]]:
     """B: the gradient of the stage's input (None on the first stage, whose input is data), layer by layer from the
     last, keeping the gradient of each layer's output for W; with `weights`, the weights' gradients too (B and W in
-    one)."""
+    one). Returns that input gradient and every gradient it makes."""
     grad, w.received = w.received, None
     grads: list[Tensor] = []
     for k in reversed(range(len(w.outputs))):
@@ -316,19 +348,19 @@ class Pipeline:
       got = w.outputs[k].gradient(*inputs, *params, gradient=grad)
       grads += self._accumulate(params, got[len(inputs):])
       if inputs: grad = got[0]
-    Tensor.realize(*(g for g in (grad, *w.output_grads, *grads) if isinstance(g, Tensor)))
+    made = [g for g in (grad, *w.output_grads, *grads) if isinstance(g, Tensor)]
     if weights: w.inputs, w.outputs, w.output_grads = [], [], []
-    return grad if s > 0 else None
+    return grad if s > 0 else None, made
 
-  def _weights(self, s: int, w: _Work) -> None:
-    """W: the weights' gradients of each layer from the gradient of its output that B kept; then the micro-batch's
-    activations are let go."""
+  def _weights(self, s: int, w: _Work) -> list[Tensor]:
+    """W: the weights' gradients of each layer from the gradient of its output that B kept (returned); then the
+    micro-batch's activations are let go."""
     grads = []
     for k in range(len(self.params[s])):
       if not (params := self._trained(s, k)): continue
       grads += self._accumulate(params, w.outputs[k].gradient(*params, gradient=w.output_grads[k]))
-    Tensor.realize(*grads)
     w.inputs, w.outputs, w.output_grads = [], [], []
+    return grads
 
   def _trained(self, s: int, k: int) -> list[Tensor]:
     """The weights of layer k of stage s that get gradients (requires_grad, as backward's; the loss has none)."""
