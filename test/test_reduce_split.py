@@ -58,8 +58,10 @@ def test_nan_survives_the_split(any_size: None) -> None:
   with Context(SCHEDULE_CACHE=0): got = Tensor(a).max(0).numpy()
   assert np.isnan(got[5]) and not np.isnan(np.delete(got, 5)).any()
 
+def _weight_gradient(x: Tensor, w: Tensor, dy: Tensor) -> Tensor: return (x @ w).gradient(w, gradient=dy)[0]
+
 @pytest.mark.parametrize("what", ["contiguous reduce", "narrow rows", "few rows", "rows 8 does not divide",
-                                  "two axes", "computed operand"])
+                                  "two axes", "computed operand", "matmul weight gradient"])
 def test_left_whole(any_size: None, what: str) -> None:
   t, _ = _rand(128, 1024)
   f: dict[str, Callable[[], Tensor]] = {
@@ -69,8 +71,26 @@ def test_left_whole(any_size: None, what: str) -> None:
     "rows 8 does not divide": lambda: _rand(100, 1024)[0].sum(0),
     "two axes": lambda: _rand(8, 16, 1024)[0].sum((0, 1)),
     "computed operand": lambda: (t - t.max(1, keepdim=True)).sum(0),  # reads a reduce: its strides are unknown
+    # x.T @ dy with a 2-D x reduces (128, 1024, 64) over its rows, but each operand is broadcast along an output axis:
+    # no stream to split, and the partials would be 16 copies of the output
+    "matmul weight gradient": lambda: _weight_gradient(t, _rand(1024, 64)[0], _rand(128, 64)[0]),
   }
   assert _kernels(f[what]()) == (2 if what == "computed operand" else 1)  # max(1), then sum(0) whole
+
+def test_rows_weighted_by_a_vector_are_split(any_size: None) -> None:
+  # only the weights (a column of another matrix: strided along the reduce) are broadcast, along the columns: x is
+  # streamed down its rows as a column sum streams it
+  t, a = _rand(128, 1024)
+  y, b = _rand(128, 4)
+  f = lambda: (y[:, 1:2] * t).sum(0)  # noqa: E731
+  assert _kernels(f()) == 2
+  with Context(SCHEDULE_CACHE=0): np.testing.assert_allclose(f().numpy(), b[:, 1] @ a, rtol=1e-4, atol=1e-3)
+
+def test_matmul_weight_gradient_matches_numpy(any_size: None) -> None:
+  t, a = _rand(128, 1024)
+  (w, _), (dy, d) = _rand(1024, 64), _rand(128, 64)
+  with Context(SCHEDULE_CACHE=0):
+    np.testing.assert_allclose(_weight_gradient(t, w, dy).numpy(), a.T @ d, rtol=1e-4, atol=1e-3)
 
 def test_small_operands_are_not_split() -> None:
   # 512 KB: the strided reads hit the cache (the split pays from half of L3)

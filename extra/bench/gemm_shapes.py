@@ -14,6 +14,7 @@ against torch (above 1: faster). DEBUG=2 shows the kernels of each row and their
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +24,14 @@ TOKENS, DIM, HEADS = 128, 768, 12
 
 Item = tuple[str, int, Callable[[tuple], Any], list[Any], list[Any], Callable[..., Any] | None, Callable[..., Any]]
 
-def linear_item(rng: Any, rows: int, cin: int, cout: int) -> Item:
-  """(name, flops, lazytensor build, activations, weights, numpy, torch) of y = x @ W.T + b."""
+def linear_item(rng: Any, rows: int, cin: int, cout: int, bias: bool = True) -> Item:
+  """(name, flops, lazytensor build, activations, weights, numpy, torch) of y = x @ W.T + b (without b: x @ W.T)."""
   acts = [rng.standard_normal((rows, cin), dtype="float32")]
-  weights = [rng.standard_normal((cout, cin), dtype="float32"), rng.standard_normal(cout, dtype="float32")]
+  weights = [rng.standard_normal((cout, cin), dtype="float32")]
+  if not bias:
+    return (f"linear {rows}x{cin} -> {cout}, no bias", 2 * rows * cin * cout, lambda s: s[0].linear(s[1].T), acts,
+            weights, lambda x, w: x @ w.T, lambda torch, x, w: torch.nn.functional.linear(x, w))
+  weights.append(rng.standard_normal(cout, dtype="float32"))
   return (f"linear {rows}x{cin} -> {cout}", 2 * rows * cin * cout, lambda s: s[0].linear(s[1].T, s[2]), acts, weights,
           lambda x, w, b: x @ w.T + b, lambda torch, x, w, b: torch.nn.functional.linear(x, w, b))
 
@@ -65,6 +70,38 @@ def conv1x1_item(rng: Any, batch: int, cin: int, side: int, cout: int) -> Item:
           [rng.standard_normal((cout, cin, 1, 1), dtype="float32")], np_conv,
           lambda torch, x, w: torch.nn.functional.conv2d(x, w))
 
+VOCAB, BATCH = 50257, 4
+
+def grad_item(rng: Any, shape: tuple[int, ...], cin: int, cout: int, wrt: str, tied: bool) -> Item:
+  """The gradient of a training step's product y = x @ W (W (cin, cout): GPT-2's Conv1D) or, `tied`, y = x @ W.T (W
+  (cout, cin): its output layer, the token embedding) with respect to x ("dx": dy @ W.T) or W ("dW": x.T @ dy), x of
+  `shape` + (cin,), as autograd writes it."""
+  rows = math.prod(shape)
+  x, dy = rng.standard_normal((*shape, cin), dtype="float32"), rng.standard_normal((*shape, cout), dtype="float32")
+  w = rng.standard_normal((cout, cin) if tied else (cin, cout), dtype="float32")
+  fwd = (lambda x, w: x @ swap(w, 0, 1)) if tied else (lambda x, w: x @ w)
+  flat = lambda t, n: t.reshape(rows, n)  # noqa: E731
+  if wrt == "dx":
+    ref = (lambda dy, w: dy @ w) if tied else (lambda dy, w: dy @ swap(w, 0, 1))
+    return (f"{wrt} {'x'.join(map(str, shape))}x{cout} @ W ({cin} <- {cout})", 2 * rows * cin * cout,
+            lambda s: fwd(s[0], s[2]).gradient(s[0], gradient=s[1])[0], [x, dy], [w], lambda x, dy, w: ref(dy, w),
+            lambda torch, x, dy, w: ref(dy, w))
+  ref = (lambda x, dy: swap(flat(dy, cout), 0, 1) @ flat(x, cin)) if tied else \
+    (lambda x, dy: swap(flat(x, cin), 0, 1) @ flat(dy, cout))
+  return (f"{wrt} {'x'.join(map(str, shape))}: {cin} -> {cout}{' (tied)' if tied else ''}", 2 * rows * cin * cout,
+          lambda s: fwd(s[0], s[2]).gradient(s[2], gradient=s[1])[0], [x, dy], [w], lambda x, dy, w: ref(x, dy),
+          lambda torch, x, dy, w: ref(x, dy))
+
+def train_items(rng: Any) -> list[Item]:
+  """GPT-2 124M's training step at batch 4, sequence 128: the output layer (tied to the embedding) forward and both
+  gradients, the attention projection's input gradient, and the MLP's weight gradients with x 2-D (512, cin), as an
+  MLP trained on a large batch has them."""
+  seq = (BATCH, TOKENS)
+  return [linear_item(rng, BATCH * TOKENS, DIM, VOCAB, bias=False), grad_item(rng, seq, DIM, VOCAB, "dx", True),
+          grad_item(rng, seq, DIM, VOCAB, "dW", True), grad_item(rng, seq, DIM, 3 * DIM, "dx", False),
+          grad_item(rng, (BATCH * TOKENS,), DIM, 4 * DIM, "dW", False),
+          grad_item(rng, (BATCH * TOKENS,), 4 * DIM, DIM, "dW", False)]
+
 def square_item(rng: Any, n: int) -> Item:
   return (f"matmul {n}", 2 * n ** 3, lambda s: s[0] @ s[1], [rng.standard_normal((n, n), dtype="float32")],
           [rng.standard_normal((n, n), dtype="float32")], lambda a, b: a @ b, lambda torch, a, b: a @ b)
@@ -74,7 +111,8 @@ def items(rng: Any) -> list[Item]:
           linear_item(rng, TOKENS, 4 * DIM, DIM), gelu_linear_item(rng, TOKENS, 4 * DIM, DIM), *attention_items(rng),
           conv1x1_item(rng, 1, 1024, 14, 256), conv1x1_item(rng, 8, 1024, 14, 256),
           conv1x1_item(rng, 1, 256, 14, 1024), conv1x1_item(rng, 8, 256, 14, 1024),
-          conv1x1_item(rng, 1, 256, 56, 64), conv1x1_item(rng, 1, 512, 7, 2048), square_item(rng, 1024)]
+          conv1x1_item(rng, 1, 256, 56, 64), conv1x1_item(rng, 1, 512, 7, 2048), square_item(rng, 1024),
+          *train_items(rng)]
 
 def kernels_alone(out: Any) -> Callable[[], None]:
   """A function that runs the kernels of `out`'s schedule, with the weights' packed copies of earlier calls (as a

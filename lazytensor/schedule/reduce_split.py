@@ -33,9 +33,9 @@ SPLIT_L3_FRACTION = 2  # the operand at least this fraction of L3
 
 _NUMBERS = (Ops.CONST, Ops.DEFINE_VAR)  # read no buffer
 
-def _leaf_strides(u: UOp, axis: int) -> list[tuple[int, int]] | None:
-  """(stride along `axis`, stride along the last axis) of each buffer that `u` reads through elementwise ops, in
-  elements; None where it reads something else (a computed value, a view of more than one layer)."""
+def _leaf_strides(u: UOp) -> list[tuple[int, ...]] | None:
+  """The strides of each buffer that `u` reads through elementwise ops, in elements, at u's shape; None where it reads
+  something else (a computed value, a view of more than one layer)."""
   out, stack, seen = [], [u], set()
   while stack:
     n = stack.pop()
@@ -44,8 +44,7 @@ def _leaf_strides(u: UOp, axis: int) -> list[tuple[int, int]] | None:
     if n.op in _NUMBERS or (n.op is Ops.VIEW and n.src[0].op in _NUMBERS): continue
     if n.op is Ops.VIEW and n.src[0].op is Ops.BUFFER:
       if len(n.arg.views) != 1: return None
-      strides = n.arg.views[0].strides
-      out.append((strides[axis], strides[-1]))
+      out.append(n.arg.views[0].strides)
       continue
     if n.op not in GroupOp.Elementwise: return None
     stack.extend(n.src)
@@ -53,19 +52,25 @@ def _leaf_strides(u: UOp, axis: int) -> list[tuple[int, int]] | None:
 
 def split_block(target: CPUTarget, r: UOp) -> int | None:
   """Rows per partial reduce for the reduce `r` on a device with this CPU target, or None to leave it whole: one
-  reduce axis, not the last, of at least SPLIT_MIN_ROWS rows that SPLIT_BLOCK divides, rows of at least a page, an
-  operand at least 1/SPLIT_L3_FRACTION of L3 read at a stride along the reduce and contiguously along the rows."""
+  reduce axis, not the last, of at least SPLIT_MIN_ROWS rows that SPLIT_BLOCK divides, rows of at least a page, and a
+  buffer read whole (the stream: broadcast along no axis) of at least 1/SPLIT_L3_FRACTION of L3, at a stride along the
+  reduce and contiguously along the rows; every other buffer read along the rows or broadcast."""
   src, (_, axes) = r.src[0], r.arg
   shape = src.shape
   if len(axes) != 1 or (axis := axes[0]) == len(shape) - 1: return None
   rows, itemsize = shape[axis], src.dtype.itemsize
   if rows < SPLIT_MIN_ROWS or rows % SPLIT_BLOCK or prod(shape[axis + 1:]) * itemsize < SPLIT_MIN_ROW_BYTES: return None
   if prod(shape) * itemsize < target.l3_bytes // SPLIT_L3_FRACTION: return None
-  # every buffer read along the rows (or broadcast), one at least at a stride along the reduce (a bias broadcast
-  # along it is read from cache)
-  strides = _leaf_strides(src, axis)
-  if strides is None or not all(last in (0, 1) and along != 1 for along, last in strides): return None
-  return SPLIT_BLOCK if any(last == 1 and along != 0 for along, last in strides) else None
+  # every buffer read along the rows (or broadcast), not along the reduce (a bias broadcast along it is read from
+  # cache)
+  if (strides := _leaf_strides(src)) is None or not all(st[-1] in (0, 1) and st[axis] != 1 for st in strides):
+    return None
+  # the stream is the whole of the reduce's input, so the partials are 1/SPLIT_BLOCK of it. A buffer broadcast along
+  # some axis is reused: where every one is (a matmul's weight gradient x.T @ dy with x (512, 768), 2-D as a large
+  # batch's MLP has it: its input (512, 768, 3072) is a broadcast product), the partials would be rows/SPLIT_BLOCK
+  # copies of the output, 600 MB for 64 blocks of 8 rows, 24 GFLOP/s where the matmul whole runs at ~170
+  stream = any(st[-1] == 1 and st[axis] != 0 and all(s != 0 or n == 1 for s, n in zip(st, shape)) for st in strides)
+  return SPLIT_BLOCK if stream else None
 
 GPU_SPLIT_MIN_ELEMENTS = 1 << 18  # below this (1 MiB of floats) one block's time is a launch's: one kernel
 GPU_BLOCKS_PER_SM = 2  # partial reduces per multiprocessor, so that one finishing late does not idle the rest
