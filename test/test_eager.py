@@ -136,9 +136,29 @@ def test_the_structure_walk_numbers_parameters_as_the_abstract_walk() -> None:
   graphs = [[(a + b).lazydata], [(b.T * a + 2).lazydata], [(a * a - b).lazydata], [later],
             [(a + 1).lazydata, (b * a).lazydata]]
   for outs in graphs:
-    seen = schedule_cache.structure(outs)
-    assert seen is not None
-    assert seen[1].params == schedule_cache.abstract(outs).params
+    assert schedule_cache.structure(outs)[1].params == schedule_cache.abstract(outs).params
+
+def test_a_deep_graph_finds_its_schedule_by_its_structure(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+  # a model's forward is a chain deeper than the recursive walks go (ResNet50: about 2000 nodes): its structure is
+  # walked on by a stack, numbering the parameters as the abstract walk does (a buffer met left of a deep subgraph, one
+  # right of it), and the second forward finds its schedule without building the abstract graph
+  from lazytensor.schedule.cache import _MAX_RECURSION
+  outs = []
+  for seed in (90, 91):
+    (a, an), (b, bn), (c, cn) = (_realized(4, seed=seed + k) for k in (0, 10, 20))
+    x = a
+    for i in range(_MAX_RECURSION + 50): x = (b * x if i % 2 else x * 0.5 + c)
+    outs.append((x, an, bn, cn))
+  seen = schedule_cache.structure([outs[0][0].lazydata])
+  assert seen[1].params == schedule_cache.abstract([outs[0][0].lazydata]).params
+  walks = []
+  real_abstract = schedule_cache.abstract
+  monkeypatch.setattr(schedule_cache, "abstract", lambda outs, *rest: walks.append(outs) or real_abstract(outs, *rest))
+  assert [_counts(lambda x=x: x.realize()) for x, *_ in outs] == [(1, 0), (0, 1)] and len(walks) == 1
+  for x, an, bn, cn in outs:
+    ref = an.astype(np.float64)
+    for i in range(_MAX_RECURSION + 50): ref = (bn * ref if i % 2 else ref * 0.5 + cn)
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-4)
 
 def test_becomes_lists_the_assigns_first_in_the_order_they_run() -> None:
   # commit_realized records `becomes` in its order: the last assign into a buffer must be the one that stands for its
