@@ -270,6 +270,15 @@ class MovementMixin:
       raise ValueError(f"cannot broadcast {self.shape} to {shape}")
     return self._apply_uop(lambda x: movement(movement(UOp.cast(x, dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
 
+  def _moves(self, steps: Sequence[tuple[Ops, tuple]]) -> Self:
+    """Movements one after another, each arg as its method resolves it (sizes, (start, end) pairs, axes: all of them,
+    none left to resolve), as one op: the graph nodes those methods make, without a tensor and its checks at each step
+    (a convolution's windows in their layout: 13 views, one op)."""
+    def moved(x: UOp) -> UOp:
+      for op, arg in steps: x = movement(x, op, arg)
+      return x
+    return self._apply_uop(moved)
+
   def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[int, int]]:
     """(before, after) per dim, from pairs per dim or a flat torch-style list that starts at the last dim."""
     if padding and isinstance(padding[0], (int, np.integer)):
