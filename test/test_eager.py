@@ -383,13 +383,15 @@ def _python_calls(fn) -> int:  # type: ignore[no-untyped-def]
 # held buffers), Tensor(array) 33, running its one scheduled kernel 6 (9 before the direct launch, through the runner's
 # and the program's calls), the layer 676 alone; a realize that lends buffers looks at the live tensors, so the layer's
 # count grows a little with what else is alive. A 3x3 convolution's graph measured 584 (1067 when its windows were a
-# tensor op each: 13 of them, one now)
+# tensor op each: 13 of them, one now), a batchnorm's (eval) 467 (599 when each of its 4 reshapes to (1, -1, 1, 1)
+# resolved the -1 the general way)
 _X, _Y = np.arange(16, dtype=np.float32), np.ones(16, dtype=np.float32)
 _A, _B = Tensor(_X).realize(), Tensor(_Y).realize()
 _W = Tensor(np.ones((16, 4), dtype=np.float32), requires_grad=True).realize()
 _IMAGE = Tensor(np.ones((1, 16, 14, 14), dtype=np.float32)).realize()
 _CONV = nn.Conv2d(16, 32, 3, padding=1, bias=False)
 _CONV.weight.realize()  # its random draw run: no write pending at the realizes counted
+_NORM = nn.BatchNorm(16)
 
 @pytest.mark.parametrize("fn, budget", [
   (lambda: Tensor(_X), 34),
@@ -397,8 +399,9 @@ _CONV.weight.realize()  # its random draw run: no write pending at the realizes 
   (lambda: (Tensor(_X) + Tensor(_Y)).numpy(), 168),
   (lambda: (Tensor(_X).reshape(1, 16) @ _W).relu().sum().backward(), 700),
   (lambda: _CONV(_IMAGE), 610),
+  (lambda: _NORM(_IMAGE), 490),
 ], ids=["Tensor(array)", "(a + b).realize()", "(Tensor(x) + Tensor(y)).numpy()", "a layer's graph and backward",
-        "a convolution's graph"])
+        "a convolution's graph", "a batchnorm's graph"])
 def test_an_eager_step_makes_few_python_calls(fn, budget) -> None:  # type: ignore[no-untyped-def]
   assert (calls := _python_calls(fn)) <= budget, f"{calls} Python calls, expected at most {budget}"
 

@@ -172,6 +172,10 @@ class MovementMixin:
 
   def _reshape_sizes(self, dims: tuple[Any, ...]) -> tuple[sint, ...]:
     """reshape's sizes resolved: None keeps a dimension, -1 takes what is left, a symbolic size is simplified."""
+    # ints with one -1, of a shape of ints (a batchnorm's (1, -1, 1, 1) at every call): what is left is one division
+    if set(map(type, dims)) <= {int} and set(map(type, self.shape)) <= {int} and dims.count(-1) == 1 and \
+        min(dims) == -1 and (known := -prod(dims)) > 0 and (numel := prod(self.shape)) % known == 0:
+      return tuple(numel // known if s == -1 else s for s in dims)
     if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
       raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
     dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
