@@ -417,16 +417,36 @@ class Structure:
     self.node_of[i] = node
     return i
 
-def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure] | None:
-  """The structure key of a graph and its walk; None for a graph deeper than the recursive walk goes (it takes the
-  abstract path alone)."""
+  def walk_stack(self, root: UOp) -> int:
+    """The entry of root, as `visit` finds it, by a stack: past _MAX_RECURSION levels (a model's forward: ResNet50's
+    graph is a chain of about 2000 nodes, which took the abstract path at every call), in visit's order, so that the
+    parameters are numbered as the abstract walk numbers them."""
+    done, stack = self.done, [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in done: continue
+      if expanded: i = self.convert(node, tuple([self.param(s) if s.op is _BUFFER else done[s] for s in node.src]))
+      elif node.op is _BUFFER and node is not root:
+        self.param(node)  # numbered where the recursive walk meets it, between its neighbours' subgraphs
+        continue
+      elif (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
+      else:
+        stack.append((node, True))
+        stack += [(s, False) for s in reversed(node.src) if s not in done]
+        continue
+      done[node] = i
+      self.node_of[i] = node
+    return done[root]
+
+def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure]:
+  """The structure key of a graph and its walk."""
   s = Structure()
   roots = []
-  try:
-    for o in outs:
-      if (i := s.done.get(o)) is None: i = s.visit(o, 0)
-      roots.append(i)
-  except _TooDeep: return None
+  for o in outs:
+    if (i := s.done.get(o)) is None:
+      try: i = s.visit(o, 0)
+      except _TooDeep: i = s.walk_stack(o)  # goes on from the nodes the recursion finished
+    roots.append(i)
   return (tuple(s.entries), tuple(roots)), s
 
 class Positions:

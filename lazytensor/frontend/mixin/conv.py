@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from lazytensor.frontend.autocast import low_precision
+from lazytensor.frontend.mixin.rearrange import window_counts, window_moves
 from lazytensor.frontend.mixin.reduce import ReduceMixin
 from lazytensor.helpers import flatten, make_tuple
 from lazytensor.uop.ops import Ops, UOp
@@ -87,12 +88,13 @@ def windows_times_weights(xp: TensorT, weight: TensorT, groups: int, strides: tu
   """The convolution of an input already padded: its windows times the weights, summed over each window (`reduce` of
   the windows, the weights and the axes: nn/quant.py's int8 convolution sums int8 dot products instead)."""
   nk, bs, (cout, cin_g, *kernel) = weight.ndim - 2, xp.shape[0], weight.shape
-  win = xp._pool_windows(kernel, strides, dilations)  # (bs, cin, *o, *k)
-  outs = win.shape[2:2 + nk]
+  outs = window_counts(xp.shape[2:], kernel, strides, dilations)
   rcout = cout // groups
-  # (bs, groups, rcout, *o, cin_g, *k) against weight (1, groups, rcout, *1, cin_g, *k), summed over cin_g and k
-  win = win.reshape(bs, groups, cin_g, 1, *outs, *kernel).expand(bs, groups, cin_g, rcout, *outs, *kernel)
-  win = win.permute(0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)])
+  # the windows (bs, cin, *o, *k) as (bs, groups, rcout, *o, cin_g, *k), one op, against weight
+  # (1, groups, rcout, *1, cin_g, *k), summed over cin_g and k
+  win = xp._moves(window_moves(xp.shape, kernel, strides, dilations) + [
+    (Ops.RESHAPE, (bs, groups, cin_g, 1, *outs, *kernel)), (Ops.EXPAND, (bs, groups, cin_g, rcout, *outs, *kernel)),
+    (Ops.PERMUTE, (0, 1, 3, *[4 + j for j in range(nk)], 2, *[4 + nk + j for j in range(nk)]))])
   w = weight.reshape(1, groups, rcout, *[1] * nk, cin_g, *kernel)
   return reduce(win, w, [-1 - j for j in range(nk + 1)]).reshape(bs, cout, *outs)
 

@@ -172,6 +172,10 @@ class MovementMixin:
 
   def _reshape_sizes(self, dims: tuple[Any, ...]) -> tuple[sint, ...]:
     """reshape's sizes resolved: None keeps a dimension, -1 takes what is left, a symbolic size is simplified."""
+    # ints with one -1, of a shape of ints (a batchnorm's (1, -1, 1, 1) at every call): what is left is one division
+    if set(map(type, dims)) <= {int} and set(map(type, self.shape)) <= {int} and dims.count(-1) == 1 and \
+        min(dims) == -1 and (known := -prod(dims)) > 0 and (numel := prod(self.shape)) % known == 0:
+      return tuple(numel // known if s == -1 else s for s in dims)
     if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
       raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
     dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
@@ -269,6 +273,15 @@ class MovementMixin:
     if len(cur) != len(shape) or any(c != s and c != 1 for c, s in zip(cur, shape)):
       raise ValueError(f"cannot broadcast {self.shape} to {shape}")
     return self._apply_uop(lambda x: movement(movement(UOp.cast(x, dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
+
+  def _moves(self, steps: Sequence[tuple[Ops, tuple]]) -> Self:
+    """Movements one after another, each arg as its method resolves it (sizes, (start, end) pairs, axes: all of them,
+    none left to resolve), as one op: the graph nodes those methods make, without a tensor and its checks at each step
+    (a convolution's windows in their layout: 13 views, one op)."""
+    def moved(x: UOp) -> UOp:
+      for op, arg in steps: x = movement(x, op, arg)
+      return x
+    return self._apply_uop(moved)
 
   def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[int, int]]:
     """(before, after) per dim, from pairs per dim or a flat torch-style list that starts at the last dim."""

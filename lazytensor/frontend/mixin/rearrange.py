@@ -13,6 +13,7 @@ import numpy as np
 
 from lazytensor.frontend.mixin.movement import MovementMixin, _is_int
 from lazytensor.helpers import ArgumentError, flatten, make_tuple, prod
+from lazytensor.uop.ops import Ops
 
 TensorT = TypeVar("TensorT", bound="MovementMixin")
 
@@ -24,6 +25,36 @@ def _window_width(i: int, k: int, s: int, d: int, o: int) -> int:
   w = i + d
   if o * s > w: w += i * math.ceil((o * s - w) / i)
   return w
+
+def window_counts(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+                  dilation: Sequence[int]) -> list[int]:
+  """How many windows fit along each of the trailing dims `spatial`."""
+  outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
+  if any(o <= 0 for o in outs):
+    raise ArgumentError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {tuple(spatial)}")
+  return outs
+
+def window_moves(shape: tuple[int, ...], kernel: Sequence[int], stride: Sequence[int],
+                 dilation: Sequence[int]) -> list[tuple[Ops, tuple]]:
+  """The movements that make sliding windows over the trailing dims of a tensor of `shape`, (..., *i) -> (..., *o, *k)
+  (MovementMixin._moves applies them): the input is repeated along each dim and re-read with a row length of i+d,
+  which shifts each repetition by d: element (o, k) of a dim lands on x[o*s + k*d]."""
+  nk = len(kernel)
+  lead, spatial = tuple(shape[:-nk]), shape[-nk:]
+  nl, keep = len(lead), tuple((0, s) for s in shape[:-nk])
+  outs = window_counts(spatial, kernel, stride, dilation)
+  widths = [_window_width(i, k, s, d, o) for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs)]
+  reps = [math.ceil(k * w / i) for i, k, w in zip(spatial, kernel, widths)]
+  return [(Ops.RESHAPE, (*lead, *flatten((1, i) for i in spatial))),
+          (Ops.EXPAND, (*lead, *flatten((r, i) for r, i in zip(reps, spatial)))),
+          (Ops.RESHAPE, (*lead, *[r * i for r, i in zip(reps, spatial)])),
+          (Ops.SHRINK, (*keep, *[(0, k * w) for k, w in zip(kernel, widths)])),
+          (Ops.RESHAPE, (*lead, *flatten(zip(kernel, widths)))),
+          (Ops.SHRINK, (*keep, *flatten(((0, k), (0, o * s)) for k, o, s in zip(kernel, outs, stride)))),
+          (Ops.RESHAPE, (*lead, *flatten((k, o, s) for k, o, s in zip(kernel, outs, stride)))),
+          (Ops.SHRINK, (*keep, *flatten(((0, k), (0, o), (0, 1)) for k, o in zip(kernel, outs)))),
+          (Ops.RESHAPE, (*lead, *flatten(zip(kernel, outs)))),
+          (Ops.PERMUTE, (*range(nl), *[nl + 2 * j + 1 for j in range(nk)], *[nl + 2 * j for j in range(nk)]))]
 
 class RearrangeMixin(MovementMixin):
   """Tensor's repeats, rolls, rotations, windows, diagonals, pixel shuffles and einops' rearrange: on the movement
@@ -92,30 +123,8 @@ class RearrangeMixin(MovementMixin):
     return x.reshape(*x.shape[:dim], count, *x.shape[dim + 2:])
 
   def _pool_windows(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Self:
-    """Sliding windows over the trailing dims as a view: (..., *i) -> (..., *o, *k), without copying.
-
-    The input is repeated along each dim and re-read with a row length of i+d, which shifts each repetition by d:
-    element (o, k) of a dim lands on x[o*s + k*d].
-    """
-    x = self
-    nk = len(kernel)
-    lead, spatial = x.shape[:-nk], x.shape[-nk:]
-    nl = len(lead)
-    outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
-    if any(o <= 0 for o in outs):
-      raise ArgumentError(f"window {tuple(kernel)} (dilation {tuple(dilation)}) is larger than input {spatial}")
-    widths = [_window_width(i, k, s, d, o) for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs)]
-    reps = [math.ceil(k * w / i) for i, k, w in zip(spatial, kernel, widths)]
-    x = x.reshape(*lead, *flatten((1, i) for i in spatial))
-    x = x.expand(*lead, *flatten((r, i) for r, i in zip(reps, spatial)))
-    x = x.reshape(*lead, *[r * i for r, i in zip(reps, spatial)])
-    x = x.shrink([None] * nl + [(0, k * w) for k, w in zip(kernel, widths)])
-    x = x.reshape(*lead, *flatten(zip(kernel, widths)))
-    x = x.shrink([None] * nl + flatten(((0, k), (0, o * s)) for k, o, s in zip(kernel, outs, stride)))
-    x = x.reshape(*lead, *flatten((k, o, s) for k, o, s in zip(kernel, outs, stride)))
-    x = x.shrink([None] * nl + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(kernel, outs)))
-    x = x.reshape(*lead, *flatten(zip(kernel, outs)))
-    return x.permute(*range(nl), *[nl + 2 * j + 1 for j in range(nk)], *[nl + 2 * j for j in range(nk)])
+    """Sliding windows over the trailing dims as a view: (..., *i) -> (..., *o, *k), without copying (window_moves)."""
+    return self._moves(window_moves(self.shape, kernel, stride, dilation))
 
   def unfold(self, dimension: int, size: int, step: int) -> Self:
     """Sliding windows of `size` elements every `step` along a dim, as torch.Tensor.unfold: the dim becomes the window
