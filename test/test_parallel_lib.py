@@ -176,7 +176,7 @@ def fsdp_step_peaks(reshard_after_forward: bool, nested: bool = False) -> tuple[
     opt.zero_grad()
     model(x).square().mean().backward()
     opt.step()
-    while gc.collect(): pass  # nodes hold their toposort: a step's graph goes in cycles of garbage
+    while gc.collect(): pass  # what other tests left in cycles: the counters below are of this step alone
   step()  # compiled and scheduled once
   for d in mesh.devices: reset_peak_memory_stats(d)
   base = [memory_allocated(d) for d in mesh.devices]

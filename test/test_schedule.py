@@ -286,6 +286,44 @@ def test_a_residual_stream_is_stored_once_not_recomputed_by_every_later_layer() 
   assert max(len(it.bufs) for it in items) <= 7
   np.testing.assert_allclose(h.numpy(), want, rtol=1e-3, atol=1e-3)
 
+def _exp_outputs(*ts: Tensor) -> list[int]:
+  """The sizes of the outputs of the kernels that compute an exp, in the schedule that realizes ts."""
+  items, _ = create_schedule([t.lazydata for t in ts])
+  return [it.bufs[0].size for it in items if any(u.op.name == "EXP2" for u in it.ast.toposort)]
+
+def test_log_softmax_backward_read_by_two_packing_copies_is_computed_once() -> None:
+  # the gradient of the logits (softmax - one-hot) is read by two matmuls, each from a packing copy of its own: each
+  # copy computed it again, reading the logits across their rows (GPT-2's output layer: 0.4-1.5 s of a 6 s step); now
+  # one kernel stores it, logits-sized, and the copies read it
+  from lazytensor import Context
+  rng = np.random.default_rng(2)
+  x = Tensor(rng.standard_normal((256, 256), dtype=np.float32), requires_grad=True).realize()
+  w = Tensor(rng.standard_normal((2000, 256), dtype=np.float32) * 0.05, requires_grad=True).realize()
+  y = Tensor(rng.integers(0, 2000, 256, dtype=np.int32)).realize()
+  loss = (x @ w.T).cross_entropy(y)
+  loss.backward()
+  assert x.grad is not None and w.grad is not None
+  with Context(CPU_TARGET="x86-64-v3"):
+    assert [n for n in _exp_outputs(x.grad, w.grad) if n >= 256 * 2000] == [256 * 2000]
+    logits = x.numpy() @ w.numpy().T
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    dlogits = (p / p.sum(1, keepdims=True) - np.eye(2000, dtype=np.float32)[y.numpy()]) / 256
+    np.testing.assert_allclose(x.grad.numpy(), dlogits @ w.numpy(), rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), dlogits.T @ x.numpy(), rtol=1e-3, atol=1e-6)
+
+def test_a_costly_value_two_kernels_read_is_stored_once_and_a_cheap_one_is_not() -> None:
+  rng = np.random.default_rng(3)
+  a, b = (Tensor(rng.standard_normal((512, 512), dtype=np.float32)).realize() for _ in range(2))
+  costly = (a.exp() * b + a.sin() * b.cos()) / (a * a + 1)
+  assert kernels(costly.sum(0), costly.sum(1)) == 3  # computed once, then each reduce reads it
+  assert len(_exp_outputs(costly.sum(0), costly.sum(1))) == 1
+  cheap = a * 2 + b
+  assert kernels(cheap.sum(0), cheap.sum(1)) == 2  # each reduce computes it: cheaper than storing and loading it
+  part = a.exp() * a.sin() / (a * a + 1)
+  assert kernels((part * a).sum(0), (part + a).sum(1)) == 2  # both read a all the same: stored, it would spare no load
+  small = a[:8, :8]
+  assert kernels((small.exp() * small.sin()).sum(0), (small.exp() * small.sin()).sum(1)) == 2  # a launch costs more
+
 def test_reused_buffer_is_not_remembered_as_its_first_value() -> None:
   # x1's buffer is free after x2's kernel and holds x3 from then on: a later graph with x1 must not read it
   arr = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)

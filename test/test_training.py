@@ -1,4 +1,5 @@
 """Training end to end: a jitted step learns real data, replays exactly what eager runs, and matches torch."""
+import gc
 from collections.abc import Callable
 
 import numpy as np
@@ -8,6 +9,7 @@ from lazytensor import Tensor, nn
 from lazytensor.engine.jit import TinyJit
 from lazytensor.nn.optim import SGD, Adam, AdamW, Optimizer
 from lazytensor.nn.state import get_parameters
+from lazytensor.runtime.device import Buffer, memory_allocated
 
 try:
   import torch
@@ -97,3 +99,23 @@ def test_jitted_training_matches_torch() -> None:
     torch_opt.step()
     assert loss == pytest.approx(ref.item(), rel=1e-5), "the loss is that of the weights before the update"
   for p, q in zip(ours, theirs): np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+def test_a_training_step_frees_its_memory_without_the_garbage_collector() -> None:
+  # a step's graph, its buffers included, must go when its last user does: a node that kept a toposort holding itself
+  # left each step's graph in a reference cycle (120-160 MiB a step of ResNet18 or GPT-2 until a gc.collect())
+  Tensor.manual_seed(0)
+  conv, norm, head = nn.Conv2d(2, 4, 3), nn.BatchNorm(4), nn.Linear(4 * 6 * 6, 3)
+  def forward(x: Tensor) -> Tensor: return head(norm(conv(x)).relu().flatten(1))
+  step = make_step(forward, Adam(get_parameters([conv, norm, head]), lr=1e-3))
+  batches = [(Tensor(x), Tensor(y)) for x, y in _random_batches(3, 2, (4, 128), 3)]
+  def live_buffers() -> int: return sum(type(o) is Buffer for o in gc.get_objects())
+  for x, y in batches: step(x.reshape(4, 2, 8, 8), y)  # compiled and scheduled once; the optimizer's state made
+  gc.collect()
+  gc.disable()
+  try:
+    seen = []
+    for x, y in batches * 2:
+      step(x.reshape(4, 2, 8, 8), y).item()
+      seen.append((memory_allocated(), live_buffers()))
+  finally: gc.enable()
+  assert seen == [seen[0]] * len(seen)

@@ -608,7 +608,7 @@ def _symbolic(sink: UOp, ctx: CodegenCtx) -> UOp:
   # so does every scalar argument (x*v where x is all padding reads no v)
   args = [u if u.op is Ops.DEFINE_GLOBAL else UOp(Ops.DEFINE_VAR, u.dtype, (), u.arg) for u in ctx.k.ast.toposort
           if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)] + ast_variables(ctx.k.ast)
-  unread = tuple(u for u in args if u not in sink.toposort)
+  unread = tuple(u for u in args if not sink.reaches(u))
   return sink.replace(src=sink.src + unread) if unread else sink
 
 def _index_dtype(sink: UOp, ctx: CodegenCtx) -> UOp:

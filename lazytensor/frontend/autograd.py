@@ -25,7 +25,7 @@ NO_GRAPH_HINT = ("a gradient computed without create_graph=True, a constant to a
 def holds_plain_gradient(root: UOp, nodes: Sequence[UOp] | None = None) -> bool:
   """Whether root's graph holds a gradient computed without create_graph (whose graph reaches one of `nodes`, if
   given): what differentiating root would need to look through."""
-  return any(n.op is Ops.DETACH and n.arg == PLAIN_GRADIENT and (nodes is None or any(m in n.toposort for m in nodes))
+  return any(n.op is Ops.DETACH and n.arg == PLAIN_GRADIENT and (nodes is None or any(n.reaches(m) for m in nodes))
              for n in root.toposort)
 
 class RemovableHandle:
@@ -47,7 +47,7 @@ def nodes_standing_for(root: UOp, tensors: Sequence[UOp]) -> list[list[UOp]]:
   out = []
   for t in tensors:
     found = ([t] if t in nodes else []) + realized_into.get(t, [])
-    out.append([n for n in found if not any(m is not n and m in n.toposort for m in found)])
+    out.append([n for n in found if not any(m is not n and n.reaches(m) for m in found)])
   return out
 
 def _sum_uops(xs: list[UOp]) -> UOp | None:

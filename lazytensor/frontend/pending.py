@@ -22,7 +22,7 @@ def due_writes(tensors: Sequence[Holder], reads: int = 0) -> list[tuple[int, Hol
   if not reads:
     for t in tensors: reads |= t.lazydata.reads
   chosen = {id(t) for t in tensors}
-  def in_graphs(node: UOp) -> bool: return any(node in t.lazydata.toposort for t in tensors)
+  def in_graphs(node: UOp) -> bool: return any(t.lazydata.reaches(node) for t in tensors)
   due: list[tuple[int, Holder | None, UOp]] = []
   for key, (ref, node) in list(state.pending.items()):
     holder = ref()

@@ -99,7 +99,7 @@ def _reduce_and_rest(value: UOp) -> tuple[UOp, UOp | None] | None:
   if value.op is Ops.REDUCE_AXIS: return value, None
   if value.op not in SCATTER_OPS: return None
   for red, g in (value.src, value.src[::-1]):
-    if red.op is Ops.REDUCE_AXIS and red.arg[0] is value.op and red not in g.toposort: return red, g
+    if red.op is Ops.REDUCE_AXIS and red.arg[0] is value.op and not g.reaches(red): return red, g
   return None
 
 def _store_view_along(store: UOp, axis: int) -> tuple[UOp, int] | None:

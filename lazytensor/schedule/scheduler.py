@@ -5,8 +5,8 @@ elementwise op becomes a validity check around it); a reduce fuses with the elem
 A node gets a buffer of its own (is "materialized") when the user asks (outputs, contiguous, copies, assigns), when a
 reduce is consumed through anything but a reshape (e.g. `x - x.max(1, keepdim=True)`), when a reduce sits inside
 another reduce's input, when two reduces of different shapes would share a kernel, when two kernels would
-otherwise both compute the same reduce, or when several kernels would each compute an elementwise value from two or
-more inputs as large as it (a residual stream: _shared_values).
+otherwise both compute the same reduce or the same costly elementwise value (_worth_sharing), or when several kernels
+would each compute an elementwise value from two or more inputs as large as it (a residual stream: _shared_values).
 """
 from __future__ import annotations
 
@@ -176,6 +176,8 @@ class _Graph:
   and each kernel's reduce."""
   realize: dict[UOp, str] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
+  # (value, kernel, kernel) found cheaper computed in both kernels than shared, in this pass over the kernels
+  cheap: set[tuple[UOp, UOp, UOp]] = field(default_factory=set)
 
 def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
@@ -204,15 +206,16 @@ def _read_by_kernel(n: UOp, g: _Graph) -> bool:
   """Whether a kernel that uses n loads it rather than computes it: materialized nodes, buffers, copies."""
   return n in g.realize or n.op in (Ops.BUFFER, Ops.COPY)
 
-def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True) -> tuple[list[UOp], list[UOp]]:
+def _fused_nodes(start: UOp, g: _Graph, through_reduces: bool = True, loaded: UOp | None = None) -> \
+    tuple[list[UOp], list[UOp]]:
   """The nodes a kernel computing `start` computes itself, and the nodes it reads instead: materialized ones, buffers,
-  copies (and unmaterialized reduces, unless `through_reduces`)."""
+  copies (and unmaterialized reduces, unless `through_reduces`; and `loaded`, as if it were materialized)."""
   inner, reads, stack, seen = [], [], [start], set()
   while stack:
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
-    if n is not start and (_read_by_kernel(n, g) or (n.op is Ops.REDUCE_AXIS and not through_reduces)):
+    if n is not start and (n is loaded or _read_by_kernel(n, g) or (n.op is Ops.REDUCE_AXIS and not through_reduces)):
       reads.append(n)
       continue
     inner.append(n)
@@ -239,10 +242,13 @@ def _reads_target_elsewhere(assign: UOp, g: _Graph) -> bool:
     stack.extend((s, moved or n.op in (Ops.VIEW, Ops.REDUCE_AXIS)) for s in n.src)
   return False
 
+def _kernel_value(root: UOp) -> UOp:
+  """What the kernel of a materialized node computes: an assign's value, what a contiguous makes dense, the node."""
+  return root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
+
 def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> tuple[UOp, str] | None:
   """Visit what `root`'s kernel would compute; returns a node that must be materialized and why, if one is found."""
-  start = _kernel_start(root)
-  stack: list[tuple[UOp, bool, bool]] = [(start, True, False)]
+  stack: list[tuple[UOp, bool, bool]] = [(_kernel_value(root), True, False)]
   seen: set[tuple[UOp, bool, bool]] = set()
   while stack:
     item = stack.pop()
@@ -268,66 +274,90 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> tuple[UOp, str]
       g.kernel_reduce.setdefault(root, node)
       owner[node] = root
       stack.append((node.src[0], True, True))
-    else: stack.extend((s, reshape_only, in_reduce) for s in node.src)
+    else:
+      if node.op in GroupOp.Elementwise and (first := owner.setdefault(node, root)) is not root and \
+          _worth_sharing(node, (first, root), g):
+        return node, "cheaper stored than recomputed by each of the kernels that read it"
+      stack.extend((s, reshape_only, in_reduce) for s in node.src)
   return None
 
 EXPAND_RATIO = 2          # a view that reads each element of its source this many times or more is an expand
 RECOMPUTE_COST = 2        # ALU ops and extra loads per element of a source that is cheaper to store than to recompute
 MIN_RECOMPUTE_WORK = 1 << 16  # ...when recomputing adds this much work: below, a kernel launch costs more
 MAX_GROWTH = 4            # ...and when it is at most this many times larger than the largest thing it reads
+SHARED_RECOMPUTE_COST = 8  # the same, for a value that two kernels would each compute (_worth_sharing)
+
+def _recompute_cost(src: UOp, g: _Graph) -> tuple[int, int]:
+  """What computing the elementwise `src` costs a kernel per element, in float ALU ops and loads past the first (integer
+  and bool ops are index arithmetic, not counted), and the size of the largest thing it reads. A float cast to or from
+  a tensor core's input dtype (x.half().float() times a weight) is free: the tensor core takes it in registers as it
+  loads its fragments (opt/kernel._mma_operand)."""
+  inner, reads = _fused_nodes(src, g, through_reduces=False)
+  tc_in = {tc.dtype_in for tc in Device[Device.first(src.device)].renderer.tensor_cores}
+  free = [n for n in inner if n.op is Ops.CAST and n.src[0].dtype.is_float and {n.dtype, n.src[0].dtype} & tc_in]
+  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float) - len(free)
+  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads), default=0)
+  return alu + max(len(reads) - 1, 0), largest_read
 
 def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   """Whether the elementwise computation under an expanding view inside a reduce gets a buffer of its own: fused, it
   would run once per element of the expanded view (a matmul of relu'(h) * dh by x recomputes the mask for every output
   column: 1.4 ms instead of 0.65 + 0.01). Not for a single float op on one buffer (a cast: cheaper to recompute than to
-  store and load again; integer and bool ops are index arithmetic, not counted), not when recomputing adds less work
-  than a kernel launch costs, and not when the computation is much larger than what it reads (a one-hot mask from an
-  iota and indices, an outer product: cheap to recompute, huge to store)."""
+  store and load again), not when recomputing adds less work than a kernel launch costs, and not when the computation
+  is much larger than what it reads (a one-hot mask from an iota and indices, an outer product: cheap to recompute,
+  huge to store)."""
   src = view.src[0]
   ratio = max_size(view.shape) / max(max_size(src.shape), 1)  # symbolic sizes at their largest
   if src.op not in GroupOp.Elementwise or src in g.realize or ratio < EXPAND_RATIO: return False
-  inner, reads = _fused_nodes(src, g, through_reduces=False)
-  # a float cast to or from a tensor core's input dtype (x.half().float() times a weight) is what the tensor core
-  # takes in registers as it loads its fragments (opt/kernel._mma_operand): stored, the product could not use it
-  tc_in = {tc.dtype_in for tc in Device[Device.first(view.device)].renderer.tensor_cores}
-  free = [n for n in inner if n.op is Ops.CAST and n.src[0].dtype.is_float and {n.dtype, n.src[0].dtype} & tc_in]
-  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float) - len(free)  # int, bool ops index
-  loads = len(reads)
-  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads), default=0)
-  cost = alu + max(loads - 1, 0)
+  cost, largest_read = _recompute_cost(src, g)
   return cost >= RECOMPUTE_COST and max_size(src.shape) <= MAX_GROWTH * largest_read and \
     (ratio - 1) * cost * max_size(src.shape) >= MIN_RECOMPUTE_WORK
 
-SHARED_READS = 2  # full-size inputs of a value several kernels compute, from which it gets a buffer of its own
+def _worth_sharing(node: UOp, kernels: tuple[UOp, UOp], g: _Graph) -> bool:
+  """Whether an elementwise value that two kernels would each compute gets a buffer of its own, which both read: a
+  costly one (the log-softmax backward of GPT-2's logits, which the packing copies of its output layer's two gradient
+  matmuls each computed, reading the logits across their rows: 0.4-1.5 s of a 6 s step), as large as what it reads,
+  where one of the kernels then reads less (it reads what the value reads for that value alone). Not a cheap one (a
+  cast, a scale: storing and loading it costs more than computing it twice), nor a part of two values computed from
+  the same inputs (gelu(h) and its derivative share exp(-h*h/2): each kernel reads h all the same)."""
+  # a value that one of them stores (an assign's, AdamW's new moment, read again by the weight's update) would be
+  # computed into a buffer of its own and copied
+  if (node, *kernels) in g.cheap or any(node is _kernel_value(k) for k in kernels): return False
+  cost, largest_read = _recompute_cost(node, g)
+  size = max_size(node.shape)
+  if cost >= SHARED_RECOMPUTE_COST and size <= MAX_GROWTH * largest_read and cost * size >= MIN_RECOMPUTE_WORK:
+    reads = set(_fused_nodes(node, g)[1])
+    if any(not reads <= set(_fused_nodes(_kernel_value(k), g, loaded=node)[1]) for k in kernels): return True
+  g.cheap.add((node, *kernels))
+  return False
 
-def _kernel_start(root: UOp) -> UOp:
-  return root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
-
-def _worth_sharing(value: UOp, kernels: int, g: _Graph) -> bool:
-  """Whether an elementwise value that `kernels` kernels compute is cheaper stored once: it reads at least SHARED_READS
-  inputs as large as itself (a bias or a row's mean, broadcast, costs little), and recomputing it adds work a launch
-  does not outweigh. A residual stream (x + attn(x) + b, then + mlp(...) + b) read by a LayerNorm's two reduces and
-  by the kernels its output feeds was computed anew in each of them from every earlier layer's matmul outputs: BERT's
-  last LayerNorm kernels read about 100 buffers, ~200 us each for 128x768; stored, the matmul's epilogue computes it
-  (its reduce then has one reader) and each reader loads it once."""
+def _worth_sharing_stream(value: UOp, kernels: int, g: _Graph) -> bool:
+  """Whether an elementwise value that `kernels` kernels compute is cheaper stored once, by the loads of its
+  full-size inputs (a bias or a row's mean, broadcast, costs little): recomputed, each kernel loads all `full` of
+  them; stored, one kernel loads them and writes it and each kernel loads it (`a * 2 + b` read by two reduces is
+  cheaper computed twice); and recomputing it adds work a launch does not outweigh. A residual stream (x + attn(x) +
+  b, then + mlp(...) + b) read by a LayerNorm's two reduces and by the kernels its output feeds was computed anew in
+  each of them from every earlier layer's matmul outputs: BERT's last LayerNorm kernels read about 100 buffers, ~200
+  us each for 128x768; stored, the matmul's epilogue computes it (its reduce then has one reader) and each reader
+  loads it once."""
   _, reads = _fused_nodes(value, g)
   size = max_size(value.shape)
   read_sizes = [n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads]
   full = sum(1 for r in read_sizes if EXPAND_RATIO * r > size)
-  return full >= SHARED_READS and size <= MAX_GROWTH * max(read_sizes, default=0) and \
+  return kernels * full > full + 1 + kernels and size <= MAX_GROWTH * max(read_sizes, default=0) and \
     (kernels - 1) * full * size >= MIN_RECOMPUTE_WORK
 
 def _shared_values(g: _Graph, order: dict[UOp, int]) -> list[UOp]:
-  """The elementwise values several kernels would each compute that are worth a buffer (_worth_sharing), taken
+  """The elementwise values several kernels would each compute that are worth a buffer (_worth_sharing_stream), taken
   innermost first (in `order`): each one stored cuts what the values above it read (a residual stream through every
   layer is stored at each layer, not once for all of them)."""
   kernels: dict[UOp, int] = {}
   for root in g.realize:
-    for n in _fused_nodes(_kernel_start(root), g)[0]:
+    for n in _fused_nodes(_kernel_value(root), g)[0]:
       if n is not root and n.op in GroupOp.Elementwise: kernels[n] = kernels.get(n, 0) + 1
   trial, shared = _Graph(realize=dict(g.realize)), []
   for n in sorted((n for n, c in kernels.items() if c >= 2), key=order.__getitem__):
-    if _worth_sharing(n, kernels[n], trial):
+    if _worth_sharing_stream(n, kernels[n], trial):
       shared.append(n)
       trial.realize[n] = ""
   return shared
@@ -346,7 +376,7 @@ def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
 
 def _apply_rules(g: _Graph) -> _Graph:
   while True:
-    g.kernel_reduce = {}
+    g.kernel_reduce, g.cheap = {}, set()
     owner: dict[UOp, UOp] = {}
     found = None
     for root in list(g.realize):

@@ -204,7 +204,7 @@ class WritesMixin(InPlaceMixin):
     not the next one, which therefore cannot join it in one schedule."""
     if self._assigned_at is None: return False
     write = self.lazydata
-    return any(n > self._assigned_at and not any(r is e for e in exempt) and write not in r.lazydata.toposort
+    return any(n > self._assigned_at and not any(r is e for e in exempt) and not r.lazydata.reaches(write)
                for n, r in live.old_value_readers((self,)))
 
   def _written_unseen(self, writer: WritesMixin | None = None) -> None:
