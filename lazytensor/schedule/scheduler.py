@@ -178,6 +178,8 @@ class _Graph:
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
   # (value, kernel, kernel) found cheaper computed in both kernels than shared, in this pass over the kernels
   cheap: set[tuple[UOp, UOp, UOp]] = field(default_factory=set)
+  # whether an elementwise value costs enough per element to be worth sharing at all (by its cost alone), in this pass
+  costly: dict[UOp, bool] = field(default_factory=dict)
 
 def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
@@ -322,12 +324,14 @@ def _worth_sharing(node: UOp, kernels: tuple[UOp, UOp], g: _Graph) -> bool:
   the same inputs (gelu(h) and its derivative share exp(-h*h/2): each kernel reads h all the same)."""
   # a value that one of them stores (an assign's, AdamW's new moment, read again by the weight's update) would be
   # computed into a buffer of its own and copied
-  if (node, *kernels) in g.cheap or any(node is _kernel_value(k) for k in kernels): return False
-  cost, largest_read = _recompute_cost(node, g)
-  size = max_size(node.shape)
-  if cost >= SHARED_RECOMPUTE_COST and size <= MAX_GROWTH * largest_read and cost * size >= MIN_RECOMPUTE_WORK:
-    reads = set(_fused_nodes(node, g)[1])
-    if any(not reads <= set(_fused_nodes(_kernel_value(k), g, loaded=node)[1]) for k in kernels): return True
+  if (costly := g.costly.get(node)) is None:  # asked for every pair of kernels that meet at it: once is enough
+    cost, largest_read = _recompute_cost(node, g)
+    size = max_size(node.shape)
+    costly = g.costly[node] = cost >= SHARED_RECOMPUTE_COST and size <= MAX_GROWTH * largest_read and \
+      cost * size >= MIN_RECOMPUTE_WORK
+  if not costly or (node, *kernels) in g.cheap or any(node is _kernel_value(k) for k in kernels): return False
+  reads = set(_fused_nodes(node, g)[1])
+  if any(not reads <= set(_fused_nodes(_kernel_value(k), g, loaded=node)[1]) for k in kernels): return True
   g.cheap.add((node, *kernels))
   return False
 
@@ -376,7 +380,7 @@ def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
 
 def _apply_rules(g: _Graph) -> _Graph:
   while True:
-    g.kernel_reduce, g.cheap = {}, set()
+    g.kernel_reduce, g.cheap, g.costly = {}, set(), {}
     owner: dict[UOp, UOp] = {}
     found = None
     for root in list(g.realize):
