@@ -382,9 +382,9 @@ def _python_calls(fn) -> int:  # type: ignore[no-untyped-def]
 # realize that assigns nothing skipped the look for old values' readers and a schedule that lends nothing the look for
 # held buffers), Tensor(array) 33, running its one scheduled kernel 6 (9 before the direct launch, through the runner's
 # and the program's calls), the layer 676 alone; a realize that lends buffers looks at the live tensors, so the layer's
-# count grows a little with what else is alive (up to ~720 in a full-suite worker). A 3x3 convolution's graph measured 584 (1067 when its windows were a
-# tensor op each: 13 of them, one now), a batchnorm's (eval) 467 (599 when each of its 4 reshapes to (1, -1, 1, 1)
-# resolved the -1 the general way)
+# count grows a little with what else is alive (up to ~720 in a full-suite worker). A 3x3 convolution's graph measured
+# 584 (1067 when its windows were a tensor op each: 13 of them, one now), a batchnorm's (eval) 467 (599 when each of
+# its 4 reshapes to (1, -1, 1, 1) resolved the -1 the general way)
 _X, _Y = np.arange(16, dtype=np.float32), np.ones(16, dtype=np.float32)
 _A, _B = Tensor(_X).realize(), Tensor(_Y).realize()
 _W = Tensor(np.ones((16, 4), dtype=np.float32), requires_grad=True).realize()
