@@ -153,7 +153,7 @@ def forward_case(case: str, sz: Sizes, batch: int, compile_: bool, runs: int) ->
   calls = {"lazytensor": on_inputs(lambda x: ours(x).realize(), inputs, Tensor),
            "lt TinyJit": on_inputs(jit, inputs, Tensor),
            "torch": on_inputs(theirs, inputs, torch.from_numpy),
-           "torch.compile": fast and on_inputs(fast, inputs, torch.from_numpy)}
+           "torch.compile": None if fast is None else on_inputs(fast, inputs, torch.from_numpy)}
   with no_grad(), torch.inference_mode():
     agree = difference(ours(Tensor(inputs[0])).numpy(), theirs(torch.from_numpy(inputs[0])).numpy())
     return *timed(calls, runs), agree
@@ -171,7 +171,8 @@ def prefill_case(sz: Sizes, compile_: bool, runs: int) -> tuple[dict, dict, str]
   calls = {"lazytensor": on_inputs(lambda t: ours(t, 0).realize(), prompts, Tensor),
            "lt TinyJit": on_inputs(jit, prompts, Tensor),
            "torch": on_inputs(lambda t: theirs(t, last=True), prompts, torch.from_numpy),
-           "torch.compile": fast and on_inputs(lambda t: fast(t, last=True), prompts, torch.from_numpy)}
+           "torch.compile": None if fast is None else on_inputs(lambda t: fast(t, last=True), prompts,
+                                                                torch.from_numpy)}
   with no_grad(), torch.inference_mode():
     agree = difference(ours(Tensor(prompts[0]), 0).numpy(), theirs(torch.from_numpy(prompts[0]), last=True)[0].numpy())
     return *timed(calls, runs), agree
@@ -262,7 +263,7 @@ def train_case(case: str, sz: Sizes, compile_: bool, runs: int) -> tuple[dict, d
   calls = {"lazytensor": on_inputs(lambda b: step(*b), batches, as_tensors),
            "lt TinyJit": on_inputs(lambda b: jit(*b), batches, as_tensors),
            "torch": on_inputs(torch_step(theirs), batches, lambda b: b),
-           "torch.compile": fast and on_inputs(torch_step(fast), batches, lambda b: b)}
+           "torch.compile": None if fast is None else on_inputs(torch_step(fast), batches, lambda b: b)}
   with Tensor.train():
     agree = f"first loss {difference(step(*as_tensors(batches[0])).item(), torch_step(theirs)(batches[0]).item())}"
     return *timed(calls, runs), agree
