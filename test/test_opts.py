@@ -473,6 +473,28 @@ def test_1x1_conv_tiles_two_vectors_of_output_channels_by_7_pixels(monkeypatch, 
     want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy())).numpy()
     np.testing.assert_allclose(x.conv2d(w).numpy(), want, rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("cin, cout, outside", [(1024, 256, True), (512, 256, False), (256, 1024, False)])
+def test_1x1_conv_loops_pixels_outside_channel_blocks_where_an_image_outgrows_l2(cin: int, cout: int,
+                                                                                 outside: bool) -> None:
+  # ResNet50's 1024x14x14 -> 256 at batch 8 (AVX-512, 2 MB of L2): the 1 MB weight stays in L2 in either order, but
+  # an 800 KB image, read in place, would not stay there across the 8 blocks of 32 output channels that sweep it: the
+  # blocks of 7 pixels loop outside the channels' (heuristic._rows_outside_panels). A 400 or 200 KB image stays.
+  import dataclasses
+
+  from lazytensor.renderer.cpu_target import cpu_target
+  from lazytensor.renderer.llvm import LLVMRenderer
+  x, w = _t(8, cin, 14, 14), _t(cout, cin, 1, 1)
+  with Context(SCHEDULE_CACHE=0, CPU_TARGET="x86-64-v4"): items = create_schedule([x.conv2d(w).lazydata])[0]
+  target = dataclasses.replace(cpu_target("x86-64-v4"), l2_bytes=2 << 20)
+  with Context(THREADS=1): k = hand_coded_optimizations(Kernel(items[-1].ast, LLVMRenderer(target)))
+  tile = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 1, 2)]
+  assert k.applied_opts == tile + ([Opt(OptOps.SWAP, 1, 2)] if outside else []), k.applied_opts
+  if outside:
+    from lazytensor.engine.realize import run_schedule
+    run_schedule(items[:-1])
+    want = np.einsum("oc,bchw->bohw", w.numpy().reshape(cout, cin), x.numpy())
+    np.testing.assert_allclose(_run(items[-1], "CPU", k.applied_opts).reshape(want.shape), want, rtol=1e-4, atol=1e-3)
+
 @pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
 def test_strided_1x1_conv_reads_a_dense_copy_of_its_input(monkeypatch, target: str) -> None:
   # a stride-2 1x1 conv reads every other pixel of every other row: no axis of x is contiguous, so no vector load of it,

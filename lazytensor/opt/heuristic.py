@@ -239,7 +239,7 @@ def _register_tile(k: Kernel) -> None:
   for axis, amt in tile:
     if axis is None or amt is None: continue
     if not _try(k, Opt(OptOps.UPCAST, axis, amt)) and axis == vec_axis: return  # no vectors: no tile
-  _panel_loop_outside(k, vec_loads)
+  _panel_loop_outside(k, vec_loads, other)
 
 def _second_vector(k: Kernel, axis: int, amt: int, rows: int | None) -> tuple[int | None, int | None]:
   """A second register of vectors along `axis` for a tile one register wide whose rows are consecutive values (at most
@@ -314,21 +314,24 @@ def _dot_tile(k: Kernel, loads: list[int]) -> bool:
   return True
 
 
-def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
+def _panel_loop_outside(k: Kernel, vec_loads: list[int], tile_rows: int | None) -> None:
   """Loop over the vector operand's panels outside the rows that reuse them (matmul: B's column panels outside A's
   row tiles), so that one panel stays in L2 while every row tile uses it; else each row tile streams all of B again.
   Measured at 1024: 96 -> 145 GFLOP/s on one thread. Axes along which B varies too (a batch) stay outside: each of
   their steps reads another B (64 matmuls of 128^3 on one AVX2 thread, the batch inside the panels: 37 -> 60
-  GFLOP/s, torch 64)."""
+  GFLOP/s, torch 64). A B that stays in L2 whatever the order may take the tile's rows (`tile_rows`) outside
+  instead (_rows_outside_panels)."""
   if not vec_loads: return
   vec, globals_ = vec_loads[0], k.axes_of(AxisKind.GLOBAL)
   rows = next((a for a in globals_ if _stride(k, vec, a) == 0 and k.full_shape[a] > 1), None)
   if rows is None: return
-  # B's part that one step of the outer axes reads, up to half of L2, stays there between uses alongside the rest
-  outer = prod(k.full_shape[a] for a in globals_[:globals_.index(rows)])
-  if _operand_bytes(k, vec) // outer <= _target(k).l2_bytes // 2: return
   others = [i for i in _reduce_loads(k) if i not in vec_loads]
   panel = next((a for a in globals_ if any(_stride(k, i, a) == 0 for i in others) and k.full_shape[a] > 1), None)
+  # B's part that one step of the outer axes reads, up to half of L2, stays there between uses alongside the rest
+  outer = prod(k.full_shape[a] for a in globals_[:globals_.index(rows)])
+  if _operand_bytes(k, vec) // outer <= _target(k).l2_bytes // 2:
+    if panel is not None and tile_rows is not None: _rows_outside_panels(k, others, panel, tile_rows)
+    return
   if panel is None: return
   # panels outside stream the other operands once per panel; rows outside stream B once per step along the rows: the
   # order that streams less. 8 images of a stride-2 1x1 conv 512x28x28 -> 1024 (B its 2 MB of weights, rows the
@@ -337,6 +340,25 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int]) -> None:
     return
   if globals_.index(panel) > globals_.index(rows): _try(k, Opt(OptOps.SWAP, rows, panel))
   _cache_blocks(k, vec_loads, others)
+
+# the part of the other operands that each of B's panels sweeps in turn (a conv's image) stays in L2 across the panels
+# up to this fraction of it, beside the panel, the output and what the hardware's replacement leaves
+SWEPT_L2_FRACTION = 4
+
+def _rows_outside_panels(k: Kernel, others: list[int], panel: int, rows: int) -> None:
+  """Loop the tile's rows outside B's panels where B stays in L2 but the part of the other operands the panels sweep
+  in turn, per step of the axes outside (an image of a conv's batch), is too large to stay there across them: B is
+  then swept from L2 at every block of rows, whose part of A stays in the nearer caches across B's panels. A 1x1
+  conv's tile of 7 pixels by 32 output channels, its input read in place (a new line each input channel), on one
+  AVX-512 thread: 8x1024x14x14 -> 256 (an image 800 KB, the weight 1 MB) 0.83-0.89x -> 0.95-1.05x torch, 8x512x14x14
+  -> 256 (400 KB) 1.04 -> 1.08x; 8x256x14x14 -> 1024 (200 KB) 1.07 -> 1.03x with them outside: they stay. Not
+  through a mask (a padded conv's shifted windows: 8x64x56x56 by 64x3x3, 171 -> 169 GFLOP/s, 8x256x14x14 by 256x3x3
+  186 -> 182 with the rows outside)."""
+  globals_ = k.axes_of(AxisKind.GLOBAL)
+  if rows not in globals_ or globals_.index(rows) < globals_.index(panel) or any(_masked(k, i) for i in others): return
+  outer = prod(k.full_shape[a] for a in globals_[:globals_.index(panel)])
+  if sum(_operand_bytes(k, i) for i in others) // outer > _target(k).l2_bytes // SWEPT_L2_FRACTION:
+    _try(k, Opt(OptOps.SWAP, panel, rows))
 
 # the operand that every panel sweeps (a matmul's A, read once per column panel of B) comes from L3 while it is at
 # most this fraction of it (the rest holds the panels, the output and what other cores use); a larger one is cut into
