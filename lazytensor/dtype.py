@@ -186,7 +186,7 @@ def _promote_ints(a: DType, b: DType) -> DType:
 
 def promote_types(a: DType, b: DType) -> DType:
   """The dtype of an op between two tensors, as torch computes it: the higher category wins, then the wider type."""
-  if a == b: return a
+  if a is b or a == b: return a  # `is` first: == is a Python call
   ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
   if ca != cb: return a if ca > cb else b
   if a.is_float:

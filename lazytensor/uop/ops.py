@@ -202,7 +202,9 @@ class UOp:
     out_dtype = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else usrcs[-1].dtype
     return UOp(op, out_dtype, tuple(usrcs))
 
-  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  # `is` first: a DType's == is a Python call (a dataclass's), and most casts a tensor op asks for are to its own dtype
+  def cast(self, dtype: DType) -> UOp:
+    return self if self.dtype is dtype or self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
   def bitcast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
   def where(self, a: UOp | int | float, b: UOp | int | float) -> UOp:
     av = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(dtypes.from_py(a), a))

@@ -268,7 +268,7 @@ class MovementMixin:
     """self (cast to `dtype`, if given) with 1s prepended to its shape and expanded to `shape`: the nodes of
     cast(dtype).reshape(...).expand(shape), built as one op (an operand of every broadcasting op passes here)."""
     dt = self.dtype if dtype is None else dtype
-    if self.shape == shape and dt == self.dtype: return self
+    if self.shape == shape and (dt is self.dtype or dt == self.dtype): return self
     cur = (1,) * (len(shape) - self.ndim) + self.shape
     if len(cur) != len(shape) or any(c != s and c != 1 for c, s in zip(cur, shape)):
       raise ValueError(f"cannot broadcast {self.shape} to {shape}")

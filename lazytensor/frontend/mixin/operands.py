@@ -109,8 +109,8 @@ class OperandsMixin(ShapesMixin):
     >>> Tensor([-1.7, 2.7]).cast('int32').tolist()
     [-1, 2]
     """
-    dt = to_dtype(dtype)
-    return self if dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.CAST, dt, (x,)))
+    dt = dtype if type(dtype) is DType else to_dtype(dtype)  # a DType as it is: the casts of every matmul and reduce
+    return self if dt is self.dtype or dt == self.dtype else self._apply_uop(lambda x: UOp(Ops.CAST, dt, (x,)))
 
   def bitcast(self, dtype: DType | str) -> Self:
     """Reinterpret the bits as another dtype of the same size.
