@@ -152,7 +152,7 @@ def _unpermute(ctx: UOp, order: tuple[int, ...]) -> UOp:
 # nodes a gradient never flows through: beside those of non-float values, which get none (a comparison, an index)
 _STOPS = (Ops.DETACH, Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE)
 
-def _on_path(root: UOp, targets: set[UOp]) -> list[UOp]:
+def gradient_path(root: UOp, targets: set[UOp]) -> list[UOp]:
   """The nodes a gradient flows through from root to a target, in topological order (sources first): no detached
   subgraph, no non-float value (no rule gives one a gradient) and no constant or buffer read."""
   reaches: dict[UOp, bool] = {}
@@ -174,7 +174,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
   """The gradient of `root` (seeded with `root_grad`) with respect to each target it depends on. A node's hook
   replaces its gradient once that is complete (all its uses seen), before it flows on (Tensor.register_hook)."""
   grads: dict[UOp, UOp] = {root: root_grad}
-  path = _on_path(root, targets)
+  path = gradient_path(root, targets)
   on_path = set(path)
   for node in reversed(path):
     if (g := grads.get(node)) is None: continue
