@@ -1,8 +1,8 @@
 """Reverse-mode derivatives as a table of rules over tensor-graph UOps.
 
-Each rule matches a forward node and, given the gradient of its output (`ctx`), returns the gradient of each source
-(None where a source gets none). The gradients are UOps themselves, so the backward pass is as lazy as the forward
-one and fuses the same way: a relu's backward is a WHERE inside whatever kernel consumes it.
+Each rule, looked up by a forward node's op, takes the gradient of its output (`ctx`) and returns the gradient of
+each source (None where a source gets none). The gradients are UOps themselves, so the backward pass is as lazy as the
+forward one and fuses the same way: a relu's backward is a WHERE inside whatever kernel consumes it.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import argsort
 from lazytensor.uop.graph import const_like, copy_to, movement, reduce_uop, shard_piece
-from lazytensor.uop.ops import GroupOp, Ops, UOp
+from lazytensor.uop.ops import Ops, UOp
 
 Grads = tuple[UOp | None, ...]
 
@@ -138,8 +138,8 @@ gradient_rules: dict[Ops, GradRule] = {
   Ops.CUSTOM_GRAD: lambda ctx, c, _: _custom_grad(ctx, c),                                 # a stated derivative
   Ops.COPY: lambda ctx, c, _: _copy_grad(ctx, c),                                          # d gather = scatter
   Ops.MULTI: lambda ctx, m, _: _multi_grad(ctx, m),
-  **{op: _not_differentiable for op in (Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR,
-                                        Ops.SHL, Ops.SHR, Ops.BITCAST)},
+  # not differentiable (comparisons and detached values are off every gradient's path: gradient_path)
+  **{op: _not_differentiable for op in (Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST)},
 }
 
 def _unpermute(ctx: UOp, order: tuple[int, ...]) -> UOp:
@@ -179,7 +179,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
   for node in reversed(path):
     if (g := grads.get(node)) is None: continue
     if hooks and node in hooks: g = grads[node] = hooks[node](g)
-    # a target that is a VIEW reads a buffer or a constant: nothing below it has a gradient
+    # a target among the stops (a VIEW of a buffer or a constant, a DETACH): nothing below it gets a gradient
     if node.op in _STOPS: continue
     if (rule := gradient_rules.get(node.op)) is None: raise NotImplementedError(f"no derivative rule for {node.op}")
     # a value with no elements has no gradient to pass on: its sources get zeros (the rules would reduce over its empty
