@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 from helpers import HAVE_TORCH, check_grad_numeric, check_op, named, nonzero, positive, torch
 
-from lazytensor import Tensor, dtypes, no_grad
+from lazytensor import Tensor, dtypes, nn, no_grad
+from lazytensor.frontend.gradient import gradient_path
+from lazytensor.nn.state import get_parameters
+from lazytensor.uop.ops import Ops, UOp
 
 F16, F32, F64 = dtypes.float16, dtypes.float32, dtypes.float64
 NAN = math.nan
@@ -512,6 +515,24 @@ def test_backward_is_lazy_and_fuses() -> None:
   # gradients of several leaves realize together, in one schedule
   (x @ v).relu().sum().backward()
   assert v.grad is not None and len(v.grad.schedule(w.grad)) <= 3
+
+def test_mlp_backward_nodes() -> None:
+  # every node a backward builds is Python time at each training step (extra/bench/train.py without TinyJit): an MLP
+  # with cross-entropy walks the 44 nodes between the loss and a weight (not the labels' comparisons, not the max that
+  # log_softmax subtracts, which is detached) and keeps 42 new ones: no gradient built for an input or a constant, no
+  # transpose of a transpose (50 walked and 46 kept before these were cut). A change of the forward graph may move them
+  Tensor.manual_seed(0)
+  l1, l2 = nn.Linear(12, 8), nn.Linear(8, 3)
+  params = get_parameters([l1, l2])
+  Tensor.realize(*params)
+  for p in params: p.requires_grad = True
+  x = Tensor(np.random.default_rng(0).standard_normal((4, 12), dtype=np.float32))
+  loss = l2(l1(x).relu()).cross_entropy(Tensor([0, 2, 1, 2]))
+  forward = loss.lazydata.toposort
+  assert len(gradient_path(loss.lazydata, {p.lazydata for p in params})) == 44
+  loss.backward()
+  grads = UOp(Ops.SINK, src=tuple(p.grad.lazydata for p in params if p.grad is not None)).toposort
+  assert len([u for u in grads if u not in forward and u.op is not Ops.SINK]) == 42
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
 def test_std_of_equal_values_has_gradient_zero() -> None:

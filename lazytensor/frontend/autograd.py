@@ -44,6 +44,8 @@ def nodes_standing_for(root: UOp, tensors: Sequence[UOp]) -> list[list[UOp]]:
   realized_into: dict[UOp, list[UOp]] = {}
   for n in nodes:  # realized_map.get inlined: a call per node of the graph
     if (buf := n.__dict__.get(attr)) is not None: realized_into.setdefault(buf, []).append(n)
+  # most often no node of the graph was realized since: each tensor is its own node, or not in the graph
+  if not realized_into: return [[t] if t in nodes else [] for t in tensors]
   out = []
   for t in tensors:
     found = ([t] if t in nodes else []) + realized_into.get(t, [])

@@ -1,19 +1,19 @@
 """Reverse-mode derivatives as a table of rules over tensor-graph UOps.
 
-Each rule matches a forward node and, given the gradient of its output (`ctx`), returns the gradient of each source
-(None where a source gets none). The gradients are UOps themselves, so the backward pass is as lazy as the forward
-one and fuses the same way: a relu's backward is a WHERE inside whatever kernel consumes it.
+Each rule, looked up by a forward node's op, takes the gradient of its output (`ctx`) and returns the gradient of
+each source (None where a source gets none). The gradients are UOps themselves, so the backward pass is as lazy as the
+forward one and fuses the same way: a relu's backward is a WHERE inside whatever kernel consumes it.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import argsort
 from lazytensor.uop.graph import const_like, copy_to, movement, reduce_uop, shard_piece
-from lazytensor.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat
+from lazytensor.uop.ops import Ops, UOp
 
 Grads = tuple[UOp | None, ...]
 
@@ -83,71 +83,109 @@ def _multi_grad(ctx: UOp, m: UOp) -> Grads:
 
 LN2 = math.log(2)
 
-pm_gradient: PatternMatcher[Grads] = PatternMatcher([
-  (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),                                                 # d(a+b) = (g, g)
-  (UPat(Ops.SUB), lambda ctx: (ctx, -ctx)),                                                # d(a-b) = (g, -g)
-  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.var("b"))), lambda ctx, a, b: (ctx * b, ctx * a)),  # d(ab) = (gb, ga)
-  (UPat(Ops.FDIV, src=(UPat.var("a"), UPat.var("b"))),
-   lambda ctx, a, b: (ctx / b, -(ctx * a) / (b * b))),                                     # d(a/b) = (g/b, -ga/b^2)
-  (UPat(Ops.NEG), lambda ctx: (-ctx,)),                                                    # d(-x) = -g
-  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), _max_grad),                          # d max(a,b): to the larger
-  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(), UPat())),
-   lambda ctx, c: (None, c.where(ctx, _c(ctx, 0)), c.where(_c(ctx, 0), ctx))),            # d where(c,a,b)
-  (UPat(Ops.EXP2, name="y"), lambda ctx, y: (ctx * y * _c(y, LN2),)),                      # d 2^x = 2^x ln2
-  (UPat(Ops.LOG2, src=(UPat.var("x"),)), lambda ctx, x: (ctx / (x * _c(x, LN2)),)),        # d log2 x = 1/(x ln2)
-  (UPat(Ops.SIN, src=(UPat.var("x"),)), _sin_grad),                                        # d sin x = cos x
-  (UPat(Ops.COS, src=(UPat.var("x"),)), _cos_grad),                                        # d cos x = -sin x
-  (UPat(Ops.SQRT, name="y"), lambda ctx, y: (ctx / (y * _c(y, 2)),)),                      # d sqrt x = 1/(2 sqrt x)
-  (UPat(Ops.RECIP, name="y"), lambda ctx, y: (-ctx * y * y,)),                             # d 1/x = -1/x^2
-  (UPat(Ops.TRUNC), lambda ctx: (_c(ctx, 0),)),                                            # d trunc x = 0
-  (UPat(Ops.CAST, name="c"), _cast_grad),                                                  # d cast = cast back
-  (UPat(Ops.REDUCE_AXIS, name="r"), _reduce_grad),
-  (UPat(Ops.RESHAPE, src=(UPat.var("x"),)), lambda ctx, x: (movement(ctx, Ops.RESHAPE, x.shape),)),
-  (UPat(Ops.PERMUTE, name="p"), lambda ctx, p: (movement(ctx, Ops.PERMUTE, tuple(argsort(p.arg))),)),
-  (UPat(Ops.EXPAND, name="e"), _expand_grad),                                              # d expand = sum back
-  (UPat(Ops.PAD, src=(UPat.var("x"),), name="p"),
-   lambda ctx, x, p: (movement(ctx, Ops.SHRINK, tuple((b, b + s) for (b, _), s in zip(p.arg, x.shape))),)),
-  (UPat(Ops.SHRINK, src=(UPat.var("x"),), name="s"),
-   lambda ctx, x, s: (movement(ctx, Ops.PAD, tuple((b, n - e) for (b, e), n in zip(s.arg, x.shape))),)),
-  (UPat(Ops.FLIP, name="f"), lambda ctx, f: (movement(ctx, Ops.FLIP, f.arg),)),
-  (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
-  (UPat(Ops.ASSIGN), lambda ctx: (None, ctx)),                                             # d assign = d value
-  (UPat(Ops.CUSTOM_GRAD, name="c"), _custom_grad),                                         # a stated derivative
-  (UPat(Ops.COPY, name="c"), _copy_grad),                                                  # d gather = scatter
-  (UPat(Ops.MULTI, name="m"), _multi_grad),
-  (UPat((Ops.DETACH, *GroupOp.Comparison, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST),
-        name="x"), lambda ctx, x: (None,) * len(x.src)),                                   # not differentiable
-])
+def _mul_grad(ctx: UOp, m: UOp, on_path: Container[UOp]) -> Grads:
+  a, b = m.src
+  return (ctx * b if a in on_path else None, ctx * a if b in on_path else None)        # d(ab) = (gb, ga)
 
-def _on_path(root: UOp, targets: set[UOp]) -> list[UOp]:
-  """The nodes between root and any target, in topological order (sources first)."""
+def _div_grad(ctx: UOp, d: UOp, on_path: Container[UOp]) -> Grads:
+  a, b = d.src
+  return (ctx / b if a in on_path else None,
+          -(ctx * a) / (b * b) if b in on_path else None)                               # d(a/b) = (g/b, -ga/b^2)
+
+def _where_grad(ctx: UOp, w: UOp, on_path: Container[UOp]) -> Grads:
+  c, a, b = w.src
+  zero = _c(ctx, 0)
+  return (None, c.where(ctx, zero) if a in on_path else None, c.where(zero, ctx) if b in on_path else None)
+
+def _unpad(ctx: UOp, p: UOp) -> UOp:
+  return movement(ctx, Ops.SHRINK, tuple((b, b + s) for (b, _), s in zip(p.arg, p.src[0].shape)))
+
+def _unshrink(ctx: UOp, s: UOp) -> UOp:
+  return movement(ctx, Ops.PAD, tuple((b, n - e) for (b, e), n in zip(s.arg, s.src[0].shape)))
+
+def _not_differentiable(ctx: UOp, x: UOp, on_path: Container[UOp]) -> Grads: return (None,) * len(x.src)
+
+# A rule takes the gradient of a node's output (ctx), the node, and the nodes on the path to the targets, and returns
+# the gradient of each source: None where it has none, or where the source is off that path (a rule whose sources
+# differ builds only what the path needs: a loss's divide by its count, a multiply by a constant or an input). The
+# table is keyed by op: a backward pass looks up each node's rule once, with no patterns to try in turn.
+GradRule = Callable[[UOp, UOp, Container[UOp]], Grads]
+gradient_rules: dict[Ops, GradRule] = {
+  Ops.ADD: lambda ctx, x, _: (ctx, ctx),                                                   # d(a+b) = (g, g)
+  Ops.SUB: lambda ctx, x, on: (ctx, -ctx if x.src[1] in on else None),                    # d(a-b) = (g, -g)
+  Ops.MUL: _mul_grad,
+  Ops.FDIV: _div_grad,
+  Ops.NEG: lambda ctx, x, _: (-ctx,),                                                      # d(-x) = -g
+  Ops.MAX: lambda ctx, x, _: _max_grad(ctx, *x.src),                                       # d max(a,b): to the larger
+  Ops.WHERE: _where_grad,                                                                  # d where(c,a,b)
+  Ops.EXP2: lambda ctx, y, _: (ctx * y * _c(y, LN2),),                                     # d 2^x = 2^x ln2
+  Ops.LOG2: lambda ctx, y, _: (ctx / (y.src[0] * _c(y, LN2)),),                            # d log2 x = 1/(x ln2)
+  Ops.SIN: lambda ctx, y, _: _sin_grad(ctx, y.src[0]),                                     # d sin x = cos x
+  Ops.COS: lambda ctx, y, _: _cos_grad(ctx, y.src[0]),                                     # d cos x = -sin x
+  Ops.SQRT: lambda ctx, y, _: (ctx / (y * _c(y, 2)),),                                     # d sqrt x = 1/(2 sqrt x)
+  Ops.RECIP: lambda ctx, y, _: (-ctx * y * y,),                                            # d 1/x = -1/x^2
+  Ops.TRUNC: lambda ctx, x, _: (_c(ctx, 0),),                                              # d trunc x = 0
+  Ops.CAST: lambda ctx, c, _: _cast_grad(ctx, c),                                          # d cast = cast back
+  Ops.REDUCE_AXIS: lambda ctx, r, _: _reduce_grad(ctx, r),
+  Ops.RESHAPE: lambda ctx, r, _: (movement(ctx, Ops.RESHAPE, r.src[0].shape),),
+  Ops.PERMUTE: lambda ctx, p, _: (_unpermute(ctx, p.arg),),
+  Ops.EXPAND: lambda ctx, e, _: _expand_grad(ctx, e),                                      # d expand = sum back
+  Ops.PAD: lambda ctx, p, _: (_unpad(ctx, p),),                                            # d pad = the inside
+  Ops.SHRINK: lambda ctx, s, _: (_unshrink(ctx, s),),                                      # d shrink = pad with 0
+  Ops.FLIP: lambda ctx, f, _: (movement(ctx, Ops.FLIP, f.arg),),
+  Ops.CONTIGUOUS: lambda ctx, x, _: (ctx,),
+  Ops.ASSIGN: lambda ctx, x, _: (None, ctx),                                               # d assign = d value
+  Ops.CUSTOM_GRAD: lambda ctx, c, _: _custom_grad(ctx, c),                                 # a stated derivative
+  Ops.COPY: lambda ctx, c, _: _copy_grad(ctx, c),                                          # d gather = scatter
+  Ops.MULTI: lambda ctx, m, _: _multi_grad(ctx, m),
+  # not differentiable (comparisons and detached values are off every gradient's path: gradient_path)
+  **{op: _not_differentiable for op in (Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST)},
+}
+
+def _unpermute(ctx: UOp, order: tuple[int, ...]) -> UOp:
+  """ctx permuted back by the inverse of `order`. A ctx that is itself that inverse's undoing (the gradient of a
+  transpose of a transpose, as a Linear's weight.T inside matmul) is its source: no pair of nodes that cancel."""
+  inverse = tuple(argsort(order))
+  if ctx.op is Ops.PERMUTE and tuple(ctx.arg[i] for i in inverse) == tuple(range(len(order))): return ctx.src[0]
+  return movement(ctx, Ops.PERMUTE, inverse)
+
+# nodes a gradient never flows through: beside those of non-float values, which get none (a comparison, an index)
+_STOPS = (Ops.DETACH, Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE)
+
+def gradient_path(root: UOp, targets: set[UOp]) -> list[UOp]:
+  """The nodes a gradient flows through from root to a target, in topological order (sources first): no detached
+  subgraph, no non-float value (no rule gives one a gradient) and no constant or buffer read."""
   reaches: dict[UOp, bool] = {}
+  out = []
   for node in root.toposort:
     # a loop, not any() of a generator: a call per node, at every backward
     found = node in targets
-    if not found:
+    if not found and node.op not in _STOPS:
       for s in node.src:
         if reaches[s]:
           found = True
           break
-    reaches[node] = found
-  return [n for n in root.toposort if reaches[n]]
+    reaches[node] = found = found and node.dtype.is_float
+    if found: out.append(node)
+  return out
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
                      hooks: Mapping[UOp, Callable[[UOp], UOp]] | None = None) -> dict[UOp, UOp]:
   """The gradient of `root` (seeded with `root_grad`) with respect to each target it depends on. A node's hook
   replaces its gradient once that is complete (all its uses seen), before it flows on (Tensor.register_hook)."""
   grads: dict[UOp, UOp] = {root: root_grad}
-  for node in reversed(_on_path(root, targets)):
+  path = gradient_path(root, targets)
+  on_path = set(path)
+  for node in reversed(path):
     if (g := grads.get(node)) is None: continue
     if hooks and node in hooks: g = grads[node] = hooks[node](g)
-    # a VIEW of the tensor graph reads a buffer or a constant: nothing below it has a gradient
-    if node.op in (Ops.VIEW, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE): continue
+    # a target among the stops (a VIEW of a buffer or a constant, a DETACH): nothing below it gets a gradient
+    if node.op in _STOPS: continue
+    if (rule := gradient_rules.get(node.op)) is None: raise NotImplementedError(f"no derivative rule for {node.op}")
     # a value with no elements has no gradient to pass on: its sources get zeros (the rules would reduce over its empty
     # axes, a kernel over no elements)
-    src_grads = tuple(_c(s, 0) for s in node.src) if 0 in node.shape else pm_gradient.rewrite(node, ctx=g)
-    if src_grads is None: raise NotImplementedError(f"no derivative rule for {node.op}")
+    src_grads = tuple(_c(s, 0) for s in node.src) if 0 in node.shape else rule(g, node, on_path)
     for s, sg in zip(node.src, src_grads):
-      if sg is None or not s.dtype.is_float: continue
+      if sg is None or s not in on_path: continue
       grads[s] = grads[s] + sg if s in grads else sg
   return {t: grads[t] for t in targets if t in grads}

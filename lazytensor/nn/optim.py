@@ -10,11 +10,11 @@ import math
 
 import numpy as np
 
-from lazytensor.dtype import dtypes
+from lazytensor.dtype import DType, dtypes
 from lazytensor.frontend.tensor import Tensor, no_grad
 from lazytensor.runtime.device import Device
 from lazytensor.uop.graph import shard_like
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import DeviceLike, Ops
 
 
 class Optimizer:
@@ -61,7 +61,11 @@ class Optimizer:
                                    "call backward() first")
     return [p.grad.detach() for p in self.params if p.grad is not None]
 
-  def _lr_for(self, p: Tensor) -> Tensor: return self.lr.to(p.device).cast(p.dtype)
+  def _lr_for(self, p: Tensor) -> Tensor:
+    # most parameters have the learning rate's device and dtype: nothing to build (to() and cast() would return it too,
+    # after a lookup of the device's name each)
+    if p.device == self.lr.device and p.dtype == self.lr.dtype: return self.lr
+    return self.lr.to(p.device).cast(p.dtype)
 
   def _step(self) -> list[Tensor]: raise NotImplementedError
 
@@ -140,14 +144,19 @@ class LAMB(Optimizer):
   def _step(self) -> list[Tensor]:
     t = self.t.assign(self.t + 1)
     out: list[Tensor] = [t]
+    # the bias corrections 1 - b ** t, built once for each device and dtype of the parameters, not for each parameter:
+    # a power of a tensor builds about 200 nodes (the MLP 784-256-10, 4 parameters: 7.6 -> 3.2 ms a step)
+    corrections: dict[tuple[DeviceLike, DType], tuple[Tensor, Tensor]] = {}
     for p, g, m, v in zip(self.params, self._grads(), self.m, self.v):
       w = p.detach()
       if self.wd and self.adam and not self.decoupled: g = g + self.wd * w  # Adam's L2 penalty enters the moments
       m.assign(self.b1 * m + (1 - self.b1) * g)
       v.assign(self.b2 * v + (1 - self.b2) * (g * g))
-      tp = t.to(p.device).cast(p.dtype)
-      m_hat = m / (1 - self.b1 ** tp)
-      v_hat = v / (1 - self.b2 ** tp)
+      if (key := (p.device, p.dtype)) not in corrections:
+        tp = t.to(p.device).cast(p.dtype)
+        corrections[key] = (1 - self.b1 ** tp, 1 - self.b2 ** tp)
+      m_hat = m / corrections[key][0]
+      v_hat = v / corrections[key][1]
       update = m_hat / (v_hat.sqrt() + self.eps)
       if self.wd and (self.decoupled or not self.adam): update = update + self.wd * w
       if not self.adam:
