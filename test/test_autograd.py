@@ -542,3 +542,12 @@ def test_std_of_equal_values_has_gradient_zero() -> None:
     x.std(axis).sum().backward()
     t.std(axis).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+
+def test_power_under_no_grad_builds_no_derivatives() -> None:
+  # a power states its derivatives (a CUSTOM_GRAD); under no_grad nothing differentiates it, and they were ~half of
+  # the graph of Adam's bias corrections 1 - b ** t at every step (216 -> 114 nodes)
+  t = Tensor([3.0], requires_grad=True)
+  with no_grad(): value = 1 - 0.9 ** t
+  assert not any(u.op is Ops.CUSTOM_GRAD for u in value.lazydata.toposort)
+  np.testing.assert_allclose(value.numpy(), [1 - 0.9 ** 3], rtol=1e-6)
+  assert any(u.op is Ops.CUSTOM_GRAD for u in (0.9 ** t).lazydata.toposort)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from lazytensor.dtype import dtypes
 from lazytensor.frontend.mixin.create import CreationMixin
@@ -259,6 +259,8 @@ def _pow(x: TensorT, y: Any, reverse: bool) -> TensorT:
   # with the result's exponent); in float64 it is within an ulp after the one rounding, at about torch's speed
   elif a.dtype == dtypes.float32: out = _float_pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).cast(a.dtype)
   else: out = _float_pow(a, b)
+  # under no_grad nothing differentiates it (Adam's bias corrections 1 - b ** t: the derivatives are ~2/3 of the nodes)
+  if type(a).no_grad: return out
   d_a = (b == 0).where(0.0, b * _float_pow(a, b - 1))
   d_b = ((a == 0) & (b >= 0)).where(0.0, out * a.log())
   return out._apply_uop(lambda v, *xd: UOp(Ops.CUSTOM_GRAD, v.dtype, (v, *xd)), a, d_a, b, d_b)
@@ -285,6 +287,7 @@ def _float_pow(a: TensorT, b: TensorT) -> TensorT:
 class UnaryMixin(CreationMixin):
   """Tensor's math functions: on the creation mixin and those below it."""
   __slots__ = ()
+  no_grad: ClassVar[bool]  # Tensor.no_grad: a power states no derivatives under it
 
   def _float_op(self, fn: Callable[[Self], Self]) -> Self:
     """fn of self as a float (ints and bools become the default float); float16 and bfloat16 are computed in float32."""
