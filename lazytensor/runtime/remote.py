@@ -39,10 +39,11 @@ never copied to another's EMU. mpi4py is only imported by distributed.init; this
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -126,40 +127,131 @@ def _poll(done: Callable[[], bool], what: str, rank: int | None, rule: str) -> N
       raise TimeoutError(f"rank {who}: {what} waited {waited:.0f} s for the other ranks; {rule} (DIST_TIMEOUT sets "
                          "the limit)")
 
-class Transfer:
-  """This rank's half of a copy between ranks: send `buf` to rank `peer`, or receive into it from there."""
-  __slots__ = ("buf", "peer", "tag", "receive")
-  def __init__(self, buf: Buffer, peer: int, tag: int, receive: bool) -> None:
-    self.buf, self.peer, self.tag, self.receive = buf, peer, tag, receive
+def crosses(dst: Buffer, src: Buffer) -> bool:
+  """Whether a copy from src to dst is a message between ranks (both devices shared out, held by different ranks)."""
+  return (fro := owner(src.device)) is not None and (to := owner(dst.device)) is not None and fro != to
 
-  def __call__(self) -> None:
-    assert joined is not None
-    host = self.buf.host_view()
-    assert host is not None, f"{self.buf.device}: a device shared out over ranks holds host memory"
-    mem = host.view(np.uint8)[:self.buf.nbytes]
-    if self.receive: status = wait(joined.comm.Irecv(mem, self.peer, self.tag), str(self))
-    else: status = wait(joined.comm.Isend(mem, self.peer, self.tag), str(self))
-    assert not self.receive or status.Get_count() == self.buf.nbytes, (status.Get_count(), self.buf.nbytes)
-
-  def __str__(self) -> str:
-    if self.receive: return f"receive {self.buf.nbytes:8d}, {self.buf.device} <- rank {self.peer}"
-    return f"send {self.buf.nbytes:8d}, {self.buf.device} -> rank {self.peer}"
-
-def route(dst: Buffer, src: Buffer) -> Transfer | bool:
-  """What this rank does of a copy from src to dst: True runs it here, False skips it (another rank's), a Transfer
-  is its half of a copy between ranks. Called in program order on every rank, so the tags agree."""
+def route(dst: Buffer, src: Buffer) -> bool:
+  """Whether this rank runs a copy from src to dst that stays on one rank (a copy between ranks is an Exchange's)."""
   assert joined is not None
   to, fro = owner(dst.device), owner(src.device)
   if fro is None: return to is None or to == joined.rank
   if to is None:
     raise ValueError(f"a copy from {src.device} (rank {fro}'s) to {dst.device}, which every rank has its own of: copy "
                      f"to a {SHARED_KIND} device first")
-  if to == fro: return to == joined.rank
-  _step()
+  assert to == fro, f"a copy {src.device} -> {dst.device} between ranks outside an exchange"
+  return to == joined.rank
+
+class Exchange:
+  """Copies between ranks that run as one step: one message to each rank that this rank sends any of them to, one
+  from each rank that it receives any of them from, all posted at once and waited for together. A message carries
+  its copies' buffers in the exchange's order, read and written where they lie (an MPI datatype of their addresses,
+  made when the buffers change: once per TinyJit capture, not per replay, as long as they stay the same); its tag is
+  the number of exchanges before it, a counter that advances alike on every rank (tag_of). A send waits until its
+  receive has taken the data: no copy of a buffer is kept. The buffers of the step are each copy's (dst, src) in turn,
+  so a TinyJit replay swaps them as any step's."""
+  __slots__ = ("copies", "messages", "made")
+  def __init__(self, copies: int, messages: tuple[tuple[int, bool, tuple[int, ...]], ...]) -> None:
+    # messages: (the other rank, whether this rank receives it, the indices in bufs of the buffers it carries)
+    self.copies, self.messages = copies, messages
+    self.made: list[tuple[tuple[Buffer, ...], Any] | None] = [None] * len(messages)  # each message's last memory
+
+  def written(self, bufs: Sequence[Buffer]) -> tuple[Buffer, ...]:
+    """The buffers this rank's messages write: the destinations of its receives."""
+    return tuple(bufs[i] for _, receive, held in self.messages if receive for i in held)
+
+  def mine(self, bufs: Sequence[Buffer]) -> tuple[Buffer, ...]:
+    """The buffers of this rank that its messages read or write."""
+    return tuple(bufs[i] for _, _, held in self.messages for i in held)
+
+  def __call__(self, bufs: Sequence[Buffer], tag: int) -> None:
+    assert joined is not None
+    comm = joined.comm
+    requests = [(comm.Irecv if receive else comm.Isend)(self._memory(k, bufs), peer, tag)
+                for k, (peer, receive, _) in enumerate(self.messages)]
+    if requests: wait_all(requests, self.describe(bufs))
+
+  def _memory(self, k: int, bufs: Sequence[Buffer]) -> Any:
+    """Message k's buffers as MPI reads or writes them: one buffer's memory itself; several, their addresses in a
+    datatype, made again only when the buffers are others than last time."""
+    held = tuple(bufs[i] for i in self.messages[k][2])
+    if (last := self.made[k]) is not None and last[0] == held: return last[1]
+    from mpi4py import MPI
+    hosts = [b.host_view() for b in held]
+    assert all(h is not None for h in hosts), f"{held[0].device}: a device shared out over ranks holds host memory"
+    if len(held) == 1: memory: Any = cast(np.ndarray, hosts[0]).view(np.uint8)[:held[0].nbytes]
+    else:
+      kind = MPI.BYTE.Create_hindexed([b.nbytes for b in held], [MPI.Get_address(h) for h in hosts]).Commit()
+      memory = [MPI.BOTTOM, 1, kind]
+    self._free(k)
+    self.made[k] = (held, memory)
+    return memory
+
+  def _free(self, k: int) -> None:
+    if (last := self.made[k]) is not None and isinstance(last[1], list): last[1][2].Free()
+    self.made[k] = None
+
+  def __del__(self) -> None:
+    # the datatypes are MPI's to free, while it runs (not at exit, where MPI may be finalized and imports fail)
+    if (mpi := sys.modules.get("mpi4py.MPI")) is not None and not mpi.Is_finalized():
+      for k in range(len(self.made)): self._free(k)
+
+  def describe(self, bufs: Sequence[Buffer]) -> str:
+    """What this rank does of it, as DEBUG=2 prints it and a TimeoutError names it."""
+    def message(peer: int, receive: bool, held: tuple[int, ...]) -> str:
+      return f"{sum(bufs[i].nbytes for i in held)} bytes of {len(held)} {'<-' if receive else '->'} rank {peer}"
+    return f"exchange of {self.copies} copies between ranks: " + \
+      (", ".join(message(*m) for m in self.messages) or "none of this rank's")
+
+def tag_of(exchange: Exchange) -> int:
+  """The tag of an exchange's messages, advancing the counter: called in program order on every rank (as the
+  exchange is submitted), so the tags agree. (Not a step that collects garbage: the schedule it belongs to counted
+  one, and a TinyJit replay makes no graphs, whose schedules depend on what is alive.)"""
+  assert joined is not None
   tag = joined.transfers % (joined.tag_limit + 1)
   joined.transfers += 1
-  if joined.rank == fro: return Transfer(src, to, tag, False)
-  return Transfer(dst, fro, tag, True) if joined.rank == to else False
+  return tag
+
+def exchanges(copies: Sequence[tuple[Buffer, Buffer] | None]) -> list[int | tuple[Exchange, tuple[int, ...]]]:
+  """A schedule's steps (each copy's (dst, src), None for a kernel) in order, each run of copies between ranks that
+  follow one another grouped into Exchanges (with the indices of their copies); a copy that reads or writes what an
+  earlier one of the run writes, or writes what one reads (a hop of a ring), starts the next. The scheduler puts the
+  copies between ranks together where it can (schedule/scheduler.py: _order_roots). Every rank groups the same
+  schedule alike, so the exchanges match and cannot deadlock: the earliest unfinished one has every step before it
+  done on every rank, and posts all its halves on each."""
+  out: list[int | tuple[Exchange, tuple[int, ...]]] = []
+  group: list[tuple[int, tuple[Buffer, Buffer]]] = []
+  reads: set[int] = set()
+  writes: set[int] = set()
+  def flush() -> None:
+    if group: out.append((_exchange([c for _, c in group]), tuple(i for i, _ in group)))
+    group.clear()
+    reads.clear()
+    writes.clear()
+  for i, copy in enumerate(copies):
+    if copy is None or not crosses(*copy):
+      flush()
+      out.append(i)
+      continue
+    dst, src = id(copy[0]), id(copy[1])
+    if dst in writes or dst in reads or src in writes: flush()
+    group.append((i, copy))
+    reads.add(src)
+    writes.add(dst)
+  flush()
+  return out
+
+def _exchange(copies: list[tuple[Buffer, Buffer]]) -> Exchange:
+  """The Exchange of these copies ((dst, src) each): this rank's message to or from each other rank, carrying its
+  copies in order (the other rank's message lists the same copies in the same order)."""
+  assert joined is not None
+  held: dict[tuple[int, bool], list[int]] = {}
+  for place, (dst, src) in enumerate(copies):
+    to, fro = owner(dst.device), owner(src.device)
+    assert to is not None and fro is not None
+    if fro == joined.rank: held.setdefault((to, False), []).append(2 * place + 1)
+    elif to == joined.rank: held.setdefault((fro, True), []).append(2 * place)
+  return Exchange(len(copies), tuple((peer, receive, tuple(idx)) for (peer, receive), idx in sorted(held.items())))
 
 def step_line(ast: UOp, bufs: Sequence[Buffer]) -> str:
   """A step as the ranks compare it: a copy's buffers; a kernel's device, the shape and dtype of what it stores, and
