@@ -5,20 +5,23 @@ same graphs and the same schedules; each step of a schedule then runs where its 
 
 * a kernel runs on the rank that holds its device; the others skip it (their Buffer for that device is a placeholder
   that is never allocated, nor is its kernel compiled);
-* a copy between two devices of one rank is a copy there; a copy from rank a's device to rank b's is an MPI send on a
-  and a receive on b, skipped by the others. Its tag is the number of copies between ranks before it, a counter that
-  advances alike on every rank since each steps past the same copies in the same order;
+* a copy between two devices of one rank is a copy there; copies from one rank's devices to another's run as an
+  Exchange: copies between ranks that follow one another in the schedule (the scheduler puts them last and together)
+  are one step, in which each rank sends one message to each rank it copies to and receives one from each rank it
+  copies from, carrying all of those copies' buffers. Its tag is the number of exchanges before it, a counter that
+  advances alike on every rank since each steps past the same exchanges in the same order;
 * a tensor made from host data (Tensor(array, device)) holds it on the device's rank only: its copy is the truth;
 * reading a value (`.numpy()`, `.item()`, `.tolist()`) is collective: a tensor replicated on a device of every rank is
   read from this rank's replica, without a message; any other is gathered on its first device and broadcast from
   the rank that holds it, so every rank must read it.
 
 A send waits until its receive has taken the data (no copy of the buffer is kept, and the memory planner may give it
-to the next kernel). That cannot deadlock: every rank walks the same steps in the same order, so the earliest step
-that waits has its other half at the same place of the other rank's walk, where nothing earlier holds it up. With
-engine/queues.py, a transfer runs on the worker of the device of this rank that it reads or writes, in that device's
-program order; MPI is then called from several threads, which needs MPI_THREAD_MULTIPLE (mpi4py asks for it, and
-MPICH and Open MPI give it); where MPI gives less, schedules run in order on the calling thread.
+to the next kernel). That cannot deadlock: every rank walks the same steps in the same order and groups them into the
+same exchanges, so the earliest exchange that waits has every step before it done on every rank, and each rank posts
+all of its messages before it waits for any. With engine/queues.py, an exchange runs on the worker of a device of this
+rank that it reads or writes, after the steps it depends on; MPI is then called from several threads, which needs
+MPI_THREAD_MULTIPLE (mpi4py asks for it, and MPICH and Open MPI give it); where MPI gives less, schedules run in order
+on the calling thread.
 
 Before a schedule runs, and before a read, the ranks exchange a checksum of what they are about to do (each step's
 kind, devices, sizes, dtypes and code): where they differ (a tensor of another shape or dtype on one rank, a step one
@@ -30,7 +33,7 @@ Which tensors are alive decides what a schedule computes (an assign first comput
 overwrites: frontend/live.py), and a tensor in a reference cycle dies when Python's cyclic garbage collector runs, which
 allocations trigger at different moments on each rank (the ranks' paths differ: a send here, a receive there). So
 joining turns the automatic collector off and collects at the same steps on every rank instead (every GC_EVERY
-schedules, reads and transfers). Without that, 4 ranks training a linear model under TinyJit disagreed at its first
+schedules and reads). Without that, 4 ranks training a linear model under TinyJit disagreed at its first
 step: one rank copied the weight to its replicas again, the others still held a dead tensor that had kept them.
 
 Devices of any other kind (EMU, CUDA) are each rank's own: every rank has its own EMU, and one rank's CPU memory is
@@ -61,7 +64,7 @@ class Ranks:
     self.comm, self.per_rank, self.threaded, self.tag_limit = comm, per_rank, threaded, tag_limit
     self.rank, self.size = int(comm.Get_rank()), int(comm.Get_size())
     self.transfers = 0
-    self.steps = 0  # schedules, reads and transfers since joining: when to collect garbage
+    self.steps = 0  # schedules and reads since joining: when to collect garbage
 
 # None in a process that did not join a mesh across ranks: every device is its own, and nothing here runs
 joined: Ranks | None = None
