@@ -694,8 +694,8 @@ def _order_roots(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, 
       for a in after_r: after[a].add(r)
   # across ranks, copies between ranks wait until nothing else is ready, then go together: one exchange (the N small
   # all-reduces of a step's gradients, one message each way each, where a round trip each ran between the sums)
-  late = {r for r in roots if r.op is Ops.COPY and remote.crosses(*built[r].items[0].bufs[:2])} \
-    if remote.joined is not None else set()
+  late = {r for r in roots if r.op is Ops.COPY and len(its := built[r].items) == 1 and its[0].ast.op is Ops.COPY and
+          remote.crosses(*its[0].bufs[:2])} if remote.joined is not None else set()
   order: list[UOp] = []
   done: set[UOp] = set()
   while len(done) < len(roots):
