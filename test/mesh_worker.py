@@ -3,7 +3,9 @@ case checked against the same computation in one process (made before the ranks 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +14,7 @@ from lazytensor.engine.jit import TinyJit
 from lazytensor.frontend.mixin.multi import local_replica
 from lazytensor.nn.optim import SGD
 from lazytensor.parallel import distributed as dist
+from lazytensor.parallel.collectives import stack
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import memory_allocated
 
@@ -118,5 +121,64 @@ def mismatch() -> None:
   assert Tensor.ones(8, 2).shard(mesh, ("dp", None)).sum().item() == 16.0
   print(f"rank {r}: in step", flush=True)
 
+class Recorder:
+  """A communicator that counts the MPI calls made through it, by name."""
+  def __init__(self, comm: Any) -> None: self.comm, self.calls = comm, Counter[str]()
+  def __getattr__(self, name: str) -> Any:
+    fn = getattr(self.comm, name)
+    if name.startswith("Get_"): return fn
+    def call(*args: Any, **kwargs: Any) -> Any:
+      self.calls[name] += 1
+      return fn(*args, **kwargs)
+    return call
+
+def small_all_reduces() -> None:
+  """N small all-reduces over a mesh axis that crosses the ranks, realized at once and as TinyJit replays: equal to
+  one process's, bit for bit, and one exchange: one message to each other rank and one from it, whatever N (N sends
+  and N receives, each a round trip with a sum between, before)."""
+  rng = np.random.default_rng(1)
+  values = [[rng.standard_normal(64).astype(np.float32) for _ in DEVICES] for _ in range(N_SMALL)]
+  want = [v.numpy() for v in _reduced(_stacks(values, DeviceMesh(DEVICES, names=("dp",))))]  # before joining
+  r, n = join()
+  mesh = DeviceMesh(DEVICES, names=("dp",))
+  assert remote.joined is not None
+  stacks = _stacks(values, mesh)
+  Tensor.realize(*stacks)
+  remote.joined.comm = recorder = Recorder(remote.joined.comm)
+  got = _reduced(stacks)
+  messages = dict(recorder.calls)
+  for g, w in zip(got, want): np.testing.assert_array_equal(g.numpy(), w)
+  peers = n - 1
+  assert messages == {"Iallgather": 1, "Isend": peers, "Irecv": peers}, messages  # the check of the schedule, then
+  step = TinyJit(lambda *xs: [t.realize() for t in _reduced(list(xs))])
+  for k in range(4):
+    shifted = [[v + k for v in vs] for vs in values]
+    stacks = _stacks(shifted, mesh)
+    Tensor.realize(*stacks)
+    recorder.calls.clear()
+    got = step(*stacks)
+    if k >= 2: assert dict(recorder.calls) == {"Isend": peers, "Irecv": peers}, (k, recorder.calls)  # replays
+    for g, vs in zip(got, shifted): np.testing.assert_array_equal(g.numpy(), _rank_order_sum(vs))
+  print(f"rank {r} of {n}: small all-reduces ok", flush=True)
+
+N_SMALL = 8
+
+def _stacks(values: list[list[np.ndarray]], mesh: DeviceMesh) -> list[Tensor]:
+  return [stack([Tensor(v, device=d) for v, d in zip(vs, DEVICES)], mesh) for vs in values]
+
+def _reduced(stacks: list[Tensor]) -> list[Tensor]:
+  """Each stack's values doubled and summed over the devices (a sum over the sliced dimension: the multi pass's
+  all-reduce of the partial sums, as data parallelism's gradients), realized together."""
+  outs = [(s * 2).sum(0) for s in stacks]
+  Tensor.realize(*outs)
+  return outs
+
+def _rank_order_sum(vs: list[np.ndarray]) -> np.ndarray:
+  """What every device holds: each device's value doubled, summed in the mesh's order (float32, as the kernel)."""
+  out = vs[0] * np.float32(2)
+  for v in vs[1:]: out = out + v * np.float32(2)
+  return out
+
 if __name__ == "__main__":
-  {"basics": basics, "transformer": transformer, "mismatch": mismatch}[sys.argv[1]](*sys.argv[2:])
+  {"basics": basics, "transformer": transformer, "mismatch": mismatch,
+   "small": small_all_reduces}[sys.argv[1]](*sys.argv[2:])

@@ -5,6 +5,7 @@ machine runs 4 ranks of the transformer too slowly):
   PYTHONPATH=. mpiexec -n 4 python test/mesh_worker.py basics
   PYTHONPATH=. mpiexec -n 4 python test/mesh_worker.py transformer dp fsdp
   PYTHONPATH=. mpiexec -n 4 python test/mesh_worker.py mismatch
+  PYTHONPATH=. mpiexec -n 4 python test/mesh_worker.py small
 """
 from __future__ import annotations
 
@@ -50,3 +51,11 @@ def test_ranks_that_disagree_raise_one_error_on_every_rank() -> None:
     assert said.startswith(f"the ranks disagree at step 0 of what they run next: {rank0}"), res.stdout
     assert rank1 in said and "every rank of a mesh across ranks must run the same program" in said, res.stdout
   assert "rank 0: in step" in res.stdout and "rank 1: in step" in res.stdout, res.stdout + res.stderr
+
+@needs_mpi
+def test_small_all_reduces_across_ranks_are_one_exchange() -> None:
+  # 8 all-reduces in one realize were 16 sends and 16 receives on each rank, each all-reduce a round trip with its sum
+  # between; now one message each way, as in a TinyJit replay, and equal to one process's, bit for bit
+  res = _mpiexec([WORKER, "small"])
+  assert res.returncode == 0, res.stdout + res.stderr
+  for r in range(2): assert f"rank {r} of 2: small all-reduces ok" in res.stdout, res.stdout + res.stderr

@@ -22,8 +22,10 @@ import argparse
 import gc
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,75 @@ def over_mpi(sizes: list[int]) -> None:
         print(f"{_size(nbytes):>8} {lt * 1e6:9.1f} {mp * 1e6:10.1f} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} "
               f"{mp / lt:6.2f}x  {goal(nbytes, lt, mp)}")
 
+# collectives in one engine step each, in one realize or one TinyJit replay (in_engine)
+IN_ENGINE_CALLS = 32
+
+def small_in_engine(sizes: list[int]) -> None:
+  """For each size up to GOAL_LATENCY_TO: mpi4py's Allreduce, lazytensor.parallel.distributed.all_reduce (an eager
+  call) and an all-reduce as the engine runs one over a mesh across the ranks (a device each: runtime/remote.py), N at
+  once: realized together (a schedule) and as a TinyJit replay. In-engine latency per all-reduce = (the time of the
+  N all-reduces of x + 1 - that of the N x + 1 alone) / N. Each with its ratio to mpi4py's time and whether it is
+  within GOAL_LATENCY of it."""
+  from mpi4py import MPI
+
+  from lazytensor import DeviceMesh
+  from lazytensor.parallel import distributed as dist
+  dist.init(devices_per_rank=1)  # from here on CPU:r is rank r's, and each rank's tensors live there
+  comm, rank, n = MPI.COMM_WORLD, dist.rank(), dist.world_size()
+  mesh = DeviceMesh(tuple(f"CPU:{r}" for r in range(n)), names=("dp",))
+  if rank == 0:
+    print(f"\nall_reduce up to {_size(GOAL_LATENCY_TO)} over {n} ranks, us per all-reduce (median of runs of calls "
+          f"back to back), and lazytensor's time over mpi4py's (goal: at most {GOAL_LATENCY:g}x). eager: "
+          f"distributed.all_reduce on a Tensor; schedule: {IN_ENGINE_CALLS} all-reduces over a mesh across the ranks "
+          "realized at once; jit: the same as a TinyJit replay (the time each adds to the step)")
+    print(f"{'size':>8} {'mpi4py':>8} {'eager':>8} {'ratio':>6} {'schedule':>9} {'ratio':>6} {'jit':>8} {'ratio':>6}  "
+          "goal (eager, schedule, jit)")
+  for nbytes in sizes:
+    if nbytes > GOAL_LATENCY_TO: continue
+    src, dst = np.full(nbytes // 4, rank + 1, np.float32), np.empty(nbytes // 4, np.float32)
+    t = _on_own_device(src, rank)
+    sched, jit = _engine_all_reduces(mesh, nbytes // 4)
+    mp, eager = per_call([lambda s=src, d=dst: comm.Allreduce(s, d), lambda t=t: dist.all_reduce(t)], nbytes, comm,
+                         statistic="median")
+    s_with, s_without, j_with, j_without = per_call([*sched, *jit], nbytes, comm, statistic="median", calls=10)
+    times = [eager, (s_with - s_without) / IN_ENGINE_CALLS, (j_with - j_without) / IN_ENGINE_CALLS]
+    if rank == 0:
+      cols = " ".join(f"{us * 1e6:{w}.1f} {us / mp:5.1f}x" for us, w in zip(times, (8, 9, 8)))
+      met = ", ".join("met" if us <= GOAL_LATENCY * mp else "NOT met" for us in times)
+      print(f"{_size(nbytes):>8} {mp * 1e6:8.1f} {cols}  {met}")
+
+def _on_own_device(arr: np.ndarray, rank: int) -> Any:
+  from lazytensor import Tensor
+  return Tensor(arr, device=f"CPU:{rank}").realize()
+
+def _engine_all_reduces(mesh: Any, n: int) -> tuple[list[Callable[[], object]], list[Callable[[], object]]]:
+  """(with, without) of IN_ENGINE_CALLS all-reduces of x + 1 over the mesh: realized at once on new buffers (a
+  graph realized before would be found computed), and as TinyJit replays on one set of inputs."""
+  from lazytensor import Tensor, TinyJit
+  from lazytensor.parallel.collectives import stack
+  def stacks(fill: float | None) -> list[Tensor]:
+    def value(d: str) -> Tensor: return Tensor.empty(n, device=d) if fill is None else Tensor.full((n,), fill, device=d)
+    return [stack([value(d) for d in mesh.devices], mesh) for _ in range(IN_ENGINE_CALLS)]
+  def reduced(*xs: Tensor) -> list[Tensor]:
+    # a sum over the devices' dimension: the multi pass's all-reduce, as data parallelism's gradients (collectives'
+    # all_reduce would first realize x + 1, to check that it is a stack on the mesh)
+    outs = [(x + 1).sum(0) for x in xs]
+    Tensor.realize(*outs)
+    return outs
+  def alone(*xs: Tensor) -> list[Tensor]:
+    outs = [x + 1 for x in xs]
+    Tensor.realize(*outs)
+    return outs
+  sched: list[Callable[[], object]] = [lambda fn=fn: fn(*stacks(None)) for fn in (reduced, alone)]
+  jit: list[Callable[[], object]] = []
+  for fn in (reduced, alone):
+    step, (a, b) = TinyJit(fn), ([x.contiguous().realize() for x in stacks(float(k))] for k in (1, 2))
+    step(*a)
+    step(*b)  # captured on new inputs: on the same ones, everything would already be computed
+    assert step.items, "nothing was captured"
+    jit.append(lambda step=step, a=a: step(*a))
+  return sched, jit
+
 def goal(nbytes: int, ours: float, theirs: float) -> str:
   """Whether a size meets its goal (seconds per call of lazytensor's collective and of mpi4py's)."""
   if nbytes <= GOAL_LATENCY_TO:
@@ -131,12 +202,14 @@ def _mpi_pair(name: str, theirs: str, n_in: int, n_out: int, nbytes: int, comm: 
   lt, mp = per_call([lambda: ours(t), lambda: mpi(src, dst)], nbytes, comm)
   return lt, mp
 
-def per_call(fns: list[Callable[[], object]], nbytes: int, comm: Any) -> list[float]:
-  """For each function, the best of a few runs of calls back to back (about 16 MB moved in each, at most 200 calls),
-  each run started together on every rank by a barrier, as OSU's micro-benchmarks do: seconds per call. The
-  functions' runs take turns, so that a change in the load of a shared machine falls on each alike."""
-  calls = max(1, min(200, (16 << 20) // nbytes))
-  best = [float("inf")] * len(fns)
+def per_call(fns: list[Callable[[], object]], nbytes: int, comm: Any, statistic: str = "best",
+             calls: int | None = None) -> list[float]:
+  """For each function, the best (or the median) of a few runs of calls back to back (`calls`, or about 16 MB moved
+  in each, at most 200 calls), each run started together on every rank by a barrier, as OSU's micro-benchmarks do:
+  seconds per call. The functions' runs take turns, so that a change in the load of a shared machine falls on each
+  alike."""
+  calls = calls or max(1, min(200, (16 << 20) // nbytes))
+  runs: list[list[float]] = [[] for _ in fns]
   for fn in fns: fn()
   for _ in range(5 if nbytes < 1 << 26 else 3):
     for i, fn in enumerate(fns):
@@ -144,8 +217,9 @@ def per_call(fns: list[Callable[[], object]], nbytes: int, comm: Any) -> list[fl
       comm.Barrier()
       start = bench_clock.now()
       for _ in range(calls): fn()
-      best[i] = min(best[i], (bench_clock.now() - start) / calls)
-  return best
+      runs[i].append((bench_clock.now() - start) / calls)
+  # every rank takes rank 0's figures, so that all ranks agree on what to print
+  return comm.bcast([min(r) if statistic == "best" else statistics.median(r) for r in runs])
 
 def _size(nbytes: int) -> str:
   for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
@@ -161,10 +235,17 @@ def main() -> None:
   ap.add_argument("--ranks", type=int, default=2, help="MPI ranks")
   ap.add_argument("--no-mpi", action="store_true", help="skip the MPI part")
   ap.add_argument("--mpi-only", action="store_true", help="skip the part in one process")
+  bench_clock.add_argument(ap)
+  ap.add_argument("--small-only", action="store_true", help="over MPI, only the small all-reduces: mpi4py, eager and "
+                  "in the engine")
   ap.add_argument("--mpi", action="store_true", help=argparse.SUPPRESS)  # set when started by mpiexec below
   args = ap.parse_args()
+  # small collectives run on the calling thread (one device a rank queues nothing; kernels this small use one thread)
+  if args.clock == "cpu": bench_clock.now = time.thread_time
   if args.mpi:
-    over_mpi([s for s in SIZES if s <= args.mpi_max_mb << 20])
+    sizes = [s for s in SIZES if s <= args.mpi_max_mb << 20]
+    if not args.small_only: over_mpi(sizes)
+    small_in_engine(sizes)
     return
   if not args.mpi_only: in_one_process(args.devices, [s for s in SIZES if s <= args.max_mb << 20])
   if args.no_mpi: return
@@ -174,7 +255,8 @@ def main() -> None:
     return
   root = Path(__file__).resolve().parents[2]
   subprocess.run([mpiexec, "-n", str(args.ranks), sys.executable, __file__, "--mpi", "--mpi-max-mb",
-                  str(args.mpi_max_mb)], check=True, env={**os.environ, "PYTHONPATH": str(root)})
+                  str(args.mpi_max_mb), "--clock", args.clock, *(["--small-only"] * args.small_only)], check=True,
+                 env={**os.environ, "PYTHONPATH": str(root)})
 
 if __name__ == "__main__":
   main()

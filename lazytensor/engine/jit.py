@@ -193,7 +193,7 @@ class TinyJit(Generic[R]):
     self.signature = [_signature(t, {}) for t in inputs]
     # the kernels whose last arguments are Variables' values, with how many come before them
     self.var_items = [(i, len(it.vals) - len(vs), vs) for i, it in enumerate(items)
-                      if it.runner is not None and (vs := ast_variables(it.runner.kernel.ast))]
+                      if isinstance(it.runner, realize.CompiledRunner) and (vs := ast_variables(it.runner.kernel.ast))]
     self.input_buffers = [b for t in inputs for b in _buffers_of(t)]
     written = {id(b): b for item in items for b in item.written}
     self.written = list(written.values())
@@ -239,7 +239,8 @@ def _weight_packs(items: list[realize.ExecItem], changing: set[int]) -> dict[int
   items write, the inputs'), each -> [the weight, its writes now]: the replays skip them while it is not written."""
   packs: dict[int, list[Any]] = {}
   for i, it in enumerate(items):
-    if it.runner is None or len(it.bufs) != 2 or id(weight := it.bufs[1]) in changing: continue
+    if not isinstance(it.runner, realize.CompiledRunner) or len(it.bufs) != 2 or id(weight := it.bufs[1]) in changing:
+      continue
     if pack_cache.packs(it.bufs[0], weight): packs[i] = [weight, pack_cache.writes(weight)]
   return packs
 

@@ -160,15 +160,16 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   dst.copyin((arr if arr is not None else src.numpy()).data.cast("B"))
 
 class ExecItem(NamedTuple):
-  """One step that ran: a compiled kernel (or a copy, runner None), its buffers and the values of its scalar
-  arguments. TinyJit replays these. (A NamedTuple: every eager kernel launch makes one.)"""
-  runner: CompiledRunner | None
+  """One step that ran: a compiled kernel, a copy (runner None) or, in a mesh across ranks, an exchange of copies
+  between ranks (runtime/remote.py), its buffers and the values of its scalar arguments. TinyJit replays these. (A
+  NamedTuple: every eager kernel launch makes one.)"""
+  runner: CompiledRunner | remote.Exchange | None
   bufs: tuple[Buffer, ...]
   vals: tuple[Any, ...] = ()
 
   @property
   def written(self) -> tuple[Buffer, ...]:
-    """The buffers this step writes: a copy's destination, a kernel's stored buffers."""
+    """The buffers this step writes: a copy's destination, a kernel's stored buffers, an exchange's receives'."""
     return _written(self.runner, self.bufs)
 
   def run(self, bufs: tuple[Buffer, ...] | None = None, vals: tuple[Any, ...] | None = None,
@@ -176,23 +177,25 @@ class ExecItem(NamedTuple):
     _execute(self.runner, self.bufs if bufs is None else bufs, DEBUG.value, self.vals if vals is None else vals,
              queues)
 
-def _written(runner: CompiledRunner | None, bufs: tuple[Buffer, ...]) -> tuple[Buffer, ...]:
+def _written(runner: CompiledRunner | remote.Exchange | None, bufs: tuple[Buffer, ...]) -> tuple[Buffer, ...]:
   if runner is None: return bufs[:1]
+  if isinstance(runner, remote.Exchange): return runner.written(bufs)
   return tuple(bufs[store.src[0].arg] for store in runner.kernel.ast.src)
 
 def _launch(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], vals: tuple[Any, ...]) -> None:
   if runner is None: _copy(bufs[0], bufs[1])
   else: runner(bufs, vals=vals)
 
-def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int, vals: tuple[Any, ...] = (),
-             queues: Queues | None = None) -> None:
+def _execute(runner: CompiledRunner | remote.Exchange | None, bufs: tuple[Buffer, ...], debug: int,
+             vals: tuple[Any, ...] = (), queues: Queues | None = None) -> None:
   """Run one step: a kernel, or a copy where runner is None, and count it (DEBUG=2 prints it). The buffers are
   allocated as the copy or the launch reads their handles. With `queues`, the step is queued on its device's worker
-  (engine/queues.py) and counted here, untimed. In a mesh across ranks, a copy may be another rank's (skipped) or a
-  transfer between ranks (runtime/remote.py)."""
-  if runner is None and remote.joined is not None and (mine := remote.route(bufs[0], bufs[1])) is not True:
-    if mine: _transfer(mine, debug, queues)
+  (engine/queues.py) and counted here, untimed. In a mesh across ranks, a copy may be another rank's (skipped), and
+  copies between ranks run as Exchanges (runtime/remote.py)."""
+  if isinstance(runner, remote.Exchange):
+    _exchange(runner, bufs, debug, queues)
     return
+  if runner is None and remote.joined is not None and not remote.route(bufs[0], bufs[1]): return
   if queues is not None:
     queues.submit(bufs[0].device, functools.partial(_launch, runner, bufs, vals), bufs, _written(runner, bufs))
     et: float | None = None
@@ -223,18 +226,21 @@ def _execute(runner: CompiledRunner | None, bufs: tuple[Buffer, ...], debug: int
           f"{GlobalCounters.global_mem * 1e-9:6.3f} GB tm {t * 1e6:9.2f}us/"
           f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms {perf}")
 
-def _transfer(half: remote.Transfer, debug: int, queues: Queues | None) -> None:
-  """This rank's half of a copy between ranks, on the worker of its buffer's device (queued) or here."""
+def _exchange(exchange: remote.Exchange, bufs: tuple[Buffer, ...], debug: int, queues: Queues | None) -> None:
+  """This rank's halves of copies between ranks, on the worker of the first of its buffers' devices (queued) or here.
+  The tag is taken here, in program order on every rank."""
+  tag = remote.tag_of(exchange)
+  if not (mine := exchange.mine(bufs)): return
   GlobalCounters.kernel_count += 1
-  GlobalCounters.global_mem += half.buf.nbytes
+  GlobalCounters.global_mem += sum(b.nbytes for b in mine)
   if queues is not None:
-    queues.submit(half.buf.device, half, (half.buf,), (half.buf,) if half.receive else ())
+    queues.submit(mine[0].device, functools.partial(exchange, bufs, tag), mine, exchange.written(bufs))
     return
   st = time.perf_counter()
-  half()
-  if debug >= 2:  # the time includes the wait for the other rank to reach the step
+  exchange(bufs, tag)
+  if debug >= 2:  # the time includes the wait for the other ranks to reach the step
     tm = (time.perf_counter() - st) * 1e6
-    print(f"*** {half.buf.device:6s} {GlobalCounters.kernel_count:4d} {half}  tm {tm:9.2f}us")
+    print(f"*** {mine[0].device:6s} {GlobalCounters.kernel_count:4d} {exchange.describe(bufs)}  tm {tm:9.2f}us")
 
 # while a TinyJit captures, every step that runs is also recorded here
 _capturing: list[list[ExecItem]] = []
@@ -264,7 +270,7 @@ def _flags_of(runner: CompiledRunner, bufs: tuple[Buffer, ...]) -> list[IndexFla
 
 def index_flags(steps: list[ExecItem]) -> list[IndexFlags]:
   """The flags of the index checks of these steps' kernels (schedule/index_check.py)."""
-  return [f for s in steps if s.runner is not None for f in _flags_of(s.runner, s.bufs)]
+  return [f for s in steps if isinstance(s.runner, CompiledRunner) for f in _flags_of(s.runner, s.bufs)]
 
 def steps_queues(bufs: Sequence[tuple[Buffer, ...]], debug: int) -> Queues | None:
   """Queues for steps on these buffers when they span several devices that queue (engine/queues.py) and QUEUES is on;
@@ -272,7 +278,15 @@ def steps_queues(bufs: Sequence[tuple[Buffer, ...]], debug: int) -> Queues | Non
   overlap, which is every eager op's schedule: it pays no set of devices)."""
   if len(bufs) < 2 or not QUEUES or debug >= 2: return None
   devices = {b[0].device for b in bufs}
+  # across ranks, the devices of this rank that its steps run on (another rank's only add a worker's hand-off)
+  if remote.joined is not None: devices = {d for d in {x.device for b in bufs for x in b} if remote.owns(d)}
   return Queues() if queueable(devices) else None
+
+def _across_ranks(items: list[ScheduleItem]) -> Sequence[ScheduleItem | tuple[remote.Exchange, tuple[Buffer, ...]]]:
+  """The items, the copies between ranks among them grouped into exchanges (remote.exchanges), each with its buffers
+  (each copy's dst and src in turn)."""
+  groups = remote.exchanges([(bufs[0], bufs[1]) if ast.op is Ops.COPY else None for ast, bufs, _ in items])
+  return [items[g] if isinstance(g, int) else (g[0], tuple(b for i in g[1] for b in items[i].bufs[:2])) for g in groups]
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   """Run the items in order; then raise BadIndexError (an IndexError) if a kernel read an index out of range
@@ -281,12 +295,19 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   before = dict(compile_stats) if debug >= 1 else {}
   recording = _capturing[-1] if _capturing else None
   flags: list[IndexFlags] = []
+  steps: Sequence[ScheduleItem | tuple[remote.Exchange, tuple[Buffer, ...]]] = items
   if remote.joined is not None:  # the ranks of a mesh across ranks must be about to take the same steps
     remote.agree("schedule", [remote.step_line(ast, bufs) for ast, bufs, _ in items])
+    steps = _across_ranks(items)
   # one step has nothing to overlap: every eager op's schedule skips the look at its devices
-  queues = steps_queues([bufs for _, bufs, _ in items], debug) if len(items) > 1 else None
+  queues = steps_queues([bufs for _, bufs, *_ in steps], debug) if len(steps) > 1 else None
   try:
-    for ast, bufs, vals in items:
+    for step in steps:
+      if isinstance(step[0], remote.Exchange):
+        _exchange(step[0], step[1], debug, queues)
+        if recording is not None: recording.append(ExecItem(*step))
+        continue
+      ast, bufs, vals = step
       if ast.op is Ops.COPY: runner = None
       elif remote.joined is None or remote.owns(bufs[0].device): runner = get_runner(bufs[0].device, ast)
       else: continue  # another rank's kernel: neither compiled nor run here

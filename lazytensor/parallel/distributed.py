@@ -33,6 +33,7 @@ from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import launched_ranks, prod
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, new_buffer_uop
+from lazytensor.schedule import cache
 from lazytensor.uop.graph import buffer_view
 from lazytensor.uop.ops import Ops
 
@@ -73,6 +74,10 @@ def _join_mesh(backend: str | None, devices_per_rank: int) -> None:
   if _World.comm is None: return  # alone, every device is this process's: nothing changes
   from mpi4py import MPI
   remote.join(_World.comm, devices_per_rank, MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
+  # schedules made before put copies between devices anywhere; across ranks those between ranks go last and together
+  # (schedule/scheduler.py), so that they are one exchange: schedule again
+  cache.templates.clear()
+  cache.structures.clear()
 
 def _comm() -> Any:
   init()

@@ -21,6 +21,7 @@ from lazytensor.codegen.program import knob_key
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import BEAM, SCALAR_ARGS, SCHEDULE_CACHE, argsort, knob_state, prod
 from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule import cache, pack_cache
 from lazytensor.schedule.cache import ScheduleItem, realized_map
@@ -691,15 +692,20 @@ def _order_roots(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, 
         after_r = [a for a in writers if a is not r and a not in read_from and
                    (a not in needs[r] or any(w in needs[a] for w in read_from))] if read_from else []
       for a in after_r: after[a].add(r)
+  # across ranks, copies between ranks wait until nothing else is ready, then go together: one exchange (the N small
+  # all-reduces of a step's gradients, one message each way each, where a round trip each ran between the sums)
+  late = {r for r in roots if r.op is Ops.COPY and len(its := built[r].items) == 1 and its[0].ast.op is Ops.COPY and
+          remote.crosses(*its[0].bufs[:2])} if remote.joined is not None else set()
   order: list[UOp] = []
   done: set[UOp] = set()
   while len(done) < len(roots):
-    ready = next((r for r in roots if r not in done and after[r] <= done), None)
-    if ready is None:
+    ready = next((r for r in roots if r not in done and r not in late and after[r] <= done), None)
+    batch = [ready] if ready is not None else [r for r in roots if r not in done and after[r] <= done]
+    if not batch:
       raise ValueError("these assigns read each other's old contents (like a.assign(b); b.assign(a) realized "
                        "together), which one schedule cannot order; realize them one at a time")
-    order.append(ready)
-    done.add(ready)
+    order += batch
+    done.update(batch)
   return order
 
 def _buffer_uop_for(root: UOp, buf: Buffer) -> UOp:
