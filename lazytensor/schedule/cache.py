@@ -332,6 +332,21 @@ class Template:
             f"{' (schedule cache hit)' if self.uses > 1 else ''}")
     return items, becomes
 
+class _ViewKey:
+  """What a view (a VIEW node's ShapeTracker, its Variables unbound) is in a structure: equal views have one, so that
+  a structure hashes and compares in C, where a ShapeTracker's hash is a Python call at every lookup of a key."""
+  __slots__ = ("__weakref__",)
+
+# view -> its key, while a structure's key or a VIEW node (_VIEW_KEY) holds it
+_view_keys: weakref.WeakValueDictionary[Any, _ViewKey] = weakref.WeakValueDictionary()
+_VIEW_KEY = "_view_key"
+
+def _view_key(node: UOp, view: Any) -> _ViewKey:
+  """The key of `view`, the VIEW node `node`'s (unbound), kept on the node: looked up once per node."""
+  if (k := _view_keys.get(view)) is None: k = _view_keys[view] = _ViewKey()
+  node.__dict__[_VIEW_KEY] = k
+  return k
+
 # a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
 _NUMBERED = "param"
 # a constant that may become a kernel argument stands in the structure by its position too (Positions)
@@ -384,6 +399,7 @@ class Structure:
     if op in _SYMBOLIC_ARGS and (op is not _VIEW or node.arg.symbolic) and (ub := unbound_arg(node)) is not None:
       arg = ub[0]
       bind_values(self.var_vals, ub[1])
+    if op is _VIEW: arg = node.__dict__.get(_VIEW_KEY) or _view_key(node, arg)
     entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
     return len(entries) - 1
 
@@ -470,7 +486,8 @@ class Found(NamedTuple):
   even once `templates` has dropped it), for each value of the template's `becomes` the entry of the caller's node
   it stands for (None: the graph has no such node), the structure's constant positions, those that are kernel
   arguments in the template, and the values of the others, which the template holds; and the entries of the
-  template's lenders."""
+  template's lenders. `key` is the structure's (`structures` holds it by its hash)."""
+  key: tuple[Any, ...]
   template: Template
   entries: list[int | None]
   positions: Positions
@@ -481,11 +498,17 @@ class Found(NamedTuple):
 def find(key: tuple[Any, ...], walk: Structure, scalar_args: bool) -> tuple[Found | None, Positions, tuple[int, ...]]:
   """The schedule of the structure `key` if it suits this graph's values (`walk`), the structure's positions (after
   those values, on a miss) and which of them are kernel arguments; without `scalar_args`, none."""
-  found = structures.get(key)
+  # by the key's hash, computed once (the LRU's lookup and its mark of recent use would hash the whole key each), and
+  # then the key compared: two structures of one hash are a miss, which schedules again and takes the entry over
+  if (found := structures.get(hash(key))) is not None and found.key != key: found = None
   # an eager step that repeats a graph finds its schedule by one tuple of values: its positions stand as they were
   if found is not None and walk.values(found.dynamic) == found.values: return found, found.positions, found.dynamic
   positions = found.positions if found is not None else Positions(walk)
   return None, positions, positions.update(walk).dynamic if scalar_args else ()
+
+def remember(found: Found) -> None:
+  """Keep `found` as the schedule of its structure (find looks it up)."""
+  structures.put(hash(found.key), found)
 
 def found_entries(s: Structure, a: Abstract, nodes: list[UOp]) -> list[int | None] | None:
   """The entry of the caller's node behind each of `nodes` (a.origin), for `Found`; None if one has none."""
@@ -510,8 +533,8 @@ def origins(s: Structure, entries: list[int | None]) -> list[UOp | None] | None:
 # with BEAM a search of that width (whose choice may differ with the thread count); the knobs as
 # codegen/program.knob_key says, the one list of the knobs that change compiled code
 templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
-# keyed by a structure and the same knobs: the schedule of its latest values (once its numbers that change are kernel
-# arguments, of all of them)
-structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)
+# keyed by the hash of a structure and the same knobs (Found.key holds them): the schedule of its latest values (once
+# its numbers that change are kernel arguments, of all of them)
+structures: LRU[int, Found] = LRU(SCHEDULE_CACHE)
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
