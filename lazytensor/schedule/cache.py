@@ -239,6 +239,9 @@ def abstract(outs: list[UOp], dynamic: list[UOp] | None = None) -> Abstract:
   sink = UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs]))
   return Abstract(sink, a.origin, a.params, a.consts, a.var_vals)
 
+# what names a node of an instance's values (Template.names)
+_PARAM, _FRESH, _CONST_SLOT = "param", "fresh", "const"
+
 class Template:
   """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure.
 
@@ -265,15 +268,19 @@ class Template:
     made = list({id(b): b for b in made if id(b) not in position}.values())
     # the flags of index checks (schedule/index_check.py) are the same at every instance: they carry the message, and
     # come back clear from every run
-    self.fresh = [b for b in made if not isinstance(b, IndexFlags)]
+    fresh = [b for b in made if not isinstance(b, IndexFlags)]
     self.flags = [b for b in made if isinstance(b, IndexFlags)]
-    for i, b in enumerate([*self.fresh, *self.flags]): position[id(b)] = len(params) + i
+    for i, b in enumerate([*fresh, *self.flags]): position[id(b)] = len(params) + i
+    # the plan of an instance, made here once: what each new buffer is, what each item's buffers and each value's nodes
+    # are made of (an eager step instantiates one at every call)
+    self.fresh = [(b.device, b.size, b.dtype) for b in fresh]
     self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs), it.vals) for it in items]
-    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
-    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
-    self.fresh_names = [(n, position[id(buffer_map[n])]) for n in value_buffers if not isinstance(n.arg[2], tuple)]
-    # a value that is no buffer's (a constant output) may hold a kernel argument: the caller's constant stands there
-    self.var_names = [(n, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
+    # the nodes of the values' buffers and constants: a parameter names the caller's buffer (_PARAM, its slot), a
+    # placeholder a new node of the instance's buffer (_FRESH, its position), a DEFINE_VAR (a constant output's kernel
+    # argument) the caller's constant (_CONST_SLOT, its slot)
+    self.names = [(n, _PARAM, n.arg[2][1]) if isinstance(n.arg[2], tuple) else (n, _FRESH, position[id(buffer_map[n])])
+                  for n in value_buffers]
+    self.names += [(n, _CONST_SLOT, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
     self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
     # the items that pack a parameter's buffer (a weight): (item, the copy's position, the parameter's)
@@ -306,7 +313,7 @@ class Template:
     self.uses += 1
     bufs: list[Buffer] = []
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
-    for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
+    for device, size, dtype in self.fresh: bufs.append(Buffer(device, size, dtype))
     bufs += self.flags
     skip = self._kept_copies(bufs, params, reuse_packs) if self.packs else ()
     items: list[ScheduleItem] = []
@@ -315,11 +322,11 @@ class Template:
       vals = item_vals(slots, consts, var_vals) if slots else ()
       items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__, positions)), vals)))
     names: dict[UOp, UOp] = {}
-    for n, slot in self.param_names: names[n] = params[slot]
-    for n, slot in self.var_names: names[n] = consts[slot]
-    for n, i in self.fresh_names:
-      buf = bufs[i]
-      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    for n, kind, i in self.names:
+      if kind is _FRESH:
+        buf = bufs[i]
+        names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+      else: names[n] = params[i] if kind is _PARAM else consts[i]
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
