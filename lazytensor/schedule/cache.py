@@ -349,9 +349,10 @@ _view_keys: weakref.WeakValueDictionary[Any, _ViewKey] = weakref.WeakValueDictio
 _VIEW_KEY = "_view_key"
 
 def _view_key(node: UOp, view: Any) -> _ViewKey:
-  """The key of `view`, the VIEW node `node`'s (unbound), kept on the node: looked up once per node."""
+  """The key of `view`, the VIEW node `node`'s (unbound), kept on the node unless it is symbolic (its Variables' values
+  are read at each walk, by convert): looked up once per node."""
   if (k := _view_keys.get(view)) is None: k = _view_keys[view] = _ViewKey()
-  node.__dict__[_VIEW_KEY] = k
+  if not node.arg.symbolic: node.__dict__[_VIEW_KEY] = k
   return k
 
 # a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
@@ -434,7 +435,15 @@ class Structure:
       src = []
       for s in node.src:
         if s.op is _BUFFER: src.append(self.param(s))
-        else: src.append(j if (j := done.get(s)) is not None else self.visit(s, depth + 1))
+        elif (j := done.get(s)) is not None: src.append(j)
+        elif (k := s.__dict__.get(_VIEW_KEY)) is not None and s.src[0].op is _BUFFER and _REALIZED not in s.__dict__:
+          # a realized input (a view of a buffer, walked before): its parameter and its entry, as convert writes it,
+          # without the two calls of a visit
+          self.entries.append((_VIEW, s.dtype.ident, (self.param(s.src[0]),), _ViewKey, k))
+          j = done[s] = len(self.entries) - 1
+          self.node_of[j] = s
+          src.append(j)
+        else: src.append(self.visit(s, depth + 1))
       i = self.convert(node, tuple(src))
     done[node] = i
     self.node_of[i] = node
