@@ -251,6 +251,8 @@ class Buffer:
     self.device, self.size, self.dtype = device, size, dtype
     self.nbytes = size * dtype.itemsize  # read at each allocation and free: an attribute, not a property
     self.serial = next(Buffer.serials)
+    # the allocator of an opened device, taken here: the lookup below is three Python calls at each buffer's allocation
+    if (opened := Device._opened.get(device)) is not None: self.__dict__["allocator"] = opened.allocator
     # the graph nodes whose values were realized into this memory (weakly): an assign to it makes them stale
     self.realized_nodes: list[weakref.ref[Any]] = []
 

@@ -239,6 +239,9 @@ def abstract(outs: list[UOp], dynamic: list[UOp] | None = None) -> Abstract:
   sink = UOp(Ops.SINK, dtypes.void, tuple([a.walk(o) for o in outs]))
   return Abstract(sink, a.origin, a.params, a.consts, a.var_vals)
 
+# what names a node of an instance's values (Template.names)
+_PARAM, _FRESH, _CONST_SLOT = "param", "fresh", "const"
+
 class Template:
   """A schedule over placeholder buffers, instantiated with the buffers of each graph of its structure.
 
@@ -265,15 +268,19 @@ class Template:
     made = list({id(b): b for b in made if id(b) not in position}.values())
     # the flags of index checks (schedule/index_check.py) are the same at every instance: they carry the message, and
     # come back clear from every run
-    self.fresh = [b for b in made if not isinstance(b, IndexFlags)]
+    fresh = [b for b in made if not isinstance(b, IndexFlags)]
     self.flags = [b for b in made if isinstance(b, IndexFlags)]
-    for i, b in enumerate([*self.fresh, *self.flags]): position[id(b)] = len(params) + i
+    for i, b in enumerate([*fresh, *self.flags]): position[id(b)] = len(params) + i
+    # the plan of an instance, made here once: what each new buffer is, what each item's buffers and each value's nodes
+    # are made of (an eager step instantiates one at every call)
+    self.fresh = [(b.device, b.size, b.dtype) for b in fresh]
     self.item_bufs = [(it.ast, tuple(position[id(b)] for b in it.bufs), it.vals) for it in items]
-    # a parameter names the caller's buffer (node, slot); any other the instance of a placeholder (node, position)
-    self.param_names = [(n, n.arg[2][1]) for n in value_buffers if isinstance(n.arg[2], tuple)]
-    self.fresh_names = [(n, position[id(buffer_map[n])]) for n in value_buffers if not isinstance(n.arg[2], tuple)]
-    # a value that is no buffer's (a constant output) may hold a kernel argument: the caller's constant stands there
-    self.var_names = [(n, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
+    # the nodes of the values' buffers and constants: a parameter names the caller's buffer (_PARAM, its slot), a
+    # placeholder a new node of the instance's buffer (_FRESH, its position), a DEFINE_VAR (a constant output's kernel
+    # argument) the caller's constant (_CONST_SLOT, its slot)
+    self.names = [(n, _PARAM, n.arg[2][1]) if isinstance(n.arg[2], tuple) else (n, _FRESH, position[id(buffer_map[n])])
+                  for n in value_buffers]
+    self.names += [(n, _CONST_SLOT, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
     self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
     # the items that pack a parameter's buffer (a weight): (item, the copy's position, the parameter's)
@@ -306,7 +313,7 @@ class Template:
     self.uses += 1
     bufs: list[Buffer] = []
     for slot in self.param_slots: bufs.append(params[slot].__dict__[_BUFFER_ATTR])
-    for b in self.fresh: bufs.append(Buffer(b.device, b.size, b.dtype))
+    for device, size, dtype in self.fresh: bufs.append(Buffer(device, size, dtype))
     bufs += self.flags
     skip = self._kept_copies(bufs, params, reuse_packs) if self.packs else ()
     items: list[ScheduleItem] = []
@@ -315,11 +322,11 @@ class Template:
       vals = item_vals(slots, consts, var_vals) if slots else ()
       items.append(_new_item(ScheduleItem, (ast, tuple(map(bufs.__getitem__, positions)), vals)))
     names: dict[UOp, UOp] = {}
-    for n, slot in self.param_names: names[n] = params[slot]
-    for n, slot in self.var_names: names[n] = consts[slot]
-    for n, i in self.fresh_names:
-      buf = bufs[i]
-      names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    for n, kind, i in self.names:
+      if kind is _FRESH:
+        buf = bufs[i]
+        names[n] = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+      else: names[n] = params[i] if kind is _PARAM else consts[i]
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
@@ -331,6 +338,22 @@ class Template:
       print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
             f"{' (schedule cache hit)' if self.uses > 1 else ''}")
     return items, becomes
+
+class _ViewKey:
+  """What a view (a VIEW node's ShapeTracker, its Variables unbound) is in a structure: equal views have one, so that
+  a structure hashes and compares in C, where a ShapeTracker's hash is a Python call at every lookup of a key."""
+  __slots__ = ("__weakref__",)
+
+# view -> its key, while a structure's key or a VIEW node (_VIEW_KEY) holds it
+_view_keys: weakref.WeakValueDictionary[Any, _ViewKey] = weakref.WeakValueDictionary()
+_VIEW_KEY = "_view_key"
+
+def _view_key(node: UOp, view: Any) -> _ViewKey:
+  """The key of `view`, the VIEW node `node`'s (unbound), kept on the node unless it is symbolic (its Variables' values
+  are read at each walk, by convert): looked up once per node."""
+  if (k := _view_keys.get(view)) is None: k = _view_keys[view] = _ViewKey()
+  if not node.arg.symbolic: node.__dict__[_VIEW_KEY] = k
+  return k
 
 # a CONTIGUOUS that names its buffer stands in the structure by its position, as in the abstract graph
 _NUMBERED = "param"
@@ -384,6 +407,7 @@ class Structure:
     if op in _SYMBOLIC_ARGS and (op is not _VIEW or node.arg.symbolic) and (ub := unbound_arg(node)) is not None:
       arg = ub[0]
       bind_values(self.var_vals, ub[1])
+    if op is _VIEW: arg = node.__dict__.get(_VIEW_KEY) or _view_key(node, arg)
     entries.append((op, node.dtype.ident, src, type(arg), repr(arg) if isinstance(arg, float) else arg))
     return len(entries) - 1
 
@@ -411,7 +435,15 @@ class Structure:
       src = []
       for s in node.src:
         if s.op is _BUFFER: src.append(self.param(s))
-        else: src.append(j if (j := done.get(s)) is not None else self.visit(s, depth + 1))
+        elif (j := done.get(s)) is not None: src.append(j)
+        elif (k := s.__dict__.get(_VIEW_KEY)) is not None and s.src[0].op is _BUFFER and _REALIZED not in s.__dict__:
+          # a realized input (a view of a buffer, walked before): its parameter and its entry, as convert writes it,
+          # without the two calls of a visit
+          self.entries.append((_VIEW, s.dtype.ident, (self.param(s.src[0]),), _ViewKey, k))
+          j = done[s] = len(self.entries) - 1
+          self.node_of[j] = s
+          src.append(j)
+        else: src.append(self.visit(s, depth + 1))
       i = self.convert(node, tuple(src))
     done[node] = i
     self.node_of[i] = node
@@ -470,7 +502,8 @@ class Found(NamedTuple):
   even once `templates` has dropped it), for each value of the template's `becomes` the entry of the caller's node
   it stands for (None: the graph has no such node), the structure's constant positions, those that are kernel
   arguments in the template, and the values of the others, which the template holds; and the entries of the
-  template's lenders."""
+  template's lenders. `key` is the structure's (`structures` holds it by its hash)."""
+  key: tuple[Any, ...]
   template: Template
   entries: list[int | None]
   positions: Positions
@@ -481,11 +514,17 @@ class Found(NamedTuple):
 def find(key: tuple[Any, ...], walk: Structure, scalar_args: bool) -> tuple[Found | None, Positions, tuple[int, ...]]:
   """The schedule of the structure `key` if it suits this graph's values (`walk`), the structure's positions (after
   those values, on a miss) and which of them are kernel arguments; without `scalar_args`, none."""
-  found = structures.get(key)
+  # by the key's hash, computed once (the LRU's lookup and its mark of recent use would hash the whole key each), and
+  # then the key compared: two structures of one hash are a miss, which schedules again and takes the entry over
+  if (found := structures.get(hash(key))) is not None and found.key != key: found = None
   # an eager step that repeats a graph finds its schedule by one tuple of values: its positions stand as they were
   if found is not None and walk.values(found.dynamic) == found.values: return found, found.positions, found.dynamic
   positions = found.positions if found is not None else Positions(walk)
   return None, positions, positions.update(walk).dynamic if scalar_args else ()
+
+def remember(found: Found) -> None:
+  """Keep `found` as the schedule of its structure (find looks it up)."""
+  structures.put(hash(found.key), found)
 
 def found_entries(s: Structure, a: Abstract, nodes: list[UOp]) -> list[int | None] | None:
   """The entry of the caller's node behind each of `nodes` (a.origin), for `Found`; None if one has none."""
@@ -510,8 +549,8 @@ def origins(s: Structure, entries: list[int | None]) -> list[UOp | None] | None:
 # with BEAM a search of that width (whose choice may differ with the thread count); the knobs as
 # codegen/program.knob_key says, the one list of the knobs that change compiled code
 templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
-# keyed by a structure and the same knobs: the schedule of its latest values (once its numbers that change are kernel
-# arguments, of all of them)
-structures: LRU[tuple[Any, ...], Found] = LRU(SCHEDULE_CACHE)
+# keyed by the hash of a structure and the same knobs (Found.key holds them): the schedule of its latest values (once
+# its numbers that change are kernel arguments, of all of them)
+structures: LRU[int, Found] = LRU(SCHEDULE_CACHE)
 # graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
 schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}

@@ -658,7 +658,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool
     template = variant
   elif seen is not None and (entries := cache.found_entries(walk, abstract, [n for n, _ in template.becomes])) is not \
       None and (lenders := cache.found_entries(walk, abstract, list(template.lenders))) is not None:
-    cache.structures.put(key, cache.Found(template, entries, positions, at, walk.values(at), lenders))
+    cache.remember(cache.Found(key, template, entries, positions, at, walk.values(at), lenders))
   return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts,
                               abstract.var_vals, reuse_packs)
 
