@@ -233,8 +233,13 @@ def train_data(case: str, sz: Sizes, ours: Any, theirs: Any) -> tuple[list[tuple
     return (batches, sz.classes, SGD(get_parameters(ours), 0.01, 0.9), torch.optim.SGD(theirs.parameters(), 0.01, 0.9),
             lambda model, x: model(x))
   windows = [rng.integers(0, sz.gpt.vocab, (sz.gpt_batch, sz.gpt_seq + 1), dtype=np.int32) for _ in range(3)]
-  return ([(w[:, :-1].copy(), w[:, 1:].copy()) for w in windows], sz.gpt.vocab, AdamW(get_parameters(ours), 1e-4),
-          torch.optim.AdamW(theirs.parameters(), 1e-4, weight_decay=0.01), lambda model, x: model(x)[0])
+  # a learning rate that keeps the weights near where they started, so that every step times the same arithmetic: at
+  # 1e-4 the model memorized its three batches within a few dozen steps (lazytensor's model takes twice torch's: plain
+  # and TinyJit), the other tokens' probabilities underflowed to denormals, and a matmul reading them is ~100x slower
+  # in every CPU library (torch's and numpy's alike: a 512x4096 @ 4096x768 0.1 s -> 22 s)
+  lr = 1e-6
+  return ([(w[:, :-1].copy(), w[:, 1:].copy()) for w in windows], sz.gpt.vocab, AdamW(get_parameters(ours), lr),
+          torch.optim.AdamW(theirs.parameters(), lr, weight_decay=0.01), lambda model, x: model(x)[0])
 
 def train_case(case: str, sz: Sizes, compile_: bool, runs: int) -> tuple[dict, dict, str]:
   """A training step on a fresh batch (batchnorm in training mode), with the step's loss realized with its update."""
