@@ -9,6 +9,10 @@ import pytest
 
 from lazytensor import Tensor
 from lazytensor.helpers import Context
+from lazytensor.opt import heuristic
+from lazytensor.opt.heuristic import hand_coded_optimizations
+from lazytensor.opt.kernel import Kernel
+from lazytensor.opt.optops import AxisKind
 from lazytensor.runtime.device import Device
 from lazytensor.schedule import reduce_split
 from lazytensor.schedule.scheduler import create_schedule
@@ -106,3 +110,43 @@ def test_gradient_through_a_split_reduce(any_size: None) -> None:
     assert x.grad is not None
     want = (a == a.max(0, keepdims=True)) * 3.0
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
+
+# ---- a matmul whose B panels are longer than L2 holds: partial products over blocks of K, then their sum ----
+
+K_ROWS, K_SIZE, K_COLS, K_AIM = 128, 2900, 64, 290  # 2900 = 10 x 290: the rule sized down, as GPT-2's 512 x 50257 @ W
+
+@pytest.fixture
+def short_l2(monkeypatch: pytest.MonkeyPatch) -> None:
+  """The K-block rule at a test's size: any panel splits, in blocks aimed at K_AIM rows of the panel."""
+  target = Device[Device.DEFAULT].renderer.target
+  assert target is not None
+  row_bytes = heuristic.TILE_VECTORS * target.vector_floats * 4  # a float32 B's panel, one row of it
+  monkeypatch.setattr(reduce_split, "K_SPLIT_L2_FRACTION", 1 << 62)
+  monkeypatch.setattr(reduce_split, "K_BLOCK_L2_FRACTION", target.l2_bytes // (row_bytes * K_AIM))
+
+def _input_gradient(rows: tuple[int, ...]) -> tuple[Tensor, np.ndarray]:
+  """dx = dy @ W for y = x @ W.T (a tied output layer's input gradient), x of `rows` + (K_COLS,), and numpy's."""
+  (x, _), (w, wa), (dy, da) = _rand(*rows, K_COLS), _rand(K_SIZE, K_COLS), _rand(*rows, K_SIZE)
+  return (x @ w.T).gradient(x, gradient=dy)[0], da @ wa
+
+@pytest.mark.parametrize("rows", [(K_ROWS,), (2, K_ROWS // 2)], ids=["2-D", "a batch of rows"])
+def test_long_matmul_in_k_blocks(short_l2: None, rows: tuple[int, ...]) -> None:
+  g, want = _input_gradient(rows)
+  with Context(SCHEDULE_CACHE=0, THREADS=1):
+    items = create_schedule([g.lazydata])[0]
+    # A and B packed, the partial products, their sum (3 kernels whole)
+    assert len(items) == 4
+    k = hand_coded_optimizations(Kernel(items[2].ast, Device[Device.DEFAULT].renderer))
+    # the blocks of K the outermost loop (inside it, B's block of a panel stays in cache while all the rows use it);
+    # the batch of rows merged into one axis, so A is read through one view
+    assert k.full_shape[0] == K_SIZE // K_AIM and k.full_shape[k.axes_of(AxisKind.REDUCE)[0]] == K_AIM
+    assert all(len(st.views) == 1 for st in k.sts)
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-4, atol=1e-3)
+
+def test_short_matmul_left_whole(short_l2: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # panels that fit in L2 stay whole; and partials larger than 1/K_PARTIALS_FRACTION of the operands are not made
+  monkeypatch.setattr(reduce_split, "K_SPLIT_L2_FRACTION", 1)
+  assert _kernels(_input_gradient((K_ROWS,))[0]) == 3
+  monkeypatch.setattr(reduce_split, "K_SPLIT_L2_FRACTION", 1 << 62)
+  monkeypatch.setattr(reduce_split, "K_PARTIALS_FRACTION", 16)
+  assert _kernels(_input_gradient((K_ROWS,))[0]) == 3

@@ -14,13 +14,21 @@ GPU has multiprocessors leaves most of them idle; `x.sum()` of 16M floats would 
 reduce, over enough data that a second launch is worth it, first sums chunks in partial reduces (enough of them for
 GPU_BLOCKS_PER_SM blocks on every SM), then the partials.
 
+A matmul with a long reduce is the third case (matmul_k_block): its B, packed in column panels as wide as the
+register tile, is read once per tile of rows, one panel at a time (the panels loop outside the rows, so that a panel
+stays in L2 while every row tile uses it). Where a panel over the whole of K does not fit in L2, each row tile streams
+it from L3 again: partial products over blocks of K whose panels fit, the blocks outermost, then their sum.
+
 The split is the device's choice, made where the scheduler packs operands (schedule.pack_operands): the tensor graph
 is the same on every device. On the CPU only reduces whose operand reads buffers directly through elementwise ops are
 split, so that the memory strides are known.
 """
 from __future__ import annotations
 
-from lazytensor.helpers import prod
+from collections.abc import Callable
+
+from lazytensor.helpers import argsort, prod
+from lazytensor.opt.heuristic import pack_choice
 from lazytensor.renderer import Renderer
 from lazytensor.renderer.cpu_target import CPUTarget
 from lazytensor.shape.view import ShapeTracker
@@ -89,14 +97,77 @@ def gpu_split_block(renderer: Renderer, r: UOp) -> int | None:
   if (parts := min(-(-want // outputs), size // GPU_SPLIT_MIN_CHUNK)) < 2: return None
   return next((size // p for p in range(parts, size // (GPU_SPLIT_MIN_CHUNK // 2) + 1) if size % p == 0), None)
 
-def split_reduce(r: UOp, block: int) -> UOp:
+# GPT-2's output layer's input gradient, dlogits (512, 50257) @ W (50257, 768): each column panel of W is 50257 x 32
+# floats (6.4 MB) on AVX-512, more than L2 holds, so each of the 64 tiles of 8 rows streamed it from L3: the matmul
+# kernel 568 ms on one AVX-512 thread (rocketlake VM, 2 MB L2), 64 GFLOP/s. In 29 blocks of 1733 (a panel's block 222
+# KB) 231-254 ms, and 2 ms for the sum of the 29 partial products (45 MB). The size of a block, measured at K = 32768
+# (512 x 768 output): whole 294-345 ms; panel blocks of L2/4 181; L2/8 to L2/32 165-171 (the partials grow with them)
+K_SPLIT_L2_FRACTION = 2  # a panel over the whole of K longer than this fraction of L2 is split (else it stays there)
+K_BLOCK_L2_FRACTION = 8  # the block of a panel aimed at: this fraction of L2
+K_BLOCK_RANGE = 4  # the divisor of K nearest that aim, from 1/K_BLOCK_RANGE of it up to twice it (50257 = 29 x 1733)
+K_PARTIALS_FRACTION = 4  # the partial products at most this fraction of the bytes the operands read
+
+def matmul_k_block(target: CPUTarget, r: UOp) -> int | None:
+  """The size of the blocks of K for the reduce `r` over products (one reduce axis), or None to leave it whole: where
+  the heuristics pack an operand in panels (opt.heuristic.pack_choice) longer than 1/K_SPLIT_L2_FRACTION of L2, the
+  divisor of K nearest a block of 1/K_BLOCK_L2_FRACTION of L2 (within K_BLOCK_RANGE), if the partial products are a
+  small part of what the operands read."""
+  src, (op, axes) = r.src[0], r.arg
+  if op is not Ops.ADD or len(axes) != 1 or src.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in src.src):
+    return None
+  # a panel is at least a vector wide: most products are too short to ask the heuristics
+  size, most = src.shape[axes[0]], target.l2_bytes // K_SPLIT_L2_FRACTION
+  if size * target.vector_floats * src.dtype.itemsize <= most: return None
+  packs = pack_choice(target, axes, [v.arg for v in src.src])
+  if not packs or (panel := packs[0]).block < 2: return None
+  if size * (row_bytes := panel.block * src.src[panel.operand].dtype.itemsize) <= most: return None
+  aim = max(target.l2_bytes // (K_BLOCK_L2_FRACTION * row_bytes), 1)
+  fits = [b for b in range(max(aim // K_BLOCK_RANGE, 1), min(2 * aim, size // 2) + 1) if size % b == 0]
+  if not fits: return None
+  block = min(fits, key=lambda b: max(b / aim, aim / b))
+  read = sum(v.arg.real_size() * v.dtype.itemsize for v in src.src)
+  return None if size // block * prod(r.shape) * r.dtype.itemsize * K_PARTIALS_FRACTION > read else block
+
+def _operand_views(src: UOp) -> list[ShapeTracker]:
+  """The views of `src` a split moves: each operand's of a product of views (so that each stays one view of its own
+  source, as the packing of a matmul's operands reads them), else one of src itself."""
+  if src.op is Ops.MUL and all(v.op is Ops.VIEW for v in src.src): return [v.arg for v in src.src]
+  return [ShapeTracker.from_shape(src.shape)]
+
+def _moved(src: UOp, sts: list[ShapeTracker]) -> UOp:
+  if src.op is Ops.MUL and all(v.op is Ops.VIEW for v in src.src):
+    return src.replace(src=tuple(v.replace(arg=st) for v, st in zip(src.src, sts)))
+  return UOp(Ops.VIEW, src.dtype, (src,), sts[0])
+
+def _merged(sts: list[ShapeTracker], red: int) -> tuple[list[ShapeTracker], int]:
+  """`sts` with neighbouring axes other than `red` merged where every view walks the two as one axis, and red's new
+  position: a batch of row blocks (x (4, 128, K) @ W) is one axis of rows, whose packed copy is in row panels as
+  the tile walks them (else the tile reads it through two views, with a division in every load: 254 -> 590 ms)."""
+  i = 0
+  while i < len(sts[0].shape) - 1:
+    shape = sts[0].shape
+    new = shape[:i] + (shape[i] * shape[i + 1],) + shape[i + 2:]
+    merged = [st.reshape(new) for st in sts] if red not in (i, i + 1) else sts
+    if merged is sts or any(len(m.views) > len(st.views) for m, st in zip(merged, sts)):
+      i += 1
+      continue
+    sts, red = merged, red - (i < red)
+  return sts, red
+
+def split_reduce(r: UOp, block: int, outer: bool = False, partial_of: Callable[[UOp], UOp] = lambda p: p) -> UOp:
   """`r` (one reduce axis) as a reduce of partial reduces over blocks of `block` rows: the partials are a value of
-  their own (a kernel and a buffer), the reduce over them has r's shape."""
+  their own (a kernel and a buffer), the reduce over them has r's shape. With `outer`, the blocks are the partials'
+  first axis (the partial kernel's outermost loop) and the other axes merged where they can be; `partial_of` lays out
+  the partial reduce (the scheduler packs a matmul's operands)."""
   src, (op, (axis,)) = r.src[0], r.arg
-  shape = src.shape
-  blocked = shape[:axis] + (shape[axis] // block, block) + shape[axis + 1:]
-  view = UOp(Ops.VIEW, src.dtype, (src,), ShapeTracker.from_shape(shape).reshape(blocked))
-  partial = UOp(Ops.REDUCE_AXIS, r.dtype, (view,), (op, (axis + 1,)))
-  parts = UOp(Ops.VIEW, r.dtype, (partial,), ShapeTracker.from_shape(partial.shape).reshape(
-    shape[:axis] + (shape[axis] // block,) + shape[axis + 1:]))
+  shape, blocks = src.shape, src.shape[axis] // block
+  blocked = shape[:axis] + (blocks, block) + shape[axis + 1:]
+  order = (axis, *range(axis), *range(axis + 1, len(blocked))) if outer else tuple(range(len(blocked)))
+  red = order.index(axis + 1)
+  sts = [st.reshape(blocked).permute(order) for st in _operand_views(src)]
+  if outer: sts, red = _merged(sts, red)
+  partial = partial_of(UOp(Ops.REDUCE_AXIS, r.dtype, (_moved(src, sts),), (op, (red,))))
+  moved = tuple(1 if i == axis + 1 else blocked[i] for i in order)
+  parts = UOp(Ops.VIEW, r.dtype, (partial,), ShapeTracker.from_shape(partial.shape).reshape(moved).permute(
+    tuple(argsort(order))).reshape(shape[:axis] + (blocks,) + shape[axis + 1:]))
   return r.replace(src=(parts,))
