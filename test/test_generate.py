@@ -111,6 +111,25 @@ def test_a_decode_step_reads_each_weight_once(weights_file: tuple[Path, dict[str
   finally: realize.run_listeners.remove(count)
   assert reads == {"attn": TINY.layers, "mlp": 2 * TINY.layers}
 
+def test_each_layer_writes_its_cache_in_one_kernel(weights_file: tuple[Path, dict[str, np.ndarray]]) -> None:
+  # keys and values in one buffer, written by one assign: a kernel and a schedule fewer per layer than two caches
+  # written one after the other (each realize is Python a prefill pays for at every layer, each launch a decode step)
+  path, _ = weights_file
+  model = generate.GPT2(TINY)
+  model.load(str(path))
+  cache_bytes = {n * TINY.context * TINY.dim * 4 for n in (1, 2)}  # one cache's buffer, or both in one
+  writes: list[int] = []
+  def count(items: list) -> None:
+    writes.append(sum(any(bufs[st.src[0].arg].nbytes in cache_bytes for st in ast.src) for ast, bufs, _ in items))
+  model(Tensor([[5, 17, 3]], dtype="int32"), 0).realize()  # the caches made (zeros written)
+  realize.run_listeners.append(count)
+  try:
+    model(Tensor([[5, 17, 3]], dtype="int32"), 0).realize()
+    prefill, writes[:] = sum(writes), []
+    model(Tensor([[9]], dtype="int32"), Variable("start_pos", 1, TINY.context - 1).bind(3)).realize()
+  finally: realize.run_listeners.remove(count)
+  assert (prefill, sum(writes)) == (TINY.layers, TINY.layers)
+
 def test_decode_attention_indexes_the_cache_without_division() -> None:
   # the attention over the cache's first start_pos + 1 positions: read as a matmul operand, the symbolic-length view was
   # reshaped and every index divided by the head size (an sdiv and srem per element: 5-15x slower at GPT-2's sizes)

@@ -34,18 +34,21 @@ from lazytensor.uop.ops import UOp
 Pos = int | UOp  # a position: a number (prefill), or a bound Variable (decode)
 
 class KVCache:
-  """The keys and values of the positions a sequence has reached, in buffers of the longest context: one buffer each
-  for every length, so that a decode step at any position is the same program."""
+  """The keys and values of the positions a sequence has reached, in a buffer of the longest context (one for every
+  length, so that a decode step at any position is the same program): keys and values stacked, (2, batch, heads,
+  context, head_dim), so that one assign writes both (a kernel and a schedule fewer per layer than two buffers)."""
   def __init__(self, batch: int, heads: int, context: int, head_dim: int) -> None:
-    self.keys, self.values = (Tensor.zeros(batch, heads, context, head_dim).contiguous().realize() for _ in range(2))
+    self.kv = Tensor.zeros(2, batch, heads, context, head_dim).contiguous().realize()
 
   def attend(self, q: Tensor, k: Tensor, v: Tensor, start_pos: Pos) -> Tensor:
     """Causal attention of q (batch, heads, time, head_dim), at positions start_pos.. of the sequence, over the
     positions up to each: k and v of those positions are written into the cache first."""
     time_ = q.shape[2]
-    self.keys[:, :, start_pos:start_pos + time_].assign(k).realize()
-    self.values[:, :, start_pos:start_pos + time_].assign(v).realize()
-    return causal_attention(q, self.keys[:, :, :start_pos + time_], self.values[:, :, :start_pos + time_], start_pos)
+    self.kv[:, :, :, start_pos:start_pos + time_].assign(Tensor.stack(k, v)).realize()
+    # each half picked before its positions are cut: the other order reshapes a view of a symbolic length, which left a
+    # division by the head size in every index of the attention over the values
+    keys, values = (self.kv[i, :, :, :start_pos + time_] for i in range(2))
+    return causal_attention(q, keys, values, start_pos)
 
 def causal_attention(q: Tensor, keys: Tensor, values: Tensor, start_pos: Pos) -> Tensor:
   """Attention of q (batch, heads, time, head_dim) at positions start_pos.. over keys and values of the positions
