@@ -220,8 +220,10 @@ class _Call:
 def _messages(comm: Any) -> _Messages:
   if (world := _World.messages) is None or world.comm is not comm:
     if world is not None: world.free()
-    else: atexit.register(_free_messages)
     world = _World.messages = _Messages(comm)
+    # at exit before mpi4py finalizes MPI (handlers run last registered first), once however often this runs
+    atexit.unregister(_free_messages)
+    atexit.register(_free_messages)
   return world
 
 def _free_messages() -> None:
