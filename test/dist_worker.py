@@ -62,26 +62,32 @@ class Recorder:
 def calls() -> None:
   """What MPI is asked to do for each collective of a realized dense tensor: at most SMALL_BYTES, one message to the
   other rank that carries the check and the values, and nothing else; larger, that message with the check alone, then
-  MPI's collective straight from the tensor's buffer into the result's."""
+  MPI's collective straight from the tensor's buffer into the result's. The messages are persistent requests, made by
+  the first call of a description (the receive by the first call of all): a call made again makes none."""
   dist.init()
   r = dist.rank()
   dist._World.comm = recorder = Recorder(dist._World.comm)
+  receives = 0
   for n in (1024, dist.SMALL_BYTES // 4 + 2):
     t = Tensor(np.arange(n, dtype=np.float32) + r).realize()
     small = t.nbytes() <= dist.SMALL_BYTES
     for name, mpi_name in (("all_reduce", "Allreduce"), ("all_gather", "Allgather"),
                            ("reduce_scatter", "Reduce_scatter_block")):
-      recorder.calls.clear()
-      out = getattr(dist, name)(t)
-      (recv, _, peer), (send, sent, dest), *data = recorder.calls
-      assert (recv, peer, send, dest) == ("Irecv", 1 - r, "Isend", 1 - r), recorder.calls
-      assert sent.nbytes == dist.HEADER_BYTES + small * t.nbytes(), (name, n, sent.nbytes)
-      if small:
-        assert not data, (name, data)
-        continue
-      assert [d[0] for d in data] == [mpi_name], (name, data)
-      assert np.shares_memory(data[0][1], t._buffer()[0].host_view()), f"{name}: the input was copied"
-      assert np.shares_memory(data[0][2], out._buffer()[0].host_view()), f"{name}: the result was copied"
+      for again in (False, True):
+        recorder.calls.clear()
+        out = getattr(dist, name)(t)
+        receives += sum(c[0] == "Recv_init" and c[2] == 1 - r for c in recorder.calls)
+        made = [c for c in recorder.calls if c[0] == "Send_init"]
+        data = [c for c in recorder.calls if c[0] not in ("Recv_init", "Send_init")]
+        assert len(made) == (not again) and all(dest == 1 - r for _, _, dest in made), (name, again, recorder.calls)
+        assert all(sent.nbytes == dist.HEADER_BYTES + small * t.nbytes() for _, sent, _ in made), (name, n, made)
+        if small:
+          assert not data, (name, data)
+          continue
+        assert [d[0] for d in data] == [mpi_name], (name, data)
+        assert np.shares_memory(data[0][1], t._buffer()[0].host_view()), f"{name}: the input was copied"
+        assert np.shares_memory(data[0][2], out._buffer()[0].host_view()), f"{name}: the result was copied"
+  assert receives == 1, receives
   print(f"rank {r}: calls ok", flush=True)
 
 def main() -> None:

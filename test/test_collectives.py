@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lazytensor import DeviceMesh, Tensor
+from lazytensor import DeviceMesh, GlobalCounters, Tensor
 from lazytensor.parallel import collectives as c
 from lazytensor.schedule.scheduler import create_schedule
 from lazytensor.uop.graph import multi_leaves
@@ -135,3 +135,19 @@ def test_bad_mesh_collectives() -> None:
   scalars = c.stack([Tensor(1.0, device=f"CPU:{i}") for i in range(4)], MESH2)
   with pytest.raises(ValueError, match="no axis to scatter"): c.reduce_scatter(scalars, mesh=MESH2, axis="tp")
   with pytest.raises(ValueError, match="one value per device of the mesh"): c.stack([Tensor([1.0])], MESH2)
+
+def test_collectives_of_a_lazy_value_on_a_mesh_run_nothing_until_realized() -> None:
+  # the check that a value is a stack on the mesh reads its layout from its graph after the multi pass: it realized
+  # the value at every call before (a schedule and its kernels, and the value kept from fusing with the collective)
+  t, a = _stacked(MESH2)
+  lazy = t * 2 + 1
+  for fn in (c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast, c.all_to_all):
+    GlobalCounters.reset()
+    fn(lazy, mesh=MESH2, axis="tp")
+    assert GlobalCounters.kernel_count == 0 and lazy.lazydata.op is not Ops.MULTI, fn.__name__
+  r = c.all_reduce(lazy, mesh=MESH2, axis="tp").realize()
+  kernels = GlobalCounters.kernel_count
+  GlobalCounters.reset()
+  (_stacked(MESH2)[0] * 2 + 1).sum(1).realize()  # the same reduce written out, on new memory
+  assert kernels == GlobalCounters.kernel_count, (kernels, GlobalCounters.kernel_count)
+  np.testing.assert_allclose(r.numpy(), (a * 2 + 1).sum(1), rtol=1e-5)

@@ -167,7 +167,7 @@ def _engine_all_reduces(mesh: Any, n: int) -> tuple[list[Callable[[], object]], 
     return [stack([value(d) for d in mesh.devices], mesh) for _ in range(IN_ENGINE_CALLS)]
   def reduced(*xs: Tensor) -> list[Tensor]:
     # a sum over the devices' dimension: the multi pass's all-reduce, as data parallelism's gradients (collectives'
-    # all_reduce would first realize x + 1, to check that it is a stack on the mesh)
+    # all_reduce of x + 1 first checks that it is a stack on the mesh, by a multi pass of x + 1: 150-200 us a call here)
     outs = [(x + 1).sum(0) for x in xs]
     Tensor.realize(*outs)
     return outs

@@ -37,6 +37,7 @@ from lazytensor.frontend.mixin.multi import DeviceMesh, SpecEntry
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import prod
 from lazytensor.runtime.device import Device
+from lazytensor.schedule.multi import multi_pass
 from lazytensor.uop.graph import Bounds, even_bounds
 from lazytensor.uop.ops import Ops, UOp
 
@@ -120,11 +121,18 @@ def _named(t: Tensor, mesh: DeviceMesh | None, axis: SpecEntry, what: str) -> tu
     return None
   if not isinstance(mesh, DeviceMesh): raise TypeError(f"{what}: expected a DeviceMesh, got {mesh!r}")
   k = len(mesh.shape)
-  if t.device != mesh.devices or t.shape[:k] != mesh.shape or mesh.spec(t) != (*mesh.names, *(None,) * (t.ndim - k)):
+  if t.device != mesh.devices or t.shape[:k] != mesh.shape or \
+     mesh.spec(_laid_out(t)) != (*mesh.names, *(None,) * (t.ndim - k)):
     raise ValueError(f"{what}: expected a stack on the mesh (shape ({', '.join(map(str, mesh.shape))}, ...), its first "
                      f"dimensions sliced along {mesh.names}), got a tensor of shape {t.shape} on {t.device}; make one "
                      f"with stack(values, mesh)")
   return tuple(range(k)) if axis is None else mesh.entry_axes(axis, what)
+
+def _laid_out(t: Tensor) -> Tensor:
+  """t where its layout is known (a MULTI), else its graph after the multi pass, which tells the layout without
+  computing t: mesh.spec realizes a value of unknown layout, which took a schedule (and across ranks a check of the
+  ranks' programs) at every collective of a lazy value, and kept it from fusing with the collective."""
+  return t if t.lazydata.op is Ops.MULTI else Tensor._of(multi_pass(t.lazydata))
 
 def _respec(t: Tensor, mesh: DeviceMesh, named: tuple[int, ...], to_dim: int | None) -> Tensor:
   """The stack t laid out anew: replicated along the mesh axes `named`, with its dimension `to_dim` (if any) sliced

@@ -271,7 +271,7 @@ def keeps_pieces_apart(view: UOp) -> bool:
   """Whether `view` (movement ops of memory on several devices) is, on each device, a view of that device's piece: an
   assign into it can write each piece where it lies. One that drops or merges the sharded axis (x[0] of a tensor
   sharded on axis 0) is a value gathered onto each device instead."""
-  return _pieces_are_memory(graph_rewrite(view, pm_multi, ctx=int(RING.value), name="multi"))
+  return _pieces_are_memory(multi_pass(view))
 
 def _unary(x: UOp, m: UOp) -> UOp: return _per_piece(m, lambda p: x.replace(src=(p,)))
 
@@ -297,6 +297,12 @@ pm_multi: PatternMatcher[UOp] = PatternMatcher([
   (UPat(Ops.CUSTOM_GRAD, name="c"), lambda c: c.src[0]),  # only gradients look past the value
   (UPat(Ops.ASSIGN, src=(UPat(Ops.MULTI, name="t"), UPat(Ops.MULTI, name="v")), name="a"), _assign),
 ])
+
+def multi_pass(root: UOp) -> UOp:
+  """root's graph with every node on one device: a value on several devices is a MULTI whose arg (and on a mesh, its
+  pieces') is the layout the pass gives it. Nothing runs: what only needs a value's layout reads it here."""
+  # the ctx (the RING knob, which chooses how to all-reduce) also keeps results from being remembered across calls
+  return graph_rewrite(root, pm_multi, ctx=int(RING.value), name="multi")
 
 def is_multi(root: UOp) -> bool:
   """Whether a graph has anything on more than one device."""
@@ -326,8 +332,7 @@ def split_multi(outs: Sequence[UOp], sink: UOp) -> tuple[list[UOp], Callable[[di
   """The outputs of `sink` (a SINK of the graphs of `outs`, with what was realized before swapped in), each on one
   device: a multi output gives one output per piece, each memory of its own (own_pieces). And the function that
   maps what those became after scheduling back to `outs`."""
-  # the ctx (the RING knob, which chooses how to all-reduce) also keeps results from being remembered across calls
-  lowered = graph_rewrite(sink, pm_multi, ctx=int(RING.value), name="multi")
+  lowered = multi_pass(sink)
   lowered = lowered.replace(src=tuple(map(own_pieces, lowered.src)))
   flat = [leaf for out in lowered.src for leaf in multi_leaves(out)]
   def regroup(becomes: dict[UOp, UOp]) -> dict[UOp, UOp]:
