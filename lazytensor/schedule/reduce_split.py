@@ -24,11 +24,11 @@ vectors of outputs in registers and walks every input row for each, so each load
 a new page every time, which the prefetchers do not follow: GPT-2's c_fc (768 x 3072) read at 11.3 GB/s where the
 thread streams 15-16. Partial products over blocks of MATVEC_BLOCK rows, the blocks outermost (each block's rows read
 through once, as a few sequential streams), then their sum: 835 -> 669 us. But only where W comes from memory: a W
-still in the cache from its last use reads as fast either way, and the partials' kernel costs 10% more (371 -> 409 us
-over a 20 MB working set). Whether it does is the program's history, which a schedule does not see; the scheduler
-judges it from what the device holds (weights_stream): where that is more than the last-level cache, a program that
-reads a weight again reads most of the rest before (a model's step streaming through its weights), and where it fits,
-all of it may stay cached.
+still in the cache from its last use gains less or loses (measured on one thread of this VM, W cycled over a ~20 MB
+working set: 768 x 3072 371 -> 409 us in one run, 452 -> 409 in another; a 768 x 768 W repeated 62-80 -> 69-109).
+Whether it does is the program's history, which a schedule does not see; the scheduler judges it from what the device
+holds (weights_stream): where that is more than the last-level cache, a program that reads a weight again reads most
+of the rest before (a model's step streaming through its weights), and where it fits, all of it may stay cached.
 
 The split is the device's choice, made where the scheduler packs operands (schedule.pack_operands): the tensor graph
 is the same on every device. On the CPU only reduces whose operand reads buffers directly through elementwise ops are
