@@ -2,20 +2,18 @@
 a reduce of those (schedule/reduce_split.py): the same values, two kernels where there was one."""
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from lazytensor import Tensor
-from lazytensor.dtype import dtypes
 from lazytensor.helpers import Context
 from lazytensor.opt import heuristic
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import Kernel
 from lazytensor.opt.optops import AxisKind
-from lazytensor.runtime.device import Buffer, Device, memory_allocated
+from lazytensor.runtime.device import Device
 from lazytensor.schedule import reduce_split
 from lazytensor.schedule.scheduler import create_schedule
 
@@ -153,56 +151,36 @@ def test_short_matmul_left_whole(short_l2: None, monkeypatch: pytest.MonkeyPatch
   monkeypatch.setattr(reduce_split, "K_PARTIALS_FRACTION", 16)
   assert _kernels(_input_gradient((K_ROWS,))[0]) == 3
 
-# ---- a matrix-vector product whose weight comes from memory: partial products over blocks of rows, then their sum ----
+# ---- a matrix-vector product of a large weight: partial products over blocks of rows, then their sum ----
 
 def _matvec_rows() -> int:
-  """The input rows of a weight (K, 1024) twice the size of L2 (every row 4 KB) that MATVEC_BLOCK divides."""
+  """The input rows of a weight (K, 1024) at least MATVEC_MIN_L2 times L2 (every row 4 KB) that MATVEC_BLOCK
+  divides."""
   target = Device[Device.DEFAULT].renderer.target
   assert target is not None
   step = reduce_split.MATVEC_BLOCK
-  return step * -(-2 * target.l2_bytes // (1024 * 4 * step))
+  return step * -(-reduce_split.MATVEC_MIN_L2 * target.l2_bytes // (1024 * 4 * step))
 
-def _matvec() -> tuple[Tensor, np.ndarray]:
-  """relu(x @ W + b), W (K, 1024) stored (in, out) twice the size of L2, x (1, 1, K) as a decode step's, and numpy's."""
+def test_matvec_of_a_large_weight_in_row_blocks() -> None:
+  # relu(x @ W + b), W (K, 1024) stored (in, out), x (1, 1, K) as a decode step's
   (x, xa), (w, wa), (b, ba) = _rand(1, 1, _matvec_rows()), _rand(_matvec_rows(), 1024), _rand(1024)
-  return (x @ w + b).relu(), np.maximum(xa @ wa + ba, 0)
-
-def _streaming_kernels(t: Tensor) -> list[Kernel]:
-  """The kernels of `t` as the schedule cache gives them (a schedule made while the device held little is not found
-  while it holds more than L3), with their heuristics' optimizations."""
+  t = (x @ w + b).relu()
   renderer = Device[Device.DEFAULT].renderer
-  return [hand_coded_optimizations(Kernel(it.ast, renderer)) for it in create_schedule([t.lazydata])[0]]
-
-def test_matvec_of_a_streamed_weight_in_row_blocks() -> None:
-  gc.collect()
-  target = Device[Device.DEFAULT].renderer.target
-  assert target is not None
-  t, want = _matvec()
-  if memory_allocated() + 2 * target.l2_bytes > target.l3_bytes: pytest.skip("this process holds more than L3")
-  # the device holds less than L3: the weight may be in the cache, one kernel
-  assert len(_streaming_kernels(t)) == 1
-  # a model's weights (untouched memory) make what the device holds more than L3: the same graph is scheduled again
-  held = Buffer(Device.DEFAULT, target.l3_bytes // 4 + 1, dtypes.float32).ensure_allocated()
-  t, want = _matvec()
-  partial, total = _streaming_kernels(t)
+  partial, total = [hand_coded_optimizations(Kernel(it.ast, renderer)) for it in create_schedule([t.lazydata])[0]]
   # the blocks of rows the partials' outermost loop, their sum a second kernel
   blocks, rows = partial.full_shape[0], partial.full_shape[partial.axes_of(AxisKind.REDUCE)[0]]
   assert rows == reduce_split.MATVEC_BLOCK and blocks * rows == _matvec_rows() and \
      total.full_shape[total.axes_of(AxisKind.REDUCE)[0]] == blocks
-  np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-3)
-  del held
+  np.testing.assert_allclose(t.numpy(), np.maximum(xa @ wa + ba, 0), rtol=1e-4, atol=1e-3)
 
-@pytest.mark.parametrize("what", ["stored (out, in)", "two rows", "within L2", "rows 32 does not divide"])
-def test_matvec_left_whole_though_streaming(what: str) -> None:
-  target = Device[Device.DEFAULT].renderer.target
-  assert target is not None
+@pytest.mark.parametrize("what", ["stored (out, in)", "two rows", "under MATVEC_MIN_L2 x L2",
+                                  "rows 32 does not divide"])
+def test_matvec_left_whole(what: str) -> None:
   k, step = _matvec_rows(), reduce_split.MATVEC_BLOCK
   f: dict[str, Callable[[], Tensor]] = {
     "stored (out, in)": lambda: _rand(1, k)[0] @ _rand(1024, k)[0].T,  # the reduce reads the weight contiguously
     "two rows": lambda: _rand(2, k)[0] @ _rand(k, 1024)[0],  # the weight reused by each row: a matmul's
-    "within L2": lambda: _rand(1, step * 4)[0] @ _rand(step * 4, 1024)[0],
+    "under MATVEC_MIN_L2 x L2": lambda: _rand(1, k - 2 * step)[0] @ _rand(k - 2 * step, 1024)[0],
     "rows 32 does not divide": lambda: _rand(1, k + 8)[0] @ _rand(k + 8, 1024)[0],
   }
-  held = Buffer(Device.DEFAULT, target.l3_bytes // 4 + 1, dtypes.float32).ensure_allocated()
   assert _kernels(f[what]()) == 1
-  del held

@@ -23,12 +23,11 @@ A matrix-vector product x @ W with W stored (in, out) is the fourth (matvec_bloc
 vectors of outputs in registers and walks every input row for each, so each load is a row (3-12 KB) after the last,
 a new page every time, which the prefetchers do not follow: GPT-2's c_fc (768 x 3072) read at 11.3 GB/s where the
 thread streams 15-16. Partial products over blocks of MATVEC_BLOCK rows, the blocks outermost (each block's rows read
-through once, as a few sequential streams), then their sum: 835 -> 669 us. But only where W comes from memory: a W
-still in the cache from its last use gains less or loses (measured on one thread of this VM, W cycled over a ~20 MB
-working set: 768 x 3072 371 -> 409 us in one run, 452 -> 409 in another; a 768 x 768 W repeated 62-80 -> 69-109).
-Whether it does is the program's history, which a schedule does not see; the scheduler judges it from what the device
-holds (weights_stream): where that is more than the last-level cache, a program that reads a weight again reads most
-of the rest before (a model's step streaming through its weights), and where it fits, all of it may stay cached.
+through once, as a few sequential streams), then their sum. Measured on one AVX-512 thread (2 MB L2), W coming from
+memory: 768 x 3072 and 3072 x 768 ~960 -> ~730 us, 768 x 2304 ~600 -> ~550, 768 x 768 ~230 -> ~210; W still in the
+cache from its last use: 768 x 3072 ~490 -> ~395 (and 3072 x 768 alike), 768 x 2304 ~300 -> ~310, 768 x 768 62-80 ->
+69-109. So it is split where W is at least MATVEC_MIN_L2 times L2, where it wins whether the weight is cached or not:
+a rule by size, not by the program's history (which weights are still cached), which a schedule does not see.
 
 The split is the device's choice, made where the scheduler packs operands (schedule.pack_operands): the tensor graph
 is the same on every device. On the CPU only reduces whose operand reads buffers directly through elementwise ops are
@@ -36,16 +35,14 @@ split, so that the memory strides are known.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 from lazytensor.helpers import argsort, prod
 from lazytensor.opt.heuristic import pack_choice
 from lazytensor.renderer import Renderer
 from lazytensor.renderer.cpu_target import CPUTarget
-from lazytensor.runtime.device import Allocator, Device
 from lazytensor.shape.view import ShapeTracker
-from lazytensor.uop.ops import DeviceLike, GroupOp, Ops, UOp
+from lazytensor.uop.ops import GroupOp, Ops, UOp
 
 SPLIT_BLOCK = 8  # rows per partial sum: 4 gained less (11-16 GB/s at 64 MB), 32 lost it (10-11)
 SPLIT_MIN_ROWS = 64  # at least this many rows to reduce: 8 partial sums each
@@ -142,14 +139,15 @@ def matmul_k_block(target: CPUTarget, r: UOp) -> int | None:
   return None if size // block * prod(r.shape) * r.dtype.itemsize * K_PARTIALS_FRACTION > read else block
 
 MATVEC_BLOCK = 32  # input rows per partial product (GPT-2's four matvecs, cold: 768 x 3072 861 -> 669 us)
+MATVEC_MIN_L2 = 3  # ...of a weight at least this many times L2 (above: 768 x 2304, 3.4 x 2 MB, gains cold, ties warm)
 
-def matvec_block(target: CPUTarget, r: UOp, streaming: bool) -> int | None:
+def matvec_block(target: CPUTarget, r: UOp) -> int | None:
   """Input rows per partial product for the reduce `r`, or None to leave it whole: where `r` is a product of a vector
   and a matrix W read from a buffer, every element of W once (one output row), along the outputs contiguously and
-  along the reduce at a stride, W larger than L2, and the device `streaming` its weights (weights_stream)."""
+  along the reduce at a stride, W at least MATVEC_MIN_L2 times L2."""
   src, (op, axes) = r.src[0], r.arg
-  if not streaming or op is not Ops.ADD or len(axes) != 1 or src.op is not Ops.MUL or \
-     any(v.op is not Ops.VIEW for v in src.src): return None
+  if op is not Ops.ADD or len(axes) != 1 or src.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in src.src):
+    return None
   size, shape = src.shape[axes[0]], src.shape
   if size % MATVEC_BLOCK or size < 2 * MATVEC_BLOCK: return None
   for v in src.src:
@@ -157,19 +155,8 @@ def matvec_block(target: CPUTarget, r: UOp, streaming: bool) -> int | None:
     strides = v.arg.views[0].strides
     # each element once (broadcast along no axis), contiguous along an output axis, strided along the reduce
     if all(s != 0 or n == 1 for s, n in zip(strides, shape)) and strides[axes[0]] > 1 and 1 in strides and \
-       prod(shape) * v.dtype.itemsize > target.l2_bytes: return MATVEC_BLOCK
+       prod(shape) * v.dtype.itemsize >= MATVEC_MIN_L2 * target.l2_bytes: return MATVEC_BLOCK
   return None
-
-def weights_stream(device: DeviceLike) -> bool:
-  """Whether the buffers `device` (the first of a tuple) holds are more than its CPU's last-level cache: what a
-  matvec_block is judged by. Asked by every schedule, an eager op's too: the allocator and L3 are looked up once."""
-  allocator, l3 = _held_and_cache(device)
-  return l3 is not None and allocator.allocated_bytes > l3
-
-@functools.cache
-def _held_and_cache(device: DeviceLike) -> tuple[Allocator, int | None]:
-  dev = Device[Device.first(device)]
-  return dev.allocator, None if dev.renderer.target is None else dev.renderer.target.l3_bytes
 
 def _operand_views(src: UOp) -> list[ShapeTracker]:
   """The views of `src` a split moves: each operand's of a product of views (so that each stays one view of its own

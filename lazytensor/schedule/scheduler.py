@@ -30,14 +30,7 @@ from lazytensor.schedule.index_check import IndexFlags
 from lazytensor.schedule.memory import plan_memory
 from lazytensor.schedule.multi import is_multi, split_multi
 from lazytensor.schedule.pack_search import beam_packing
-from lazytensor.schedule.reduce_split import (
-  gpu_split_block,
-  matmul_k_block,
-  matvec_block,
-  split_block,
-  split_reduce,
-  weights_stream,
-)
+from lazytensor.schedule.reduce_split import gpu_split_block, matmul_k_block, matvec_block, split_block, split_reduce
 from lazytensor.schedule.scatter import embedded_scatters, split_scatter
 from lazytensor.shape.view import ShapeTracker, ast_variables
 from lazytensor.uop.graph import is_own_value
@@ -164,8 +157,7 @@ def _for_device(r: UOp) -> UOp:
   renderer = Device[Device.first(r.device)].renderer  # one device each, after the multi pass
   block = split_block(renderer.target, r) if renderer.target is not None else gpu_split_block(renderer, r)
   if block is not None: return split_reduce(r, block)
-  if (target := renderer.target) is not None and \
-     (block := matvec_block(target, r, weights_stream(r.device))) is not None:
+  if (target := renderer.target) is not None and (block := matvec_block(target, r)) is not None:
     return split_reduce(r, block, outer=True)
   if target is not None and (block := matmul_k_block(target, r)) is not None:
     return split_reduce(r, block, outer=True, partial_of=_pack_operand)
@@ -639,11 +631,9 @@ def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool
   cap = int(SCHEDULE_CACHE.value)
   seen = cache.structure(outs) if cap > 0 else None
   dynamic: list[UOp] = []
-  # a matvec's split depends on whether the device's buffers outgrow its cache (reduce_split.weights_stream)
-  streaming = bool(outs) and weights_stream(outs[0].device)
   if seen is not None:
     # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
-    key, walk = (seen[0], knob_state(), streaming), seen[1]
+    key, walk = (seen[0], knob_state()), seen[1]
     found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS.value))
     dynamic = [walk.consts[i] for i in at] if at else []
     # a schedule that lends no buffer on has none that a live tensor could hold (an eager op's: no look, no call)
@@ -655,7 +645,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool
   # only single-device graphs have templates: a hit needs no look for MULTI nodes
   # the packing copies a schedule makes are the CPU target's heuristics', or a BEAM search's of that width: keyed by
   # the knobs every program key holds (knob_key: the target, THREADS) and the width
-  template_key = (abstract.sink, int(BEAM.value), knob_key(threads=True), streaming)
+  template_key = (abstract.sink, int(BEAM.value), knob_key(threads=True))
   template = cache.templates.get(template_key) if cap > 0 else None
   if template is None and is_multi(abstract.sink):
     # values on several devices: first one graph per device (schedule/multi.py), each scheduled (and cached) on its own
