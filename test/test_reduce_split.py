@@ -150,3 +150,37 @@ def test_short_matmul_left_whole(short_l2: None, monkeypatch: pytest.MonkeyPatch
   monkeypatch.setattr(reduce_split, "K_SPLIT_L2_FRACTION", 1 << 62)
   monkeypatch.setattr(reduce_split, "K_PARTIALS_FRACTION", 16)
   assert _kernels(_input_gradient((K_ROWS,))[0]) == 3
+
+# ---- a matrix-vector product of a large weight: partial products over blocks of rows, then their sum ----
+
+def _matvec_rows() -> int:
+  """The input rows of a weight (K, 1024) at least MATVEC_MIN_L2 times L2 (every row 4 KB) that MATVEC_BLOCK
+  divides."""
+  target = Device[Device.DEFAULT].renderer.target
+  assert target is not None
+  step = reduce_split.MATVEC_BLOCK
+  return step * -(-reduce_split.MATVEC_MIN_L2 * target.l2_bytes // (1024 * 4 * step))
+
+def test_matvec_of_a_large_weight_in_row_blocks() -> None:
+  # relu(x @ W + b), W (K, 1024) stored (in, out), x (1, 1, K) as a decode step's
+  (x, xa), (w, wa), (b, ba) = _rand(1, 1, _matvec_rows()), _rand(_matvec_rows(), 1024), _rand(1024)
+  t = (x @ w + b).relu()
+  renderer = Device[Device.DEFAULT].renderer
+  partial, total = [hand_coded_optimizations(Kernel(it.ast, renderer)) for it in create_schedule([t.lazydata])[0]]
+  # the blocks of rows the partials' outermost loop, their sum a second kernel
+  blocks, rows = partial.full_shape[0], partial.full_shape[partial.axes_of(AxisKind.REDUCE)[0]]
+  assert rows == reduce_split.MATVEC_BLOCK and blocks * rows == _matvec_rows() and \
+     total.full_shape[total.axes_of(AxisKind.REDUCE)[0]] == blocks
+  np.testing.assert_allclose(t.numpy(), np.maximum(xa @ wa + ba, 0), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("what", ["stored (out, in)", "two rows", "under MATVEC_MIN_L2 x L2",
+                                  "rows 32 does not divide"])
+def test_matvec_left_whole(what: str) -> None:
+  k, step = _matvec_rows(), reduce_split.MATVEC_BLOCK
+  f: dict[str, Callable[[], Tensor]] = {
+    "stored (out, in)": lambda: _rand(1, k)[0] @ _rand(1024, k)[0].T,  # the reduce reads the weight contiguously
+    "two rows": lambda: _rand(2, k)[0] @ _rand(k, 1024)[0],  # the weight reused by each row: a matmul's
+    "under MATVEC_MIN_L2 x L2": lambda: _rand(1, k - 2 * step)[0] @ _rand(k - 2 * step, 1024)[0],
+    "rows 32 does not divide": lambda: _rand(1, k + 8)[0] @ _rand(k + 8, 1024)[0],
+  }
+  assert _kernels(f[what]()) == 1

@@ -19,6 +19,16 @@ register tile, is read once per tile of rows, one panel at a time (the panels lo
 stays in L2 while every row tile uses it). Where a panel over the whole of K does not fit in L2, each row tile streams
 it from L3 again: partial products over blocks of K whose panels fit, the blocks outermost, then their sum.
 
+A matrix-vector product x @ W with W stored (in, out) is the fourth (matvec_block): a decode step's. Its kernel keeps
+vectors of outputs in registers and walks every input row for each, so each load is a row (3-12 KB) after the last,
+a new page every time, which the prefetchers do not follow: GPT-2's c_fc (768 x 3072) read at 11.3 GB/s where the
+thread streams 15-16. Partial products over blocks of MATVEC_BLOCK rows, the blocks outermost (each block's rows read
+through once, as a few sequential streams), then their sum. Measured on one AVX-512 thread (2 MB L2), W coming from
+memory: 768 x 3072 and 3072 x 768 ~960 -> ~730 us, 768 x 2304 ~600 -> ~550, 768 x 768 ~230 -> ~210; W still in the
+cache from its last use: 768 x 3072 ~490 -> ~395 (and 3072 x 768 alike), 768 x 2304 ~300 -> ~310, 768 x 768 62-80 ->
+69-109. So it is split where W is at least MATVEC_MIN_L2 times L2, where it wins whether the weight is cached or not:
+a rule by size, not by the program's history (which weights are still cached), which a schedule does not see.
+
 The split is the device's choice, made where the scheduler packs operands (schedule.pack_operands): the tensor graph
 is the same on every device. On the CPU only reduces whose operand reads buffers directly through elementwise ops are
 split, so that the memory strides are known.
@@ -127,6 +137,26 @@ def matmul_k_block(target: CPUTarget, r: UOp) -> int | None:
   block = min(fits, key=lambda b: max(b / aim, aim / b))
   read = sum(v.arg.real_size() * v.dtype.itemsize for v in src.src)
   return None if size // block * prod(r.shape) * r.dtype.itemsize * K_PARTIALS_FRACTION > read else block
+
+MATVEC_BLOCK = 32  # input rows per partial product (GPT-2's four matvecs, cold: 768 x 3072 861 -> 669 us)
+MATVEC_MIN_L2 = 3  # ...of a weight at least this many times L2 (above: 768 x 2304, 3.4 x 2 MB, gains cold, ties warm)
+
+def matvec_block(target: CPUTarget, r: UOp) -> int | None:
+  """Input rows per partial product for the reduce `r`, or None to leave it whole: where `r` is a product of a vector
+  and a matrix W read from a buffer, every element of W once (one output row), along the outputs contiguously and
+  along the reduce at a stride, W at least MATVEC_MIN_L2 times L2."""
+  src, (op, axes) = r.src[0], r.arg
+  if op is not Ops.ADD or len(axes) != 1 or src.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in src.src):
+    return None
+  size, shape = src.shape[axes[0]], src.shape
+  if size % MATVEC_BLOCK or size < 2 * MATVEC_BLOCK: return None
+  for v in src.src:
+    if v.src[0].op is not Ops.BUFFER or len(v.arg.views) != 1: continue
+    strides = v.arg.views[0].strides
+    # each element once (broadcast along no axis), contiguous along an output axis, strided along the reduce
+    if all(s != 0 or n == 1 for s, n in zip(strides, shape)) and strides[axes[0]] > 1 and 1 in strides and \
+       prod(shape) * v.dtype.itemsize >= MATVEC_MIN_L2 * target.l2_bytes: return MATVEC_BLOCK
+  return None
 
 def _operand_views(src: UOp) -> list[ShapeTracker]:
   """The views of `src` a split moves: each operand's of a product of views (so that each stays one view of its own
