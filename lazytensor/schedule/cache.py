@@ -91,6 +91,11 @@ def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
 # the ops whose arg may hold a symbolic dimension
 _SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.VIEW})
 _UNBOUND = "_unbound"
+# the movement args seen to hold no Variable (plain numbers): a step's movements repeat the last step's args, and a set
+# lookup of one (hashed in C) answers where _holds_uop's loop would run for each new node. Emptied when it grows past
+# _PLAIN_ARGS_MAX, as graphs of ever new shapes would grow it
+_plain_args: set[tuple] = set()
+_PLAIN_ARGS_MAX = 4096
 
 def _holds_uop(arg: tuple) -> bool:
   """Whether a (nested) tuple holds a UOp: a loop, as every new movement node of an eager step asks once."""
@@ -105,6 +110,7 @@ def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
   ret: tuple[Any, dict[UOp, int]] | None = None
   if node.op is Ops.VIEW:
     if node.arg.symbolic and (found := node.arg.unbind())[1]: ret = found
+  elif node.arg in _plain_args: pass
   elif _holds_uop(node.arg):
     vals: dict[UOp, int] = {}
     def strip(x: Any) -> Any:
@@ -113,6 +119,9 @@ def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
       bind_values(vals, found)
       return x
     if (arg := strip(node.arg)) != node.arg: ret = arg, vals
+  else:
+    if len(_plain_args) >= _PLAIN_ARGS_MAX: _plain_args.clear()
+    _plain_args.add(node.arg)
   node.__dict__[_UNBOUND] = ret
   return ret
 
@@ -359,6 +368,10 @@ def _view_key(node: UOp, view: Any) -> _ViewKey:
 _NUMBERED = "param"
 # a constant that may become a kernel argument stands in the structure by its position too (Positions)
 _POSITION = "position"
+# the ops whose entry convert writes its own way; of them, the movements, whose entry is the plain one where their arg
+# binds no Variable
+_OWN_ENTRY = frozenset({_BUFFER, _CONST, _CONTIGUOUS, *_SYMBOLIC_ARGS})
+_PLAIN_MOVES = _SYMBOLIC_ARGS - {_VIEW}
 
 def _value_key(arg: Any) -> Any:
   # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
@@ -404,7 +417,8 @@ class Structure:
       return len(entries) - 1
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
     # a VIEW binds a Variable only where its views are symbolic: the eager graph's views are asked nothing more
-    if op in _SYMBOLIC_ARGS and (op is not _VIEW or node.arg.symbolic) and (ub := unbound_arg(node)) is not None:
+    if op in _SYMBOLIC_ARGS and (node.arg.symbolic if op is _VIEW else node.arg not in _plain_args) and \
+        (ub := unbound_arg(node)) is not None:
       arg = ub[0]
       bind_values(self.var_vals, ub[1])
     if op is _VIEW: arg = node.__dict__.get(_VIEW_KEY) or _view_key(node, arg)
@@ -444,7 +458,15 @@ class Structure:
           self.node_of[j] = s
           src.append(j)
         else: src.append(self.visit(s, depth + 1))
-      i = self.convert(node, tuple(src))
+      op, arg = node.op, node.arg
+      if (op in _OWN_ENTRY and (op not in _PLAIN_MOVES or arg not in _plain_args)) or isinstance(arg, float):
+        i = self.convert(node, tuple(src))
+      else:
+        # an ALU op, a reduce, a movement by plain numbers (most of a step's nodes): the entry convert would write,
+        # without its call
+        entries = self.entries
+        entries.append((op, node.dtype.ident, tuple(src), type(arg), arg))
+        i = len(entries) - 1
     done[node] = i
     self.node_of[i] = node
     return i
