@@ -70,7 +70,7 @@ class Stages:
       ("    schedule-cache lookup", cache, "find"),
       ("    instantiate", cache.Template, "instantiate"),
       ("  run (all)", tensor, "run_schedule"),
-      ("    kernel-cache lookup", realize, "get_runner"),
+      ("    kernel-cache lookup", realize, "_memo"),
       ("    buffer allocation", device.Allocator, "alloc_cached"),
       ("    compiled function (ctypes)", ops_cpu.CPUProgram, "__call__"),
       ("  commit", tensor, "commit_realized"),

@@ -301,6 +301,10 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     steps = _across_ranks(items)
   # one step has nothing to overlap: every eager op's schedule skips the look at its devices
   queues = steps_queues([bufs for _, bufs, *_ in steps], debug) if len(steps) > 1 else None
+  # get_runner's lookup, its knobs read once: each item's runner is then one call into C (an eager training step
+  # looks up 15)
+  if _memo_size != PROGRAM_CACHE.value: _new_memo()
+  memo, knobs = _memo, knob_state()
   try:
     for step in steps:
       if isinstance(step[0], remote.Exchange):
@@ -309,7 +313,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         continue
       ast, bufs, vals = step
       if ast.op is Ops.COPY: runner = None
-      elif remote.joined is None or remote.owns(bufs[0].device): runner = get_runner(bufs[0].device, ast)
+      elif remote.joined is None or remote.owns(bufs[0].device): runner = memo(bufs[0].device, ast, knobs)
       else: continue  # another rank's kernel: neither compiled nor run here
       _execute(runner, bufs, debug, vals, queues)
       if recording is not None: recording.append(ExecItem(runner, bufs, vals))

@@ -91,6 +91,11 @@ def _param_uop(buf_uop: UOp, slot: int, alias: int) -> UOp:
 # the ops whose arg may hold a symbolic dimension
 _SYMBOLIC_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.VIEW})
 _UNBOUND = "_unbound"
+# the movement args seen to hold no Variable (plain numbers): a step's movements repeat the last step's args, and a set
+# lookup of one (hashed in C) answers where _holds_uop's loop would run for each new node. Emptied when it grows past
+# _PLAIN_ARGS_MAX, as graphs of ever new shapes would grow it
+_plain_args: set[tuple] = set()
+_PLAIN_ARGS_MAX = 4096
 
 def _holds_uop(arg: tuple) -> bool:
   """Whether a (nested) tuple holds a UOp: a loop, as every new movement node of an eager step asks once."""
@@ -105,6 +110,7 @@ def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
   ret: tuple[Any, dict[UOp, int]] | None = None
   if node.op is Ops.VIEW:
     if node.arg.symbolic and (found := node.arg.unbind())[1]: ret = found
+  elif node.arg in _plain_args: pass
   elif _holds_uop(node.arg):
     vals: dict[UOp, int] = {}
     def strip(x: Any) -> Any:
@@ -113,6 +119,9 @@ def unbound_arg(node: UOp) -> tuple[Any, dict[UOp, int]] | None:
       bind_values(vals, found)
       return x
     if (arg := strip(node.arg)) != node.arg: ret = arg, vals
+  else:
+    if len(_plain_args) >= _PLAIN_ARGS_MAX: _plain_args.clear()
+    _plain_args.add(node.arg)
   node.__dict__[_UNBOUND] = ret
   return ret
 
@@ -143,7 +152,7 @@ def bind_views(value: UOp, var_vals: dict[UOp, int]) -> UOp:
 _MAX_RECURSION = 200
 
 class _TooDeep(Exception):
-  """A graph deeper than _MAX_RECURSION: the walk goes on with an explicit stack."""
+  """A graph deeper than _MAX_RECURSION: the abstract walk goes on with an explicit stack."""
 
 class _Abstracter:
   """Walks a graph from its outputs down, stopping at realized nodes (their buffers stand in for them), so the cost is
@@ -359,6 +368,10 @@ def _view_key(node: UOp, view: Any) -> _ViewKey:
 _NUMBERED = "param"
 # a constant that may become a kernel argument stands in the structure by its position too (Positions)
 _POSITION = "position"
+# the ops whose entry convert writes its own way; of them, the movements, whose entry is the plain one where their arg
+# binds no Variable
+_OWN_ENTRY = frozenset({_BUFFER, _CONST, _CONTIGUOUS, *_SYMBOLIC_ARGS})
+_PLAIN_MOVES = _SYMBOLIC_ARGS - {_VIEW}
 
 def _value_key(arg: Any) -> Any:
   # as UOp interning keys it: 0.0 and -0.0 (equal) apart, and True, 1 and 1.0 (equal) apart
@@ -404,7 +417,8 @@ class Structure:
       return len(entries) - 1
     arg = _NUMBERED if op is _CONTIGUOUS and node.arg is not None else node.arg
     # a VIEW binds a Variable only where its views are symbolic: the eager graph's views are asked nothing more
-    if op in _SYMBOLIC_ARGS and (op is not _VIEW or node.arg.symbolic) and (ub := unbound_arg(node)) is not None:
+    if op in _SYMBOLIC_ARGS and (node.arg.symbolic if op is _VIEW else node.arg not in _plain_args) and \
+        (ub := unbound_arg(node)) is not None:
       arg = ub[0]
       bind_values(self.var_vals, ub[1])
     if op is _VIEW: arg = node.__dict__.get(_VIEW_KEY) or _view_key(node, arg)
@@ -427,11 +441,12 @@ class Structure:
     """The entry of a node not in `done` yet, after those of its sources. The loop every eager realize runs over its new
     nodes: its callers look nodes up in `done`, and the sources are gathered in a loop, not a comprehension (a
     function call on Python 3.11). A buffer among them is a parameter, taken where it is met rather than visited (each
-    realized input is one): its entry is found by `slots`, not `done`."""
+    realized input is one): its entry is found by `slots`, not `done`. Recursive: on a shallow graph (a training
+    step's) a fifth less time than `walk`'s stack of frames."""
     done = self.done
     if (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
+    elif depth > _MAX_RECURSION: return self.walk(node)  # deeper: by the stack, in the same order
     else:
-      if depth > _MAX_RECURSION: raise _TooDeep
       src = []
       for s in node.src:
         if s.op is _BUFFER: src.append(self.param(s))
@@ -444,41 +459,66 @@ class Structure:
           self.node_of[j] = s
           src.append(j)
         else: src.append(self.visit(s, depth + 1))
-      i = self.convert(node, tuple(src))
+      op, arg = node.op, node.arg
+      if (op in _OWN_ENTRY and (op not in _PLAIN_MOVES or arg not in _plain_args)) or isinstance(arg, float):
+        i = self.convert(node, tuple(src))
+      else:
+        # an ALU op, a reduce, a movement by plain numbers (most of a step's nodes): the entry convert would write,
+        # without its call
+        entries = self.entries
+        entries.append((op, node.dtype.ident, tuple(src), type(arg), arg))
+        i = len(entries) - 1
     done[node] = i
     self.node_of[i] = node
     return i
 
-  def walk_stack(self, root: UOp) -> int:
-    """The entry of root, as `visit` finds it, by a stack: past _MAX_RECURSION levels (a model's forward: ResNet50's
-    graph is a chain of about 2000 nodes, which took the abstract path at every call), in visit's order, so that the
-    parameters are numbered as the abstract walk numbers them."""
-    done, stack = self.done, [(root, False)]
+  def walk(self, root: UOp) -> int:
+    """The entry of root as `visit` finds it (in its order, so that parameters are numbered as the abstract walk numbers
+    them), by a stack of frames (a node and the entries of its sources gathered so far): past _MAX_RECURSION levels
+    (a model's forward is a chain of thousands of nodes, ResNet50's 2000). Where visit's recursion gave up, the stack
+    of (node, expanded) pairs that went on from the root took twice as long (a frame per node, each source gathered
+    and pushed by a comprehension, every buffer and realized input given a turn on the stack)."""
+    done, entries, node_of = self.done, self.entries, self.node_of
+    if (i := done.get(root)) is not None: return i
+    if (hit := root.__dict__.get(_REALIZED)) is not None:
+      i = done[root] = self.plain(hit)
+      node_of[i] = root
+      return i
+    stack: list[tuple[UOp, list[int]]] = [(root, [])]
     while stack:
-      node, expanded = stack.pop()
-      if node in done: continue
-      if expanded: i = self.convert(node, tuple([self.param(s) if s.op is _BUFFER else done[s] for s in node.src]))
-      elif node.op is _BUFFER and node is not root:
-        self.param(node)  # numbered where the recursive walk meets it, between its neighbours' subgraphs
-        continue
-      elif (hit := node.__dict__.get(_REALIZED)) is not None: i = self.plain(hit)
+      node, src = stack[-1]
+      for s in node.src[len(src):] if src else node.src:
+        if s.op is _BUFFER: src.append(self.param(s))
+        elif (j := done.get(s)) is not None: src.append(j)
+        elif (hit := s.__dict__.get(_REALIZED)) is not None:
+          j = done[s] = self.plain(hit)
+          node_of[j] = s
+          src.append(j)
+        elif (k := s.__dict__.get(_VIEW_KEY)) is not None and s.src[0].op is _BUFFER:
+          entries.append((_VIEW, s.dtype.ident, (self.param(s.src[0]),), _ViewKey, k))
+          j = done[s] = len(entries) - 1
+          node_of[j] = s
+          src.append(j)
+        else:
+          stack.append((s, []))
+          break
       else:
-        stack.append((node, True))
-        stack += [(s, False) for s in reversed(node.src) if s not in done]
-        continue
-      done[node] = i
-      self.node_of[i] = node
+        stack.pop()
+        op, arg = node.op, node.arg
+        if (op in _OWN_ENTRY and (op not in _PLAIN_MOVES or arg not in _plain_args)) or isinstance(arg, float):
+          i = self.convert(node, tuple(src))
+        else:
+          entries.append((op, node.dtype.ident, tuple(src), type(arg), arg))
+          i = len(entries) - 1
+        done[node] = i
+        node_of[i] = node
     return done[root]
 
 def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure]:
   """The structure key of a graph and its walk."""
   s = Structure()
   roots = []
-  for o in outs:
-    if (i := s.done.get(o)) is None:
-      try: i = s.visit(o, 0)
-      except _TooDeep: i = s.walk_stack(o)  # goes on from the nodes the recursion finished
-    roots.append(i)
+  for o in outs: roots.append(i if (i := s.done.get(o)) is not None else s.visit(o, 0))
   return (tuple(s.entries), tuple(roots)), s
 
 class Positions:

@@ -741,15 +741,19 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
   `becomes` is recorded in its order, which create_schedule makes the one the assigns ran in: the last one into a
   buffer is then the node that stands for its contents (x.add_(1).add_(2) committed in another order left the first
   add standing for x, and a view of x read the second add's node as not computed, running it again)."""
-  # the maps' own methods, inlined: an eager step commits every output
-  attr = realized_map.attr
+  # the maps' own methods, inlined: an eager step commits every output (a training step 20 values)
+  attr, buffer_attr = realized_map.attr, buffer_map.attr
   for node, buf_view in becomes.items():
     # a constant realized (to be copied, or as a piece of a value replicated over devices) is not remembered: it is
     # interned, so every later graph holding it would read that memory instead of folding it, and contiguous() of it
     # would hand that memory to each tensor made so (two SGD momentum buffers of one shape, after a Pipeline moved a
-    # zero bias to its stage, were one buffer, the bias's)
-    if node is buf_view or node.base.op is Ops.CONST: continue
-    for memory in _memories(buf_view):
+    # zero bias to its stage, were one buffer, the bias's). Only a view or a movement has a base other than itself:
+    # the others are told without the property's call
+    if node is buf_view or (node.base if node.op in _VIEWS else node).op is Ops.CONST: continue
+    # a view of one buffer (nearly every value) is told here, without _memories' call
+    memories = (m,) if buf_view.op is Ops.VIEW and (m := buf_view.src[0].__dict__.get(buffer_attr)) is not None else \
+      _memories(buf_view)
+    for memory in memories:
       if node.op is Ops.ASSIGN:
         pack_cache.forget(memory)
         for ref in memory.realized_nodes:
@@ -757,6 +761,9 @@ def commit_realized(becomes: dict[UOp, UOp]) -> None:
         memory.realized_nodes.clear()
       memory.remember_realized(node)
     node.__dict__[attr] = buf_view
+
+# the ops whose node's base is not itself (UOp.base)
+_VIEWS = frozenset({Ops.VIEW, *GroupOp.Movement})
 
 def _memories(buf_view: UOp) -> tuple[Buffer, ...]:
   """The buffers a realized value lies in: that of a view, each piece's of a value on several devices (a MULTI of
