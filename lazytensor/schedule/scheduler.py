@@ -365,17 +365,22 @@ def _worth_storing(value: UOp, kernels: list[UOp], g: _Graph) -> bool:
     full = frozenset(n for n in reads if EXPAND_RATIO * _read_size(n) > size)
     fits = size <= MAX_GROWTH * max(map(_read_size, reads), default=0)
     cost = g.value_cost[value] = _ValueCost(size, _alu_ops(inner), full, fits)
-  if not cost.fits or any(value is _kernel_value(k) for k in kernels): return False
-  recomputed = (len(kernels) - 1) * cost.ops / ALU_OPS_PER_LOAD
-  stored = len(cost.full) + STORE_LOADS + len(kernels)
+  # the saving when the kernels load `loads` of its full-size inputs for it alone, in element loads
+  def saving(loads: int) -> float:
+    return ((len(kernels) - 1) * cost.ops / ALU_OPS_PER_LOAD + loads - len(cost.full) - STORE_LOADS - len(kernels)) * \
+      cost.size
   # at most, every kernel loads all of them for this value alone: only then is each kernel's own walk worth it
-  if (recomputed + len(kernels) * len(cost.full) - stored) * cost.size < MIN_RECOMPUTE_WORK: return False
+  if not cost.fits or saving(len(kernels) * len(cost.full)) < MIN_RECOMPUTE_WORK or \
+      any(value is _kernel_value(k) for k in kernels): return False
   loads = 0
-  for k in kernels:
+  for i, k in enumerate(kernels):
     if (n := g.loads_for.get((value, k))) is None:
       n = g.loads_for[(value, k)] = len(cost.full.difference(_fused_nodes(_kernel_value(k), g, loaded=value)[1]))
     loads += n
-  return (recomputed + loads - stored) * cost.size >= MIN_RECOMPUTE_WORK
+    # the kernels not walked yet load at least none and at most all of them for it alone
+    if saving(loads) >= MIN_RECOMPUTE_WORK: return True
+    if saving(loads + (len(kernels) - 1 - i) * len(cost.full)) < MIN_RECOMPUTE_WORK: return False
+  return False
 
 def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
   """Grow the set of materialized nodes (from the roots, and the scatters `also`) until every kernel obeys the fusion
