@@ -324,6 +324,22 @@ def test_a_costly_value_two_kernels_read_is_stored_once_and_a_cheap_one_is_not()
   small = a[:8, :8]
   assert kernels((small.exp() * small.sin()).sum(0), (small.exp() * small.sin()).sum(1)) == 2  # a launch costs more
 
+def test_a_value_is_stored_once_enough_kernels_compute_it() -> None:
+  # a softmax's exp over scores scaled and masked by a row (GPT-2's attention): recomputed, each kernel runs its ops
+  # and loads the scores; stored, one kernel does and writes it, each loads it. Worth it for four kernels (its
+  # forward's sum and output and the backward's two reads in GPT-2: 1365 -> 1362 kernels a training step), not two
+  rng = np.random.default_rng(4)
+  x, y = (Tensor(rng.standard_normal((512, 512), dtype=np.float32)).realize() for _ in range(2))
+  mask = Tensor(rng.standard_normal((1, 512), dtype=np.float32)).realize()
+  e = (x * 0.125 + mask - x.max(1, keepdim=True)).exp()
+  assert len(_exp_outputs(e.sum(0), e.sum(1))) == 2
+  four = (e.sum(0), e.sum(1), (e * y).sum(0), (e * y).sum(1))
+  assert len(_exp_outputs(*four)) == 1
+  Tensor.realize(*four)
+  want = np.exp(x.numpy() * 0.125 + mask.numpy() - x.numpy().max(1, keepdims=True))
+  for got, ref in zip(four, (want.sum(0), want.sum(1), (want * y.numpy()).sum(0), (want * y.numpy()).sum(1))):
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-3)
+
 def test_reused_buffer_is_not_remembered_as_its_first_value() -> None:
   # x1's buffer is free after x2's kernel and holds x3 from then on: a later graph with x1 must not read it
   arr = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)

@@ -5,8 +5,9 @@ elementwise op becomes a validity check around it); a reduce fuses with the elem
 A node gets a buffer of its own (is "materialized") when the user asks (outputs, contiguous, copies, assigns), when a
 reduce is consumed through anything but a reshape (e.g. `x - x.max(1, keepdim=True)`), when a reduce sits inside
 another reduce's input, when two reduces of different shapes would share a kernel, when two kernels would
-otherwise both compute the same reduce or the same costly elementwise value (_worth_sharing), or when several kernels
-would each compute an elementwise value from two or more inputs as large as it (a residual stream: _shared_values).
+otherwise both compute the same reduce, or when several kernels would each compute an elementwise value that is
+cheaper stored once: one cost model (_worth_storing) weighs one write and a load per kernel against each kernel's ALU
+ops and the loads the value adds to it, asked as the kernels are walked, each time one more meets at the value.
 """
 from __future__ import annotations
 
@@ -175,16 +176,26 @@ def pack_operands(sink: UOp) -> dict[UOp, UOp]:
     done[node] = _for_device(new) if new.op is Ops.REDUCE_AXIS else new
   return done
 
+@dataclass(frozen=True)
+class _ValueCost:
+  """What an elementwise value costs a kernel that computes it, per element (_worth_storing)."""
+  size: int
+  ops: int               # float ALU ops
+  full: frozenset[UOp]   # the inputs it reads at full size (not broadcast)
+  fits: bool             # at most MAX_GROWTH times larger than the largest thing it reads
+
 @dataclass
 class _Graph:
   """What the scheduler learns about one graph: which nodes are materialized (each with the reason, which VIZ shows),
   and each kernel's reduce."""
   realize: dict[UOp, str] = field(default_factory=dict)
   kernel_reduce: dict[UOp, UOp] = field(default_factory=dict)
-  # (value, kernel, kernel) found cheaper computed in both kernels than shared, in this pass over the kernels
-  cheap: set[tuple[UOp, UOp, UOp]] = field(default_factory=set)
-  # whether an elementwise value costs enough per element to be worth sharing at all (by its cost alone), in this pass
-  costly: dict[UOp, bool] = field(default_factory=dict)
+  # in this pass over the kernels: the kernels found to compute each elementwise value, in the order they were walked,
+  # and, worked out once per value and once per (value, kernel) as more kernels meet at it (_worth_storing): the
+  # value's cost, and how many of its full-size inputs a kernel loads for that value alone
+  computed_by: dict[UOp, list[UOp]] = field(default_factory=dict)
+  value_cost: dict[UOp, _ValueCost] = field(default_factory=dict)
+  loads_for: dict[tuple[UOp, UOp], int] = field(default_factory=dict)
 
 def _computes_part(out: UOp, outs: tuple[UOp, ...]) -> bool:
   """Whether an output that views a computed value is computed on its own, through its view, instead of as a view of
@@ -282,8 +293,7 @@ def _walk_kernel(root: UOp, g: _Graph, owner: dict[UOp, UOp]) -> tuple[UOp, str]
       owner[node] = root
       stack.append((node.src[0], True, True))
     else:
-      if node.op in GroupOp.Elementwise and (first := owner.setdefault(node, root)) is not root and \
-          _worth_sharing(node, (first, root), g):
+      if node.op in GroupOp.Elementwise and _computed_again(node, root, g):
         return node, "cheaper stored than recomputed by each of the kernels that read it"
       stack.extend((s, reshape_only, in_reduce) for s in node.src)
   return None
@@ -292,19 +302,30 @@ EXPAND_RATIO = 2          # a view that reads each element of its source this ma
 RECOMPUTE_COST = 2        # ALU ops and extra loads per element of a source that is cheaper to store than to recompute
 MIN_RECOMPUTE_WORK = 1 << 16  # ...when recomputing adds this much work: below, a kernel launch costs more
 MAX_GROWTH = 4            # ...and when it is at most this many times larger than the largest thing it reads
-SHARED_RECOMPUTE_COST = 8  # the same, for a value that two kernels would each compute (_worth_sharing)
+# what storing a value several kernels would compute costs against computing it in each, in loads of an element of a
+# full-size buffer (_worth_storing): a float ALU op costs 1/ALU_OPS_PER_LOAD of one (8-lane vectors, two ports), a
+# store STORE_LOADS (a CPU reads each cache line it writes first). Re-measure for another vector width or a GPU.
+ALU_OPS_PER_LOAD = 4
+STORE_LOADS = 2
+
+def _read_size(n: UOp) -> int:
+  """The elements a kernel's read of `n` spans (a symbolic size at its largest)."""
+  return n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape)
+
+def _alu_ops(inner: list[UOp]) -> int:
+  """The float ALU ops per element of the nodes a kernel computes (integer and bool ops are index arithmetic, not
+  counted). A float cast to or from a tensor core's input dtype (x.half().float() times a weight) is free: the tensor
+  core takes it in registers as it loads its fragments (opt/kernel._mma_operand)."""
+  if not inner: return 0
+  tc_in = {tc.dtype_in for tc in Device[Device.first(inner[0].device)].renderer.tensor_cores}
+  return sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float and
+             not (n.op is Ops.CAST and n.src[0].dtype.is_float and {n.dtype, n.src[0].dtype} & tc_in))
 
 def _recompute_cost(src: UOp, g: _Graph) -> tuple[int, int]:
-  """What computing the elementwise `src` costs a kernel per element, in float ALU ops and loads past the first (integer
-  and bool ops are index arithmetic, not counted), and the size of the largest thing it reads. A float cast to or from
-  a tensor core's input dtype (x.half().float() times a weight) is free: the tensor core takes it in registers as it
-  loads its fragments (opt/kernel._mma_operand)."""
+  """What computing the elementwise `src` costs a kernel per element, in float ALU ops and loads past the first, and
+  the size of the largest thing it reads."""
   inner, reads = _fused_nodes(src, g, through_reduces=False)
-  tc_in = {tc.dtype_in for tc in Device[Device.first(src.device)].renderer.tensor_cores}
-  free = [n for n in inner if n.op is Ops.CAST and n.src[0].dtype.is_float and {n.dtype, n.src[0].dtype} & tc_in]
-  alu = sum(1 for n in inner if n.op in GroupOp.Elementwise and n.dtype.is_float) - len(free)
-  largest_read = max((n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads), default=0)
-  return alu + max(len(reads) - 1, 0), largest_read
+  return _alu_ops(inner) + max(len(reads) - 1, 0), max((_read_size(n) for n in reads), default=0)
 
 def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   """Whether the elementwise computation under an expanding view inside a reduce gets a buffer of its own: fused, it
@@ -320,72 +341,58 @@ def _worth_materializing_before_expand(view: UOp, g: _Graph) -> bool:
   return cost >= RECOMPUTE_COST and max_size(src.shape) <= MAX_GROWTH * largest_read and \
     (ratio - 1) * cost * max_size(src.shape) >= MIN_RECOMPUTE_WORK
 
-def _worth_sharing(node: UOp, kernels: tuple[UOp, UOp], g: _Graph) -> bool:
-  """Whether an elementwise value that two kernels would each compute gets a buffer of its own, which both read: a
-  costly one (the log-softmax backward of GPT-2's logits, which the packing copies of its output layer's two gradient
-  matmuls each computed, reading the logits across their rows: 0.4-1.5 s of a 6 s step), as large as what it reads,
-  where one of the kernels then reads less (it reads what the value reads for that value alone). Not a cheap one (a
-  cast, a scale: storing and loading it costs more than computing it twice), nor a part of two values computed from
-  the same inputs (gelu(h) and its derivative share exp(-h*h/2): each kernel reads h all the same)."""
-  # a value that one of them stores (an assign's, AdamW's new moment, read again by the weight's update) would be
-  # computed into a buffer of its own and copied
-  if (costly := g.costly.get(node)) is None:  # asked for every pair of kernels that meet at it: once is enough
-    cost, largest_read = _recompute_cost(node, g)
-    size = max_size(node.shape)
-    costly = g.costly[node] = cost >= SHARED_RECOMPUTE_COST and size <= MAX_GROWTH * largest_read and \
-      cost * size >= MIN_RECOMPUTE_WORK
-  if not costly or (node, *kernels) in g.cheap or any(node is _kernel_value(k) for k in kernels): return False
-  reads = set(_fused_nodes(node, g)[1])
-  if any(not reads <= set(_fused_nodes(_kernel_value(k), g, loaded=node)[1]) for k in kernels): return True
-  g.cheap.add((node, *kernels))
+def _computed_again(value: UOp, root: UOp, g: _Graph) -> bool:
+  """Records that `root`'s kernel computes the elementwise `value`; whether, computed by one more kernel, it is now
+  worth a buffer of its own. The kernels meet first at the outermost value they share, stored first: what the values
+  under it read is then cut at it (a residual stream through every layer is stored at each layer)."""
+  kernels = g.computed_by.setdefault(value, [])
+  if kernels and kernels[-1] is root: return False  # reached again by the same walk (through another view)
+  kernels.append(root)
+  return len(kernels) >= 2 and _worth_storing(value, kernels, g)
+
+def _worth_storing(value: UOp, kernels: list[UOp], g: _Graph) -> bool:
+  """Whether an elementwise value that `kernels` would each compute is cheaper stored once, counted in loads of one
+  element. Recomputed, each kernel runs its float ops (ALU_OPS_PER_LOAD of them cost a load) and loads those of its
+  full-size inputs it reads for this value alone (a broadcast one, a bias or a row's mean, costs little); stored, one
+  kernel runs them once, loading each of its full-size inputs, and writes it (STORE_LOADS), and each kernel loads it.
+  Stored when that saves at least MIN_RECOMPUTE_WORK, more than a launch costs, and when the value is at most
+  MAX_GROWTH times larger than the largest thing it reads (a one-hot mask from an iota and indices: cheap to compute,
+  huge to store). So GPT-2's log-softmax backward, which both packing copies of its output layer's gradients computed,
+  reading the logits across their rows (0.4-1.5 s of a 6 s step), is stored, and so is a residual stream (x + attn(x)
+  + b, then + mlp(...) + b), which a LayerNorm's reduces and the kernels its output feeds each computed from every
+  earlier layer's matmul outputs (BERT's last LayerNorm kernels read about 100 buffers); `a * 2 + b` read by two
+  reduces, a cast, a scale, and the shared parts of gelu(h) and its derivative (each kernel reads h all the same) are
+  not. Nor is a value a kernel stores itself (an assign's: AdamW's new moment, read again by the weight's update):
+  stored again, it would be computed into a buffer and copied."""
+  if (cost := g.value_cost.get(value)) is None:
+    size = max_size(value.shape)
+    inner, reads = _fused_nodes(value, g)
+    full = frozenset(n for n in reads if EXPAND_RATIO * _read_size(n) > size)
+    fits = size <= MAX_GROWTH * max(map(_read_size, reads), default=0)
+    cost = g.value_cost[value] = _ValueCost(size, _alu_ops(inner), full, fits)
+  # the saving when the kernels load `loads` of its full-size inputs for it alone, in element loads
+  def saving(loads: int) -> float:
+    return ((len(kernels) - 1) * cost.ops / ALU_OPS_PER_LOAD + loads - len(cost.full) - STORE_LOADS - len(kernels)) * \
+      cost.size
+  # at most, every kernel loads all of them for this value alone: only then is each kernel's own walk worth it
+  if not cost.fits or saving(len(kernels) * len(cost.full)) < MIN_RECOMPUTE_WORK or \
+      any(value is _kernel_value(k) for k in kernels): return False
+  loads = 0
+  for i, k in enumerate(kernels):
+    if (n := g.loads_for.get((value, k))) is None:
+      n = g.loads_for[(value, k)] = len(cost.full.difference(_fused_nodes(_kernel_value(k), g, loaded=value)[1]))
+    loads += n
+    # the kernels not walked yet load at least none and at most all of them for it alone
+    if saving(loads) >= MIN_RECOMPUTE_WORK: return True
+    if saving(loads + (len(kernels) - 1 - i) * len(cost.full)) < MIN_RECOMPUTE_WORK: return False
   return False
-
-def _worth_sharing_stream(value: UOp, kernels: int, g: _Graph) -> bool:
-  """Whether an elementwise value that `kernels` kernels compute is cheaper stored once, by the loads of its
-  full-size inputs (a bias or a row's mean, broadcast, costs little): recomputed, each kernel loads all `full` of
-  them; stored, one kernel loads them and writes it and each kernel loads it (`a * 2 + b` read by two reduces is
-  cheaper computed twice); and recomputing it adds work a launch does not outweigh. A residual stream (x + attn(x) +
-  b, then + mlp(...) + b) read by a LayerNorm's two reduces and by the kernels its output feeds was computed anew in
-  each of them from every earlier layer's matmul outputs: BERT's last LayerNorm kernels read about 100 buffers, ~200
-  us each for 128x768; stored, the matmul's epilogue computes it (its reduce then has one reader) and each reader
-  loads it once."""
-  _, reads = _fused_nodes(value, g)
-  size = max_size(value.shape)
-  read_sizes = [n.arg[1] if n.op is Ops.BUFFER else max_size(n.shape) for n in reads]
-  full = sum(1 for r in read_sizes if EXPAND_RATIO * r > size)
-  return kernels * full > full + 1 + kernels and size <= MAX_GROWTH * max(read_sizes, default=0) and \
-    (kernels - 1) * full * size >= MIN_RECOMPUTE_WORK
-
-def _shared_values(g: _Graph, order: dict[UOp, int]) -> list[UOp]:
-  """The elementwise values several kernels would each compute that are worth a buffer (_worth_sharing_stream), taken
-  innermost first (in `order`): each one stored cuts what the values above it read (a residual stream through every
-  layer is stored at each layer, not once for all of them)."""
-  kernels: dict[UOp, int] = {}
-  for root in g.realize:
-    for n in _fused_nodes(_kernel_value(root), g)[0]:
-      if n is not root and n.op in GroupOp.Elementwise: kernels[n] = kernels.get(n, 0) + 1
-  trial, shared = _Graph(realize=dict(g.realize)), []
-  for n in sorted((n for n, c in kernels.items() if c >= 2), key=order.__getitem__):
-    if _worth_sharing_stream(n, kernels[n], trial):
-      shared.append(n)
-      trial.realize[n] = ""
-  return shared
 
 def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
   """Grow the set of materialized nodes (from the roots, and the scatters `also`) until every kernel obeys the fusion
-  rules; then store the values several kernels would each compute at a cost (_shared_values) and apply the rules
-  again from the roots: what they asked for before may no longer be needed (a matmul's output read only by the stored
-  residual sum becomes that sum's kernel, its epilogue)."""
-  roots = {**_must_realize_roots(sink), **dict.fromkeys(also, "a scatter inside an expression")}
-  order = {n: i for i, n in enumerate(sink.toposort)}
+  rules."""
+  g = _Graph(realize={**_must_realize_roots(sink), **dict.fromkeys(also, "a scatter inside an expression")})
   while True:
-    g = _apply_rules(_Graph(realize=dict(roots)))
-    if not (shared := _shared_values(g, order)): return g
-    roots.update(dict.fromkeys(shared, "read by several kernels that would each compute it from its inputs"))
-
-def _apply_rules(g: _Graph) -> _Graph:
-  while True:
-    g.kernel_reduce, g.cheap, g.costly = {}, set(), {}
+    g.kernel_reduce, g.computed_by, g.value_cost, g.loads_for = {}, {}, {}, {}
     owner: dict[UOp, UOp] = {}
     found = None
     for root in list(g.realize):
