@@ -50,10 +50,11 @@ def _provable(name: str, x: bool | None, what: str) -> None:
 def _dims(name: str, args: tuple[Any, ...], **keyword: Any) -> tuple[Any, ...]:
   """The sizes or axes a movement takes: given positionally (f(2, 3) or f((2, 3))) or as one keyword, by tinygrad's
   name or torch's (reshape(shape=...), permute(order=...) or permute(dims=...)), not both ways at once."""
-  given = {k: v for k, v in keyword.items() if v is not None}
-  if len(given) + bool(args) > 1:
-    raise TypeError(f"{name}: give the sizes positionally or as one of {', '.join(keyword)}=, not several")
-  if given: args = (next(iter(given.values())),)
+  # loops, not comprehensions (a function call each on Python 3.11): every reshape, permute and expand comes here
+  for value in keyword.values():
+    if value is None: continue
+    if args: raise TypeError(f"{name}: give the sizes positionally or as one of {', '.join(keyword)}=, not several")
+    args = (value,)
   return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 class MovementMixin:
@@ -167,6 +168,11 @@ class MovementMixin:
     if not (set(map(type, dims)) <= {int} and min(dims, default=0) >= 0): dims = self._reshape_sizes(dims)
     if not sint_eq(sint_prod(dims), sint_prod(self.shape)):
       raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {shape_str(dims)}: the sizes differ")
+    return self._reshaped(dims)
+
+  def _reshaped(self, dims: tuple[sint, ...]) -> Self:
+    """reshape to sizes known to hold self's elements (resolved and checked by reshape, or made from self's own shape
+    by an op that only drops or adds dims of size 1): none of reshape's resolving and checks."""
     if dims == self.shape: return self
     return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, dims))
 
