@@ -273,11 +273,15 @@ class MovementMixin:
   def _broadcast_to(self, shape: tuple[int, ...], dtype: DType | None = None) -> Self:
     """self (cast to `dtype`, if given) with 1s prepended to its shape and expanded to `shape`: the nodes of
     cast(dtype).reshape(...).expand(shape), built as one op (an operand of every broadcasting op passes here)."""
+    mine = self.shape
     dt = self.dtype if dtype is None else dtype
-    if self.shape == shape and (dt is self.dtype or dt == self.dtype): return self
-    cur = (1,) * (len(shape) - self.ndim) + self.shape
-    if len(cur) != len(shape) or any(c != s and c != 1 for c, s in zip(cur, shape)):
-      raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+    if mine == shape and (dt is self.dtype or dt == self.dtype): return self
+    cur = (1,) * (len(shape) - len(mine)) + mine
+    # a loop, not any() over a generator (a function call per dimension on Python 3.11)
+    fits = len(cur) == len(shape)
+    for c, s in zip(cur, shape):
+      if c != s and c != 1: fits = False
+    if not fits: raise ValueError(f"cannot broadcast {mine} to {shape}")
     return self._apply_uop(lambda x: movement(movement(UOp.cast(x, dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
 
   def _moves(self, steps: Sequence[tuple[Ops, tuple]]) -> Self:
