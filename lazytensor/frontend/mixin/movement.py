@@ -166,7 +166,8 @@ class MovementMixin:
     dims = _dims("reshape", sizes, shape=shape)
     # plain sizes, the common case, need none of the resolving (None, -1, Variables): no call per dimension
     if not (set(map(type, dims)) <= {int} and min(dims, default=0) >= 0): dims = self._reshape_sizes(dims)
-    if not sint_eq(sint_prod(dims), sint_prod(self.shape)):
+    # the products unsimplified (math.prod, in C): sint_eq simplifies their difference where one is symbolic
+    if not sint_eq(math.prod(dims), math.prod(self.shape)):
       raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {shape_str(dims)}: the sizes differ")
     return self._reshaped(dims)
 
@@ -180,8 +181,10 @@ class MovementMixin:
     """reshape's sizes resolved: None keeps a dimension, -1 takes what is left, a symbolic size is simplified."""
     # ints with one -1, of a shape of ints (a batchnorm's (1, -1, 1, 1) at every call): what is left is one division
     if set(map(type, dims)) <= {int} and set(map(type, self.shape)) <= {int} and dims.count(-1) == 1 and \
-        min(dims) == -1 and (known := -prod(dims)) > 0 and (numel := prod(self.shape)) % known == 0:
-      return tuple(numel // known if s == -1 else s for s in dims)
+        min(dims) == -1 and (given := -math.prod(dims)) > 0 and (count := math.prod(self.shape)) % given == 0:
+      sizes = list(dims)  # a list, not a generator: a function call per dimension on Python 3.11
+      sizes[dims.index(-1)] = count // given
+      return tuple(sizes)
     if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
       raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
     dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
