@@ -432,9 +432,9 @@ def _python_calls(fn) -> int:  # type: ignore[no-untyped-def]
 # once, its views by a key of their own (no ShapeTracker.__hash__ call); 65 -> 62: a new buffer takes its opened
 # device's allocator when made (three calls at its allocation); 62 -> 58: the structure walk writes a realized input's
 # entry without visiting it. Graph building (extra/bench/op_cost.py): a reduction's result reshaped without reshape's
-# checks, one dtype broadcast without promotion, a -1 resolved and sizes compared in C: the layer 628 -> 578, the
-# convolution 558 -> 516, the batchnorm 429 -> 334, the linear layer and cross-entropy 1449 -> 1300, an SGD step's
-# update graph (momentum, 4 parameters) 919 -> 855
+# checks, one dtype broadcast without promotion, a -1 resolved and sizes compared in C, relu one op: the layer
+# 628 -> 539, the convolution 558 -> 516, the batchnorm 429 -> 334, the linear layer and cross-entropy 1449 -> 1300,
+# an SGD step's update graph (momentum, 4 parameters) 919 -> 855
 _X, _Y = np.arange(16, dtype=np.float32), np.ones(16, dtype=np.float32)
 _A, _B = Tensor(_X).realize(), Tensor(_Y).realize()
 _W = Tensor(np.ones((16, 4), dtype=np.float32), requires_grad=True).realize()
@@ -464,7 +464,7 @@ def _sgd_update_graph() -> None:
   (lambda: Tensor(_X), 34),
   (lambda: (_A + _B).realize(), 60),
   (lambda: (Tensor(_X) + Tensor(_Y)).numpy(), 161),
-  (lambda: (Tensor(_X).reshape(1, 16) @ _W).relu().sum().backward(), 634),
+  (lambda: (Tensor(_X).reshape(1, 16) @ _W).relu().sum().backward(), 595),
   (lambda: _CONV(_IMAGE), 545),
   (lambda: _NORM(_IMAGE), 355),
   (lambda: _LINEAR(_W.T.detach()).cross_entropy(_LABELS), 1325),
