@@ -50,10 +50,11 @@ def _provable(name: str, x: bool | None, what: str) -> None:
 def _dims(name: str, args: tuple[Any, ...], **keyword: Any) -> tuple[Any, ...]:
   """The sizes or axes a movement takes: given positionally (f(2, 3) or f((2, 3))) or as one keyword, by tinygrad's
   name or torch's (reshape(shape=...), permute(order=...) or permute(dims=...)), not both ways at once."""
-  given = {k: v for k, v in keyword.items() if v is not None}
-  if len(given) + bool(args) > 1:
-    raise TypeError(f"{name}: give the sizes positionally or as one of {', '.join(keyword)}=, not several")
-  if given: args = (next(iter(given.values())),)
+  # loops, not comprehensions (a function call each on Python 3.11): every reshape, permute and expand comes here
+  for value in keyword.values():
+    if value is None: continue
+    if args: raise TypeError(f"{name}: give the sizes positionally or as one of {', '.join(keyword)}=, not several")
+    args = (value,)
   return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 class MovementMixin:
@@ -165,8 +166,14 @@ class MovementMixin:
     dims = _dims("reshape", sizes, shape=shape)
     # plain sizes, the common case, need none of the resolving (None, -1, Variables): no call per dimension
     if not (set(map(type, dims)) <= {int} and min(dims, default=0) >= 0): dims = self._reshape_sizes(dims)
-    if not sint_eq(sint_prod(dims), sint_prod(self.shape)):
+    # the products unsimplified (math.prod, in C): sint_eq simplifies their difference where one is symbolic
+    if not sint_eq(math.prod(dims), math.prod(self.shape)):
       raise ValueError(f"reshape: cannot reshape {shape_str(self.shape)} into {shape_str(dims)}: the sizes differ")
+    return self._reshaped(dims)
+
+  def _reshaped(self, dims: tuple[sint, ...]) -> Self:
+    """reshape to sizes known to hold self's elements (resolved and checked by reshape, or made from self's own shape
+    by an op that only drops or adds dims of size 1): none of reshape's resolving and checks."""
     if dims == self.shape: return self
     return self._apply_uop(lambda x: movement(x, Ops.RESHAPE, dims))
 
@@ -174,8 +181,10 @@ class MovementMixin:
     """reshape's sizes resolved: None keeps a dimension, -1 takes what is left, a symbolic size is simplified."""
     # ints with one -1, of a shape of ints (a batchnorm's (1, -1, 1, 1) at every call): what is left is one division
     if set(map(type, dims)) <= {int} and set(map(type, self.shape)) <= {int} and dims.count(-1) == 1 and \
-        min(dims) == -1 and (known := -prod(dims)) > 0 and (numel := prod(self.shape)) % known == 0:
-      return tuple(numel // known if s == -1 else s for s in dims)
+        min(dims) == -1 and (given := -math.prod(dims)) > 0 and (count := math.prod(self.shape)) % given == 0:
+      sizes = list(dims)  # a list, not a generator: a function call per dimension on Python 3.11
+      sizes[dims.index(-1)] = count // given
+      return tuple(sizes)
     if any(s is None and i >= self.ndim for i, s in enumerate(dims)):
       raise ValueError(f"reshape: None keeps a dimension of {self.shape}, but {dims} has None beyond them")
     dims = tuple(self.shape[i] if s is None else s for i, s in enumerate(dims))
@@ -267,11 +276,15 @@ class MovementMixin:
   def _broadcast_to(self, shape: tuple[int, ...], dtype: DType | None = None) -> Self:
     """self (cast to `dtype`, if given) with 1s prepended to its shape and expanded to `shape`: the nodes of
     cast(dtype).reshape(...).expand(shape), built as one op (an operand of every broadcasting op passes here)."""
+    mine = self.shape
     dt = self.dtype if dtype is None else dtype
-    if self.shape == shape and (dt is self.dtype or dt == self.dtype): return self
-    cur = (1,) * (len(shape) - self.ndim) + self.shape
-    if len(cur) != len(shape) or any(c != s and c != 1 for c, s in zip(cur, shape)):
-      raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+    if mine == shape and (dt is self.dtype or dt == self.dtype): return self
+    cur = (1,) * (len(shape) - len(mine)) + mine
+    # a loop, not any() over a generator (a function call per dimension on Python 3.11)
+    fits = len(cur) == len(shape)
+    for c, s in zip(cur, shape):
+      if c != s and c != 1: fits = False
+    if not fits: raise ValueError(f"cannot broadcast {mine} to {shape}")
     return self._apply_uop(lambda x: movement(movement(UOp.cast(x, dt), Ops.RESHAPE, cur), Ops.EXPAND, shape))
 
   def _moves(self, steps: Sequence[tuple[Ops, tuple]]) -> Self:

@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   nd = max(map(len, shapes))
+  # loops, not comprehensions (a function call each on Python 3.11): every op of two shapes that differ comes here
+  padded = []
+  for s in shapes: padded.append((1,) * (nd - len(s)) + s)
   out = []
-  for dims in zip(*[(1,) * (nd - len(s)) + s for s in shapes]):
+  for dims in zip(*padded):
     non1 = set(dims)  # the sizes other than 1, without a comprehension's call per dimension
     non1.discard(1)
     if len(non1) > 1: raise ValueError(f"shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
@@ -55,9 +58,10 @@ class OperandsMixin(ShapesMixin):
     if self._is_tensor(y):
       mine, its = self.lazydata, y.lazydata
       # the common case of an eager op, two tensors alike, answered without promotion and broadcasting
-      if mine.dtype is its.dtype and mine.shape == its.shape and mine.device == its.device:
-        return (y, self) if reverse else (self, y)
-      dt = _tensor_result_type(self, y)
+      if mine.dtype is its.dtype:
+        if mine.shape == its.shape and mine.device == its.device: return (y, self) if reverse else (self, y)
+        dt = mine.dtype  # one dtype: nothing to promote (a bias, a batchnorm's statistics)
+      else: dt = _tensor_result_type(self, y)
     elif isinstance(y, (bool, int, float, np.generic)):
       y = y.item() if isinstance(y, np.generic) else y
       dt = result_type_scalar(self.dtype, y)
@@ -127,7 +131,8 @@ class OperandsMixin(ShapesMixin):
   def _to_float(self) -> Self: return self.cast(least_upper_float(self.dtype))
 
   def _binop(self, op: Ops, y: Self | Any, reverse: bool = False) -> Self:
-    if (c := self._const_operand(y)) is not None:
+    # a tensor operand goes straight to _broadcasted: _const_operand is a call that would answer None
+    if type(y) is not type(self) and (c := self._const_operand(y)) is not None:
       return self._apply_uop(lambda p: c.alu(op, p) if reverse else p.alu(op, c))
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda p, q: p.alu(op, q), b)

@@ -32,21 +32,28 @@ class ReduceMixin(SpecialMixin):
     if axis is None: return tuple(range(self.ndim))
     if not isinstance(axis, (int, np.integer, tuple, list)):
       raise TypeError(f"axis must be an int, a sequence of ints or None, got {axis!r}")
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    resolved = tuple(self._resolve_axis(a) for a in axes)
+    # one axis, the common case: no generator and no set (a call each on Python 3.11)
+    if isinstance(axis, (int, np.integer)): return (self._resolve_axis(axis),) if self.ndim else ()
+    resolved = tuple(self._resolve_axis(a) for a in axis)
     if len(set(resolved)) != len(resolved): raise ValueError(f"axis {axis} repeats a dimension")
     return tuple(sorted(resolved)) if self.ndim else ()  # a 0-d tensor takes axis 0 or -1, and has nothing to reduce
 
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Self:
-    all_axes = self._axes(axis)
-    axes = tuple(a for a in all_axes if self.shape[a] != 1)
-    ret = self._apply_uop(lambda x: UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes))) if axes else self
-    if keepdim: return ret
-    return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in all_axes))
+    all_axes, shape = self._axes(axis), self.shape
+    # loops, not comprehensions (a function call each on Python 3.11): every sum, max and mean comes here
+    axes, kept = [], []
+    for i, s in enumerate(shape):
+      if i not in all_axes: kept.append(s)
+      elif s != 1: axes.append(i)
+    arg = (op, tuple(axes))
+    ret = self._apply_uop(lambda x: UOp(Ops.REDUCE_AXIS, x.dtype, (x,), arg)) if axes else self
+    # the reduced dims are 1 now: dropping them keeps the elements, with none of reshape's checks
+    return ret if keepdim else ret._reshaped(tuple(kept))
 
   def _sum_dtype(self) -> DType:
     # ints and bools widen to the default int (int64, as torch; int32 where a program sets it, as tinygrad)
-    if self.dtype == dtypes.uint64 or self.dtype.is_float: return self.dtype
+    dt = self.dtype
+    if dt.is_float or (dt.kind == "u" and dt.itemsize == 8): return dt  # uint64, told without a dataclass ==
     return promote_types(self.dtype, dtypes.default_int)
 
   def _acc_dtype(self, out: DType) -> DType: return dtypes.float32 if out.is_half else out

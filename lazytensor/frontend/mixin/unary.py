@@ -20,6 +20,7 @@ from lazytensor.dtype import dtypes
 from lazytensor.frontend.mixin.create import CreationMixin
 from lazytensor.frontend.mixin.operands import check_operand
 from lazytensor.helpers import ArgumentError
+from lazytensor.uop.graph import const_uop
 from lazytensor.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -534,7 +535,12 @@ class UnaryMixin(CreationMixin):
     >>> Tensor([-1.0, 2.0]).relu().tolist()
     [0.0, 2.0]
     """
-    return (self <= 0).where(0, self)
+    if not self.dtype.is_float: return (self <= 0).where(0, self)
+    zero = const_uop(0.0, self.dtype, self.device, self.shape)
+    # where(0 < x or x is NaN, x, 0): the choice of `(x <= 0).where(0, x)` (x <= 0 is false exactly where this is true),
+    # as one op of four nodes, where `<=` of floats is an op of four nodes of its own (false at NaN, spelled out)
+    return self._apply_uop(lambda x: UOp(Ops.WHERE, x.dtype, (zero.alu(Ops.CMPLT, x).alu(Ops.OR, x.alu(Ops.CMPNE, x)),
+                                                               x, zero)))
 
   def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
     """x clamped to [min_val, max_val], keeping the dtype (the bounds are converted to it, as torch does); unlike
