@@ -120,3 +120,17 @@ def test_loss_and_grads_read_after_step_are_the_ones_before_it() -> None:
   grad = 2 * xv.T @ (xv @ w0)
   np.testing.assert_allclose(w.grad.numpy(), grad, rtol=1e-6)
   np.testing.assert_allclose(w.numpy(), w0 - 0.1 * grad, rtol=1e-6)
+
+@pytest.mark.skipif(torch is None, reason="torch is the reference")
+@pytest.mark.parametrize("ours, theirs", [(Adam, "Adam"), (AdamW, "AdamW")])
+def test_adam_bias_corrections_round_once_as_torch(ours, theirs) -> None:  # type: ignore[no-untyped-def]
+  # 1 - b2 ** t from b2 = 0.999 rounded to float32 first was 1.3e-5 too small: a first step that leaves a weight near
+  # 0 (0.1257 - 0.1) was 6.7e-7 off torch's, which computes the corrections in Python floats
+  w0 = np.array([0.1257302, -0.1321049, 0.6404227], np.float32)
+  w, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+  opt, topt = ours([w], lr=0.1), getattr(torch.optim, theirs)([tw], lr=0.1)
+  (w * w).sum().backward()
+  (tw * tw).sum().backward()
+  opt.step()
+  topt.step()
+  np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-6, atol=1e-8)

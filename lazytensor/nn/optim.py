@@ -153,8 +153,10 @@ class LAMB(Optimizer):
       m.assign(self.b1 * m + (1 - self.b1) * g)
       v.assign(self.b2 * v + (1 - self.b2) * (g * g))
       if (key := (p.device, p.dtype)) not in corrections:
-        tp = t.to(p.device).cast(p.dtype)
-        corrections[key] = (1 - self.b1 ** tp, 1 - self.b2 ** tp)
+        # in float64, rounded once, as torch's (Python floats): b2 = 0.999 rounded to float32 first made 1 - b2 ** 1
+        # 1.3e-5 too small, the first step's update 6e-6 too large
+        tp = t.to(p.device).cast(dtypes.float64)
+        corrections[key] = ((1 - self.b1 ** tp).cast(p.dtype), (1 - self.b2 ** tp).cast(p.dtype))
       m_hat = m / corrections[key][0]
       v_hat = v / corrections[key][1]
       update = m_hat / (v_hat.sqrt() + self.eps)
