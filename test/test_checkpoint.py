@@ -125,7 +125,9 @@ def test_checkpointed_step_peaks_lower() -> None:
   # the recomputed forward's kernels may fuse (and round) differently from the plain one's: the second step's loss
   # agrees to rounding, not bit for bit
   assert loss == pytest.approx(plain_loss, rel=1e-6)
-  assert checkpointed < plain / 2, (checkpointed, plain)
+  # about half: the blocks' hidden values (835 KB) saved of 1.64-1.67 MB; what both peaks share moves with the
+  # scheduler's choices (one value recomputed instead of stored: both +32 KB, 0.49 -> 0.50 of the plain peak)
+  assert checkpointed < 0.55 * plain and plain - checkpointed > 800_000, (checkpointed, plain)
 
 def test_checkpoint_of_nn_blocks() -> None:
   # layers as blocks (a convolution's stated gradient and a layernorm inside the region), and torch's form of a call

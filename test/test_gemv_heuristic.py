@@ -12,6 +12,7 @@ from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
 from lazytensor.renderer.cpu_target import cpu_target
 from lazytensor.renderer.llvm import LLVMRenderer
+from lazytensor.schedule import reduce_split
 from lazytensor.schedule.scheduler import create_schedule
 
 VECTOR_FLOATS = {"x86-64-v4": 16, "x86-64-v3": 8}
@@ -77,8 +78,10 @@ def test_few_rows_against_w_t_are_taken_whole() -> None:
   _assert_matmul_close(_run(item, k.applied_opts).reshape(8, 64), x, w.T)
 
 @pytest.mark.parametrize("transposed", [False, True])
-def test_matvec_threads_only_when_large(transposed: bool) -> None:
-  # a small matrix-vector product (in cache, a few us) stays on one thread; a large one splits its outputs
+def test_matvec_threads_only_when_large(transposed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a small matrix-vector product (in cache, a few us) stays on one thread; a large one splits its outputs. The
+  # kernel whole: a weight stored (in, out) this large is otherwise split into blocks of rows (test_reduce_split)
+  monkeypatch.setattr(reduce_split, "MATVEC_MIN_L2", 1 << 30)
   small = _item(*_operands(1, 256, 768, transposed), transposed)
   assert not any(o.op is OptOps.THREAD for o in _opts(small, "x86-64-v4", threads=2).applied_opts)
   x, w = _operands(1, 1024, 4096, transposed)
