@@ -187,6 +187,9 @@ CPU_TARGET = ContextVar("CPU_TARGET", "native", "the CPU that CPU kernels are co
 NVCC_CHECK = ContextVar("NVCC_CHECK", False,
                         "CUDACPU also compiles every kernel with nvcc for sm_80 and sm_90; an nvcc error fails the run")
 FASTMATH = ContextVar("FASTMATH", True, "vectorized exp2/log2/sin/fmod on the CPU instead of libm calls", code=True)
+FTZ = ContextVar("FTZ", False, "CPU kernels flush denormal floats to zero, read and computed (x86: MXCSR's FTZ "
+                "and DAZ, aarch64: FPCR.FZ, set for each kernel call only): no 100x slowdown once values fall below "
+                "1e-38 (float32), but results there are 0 where numpy's are not", code=True)
 SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 512, "schedules remembered by graph structure, buffers as parameters "
                             "(an eager step repeated with new buffers skips scheduling); 0 schedules every graph anew",
                             between(0))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from lazytensor.dtype import DType, PtrDType, dtypes, to_storage
-from lazytensor.helpers import CPU_TARGET, FASTMATH
+from lazytensor.helpers import CPU_TARGET, FASTMATH, FTZ
 from lazytensor.renderer import VAR_SLOT, Renderer
 from lazytensor.renderer.cpu_target import CPUTarget, cpu_target
 from lazytensor.renderer.transcendental import pm_fast_math
@@ -464,6 +464,40 @@ READ_PAST_MIN, READ_PAST_MAX = 64, 4096
 
 def cpu_readable_past(nbytes: int) -> int: return min(READ_PAST_MAX, max(READ_PAST_MIN, nbytes // 8))
 
+# ---- denormals flushed (FTZ): the float mode a kernel sets on entry and restores on exit, per ISA ----
+
+class DenormalMode(NamedTuple):
+  """Code that saves the thread's float mode and sets flush-to-zero (at entry), restores it (before the return), and
+  what it declares. Set in each call, not once per thread: the calling thread runs kernels and numpy's code alike, and
+  a call's mode must not leak into the numpy that follows it (three instructions beside a ~1 us ctypes call)."""
+  allocas: tuple[str, ...]
+  enter: tuple[str, ...]
+  leave: tuple[str, ...]
+  decls: tuple[str, ...]
+
+_MXCSR_FTZ_DAZ = (1 << 15) | (1 << 6)  # results flushed (FTZ) | inputs read as zero (DAZ): SSE/AVX float32, float64
+_FPCR_FZ = 1 << 24  # aarch64: both at once, for float32 and float64 (FZ16 is another bit, on cores that have it)
+
+_DENORMAL_MODES = {
+  "x86_64": DenormalMode(
+    ("  %fpmode.saved = alloca i32", "  %fpmode.flush = alloca i32"),
+    ("  call void @llvm.x86.sse.stmxcsr(ptr %fpmode.saved)", "  %fpmode.old = load i32, ptr %fpmode.saved",
+     f"  %fpmode.new = or i32 %fpmode.old, {_MXCSR_FTZ_DAZ}", "  store i32 %fpmode.new, ptr %fpmode.flush",
+     "  call void @llvm.x86.sse.ldmxcsr(ptr %fpmode.flush)"),
+    ("  call void @llvm.x86.sse.ldmxcsr(ptr %fpmode.saved)",),
+    ("declare void @llvm.x86.sse.stmxcsr(ptr)", "declare void @llvm.x86.sse.ldmxcsr(ptr)")),
+  "aarch64": DenormalMode(
+    (),
+    ("  %fpmode.old = call i64 @llvm.aarch64.get.fpcr()", f"  %fpmode.new = or i64 %fpmode.old, {_FPCR_FZ}",
+     "  call void @llvm.aarch64.set.fpcr(i64 %fpmode.new)"),
+    ("  call void @llvm.aarch64.set.fpcr(i64 %fpmode.old)",),
+    ("declare i64 @llvm.aarch64.get.fpcr()", "declare void @llvm.aarch64.set.fpcr(i64)")),
+}
+
+def denormal_mode(target: CPUTarget) -> DenormalMode | None:
+  """How a kernel for `target` flushes denormals; None for an ISA this renderer knows no float mode register of."""
+  return next((m for isa, m in _DENORMAL_MODES.items() if target.triple.startswith(isa)), None)
+
 class LLVMRenderer(Renderer):
   device = "CPU"
   has_threads = True
@@ -506,14 +540,20 @@ class LLVMRenderer(Renderer):
     if any(u.op is Ops.DEFINE_VAR for u in uops): args.append("ptr noalias readonly %vars")
     args.append("i32 %core_id")
     head = f'define void @"{name}"({", ".join(args)}) #0 {{'
-    return "\n".join([head, "entry:", *f.allocas, *f.lines, "  ret void", "}", *f.decls,
-                      f"attributes #0 = {{ {self._attributes()} }}", *_NO_LOOP_VECTORIZE, ""])
+    mode = denormal_mode(self.target) if FTZ else None
+    enter, leave = (mode.allocas + mode.enter, mode.leave) if mode else ((), ())
+    return "\n".join([head, "entry:", *f.allocas, *enter, *f.lines, *leave, "  ret void", "}", *f.decls,
+                      *(mode.decls if mode else ()), f"attributes #0 = {{ {self._attributes(mode is not None)} }}",
+                      *_NO_LOOP_VECTORIZE, ""])
 
-  def _attributes(self) -> str:
+  def _attributes(self, flush: bool = False) -> str:
     # the target's cpu, features and vector width go into the function attributes, so that they hold whoever
     # compiles the text (LLVM's own default for x86 is 256-bit vectors even where 512 are legal)
     t = self.target
     attrs = ["nounwind", f'"prefer-vector-width"="{t.vector_bits}"', f'"min-legal-vector-width"="{t.vector_bits}"',
              f'"target-cpu"="{t.cpu}"']
+    # float32 math folded at compile time flushes as the code does at run time; not every type's: half may keep its
+    # denormals (AVX512-FP16 ignores MXCSR's bits, aarch64's FZ16 is not set)
+    if flush: attrs.append('"denormal-fp-math-f32"="preserve-sign,preserve-sign"')
     if t.features: attrs.append(f'"target-features"="{t.features}"')
     return " ".join(attrs)
