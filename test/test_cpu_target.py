@@ -2,6 +2,7 @@
 every target (x86 levels and aarch64) and runs where the host can run it."""
 from __future__ import annotations
 
+import pathlib
 import re
 
 import numpy as np
@@ -12,7 +13,7 @@ from lazytensor.codegen.linearize import linearize
 from lazytensor.codegen.lowerer import lower_kernel
 from lazytensor.opt.heuristic import accumulators, hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel
-from lazytensor.renderer.cpu_target import TARGETS, CPUTarget, cpu_target, x86_level
+from lazytensor.renderer.cpu_target import L3_PER_CPU_MAX, TARGETS, CPUTarget, _os_caches, cpu_target, x86_level
 from lazytensor.renderer.llvm import LLVMRenderer
 from lazytensor.runtime.ops_cpu import LLVMCompiler, unpack_object
 from lazytensor.schedule.scheduler import create_schedule
@@ -160,3 +161,29 @@ def test_no_sign_mask_from_an_evex_only_register() -> None:
   for item in create_schedule([values.lazydata, indices.lazydata])[0]:
     src = LLVMRenderer(t).render("k", linearize(lower_kernel(Kernel(item.ast, LLVMRenderer(t)))))
     assert not _VEX_SIGN_MASK_OF_XMM16_31.search(asm := LLVMCompiler(t).assembly(src)), asm
+
+def _sys_cache_tree(root: pathlib.Path, caches: list[tuple[int, str, str, str]]) -> pathlib.Path:
+  """A /sys/devices/system/cpu/cpu0/cache of (level, type, size, shared_cpu_list) entries, as Linux writes it."""
+  for i, (level, kind, size, shared) in enumerate(caches):
+    d = root / f"index{i}"
+    d.mkdir(parents=True)
+    for name, text in (("level", str(level)), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+      (d / name).write_text(text + "\n")
+  return root
+
+_CORE = [(1, "Data", "48K", "0"), (1, "Instruction", "64K", "0"), (2, "Unified", "2048K", "0")]
+
+@pytest.mark.parametrize("l3, want", [
+  ((3, "Unified", "491520K", "0-1"), 32 << 20),  # a 2-vCPU VM shown its host's 480 MB: 16 MB for each vCPU
+  ((3, "Unified", "491520K", "0-7"), 128 << 20),  # 8 vCPUs of the same host
+  ((3, "Unified", "32768K", "0-7,16-23"), 32 << 20),  # a 16-thread desktop's (Zen 3) 32 MB: all of it
+  ((3, "Unified", "30M", "0-19"), 30 << 20),  # a 20-thread Intel desktop's
+  ((3, "Unified", "98304K", "0,8"), 32 << 20),  # one core's (2 SMT threads) 96 MB of an EPYC 9184X CCD: capped
+])
+def test_l3_counts_at_most_a_share_for_each_cpu_that_shares_it(tmp_path: pathlib.Path, l3: tuple, want: int) -> None:
+  assert L3_PER_CPU_MAX == 16 << 20
+  assert _os_caches(_sys_cache_tree(tmp_path, [*_CORE, l3])) == (48 << 10, 2 << 20, want)
+
+def test_caches_without_l3_or_without_a_tree(tmp_path: pathlib.Path) -> None:
+  assert _os_caches(_sys_cache_tree(tmp_path / "no_l3", _CORE)) == (48 << 10, 2 << 20, 2 << 20)  # the L2 stands in
+  assert _os_caches(tmp_path / "missing") is None

@@ -26,6 +26,11 @@ _X86_TRIPLE, _AARCH64_TRIPLE = "x86_64-unknown-linux-gnu", "aarch64-unknown-linu
 # caches assumed where the OS does not say (a target that is not this host's): a typical core of either ISA
 _DEFAULT_CACHES = (32 << 10, 1 << 20, 32 << 20)
 _CACHE_DIR = pathlib.Path("/sys/devices/system/cpu/cpu0/cache")
+# the most L3 counted for each CPU that shares it. A VM is shown its host's whole L3 but shares it only among its own
+# vCPUs: 480 MB for 2 vCPUs of a Xeon, where one thread kept ~24-32 MB of a stream in cache (the heuristics' L3 rules
+# then never fired). No part gives a CPU more, but for EPYCs with one or two cores on each CCD (72F3: 32 MB a core,
+# 16 per SMT thread; 9184X: 24 per thread, counted at 16 here); desktops (2-4 MB a CPU) and servers are not touched
+L3_PER_CPU_MAX = 16 << 20
 
 @dataclass(frozen=True)
 class CPUTarget:
@@ -39,7 +44,7 @@ class CPUTarget:
   fma: bool               # fused multiply-add: a matmul's inner step is one instruction
   l1d_bytes: int
   l2_bytes: int           # per core
-  l3_bytes: int           # shared
+  l3_bytes: int           # one L3, shared: at most L3_PER_CPU_MAX for each CPU that shares it
   runs_on_host: bool      # this process can run what is compiled for it
 
   @property
@@ -85,15 +90,23 @@ def _host() -> tuple[str, str, str]:
   _init_llvm()
   return llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
-def _os_caches() -> tuple[int, int, int] | None:
-  """L1 data, L2 and L3 sizes of cpu0 as Linux reports them; None where it does not."""
+def _cpu_count(cpu_list: str) -> int:
+  """The CPUs a Linux cpu list names ("0-7,16-23": 16)."""
+  ends = [part.split("-") for part in cpu_list.strip().split(",") if part]
+  return sum(int(r[-1]) - int(r[0]) + 1 for r in ends)
+
+def _os_caches(cache_dir: pathlib.Path = _CACHE_DIR) -> tuple[int, int, int] | None:
+  """L1 data, L2 and L3 sizes of cpu0 as Linux reports them (`cache_dir`), the L3 at most L3_PER_CPU_MAX for each
+  CPU that shares it; None where Linux does not say."""
   sizes: dict[int, int] = {}
   try:
-    for d in _CACHE_DIR.glob("index*"):
+    for d in cache_dir.glob("index*"):
       if (d / "type").read_text().strip() == "Instruction": continue
       size = (d / "size").read_text().strip()
       scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
-      sizes[int((d / "level").read_text())] = int(size.rstrip("KM")) * scale
+      level, nbytes = int((d / "level").read_text()), int(size.rstrip("KM")) * scale
+      if level == 3: nbytes = min(nbytes, _cpu_count((d / "shared_cpu_list").read_text()) * L3_PER_CPU_MAX)
+      sizes[level] = nbytes
   except (OSError, ValueError): return None
   return (sizes[1], sizes[2], sizes.get(3, sizes[2])) if 1 in sizes and 2 in sizes else None
 
