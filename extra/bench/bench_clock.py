@@ -56,6 +56,17 @@ def best_time(fn: Callable[[], object], runs: int, collect: bool = False) -> flo
     best = min(best, now() - start)
   return best
 
+def per_call(fn: Callable[[int], object], calls: int, runs: int = 5) -> float:
+  """The best of `runs` timed loops of `calls` calls (after one untimed loop), in us per call; fn takes the call's
+  number in its loop (a case that picks new inputs by it)."""
+  for i in range(calls): fn(i)
+  best = float("inf")
+  for _ in range(runs):
+    start = now()
+    for i in range(calls): fn(i)
+    best = min(best, now() - start)
+  return best / calls * 1e6
+
 def best_times(fns: list[Callable[[], object] | None], runs: int,
                before: dict[int, Callable[[], object]] | None = None) -> list[float | None]:
   """The best time of each function; runs alternate between them, so that a noisy moment hits all of them. (Only for

@@ -24,16 +24,6 @@ import bench_clock
 N = 16  # elements per tensor
 
 
-def per_call(fn: Callable[[int], object], calls: int, runs: int = 5) -> float:
-  """The best of `runs` timed loops of `calls` calls (after one untimed loop), in us per call."""
-  for i in range(calls): fn(i)
-  best = float("inf")
-  for _ in range(runs):
-    start = bench_clock.now()
-    for i in range(calls): fn(i)
-    best = min(best, bench_clock.now() - start)
-  return best / calls * 1e6
-
 class Stages:
   """Timers wrapped around the functions of each stage of an eager call (attributes of modules and classes, restored
   on exit), each adding up its time: inclusive, a stage's inner stages indented under it. They read the wall clock
@@ -135,8 +125,8 @@ def main() -> None:
   print(f"{'case':44s} {'lazytensor':>10s} {'numpy':>8s} {'torch':>8s} {'/ numpy':>8s} {'/ torch':>8s}")
   with Context(THREADS=args.threads):
     for name, (lt_fn, np_fn, torch_fn) in cases.items():
-      lt, npt = per_call(lt_fn, args.calls), per_call(np_fn, args.calls)
-      tt = per_call(torch_fn, args.calls) if torch_fn else None
+      lt, npt = bench_clock.per_call(lt_fn, args.calls), bench_clock.per_call(np_fn, args.calls)
+      tt = bench_clock.per_call(torch_fn, args.calls) if torch_fn else None
       tcols = (f"{tt:8.2f}", f"{lt / tt:7.1f}x") if tt else ("-", "-")
       print(f"{name:44s} {lt:10.1f} {npt:8.2f} {tcols[0]:>8s} {lt / npt:7.0f}x {tcols[1]:>8s}")
     if args.no_stages: return

@@ -23,31 +23,22 @@ from lazytensor.frontend.state import state
 from lazytensor.nn.optim import SGD
 
 
-def per_call(fn: Callable[[], object], calls: int, runs: int = 5) -> float:
-  """The best of `runs` timed loops of `calls` calls (after one untimed loop), in us per call."""
-  for _ in range(calls): fn()
-  best = float("inf")
-  for _ in range(runs):
-    start = bench_clock.now()
-    for _ in range(calls): fn()
-    best = min(best, bench_clock.now() - start)
-  return best / calls * 1e6
-
-def python_calls(fn: Callable[[], object]) -> int:
+def python_calls(fn: Callable[[int], object]) -> int:
   """The Python function calls one call of fn makes (after a first call that fills caches)."""
-  fn()
+  fn(0)
   calls = [0]
   def count(frame: object, event: str, arg: object) -> None:
     if event == "call": calls[0] += 1
   sys.setprofile(count)
-  try: fn()
+  try: fn(0)
   finally: sys.setprofile(None)
   return calls[0]
 
 def realized(*shape: int, grad: bool = False) -> Tensor:
   return Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32), requires_grad=grad).realize()
 
-def cases() -> dict[str, Callable[[], object]]:
+def cases() -> dict[str, Callable[[int], object]]:
+  """Each case builds its graph; it takes the call's number (bench_clock.per_call's), which it does not need."""
   x, y, row = realized(4, 16), realized(4, 16), realized(16)
   w, xg = realized(16, 8, grad=True), realized(4, 16, grad=True)
   image, conv, norm = realized(1, 16, 14, 14), nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm(16)
@@ -56,7 +47,7 @@ def cases() -> dict[str, Callable[[], object]]:
   params = [realized(16, 8, grad=True) for _ in range(4)]
   opt = SGD(params, lr=0.01, momentum=0.9)
   for p in params: p.grad = realized(16, 8)
-  def sgd_update_graph() -> None:
+  def sgd_update_graph(_: int) -> None:
     # built and dropped (the parameters and momenta back on their buffers, their assigns gone): the same graph each call
     written = params + opt.bufs
     before = [t.lazydata for t in written]
@@ -65,22 +56,22 @@ def cases() -> dict[str, Callable[[], object]]:
       state.pending.pop(t._assigned_at, None)
       t.lazydata, t._assigned_at = ld, None
   return {
-    "x * 2.0": lambda: x * 2.0,
-    "2.0 - x": lambda: 2.0 - x,
-    "x + y": lambda: x + y,
-    "x + row (broadcast)": lambda: x + row,
-    "x * y (grad)": lambda: xg * y,
-    "x.relu()": lambda: x.relu(),
-    "x.exp()": lambda: x.exp(),
-    "x.reshape(16, 4)": lambda: x.reshape(16, 4),
-    "x.permute(1, 0)": lambda: x.permute(1, 0),
-    "row.expand(4, 16)": lambda: row.expand(4, 16),
-    "x.sum(1)": lambda: x.sum(1),
-    "x.max(1)": lambda: x.max(1),
-    "x @ w": lambda: x @ w,
-    "conv2d 3x3": lambda: conv(image),
-    "batchnorm (eval)": lambda: norm(image),
-    "cross_entropy": lambda: x.cross_entropy(labels),
+    "x * 2.0": lambda _: x * 2.0,
+    "2.0 - x": lambda _: 2.0 - x,
+    "x + y": lambda _: x + y,
+    "x + row (broadcast)": lambda _: x + row,
+    "x * y (grad)": lambda _: xg * y,
+    "x.relu()": lambda _: x.relu(),
+    "x.exp()": lambda _: x.exp(),
+    "x.reshape(16, 4)": lambda _: x.reshape(16, 4),
+    "x.permute(1, 0)": lambda _: x.permute(1, 0),
+    "row.expand(4, 16)": lambda _: row.expand(4, 16),
+    "x.sum(1)": lambda _: x.sum(1),
+    "x.max(1)": lambda _: x.max(1),
+    "x @ w": lambda _: x @ w,
+    "conv2d 3x3": lambda _: conv(image),
+    "batchnorm (eval)": lambda _: norm(image),
+    "cross_entropy": lambda _: x.cross_entropy(labels),
     "SGD momentum step graph (4 params)": sgd_update_graph,
   }
 
@@ -90,7 +81,7 @@ def resnet50_build_ms(calls: int) -> float:
   Tensor.manual_seed(0)
   model = resnet.resnet50()
   image = realized(1, 3, 224, 224)
-  return per_call(lambda: model(image), calls, runs=3) / 1e3
+  return bench_clock.per_call(lambda _: model(image), calls, runs=3) / 1e3
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -101,7 +92,7 @@ def main() -> None:
   args = bench_clock.setup(ap)
   print(f"{'case':38s} {'us':>8s} {'calls':>7s}")
   for name, fn in cases().items():
-    if args.only in name: print(f"{name:38s} {per_call(fn, args.calls):8.2f} {python_calls(fn):7d}")
+    if args.only in name: print(f"{name:38s} {bench_clock.per_call(fn, args.calls):8.2f} {python_calls(fn):7d}")
   if not args.no_resnet and args.only in "resnet50":
     print(f"{'ResNet50 b1 forward graph (ms)':38s} {resnet50_build_ms(5):8.2f}")
 
