@@ -314,8 +314,9 @@ def deferred() -> Iterator[Queues]:
   queues, and run_schedule returns without waiting for it: the next schedules are built and scheduled while the
   workers run it, ordered after it by the buffers they share as the steps of one schedule are. The block's end waits
   for every step and raises the first failure (then an index out of range). Meanwhile a read on the host waits for
-  what writes the buffer (`Buffer.writer`), and a schedule that must run here in order (another device, QUEUES=0,
-  DEBUG=2) or a TinyJit replay waits for all first. A block inside a block is the outer one."""
+  what writes the buffer (`Buffer.writer`), a schedule that must run here in order (another device, QUEUES=0,
+  DEBUG=2) waits for all first, and a TinyJit replay joins the queues and waits for all at its end. A block inside a
+  block is the outer one."""
   global _deferred
   if _deferred is not None:
     yield _deferred.queues
