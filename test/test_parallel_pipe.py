@@ -4,7 +4,10 @@ their formulas; the errors."""
 from __future__ import annotations
 
 import doctest
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from lazytensor.nn.state import get_parameters
 from lazytensor.parallel import context, pipeline
 from lazytensor.parallel.context import ring_attention
 from lazytensor.parallel.pipeline import Action, Pipeline, Schedule, gpipe, one_f_one_b, zero_bubble_h1
-from lazytensor.schedule.scheduler import ScheduleItem
+from lazytensor.runtime.device import Buffer, max_memory_allocated, reset_peak_memory_stats
 
 D4 = tuple(f"CPU:{i}" for i in range(4))
 RNG = np.random.default_rng(0)
@@ -53,20 +56,16 @@ def test_chart_draws_the_timeline() -> None:
 
 @pytest.mark.parametrize("p,m", [(1, 3), (2, 4), (3, 5), (4, 8), (5, 3)])
 @pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
-def test_rounds_keep_each_stage_order_and_lose_no_time(make: Callable[[int, int], Schedule], p: int, m: int) -> None:
+def test_order_keeps_each_stage_order_and_puts_what_an_action_needs_first(make: Callable[[int, int], Schedule], p: int,
+                                                                          m: int) -> None:
   schedule = make(p, m)
-  rounds = schedule.rounds()
-  for s in range(p): assert tuple(a for r in rounds for t, a in r if t == s) == schedule.actions[s]
-  ran: set[tuple[int, Action]] = set()
-  for r in rounds:
-    assert r and len({s for s, _ in r}) == len(r)  # at most one action per stage
-    assert all(d in ran for s, a in r for d in pipeline._deps(s, p, a))  # what it needs ran in an earlier round
-    ran.update(r)
-  # a round lasts as long as its longest action: never longer in all than the rounds of the timeline's start times
-  by_start: dict[int, int] = {}
-  for row, starts in zip(schedule.actions, schedule.starts):
-    for a, t in zip(row, starts): by_start[t] = max(by_start.get(t, 0), schedule.cost(a))
-  assert sum(max(schedule.cost(a) for _, a in r) for r in rounds) <= sum(by_start.values())
+  order = schedule.order()
+  assert len(order) == sum(map(len, schedule.actions))
+  for s in range(p): assert tuple(a for t, a in order if t == s) == schedule.actions[s]
+  done: set[tuple[int, Action]] = set()
+  for s, a in order:
+    assert all(d in done for d in pipeline._deps(s, p, a))
+    done.add((s, a))
 
 def test_schedules_are_checked() -> None:
   F0, B0, W0 = Action("F", 0), Action("B", 0), Action("W", 0)
@@ -176,31 +175,74 @@ def test_split_backward_repeats_no_work() -> None:
   # count a little (0.4% seen); a W that redid B's input gradients would add 45% here
   assert abs(flops[2] - flops[1]) <= 0.02 * flops[1], flops
 
-@pytest.mark.parametrize("make", [gpipe, one_f_one_b, zero_bubble_h1], ids=lambda f: f.__name__)
-def test_one_round_of_the_schedule_is_one_realize(make: Callable[[int, int], Schedule]) -> None:
-  # the actions of one round run in one schedule (so each stage's device works on its own queue at once):
-  # a step runs one schedule per round and one for the loss, not one per action; and the stages working at once
-  # give the bits of the same step run in order (QUEUES=0)
-  schedule = make(2, 4)
-  results: list[list[np.ndarray]] = []
-  ran: list[set[str]] = []  # the devices of each schedule run (in the last step)
-  def devices_of(items: list[ScheduleItem]) -> None: ran.append({bufs[0].device for _, bufs, _ in items})
-  x, y = rand(16, 8), RNG.integers(0, 3, 16).astype(np.int32)
-  realize.run_listeners.append(devices_of)
-  try:
-    for queues in (False, True):
-      layers = mlp(0)
-      for p in get_parameters(layers): p.requires_grad_()
-      pipe = Pipeline(cut(layers, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
-      ran.clear()
-      with Context(QUEUES=queues): loss = pipe.step(Tensor(x), Tensor(y), schedule)
-      results.append([loss.numpy(), *(p.grad.numpy() for p in get_parameters(layers) if p.grad is not None)])
-  finally: realize.run_listeners.remove(devices_of)
-  rounds = schedule.rounds()
-  assert len(ran) == len(rounds) + 1 < sum(map(len, schedule.actions))
-  assert all(d == {"CPU", "CPU:1"} for d, step in zip(ran, rounds) if len(step) == 2)
-  assert len(results[0]) == len(results[1]) == 9
-  for want, got in zip(*results): np.testing.assert_array_equal(got, want)
+def gated_step(schedule: Schedule, held: Callable[[Any, tuple[Buffer, ...]], bool], until: tuple[int, Action],
+               monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
+  """The loss and gradients of a step of the MLP on 2 stages, in which every kernel or copy `held` (from the first)
+  waits until the calling thread has built the action `until` (stage, action): a runner that waited for that step
+  before building `until` never finishes (the wait gives up after 10 s and fails the step)."""
+  step = train_step(schedule)
+  built, launch, action = threading.Event(), realize._launch, Pipeline._action
+  def gated(runner: Any, bufs: tuple[Buffer, ...], vals: tuple[Any, ...]) -> None:
+    if held(runner, bufs): assert built.wait(10), f"{until[0]}:{until[1]} was not built while the step waited"
+    launch(runner, bufs, vals)
+  def recording(pipe: Pipeline, s: int, a: Action, *args: Any) -> list[Tensor]:
+    made = action(pipe, s, a, *args)
+    if (s, a) == until: built.set()
+    return made
+  monkeypatch.setattr(realize, "_launch", gated)
+  monkeypatch.setattr(Pipeline, "_action", recording)
+  return step()
+
+def train_step(schedule: Schedule) -> Callable[[], list[np.ndarray]]:
+  """One step of the MLP on 2 stages by `schedule` (the weights placed on them now): its loss and the gradients."""
+  layers = mlp(0)
+  for p in get_parameters(layers): p.requires_grad_()
+  pipe = Pipeline(cut(layers, 2), DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
+  x = Tensor(np.random.default_rng(1).standard_normal((16, 8), dtype=np.float32)).realize()
+  y = Tensor(np.arange(16, dtype=np.int32) % 3).realize()
+  def step() -> list[np.ndarray]:
+    loss = pipe.step(x, y, schedule)
+    return [loss.numpy(), *(p.grad.numpy() for p in get_parameters(layers) if p.grad is not None)]
+  return step
+
+def copy_into(device: str) -> Callable[[Any, tuple[Buffer, ...]], bool]:
+  return lambda runner, bufs: runner is None and bufs[0].device == device
+
+@pytest.mark.parametrize("schedule,held,until", [
+  # GPipe: stage 0's forwards need nothing of stage 1: they are all built and run while stage 1 has not run one step
+  (gpipe(2, 4), lambda runner, bufs: bufs[0].device == "CPU:1", (0, Action("F", 3))),
+  # 1F1B: stage 1 starts B1 once its F1 is done, while stage 0's two-unit B0 still runs (a runner in rounds waited for
+  # B0, in F1's round, before building B1); stage 0's B0 starts with the copy of the gradient that stage 1 sent
+  (one_f_one_b(2, 4), copy_into("CPU"), (1, Action("B", 1)))], ids=["gpipe", "1f1b"])
+def test_a_stage_goes_on_while_another_is_busy(schedule: Schedule, held: Callable[[Any, tuple[Buffer, ...]], bool],
+                                              until: tuple[int, Action], monkeypatch: pytest.MonkeyPatch) -> None:
+  with Context(QUEUES=False): want = train_step(schedule)()  # each action's steps in order on the calling thread
+  got = gated_step(schedule, held, until, monkeypatch)
+  assert len(got) == len(want) == 9
+  for w, g in zip(want, got): np.testing.assert_array_equal(g, w)
+
+def test_a_stage_runs_ahead_of_its_work_by_two_actions_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+  # memory is allocated as an action is submitted: with stage 1 slow, a runner that built all of stage 0's actions at
+  # once would hold every micro-batch's activations there (1F1B as much as GPipe); two actions in flight keep 1F1B's
+  def stage0_peak(schedule: Schedule) -> int:
+    Tensor.manual_seed(0)
+    layers = [nn.Linear(64, 64) for _ in range(4)]
+    for p in get_parameters(layers): p.requires_grad_()
+    stages = [[layers[0], Tensor.relu, layers[1], Tensor.relu], [layers[2], Tensor.relu, layers[3]]]
+    pipe = Pipeline(stages, DeviceMesh(D4[:2], names=("pp",)), lambda out, y: out.cross_entropy(y))
+    x = Tensor(np.random.default_rng(1).standard_normal((1024, 64), dtype=np.float32)).realize()
+    y = Tensor(np.arange(1024, dtype=np.int32) % 3).realize()
+    reset_peak_memory_stats("CPU")
+    before = max_memory_allocated("CPU")
+    pipe.step(x, y, schedule)
+    return max_memory_allocated("CPU") - before
+  with Context(QUEUES=False): gpipe_peak = stage0_peak(gpipe(2, 8))
+  launch = realize._launch
+  def slow(runner: Any, bufs: tuple[Buffer, ...], vals: tuple[Any, ...]) -> None:
+    if bufs[0].device == "CPU:1": time.sleep(0.003)
+    launch(runner, bufs, vals)
+  monkeypatch.setattr(realize, "_launch", slow)
+  assert stage0_peak(one_f_one_b(2, 8)) < gpipe_peak
 
 def test_frozen_weights_get_no_gradient() -> None:
   ref, par = mlp(0), mlp(0)

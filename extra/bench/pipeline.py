@@ -1,39 +1,39 @@
 """Pipeline stages that overlap in time (lazytensor/parallel/pipeline.py): one training step of an MLP cut into stages
-on CPU:0..p-1, each stage's devices running the actions of one round on their own queues (QUEUES=1) against the same
-step run in order on the calling thread (QUEUES=0: each kernel after the last, as when the runner realized one action
-at a time), one thread per device (THREADS=1), the two alternated run by run. Results are bit-identical either way
-(test/test_parallel_pipe.py).
+on CPU:0..p-1, each stage's actions submitted to its devices' queues without waiting for them (QUEUES=1), against the
+same step run in order on the calling thread (QUEUES=0: each kernel after the last), one thread per device
+(THREADS=1), the two alternated run by run. Results are bit-identical either way (test/test_parallel_pipe.py).
 
 Usage: python extra/bench/pipeline.py [--stages 2 4] [--layers 4] [--width 1024] [--batch 256] [--micro 8] [--runs 3]
 
-For each schedule it prints the step time both ways, the speedup, and two ideals from the timeline of unit costs
-(F, B, W one unit, an unsplit B two): the timeline's, p (1 - bubble fraction); and the rounds', the runner's steps,
-each waiting for its longest action (the busy units over the sum of those longest actions: 1F1B loses about a fifth).
-On a host with fewer cores than stages the cores bound it too: 2 cores give at most 2x.
+For each schedule it prints, both ways, the best wall time of a step and its CPU time (all threads: the calling
+thread's, which builds and schedules the graphs, and the queue workers', which run the kernels), and the ideal from
+the timeline of unit costs (F, B, W one unit, an unsplit B two): p (1 - bubble fraction). On a host with fewer cores
+than stages the cores bound it too: 2 cores give at most 2x.
 
 On a host shared with other jobs the wall time measures how much of the cores they leave (the kernel's fair share goes
-to each session, whatever its threads), so no overlap shows. `--clock cpu` reads threads' CPU time instead (Linux
-/proc/self/task/*/schedstat, in ns): a step in order is the calling thread's; overlapped, the calling thread's (building
-and scheduling the graphs, waiting for none) plus, for each schedule run, its workers' longest (at least their sum over
-the host's cores): the step's time on this host were its cores free for it.
+to each session, whatever its threads), so little overlap shows. The threads' CPU times (Linux
+/proc/self/task/*/schedstat) give a bound instead: a step overlapped takes at least its busiest thread's CPU time, and
+at least all threads' over the host's cores; in order, the calling thread's. That is the step's time on this host
+were its cores free for it and the threads never waited for each other: an optimistic figure, printed beside the wall
+time's.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import bench_clock
 import numpy as np
 from devices import host
 
 from lazytensor import Context, DeviceMesh, Tensor, nn
-from lazytensor.engine import realize
 from lazytensor.nn.optim import SGD
 from lazytensor.nn.state import get_parameters
 from lazytensor.parallel.pipeline import Pipeline, Schedule, gpipe, one_f_one_b, zero_bubble_h1
-from lazytensor.schedule.scheduler import ScheduleItem
 
 
 def step_of(schedule: Schedule, layers: int, width: int, batch: int) -> Callable[[], object]:
@@ -64,39 +64,41 @@ def cpu_ns(thread: int) -> int:
   """A thread's CPU time so far (its time on a core, in ns)."""
   with open(f"/proc/self/task/{thread}/schedstat") as f: return int(f.read().split()[0])
 
-class CriticalPath:
-  """A step's time from its threads' CPU times: the calling thread's, plus, per schedule run (a listener of
-  engine/realize.run_schedule, called once its workers are done), the longest of the queue workers' CPU time in it, or
-  their sum over the host's cores if more."""
-  def __init__(self) -> None: self.last, self.total = dict[int, int](), 0
-  def workers(self) -> dict[int, int]:
-    return {t.native_id: cpu_ns(t.native_id) for t in threading.enumerate()
-            if t.name.startswith("lazytensor queue") and t.native_id is not None}
-  def __call__(self, items: list[ScheduleItem]) -> None:
-    now = self.workers()
-    spent = [ns - self.last.get(t, 0) for t, ns in now.items()]
-    self.last, self.total = now, self.total + max([*spent, sum(spent) // (os.cpu_count() or 1)])
-  def time(self, fn: Callable[[], object]) -> float:
-    self.last, self.total, me = self.workers(), 0, threading.get_native_id()
-    start = cpu_ns(me)
-    realize.run_listeners.append(self)
-    try: fn()
-    finally: realize.run_listeners.remove(self)
-    return (cpu_ns(me) - start + self.total) * 1e-9
+def workers() -> dict[int, int]:
+  """The queue workers' CPU times so far, by thread."""
+  return {t.native_id: cpu_ns(t.native_id) for t in threading.enumerate()
+          if t.name.startswith("lazytensor queue") and t.native_id is not None}
 
-def best_times(fns: list[Callable[[], object]], runs: int, clock: str) -> list[float]:
-  """Each function's best time, the runs alternated; by wall time or by CriticalPath (clock "cpu")."""
-  if clock == "wall": return [t for t in bench_clock.best_times(list(fns), runs) if t is not None]
-  path = CriticalPath()
+@dataclass
+class Run:
+  """One step: its wall time, the calling thread's CPU time and each queue worker's, in seconds."""
+  wall: float
+  caller: float
+  workers: list[float]
+
+  @property
+  def cpu(self) -> float: return self.caller + sum(self.workers)
+  @property
+  def bound(self) -> float:
+    """The least time the threads' CPU times allow: the busiest thread's, and all of them over the host's cores."""
+    return max([self.caller, *self.workers, self.cpu / (os.cpu_count() or 1)])
+
+def timed(fn: Callable[[], object]) -> Run:
+  me, before = threading.get_native_id(), workers()
+  start, caller = time.perf_counter(), cpu_ns(me)
+  fn()
+  wall, caller = time.perf_counter() - start, cpu_ns(me) - caller
+  return Run(wall, caller * 1e-9, [(ns - before.get(t, 0)) * 1e-9 for t, ns in workers().items()])
+
+def best_runs(fns: list[Callable[[], object]], runs: int) -> list[Run]:
+  """Each function's best wall time, with the CPU times of its run of the least bound; the runs alternated."""
   for fn in fns: fn()  # warm up
-  return [min(ts) for ts in zip(*[[path.time(fn) for fn in fns] for _ in range(runs)])]
+  got = zip(*[[timed(fn) for fn in fns] for _ in range(runs)])
+  return [replace(min(rs, key=lambda r: r.bound), wall=min(r.wall for r in rs)) for rs in got]
 
-def ideals(schedule: Schedule) -> tuple[float, float]:
-  """The speedup over running every action in order that the schedule's timeline allows, and that the runner's rounds
-  (each as long as its longest action) allow."""
-  busy = sum(schedule.cost(a) for row in schedule.actions for a in row)
-  stepped = sum(max(schedule.cost(a) for _, a in step) for step in schedule.rounds())
-  return busy / schedule.makespan(), busy / stepped
+def ideal(schedule: Schedule) -> float:
+  """The speedup over running every action in order that the schedule's timeline allows."""
+  return sum(schedule.cost(a) for row in schedule.actions for a in row) / schedule.makespan()
 
 def main() -> None:
   ap = argparse.ArgumentParser()
@@ -107,20 +109,22 @@ def main() -> None:
   ap.add_argument("--micro", type=int, default=8, help="micro-batches")
   ap.add_argument("--runs", type=int, default=3)
   ap.add_argument("--threads", type=int, default=1, help="CPU threads per kernel (THREADS)")
-  args = bench_clock.setup(ap)
+  args = ap.parse_args()
+  bench_clock.set_threads(args.threads)
   print(f"host: {host()}")
   print(f"{args.layers} x Linear({args.width}, {args.width}) per stage, batch {args.batch}, {args.micro} "
-        f"micro-batches, THREADS={args.threads}, clock {args.clock}")
+        f"micro-batches, THREADS={args.threads}; ms per step: wall, CPU of all threads (of the calling thread), bound")
   for stages in args.stages:
     for make in (gpipe, one_f_one_b, zero_bubble_h1):
       schedule = make(stages, args.micro)
       with Context(THREADS=args.threads):
         step = step_of(schedule, args.layers, args.width, args.batch)
-        serial, overlapped = best_times([queued(step, False), queued(step, True)], args.runs, args.clock)
-      ideal, stepped = ideals(schedule)
-      print(f"{schedule.name:6s} {stages} stages: in order {serial * 1e3:7.1f} ms  overlapped "
-            f"{overlapped * 1e3:7.1f} ms  {serial / overlapped:5.2f}x   ideal: timeline {ideal:4.2f}x "
-            f"(bubble {schedule.bubble_fraction():5.1%}), rounds {stepped:4.2f}x")
+        serial, overlapped = best_runs([queued(step, False), queued(step, True)], args.runs)
+      print(f"{schedule.name:6s} {stages} stages: in order {serial.wall * 1e3:6.1f} cpu {serial.cpu * 1e3:6.1f} | "
+            f"overlapped {overlapped.wall * 1e3:6.1f} cpu {overlapped.cpu * 1e3:6.1f} ({overlapped.caller * 1e3:5.1f}) "
+            f"bound {overlapped.bound * 1e3:6.1f} | {serial.wall / overlapped.wall:4.2f}x wall, "
+            f"{serial.bound / overlapped.bound:4.2f}x bound; ideal {ideal(schedule):4.2f}x "
+            f"(bubble {schedule.bubble_fraction():5.1%})")
 
 if __name__ == "__main__":
   main()

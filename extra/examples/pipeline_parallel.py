@@ -7,9 +7,10 @@ and checked step for step against one device.
 Stage s holds one Linear layer (and its relu) on CPU:s. The schedule says in which order each stage runs the forward
 (F), backward (B) and, for ZB-H1, weight-gradient (W) of each micro-batch; the example prints its timeline with unit
 costs and its bubble fraction. Activations move to the next stage's device after F, gradients back after B; the weight
-gradients accumulate over the micro-batches, and one optimizer step updates every stage. The actions of one round of
-the schedule (`Schedule.rounds`) run at once, each stage's on its device's worker; at this example's size the work is
-too small for that to show in time (extra/bench/pipeline.py measures it on larger layers).
+gradients accumulate over the micro-batches, and one optimizer step updates every stage. Each stage's actions run on
+its device's worker as soon as what they need is done, without waiting for the other stages' (`Schedule.order` is
+the order they are built in); at this example's size the work is too small for that to show in time
+(extra/bench/pipeline.py measures it on larger layers).
 """
 from __future__ import annotations
 

@@ -17,6 +17,12 @@ the one pool of kernel threads, runtime/cpu_threads.py).
 Only devices whose runtime is safe to launch from another thread queue their steps (`Compiled.queued`: the CPU); a
 schedule that touches any other device runs in order on the calling thread, as does one on a single device (a queue
 would only add its hand-off, ~20 us a step, to every eager kernel).
+
+One Queues may also outlive a schedule (engine/realize.deferred: the schedules of a pipeline step submitted one after
+another, none waited for): its dependencies then span the schedules, as they span one. What else touches memory must
+then wait for the steps queued on it: a read on the host waits for the buffer's last writer (`Buffer.writer`, set
+here); a buffer is held by the Queues until the steps on it are done (`forget_done` lets go of those that are, on the
+submitting thread), so its memory is never handed to another while a step still uses it.
 """
 from __future__ import annotations
 
@@ -32,15 +38,27 @@ Step = Callable[[], None]
 class _Work:
   """A step queued on a worker: what it waits for, and the event it sets when done (or failed)."""
   __slots__ = ("run", "after", "done", "error")
-  def __init__(self, run: Step, after: list[_Work]) -> None:
+  def __init__(self, run: Step, after: Sequence[_Work]) -> None:
     self.run, self.after, self.done = run, after, threading.Event()
     self.error: BaseException | None = None
 
+  def wait(self) -> None:
+    """Wait until the step is done (a host read of what it writes: `Buffer.writer`). A worker does not wait: its step
+    waited for what it reads already, and a buffer's last writer may be a later step that waits for it."""
+    if not getattr(_on_worker, "flag", False): self.done.wait()
+
+# a point in the devices' queues: the last step submitted to each so far (Queues.latest)
+Ticket = list[_Work]
+
+_on_worker = threading.local()
+
 def _worker(q: queue.SimpleQueue[_Work]) -> None:
+  _on_worker.flag = True
   while True:
     work = q.get()
     for dep in work.after: dep.done.wait()
     failed = next((d.error for d in work.after if d.error is not None), None)
+    work.after = ()  # done with: a chain of finished steps is not kept alive by the newest
     try:
       if failed is None: work.run()
       else: work.error = failed  # what it would have read is wrong: it does not run, and says why
@@ -69,8 +87,11 @@ def _queue_of(device: str) -> queue.SimpleQueue[_Work]:
 def queueable(devices: set[str]) -> bool:
   """Whether steps on these devices may run on their workers: more than one device, each safe to launch from there
   (and, in a mesh across ranks, MPI safe to call from several threads: runtime/remote.py)."""
-  return len(devices) > 1 and all(getattr(Device[d], "queued", False) for d in devices) and \
-    (remote.joined is None or remote.joined.threaded)
+  return len(devices) > 1 and all_queued(devices) and (remote.joined is None or remote.joined.threaded)
+
+def all_queued(devices: set[str]) -> bool:
+  """Whether each of these devices runs its steps on a worker (its runtime is safe to launch from another thread)."""
+  return all(getattr(Device[d], "queued", False) for d in devices)
 
 class Queues:
   """One schedule's steps submitted in program order to their devices' workers; `finish` waits for all of them and
@@ -79,6 +100,7 @@ class Queues:
     self.last_write: dict[Buffer, _Work] = {}
     self.reads_since: dict[Buffer, list[_Work]] = {}
     self.submitted: list[_Work] = []
+    self.last_on: dict[str, _Work] = {}
 
   def submit(self, device: str, run: Step, bufs: Sequence[Buffer], written: Sequence[Buffer]) -> None:
     for b in bufs: b.ensure_allocated()
@@ -89,10 +111,31 @@ class Queues:
         for r in self.reads_since.get(b, ()): after[id(r)] = r
     work = _Work(run, [w for w in after.values() if not w.done.is_set() or w.error is not None])
     for b in bufs:
-      if b in written: self.last_write[b], self.reads_since[b] = work, []
+      if b in written: self.last_write[b], self.reads_since[b], b.writer = work, [], work
       else: self.reads_since.setdefault(b, []).append(work)
     self.submitted.append(work)
+    self.last_on[device] = work
     _queue_of(device).put(work)
+
+  def latest(self, devices: Sequence[str]) -> Ticket:
+    """The last step submitted so far to each of these devices: when they are done, so is every step submitted to the
+    devices before them (a worker runs its steps in order)."""
+    return [w for d in devices if (w := self.last_on.get(Device.canonicalize(d))) is not None]
+
+  def wait(self, ticket: Ticket) -> None:
+    """Wait for the steps of a `latest`; if one failed, wait for all and raise the first failure in program order."""
+    for w in ticket: w.done.wait()
+    if any(w.error is not None for w in ticket): self.finish()
+
+  def forget_done(self) -> None:
+    """Let go of the steps done without failing and of the buffers only they used (a Queues that outlives a schedule:
+    what a step that already ran wrote or read needs no waiting for, and its buffers may be freed now, here, on the
+    submitting thread). A failure is kept, for the steps that read what it did not write and for `finish`."""
+    def live(w: _Work) -> bool: return not w.done.is_set() or w.error is not None
+    self.last_write = {b: w for b, w in self.last_write.items() if live(w)}
+    self.reads_since = {b: rs for b, ws in self.reads_since.items() if (rs := [w for w in ws if live(w)])}
+    self.submitted = [w for w in self.submitted if live(w)]
+    self.last_on = {d: w for d, w in self.last_on.items() if live(w)}
 
   def finish(self) -> None:
     if (error := self.finish_quietly()) is not None: raise error
@@ -104,4 +147,5 @@ class Queues:
     self.last_write.clear()
     self.reads_since.clear()
     self.submitted.clear()
+    self.last_on.clear()
     return error

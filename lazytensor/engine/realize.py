@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from lazytensor.codegen.program import ProgramSpec, build_program, opts_choice, print_listing, program_key
-from lazytensor.engine.queues import Queues, queueable
+from lazytensor.engine.queues import Queues, all_queued, queueable
 from lazytensor.helpers import (
   BEAM,
   DEBUG,
@@ -275,7 +275,13 @@ def index_flags(steps: list[ExecItem]) -> list[IndexFlags]:
 def steps_queues(bufs: Sequence[tuple[Buffer, ...]], debug: int) -> Queues | None:
   """Queues for steps on these buffers when they span several devices that queue (engine/queues.py) and QUEUES is on;
   None to run them in order here (DEBUG=2 times each step, so it runs them in order too; one step has nothing to
-  overlap, which is every eager op's schedule: it pays no set of devices)."""
+  overlap, which is every eager op's schedule: it pays no set of devices). In a `deferred` block: its queues where
+  every device queues; else what the block queued is waited for first."""
+  if _deferred is not None:
+    if QUEUES and debug < 2 and remote.joined is None and all_queued({b[0].device for b in bufs}):
+      _deferred.queues.forget_done()
+      return _deferred.queues
+    settle()
   if len(bufs) < 2 or not QUEUES or debug >= 2: return None
   devices = {b[0].device for b in bufs}
   # across ranks, the devices of this rank that its steps run on (another rank's only add a worker's hand-off)
@@ -288,6 +294,45 @@ def _across_ranks(items: list[ScheduleItem]) -> Sequence[ScheduleItem | tuple[re
   groups = remote.exchanges([(bufs[0], bufs[1]) if ast.op is Ops.COPY else None for ast, bufs, _ in items])
   return [items[g] if isinstance(g, int) else (g[0], tuple(b for i in g[1] for b in items[i].bufs[:2])) for g in groups]
 
+class _Deferred:
+  """An open `deferred` block: its queues, and the index checks' flags of the kernels queued, read once they ran."""
+  def __init__(self) -> None: self.queues, self.flags = Queues(), list[IndexFlags]()
+
+  def wait(self) -> BaseException | None:
+    """Wait for every step queued and read (and clear) every flag: the first failure, else the first index out of
+    range, else None."""
+    error = self.queues.finish_quietly()
+    flags, self.flags = self.flags, []
+    bad = bad_index(flags)  # all read, whatever is raised: a flag left set would blame a later run of its kernel
+    return error if error is not None else bad
+
+_deferred: _Deferred | None = None
+
+@contextlib.contextmanager
+def deferred() -> Iterator[Queues]:
+  """Inside the block, a schedule whose devices all queue (engine/queues.py: the CPU's) is submitted to one set of
+  queues, and run_schedule returns without waiting for it: the next schedules are built and scheduled while the
+  workers run it, ordered after it by the buffers they share as the steps of one schedule are. The block's end waits
+  for every step and raises the first failure (then an index out of range). Meanwhile a read on the host waits for
+  what writes the buffer (`Buffer.writer`), a schedule that must run here in order (another device, QUEUES=0,
+  DEBUG=2) waits for all first, and a TinyJit replay joins the queues and waits for all at its end. A block inside a
+  block is the outer one."""
+  global _deferred
+  if _deferred is not None:
+    yield _deferred.queues
+    return
+  _deferred = block = _Deferred()
+  try:
+    yield block.queues
+    settle()
+  finally:
+    _deferred = None
+    block.wait()  # an exception left the block: its steps are waited for, and the exception is what is raised
+
+def settle() -> None:
+  """Wait for every step queued in the open `deferred` block; raise the first failure, then an index out of range."""
+  if _deferred is not None and (error := _deferred.wait()) is not None: raise error
+
 def run_schedule(items: list[ScheduleItem]) -> None:
   """Run the items in order; then raise BadIndexError (an IndexError) if a kernel read an index out of range
   (schedule/index_check.py): every item has run by then."""
@@ -299,8 +344,9 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   if remote.joined is not None:  # the ranks of a mesh across ranks must be about to take the same steps
     remote.agree("schedule", [remote.step_line(ast, bufs) for ast, bufs, _ in items])
     steps = _across_ranks(items)
-  # one step has nothing to overlap: every eager op's schedule skips the look at its devices
-  queues = steps_queues([bufs for _, bufs, *_ in steps], debug) if len(steps) > 1 else None
+  # one step has nothing to overlap: every eager op's schedule skips the look at its devices (but for a deferred one)
+  queues = steps_queues([bufs for _, bufs, *_ in steps], debug) if len(steps) > 1 or _deferred is not None else None
+  deferral = _deferred if _deferred is not None and queues is _deferred.queues else None
   # get_runner's lookup, its knobs read once: each item's runner is then one call into C (an eager training step
   # looks up 15)
   if _memo_size != PROGRAM_CACHE.value: _new_memo()
@@ -318,12 +364,13 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       _execute(runner, bufs, debug, vals, queues)
       if recording is not None: recording.append(ExecItem(runner, bufs, vals))
       if runner is not None and runner.flag_args: flags += _flags_of(runner, bufs)
-    if queues is not None: queues.finish()
+    if deferral is not None: deferral.flags += flags  # read once they ran: when the block waits
+    elif queues is not None: queues.finish()
   except BaseException:
     if queues is not None: queues.finish_quietly()
     bad_index(flags)  # cleared, or a later run of their kernels would be blamed; the failure is what is raised
     raise
-  if flags and (err := bad_index(flags)) is not None: raise err
+  if flags and deferral is None and (err := bad_index(flags)) is not None: raise err
   for listener in run_listeners: listener(items)
   if debug >= 1 and items:
     new = {k: compile_stats[k] - before[k] for k in compile_stats}

@@ -15,22 +15,28 @@ each stage, the order of its actions on them:
 `gpipe`, `one_f_one_b` and `zero_bubble_h1` build the three classic schedules; `Schedule.chart()` draws one (a row per
 stage, a column per unit of time) and `Schedule.bubble_fraction()` is its idle share with unit costs (F, B and W one
 unit each; an unsplit B, which is B and W, two), which is (p-1)/(m+p-1) for GPipe and 1F1B and (p-1)/(3m+p-1) for
-ZB-H1 (m >= p), p stages and m micro-batches. `Pipeline.step` runs a schedule in rounds (`Schedule.rounds`): in
-each, every stage whose next action needs only what earlier rounds made runs it, the round's actions built lazily and
-realized together, in one schedule, so each stage's devices run theirs on their own queues at once (engine/queues.py;
-QUEUES=0 runs them in order), and a value sent to a stage is copied in the round of the action that takes it, ahead of
-that stage's kernels. Each stage runs its actions in the schedule's order, so the data moved and the memory held are
-the schedule's, and the results are bit-identical to running the actions one at a time. A round ends when its longest
-action does: where the timeline has a stage start an action during another stage's two-unit B, the runner waits for
-the B (with unit costs 1F1B then reaches 1.41x over running in order with 2 stages and 8 micro-batches, its timeline
-1.78x; GPipe and ZB-H1 lose nothing). The gradients accumulate into each weight's `.grad` (as backward's), so any
-optimizer steps them.
+ZB-H1 (m >= p), p stages and m micro-batches. `Pipeline.step` builds each action lazily, in the order of their start
+times on the timeline (`Schedule.order`), and realizes it without waiting for it (engine/realize.deferred): its steps
+go to its stage's devices' queues (engine/queues.py; QUEUES=0 runs them in order on the calling thread), where each
+waits only for the steps that made what it reads. So a stage starts an action as soon as its previous one and what it
+needs are done, whatever the other stages run (an F beside another stage's two-unit B, as the timeline has it), and
+the calling thread builds and schedules the next actions while the workers run the last ones. A value sent to a stage
+is copied at the start of the action that takes it, on that stage's queue. Each stage runs its actions in the
+schedule's order, and one is submitted only once its stage's action two before it is done (IN_FLIGHT): memory is
+allocated as a step is submitted, so a stage holds at most one action's memory more than the schedule (a stage
+further ahead would hold every micro-batch's activations, 1F1B GPipe's); the data moved are the schedule's, and the
+results are bit-identical to running the actions one at a time. Beyond those waits the calling thread waits once, at
+the step's end, where a failure in a worker is raised. The gradients accumulate into each weight's `.grad` (as
+backward's), so any optimizer steps them.
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from lazytensor.engine import realize
+from lazytensor.engine.queues import Ticket
 from lazytensor.frontend.mixin.multi import DeviceMesh
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.nn.state import get_parameters
@@ -39,6 +45,11 @@ from lazytensor.runtime.device import Device
 from lazytensor.uop.graph import multi_leaves
 
 Layer = Callable[[Tensor], Tensor]
+
+# the actions of a stage submitted to its devices' queues and not yet waited for: the one its devices run and the one
+# queued behind it, so the workers never wait for the calling thread to build the next, and a stage holds the memory
+# of at most one action more than running them one at a time would
+IN_FLIGHT = 2
 
 @dataclass(frozen=True)
 class Action:
@@ -134,25 +145,16 @@ class Schedule:
     head = f"{self.name}, {self.stages} stages, {self.microbatches} micro-batches: bubble {self.bubble_fraction():.1%}"
     return "\n".join([head, *rows])
 
-  def rounds(self) -> list[list[tuple[int, Action]]]:
-    """The runner's steps: in each round, every stage whose next action needs only what earlier rounds ran runs it.
-    A round's actions are on different stages and independent, and each stage runs its actions in the schedule's
-    order. Where the timeline starts them at the same time they share a round; an action that a two-unit B of another
-    stage would make wait on the timeline joins the round of that B instead (1F1B's forwards beside the backwards).
+  def order(self) -> list[tuple[int, Action]]:
+    """Every action, as (stage, action), by its start on the timeline (stages in order at one time): what an action
+    needs ends before it starts, so it comes earlier, and each stage's actions come in the schedule's order. The
+    runner builds and submits them in this order.
 
-    >>> [" ".join(f"{s}:{a}" for s, a in step) for step in one_f_one_b(2, 3).rounds()]
-    ['0:F0', '0:F1 1:F0', '1:B0', '0:B0 1:F1', '0:F2 1:B1', '0:B1 1:F2', '1:B2', '0:B2']
+    >>> " ".join(f"{s}:{a}" for s, a in one_f_one_b(2, 3).order())
+    '0:F0 0:F1 1:F0 1:B0 0:B0 1:F1 1:B1 0:F2 0:B1 1:F2 1:B2 0:B2'
     """
-    p, nexts = self.stages, [0] * self.stages
-    ran: set[tuple[int, Action]] = set()
-    steps: list[list[tuple[int, Action]]] = []
-    while len(ran) < sum(map(len, self.actions)):  # some stage can always go on: the timeline exists
-      now = [(s, self.actions[s][k]) for s, k in enumerate(nexts) if k < len(self.actions[s])]
-      now = [(s, a) for s, a in now if all(d in ran for d in _deps(s, p, a))]
-      for s, _ in now: nexts[s] += 1
-      ran.update(now)
-      steps.append(now)
-    return steps
+    return [(s, a) for _, s, a in sorted(((t, s, a) for s, (row, ts) in enumerate(zip(self.actions, self.starts))
+                                          for a, t in zip(row, ts)), key=lambda e: e[:2])]
 
 def _check_sizes(stages: int, microbatches: int, what: str) -> None:
   for name, v in (("stages", stages), ("microbatches", microbatches)):
@@ -277,17 +279,21 @@ class Pipeline:
     for i in range(m): work[0][i].received = _place(x[i * size:(i + 1) * size], self.devices[0])
     targets = [_place(y[i * size:(i + 1) * size], self.devices[-1]) for i in range(m)]
     losses: list[Tensor] = []
-    for actions in schedule.rounds():
-      # one round's actions built lazily and realized together: each stage's devices run theirs on their own queues at
-      # once, and the copies into a stage (of what earlier rounds made) run ahead of its kernels
-      made = [t for s, a in actions for t in self._action(s, a, work, targets, schedule, losses)]
-      if made: Tensor.realize(*made)
-    return sum(losses[1:], losses[0]).realize()
+    submitted: list[deque[Ticket]] = [deque() for _ in self.layers]  # per stage, its actions not known done
+    with realize.deferred() as queues:
+      for s, a in schedule.order():
+        # a stage runs ahead of its work by IN_FLIGHT actions at most: each action's memory is allocated when it is
+        # submitted, so a stage that ran further ahead would hold more than the schedule says (1F1B as much as GPipe)
+        if len(submitted[s]) == IN_FLIGHT: queues.wait(submitted[s].popleft())
+        if made := self._action(s, a, work, targets, schedule, losses): Tensor.realize(*made)
+        submitted[s].append(queues.latest(Device.flat(self.devices[s])))
+      loss = sum(losses[1:], losses[0]).realize()
+    return loss
 
   def _action(self, s: int, a: Action, work: list[list[_Work]], targets: list[Tensor], schedule: Schedule,
               losses: list[Tensor]) -> list[Tensor]:
     """Stage s's action a, built lazily: what it makes, to realize. What it sends to a neighbouring stage is moved
-    lazily too, so the copy runs in the time step of the action that takes it."""
+    lazily too, so the copy runs at the start of the action that takes it, on its queue."""
     w = work[s][a.microbatch]
     last = s == len(self.layers) - 1
     if a.kind == "F":

@@ -247,6 +247,9 @@ class Buffer:
   numbers buffers in the order they were made (TinyJit tells the buffers a capture made from older ones by it)."""
   serials = itertools.count()
   _bit = 0  # no bit until one is asked for (memory_bit); a class default, one store less per Buffer made
+  # the queued step that writes it last (engine/queues.py), which a read on the host waits for: steps of schedules
+  # that realize did not wait for (engine/realize.deferred) may still be running
+  writer: Any = None
   def __init__(self, device: str, size: int, dtype: DType) -> None:
     self.device, self.size, self.dtype = device, size, dtype
     self.nbytes = size * dtype.itemsize  # read at each allocation and free: an attribute, not a property
@@ -291,10 +294,12 @@ class Buffer:
   def host_view(self) -> np.ndarray | None:
     """The buffer's memory as a numpy array of its dtype, without a copy, when it is host memory (else None): writes
     to it change the buffer."""
+    if self.writer is not None: self.writer.wait()
     raw = self.allocator.host_array(self.handle)
     return None if raw is None else raw.view(self.dtype.np)
 
   def numpy(self) -> np.ndarray:
+    if self.writer is not None: self.writer.wait()
     # host memory is copied where it lies, in one step (every .numpy() of a CPU tensor): no empty array filled
     if self.size and (raw := self.allocator.host_array(self.handle)) is not None: return raw.view(self.dtype.np).copy()
     out = np.empty(self.size, dtype=self.dtype.np)
