@@ -457,6 +457,33 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   for opts in (tile, vec.applied_opts):
     np.testing.assert_allclose(_run(items[-1], "CPU", opts).reshape(w.shape), want, rtol=1e-4, atol=1e-3)
 
+def test_strided_conv_input_gradient_reads_its_weights_in_channel_blocks(monkeypatch) -> None:
+  # a stride-2 3x3 conv's input gradient is one conv per parity of the input's pixels (gradient._phases), each with
+  # the taps that reach it: every other tap, (2, 2) of them at strides (6, 2) in a 3x3 kernel. Those read each weight
+  # once (their span is 9, the input channel's stride), so they are packed in blocks of 16 input channels like any
+  # conv's: with 7-wide rows no vector divides, unpacked they got no tile at all (ResNet18's 512 -> 256 at 7x7: 150 ms
+  # of a 1.2 s training step at 2.7 GFLOP/s)
+  torch = pytest.importorskip("torch")
+  xn, wn = rng.standard_normal((2, 32, 14, 14), dtype=np.float32), rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
+  gn = rng.standard_normal((2, 32, 7, 7), dtype=np.float32)
+  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  with Context(SCHEDULE_CACHE=0, CPU_TARGET="x86-64-v4"):
+    x = Tensor(xn, requires_grad=True)
+    x.conv2d(Tensor(wn), stride=2, padding=1).backward(Tensor(gn))
+    assert x.grad is not None
+    items = create_schedule([x.grad.lazydata])[0]
+    convs = [Kernel(it.ast, Device["CPU"].renderer) for it in items
+             if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort)]
+    assert len(convs) == 4, [k.full_shape for k in convs]
+    for k in convs:  # vectors along the input channels (a single tap's parity is a 1x1 conv: 32 of them)
+      opts = hand_coded_optimizations(k).applied_opts
+      assert opts[:1] in ([Opt(OptOps.UPCAST, 1, 16)], [Opt(OptOps.UPCAST, 1, 32)]), (k.full_shape, opts)
+    got = x.grad.numpy()
+  tx = torch.from_numpy(xn).requires_grad_()
+  torch.nn.functional.conv2d(tx, torch.from_numpy(wn), stride=2, padding=1).backward(torch.from_numpy(gn))
+  assert tx.grad is not None
+  np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+
 @pytest.mark.parametrize("batch", [1, 8])
 def test_1x1_conv_tiles_two_vectors_of_output_channels_by_7_pixels(monkeypatch, batch: int) -> None:
   # ResNet50's 1024x14x14 -> 256: the 196 pixels would need padding to 208 for vectors, the 256 channels (weights in

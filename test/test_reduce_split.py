@@ -2,6 +2,7 @@
 a reduce of those (schedule/reduce_split.py): the same values, two kernels where there was one."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -184,3 +185,63 @@ def test_matvec_left_whole(what: str) -> None:
     "rows 32 does not divide": lambda: _rand(1, k + 8)[0] @ _rand(k + 8, 1024)[0],
   }
   assert _kernels(f[what]()) == 1
+
+# ---- a convolution's weight gradient: partial gradients over blocks of images, then their sum ----
+
+def _conv_weight_gradient(xs: tuple[int, ...], ws: tuple[int, ...], **kw: int) -> tuple[Tensor, np.ndarray, np.ndarray,
+                                                                                   np.ndarray]:
+  """w's gradient of conv(x, w) for a random output gradient, with the arrays of x, w and the output gradient."""
+  (x, xa), (w, wa) = _rand(*xs), _rand(*ws)
+  w.requires_grad_()
+  out = (x.conv1d if len(xs) == 3 else x.conv2d)(w, **kw)
+  g, ga = _rand(*out.shape)
+  out.backward(g)
+  assert w.grad is not None
+  return w.grad, xa, wa, ga
+
+@pytest.mark.parametrize("xs, ws, kw", [((8, 64, 56, 56), (64, 64, 3, 3), {"padding": 1}),
+                                        ((8, 3, 224, 224), (64, 3, 7, 7), {"stride": 2, "padding": 3}),
+                                        ((8, 128, 28, 28), (128, 128, 3, 3), {"padding": 1})],
+                         ids=["56x56: split", "the 7x7 stem: split", "28x28: whole"])
+def test_resnet18_weight_gradients_split_where_a_tile_outgrows_l2(monkeypatch: pytest.MonkeyPatch,
+                                                                  xs: tuple[int, ...], ws: tuple[int, ...],
+                                                                  kw: dict[str, int]) -> None:
+  # a tile's 16 channels of both operands over 8 images: 3.2 MB at 56x56 and 12.8 MB for the stem (each image alone
+  # then; per image 91 -> ~150 GFLOP/s on one AVX-512 thread), 0.8 MB at 28x28 (as fast whole), at a 2 MB L2
+  from lazytensor.schedule import scheduler
+  seen: list = []
+  monkeypatch.setattr(scheduler, "batch_block", lambda target, r: seen.append(r))  # records, splits nothing
+  with Context(SCHEDULE_CACHE=0): create_schedule([_conv_weight_gradient(xs, ws, **kw)[0].lazydata])
+  target = Device[Device.DEFAULT].renderer.target
+  assert target is not None and len(seen) == 1
+  split = reduce_split.batch_block(dataclasses.replace(target, l2_bytes=2 << 20), seen[0])
+  assert split == (None if xs[2] == 28 else 1)
+
+@pytest.mark.parametrize("xs, ws, kw", [((4, 16, 20, 20), (16, 16, 3, 3), {"padding": 1}),
+                                        ((4, 3, 30, 30), (16, 3, 7, 7), {"stride": 2, "padding": 3}),
+                                        ((6, 16, 40), (32, 16, 3), {"padding": 1})], ids=["3x3", "7x7 stride 2", "1d"])
+@pytest.mark.parametrize("fewest", [True, False], ids=["one image a block", "the most images a block"])
+def test_weight_gradient_in_blocks_of_images_matches_torch(monkeypatch: pytest.MonkeyPatch, xs: tuple[int, ...],
+                                                           ws: tuple[int, ...], kw: dict[str, int],
+                                                           fewest: bool) -> None:
+  torch = pytest.importorskip("torch")
+  target = Device[Device.DEFAULT].renderer.target
+  assert target is not None
+  # any tile splits, each block's share of L2 at most 1 byte (then one image a block) or all of it (a test's images are
+  # small: then as many as a block may have, half or a third of them)
+  monkeypatch.setattr(reduce_split, "BATCH_SPLIT_L2_FRACTION", 1 << 62)
+  monkeypatch.setattr(reduce_split, "BATCH_BLOCK_L2_FRACTION", target.l2_bytes if fewest else 1)
+  images = 1 if fewest else max(b for b in range(1, xs[0]) if xs[0] % b == 0)
+  grad, xa, wa, ga = _conv_weight_gradient(xs, ws, **kw)
+  with Context(SCHEDULE_CACHE=0):
+    items = create_schedule([grad.lazydata])[0]
+    renderer = Device[Device.DEFAULT].renderer
+    partial, total = [Kernel(it.ast, renderer) for it in items[-2:]]
+    assert partial.full_shape[0] == xs[0] // images and total.full_shape[-1] == xs[0] // images, \
+      (partial.full_shape, total.full_shape)
+    got = grad.numpy()
+  tw = torch.from_numpy(wa).requires_grad_()
+  (torch.nn.functional.conv1d if len(xs) == 3 else torch.nn.functional.conv2d)(torch.from_numpy(xa), tw, **kw).backward(
+    torch.from_numpy(ga))
+  assert tw.grad is not None
+  np.testing.assert_allclose(got, tw.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -24,9 +24,11 @@ def main() -> None:
   from lazytensor.renderer.cpu_target import cpu_target
   torch = bench_clock.torch_on(args.threads)
 
-  # (batch, in channels, height, width, out channels, stride): the last, ResNet18's first stride-2 3x3 convolution
+  # (batch, in channels, height, width, out channels, stride): the last two, ResNet18's first and last stride-2 3x3
+  # convolutions (the last one's input gradient at 7x7: one conv per parity of the input's pixels, 7 wide)
   shapes = [(4, 16, 16, 16, 32, 1), (4, 16, 16, 16, 32, 2)] if args.quick else \
-    [(16, 32, 32, 32, 64, 1), (8, 64, 56, 56, 64, 1), (32, 128, 14, 14, 128, 1), (8, 64, 56, 56, 128, 2)]
+    [(16, 32, 32, 32, 64, 1), (8, 64, 56, 56, 64, 1), (32, 128, 14, 14, 128, 1), (8, 64, 56, 56, 128, 2),
+     (8, 256, 14, 14, 512, 2)]
   print(f"threads={args.threads}  host {cpu_target('native').describe()}"
         f"{'  (torch ' + torch.__version__ + ')' if torch else ''}")
   print(f"{'conv 3x3 pad 1, relu, x.grad and w.grad':44s} {'lazytensor':>11s} {'torch':>8s} {'vs torch':>9s}")

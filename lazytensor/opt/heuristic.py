@@ -687,10 +687,16 @@ def _matmul_packings(target: CPUTarget, shape: tuple[int, ...], out_axes: list[i
   return tuple(packs)
 
 def _reads_once(v: View) -> bool:
-  """Whether the view reads no element twice: its axes, by stride, each step past all the smaller ones (a
-  convolution's windows overlap: a copy of what they read would hold the input kernel-size times)."""
-  axes = sorted((abs(st), n) for st, n in zip(v.strides, v.shape) if st != 0 and n > 1)
-  return all(st >= prev_st * prev_n for (prev_st, prev_n), (st, _) in zip(axes, axes[1:]))
+  """Whether the view reads no element twice: its axes, by stride, each step past the span of all the smaller ones (a
+  convolution's windows overlap: a copy of what they read would hold the input kernel-size times). A span, not the
+  axis's size times its stride: the taps of a stride-2 conv's input gradient that one parity of the input's pixels
+  takes are every other tap of a 3x3 kernel, (2, 2) at strides (6, 2), which span 9 of each input channel's 9, not 12
+  (their weights were not packed in blocks of channels, and the kernel ran unvectorized: see CHANNEL_BLOCK)."""
+  span = 0
+  for st, n in sorted((abs(st), n) for st, n in zip(v.strides, v.shape) if st != 0 and n > 1):
+    if st <= span: return False
+    span += st * (n - 1)
+  return True
 
 def _channel_packing(shape: tuple[int, ...], out_axes: list[int], views: list[View | None],
                      force: bool) -> tuple[Packing, ...]:

@@ -29,6 +29,12 @@ cache from its last use: 768 x 3072 ~490 -> ~395 (and 3072 x 768 alike), 768 x 2
 69-109. So it is split where W is at least MATVEC_MIN_L2 times L2, where it wins whether the weight is cached or not:
 a rule by size, not by the program's history (which weights are still cached), which a schedule does not see.
 
+A convolution's weight gradient is the fifth (batch_block): a reduce over the batch and the pixels, whose tile of
+16 output by 16 input channels reads both operands' blocks of channels over the whole of it, and its 9 taps (and the
+other blocks of channels) read them again. Where that is more than L2 holds (ResNet18's first stage at batch 8: 16
+channels of 8 images of 56x56, 1.6 MB of each operand), every tile streams them from L3: 91 GFLOP/s on one AVX-512
+thread, where one image alone runs at 160. Partial gradients per block of images, the blocks outermost, then their sum.
+
 The split is the device's choice, made where the scheduler packs operands (schedule.pack_operands): the tensor graph
 is the same on every device. On the CPU only reduces whose operand reads buffers directly through elementwise ops are
 split, so that the memory strides are known.
@@ -158,6 +164,30 @@ def matvec_block(target: CPUTarget, r: UOp) -> int | None:
        prod(shape) * v.dtype.itemsize >= MATVEC_MIN_L2 * target.l2_bytes: return MATVEC_BLOCK
   return None
 
+# 16 channels of each operand over the reduce of a conv's weight gradient: past this fraction of L2 the blocks of the
+# batch are split off, each as many images as keep the blocks within BATCH_BLOCK_L2_FRACTION of it (at least one).
+# ResNet18 b8, one AVX-512 thread (2 MB L2), weight gradients: 64x56x56 3.2 MB -> 1 image, 20.3 -> ~12 ms; the 7x7
+# stem's (two blocks of 16 output channels) 12.8 MB -> 1 image, 26 -> ~14 ms; 128x28x28 0.8 MB stays whole (per
+# image: 12.7 -> 12.6 ms, no gain)
+BATCH_SPLIT_L2_FRACTION = 2
+BATCH_BLOCK_L2_FRACTION = 4
+BATCH_TILE_CHANNELS = 16  # the channels of each operand that one tile reads (opt.heuristic.CHANNEL_BLOCK)
+
+def batch_block(target: CPUTarget, r: UOp) -> int | None:
+  """Images per partial reduce for the reduce `r` over products, or None to leave it whole: where `r` reduces over
+  several axes, the first of them the outermost of its input (a convolution's weight gradient: the batch, then the
+  pixels), and a tile's BATCH_TILE_CHANNELS channels of both operands over the whole reduce outgrow
+  1/BATCH_SPLIT_L2_FRACTION of L2."""
+  src, (op, axes) = r.src[0], r.arg
+  if op is not Ops.ADD or len(axes) < 2 or axes[0] != 0 or src.op is not Ops.MUL or \
+     any(v.op is not Ops.VIEW or len(v.arg.views) != 1 for v in src.src): return None
+  images = src.shape[0]
+  per_image = sum(prod(src.shape[a] for a in axes if v.arg.views[0].strides[a] != 0) * v.dtype.itemsize
+                  for v in src.src) * BATCH_TILE_CHANNELS // images
+  if images < 2 or per_image * images <= target.l2_bytes // BATCH_SPLIT_L2_FRACTION: return None
+  return max(b for b in range(1, images) if images % b == 0 and
+             (b == 1 or b * per_image <= target.l2_bytes // BATCH_BLOCK_L2_FRACTION))
+
 def _operand_views(src: UOp) -> list[ShapeTracker]:
   """The views of `src` a split moves: each operand's of a product of views (so that each stays one view of its own
   source, as the packing of a matmul's operands reads them), else one of src itself."""
@@ -169,35 +199,39 @@ def _moved(src: UOp, sts: list[ShapeTracker]) -> UOp:
     return src.replace(src=tuple(v.replace(arg=st) for v, st in zip(src.src, sts)))
   return UOp(Ops.VIEW, src.dtype, (src,), sts[0])
 
-def _merged(sts: list[ShapeTracker], red: int) -> tuple[list[ShapeTracker], int]:
-  """`sts` with neighbouring axes other than `red` merged where every view walks the two as one axis, and red's new
-  position: a batch of row blocks (x (4, 128, K) @ W) is one axis of rows, whose packed copy is in row panels as
-  the tile walks them (else the tile reads it through two views, with a division in every load: 254 -> 590 ms)."""
+def _merged(sts: list[ShapeTracker], red: tuple[int, ...]) -> tuple[list[ShapeTracker], tuple[int, ...]]:
+  """`sts` with neighbouring axes other than those of `red` merged where every view walks the two as one axis, and
+  red's new positions: a batch of row blocks (x (4, 128, K) @ W) is one axis of rows, whose packed copy is in row
+  panels as the tile walks them (else the tile reads it through two views, with a division in every load: 254 -> 590
+  ms)."""
   i = 0
   while i < len(sts[0].shape) - 1:
     shape = sts[0].shape
     new = shape[:i] + (shape[i] * shape[i + 1],) + shape[i + 2:]
-    merged = [st.reshape(new) for st in sts] if red not in (i, i + 1) else sts
+    merged = [st.reshape(new) for st in sts] if i not in red and i + 1 not in red else sts
     if merged is sts or any(len(m.views) > len(st.views) for m, st in zip(merged, sts)):
       i += 1
       continue
-    sts, red = merged, red - (i < red)
+    sts, red = merged, tuple(a - (i < a) for a in red)
   return sts, red
 
 def split_reduce(r: UOp, block: int, outer: bool = False, partial_of: Callable[[UOp], UOp] = lambda p: p) -> UOp:
-  """`r` (one reduce axis) as a reduce of partial reduces over blocks of `block` rows: the partials are a value of
-  their own (a kernel and a buffer), the reduce over them has r's shape. With `outer`, the blocks are the partials'
-  first axis (the partial kernel's outermost loop) and the other axes merged where they can be; `partial_of` lays out
-  the partial reduce (the scheduler packs a matmul's operands)."""
-  src, (op, (axis,)) = r.src[0], r.arg
+  """`r` as a reduce of partial reduces over blocks of `block` rows of its first reduce axis (the partials reduce its
+  other axes whole): the partials are a value of their own (a kernel and a buffer), the reduce over them has r's
+  shape. With `outer`, the blocks are the partials' first axis (the partial kernel's outermost loop) and the other
+  axes merged where they can be; `partial_of` lays out the partial reduce (the scheduler packs a matmul's
+  operands)."""
+  src, (op, (axis, *others)) = r.src[0], r.arg
   shape, blocks = src.shape, src.shape[axis] // block
   blocked = shape[:axis] + (blocks, block) + shape[axis + 1:]
   order = (axis, *range(axis), *range(axis + 1, len(blocked))) if outer else tuple(range(len(blocked)))
-  red = order.index(axis + 1)
+  reduced = (axis + 1, *(a + 1 for a in others))  # in `blocked` (every other axis is after `axis`)
+  red = tuple(sorted(order.index(a) for a in reduced))
   sts = [st.reshape(blocked).permute(order) for st in _operand_views(src)]
   if outer: sts, red = _merged(sts, red)
-  partial = partial_of(UOp(Ops.REDUCE_AXIS, r.dtype, (_moved(src, sts),), (op, (red,))))
-  moved = tuple(1 if i == axis + 1 else blocked[i] for i in order)
+  partial = partial_of(UOp(Ops.REDUCE_AXIS, r.dtype, (_moved(src, sts),), (op, red)))
+  moved = tuple(1 if i in reduced else blocked[i] for i in order)
+  partials = tuple(blocks if a == axis else 1 if a in others else n for a, n in enumerate(shape))
   parts = UOp(Ops.VIEW, r.dtype, (partial,), ShapeTracker.from_shape(partial.shape).reshape(moved).permute(
-    tuple(argsort(order))).reshape(shape[:axis] + (blocks,) + shape[axis + 1:]))
+    tuple(argsort(order))).reshape(partials))
   return r.replace(src=(parts,))

@@ -31,7 +31,14 @@ from lazytensor.schedule.index_check import IndexFlags
 from lazytensor.schedule.memory import plan_memory
 from lazytensor.schedule.multi import is_multi, split_multi
 from lazytensor.schedule.pack_search import beam_packing
-from lazytensor.schedule.reduce_split import gpu_split_block, matmul_k_block, matvec_block, split_block, split_reduce
+from lazytensor.schedule.reduce_split import (
+  batch_block,
+  gpu_split_block,
+  matmul_k_block,
+  matvec_block,
+  split_block,
+  split_reduce,
+)
 from lazytensor.schedule.scatter import embedded_scatters, split_scatter
 from lazytensor.shape.view import ShapeTracker, ast_variables
 from lazytensor.uop.graph import is_own_value
@@ -160,7 +167,7 @@ def _for_device(r: UOp) -> UOp:
   if block is not None: return split_reduce(r, block)
   if (target := renderer.target) is not None and (block := matvec_block(target, r)) is not None:
     return split_reduce(r, block, outer=True)
-  if target is not None and (block := matmul_k_block(target, r)) is not None:
+  if target is not None and (block := matmul_k_block(target, r) or batch_block(target, r)) is not None:
     return split_reduce(r, block, outer=True, partial_of=_pack_operand)
   return _pack_operand(r)
 
