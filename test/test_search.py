@@ -369,3 +369,15 @@ def test_one_thread_tries_thread_shares_only_where_cache_blocks_may_pay() -> Non
   with Context(THREADS=1):
     assert threads(matmul, small_l3) and not threads(matmul, avx2) and not threads(add, small_l3)
   with Context(THREADS=2): assert threads(add, avx2)
+
+def test_one_thread_tries_thread_shares_of_a_matmul_past_l2() -> None:
+  # a matmul whose B outgrows half of L2 and A all of it (1 MB and 1.5 MB, a target with 1 MB of L2) may gain from
+  # B's panels in shares (heuristic._panel_shares): BEAM tries THREAD shares on one thread there too
+  import dataclasses
+
+  from lazytensor.renderer.llvm import LLVMRenderer
+  a, b = Tensor.empty(768, 512), Tensor.empty(512, 512)
+  matmul = schedule.create_schedule([(a @ b).lazydata])[0][-1].ast
+  avx2 = dataclasses.replace(cpu_target("x86-64-v3"), l2_bytes=1 << 20, l3_bytes=32 << 20)
+  with Context(THREADS=1):
+    assert any(o.op is OptOps.THREAD for o in search_actions.actions(Kernel(matmul, LLVMRenderer(avx2))))

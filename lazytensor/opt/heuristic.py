@@ -332,7 +332,7 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int], tile_rows: int | None) 
   if _operand_bytes(k, vec) // outer <= _target(k).l2_bytes // 2:
     if panel is not None and tile_rows is not None: _rows_outside_panels(k, others, panel, tile_rows)
     return
-  if panel is None: return
+  if panel is None or _panel_shares(k, vec, others, (rows, panel), outer): return
   # panels outside stream the other operands once per panel; rows outside stream B once per step along the rows: the
   # order that streams less. 8 images of a stride-2 1x1 conv 512x28x28 -> 1024 (B its 2 MB of weights, rows the
   # images): panels outside streamed the 3.2 MB input 32 times, 112 GFLOP/s on one AVX-512 thread; images outside 138
@@ -340,6 +340,35 @@ def _panel_loop_outside(k: Kernel, vec_loads: list[int], tile_rows: int | None) 
     return
   if globals_.index(panel) > globals_.index(rows): _try(k, Opt(OptOps.SWAP, rows, panel))
   _cache_blocks(k, vec_loads, others)
+
+# B's column panels in THREAD shares of at most this fraction of L2 (_panel_shares): the rest holds A's rows of a tile
+# on their way to L1, the output and what the hardware's replacement leaves
+PANEL_SHARE_L2_FRACTION = 4
+
+def _panel_shares_may_pay(k: Kernel, vec: int, others: list[int], outer: int) -> bool:
+  """Whether, per step of the axes outside (`outer` steps), B (`vec`) outgrows half of L2 and the operands it is
+  multiplied with (`others`, A) all of it: neither stays there whatever order the loops take. (An A that about fills
+  half of L2 beside a larger B, 128x1024 @ 1024x768, stays there across B's panels looped outside its rows.) A must
+  stay in L3 though: a larger one is cut into blocks of its rows instead (_cache_blocks)."""
+  t, swept = _target(k), sum(_operand_bytes(k, i) for i in others) // outer
+  return _operand_bytes(k, vec) // outer > t.l2_bytes // 2 and t.l2_bytes < swept <= t.l3_bytes // SWEPT_L3_FRACTION
+
+def _panel_shares(k: Kernel, vec: int, others: list[int], axes: tuple[int, int], outer: int) -> bool:
+  """Split B's column panels (`axes`: the tile rows' axis and the panels') into THREAD shares of at most
+  1/PANEL_SHARE_L2_FRACTION of L2 each, the rows left outside the panels of a share, where neither B nor A stays in
+  L2 (_panel_shares_may_pay; on one thread the shares run in order, as cache blocks do): a share's part of B stays in
+  L2 across every row tile, and a tile's rows of A stay in L1 across the share's panels, so A is streamed once per
+  share. Panels outside the rows instead stream A from L3 at every panel. 1024 matmul on one AVX-512 thread (B 4 MB
+  in 8 shares of 512 KB, a tile's rows of A 32 KB), the kernel alone: 195 -> 202 GFLOP/s; at 2048 8 shares are 2 MB
+  each, too large (163 -> 133): panels outside. False (nothing applied) where the rows are not outside the panels, or
+  no share count up to max_shares() divides the panels (a multiple of the thread count where there are threads)."""
+  rows, panel = axes
+  globals_ = k.axes_of(AxisKind.GLOBAL)
+  if globals_.index(rows) > globals_.index(panel) or not _panel_shares_may_pay(k, vec, others, outer): return False
+  size, cores = k.full_shape[panel], max(1, int(THREADS.value))
+  need = -(-(_operand_bytes(k, vec) // outer) // (_target(k).l2_bytes // PANEL_SHARE_L2_FRACTION))
+  shares = next((c for c in range(need, max_shares() + 1) if size % c == 0 and c % cores == 0), None)
+  return shares is not None and _try(k, Opt(OptOps.THREAD, panel, shares))
 
 # the part of the other operands that each of B's panels sweeps in turn (a conv's image) stays in L2 across the panels
 # up to this fraction of it, beside the panel, the output and what the hardware's replacement leaves
@@ -374,11 +403,14 @@ def _operand_bytes(k: Kernel, node_index: int) -> int:
 
 def blocks_may_pay(k: Kernel) -> bool:
   """Whether splitting `k` into cache blocks (THREAD shares on one thread) can pay: a reduce re-reads its operands,
-  and one of them is too large to stay in L3 between uses (as _cache_blocks judges it). BEAM on one thread tries
-  THREAD only then: elsewhere the shares only add launches, and each action costs search time."""
+  and one of them is too large to stay in L3 between uses (as _cache_blocks judges it), or it is a matmul whose
+  operands do not stay in L2 (_panel_shares). BEAM on one thread tries THREAD only then: elsewhere the shares
+  only add launches, and each action costs search time."""
   if not k.reduce_axes or k.renderer.target is None: return False
   l3 = k.renderer.target.l3_bytes
-  return any(_operand_bytes(k, i) > l3 // SWEPT_L3_FRACTION for i in _buffers(k) if k.view_nodes[i].op in GroupOp.Load)
+  if any(_operand_bytes(k, i) > l3 // SWEPT_L3_FRACTION for i in _loads(k)): return True
+  ops = _reduce_loads(k)
+  return _is_matmul_like(k) and len(ops) == 2 and any(_panel_shares_may_pay(k, b, [a], 1) for b, a in (ops, ops[::-1]))
 
 def _cache_blocks(k: Kernel, vec_loads: list[int], others: list[int]) -> None:
   """Split the swept operand's row axis into THREAD shares: each share runs every panel over its block of rows
