@@ -90,6 +90,73 @@ def calls() -> None:
   assert receives == 1, receives
   print(f"rank {r}: calls ok", flush=True)
 
+# dtypes and sizes (elements) of exact_values: the small ones travel with the check (SMALL_BYTES), the last ones after
+DTYPES = ["float32", "float64", "int32", "int64", "uint8", "float16"]
+
+def exact_values() -> None:
+  """Every collective, for each dtype and size, equal bit for bit to numpy's reduction in rank order (what each
+  rank's result was before results were kept: MPI's own collective past SMALL_BYTES, whose order over more than two
+  ranks is its own, within rounding), three calls of each in a row with new values (the calls after the first write
+  into the result the first made, once nothing holds it)."""
+  import functools
+  dist.init()
+  r, n = dist.rank(), dist.world_size()
+  close = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-3)
+  for dtype in DTYPES:
+    itemsize = np.dtype(dtype).itemsize
+    for size in (n, 7 * n, 1024 // itemsize, 4096 // itemsize, dist.SMALL_BYTES // itemsize, dist.SMALL_BYTES // 4 + n):
+      size -= size % n
+      for step in range(3):
+        gen = [np.random.default_rng((k, size, step)) for k in range(n)]
+        every = [(g.standard_normal(size) * 100 if dtype.startswith("float") else g.integers(0, 100, size))
+                 .astype(dtype) for g in gen]
+        exact = size * itemsize <= dist.SMALL_BYTES or n == 2
+        check = np.testing.assert_array_equal if exact else close
+        mine = Tensor(every[r])
+        wide = [e.astype(np.float32) if dtype == "float16" else e for e in every]  # reduced in float32, as MPI
+        for op, fn in (("sum", np.add), ("max", np.maximum), ("prod", np.multiply)):
+          with np.errstate(over="ignore"):
+            want = functools.reduce(fn, wide).astype(dtype)
+            check(dist.all_reduce(mine, op).numpy(), want, err_msg=f"all_reduce {op} {dtype} {size}")
+            part = want.reshape(n, -1)[r]
+            check(dist.reduce_scatter(mine, op).numpy(), part, err_msg=f"reduce_scatter {op} {dtype} {size}")
+        np.testing.assert_array_equal(dist.all_gather(mine).numpy(), np.concatenate(every), f"{dtype} {size}")
+        np.testing.assert_array_equal(dist.broadcast(mine, src=n - 1).numpy(), every[-1], f"{dtype} {size}")
+  print(f"rank {r}: exact ok", flush=True)
+
+def kept_results() -> None:
+  """A small call writes its values into the last result of its description only once nothing holds that: a result
+  still held, a lazy value computed from it, a realized view of it (which holds its buffer's node, not its own) and a
+  numpy array that reads it through DLPack (which holds the Buffer) keep their values through the calls after them; a
+  result let go gives its memory to the next call."""
+  dist.init()
+  r, n = dist.rank(), dist.world_size()
+  def summed(value: float, device: str = "CPU") -> Tensor:
+    return dist.all_reduce(Tensor(np.full(4, value + r, np.float32), device=device))
+  total = lambda value: n * value + n * (n - 1) / 2  # noqa: E731  # the sum over the ranks of value + rank
+  def serial(t: Tensor) -> int: return t._buffer()[0].serial
+  # each holder holds the last result when the next call comes (the one that call would write into)
+  held = summed(1.0)
+  again = summed(2.0)
+  assert held.tolist() == [total(1.0)] * 4 and serial(again) != serial(held), (held.tolist(), serial(held))
+  lazy = again + 1
+  del held, again
+  summed(3.0)
+  view = summed(4.0)[1:3].realize() + 0  # reads a VIEW of its own over the result's BUFFER node
+  summed(5.0)
+  exported = np.from_dlpack(summed(6.0))
+  summed(7.0)
+  assert lazy.tolist() == [total(2.0) + 1] * 4, lazy.tolist()
+  assert view.tolist() == [total(4.0)] * 2, view.tolist()
+  assert exported.tolist() == [total(6.0)] * 4, exported.tolist()
+  dropped = serial(summed(8.0))
+  reused = summed(9.0)
+  assert serial(reused) == dropped and reused.tolist() == [total(9.0)] * 4, (serial(reused), dropped)
+  elsewhere = summed(10.0, "CPU:1")  # the same description on another device: a result of its own, there
+  assert elsewhere.device == "CPU:1" and elsewhere.tolist() == [total(10.0)] * 4, elsewhere.tolist()
+  assert reused.tolist() == [total(9.0)] * 4, reused.tolist()
+  print(f"rank {r}: kept ok", flush=True)
+
 def main() -> None:
   dist.init()
   r, n = dist.rank(), dist.world_size()
@@ -134,5 +201,6 @@ def large(r: int, n: int) -> None:
   np.testing.assert_equal(dist.broadcast(mine, src=1).numpy(), every[1])
 
 if __name__ == "__main__":
-  modes = {"timeout": only_rank_0_calls, "mismatch": mismatches, "calls": calls}
+  modes = {"timeout": only_rank_0_calls, "mismatch": mismatches, "calls": calls, "exact": exact_values,
+           "kept": kept_results}
   modes.get(sys.argv[1] if sys.argv[1:] else "", main)()

@@ -14,7 +14,8 @@ best of a few runs.
   reduce_scatter of `lazytensor.parallel.distributed` on a Tensor next to mpi4py's own Allreduce, Allgather and
   Reduce_scatter_block on numpy arrays; us per call of calls back to back, the ratio of lazytensor's speed to
   mpi4py's, and whether each size meets issue 29's goal: up to 64 KB, a time per call at most 3x mpi4py's; from 1 MB
-  up, a speed at least 0.8x mpi4py's.
+  up, a speed at least 0.8x mpi4py's. --small-only: the three eager collectives up to 64 KB (medians, each next to
+  mpi4py's), then small all-reduces as the engine runs them (small_in_engine); --clock cpu times the calling thread.
 """
 from __future__ import annotations
 
@@ -116,6 +117,28 @@ def over_mpi(sizes: list[int]) -> None:
         print(f"{_size(nbytes):>8} {lt * 1e6:9.1f} {mp * 1e6:10.1f} {gbps(nbytes, lt):11.3f} {gbps(nbytes, mp):8.3f} "
               f"{mp / lt:6.2f}x  {goal(nbytes, lt, mp)}")
 
+def small_eager(sizes: list[int]) -> None:
+  """For each collective and each size up to GOAL_LATENCY_TO: the eager call of lazytensor.parallel.distributed on a
+  Tensor and mpi4py's own on numpy arrays, the median us per call of runs of calls back to back, the ratio and whether
+  the eager call is within GOAL_LATENCY of mpi4py's time."""
+  from mpi4py import MPI
+
+  from lazytensor.parallel import distributed as dist
+  dist.init()
+  comm, rank = MPI.COMM_WORLD, dist.rank()
+  if rank == 0:
+    print(f"\neager collectives up to {_size(GOAL_LATENCY_TO)} over {dist.world_size()} ranks: us per call (median of "
+          f"runs of calls back to back), mpi4py's on numpy arrays, lazytensor's time over mpi4py's (goal: at most "
+          f"{GOAL_LATENCY:g}x)")
+    print(f"{'collective':>15} {'size':>8} {'eager':>8} {'mpi4py':>8} {'ratio':>6}  goal")
+  for name, (theirs, counts) in MPI_COLLECTIVES.items():
+    for nbytes in (s for s in sizes if s <= GOAL_LATENCY_TO):
+      n_in, n_out = counts(nbytes // 4, dist.world_size())
+      lt, mp = _mpi_pair(name, theirs, n_in, n_out, nbytes, comm, statistic="median")
+      if rank == 0:
+        print(f"{name:>15} {_size(nbytes):>8} {lt * 1e6:8.1f} {mp * 1e6:8.1f} {lt / mp:5.1f}x  "
+              f"{'met' if lt <= GOAL_LATENCY * mp else 'NOT met'}")
+
 # collectives in one engine step each, in one realize or one TinyJit replay (in_engine)
 IN_ENGINE_CALLS = 32
 
@@ -192,14 +215,16 @@ def goal(nbytes: int, ours: float, theirs: float) -> str:
   if nbytes >= GOAL_SPEED_FROM: return "met" if theirs / ours >= GOAL_SPEED else "NOT met"
   return "-"
 
-def _mpi_pair(name: str, theirs: str, n_in: int, n_out: int, nbytes: int, comm: Any) -> tuple[float, float]:
-  """Seconds per call of lazytensor's collective on a Tensor and of mpi4py's on numpy arrays of the same sizes."""
+def _mpi_pair(name: str, theirs: str, n_in: int, n_out: int, nbytes: int, comm: Any,
+              statistic: str = "best") -> tuple[float, float]:
+  """Seconds per call of lazytensor's collective on a Tensor and of mpi4py's on numpy arrays of the same sizes (the
+  best or the median of per_call's runs)."""
   from lazytensor import Tensor
   from lazytensor.parallel import distributed as dist
   src, dst = np.full(n_in, comm.Get_rank() + 1, np.float32), np.empty(n_out, np.float32)
   t = Tensor(src).realize()
   ours, mpi = getattr(dist, name), getattr(comm, theirs)
-  lt, mp = per_call([lambda: ours(t), lambda: mpi(src, dst)], nbytes, comm)
+  lt, mp = per_call([lambda: ours(t), lambda: mpi(src, dst)], nbytes, comm, statistic)
   return lt, mp
 
 def per_call(fns: list[Callable[[], object]], nbytes: int, comm: Any, statistic: str = "best",
@@ -236,15 +261,16 @@ def main() -> None:
   ap.add_argument("--no-mpi", action="store_true", help="skip the MPI part")
   ap.add_argument("--mpi-only", action="store_true", help="skip the part in one process")
   bench_clock.add_argument(ap)
-  ap.add_argument("--small-only", action="store_true", help="over MPI, only the small all-reduces: mpi4py, eager and "
-                  "in the engine")
+  ap.add_argument("--small-only", action="store_true", help="over MPI, only the small collectives: each eager and "
+                  "mpi4py's, and all-reduces in the engine")
   ap.add_argument("--mpi", action="store_true", help=argparse.SUPPRESS)  # set when started by mpiexec below
   args = ap.parse_args()
   # small collectives run on the calling thread (one device a rank queues nothing; kernels this small use one thread)
   if args.clock == "cpu": bench_clock.now = time.thread_time
   if args.mpi:
     sizes = [s for s in SIZES if s <= args.mpi_max_mb << 20]
-    if not args.small_only: over_mpi(sizes)
+    if args.small_only: small_eager(sizes)
+    else: over_mpi(sizes)
     small_in_engine(sizes)
     return
   if not args.mpi_only: in_one_process(args.devices, [s for s in SIZES if s <= args.max_mb << 20])

@@ -25,18 +25,20 @@ from __future__ import annotations
 
 import atexit
 import functools
+import sys
 import zlib
 from typing import Any, cast
 
 import numpy as np
 
+from lazytensor.frontend.state import state
 from lazytensor.frontend.tensor import Tensor
 from lazytensor.helpers import launched_ranks, prod
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.schedule import cache
 from lazytensor.uop.graph import buffer_view
-from lazytensor.uop.ops import Ops
+from lazytensor.uop.ops import Ops, UOp
 
 INSTALL_HINT = "pip install mpi4py mpich (or pip install -e \".[mpi]\" in the lazytensor repository)"
 REDUCE_OPS = ("sum", "max", "min", "prod")
@@ -81,7 +83,7 @@ def _join_mesh(backend: str | None, devices_per_rank: int) -> None:
   cache.structures.clear()
 
 def _comm() -> Any:
-  init()
+  if not _World.initialized: init()
   return _World.comm
 
 def rank() -> int:
@@ -112,24 +114,55 @@ def _host(t: Tensor) -> np.ndarray:
   """The values of t as a flat array for MPI to read, while the caller holds t. On a CPU device they are read where
   they lie, in t's buffer once t is realized: no copy (with the two copies this saves, a 64 MB all_reduce took ~0.8x
   the time of mpi4py's own Allreduce). Only a view that is not dense is copied densely first (a dense one made
-  contiguous again took 24 of a 1 KB all_reduce's us)."""
-  if t.dtype.is_half or isinstance(t.device, tuple):  # converted, or spread over devices (gathered by numpy())
+  contiguous again took 24 of a 1 KB all_reduce's us). A dense view of a buffer with no write into memory pending
+  is read without a call to realize (which would find nothing to do, in ~0.8 of a 1 KB all_reduce's us)."""
+  ld = t.lazydata
+  if ld.dtype.is_half or isinstance(ld.device, tuple):  # converted, or spread over devices (gathered by numpy())
     return np.ascontiguousarray(t.numpy(), _host_dtype(t)).reshape(-1)
-  ld = t.realize().lazydata
-  if not (ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous):
-    ld = t.contiguous().realize().lazydata
-  if (n := prod(t.shape)) and (host := buffer_map[ld.src[0]].host_view()) is not None: return host[:n]
+  if state.pending or not _dense(ld):
+    ld = t.realize().lazydata
+    if not _dense(ld): ld = t.contiguous().realize().lazydata
+  if (n := prod(ld.shape)) and (host := buffer_map[ld.src[0]].host_view()) is not None: return host[:n]
   return np.ascontiguousarray(t.numpy()).reshape(-1)
 
-def _result(shape: tuple[int, ...], like: Tensor) -> tuple[np.ndarray, Tensor | None]:
+def _dense(ld: UOp) -> bool:
+  """Whether a tensor's graph is its buffer, read densely from the start: the buffer's first elements are its values."""
+  return ld.op is Ops.VIEW and ld.src[0].op is Ops.BUFFER and ld.arg.contiguous
+
+def _result(call: _Call, shape: tuple[int, ...], like: Tensor) -> tuple[np.ndarray, Tensor | None]:
   """Flat memory for MPI to write a result of `shape` into, and the tensor that it is (the result, with nothing to
   copy), when the device's memory is host memory; else a numpy array to copy into a tensor afterwards, and None. The
-  tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB all_reduce's 50 us)."""
-  n, dtype, device = prod(shape), like.dtype, like.device
+  tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB all_reduce's 50 us), or for
+  a small call over the last result's Buffer when nothing holds that any more (_Kept)."""
+  device = like.device
+  # the counts: kept.view held by kept alone, its BUFFER node by the view and kept, the Buffer by its node and kept
+  if (kept := call.kept) is not None and kept.device == device and sys.getrefcount(kept.view) == HELD_ONCE and \
+      sys.getrefcount(kept.node) == HELD_ONCE + 1 and sys.getrefcount(kept.buffer) == HELD_ONCE + 1:
+    return kept.host, Tensor._of(kept.view)
+  n, dtype = prod(shape), like.dtype
   if not dtype.is_half and n and isinstance(device, str) and (host := (buf := Buffer(device, n, dtype)).host_view()) \
       is not None:
-    return host[:n], Tensor._of(buffer_view(new_buffer_uop(device, n, dtype, buf), shape))
+    result = Tensor._of(buffer_view(node := new_buffer_uop(device, n, dtype, buf), shape))
+    if call.values is not None: call.kept = _Kept(result.lazydata, node, buf, host[:n], device)
+    return host[:n], result
   return np.empty(n, _host_dtype(like)), None
+
+# what sys.getrefcount reads of an object held once, read through its holder (the read's own reference included: 2 on
+# CPython 3.11, measured rather than assumed)
+_PROBE = [object()]
+HELD_ONCE = sys.getrefcount(_PROBE[0])
+
+class _Kept:
+  """The last result of a small call (its values travel with the check: SMALL_BYTES), kept for the next call of the
+  same description: its VIEW node, its BUFFER node, the Buffer, the Buffer's memory as a flat numpy array and the
+  device. Once nothing but this holds them (no tensor, no graph built on them, no other view of the buffer, no
+  DLPack reader: each would hold one of the three), the next call writes its values there and gives a new tensor
+  over the same node: a result that is still held is never written. Making the result anew (a Buffer, its memory,
+  two nodes) and freeing it took ~7 of a 1 KB all_reduce's ~15 us (CPU time, one process); each kept result holds
+  its memory (at most SMALL_BYTES a rank) until its call is forgotten (KEPT_CALLS)."""
+  __slots__ = ("view", "node", "buffer", "host", "device")
+  def __init__(self, view: UOp, node: UOp, buffer: Buffer, host: np.ndarray, device: str) -> None:
+    self.view, self.node, self.buffer, self.host, self.device = view, node, buffer, host, device
 
 def _back(arr: np.ndarray, out: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
   return out if out is not None else Tensor(arr.reshape(shape), device=like.device, dtype=like.dtype)
@@ -170,31 +203,34 @@ class _Messages:
   is started again at each call, not made anew: making them took ~1.7 of the 2.8 us of an exchange on this host."""
   def __init__(self, comm: Any) -> None:
     from mpi4py import MPI
-    self.comm, self.me, self.start = comm, comm.Get_rank(), MPI.Prequest.Startall
+    self.comm, self.me, self.start, self.testall = comm, comm.Get_rank(), MPI.Prequest.Startall, MPI.Request.Testall
     self.rows = np.empty((comm.Get_size(), HEADER_BYTES + SMALL_BYTES), np.uint8)
+    self.headers, self.my_header = self.rows[:, :HEADER_BYTES], self.rows[self.me, :HEADER_BYTES]
     self.peers = [k for k in range(len(self.rows)) if k != self.me]
     self.receives = [comm.Recv_init(self.rows[k], k, TAG) for k in self.peers]
     self.calls: dict[tuple[object, ...], _Call] = {}
+    self.last: _Call | None = None  # the call whose description this rank's row holds
 
-  def call(self, what: str, t: Tensor | None, sends: bool, args: dict[str, object]) -> _Call:
-    """The call of this description, made on its first use."""
-    desc = (t.shape, t.dtype.name) if t is not None else ()
-    key: tuple[object, ...] = (what, sends, *desc, *args.items())
+  def call(self, what: str, t: Tensor | None, sends: bool, field: str, value: object) -> _Call:
+    """The call of this description (`field`, when not "", names what `value` is: the op, the src), made on its first
+    use."""
+    key = (what, sends, value) if t is None else (what, sends, value, t.shape, t.dtype.name)
     try: call = self.calls.get(key)
     except TypeError:  # a value that cannot be a key (a list for an op) is known by its text, as in the description
-      key = (what, sends, *desc, *((k, repr(v)) for k, v in args.items()))
+      key = (what, sends, repr(value), *key[3:])
       call = self.calls.get(key)
     if call is not None: return call
     if len(self.calls) >= KEPT_CALLS: self.forget_calls()
     fields = (("collective", what), *((("shape", t.shape), ("dtype", t.dtype.name)) if t is not None else ()),
-              *args.items())
-    call = self.calls[key] = _Call(self, _signature(fields), t, sends)
+              *(((field, value),) if field else ()))
+    call = self.calls[key] = _Call(self, what, _signature(fields), t, sends)
     return call
 
   def forget_calls(self) -> None:
     for call in self.calls.values():
       for r in call.sends: r.Free()
     self.calls.clear()
+    self.last = None
 
   def free(self) -> None:
     """Every request given back to MPI (one left at exit makes MPICH print a warning)."""
@@ -204,18 +240,24 @@ class _Messages:
 class _Call:
   """A collective as every call of it with one description makes it: the description, what the rows' descriptions
   read when every rank made the same call, the values of a small tensor (SMALL_BYTES) as they travel (every rank's,
-  a row a rank; None for a larger one), this rank's among them where it sends its own, and the persistent requests
-  that send this rank's message to each other rank."""
-  def __init__(self, world: _Messages, header: np.ndarray, t: Tensor | None, sends: bool) -> None:
+  a row a rank; None for a larger one), this rank's among them where it sends its own, what of each rank's values the
+  result is made of (`parts`: all of them, or for reduce_scatter this rank's slice), the persistent requests that send
+  this rank's message to each other rank, and the last result (_Kept)."""
+  def __init__(self, world: _Messages, what: str, header: np.ndarray, t: Tensor | None, sends: bool) -> None:
     self.header, self.agreed = header, header.tobytes() * len(world.rows)
     self.values: np.ndarray | None = None
+    self.parts: list[np.ndarray] = []
     if t is not None and _small(t):
       dtype = _host_dtype(t)
       self.values = world.rows[:, HEADER_BYTES:HEADER_BYTES + prod(t.shape) * dtype.itemsize].view(dtype)
+      size = self.values.shape[1] // len(world.rows) if what == "reduce_scatter" else self.values.shape[1]
+      start = world.me * size if what == "reduce_scatter" else 0
+      self.parts = [row[start:start + size] for row in self.values]
     self.mine = self.values[world.me] if self.values is not None and sends else None
     end = HEADER_BYTES + (self.mine.nbytes if self.mine is not None else 0)
     self.sends = [world.comm.Send_init(world.rows[world.me, :end], k, TAG) for k in world.peers]
     self.requests = world.receives + self.sends
+    self.kept: _Kept | None = None
 
 def _messages(comm: Any) -> _Messages:
   if (world := _World.messages) is None or world.comm is not comm:
@@ -229,24 +271,29 @@ def _messages(comm: Any) -> _Messages:
 def _free_messages() -> None:
   if _World.messages is not None: _World.messages.free()
 
-def _agree(comm: Any, what: str, t: Tensor | None = None, sends: bool = True, **args: object) -> _Call:
-  """Every rank sends each other rank the description of its call (the collective, t's shape and dtype, `args`) and,
-  where t is small (SMALL_BYTES) and `sends`, t's values, in one message, and receives theirs (the call's `values`).
-  Where the calls differ, each rank raises the same ValueError, which names the first field that differs and its value
-  on each rank, before MPI reads or writes any tensor. Point-to-point messages, not a collective: a receive may take
-  less than it has room for, so ranks whose calls differ in size exchange them too (the counts of MPI's collectives
-  must agree). It waits as long as a collective does (DIST_TIMEOUT)."""
+def _agree(comm: Any, what: str, t: Tensor | None = None, sends: bool = True, field: str = "",
+           value: object = None) -> _Call:
+  """Every rank sends each other rank the description of its call (the collective, t's shape and dtype, the `field`
+  named `value`: the op, the src) and, where t is small (SMALL_BYTES) and `sends`, t's values, in one message, and
+  receives theirs (the call's `values`). Where the calls differ, each rank raises the same ValueError, which names the
+  first field that differs and its value on each rank, before MPI reads or writes any tensor. Point-to-point messages,
+  not a collective: a receive may take less than it has room for, so ranks whose calls differ in size exchange them
+  too (the counts of MPI's collectives must agree). It waits as long as a collective does (DIST_TIMEOUT)."""
   world = _messages(comm)
-  call = world.call(what, t, sends, args)
+  call = world.call(what, t, sends, field, value)
   if call.mine is not None: call.mine[...] = _host(cast(Tensor, t))
-  world.rows[world.me, :HEADER_BYTES] = call.header
+  if world.last is not call:  # this rank's row holds another call's description
+    world.my_header[...] = call.header
+    world.last = call
   world.start(call.requests)
-  try: remote.wait_all(call.requests, what, world.me, RULE)
-  except TimeoutError:
-    _World.messages = None  # its requests still wait: the next call makes new ones
-    raise
-  if world.rows[:, :HEADER_BYTES].tobytes() == call.agreed: return call
-  raise _disagreement([_fields(h) for h in world.rows[:, :HEADER_BYTES]])
+  # tested once here first: where every other rank got here before, the messages are in and no more calls are made
+  if not world.testall(call.requests):
+    try: remote.wait_all(call.requests, what, world.me, RULE)
+    except TimeoutError:
+      _World.messages = None  # its requests still wait: the next call makes new ones
+      raise
+  if world.headers.tobytes() == call.agreed: return call
+  raise _disagreement([_fields(h) for h in world.headers])
 
 def _disagreement(calls: list[dict[str, str]]) -> ValueError:
   """The error for calls that differ: the first field that differs, and its value on each rank."""
@@ -272,13 +319,13 @@ def _mpi_op(op: str) -> Any:
 # the reductions of small tensors, in rank order on every rank (so every rank gets the same bits)
 UFUNCS: dict[str, np.ufunc] = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
-def _combine(op: str, values: np.ndarray, out: np.ndarray) -> None:
-  """The rows of `values` combined elementwise by `op` into out, in rank order: the bits of ufunc.reduce over axis 0,
-  by one binary call a row (two 1 KB rows: ~0.7 us, where reduce took ~1.3)."""
+def _combine(op: str, parts: list[np.ndarray], out: np.ndarray) -> None:
+  """Every rank's part combined elementwise by `op` into out, in rank order: the bits of ufunc.reduce over the ranks,
+  by one binary call a part (two 1 KB rows: ~0.7 us, where reduce took ~1.3)."""
   fn = UFUNCS[op]
-  if len(values) == 1: np.copyto(out, values[0])
-  else: fn(values[0], values[1], out=out)
-  for row in values[2:]: fn(out, row, out=out)
+  if len(parts) == 1: np.copyto(out, parts[0])
+  else: fn(parts[0], parts[1], out=out)
+  for part in parts[2:]: fn(out, part, out=out)
 
 def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   """Every rank's `t` combined elementwise by `op` (sum, max, min or prod), on every rank.
@@ -290,10 +337,10 @@ def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   if comm is None:
     _check_op(op)
     return t.contiguous()
-  call = _agree(comm, "all_reduce", t, op=op)
+  call = _agree(comm, "all_reduce", t, True, "op", op)
   _check_op(op)
-  out, result = _result(t.shape, t)
-  if call.values is not None: _combine(op, call.values, out)
+  out, result = _result(call, t.shape, t)
+  if call.values is not None: _combine(op, call.parts, out)
   else: comm.Allreduce(_host(t), out, op=_mpi_op(op))  # blocking: _agree saw every rank here
   return _back(out, result, t.shape, t)
 
@@ -308,7 +355,7 @@ def all_gather(t: Tensor) -> Tensor:
   if comm is None: return t.reshape(1) if t.ndim == 0 else t.contiguous()
   call, n = _agree(comm, "all_gather", t), comm.Get_size()
   shape = (n,) if t.ndim == 0 else (n * t.shape[0],) + t.shape[1:]
-  out, result = _result(shape, t)
+  out, result = _result(call, shape, t)
   if call.values is not None: out.reshape(n, -1)[...] = call.values
   else: comm.Allgather(_host(t), out)
   return _back(out, result, shape, t)
@@ -320,16 +367,15 @@ def reduce_scatter(t: Tensor, op: str = "sum") -> Tensor:
   >>> reduce_scatter(Tensor([1.0, 2.0])).tolist()
   [1.0, 2.0]
   """
-  comm, n = _comm(), world_size()
-  call = None if comm is None else _agree(comm, "reduce_scatter", t, op=op)
+  comm = _comm()
+  call, n = (None, 1) if comm is None else (_agree(comm, "reduce_scatter", t, True, "op", op), comm.Get_size())
   if t.ndim == 0 or t.shape[0] % n:
     raise ValueError(f"reduce_scatter: dim 0 of a tensor of shape {t.shape} must divide evenly among {n} ranks")
   _check_op(op)
   if call is None: return t.contiguous()
   shape = (t.shape[0] // n,) + t.shape[1:]
-  out, result = _result(shape, t)
-  me = comm.Get_rank()
-  if call.values is not None: _combine(op, call.values[:, me * out.size:(me + 1) * out.size], out)
+  out, result = _result(call, shape, t)
+  if call.values is not None: _combine(op, call.parts, out)
   else: comm.Reduce_scatter_block(_host(t), out, op=_mpi_op(op))
   return _back(out, result, shape, t)
 
@@ -341,11 +387,11 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
   """
   comm, n = _comm(), world_size()
   mine = rank() == src
-  call = None if comm is None else _agree(comm, "broadcast", t, mine, src=src)
+  call = None if comm is None else _agree(comm, "broadcast", t, mine, "src", src)
   if not 0 <= src < n: raise IndexError(f"broadcast: src {src} is not a rank of {n}")
   if call is None: return t.contiguous()
-  out, result = _result(t.shape, t)
-  if call.values is not None: out[...] = call.values[src]
+  out, result = _result(call, t.shape, t)
+  if call.values is not None: out[...] = call.parts[src]
   else:
     if mine: out[...] = _host(t)
     comm.Bcast(out, root=src)

@@ -118,6 +118,12 @@ def wait_all(requests: list[Any], what: str, rank: int | None = None,
   testall = sys.modules["mpi4py.MPI"].Request.Testall
   _poll(lambda: testall(requests), what, rank, rule)
 
+# how long _poll polls before it starts to yield its core between polls. 1 KB eager all_reduce, all_gather and
+# reduce_scatter over 2 ranks on a 2-core host under load 7.5-8.5, three runs with the choices taking turns, medians of
+# 15 runs of 200 calls: 28.7-49.7 us a call yielding at once (41 the median of the nine), 11.4-68.0 spinning 20 us first
+# (26; lower in 7 of the 9), the fastest runs alike (7.3-28.8 and 8.3-47.2 us)
+SPIN_SECONDS = 20e-6
+
 def _poll(done: Callable[[], bool], what: str, rank: int | None, rule: str) -> None:
   """Call `done` until it is true. It polls (MPI moves a message forward only inside MPI calls), giving the core to
   any other process that is ready to run between polls (sched_yield): a rank waits for another's kernels as often as
@@ -125,12 +131,14 @@ def _poll(done: Callable[[], bool], what: str, rank: int | None, rule: str) -> N
   MPI's shared-memory cells moves a cell per poll of each side, so a sleep between polls (at most 1 ms once it had
   waited 1 ms, before) made every cell wait for it. On a 2-core host under a load of 9-10, a TinyJit replay of 32
   all-reduces over 2 ranks (one exchange) took 23-29 ms yielding and 330-360 ms sleeping at 64 KB each, 0.19 s and
-  4.8 s at 1 MB each, 4.6-5.6 ms and 4.9-6.3 ms at 1 KB each."""
+  4.8 s at 1 MB each, 4.6-5.6 ms and 4.9-6.3 ms at 1 KB each. For its first SPIN_SECONDS it polls without yielding:
+  a rank that is running answers within microseconds, and a core given to another process comes back a time slice
+  later (see SPIN_SECONDS)."""
   if done(): return  # a small message from a rank that got there first: no clock read
   start = time.monotonic()
   while not done():
-    os.sched_yield()
-    if (waited := time.monotonic() - start) > DIST_TIMEOUT.value:
+    if (waited := time.monotonic() - start) > SPIN_SECONDS: os.sched_yield()
+    if waited > DIST_TIMEOUT.value:
       who = rank if rank is not None else joined.rank if joined is not None else 0
       raise TimeoutError(f"rank {who}: {what} waited {waited:.0f} s for the other ranks; {rule} (DIST_TIMEOUT sets "
                          "the limit)")
