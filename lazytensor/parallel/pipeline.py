@@ -222,6 +222,11 @@ def _move(t: Tensor, devices: Devices) -> Tensor:
   split = t.shard(Device.flat(t.device), axis=0)
   return collectives.from_pieces([Tensor(u).to(d) for u, d in zip(multi_leaves(split.lazydata), devices)], axis=0)
 
+def _value(t: Tensor) -> Tensor:
+  """Realized t's value as a tensor of its own: its buffers, without the graph that computed it (which a tensor that
+  requires grad keeps for backward) or a link to t (which detach keeps)."""
+  return Tensor(t.lazydata)
+
 def _place(t: Tensor, devices: Devices) -> Tensor:
   """A micro-batch (on any one device) on a stage's devices: split along dimension 0 over several."""
   return t.to(devices) if isinstance(devices, str) else t.shard(devices, axis=0)
@@ -285,26 +290,25 @@ class Pipeline:
         # a stage runs ahead of its work by IN_FLIGHT actions at most: each action's memory is allocated when it is
         # submitted, so a stage that ran further ahead would hold more than the schedule says (1F1B as much as GPipe)
         if len(submitted[s]) == IN_FLIGHT: queues.wait(submitted[s].popleft())
-        if made := self._action(s, a, work, targets, schedule, losses): Tensor.realize(*made)
+        self._action(s, a, work, targets, schedule, losses)
         submitted[s].append(queues.latest(Device.flat(self.devices[s])))
       loss = sum(losses[1:], losses[0]).realize()
     return loss
 
   def _action(self, s: int, a: Action, work: list[list[_Work]], targets: list[Tensor], schedule: Schedule,
-              losses: list[Tensor]) -> list[Tensor]:
-    """Stage s's action a, built lazily: what it makes, to realize. What it sends to a neighbouring stage is moved
-    lazily too, so the copy runs at the start of the action that takes it, on its queue."""
-    w = work[s][a.microbatch]
+              losses: list[Tensor]) -> None:
+    """Stage s's action a, built lazily and realized (inside step's deferred block: without waiting for it). What it
+    sends to a neighbouring stage is moved lazily from the realized value, so the copy runs at the start of the action
+    that takes it, on its queue."""
+    w, i = work[s][a.microbatch], a.microbatch
     last = s == len(self.layers) - 1
     if a.kind == "F":
-      made = self._forward(s, w, targets[a.microbatch] if last else None, schedule.microbatches)
-      if last: losses.append(w.outputs[-1])
-      else: work[s + 1][a.microbatch].received = _move(w.outputs[-1], self.devices[s + 1])
-      return made
-    if a.kind == "W": return self._weights(s, w)
-    grad, made = self._backward(s, w, weights=not schedule.split_backward)
-    if grad is not None: work[s - 1][a.microbatch].received = _move(grad, self.devices[s - 1])
-    return made
+      out = self._forward(s, w, targets[i] if last else None, schedule.microbatches)
+      if last: losses.append(out)
+      else: work[s + 1][i].received = _move(out, self.devices[s + 1])
+    elif a.kind == "W": self._weights(s, w)
+    elif (grad := self._backward(s, w, weights=not schedule.split_backward)) is not None:
+      work[s - 1][i].received = _move(grad, self.devices[s - 1])
 
   def _check(self, x: Tensor, y: Tensor, schedule: Schedule) -> None:
     if not isinstance(schedule, Schedule): raise TypeError(f"Pipeline.step: expected a Schedule, got {schedule!r}")
@@ -318,9 +322,10 @@ class Pipeline:
       raise ValueError(f"Pipeline.step: a batch of {x.shape[0]} does not split into {schedule.microbatches} "
                        "micro-batches of one size")
 
-  def _forward(self, s: int, w: _Work, target: Tensor | None, microbatches: int) -> list[Tensor]:
+  def _forward(self, s: int, w: _Work, target: Tensor | None, microbatches: int) -> Tensor:
     """F: the stage's layers, each on its input as a leaf of its own (so that B and W differentiate one layer at a
-    time); on the last stage the loss (a share 1/m of the batch's) is a last layer. Returns the layers' outputs."""
+    time); on the last stage the loss (a share 1/m of the batch's) is a last layer. Realizes the layers' outputs and
+    returns the last one's value."""
     h = w.received
     assert h is not None, "a forward before its input arrived"
     w.received = None
@@ -331,7 +336,8 @@ class Pipeline:
       w.inputs.append(h.detach() if data else h.detach().requires_grad_())
       h = layer(w.inputs[-1])
       w.outputs.append(h)
-    return w.outputs
+    Tensor.realize(*w.outputs)
+    return _value(h)
 
   def _loss(self, out: Tensor, target: Tensor) -> Tensor:
     loss = self.loss_fn(out, target)
@@ -340,10 +346,10 @@ class Pipeline:
                        f"{loss.shape if isinstance(loss, Tensor) else type(loss).__name__}")
     return loss
 
-  def _backward(self, s: int, w: _Work, weights: bool) -> tuple[Tensor | None, list[Tensor]]:
+  def _backward(self, s: int, w: _Work, weights: bool) -> Tensor | None:
     """B: the gradient of the stage's input (None on the first stage, whose input is data), layer by layer from the
     last, keeping the gradient of each layer's output for W; with `weights`, the weights' gradients too (B and W in
-    one). Returns that input gradient and every gradient it makes."""
+    one), after which the micro-batch's activations are let go. Realizes them; returns that input gradient's value."""
     grad, w.received = w.received, None
     grads: list[Tensor] = []
     for k in reversed(range(len(w.outputs))):
@@ -354,19 +360,34 @@ class Pipeline:
       got = w.outputs[k].gradient(*inputs, *params, gradient=grad)
       grads += self._accumulate(params, got[len(inputs):])
       if inputs: grad = got[0]
+    # each layer's output gradient is realized, as the layers below and W read it (left lazy, the kernels that read it
+    # would each compute it again: 2.6x the flops of a 1F1B step here); W needs those of the layers it differentiates
     made = [g for g in (grad, *w.output_grads, *grads) if isinstance(g, Tensor)]
-    if weights: w.inputs, w.outputs, w.output_grads = [], [], []
-    return grad if s > 0 else None, made
+    kept = [g if self._trained(s, k) and not weights else None for k, g in enumerate(w.output_grads)]
+    if weights: w.inputs, w.outputs = [], []  # what the gradients do not read is let go before they are computed
+    w.output_grads = []
+    Tensor.realize(*made)
+    w.output_grads = [None if g is None else _value(g) for g in kept]
+    if weights: self._own_grads(s)
+    return _value(grad) if s > 0 and grad is not None else None
 
-  def _weights(self, s: int, w: _Work) -> list[Tensor]:
-    """W: the weights' gradients of each layer from the gradient of its output that B kept (returned); then the
+  def _weights(self, s: int, w: _Work) -> None:
+    """W: the weights' gradients of each layer from the gradient of its output that B kept, realized; then the
     micro-batch's activations are let go."""
     grads = []
     for k in range(len(self.params[s])):
       if not (params := self._trained(s, k)): continue
       grads += self._accumulate(params, w.outputs[k].gradient(*params, gradient=w.output_grads[k]))
-    w.inputs, w.outputs, w.output_grads = [], [], []
-    return grads
+    w.inputs, w.outputs, w.output_grads = [], [], []  # what the gradients do not read is let go before they run
+    if grads: Tensor.realize(*grads)
+    self._own_grads(s)
+
+  def _own_grads(self, s: int) -> None:
+    """Each .grad of stage s as its value. A weight's first gradient of the step is a gradient tensor, which keeps the
+    graph that computed it (autograd's guard against differentiating through it), and with it the activations of
+    the micro-batch (a sum of two keeps none)."""
+    for p in (p for k in range(len(self.params[s])) for p in self._trained(s, k)):
+      if p.grad is not None: p.grad = _value(p.grad)
 
   def _trained(self, s: int, k: int) -> list[Tensor]:
     """The weights of layer k of stage s that get gradients (requires_grad, as backward's; the loss has none)."""
