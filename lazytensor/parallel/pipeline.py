@@ -399,8 +399,7 @@ class Pipeline:
     made = [g for g in (grad, *w.output_grads, *grads) if isinstance(g, Tensor)]
     kept = [g if self._trained(s, k) and not weights else None for k, g in enumerate(w.output_grads)]
     if weights: w.inputs, w.outputs = [], []  # what the gradients do not read is let go before they are computed
-    w.output_grads = []
-    Tensor.realize(*made)
+    if made: Tensor.realize(*made)
     w.output_grads = [None if g is None else _value(g) for g in kept]
     if weights: self._own_grads(s)
     return _value(grad) if s > 0 and grad is not None else None
