@@ -17,6 +17,7 @@ from lazytensor.parallel import distributed as dist
 from lazytensor.parallel.collectives import stack
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import memory_allocated
+from lazytensor.schedule.cache import schedule_stats
 
 DEVICES = ("CPU:0", "CPU:1", "CPU:2", "CPU:3")
 
@@ -150,6 +151,16 @@ def small_all_reduces() -> None:
   for g, w in zip(got, want): np.testing.assert_array_equal(g.numpy(), w)
   peers = n - 1
   assert messages == {"Iallgather": 1, "Isend": peers, "Irecv": peers}, messages  # the check of the schedule, then
+  # the same all-reduces of other values again: the schedule cache's (schedule/cache.py), with no multi pass and no
+  # scheduling, and one exchange as before
+  stacks = _stacks([[v * 3 for v in vs] for vs in values], mesh)
+  Tensor.realize(*stacks)
+  recorder.calls.clear()
+  before = dict(schedule_stats)
+  got = _reduced(stacks)
+  assert {k: schedule_stats[k] - before[k] for k in before} == {"split": 0, "scheduled": 0, "reused": 1}
+  assert dict(recorder.calls) == messages, recorder.calls
+  for g, vs in zip(got, values): np.testing.assert_array_equal(g.numpy(), _rank_order_sum([v * 3 for v in vs]))
   step = TinyJit(lambda *xs: [t.realize() for t in _reduced(list(xs))])
   for k in range(4):
     shifted = [[v + k for v in vs] for vs in values]

@@ -20,6 +20,16 @@ the abstract graph holds a DEFINE_VAR in its place: the kernels take the number 
 carries the values to pass (`ScheduleItem.vals`), and one compiled program serves every later value (a learning rate
 that changes every step compiles twice, not once a step). A position is the constant's node, so two positions that
 hold equal values in one graph are one (x * a + a is another structure than x * a + b).
+
+Graphs on several devices (schedule/multi.py) are templates too: the multi pass splits the abstract graph into one
+graph per device, which is scheduled, and what its outputs become is put back together (MULTIs of the pieces' views);
+a graph of the same structure then runs neither the multi pass nor the scheduler (a data-parallel step of a small MLP
+over 2 devices without TinyJit: its schedules took 14.9 of its 23.5 ms CPU time, 7.7 of them the multi pass, and take
+1.3 of 8.7 now). Everything the multi pass reads is in the key: the devices are in the buffers' args, the layouts
+(axis and bounds) in the MULTI nodes' args, a mesh in the nesting of its MULTIs and in its copies' devices; the RING
+knob, which chooses how to all-reduce, is a knob; and the ranks of a mesh across MPI processes (runtime/remote.py),
+which order a schedule's copies between ranks, key both maps. The exchanges between ranks are grouped from each
+schedule's buffers as it runs (engine/realize.py), so a template holds no description of them.
 """
 from __future__ import annotations
 
@@ -27,7 +37,8 @@ import weakref
 from typing import Any, NamedTuple
 
 from lazytensor.dtype import DType, dtypes
-from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE
+from lazytensor.helpers import DEBUG, LRU, SCHEDULE_CACHE, knob_state
+from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, buffer_map, new_buffer_uop
 from lazytensor.schedule import pack_cache
 from lazytensor.schedule.index_check import IndexFlags
@@ -48,7 +59,7 @@ class ScheduleItem(NamedTuple):
 _new_item = tuple.__new__
 
 # read per node: an enum member is a class attribute lookup (~0.1 us on Python 3.11), a module global is not
-_BUFFER, _CONTIGUOUS, _VIEW, _CONST = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW, Ops.CONST
+_BUFFER, _CONTIGUOUS, _VIEW, _CONST, _MULTI = Ops.BUFFER, Ops.CONTIGUOUS, Ops.VIEW, Ops.CONST, Ops.MULTI
 
 # the dtypes of the constants that may become kernel arguments: those every runtime passes as a plain machine number
 ARG_DTYPES: frozenset[DType] = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32,
@@ -207,16 +218,25 @@ class _Abstracter:
 
   def _visit(self, node: UOp, depth: int) -> UOp:
     if (new := self.done.get(node)) is not None: return new
-    if (hit := node.__dict__.get(realized_map.attr)) is not None: new = self.plain(hit)
+    if (hit := node.__dict__.get(realized_map.attr)) is not None:
+      new = self.plain(hit)
+      self.stands_for(new, node)
     else:
       if depth > _MAX_RECURSION: raise _TooDeep
       src = tuple([self._visit(s, depth + 1) for s in node.src]) if node.src else ()  # leaves: no comprehension
       op = node.op
       if op is Ops.BUFFER or op is Ops.CONTIGUOUS or op is _CONST: new = self.convert(node, src)
       else: new = self.rebuild(node, src)
+      self.origin[new] = node
     self.done[node] = new
-    self.origin[new] = node
     return new
+
+  def stands_for(self, new: UOp, realized: UOp) -> None:
+    """A realized node is the origin of its value's abstract node unless a node of the graph is: the value itself (a
+    tensor's memory, on several devices a MULTI of its pieces' views), whose new buffer nodes an assign in the graph
+    must reach. The realized node stands for what it computed: committed to the assigned memory, a clone read that
+    memory's new contents as its own."""
+    if new not in self.origin: self.origin[new] = realized
 
   def _walk_stack(self, root: UOp) -> UOp:
     done, origin, stack, attr = self.done, self.origin, [(root, False)], realized_map.attr
@@ -227,19 +247,16 @@ class _Abstracter:
         src = tuple([done[s] for s in node.src])
         if node.op in (Ops.BUFFER, Ops.CONTIGUOUS, _CONST): new = self.convert(node, src)
         else: new = self.rebuild(node, src)
-      elif (hit := node.__dict__.get(attr)) is not None: new = self.plain(hit)
+        origin[new] = node
+      elif (hit := node.__dict__.get(attr)) is not None:
+        new = self.plain(hit)
+        self.stands_for(new, node)
       else:
         stack.append((node, True))
         stack += [(s, False) for s in reversed(node.src) if s not in done]
         continue
       done[node] = new
-      origin[new] = node
     return done[root]
-
-class Substituter(_Abstracter):
-  """The same walk, keeping the buffers: the caller's graph with realized nodes swapped for their values."""
-  def convert(self, node: UOp, src: tuple[UOp, ...]) -> UOp:
-    return node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
 
 def abstract(outs: list[UOp], dynamic: list[UOp] | None = None) -> Abstract:
   """The abstract graph of `outs`, with the CONST nodes in `dynamic` as kernel arguments (Positions.dynamic)."""
@@ -291,7 +308,8 @@ class Template:
                   for n in value_buffers]
     self.names += [(n, _CONST_SLOT, n.arg) for _, v in self.becomes for n in v.toposort if n.op is Ops.DEFINE_VAR]
     # most values are a view of one buffer: rebuilt directly, without the walk of a general substitute
-    self.direct = [v.op is Ops.VIEW and v.src[0].op is Ops.BUFFER for _, v in self.becomes]
+    # (on several devices, a MULTI of such views, nested on a mesh)
+    self.direct = [_direct(v) for _, v in self.becomes]
     # the items that pack a parameter's buffer (a weight): (item, the copy's position, the parameter's)
     self.packs = [(i, *self.item_bufs[i][1]) for i in packs]
     assert all(len(self.item_bufs[i][1]) == 2 and w < len(params) for i, _, w in self.packs), "a pack reads a parameter"
@@ -339,14 +357,27 @@ class Template:
     becomes: dict[UOp, UOp] = {}
     for (_, value), direct, orig in zip(self.becomes, self.direct, origins):
       if orig is None: continue
-      if direct:
+      if direct is _VIEW:
         view = value.arg.bind(var_vals) if var_vals else value.arg
         becomes[orig] = UOp(_VIEW, value.dtype, (names[value.src[0]],), view)
+      elif direct is _MULTI: becomes[orig] = _views_rebuilt(value, names, var_vals)
       else: becomes[orig] = bind_views(value.substitute(names), var_vals) if var_vals else value.substitute(names)
     if DEBUG.value >= 1 and items:  # the knob's value: its __ge__ is a Python call at every eager step
       print(f"scheduled {len(items)} items from {len(self.sink.toposort)} nodes"
             f"{' (schedule cache hit)' if self.uses > 1 else ''}")
     return items, becomes
+
+def _direct(value: UOp) -> Ops | None:
+  """_VIEW for a value that is a view of one buffer, _MULTI for a MULTI of such (nested on a mesh): what an instance
+  rebuilds without a substitute's walk (32 all-reduces over 2 devices realized at once: 64 outputs)."""
+  if value.op is _MULTI: return _MULTI if all(_direct(p) is not None for p in value.src) else None
+  return _VIEW if value.op is _VIEW and value.src[0].op is _BUFFER else None
+
+def _views_rebuilt(value: UOp, names: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
+  """A value that _direct calls direct, over the buffers `names` gives and its views' Variables bound to var_vals."""
+  if value.op is _MULTI: return UOp(_MULTI, value.dtype, tuple([_views_rebuilt(p, names, var_vals) for p in value.src]),
+                                    value.arg)
+  return UOp(_VIEW, value.dtype, (names[value.src[0]],), value.arg.bind(var_vals) if var_vals else value.arg)
 
 class _ViewKey:
   """What a view (a VIEW node's ShapeTracker, its Variables unbound) is in a structure: equal views have one, so that
@@ -515,11 +546,12 @@ class Structure:
     return done[root]
 
 def structure(outs: list[UOp]) -> tuple[tuple[Any, ...], Structure]:
-  """The structure key of a graph and its walk."""
+  """The structure key of a graph and its walk. The key holds every knob's value (one number) and the ranks of a mesh
+  across ranks (runtime/remote.py), whose copies between ranks a schedule orders apart."""
   s = Structure()
   roots = []
   for o in outs: roots.append(i if (i := s.done.get(o)) is not None else s.visit(o, 0))
-  return (tuple(s.entries), tuple(roots)), s
+  return (tuple(s.entries), tuple(roots), knob_state(), remote.joined), s
 
 class Positions:
   """The constant positions of one structure: the values its first graph had there, and the positions that have seen
@@ -587,10 +619,12 @@ def origins(s: Structure, entries: list[int | None]) -> list[UOp | None] | None:
 
 # keyed by the abstract graph and what chooses the packing copies a schedule makes: the CPU target's heuristics, or
 # with BEAM a search of that width (whose choice may differ with the thread count); the knobs as
-# codegen/program.knob_key says, the one list of the knobs that change compiled code
+# codegen/program.knob_key says, the one list of the knobs that change compiled code; and what else the multi pass and
+# the order of copies read (the RING knob, the ranks)
 templates: LRU[tuple[Any, ...], Template] = LRU(SCHEDULE_CACHE)
-# keyed by the hash of a structure and the same knobs (Found.key holds them): the schedule of its latest values (once
-# its numbers that change are kernel arguments, of all of them)
+# keyed by the hash of a structure, which holds every knob and the ranks (Found.key holds it): the schedule of its
+# latest values (once its numbers that change are kernel arguments, of all of them)
 structures: LRU[int, Found] = LRU(SCHEDULE_CACHE)
-# graphs scheduled from scratch, and graphs that reused the schedule of one of the same structure
-schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0}
+# graphs scheduled from scratch, graphs that reused the schedule of one of the same structure, and graphs on several
+# devices that the multi pass split into one per device before they were scheduled (a reuse splits none)
+schedule_stats: dict[str, int] = {"scheduled": 0, "reused": 0, "split": 0}

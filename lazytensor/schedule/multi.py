@@ -152,7 +152,8 @@ def ring_all_reduce(op: Ops, partials: Sequence[UOp], devices: Sequence[str]) ->
 # ---- the rules ----
 
 def _on_devices(x: UOp, d: UOp) -> UOp | None:
-  """A constant or iota made on a tuple of devices: one on each."""
+  """A constant or iota made on a tuple of devices, or a kernel argument standing for such a constant in the schedule
+  cache's abstract graph (schedule/cache.py): one on each."""
   if not isinstance(d.arg, tuple): return None
   return multi_uop([x.replace(src=(d.replace(arg=dev),)) for dev in d.arg], None, None)
 
@@ -281,7 +282,7 @@ def _view(v: UOp, m: UOp) -> UOp:
 
 MULTI = UPat(Ops.MULTI, name="m")
 pm_multi: PatternMatcher[UOp] = PatternMatcher([
-  (UPat((Ops.CONST, Ops.IOTA), src=(UPat(Ops.DEVICE, name="d"),), name="x"), _on_devices),
+  (UPat((Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR), src=(UPat(Ops.DEVICE, name="d"),), name="x"), _on_devices),
   (UPat(GroupOp.Elementwise, name="x"), _elementwise),
   (UPat(Ops.REDUCE_AXIS, src=(MULTI,), name="r"), _reduce),
   (UPat(Ops.RESHAPE, src=(MULTI,), name="r"), _reshape),
@@ -328,15 +329,15 @@ def own_pieces(out: UOp) -> UOp:
     return own_value(u) if _is_memory(u) and u.reads & sources else u
   return copied(out) if sources else out
 
-def split_multi(outs: Sequence[UOp], sink: UOp) -> tuple[list[UOp], Callable[[dict[UOp, UOp]], dict[UOp, UOp]]]:
-  """The outputs of `sink` (a SINK of the graphs of `outs`, with what was realized before swapped in), each on one
-  device: a multi output gives one output per piece, each memory of its own (own_pieces). And the function that
-  maps what those became after scheduling back to `outs`."""
+def split_multi(sink: UOp) -> tuple[list[UOp], Callable[[dict[UOp, UOp]], dict[UOp, UOp]]]:
+  """The outputs of `sink` (a SINK of graphs whose realized nodes are buffers: the schedule cache's abstract graph),
+  each on one device: a multi output gives one output per piece, each memory of its own (own_pieces). And the function
+  that maps what those became after scheduling back to the outputs of `sink`."""
   lowered = multi_pass(sink)
   lowered = lowered.replace(src=tuple(map(own_pieces, lowered.src)))
   flat = [leaf for out in lowered.src for leaf in multi_leaves(out)]
   def regroup(becomes: dict[UOp, UOp]) -> dict[UOp, UOp]:
     def rebuild(new: UOp) -> UOp:
       return new.replace(src=tuple(rebuild(p) for p in new.src)) if new.op is Ops.MULTI else becomes.get(new, new)
-    return {**becomes, **{orig: rebuild(new) for orig, new in zip(outs, lowered.src)}}
+    return {**becomes, **{orig: rebuild(new) for orig, new in zip(sink.src, lowered.src)}}
   return flat, regroup

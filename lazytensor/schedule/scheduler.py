@@ -20,7 +20,7 @@ from typing import Any
 
 from lazytensor.codegen.program import knob_key
 from lazytensor.dtype import dtypes
-from lazytensor.helpers import BEAM, SCALAR_ARGS, SCHEDULE_CACHE, argsort, knob_state, prod
+from lazytensor.helpers import BEAM, RING, SCALAR_ARGS, SCHEDULE_CACHE, argsort, prod
 from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
@@ -646,8 +646,7 @@ def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool
   seen = cache.structure(outs) if cap > 0 else None
   dynamic: list[UOp] = []
   if seen is not None:
-    # structures are keyed by every knob's value (one number), templates by the knobs that choose a schedule
-    key, walk = (seen[0], knob_state()), seen[1]
+    key, walk = seen
     found, positions, at = cache.find(key, walk, bool(SCALAR_ARGS.value))
     dynamic = [walk.consts[i] for i in at] if at else []
     # a schedule that lends no buffer on has none that a live tensor could hold (an eager op's: no look, no call)
@@ -656,29 +655,34 @@ def create_schedule(outs: list[UOp], held: Held | None = None, reuse_packs: bool
                                not _held(found.template, lent, held))):
       return found.template.instantiate(walk.params, origins, dynamic, walk.var_vals, reuse_packs)
   abstract = cache.abstract(outs, dynamic)
-  # only single-device graphs have templates: a hit needs no look for MULTI nodes
   # the packing copies a schedule makes are the CPU target's heuristics', or a BEAM search's of that width: keyed by
-  # the knobs every program key holds (knob_key: the target, THREADS) and the width
-  template_key = (abstract.sink, int(BEAM.value), knob_key(threads=True))
+  # the knobs every program key holds (knob_key: the target, THREADS) and the width; a graph on several devices also by
+  # how the multi pass makes its all-reduces (RING) and the ranks, which order its copies between ranks
+  template_key = (abstract.sink, int(BEAM.value), knob_key(threads=True), int(RING.value), remote.joined)
   template = cache.templates.get(template_key) if cap > 0 else None
-  if template is None and is_multi(abstract.sink):
-    # values on several devices: first one graph per device (schedule/multi.py), each scheduled (and cached) on its own
-    flat, regroup = split_multi(outs, cache.Substituter().walk(UOp(Ops.SINK, dtypes.void, tuple(outs))))
-    items, becomes = create_schedule(flat, reuse_packs=reuse_packs)
-    return items, regroup(becomes)
   if template is None:
-    template = cache.Template(abstract.sink, *_schedule_graph(abstract.sink))
+    template = cache.Template(abstract.sink, *_schedule_sink(abstract.sink))
     if cap > 0: cache.templates.put(template_key, template)
   if kept := _held(template, [abstract.origin.get(n) for n in template.lenders], held):
     # the structure's entry stays the schedule that keeps none: this one is found by the abstract graph
     if (variant := template.kept.get(kept)) is None:
-      variant = template.kept[kept] = cache.Template(abstract.sink, *_schedule_graph(abstract.sink, held=kept))
+      variant = template.kept[kept] = cache.Template(abstract.sink, *_schedule_sink(abstract.sink, held=kept))
     template = variant
   elif seen is not None and (entries := cache.found_entries(walk, abstract, [n for n, _ in template.becomes])) is not \
       None and (lenders := cache.found_entries(walk, abstract, list(template.lenders))) is not None:
     cache.remember(cache.Found(key, template, entries, positions, at, walk.values(at), lenders))
   return template.instantiate(abstract.params, [abstract.origin.get(n) for n, _ in template.becomes], abstract.consts,
                               abstract.var_vals, reuse_packs)
+
+def _schedule_sink(sink: UOp, held: frozenset[UOp] = frozenset()) -> \
+    tuple[list[ScheduleItem], dict[UOp, UOp], tuple[UOp, ...], tuple[int, ...]]:
+  """_schedule_graph of an abstract graph; one with values on several devices is first split into a graph per device
+  (schedule/multi.py), whose schedule computes them, and what its outputs become is put back together."""
+  if not is_multi(sink): return _schedule_graph(sink, held=held)
+  cache.schedule_stats["split"] += 1
+  flat, regroup = split_multi(sink)
+  items, becomes, lenders, packs = _schedule_graph(UOp(Ops.SINK, dtypes.void, tuple(flat)), held=held)
+  return items, regroup(becomes), lenders, packs
 
 def _held(template: cache.Template, callers: list[UOp | None], held: Held | None) -> frozenset[UOp]:
   """The template's lenders whose nodes in the caller's graph (`callers`, None where it has none) are `held`."""
