@@ -229,8 +229,9 @@ class GradMixin(WritesMixin):
   @classmethod
   def _of_gradient(cls, g: UOp, create_graph: bool) -> Self:
     """A gradient as a tensor. With create_graph it requires grad (a float one), so that it keeps the graph that
-    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: kept as its
-    graph once realized, so that differentiating through it is an error, never zeros."""
+    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: once realized,
+    one over its memory that keeps what its graph reached (_forget_graphs), so that differentiating through it is an
+    error, never zeros."""
     if create_graph:
       t = cls(g)
       if g.dtype.is_float: t._requires_grad = True
