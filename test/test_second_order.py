@@ -1,6 +1,7 @@
 """Second-order gradients against torch: create_graph=True keeps the graph of a gradient (lazy or realized) so that it
 can be differentiated again (Hessian-vector products, a gradient penalty, third derivatives); without it a gradient is a
 constant to autograd, and differentiating through it is an error, never zeros."""
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 from helpers import named
 
-from lazytensor import Tensor
+from lazytensor import Tensor, memory_allocated, nn
 from lazytensor.helpers import ArgumentError
+from lazytensor.nn.optim import SGD
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -132,6 +134,54 @@ def test_differentiating_a_gradient_made_without_create_graph_is_an_error(case: 
                                           "computed without create_graph"):
     out.backward()
   assert x.grad is None
+
+def test_a_realized_gradient_frees_the_forward_and_still_says_it_is_constant() -> None:
+  # its graph's realized nodes held the forward's activations (1089 KB here, for 65 KB of gradients) until zero_grad()
+  dev = "CPU:1"  # a device of its own: nothing else allocates there while the test counts
+  Tensor.manual_seed(0)
+  layers = [nn.Linear(64, 64) for _ in range(4)]
+  params = [p.replace(p.to(dev).realize()) for layer in layers for p in (layer.weight, layer.bias)]
+  opt = SGD(params, lr=0.01)
+  x = Tensor(_inputs([(1024, 64)])[0], device=dev)
+  gc.collect()
+  before = memory_allocated(dev)
+  h = x
+  for layer in layers: h = layer(h).relu()
+  h.sum().backward()
+  opt.step()
+  del h
+  gc.collect()
+  # a gradient holds its own memory, no more: what is left once the step's other values went is the gradients
+  assert memory_allocated(dev) - before == sum(p.numel() * 4 for p in params)
+  # still a constant to autograd: differentiating through it is an error where its graph reached the target (the
+  # first layer's gradient reached every later weight), zeros where not (the last layer's, the first weight)
+  first, last = params[0].grad, params[-2].grad
+  assert first is not None and last is not None
+  with pytest.raises(ArgumentError, match="only through a gradient computed without create_graph"):
+    first.sum().gradient(params[4])
+  with pytest.raises(ArgumentError, match="backward: this tensor needs no gradient"): first.sum().backward()
+  assert (last.sum() + (params[0] * 0).sum()).gradient(params[0])[0].abs().sum().item() == 0.0
+
+def test_a_realized_gradient_remembers_the_tensors_its_graph_reached() -> None:
+  data = np.float32([0.5, -1.0])
+  x, other, scale = Tensor(data, requires_grad=True), Tensor(data * 2, requires_grad=True), Tensor(data + 3)
+  h = (x * scale).tanh()  # a tensor of the graph, lazy: a target through its node, then through its realized memory
+  g, = (h * h * other).sum().gradient(x)
+  g.realize()
+  for _ in range(2):
+    with pytest.raises(ArgumentError, match="only through a gradient computed without create_graph"):
+      g.sum().gradient(h)
+    with pytest.raises(ArgumentError, match="only through a gradient computed without create_graph"):
+      (g * x).sum().gradient(other)
+    h.realize()
+  # memory made after it was realized is not what it read, though it may be given the bit of the masks that memory
+  # it read and that was freed since had (scale's)
+  del h, scale
+  gc.collect()
+  fresh = [Tensor(data)]
+  while not fresh[-1].lazydata.reads & g._graph_root().arg.reads:  # bits are handed on lowest first
+    fresh.append(Tensor(data))
+  assert all(gt.tolist() == [0.0, 0.0] for gt in (g.sum() + x.sum()).gradient(fresh[-1]))
 
 def test_a_gradient_made_without_create_graph_is_a_constant() -> None:
   # as in torch: it weighs another term, whose own gradient is unchanged

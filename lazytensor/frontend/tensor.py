@@ -330,16 +330,19 @@ class Tensor(GradMixin, metaclass=_TensorType):
     except BadIndexError as e: bad = e
     pack_cache.keep_pending()
     commit_realized(becomes)
+    plain = []  # gradients computed without create_graph: they keep what their graph reached, not the graph
     for t in tensors:
       new = becomes.get(t.lazydata, t.lazydata)
       # backward after realize() still walks the graph that computed t (leaves are found in it through realized_map)
       if new is not t.lazydata:
         if t._requires_grad and id(t) not in state.grad_leaves: t._graph = t.lazydata
+        elif t._graph is t.lazydata: plain.append(t)
         # what its views taken while lazy were made over (_give_buffer); weakly: it must not keep the node alive
         # (it would be found again)
         if t._views is not None: t._lazy_before = weakref.ref(t.lazydata)
       if t._assigned_at is not None: state.pending.pop(t._assigned_at, None)  # done: its graph can go
       t.lazydata, t._assigned_at = new, None
+    if plain: self._forget_graphs(plain)
     for t in tensors:
       if t._own_moves is not None: t._hand_memory_to_viewed()
     if bad is not None: raise bad

@@ -14,6 +14,7 @@ from lazytensor.frontend.autograd import (
   NO_GRAPH_HINT,
   PLAIN_GRADIENT,
   RemovableHandle,
+  forget_graphs,
   gradients_of,
   holds_plain_gradient,
 )
@@ -228,12 +229,27 @@ class GradMixin(WritesMixin):
   @classmethod
   def _of_gradient(cls, g: UOp, create_graph: bool) -> Self:
     """A gradient as a tensor. With create_graph it requires grad (a float one), so that it keeps the graph that
-    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: kept as its
-    graph once realized, so that differentiating through it is an error, never zeros."""
+    computes it once realized, as torch's. Without, it is a constant to autograd, a DETACH that says so: once realized,
+    one over its memory that keeps what its graph reached (_forget_graphs), so that differentiating through it is an
+    error, never zeros."""
     if create_graph:
       t = cls(g)
       if g.dtype.is_float: t._requires_grad = True
       return t
     t = cls(UOp(Ops.DETACH, g.dtype, (g,), PLAIN_GRADIENT))
-    t._graph = t.lazydata
+    t._graph = t.lazydata  # realize swaps it for what _forget_graphs keeps
     return t
+
+  @staticmethod
+  def _forget_graphs(plain: Sequence[GradMixin]) -> None:
+    """After realize: gradients computed without create_graph, just realized, keep in place of the graph that computed
+    them only what tells whether it reached a target (autograd.forget_graphs), not its realized nodes, which hold the
+    forward's activations: a .grad frees them as torch's backward does, not at zero_grad()."""
+    mine = {id(t) for t in plain}
+    live_nodes: dict[UOp, None] = {}
+    for h in live.alive():
+      if id(h) in mine or not isinstance(h, GradMixin): continue
+      live_nodes[h.lazydata] = None
+      if h._graph is not None: live_nodes[h._graph] = None
+    graphs = [g for t in plain if (g := t._graph) is not None]
+    for t, marker in zip(plain, forget_graphs(graphs, [t.lazydata for t in plain], live_nodes)): t._graph = marker
