@@ -74,6 +74,29 @@ def test_batchnorm_train_and_eval_with_running_stats() -> None:
   out = ours(Tensor(x_np)).numpy()
   np.testing.assert_allclose(out, theirs(torch.tensor(x_np)).detach().numpy(), rtol=1e-4, atol=1e-5)
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_batchnorm_train_backward_two_reduces_one_pass(affine: bool) -> None:
+  # BatchNormGrad: the backward is sum(dy) and sum(dy * x_hat) over the batch and one elementwise pass for dx, the
+  # relu's mask read with dy (the chain rule through the statistics made 4 reduces and an elementwise pass)
+  from lazytensor.schedule.scheduler import create_schedule
+  from lazytensor.uop.ops import Ops
+  ours, theirs = nn.BatchNorm2d(6, affine=affine), torch.nn.BatchNorm2d(6, affine=affine)
+  if affine:
+    ours.weight, ours.bias = Tensor(rng.uniform(0.5, 2, 6).astype(np.float32)), Tensor(rng.standard_normal(6))
+    _copy_params(ours, theirs, ["weight", "bias"])
+  x_np, cot = (rng.standard_normal((4, 6, 5, 7)).astype(np.float32) * 3 + 1 for _ in range(2))
+  x, tx = Tensor(x_np, requires_grad=True).realize(), torch.tensor(x_np, requires_grad=True)
+  params = [ours.weight, ours.bias] if affine else []
+  with Tensor.train():
+    grads = (ours(x).relu() * Tensor(cot)).sum().gradient(x, *params)
+  items, _ = create_schedule([g.lazydata for g in grads])
+  reduces = [it for it in items if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort)]
+  assert (len(items), len(reduces)) == (4, 3)  # the mean, the variance, the two sums in one; dx
+  (theirs.train()(tx).relu() * torch.tensor(cot)).sum().backward()
+  tparams = [theirs.weight, theirs.bias] if affine else []
+  for g, t in zip(grads, [tx, *tparams]):
+    np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
 def test_embedding() -> None:
   ours, theirs = nn.Embedding(10, 4), torch.nn.Embedding(10, 4)
   ours.weight = Tensor(theirs.weight.detach().numpy().copy(), requires_grad=True)

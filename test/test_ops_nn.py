@@ -378,6 +378,23 @@ def test_pool_gradient_is_no_reduce(pool: str) -> None:
   assert tx.grad is not None
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
 
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is the reference")
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+def test_strided_pool_gradient_is_read_unmasked_by_its_consumer(pool: str) -> None:
+  # WindowsGrad stores a strided pool's input gradient with the residues as axes of their own: the relu's mask after
+  # it (ResNet's stem) read the phases' interleave in place, every phase under masks alternating along its vectors
+  xn = np.random.default_rng(0).standard_normal((2, 4, 12, 12), dtype=np.float32)
+  x = Tensor(xn, requires_grad=True)
+  getattr((x * 2).relu(), pool)(3, stride=2, padding=1).square().sum().backward()
+  assert x.grad is not None
+  items, _ = create_schedule([x.grad.lazydata])
+  loads = [u for u in items[-1].ast.toposort if u.op is Ops.LOAD]
+  assert loads and not any(v.mask is not None for u in loads for v in u.src[1].arg.views)
+  tx = torch.tensor(xn, requires_grad=True)
+  getattr(F, pool)((tx * 2).relu(), 3, stride=2, padding=1).square().sum().backward()
+  assert tx.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+
 def test_max_pool_int_and_ties() -> None:
   x = Tensor([[[[1, 5, 5, 2], [5, 0, 3, 3]]]])
   values, idx = x.max_pool2d(return_indices=True)

@@ -355,6 +355,18 @@ def test_heuristic_sum_over_rows_vectorizes_across_outputs() -> None:
   assert [o.op for o in k.applied_opts][:1] == [OptOps.UPCAST], k.applied_opts
   np.testing.assert_allclose(_run(item, "CPU", k.applied_opts), x.numpy().sum(0), rtol=1e-4, atol=1e-4)
 
+def test_reduce_takes_a_short_axis_of_shared_reads_whole() -> None:
+  # sum(x) and sum(x * x) as one reduce along a new axis of 2 (nn.BatchNormGrad's two sums): both outputs of a row in
+  # one pass over it, each value loaded once (as a loop, x was read once per output)
+  x = _t(64, 256)
+  second = Tensor.arange(2).reshape(2, 1, 1) == 1
+  item = create_schedule([(x * second.where(x, 1)).sum(2).lazydata])[0][-1]
+  k = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+  assert Opt(OptOps.UPCAST, 0, 0) in k.applied_opts, k.applied_opts
+  xn = x.numpy()
+  np.testing.assert_allclose(_run(item, "CPU", k.applied_opts).reshape(2, 64), np.stack([xn.sum(1), (xn * xn).sum(1)]),
+                             rtol=1e-4, atol=1e-3)
+
 @pytest.mark.parametrize("target, rows", [("x86-64-v4", 16), ("x86-64-v3", 6)])
 def test_odd_matmul_pads_its_columns_to_vectors(target: str, rows: int) -> None:
   # 197 columns (a ViT's tokens): no vector divides them; padded to 208, 16 lanes (224 for 32 would add more than
@@ -483,6 +495,22 @@ def test_strided_conv_input_gradient_reads_its_weights_in_channel_blocks(monkeyp
   torch.nn.functional.conv2d(tx, torch.from_numpy(wn), stride=2, padding=1).backward(torch.from_numpy(gn))
   assert tx.grad is not None
   np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+def test_conv_input_gradient_keeps_its_tile_under_a_relu_mask(monkeypatch) -> None:
+  # the relu's mask on a conv's input gradient (ResNet's conv -> batchnorm -> relu -> conv, backward) fused after the
+  # reduce is read along the width, where the tile's vectors run along the channels: taken for an operand of the tile,
+  # it left the kernel without one (ResNet18's 512-channel 7x7 input gradients: 13 ms -> 2.8 s each)
+  h, w, g = _t(2, 64, 7, 7), _t(64, 64, 3, 3), _t(2, 64, 7, 7)
+  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  def upcasts(relu: bool) -> list[Opt]:
+    x = Tensor(h.numpy(), requires_grad=True)
+    dx = ((x.relu() if relu else x).conv2d(w, padding=1) * g).sum().gradient(x)[0]
+    with Context(SCHEDULE_CACHE=0, CPU_TARGET="x86-64-v4"): items = create_schedule([dx.lazydata])[0]
+    conv = [it for it in items if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort)][-1]
+    k = hand_coded_optimizations(Kernel(conv.ast, Device["CPU"].renderer))
+    return [o for o in k.applied_opts if o.op is OptOps.UPCAST]
+  plain = upcasts(False)
+  assert plain and upcasts(True) == plain
 
 @pytest.mark.parametrize("batch", [1, 8])
 def test_1x1_conv_tiles_two_vectors_of_output_channels_by_7_pixels(monkeypatch, batch: int) -> None:
