@@ -196,7 +196,7 @@ class _Graph:
   owner: dict[UOp, UOp] = field(default_factory=dict)
   computed_by: dict[UOp, list[UOp]] = field(default_factory=dict)
   value_cost: dict[UOp, _ValueCost] = field(default_factory=dict)
-  loads_for: dict[tuple[UOp, UOp], int] = field(default_factory=dict)
+  loads_for: dict[UOp, dict[UOp, int]] = field(default_factory=dict)  # by kernel, then value
 
 @dataclass
 class _Walk:
@@ -395,8 +395,8 @@ def _worth_storing(value: UOp, kernels: list[UOp], g: _Graph) -> bool:
       any(value is _kernel_value(k) for k in kernels): return False
   loads = 0
   for i, k in enumerate(kernels):
-    if (n := g.loads_for.get((value, k))) is None:
-      n = g.loads_for[(value, k)] = len(cost.full.difference(_fused_nodes(_kernel_value(k), g, loaded=value)[1]))
+    if (n := (for_k := g.loads_for.setdefault(k, {})).get(value)) is None:
+      n = for_k[value] = len(cost.full.difference(_fused_nodes(_kernel_value(k), g, loaded=value)[1]))
     loads += n
     # the kernels not walked yet load at least none and at most all of them for it alone
     if saving(loads) >= MIN_RECOMPUTE_WORK: return True
@@ -430,18 +430,17 @@ def _find_realizes(sink: UOp, also: tuple[UOp, ...] = ()) -> _Graph:
 
 def _undo_walks(g: _Graph, walks: list[_Walk], start: int) -> None:
   """Takes back what walks[start:] added to the pass's state, the latest first, and the costs worked out with what
-  they saw: a value's cost stays while two walks left computed it (it was worked out in the second), a kernel's loads
-  for a value while its walk is left."""
+  they saw: a value's cost goes with the second of the walks that computed it (it was worked out in that one), a
+  kernel's loads for the values with its walk."""
   for w in reversed(walks[start:]):
     g.kernel_reduce.pop(w.root, None)
+    g.loads_for.pop(w.root, None)
     for r in w.owned: del g.owner[r]
     for v in w.computes:
-      if len(kernels := g.computed_by[v]) == 1: del g.computed_by[v]
-      else: kernels.pop()
+      (kernels := g.computed_by[v]).pop()
+      if len(kernels) == 1: g.value_cost.pop(v, None)
+      elif not kernels: del g.computed_by[v]
   del walks[start:]
-  left = {w.root for w in walks}
-  g.value_cost = {v: c for v, c in g.value_cost.items() if len(g.computed_by.get(v, ())) >= 2}
-  g.loads_for = {vk: n for vk, n in g.loads_for.items() if vk[1] in left}
 
 class _KernelBuilder:
   """Turns a materialized node into a kernel AST: views are pushed to the leaves, other kernels' outputs are loaded."""
@@ -730,8 +729,12 @@ def _order_roots(roots: list[UOp], built: dict[UOp, _Built], outputs: dict[UOp, 
   writes: dict[int, list[UOp]] = {}
   for a in roots:
     if a.op is Ops.ASSIGN: writes.setdefault(id(outputs[a]), []).append(a)
+  written = {a: buf for buf, writers in writes.items() for a in writers}
   for r in roots:
-    for buf, writers in writes.items():
+    # the written buffers it reads (a look at each of them for each root was quadratic: 2.6 of a 3-d mesh test's 9 s)
+    reads = {b for b in built[r].leaf_reads if b in writes} | {written[w] for w in built[r].root_reads if w in written}
+    for buf in reads:
+      writers = writes[buf]
       if buf in built[r].leaf_reads: after_r = [a for a in writers if a is not r]  # the old contents: before them all
       else:
         # the contents that writer w left: before every other writer, unless r needs that one (an earlier writer)
