@@ -448,3 +448,24 @@ def test_a_copy_of_a_materialized_value_is_scheduled() -> None:
   # the contiguous of a reduce realized beside it copies the reduce's buffer: one kernel reduces, not two
   assert run.stdout.splitlines() == ["[[3.0, 5.0, 7.0], [3.0, 4.0, 5.0]]", "[1, 0]",
                                      "[[[6, 6, 6]], [[6, 6, 6]]] [[[6, 12, 18]], [[24, 30, 36]]]"]
+
+def test_finding_what_to_materialize_walks_each_kernel_a_few_times_not_once_per_node_found(monkeypatch) -> None:
+  # each node found to be materialized changes only the kernels that reach it: the walks go on from the first of
+  # those. Every kernel walked again for each node made GPT-2's training step quadratic (64 s for its 1362 kernels);
+  # here 8 layers, forward and backward: 1563 walks for 81 kernels before, 390 now, the same kernels
+  from lazytensor import Context
+  from lazytensor.schedule import scheduler
+  walks = [0]
+  def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+    walks[0] += 1
+    return walk(*args, **kwargs)
+  walk = scheduler._walk_kernel
+  monkeypatch.setattr(scheduler, "_walk_kernel", counted)
+  rng = np.random.default_rng(0)
+  x = Tensor(rng.standard_normal((32, 64), dtype=np.float32)).realize()
+  ws = [Tensor(rng.standard_normal((64, 64), dtype=np.float32) / 8, requires_grad=True).realize() for _ in range(8)]
+  h = x
+  for w in ws: h = (h + (h @ w).gelu()).layernorm()
+  loss = h.softmax(1).sum().backward()
+  with Context(SCHEDULE_CACHE=0): items, _ = create_schedule([t.lazydata for t in (loss, *(w.grad for w in ws))])
+  assert len(items) == 81 and walks[0] <= 6 * len(items)

@@ -38,7 +38,10 @@ class Allocator:
   the OS's zeroing and first-touch page faults of fresh memory at every step (filling a fresh 64 MB buffer took 22-35 ms
   on a Zen 3 VM, refilling it 6-11 ms). Up to BUFFER_CACHE bytes are kept, and past that as long as the memory in use
   and kept stays within the most that was in use at once: a step whose temporaries outgrow the cap (GPT-2 124M's
-  training step frees ~1.5 GB a step) then allocates nothing fresh either, and holds no more than its own peak."""
+  training step frees ~1.5 GB a step) then allocates nothing fresh either, and holds no more than its own peak. Where
+  one more does not fit, the handles kept longest are given back first: sizes no step asks for any more (the
+  optimizer's start, a first call's) made each GPT-2 step give back its gradients at zero_grad and fault in 344 MB-
+  1.5 GB afresh (1-3 s of system time a step, where TinyJit's replay, holding its buffers, faulted in none)."""
   def alloc(self, nbytes: int) -> Any: raise NotImplementedError
   def free(self, handle: Any, nbytes: int) -> None: pass
 
@@ -47,10 +50,16 @@ class Allocator:
     """Freed handles kept for reuse, by size in bytes (most recently freed last)."""
     return {}
 
+  @functools.cached_property
+  def kept(self) -> dict[int, int]:
+    """The sizes of the handles `freed` holds, by the handle's id, least recently freed first."""
+    return {}
+
   def alloc_cached(self, nbytes: int) -> Any:
     # a freed handle of the size taken here, without a call: every eager step's output is allocated through it
     if hs := self.freed.get(nbytes):
       handle = hs.pop()
+      del self.kept[id(handle)]
       self.cached_bytes -= nbytes
     else: handle = self._alloc_fresh(nbytes)
     self.allocated_bytes += nbytes
@@ -67,18 +76,27 @@ class Allocator:
 
   def free_cached(self, handle: Any, nbytes: int) -> None:
     self.allocated_bytes -= nbytes
-    kept = self.cached_bytes + nbytes
-    if self.reuse_freed and 0 < nbytes and BUFFER_CACHE.value > 0 and \
-        (kept <= BUFFER_CACHE.value or self.allocated_bytes + kept <= self.high_water_bytes):
-      self.freed.setdefault(nbytes, []).append(handle)
-      self.cached_bytes += nbytes
-    else: self.free(handle, nbytes)
+    # the cap, or past it what keeps the memory in use and kept within the most in use at once
+    room = max(BUFFER_CACHE.value, self.high_water_bytes - self.allocated_bytes)
+    if not (self.reuse_freed and 0 < nbytes <= room and BUFFER_CACHE.value > 0):
+      self.free(handle, nbytes)
+      return
+    # room is made by giving back the handles kept longest, each the first of its size (both are in the order freed)
+    while self.cached_bytes + nbytes > room:
+      old = self.kept.pop(next(iter(self.kept)))
+      self.free((hs := self.freed[old]).pop(0), old)
+      if not hs: del self.freed[old]
+      self.cached_bytes -= old
+    self.freed.setdefault(nbytes, []).append(handle)
+    self.kept[id(handle)] = nbytes
+    self.cached_bytes += nbytes
 
   def free_cache(self) -> None:
     """Give every kept handle back to the device."""
     for nbytes, hs in self.freed.items():
       for h in hs: self.free(h, nbytes)
     self.freed.clear()
+    self.kept.clear()
     self.cached_bytes = 0
 
   cached_bytes = 0  # the bytes `freed` holds
