@@ -454,13 +454,13 @@ def test_finding_what_to_materialize_walks_each_kernel_a_few_times_not_once_per_
   # those. Every kernel walked again for each node made GPT-2's training step quadratic (64 s for its 1362 kernels);
   # here 8 layers, forward and backward: 1563 walks for 81 kernels before, 390 now, the same kernels
   from lazytensor import Context
-  from lazytensor.schedule import scheduler
+  from lazytensor.schedule import materialize
   walks = [0]
   def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
     walks[0] += 1
     return walk(*args, **kwargs)
-  walk = scheduler._walk_kernel
-  monkeypatch.setattr(scheduler, "_walk_kernel", counted)
+  walk = materialize._walk_kernel
+  monkeypatch.setattr(materialize, "_walk_kernel", counted)
   rng = np.random.default_rng(0)
   x = Tensor(rng.standard_normal((32, 64), dtype=np.float32)).realize()
   ws = [Tensor(rng.standard_normal((64, 64), dtype=np.float32) / 8, requires_grad=True).realize() for _ in range(8)]

@@ -22,7 +22,7 @@ from lazytensor.engine import realize
 from lazytensor.helpers import ansistrip
 from lazytensor.opt import search
 from lazytensor.opt.kernel import AxisKind, Kernel, Opt
-from lazytensor.schedule import scheduler
+from lazytensor.schedule import materialize, scheduler
 from lazytensor.schedule.cache import ScheduleItem
 from lazytensor.uop import ops
 from lazytensor.uop.ops import Ops, UOp, pretty_print
@@ -158,7 +158,7 @@ def _computed_by(roots: list[UOp]) -> dict[UOp, list[int]]:
     stack, seen = [root], set()
     while stack:
       n = stack.pop()
-      if n in seen or n.op in scheduler.LEAVES: continue
+      if n in seen or n.op in materialize.LEAVES: continue
       seen.add(n)
       out.setdefault(n, []).append(i)
       stack.extend(s for s in n.src if s not in is_root)

@@ -34,7 +34,8 @@ from lazytensor.frontend.views import (
 )
 from lazytensor.helpers import ArgumentError, NotSupportedError, argsort
 from lazytensor.runtime.device import buffer_map, new_buffer_uop
-from lazytensor.schedule.scheduler import MOVES, commit_realized, is_plain_buffer_view, realized_map
+from lazytensor.schedule.materialize import is_plain_buffer_view
+from lazytensor.schedule.scheduler import MOVES, commit_realized, realized_map
 from lazytensor.shape.view import ShapeTracker
 from lazytensor.uop.graph import const_uop, multi_leaves, own_value
 from lazytensor.uop.ops import Ops, UOp
