@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from lazytensor import Context, Device, Tensor
 from lazytensor.engine.realize import compile_kernel
 from lazytensor.helpers import prod
-from lazytensor.opt import heuristic
+from lazytensor.opt import heuristic, packing
 from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, KernelOptError, Opt, OptOps
 from lazytensor.opt.rules import apply_opt
@@ -388,7 +388,6 @@ def test_odd_matmul_pads_its_columns_to_vectors(target: str, rows: int) -> None:
 
 @pytest.mark.parametrize("target, rows", [("x86-64-v4", 7), ("x86-64-v3", 4)])
 def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeypatch, target: str, rows: int) -> None:
-  from lazytensor.opt import heuristic
   from lazytensor.renderer.cpu_target import cpu_target
   from lazytensor.renderer.llvm import LLVMRenderer
   x, w = _t(4, 32, 28, 28), _t(32, 32, 3, 3)
@@ -400,7 +399,7 @@ def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeyp
   assert k.applied_opts[:2] == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 3, rows)], k.applied_opts
   # a module constant is no knob: the schedule cache would give the schedule made before the patch
   with monkeypatch.context() as m, Context(SCHEDULE_CACHE=0):
-    m.setattr(heuristic, "CHANNEL_MIN_WORK", 1 << 62)
+    m.setattr(packing, "CHANNEL_MIN_WORK", 1 << 62)
     with Context(SCHEDULE_CACHE=0): assert len(create_schedule([x.conv2d(w, padding=1).lazydata])[0]) == 1
   torch = pytest.importorskip("torch")
   want = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy()), padding=1).numpy()
@@ -408,7 +407,7 @@ def test_large_conv_packs_its_weight_and_vectorizes_over_output_channels(monkeyp
 
 def _packed_conv_schedule(monkeypatch, x: Tensor, w: Tensor, **kw) -> tuple[list, list]:
   """The schedules of a conv's output and of its weights' gradient, with every conv large enough to pack."""
-  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  monkeypatch.setattr(packing, "CHANNEL_MIN_WORK", 0)
   with Context(SCHEDULE_CACHE=0):
     out = create_schedule([x.conv2d(w, **kw).lazydata])[0]
     x.conv2d(w, **kw).relu().sum().backward()
@@ -449,7 +448,7 @@ def test_conv_weight_gradient_reads_its_output_gradient_in_channel_blocks(monkey
   from lazytensor.renderer.llvm import LLVMRenderer
   x, w = _t(4, 32, 14, 14).requires_grad_(), _t(32, 32, 3, 3).requires_grad_()
   _, items = _packed_conv_schedule(monkeypatch, x, w, padding=1)
-  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 1 << 62)
+  monkeypatch.setattr(packing, "CHANNEL_MIN_WORK", 1 << 62)
   with Context(SCHEDULE_CACHE=0):
     w.grad = None
     x.conv2d(w, padding=1).relu().sum().backward()
@@ -478,7 +477,7 @@ def test_strided_conv_input_gradient_reads_its_weights_in_channel_blocks(monkeyp
   torch = pytest.importorskip("torch")
   xn, wn = rng.standard_normal((2, 32, 14, 14), dtype=np.float32), rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
   gn = rng.standard_normal((2, 32, 7, 7), dtype=np.float32)
-  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  monkeypatch.setattr(packing, "CHANNEL_MIN_WORK", 0)
   with Context(SCHEDULE_CACHE=0, CPU_TARGET="x86-64-v4"):
     x = Tensor(xn, requires_grad=True)
     x.conv2d(Tensor(wn), stride=2, padding=1).backward(Tensor(gn))
@@ -501,7 +500,7 @@ def test_conv_input_gradient_keeps_its_tile_under_a_relu_mask(monkeypatch) -> No
   # reduce is read along the width, where the tile's vectors run along the channels: taken for an operand of the tile,
   # it left the kernel without one (ResNet18's 512-channel 7x7 input gradients: 13 ms -> 2.8 s each)
   h, w, g = _t(2, 64, 7, 7), _t(64, 64, 3, 3), _t(2, 64, 7, 7)
-  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  monkeypatch.setattr(packing, "CHANNEL_MIN_WORK", 0)
   def upcasts(relu: bool) -> list[Opt]:
     x = Tensor(h.numpy(), requires_grad=True)
     dx = ((x.relu() if relu else x).conv2d(w, padding=1) * g).sum().gradient(x)[0]
@@ -558,7 +557,7 @@ def test_strided_1x1_conv_reads_a_dense_copy_of_its_input(monkeypatch, target: s
   # and columns merged). A stride-1 conv reads x as it is.
   torch = pytest.importorskip("torch")
   x, w = _t(2, 32, 28, 28), _t(64, 32, 1, 1)
-  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  monkeypatch.setattr(packing, "CHANNEL_MIN_WORK", 0)
   with Context(SCHEDULE_CACHE=0, CPU_TARGET=target):
     items = create_schedule([x.conv2d(w, stride=2).lazydata])[0]
     assert 2 * 32 * 14 * 14 in [it.bufs[0].size for it in items[:-1]], [it.bufs[0].size for it in items]
@@ -592,7 +591,7 @@ def test_packed_conv_training_matches_torch(monkeypatch, op: str, xs: tuple[int,
   # every conv packed as a large one is (weights and the weights' gradient's output gradient in blocks of channels),
   # with the heuristics' tiles: odd sizes, strides, groups, dilation, non-square kernels, other ranks, transposed
   torch = pytest.importorskip("torch")
-  monkeypatch.setattr(heuristic, "CHANNEL_MIN_WORK", 0)
+  monkeypatch.setattr(packing, "CHANNEL_MIN_WORK", 0)
   xn, wn = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32)
   with Context(SCHEDULE_CACHE=0):
     x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)

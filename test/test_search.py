@@ -22,9 +22,10 @@ from lazytensor import Context, Device, Tensor
 from lazytensor.dtype import dtypes
 from lazytensor.engine.realize import compile_kernel, optimize_kernel, run_schedule
 from lazytensor.helpers import DISKCACHE_TABLE, prod
-from lazytensor.opt import heuristic, search, search_actions, search_workers
-from lazytensor.opt.heuristic import Packing, hand_coded_optimizations, pack_candidates, pack_choice
+from lazytensor.opt import packing, search, search_actions, search_workers
+from lazytensor.opt.heuristic import hand_coded_optimizations
 from lazytensor.opt.kernel import AxisKind, Kernel, Opt, OptOps
+from lazytensor.opt.packing import Packing, pack_candidates, pack_choice
 from lazytensor.opt.rules import apply_opt
 from lazytensor.opt.search_workers import Binary, CompileJob
 from lazytensor.renderer.cpu_target import cpu_target
@@ -291,7 +292,7 @@ def test_packing_choice_is_timed_once_then_cached(beam: Path, capsys: pytest.Cap
   # kernels this small keep the heuristics' opts without a search (MIN_SEARCH_S): only the variants are timed
   r = _reduce_of(_t(64, 64) @ _t(64, 64))
   ops = [v.arg for v in r.src[0].src]
-  full = heuristic._packings(cpu_target("native"), r.arg[1], ops, force=True)
+  full = packing._packings(cpu_target("native"), r.arg[1], ops, force=True)
   variants = [(), full[:1], full]
   built: list[int] = []
   def build(i: int) -> list[tuple[UOp, tuple]]:
@@ -326,7 +327,7 @@ def test_probe_kernels_compute_the_reduce_alone() -> None:
   # what BEAM times for a packing: the copies and the reduce, reading fresh buffers in place of whatever computed the
   # operands (here a + 1 and b * 2)
   r = _reduce_of((_t(128, 64) + 1) @ (_t(64, 96) * 2))
-  full = heuristic._packings(cpu_target("native"), r.arg[1],
+  full = packing._packings(cpu_target("native"), r.arg[1],
                              [v.arg for v in r.src[0].src], force=True)
   assert len(full) == 2
   x, y = rng.standard_normal((128, 64), dtype=np.float32), rng.standard_normal((64, 96), dtype=np.float32)

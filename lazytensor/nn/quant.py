@@ -210,7 +210,7 @@ def _panel_width(n: int, device: DeviceLike) -> int:
   In panels (n/width, k/4, width) the tile's vectors of the weight at successive steps of the reduce are neighbours,
   where along whole rows each step reads a new row, often a new page (int8 256x1024 by 1024x1024 on one AVX-512
   thread, CPU time on a loaded host: 0.84-0.90 -> 0.76-0.84 ms). Made once with the words, unlike the copy the
-  scheduler makes of a float matmul's operand at every call (heuristic.pack_choice)."""
+  scheduler makes of a float matmul's operand at every call (packing.pack_choice)."""
   target = Device[Device.first(device)].renderer.target
   width = n if target is None else TILE_VECTORS * target.vector_floats
   return width if n % width == 0 else n

@@ -1,6 +1,6 @@
 """BEAM's question about a schedule rather than a kernel: which packing copies a large reduce over products reads from.
 
-The scheduler builds the variants `heuristic.pack_candidates` offers (schedules of the one reduce, with other copies);
+The scheduler builds the variants `packing.pack_candidates` offers (schedules of the one reduce, with other copies);
 `beam_packing` times them in turns with the heuristics' opts, searches each kernel of the variants that are not
 hopeless (PACK_HOPELESS_RATIO) as `beam_search` does, times those in turns again and keeps the fastest, the heuristics'
 choice (variant 0) on a tie. The answer is cached in table "beam_pack" under a key that names everything the code

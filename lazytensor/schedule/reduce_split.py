@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lazytensor.helpers import argsort, prod
-from lazytensor.opt.heuristic import pack_choice
+from lazytensor.opt.packing import pack_choice
 from lazytensor.renderer import Renderer
 from lazytensor.renderer.cpu_target import CPUTarget
 from lazytensor.shape.view import ShapeTracker
@@ -125,7 +125,7 @@ K_PARTIALS_FRACTION = 4  # the partial products at most this fraction of the byt
 
 def matmul_k_block(target: CPUTarget, r: UOp) -> int | None:
   """The size of the blocks of K for the reduce `r` over products (one reduce axis), or None to leave it whole: where
-  the heuristics pack an operand in panels (opt.heuristic.pack_choice) longer than 1/K_SPLIT_L2_FRACTION of L2, the
+  the heuristics pack an operand in panels (opt.packing.pack_choice) longer than 1/K_SPLIT_L2_FRACTION of L2, the
   divisor of K nearest a block of 1/K_BLOCK_L2_FRACTION of L2 (within K_BLOCK_RANGE), if the partial products are a
   small part of what the operands read."""
   src, (op, axes) = r.src[0], r.arg
@@ -171,7 +171,7 @@ def matvec_block(target: CPUTarget, r: UOp) -> int | None:
 # image: 12.7 -> 12.6 ms, no gain)
 BATCH_SPLIT_L2_FRACTION = 2
 BATCH_BLOCK_L2_FRACTION = 4
-BATCH_TILE_CHANNELS = 16  # the channels of each operand that one tile reads (opt.heuristic.CHANNEL_BLOCK)
+BATCH_TILE_CHANNELS = 16  # the channels of each operand that one tile reads (opt.packing.CHANNEL_BLOCK)
 
 def batch_block(target: CPUTarget, r: UOp) -> int | None:
   """Images per partial reduce for the reduce `r` over products, or None to leave it whole: where `r` reduces over

@@ -18,7 +18,7 @@ from typing import Any
 from lazytensor.codegen.program import knob_key
 from lazytensor.dtype import dtypes
 from lazytensor.helpers import BEAM, RING, SCALAR_ARGS, SCHEDULE_CACHE, argsort, prod
-from lazytensor.opt.heuristic import Packing, pack_candidates, pack_choice
+from lazytensor.opt.packing import Packing, pack_candidates, pack_choice
 from lazytensor.runtime import remote
 from lazytensor.runtime.device import Buffer, Device, buffer_map, new_buffer_uop
 from lazytensor.schedule import cache, pack_cache
@@ -134,7 +134,7 @@ def _probe(r: UOp, packs: tuple[Packing, ...]) -> list[tuple[UOp, tuple[Buffer, 
 
 def _pack_operand(r: UOp) -> UOp:
   """`r`, reading operands of its products from re-laid copies where the device's heuristics ask for them, or with
-  BEAM, the copies of the fastest of the packings the heuristics offer (heuristic.pack_candidates)."""
+  BEAM, the copies of the fastest of the packings the heuristics offer (packing.pack_candidates)."""
   mul = r.src[0]
   if mul.op is not Ops.MUL or any(v.op is not Ops.VIEW for v in mul.src): return r
   device = Device[Device.first(r.device)]
@@ -165,7 +165,7 @@ def _for_device(r: UOp) -> UOp:
 
 def pack_operands(sink: UOp) -> dict[UOp, UOp]:
   """Each reduce over products reads an operand from a re-laid copy (a kernel of its own) where the device's
-  heuristics ask for it (heuristic.pack_choice), and a reduce along a strided axis of a large operand runs in two
+  heuristics ask for it (packing.pack_choice), and a reduce along a strided axis of a large operand runs in two
   (reduce_split): the tensor graph is the same on every device, its schedule is the device's. One pass, so that a
   reduce is never packed or split twice. Returns each node of `sink` -> its node in the packed graph."""
   done: dict[UOp, UOp] = {}
