@@ -141,7 +141,7 @@ def _result(call: _Call, like: Tensor) -> tuple[np.ndarray, Tensor | None]:
   None. The tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB all_reduce's 50
   us), or for a small call over the last result's Buffer when nothing holds that any more (_Kept). It writes nothing:
   it is made while the messages that check the call travel (_start), before the ranks are known to agree."""
-  device, shape = like.device, cast(tuple[int, ...], call.shape)
+  device, shape = like.lazydata.device, cast(tuple[int, ...], call.shape)
   # the counts: kept.view held by kept alone, its BUFFER node by the view and kept, the Buffer by its node and kept
   if (kept := call.kept) is not None and kept.device == device and sys.getrefcount(kept.view) == HELD_ONCE and \
       sys.getrefcount(kept.node) == HELD_ONCE + 1 and sys.getrefcount(kept.buffer) == HELD_ONCE + 1:
@@ -171,9 +171,9 @@ class _Kept:
   def __init__(self, view: UOp, node: UOp, buffer: Buffer, host: np.ndarray, device: str) -> None:
     self.view, self.node, self.buffer, self.host, self.device = view, node, buffer, host, device
 
-def _back(arr: np.ndarray, out: Tensor | None, call: _Call, like: Tensor) -> Tensor:
-  return out if out is not None else Tensor(arr.reshape(cast(tuple[int, ...], call.shape)), device=like.device,
-                                            dtype=like.dtype)
+def _back(arr: np.ndarray, call: _Call, like: Tensor) -> Tensor:
+  """A new tensor of the call's result, copied from arr (where the result's memory is not the host's)."""
+  return Tensor(arr.reshape(cast(tuple[int, ...], call.shape)), device=like.device, dtype=like.dtype)
 
 # bytes of the description of a call that opens each rank's message, and of each value in it
 HEADER_BYTES, VALUE_CHARS = 256, 64
@@ -276,13 +276,13 @@ def _result_shape(what: str, shape: tuple[int, ...], ranks: int) -> tuple[int, .
   if what == "reduce_scatter": return (shape[0] // ranks,) + shape[1:] if shape and not shape[0] % ranks else None
   return shape
 
-def _messages(comm: Any) -> _Messages:
-  if (world := _World.messages) is None or world.comm is not comm:
-    if world is not None: world.free()
-    world = _World.messages = _Messages(comm)
-    # at exit before mpi4py finalizes MPI (handlers run last registered first), once however often this runs
-    atexit.unregister(_free_messages)
-    atexit.register(_free_messages)
+def _new_messages(comm: Any) -> _Messages:
+  """The _Messages of comm, in place of those of another communicator (or of none)."""
+  if (world := _World.messages) is not None: world.free()
+  world = _World.messages = _Messages(comm)
+  # at exit before mpi4py finalizes MPI (handlers run last registered first), once however often this runs
+  atexit.unregister(_free_messages)
+  atexit.register(_free_messages)
   return world
 
 def _free_messages() -> None:
@@ -296,9 +296,9 @@ def _start(comm: Any, what: str, t: Tensor | None = None, sends: bool = True, fi
   a receive may take less than it has room for, so ranks whose calls differ in size exchange them too (the counts of
   MPI's collectives must agree). Between the two the caller makes its result, which writes nothing (_result): that
   takes the ~1 us it took after the wait while the messages travel."""
-  world = _messages(comm)
+  if (world := _World.messages) is None or world.comm is not comm: world = _new_messages(comm)
   call = world.call(what, t, sends, field, value)
-  if (mine := call.mine) is not None: mine[...] = _host(cast(Tensor, t), len(mine))
+  if (mine := call.mine) is not None and t is not None: mine[...] = _host(t, len(mine))
   if world.last is not call:  # this rank's row holds another call's description
     world.my_header[...] = call.header
     world.last = call
@@ -366,7 +366,7 @@ def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   _check_op(op)
   if call.values is not None: _combine(op, call.parts, out)
   else: comm.Allreduce(_host(t), out, op=_mpi_op(op))  # blocking: _agreed saw every rank here
-  return _back(out, result, call, t)
+  return result if result is not None else _back(out, call, t)
 
 def all_gather(t: Tensor) -> Tensor:
   """Every rank's `t`, concatenated along dim 0 in rank order, on every rank (torch's all_gather_into_tensor; a 0-d
@@ -382,7 +382,7 @@ def all_gather(t: Tensor) -> Tensor:
   _agreed(call, "all_gather")
   if call.values is not None: out.reshape(len(call.values), -1)[...] = call.values
   else: comm.Allgather(_host(t), out)
-  return _back(out, result, call, t)
+  return result if result is not None else _back(out, call, t)
 
 def reduce_scatter(t: Tensor, op: str = "sum") -> Tensor:
   """Every rank's `t` combined by `op`; rank r keeps the r-th of world_size() equal slices of dim 0 (torch's
@@ -404,7 +404,7 @@ def reduce_scatter(t: Tensor, op: str = "sum") -> Tensor:
   out, result = made
   if call.values is not None: _combine(op, call.parts, out)
   else: comm.Reduce_scatter_block(_host(t), out, op=_mpi_op(op))
-  return _back(out, result, call, t)
+  return result if result is not None else _back(out, call, t)
 
 def _uneven(t: Tensor, ranks: int) -> ValueError:
   return ValueError(f"reduce_scatter: dim 0 of a tensor of shape {t.shape} must divide evenly among {ranks} ranks")
@@ -427,7 +427,7 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
   else:
     if mine: out[...] = _host(t)
     comm.Bcast(out, root=src)
-  return _back(out, result, call, t)
+  return result if result is not None else _back(out, call, t)
 
 def barrier() -> None:
   """Wait until every rank has called barrier().
