@@ -141,7 +141,8 @@ def _result(call: _Call, like: Tensor) -> tuple[np.ndarray, Tensor | None]:
   None. The tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB all_reduce's 50
   us), or for a small call over the last result's Buffer when nothing holds that any more (_Kept). It writes nothing:
   it is made while the messages that check the call travel (_start), before the ranks are known to agree."""
-  device, shape = like.lazydata.device, cast(tuple[int, ...], call.shape)
+  device, shape = like.lazydata.device, call.shape
+  assert shape is not None, "reduce_scatter makes no result where dim 0 does not split"  # not typing.cast: no call
   # the counts: kept.view held by kept alone, its BUFFER node by the view and kept, the Buffer by its node and kept
   if (kept := call.kept) is not None and kept.device == device and sys.getrefcount(kept.view) == HELD_ONCE and \
       sys.getrefcount(kept.node) == HELD_ONCE + 1 and sys.getrefcount(kept.buffer) == HELD_ONCE + 1:
