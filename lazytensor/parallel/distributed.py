@@ -136,11 +136,12 @@ def _dense(ld: UOp) -> bool:
   return ld.op is _VIEW and ld.src[0].op is _BUFFER and ld.arg.contiguous
 
 def _result(call: _Call, like: Tensor) -> tuple[np.ndarray, Tensor | None]:
-  """Flat memory for MPI to write the call's result (of call.shape) into, and the tensor that it is (the result, with
-  nothing to copy), when the device's memory is host memory; else a numpy array to copy into a tensor afterwards, and
-  None. The tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB all_reduce's 50
-  us), or for a small call over the last result's Buffer when nothing holds that any more (_Kept). It writes nothing:
-  it is made while the messages that check the call travel (_start), before the ranks are known to agree."""
+  """Memory for MPI to write the call's result (of call.shape) into, as call.layout, and the tensor that it is (the
+  result, with nothing to copy), when the device's memory is host memory; else a numpy array to copy into a tensor
+  afterwards, and None. The tensor is made straight from a new Buffer (Tensor.empty and a realize took 17 of a 1 KB
+  all_reduce's 50 us), or for a small call over the last result's Buffer when nothing holds that any more (_Kept). It
+  writes nothing: it is made while the messages that check the call travel (_start), before the ranks are known to
+  agree."""
   device, shape = like.lazydata.device, call.shape
   assert shape is not None, "reduce_scatter makes no result where dim 0 does not split"  # not typing.cast: no call
   # the counts: kept.view held by kept alone, its BUFFER node by the view and kept, the Buffer by its node and kept
@@ -151,9 +152,10 @@ def _result(call: _Call, like: Tensor) -> tuple[np.ndarray, Tensor | None]:
   if not dtype.is_half and n and isinstance(device, str) and (host := (buf := Buffer(device, n, dtype)).host_view()) \
       is not None:
     result = Tensor._of(buffer_view(node := new_buffer_uop(device, n, dtype, buf), shape))
-    if call.values is not None: call.kept = _Kept(result.lazydata, node, buf, host[:n], device)
-    return host[:n], result
-  return np.empty(n, _host_dtype(like)), None
+    out = host[:n].reshape(call.layout)
+    if call.values is not None: call.kept = _Kept(result.lazydata, node, buf, out, device)
+    return out, result
+  return np.empty(call.layout, _host_dtype(like)), None
 
 # what sys.getrefcount reads of an object held once, read through its holder (the read's own reference included: 2 on
 # CPython 3.11, measured rather than assumed)
@@ -162,7 +164,7 @@ HELD_ONCE = sys.getrefcount(_PROBE[0])
 
 class _Kept:
   """The last result of a small call (its values travel with the check: SMALL_BYTES), kept for the next call of the
-  same description: its VIEW node, its BUFFER node, the Buffer, the Buffer's memory as a flat numpy array and the
+  same description: its VIEW node, its BUFFER node, the Buffer, its memory as a numpy array (call.layout) and the
   device. Once nothing but this holds them (no tensor, no graph built on them, no other view of the buffer, no
   DLPack reader: each would hold one of the three), the next call writes its values there and gives a new tensor
   over the same node: a result that is still held is never written. Making the result anew (a Buffer, its memory,
@@ -256,6 +258,10 @@ class _Call:
   def __init__(self, world: _Messages, what: str, header: np.ndarray, t: Tensor | None, sends: bool) -> None:
     self.world, self.header, self.agreed = world, header, header.tobytes() * len(world.rows)
     self.shape = None if t is None else _result_shape(what, t.shape, len(world.rows))
+    # the result's memory as the call writes it: all_gather's a row a rank (made once: a reshape at each call took
+    # ~0.2 of a 1 KB call's us), flat otherwise
+    count, ranks = prod(self.shape or ()), len(world.rows)
+    self.layout = (ranks, count // ranks) if what == "all_gather" else (count,)
     self.values: np.ndarray | None = None
     self.parts: list[np.ndarray] = []
     if t is not None and _small(t):
@@ -381,7 +387,7 @@ def all_gather(t: Tensor) -> Tensor:
   call = _start(comm, "all_gather", t)
   out, result = _result(call, t)
   _agreed(call, "all_gather")
-  if call.values is not None: out.reshape(len(call.values), -1)[...] = call.values
+  if call.values is not None: out[...] = call.values
   else: comm.Allgather(_host(t), out)
   return result if result is not None else _back(out, call, t)
 
