@@ -12,7 +12,7 @@ process, every rank calls the same collectives in the same order, and each retur
 Values travel through host memory: MPI reads a tensor of more than 64 KB on a CPU device from its buffer and writes the
 result into the buffer of the new tensor (no copies); a tensor on a GPU is copied to a numpy array and back. A
 collective that some ranks never call would wait forever; here it raises TimeoutError after DIST_TIMEOUT seconds (300
-by default) on the ranks that wait, naming the collective. Before any result is made, the ranks check that each called
+by default) on the ranks that wait, naming the collective. Before a result is written, the ranks check that each called
 the same (the collective, the tensor's shape and dtype, the op, the src: each rank sends the others a 256-byte
 description): where they differ, every rank raises the same ValueError, naming what differs on which rank (MPI itself
 would reduce float32 bytes as int64, or read past a shorter buffer). A tensor of at most 64 KB travels in that message,
