@@ -155,7 +155,24 @@ def kept_results() -> None:
   elsewhere = summed(10.0, "CPU:1")  # the same description on another device: a result of its own, there
   assert elsewhere.device == "CPU:1" and elsewhere.tolist() == [total(10.0)] * 4, elsewhere.tolist()
   assert reused.tolist() == [total(9.0)] * 4, reused.tolist()
+  disagreed(r, summed, serial)
   print(f"rank {r}: kept ok", flush=True)
+
+def disagreed(r: int, summed: Callable[[float], Tensor], serial: Callable[[Tensor], int]) -> None:
+  """A call makes its result while the messages that check it travel, before the ranks are known to agree: on a
+  disagreement it has written nothing into it (here the last result of its description, let go), and the next call
+  that agrees writes its own values there."""
+  dropped = serial(summed(11.0))
+  world = dist._World.messages
+  assert world is not None and world.last is not None and (kept := world.last.kept) is not None
+  before = kept.host.copy()
+  try: dist.all_reduce(Tensor(np.full(4, -1.0, np.float32)), "sum" if r == 0 else "max")  # rank 0's: summed's call
+  except ValueError as e: assert "the op: sum on rank 0, max on rank" in str(e), e
+  else: raise AssertionError("calls that differ in their op gave no error")
+  np.testing.assert_array_equal(kept.host, before)
+  again = summed(12.0)
+  n = dist.world_size()
+  assert serial(again) == dropped and again.tolist() == [n * 12.0 + n * (n - 1) / 2] * 4, (serial(again), dropped)
 
 def main() -> None:
   dist.init()
@@ -185,6 +202,9 @@ def main() -> None:
   assert dist.all_gather(Tensor(float(r))).tolist() == [0.0, 1.0]
   spread = dist.all_reduce(Tensor(mine).shard(("CPU:0", "CPU:1"), 0))
   assert spread.device == ("CPU", "CPU:1") and spread.tolist() == sum(every).tolist()
+  try: dist.reduce_scatter(Tensor.ones(3))  # the ranks agree, then each raises: its result was never made
+  except ValueError as e: assert "dim 0 of a tensor of shape (3,) must divide evenly among 2 ranks" in str(e), e
+  else: raise AssertionError("reduce_scatter of 3 over 2 ranks gave no error")
   large(r, n)
   dist.barrier()
   print(f"rank {r} of {n}: ok", flush=True)
